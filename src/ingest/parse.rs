@@ -1,0 +1,557 @@
+//! Parsing rows of the Extreme Classification Repository text formats.
+//!
+//! Three line syntaxes occur:
+//! - [`LineSyntax::LabelsFeatures`]: `l1,l2,... f:v f:v ...` (single-file and split layouts);
+//!   the label field is absent when the line starts with a feature token or is blank;
+//! - [`LineSyntax::Features`]: `f:v f:v ...` (BoW feature files);
+//! - [`LineSyntax::LabelValues`]: `l:v l:v ...` (BoW label files; a listed label is a
+//!   positive, its value is checked to be finite and otherwise ignored).
+//!
+//! Every malformed token is an error naming the line, what was found and what was
+//! expected. The parser is pure (bytes in, CSR rows out) so it can run on many threads.
+
+use crate::error::LineError;
+use crate::store::chunks::{CsrChunk, RowRef};
+
+/// How the numbers on a line are checked and transformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRules {
+    /// D: feature ids must be < D (after removing `index_base`).
+    pub n_features: u32,
+    /// L: label ids must be < L (after removing `index_base`).
+    pub n_labels: u32,
+    /// 0 or 1: the smallest id in the file.
+    pub index_base: u32,
+    /// Scale each row's values to unit L2 norm.
+    pub normalize: bool,
+    /// Skip bad rows (counting them) and accept CRLF line ends and a missing final newline.
+    pub lenient: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineSyntax {
+    LabelsFeatures,
+    Features,
+    LabelValues,
+}
+
+/// Rows parsed from one block of lines.
+///
+/// In a parsed block `rows.row_ids` hold the 1-based *source line numbers* of the rows;
+/// the assembler replaces them by row positions when it writes chunks.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedBlock {
+    pub rows: CsrChunk,
+    /// Rows skipped in lenient mode, and the first few reasons.
+    pub skipped: u64,
+    pub skip_reasons: Vec<LineError>,
+    /// Lines whose CRLF ending was accepted (lenient mode).
+    pub crlf_lines: u64,
+}
+
+/// Reasons kept per block for the report; the count is always exact.
+const KEPT_REASONS: usize = 5;
+
+/// Reusable per-thread buffers for one row.
+#[derive(Default)]
+struct RowScratch {
+    labels: Vec<u32>,
+    features: Vec<(u32, f64)>,
+    indices: Vec<u32>,
+    values: Vec<f32>,
+}
+
+/// Shortens a token for an error message.
+fn show(token: &[u8]) -> String {
+    const MAX: usize = 40;
+    let text = String::from_utf8_lossy(&token[..token.len().min(MAX)]).into_owned();
+    if token.len() > MAX {
+        format!("{text}...")
+    } else {
+        text
+    }
+}
+
+/// Parses an unsigned decimal integer of at most `u32::MAX`.
+pub fn parse_u32(bytes: &[u8]) -> Option<u32> {
+    if bytes.is_empty() || bytes.len() > 10 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in bytes {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + u64::from(d);
+    }
+    u32::try_from(v).ok()
+}
+
+/// Parses an unsigned decimal integer of at most `u64::MAX`.
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in bytes {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    Some(v)
+}
+
+fn parse_f64(bytes: &[u8]) -> Option<f64> {
+    std::str::from_utf8(bytes).ok()?.parse::<f64>().ok()
+}
+
+fn is_space(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// Splits on runs of spaces and tabs.
+fn tokens(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|&b| is_space(b)).filter(|t| !t.is_empty())
+}
+
+/// Parses a header of `fields` whitespace-separated non-negative integers (`N D L`, `N D`).
+pub fn parse_header(line: &[u8], names: &[&str]) -> Result<Vec<u64>, String> {
+    let expected = names.join(" ");
+    if line.last() == Some(&b'\r') {
+        return Err(format!(
+            "found a CRLF line ending, expected '\\n' line ends (header '{expected}')"
+        ));
+    }
+    let found: Vec<&[u8]> = tokens(line).collect();
+    if found.len() != names.len() {
+        return Err(format!(
+            "found header '{}', expected {} integers '{expected}'",
+            show(line),
+            names.len()
+        ));
+    }
+    found
+        .iter()
+        .zip(names)
+        .map(|(t, name)| {
+            parse_u64(t).ok_or_else(|| {
+                format!(
+                    "found '{}' for {name} in the header, expected a non-negative integer \
+                     (header '{expected}')",
+                    show(t)
+                )
+            })
+        })
+        .collect()
+}
+
+impl RowRules {
+    fn id(&self, token: &[u8], what: &str, limit: u32, header: char) -> Result<u32, String> {
+        let raw = parse_u32(token).ok_or_else(|| {
+            format!("found {what} id '{}', expected a non-negative integer", show(token))
+        })?;
+        if raw < self.index_base {
+            return Err(format!(
+                "found {what} id {raw}, expected ids >= 1 (--index-base 1)"
+            ));
+        }
+        let id = raw - self.index_base;
+        if id >= limit {
+            let max = u64::from(limit) + u64::from(self.index_base);
+            return Err(format!(
+                "found {what} id {raw}, expected < {max} ({header} = {limit} in the header)"
+            ));
+        }
+        Ok(id)
+    }
+
+    fn label_list(&self, token: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
+        for part in token.split(|&b| b == b',') {
+            if part.is_empty() {
+                return Err(format!(
+                    "found label list '{}' with an empty entry, expected comma-separated ids",
+                    show(token)
+                ));
+            }
+            out.push(self.id(part, "label", self.n_labels, 'L')?);
+        }
+        Ok(())
+    }
+
+    /// Splits `id:value`, checking both parts.
+    fn id_value(&self, token: &[u8], what: &str, limit: u32, header: char) -> Result<(u32, f64), String> {
+        let colon = memchr::memchr(b':', token).ok_or_else(|| {
+            format!("found token '{}', expected '{what}:value'", show(token))
+        })?;
+        let id = self.id(&token[..colon], what, limit, header)?;
+        let text = &token[colon + 1..];
+        let value = parse_f64(text).ok_or_else(|| {
+            format!(
+                "found value '{}' in token '{}', expected a decimal number",
+                show(text),
+                show(token)
+            )
+        })?;
+        if !value.is_finite() {
+            return Err(format!(
+                "found non-finite value '{}' for {what} {id}, expected a finite number",
+                show(text)
+            ));
+        }
+        Ok((id, value))
+    }
+
+    /// Parses one line (without its line end) into `s.labels` / `s.features`.
+    fn parse_line(&self, line: &[u8], syntax: LineSyntax, s: &mut RowScratch) -> Result<(), String> {
+        let mut toks = tokens(line).peekable();
+        if syntax == LineSyntax::LabelValues {
+            for tok in toks {
+                let (id, _) = self.id_value(tok, "label", self.n_labels, 'L')?;
+                s.labels.push(id);
+            }
+            return Ok(());
+        }
+        if syntax == LineSyntax::LabelsFeatures {
+            if let Some(first) = toks.peek() {
+                if memchr::memchr(b':', first).is_none() {
+                    self.label_list(first, &mut s.labels)?;
+                    toks.next();
+                }
+            }
+        }
+        for tok in toks {
+            let (id, value) = self.id_value(tok, "feature", self.n_features, 'D')?;
+            s.features.push((id, value));
+        }
+        Ok(())
+    }
+
+    /// Sorts and checks the row's ids, normalises, and fills `s.indices` / `s.values`.
+    /// Returns the squared norm of the stored f32 values.
+    fn finish_row(&self, s: &mut RowScratch) -> Result<f32, String> {
+        if !s.labels.is_sorted() {
+            s.labels.sort_unstable();
+        }
+        if let Some(w) = s.labels.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "found label {} twice in the row, expected unique labels",
+                w[0] + self.index_base
+            ));
+        }
+        if !s.features.is_sorted_by_key(|f| f.0) {
+            s.features.sort_by_key(|f| f.0);
+        }
+        if let Some(w) = s.features.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!(
+                "found feature {} twice in the row, expected unique feature ids",
+                w[0].0 + self.index_base
+            ));
+        }
+        // Norm in f64, in ascending feature order, then one rounding to f32 per value.
+        let scale = if self.normalize {
+            let norm = s.features.iter().map(|f| f.1 * f.1).sum::<f64>().sqrt();
+            if norm > 0.0 {
+                1.0 / norm
+            } else {
+                1.0
+            }
+        } else {
+            1.0
+        };
+        s.indices.clear();
+        s.values.clear();
+        let mut sq_norm = 0.0f64;
+        for &(id, v) in &s.features {
+            let stored = if self.normalize { (v * scale) as f32 } else { v as f32 };
+            if !stored.is_finite() {
+                return Err(format!(
+                    "found value {v} for feature {}, expected a value that fits in f32",
+                    id + self.index_base
+                ));
+            }
+            sq_norm += f64::from(stored) * f64::from(stored);
+            s.indices.push(id);
+            s.values.push(stored);
+        }
+        Ok(sq_norm as f32)
+    }
+}
+
+/// Iterates the lines of a block: (line number, line without '\n').
+fn lines(block: &[u8], first_line: u64) -> impl Iterator<Item = (u64, &[u8])> {
+    let body = block.strip_suffix(b"\n").unwrap_or(block);
+    let mut n = first_line;
+    // An empty block has no lines; otherwise split yields exactly one item per line.
+    (!block.is_empty())
+        .then(|| body.split(|&b| b == b'\n'))
+        .into_iter()
+        .flatten()
+        .map(move |line| {
+            n += 1;
+            (n - 1, line)
+        })
+}
+
+const CRLF_MSG: &str = "found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" \
+     (strip the '\\r' characters, or pass --lenient to accept them)";
+
+/// Which of a block's inputs a problem was found in (0: the main file, 1: a BoW label file).
+pub type BlockError = (usize, LineError);
+
+struct BlockParser<'r> {
+    rules: &'r RowRules,
+    out: ParsedBlock,
+    scratch: RowScratch,
+}
+
+impl<'r> BlockParser<'r> {
+    fn new(rules: &'r RowRules) -> Self {
+        BlockParser {
+            rules,
+            out: ParsedBlock::default(),
+            scratch: RowScratch::default(),
+        }
+    }
+
+    /// Removes a '\r' line end, or explains why it cannot.
+    fn line_end<'a>(&mut self, line: &'a [u8]) -> Result<&'a [u8], String> {
+        match line.strip_suffix(b"\r") {
+            Some(stripped) if self.rules.lenient => {
+                self.out.crlf_lines += 1;
+                Ok(stripped)
+            }
+            Some(_) => Err(CRLF_MSG.to_string()),
+            None => Ok(line),
+        }
+    }
+
+    /// Handles a bad row: an error in strict mode, a counted skip in lenient mode.
+    fn reject(&mut self, source: usize, line_no: u64, msg: String) -> Result<(), BlockError> {
+        if !self.rules.lenient {
+            return Err((source, LineError::new(line_no, msg)));
+        }
+        self.out.skipped += 1;
+        if self.out.skip_reasons.len() < KEPT_REASONS {
+            self.out.skip_reasons.push(LineError::new(line_no, msg));
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, line_no: u64) -> Result<(), String> {
+        let sq_norm = self.rules.finish_row(&mut self.scratch)?;
+        let s = &self.scratch;
+        self.out.rows.push_row(RowRef {
+            row_id: line_no,
+            labels: &s.labels,
+            indices: &s.indices,
+            values: &s.values,
+            sq_norm,
+        });
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.scratch.labels.clear();
+        self.scratch.features.clear();
+    }
+}
+
+/// Message for a file whose last line lacks '\n'.
+fn unterminated_msg() -> String {
+    "found the last line without a '\\n' line end, expected every line to end with '\\n' \
+     (the file may be truncated; pass --lenient to accept it)"
+        .to_string()
+}
+
+/// Parses a block of lines of one syntax.
+///
+/// `terminated` is false for a file's final block whose last line lacks '\n'.
+pub fn parse_block(
+    block: &[u8],
+    first_line: u64,
+    terminated: bool,
+    syntax: LineSyntax,
+    rules: &RowRules,
+) -> Result<ParsedBlock, BlockError> {
+    let mut p = BlockParser::new(rules);
+    let mut last_line = first_line;
+    for (line_no, raw) in lines(block, first_line) {
+        last_line = line_no;
+        p.clear();
+        let parsed = p
+            .line_end(raw)
+            .and_then(|line| rules.parse_line(line, syntax, &mut p.scratch))
+            .and_then(|()| p.push(line_no));
+        if let Err(msg) = parsed {
+            p.reject(0, line_no, msg)?;
+        }
+    }
+    if !terminated && !block.is_empty() && !rules.lenient {
+        return Err((0, LineError::new(last_line, unterminated_msg())));
+    }
+    Ok(p.out)
+}
+
+/// Parses matching blocks of a BoW feature file (source 0) and label file (source 1):
+/// line i of one is the same row as line i of the other.
+pub fn parse_bow_block(
+    features: &[u8],
+    labels: &[u8],
+    first_line: u64,
+    terminated: (bool, bool),
+    rules: &RowRules,
+) -> Result<ParsedBlock, BlockError> {
+    let mut p = BlockParser::new(rules);
+    let mut label_lines = lines(labels, first_line);
+    let mut last_line = first_line;
+    for (line_no, raw) in lines(features, first_line) {
+        last_line = line_no;
+        let Some((_, label_raw)) = label_lines.next() else {
+            return Err((
+                1,
+                LineError::new(
+                    line_no,
+                    "found the end of the label file, expected a label row for every feature row",
+                ),
+            ));
+        };
+        p.clear();
+        let label_part = p
+            .line_end(label_raw)
+            .and_then(|l| rules.parse_line(l, LineSyntax::LabelValues, &mut p.scratch));
+        if let Err(msg) = label_part {
+            p.reject(1, line_no, msg)?;
+            continue;
+        }
+        let parsed = p
+            .line_end(raw)
+            .and_then(|line| rules.parse_line(line, LineSyntax::Features, &mut p.scratch))
+            .and_then(|()| p.push(line_no));
+        if let Err(msg) = parsed {
+            p.reject(0, line_no, msg)?;
+        }
+    }
+    if !rules.lenient {
+        for (source, ok) in [(0, terminated.0), (1, terminated.1)] {
+            if !ok {
+                return Err((source, LineError::new(last_line, unterminated_msg())));
+            }
+        }
+    }
+    Ok(p.out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> RowRules {
+        RowRules {
+            n_features: 10,
+            n_labels: 5,
+            index_base: 0,
+            normalize: false,
+            lenient: false,
+        }
+    }
+
+    fn parse(text: &str) -> Result<ParsedBlock, BlockError> {
+        parse_block(text.as_bytes(), 2, text.ends_with('\n'), LineSyntax::LabelsFeatures, &rules())
+    }
+
+    fn err(text: &str) -> String {
+        let (_, e) = parse(text).expect_err("should fail");
+        e.to_string()
+    }
+
+    #[test]
+    fn parses_rows_with_and_without_labels_or_features() {
+        let b = parse("1,3 2:0.5 7:1.5\n3:2\n4\n\n").unwrap();
+        let r = &b.rows;
+        assert_eq!(r.len(), 4);
+        assert_eq!(r.row_ids, vec![2, 3, 4, 5]);
+        assert_eq!(r.row(0).labels, &[1, 3]);
+        assert_eq!(r.row(0).indices, &[2, 7]);
+        assert_eq!(r.row(0).values, &[0.5, 1.5]);
+        assert_eq!(r.row(0).sq_norm, 2.5);
+        assert_eq!(r.row(1).labels, &[] as &[u32]);
+        assert_eq!(r.row(1).indices, &[3]);
+        assert_eq!(r.row(2).labels, &[4]);
+        assert!(r.row(2).indices.is_empty());
+        assert!(r.row(3).labels.is_empty() && r.row(3).indices.is_empty());
+    }
+
+    #[test]
+    fn sorts_unsorted_ids_and_normalises() {
+        let mut rl = rules();
+        rl.normalize = true;
+        let b = parse_block(b"3,0 9:4 1:3\n", 2, true, LineSyntax::LabelsFeatures, &rl).unwrap();
+        let row = b.rows.row(0);
+        assert_eq!(row.labels, &[0, 3]);
+        assert_eq!(row.indices, &[1, 9]);
+        assert_eq!(row.values, &[0.6, 0.8]);
+        assert!((row.sq_norm - 1.0).abs() < 1e-7);
+    }
+
+    #[test]
+    fn one_based_ids() {
+        let mut rl = rules();
+        rl.index_base = 1;
+        let b = parse_block(b"5 10:1\n", 2, true, LineSyntax::LabelsFeatures, &rl).unwrap();
+        assert_eq!(b.rows.row(0).labels, &[4]);
+        assert_eq!(b.rows.row(0).indices, &[9]);
+        let (_, e) = parse_block(b"0 1:1\n", 2, true, LineSyntax::LabelsFeatures, &rl).unwrap_err();
+        assert!(e.msg.contains("expected ids >= 1"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_line_found_and_expected() {
+        assert_eq!(err("1 2:0.5\n1 2:x\n"), "line 3: found value 'x' in token '2:x', expected a decimal number");
+        assert!(err("1 10:1\n").starts_with("line 2: found feature id 10, expected < 10 (D = 10"));
+        assert!(err("5 1:1\n").starts_with("line 2: found label id 5, expected < 5 (L = 5"));
+        assert!(err("1 1:nan\n").contains("non-finite value 'nan'"));
+        assert!(err("1 1:inf\n").contains("non-finite value 'inf'"));
+        assert!(err("1 1:1 1:2\n").contains("feature 1 twice"));
+        assert!(err("1,1 1:1\n").contains("label 1 twice"));
+        assert!(err("1,,2 1:1\n").contains("empty entry"));
+        assert!(err("1 abc\n").contains("expected 'feature:value'"));
+        assert!(err("1 1:1\r\n").contains("CRLF"));
+        assert!(err("1 1:1").starts_with("line 2: found the last line without a '\\n'"));
+        assert!(err("1 -1:1\n").contains("found feature id '-1'"));
+        assert!(err("1 99999999999:1\n").contains("found feature id '99999999999'"));
+    }
+
+    #[test]
+    fn lenient_skips_bad_rows_and_accepts_crlf() {
+        let mut rl = rules();
+        rl.lenient = true;
+        let b = parse_block(b"1 1:1\r\n1 1:x\n2 2:2", 2, false, LineSyntax::LabelsFeatures, &rl).unwrap();
+        assert_eq!(b.rows.row_ids, vec![2, 4]);
+        assert_eq!(b.skipped, 1);
+        assert_eq!(b.crlf_lines, 1);
+        assert_eq!(b.skip_reasons[0].line, 3);
+    }
+
+    #[test]
+    fn bow_rows_pair_feature_and_label_lines() {
+        let b = parse_bow_block(b"1:1 3:2\n\n", b"0:1 4:1\n2:1\n", 2, (true, true), &rules()).unwrap();
+        assert_eq!(b.rows.len(), 2);
+        assert_eq!(b.rows.row(0).labels, &[0, 4]);
+        assert_eq!(b.rows.row(0).indices, &[1, 3]);
+        assert_eq!(b.rows.row(1).labels, &[2]);
+        let (src, e) = parse_bow_block(b"1:1\n", b"7:1\n", 2, (true, true), &rules()).unwrap_err();
+        assert_eq!(src, 1);
+        assert!(e.msg.contains("label id 7"));
+    }
+
+    #[test]
+    fn headers() {
+        assert_eq!(parse_header(b"3 4 5", &["N", "D", "L"]).unwrap(), vec![3, 4, 5]);
+        assert!(parse_header(b"3 4", &["N", "D", "L"]).unwrap_err().contains("expected 3 integers"));
+        assert!(parse_header(b"3 x 5", &["N", "D", "L"]).unwrap_err().contains("for D"));
+        assert!(parse_header(b"3 4 5\r", &["N", "D", "L"]).unwrap_err().contains("CRLF"));
+    }
+}

@@ -1,0 +1,12 @@
+//! fsgp: fully scalable Gaussian processes for extreme multi-label classification.
+//!
+//! Data flows one way through the stages, each a module:
+//! text files → [`ingest`] → Parquet CSR chunks → (svd) → factors → (train) → parameters →
+//! (predict / evaluate). Every on-disk format and the SQLite catalog live in [`store`].
+
+pub mod cli;
+pub mod error;
+pub mod ingest;
+pub mod store;
+pub mod synth;
+pub mod workspace;

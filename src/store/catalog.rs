@@ -1,0 +1,589 @@
+//! The workspace catalog: an embedded SQLite database (WAL mode) recording datasets,
+//! artifacts, stage runs and metrics.
+//!
+//! Invariant: a row that names files is committed only after those files are complete and
+//! renamed into place, so anything the catalog lists is whole. Files without a row are
+//! garbage from an interrupted run and are collected by [`crate::workspace::Workspace::open`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior};
+use serde::Serialize;
+
+/// How long a write waits for another process's lock before failing with a clear message.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS stage_runs (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    stage       TEXT NOT NULL,
+    params      TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('running', 'ok', 'failed', 'interrupted')),
+    started_at  TEXT NOT NULL,
+    ended_at    TEXT,
+    error       TEXT,
+    pid         INTEGER NOT NULL,
+    pid_start   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS datasets (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    name           TEXT NOT NULL UNIQUE,
+    format         TEXT NOT NULL,
+    normalization  TEXT NOT NULL,
+    index_base     INTEGER NOT NULL,
+    n_features     INTEGER NOT NULL,
+    n_labels       INTEGER NOT NULL,
+    path           TEXT NOT NULL,
+    checksum       TEXT NOT NULL,
+    params         TEXT NOT NULL,
+    stage_run_id   INTEGER NOT NULL REFERENCES stage_runs(id),
+    created_at     TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dataset_splits (
+    dataset_id         INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,
+    split              TEXT NOT NULL,
+    n_rows             INTEGER NOT NULL,
+    nnz                INTEGER NOT NULL,
+    label_nnz          INTEGER NOT NULL,
+    unlabeled_rows     INTEGER NOT NULL,
+    dropped_unlabeled  INTEGER NOT NULL,
+    skipped_rows       INTEGER NOT NULL,
+    chunk_rows         INTEGER NOT NULL,
+    n_chunks           INTEGER NOT NULL,
+    path               TEXT NOT NULL,
+    PRIMARY KEY (dataset_id, split)
+);
+CREATE TABLE IF NOT EXISTS sources (
+    dataset_id   INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,
+    role         TEXT NOT NULL,
+    path         TEXT NOT NULL,
+    bytes        INTEGER NOT NULL,
+    checksum     TEXT NOT NULL,
+    compression  TEXT NOT NULL,
+    PRIMARY KEY (dataset_id, role)
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind          TEXT NOT NULL,
+    path          TEXT NOT NULL UNIQUE,
+    bytes         INTEGER NOT NULL,
+    rows          INTEGER,
+    checksum      TEXT NOT NULL,
+    stage_run_id  INTEGER NOT NULL REFERENCES stage_runs(id),
+    dataset_id    INTEGER REFERENCES datasets(id) ON DELETE CASCADE,
+    split         TEXT,
+    created_at    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    stage_run_id  INTEGER NOT NULL REFERENCES stage_runs(id),
+    name          TEXT NOT NULL,
+    value         REAL NOT NULL,
+    step          INTEGER,
+    split         TEXT,
+    recorded_at   TEXT NOT NULL
+);
+"#;
+
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// A stage run as recorded.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunRow {
+    pub id: i64,
+    pub stage: String,
+    pub params: serde_json::Value,
+    pub status: String,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub error: Option<String>,
+    pub pid: i64,
+    pub pid_start: String,
+}
+
+/// One split of a dataset as recorded.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SplitRow {
+    pub split: String,
+    pub n_rows: u64,
+    pub nnz: u64,
+    pub label_nnz: u64,
+    pub unlabeled_rows: u64,
+    pub dropped_unlabeled: u64,
+    pub skipped_rows: u64,
+    pub chunk_rows: u64,
+    pub n_chunks: u64,
+    /// Directory of the split's chunk files, relative to the workspace.
+    pub path: String,
+}
+
+/// An input file a dataset was read from.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SourceRow {
+    pub role: String,
+    pub path: String,
+    pub bytes: u64,
+    pub checksum: String,
+    pub compression: String,
+}
+
+/// A file produced by a stage run.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ArtifactRow {
+    pub kind: String,
+    /// Relative to the workspace.
+    pub path: String,
+    pub bytes: u64,
+    pub rows: Option<u64>,
+    pub checksum: String,
+    pub split: Option<String>,
+}
+
+/// A dataset with everything recorded about it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DatasetRow {
+    pub id: i64,
+    pub name: String,
+    pub format: String,
+    pub normalization: String,
+    pub index_base: u32,
+    pub n_features: u64,
+    pub n_labels: u64,
+    pub path: String,
+    pub checksum: String,
+    pub params: serde_json::Value,
+    pub stage_run_id: i64,
+    pub created_at: String,
+    pub splits: Vec<SplitRow>,
+    pub sources: Vec<SourceRow>,
+}
+
+impl DatasetRow {
+    pub fn split(&self, name: &str) -> Option<&SplitRow> {
+        self.splits.iter().find(|s| s.split == name)
+    }
+}
+
+/// Everything an ingest registers, committed in one transaction.
+#[derive(Debug, Clone)]
+pub struct NewDataset {
+    pub name: String,
+    pub format: String,
+    pub normalization: String,
+    pub index_base: u32,
+    pub n_features: u64,
+    pub n_labels: u64,
+    pub path: String,
+    pub checksum: String,
+    pub params: serde_json::Value,
+    pub splits: Vec<SplitRow>,
+    pub sources: Vec<SourceRow>,
+    pub artifacts: Vec<ArtifactRow>,
+}
+
+pub struct Catalog {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// Turns SQLite's "database is locked" into an error a person can act on.
+fn explain(path: &Path, e: rusqlite::Error) -> anyhow::Error {
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) {
+            return anyhow!(
+                "catalog {} is busy: another pipeline process held its lock for longer than \
+                 the busy timeout ({} s); retry when it has finished",
+                path.display(),
+                DEFAULT_BUSY_TIMEOUT.as_secs()
+            );
+        }
+    }
+    anyhow::Error::new(e).context(format!("catalog {}", path.display()))
+}
+
+impl Catalog {
+    /// Opens (creating if needed) the catalog database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with_timeout(path, DEFAULT_BUSY_TIMEOUT)
+    }
+
+    pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Self> {
+        let conn = Connection::open(path)
+            .with_context(|| format!("opening catalog {}", path.display()))?;
+        conn.busy_timeout(busy).map_err(|e| explain(path, e))?;
+        // WAL lets readers (`pipeline status`) run beside a writer; NORMAL sync is durable
+        // at every checkpoint and never corrupts on power loss in WAL mode.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| explain(path, e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| explain(path, e))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| explain(path, e))?;
+        let catalog = Catalog {
+            conn,
+            path: path.to_path_buf(),
+        };
+        catalog.migrate()?;
+        Ok(catalog)
+    }
+
+    /// Starts a write transaction, taking the write lock up front (BEGIN IMMEDIATE) so two
+    /// writers queue on the busy timeout instead of failing on a lock upgrade.
+    fn write_tx(&self) -> Result<Transaction<'_>> {
+        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn migrate(&self) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write_tx()?;
+        let version: i64 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| explain(&path, e))?;
+        if version > SCHEMA_VERSION {
+            anyhow::bail!(
+                "catalog {} has schema version {version}, newer than this build ({SCHEMA_VERSION}); \
+                 use a newer fsgp",
+                path.display()
+            );
+        }
+        if version < SCHEMA_VERSION {
+            tx.execute_batch(SCHEMA).map_err(|e| explain(&path, e))?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(|e| explain(&path, e))?;
+        }
+        tx.commit().map_err(|e| explain(&path, e))
+    }
+
+    /// Records the start of a stage run and returns its id.
+    pub fn begin_run(&self, stage: &str, params: &serde_json::Value, pid: u32, pid_start: &str) -> Result<i64> {
+        self.conn
+            .execute(
+                &format!(
+                    "INSERT INTO stage_runs (stage, params, status, started_at, pid, pid_start) \
+                     VALUES (?1, ?2, 'running', {NOW}, ?3, ?4)"
+                ),
+                params![stage, params.to_string(), pid, pid_start],
+            )
+            .map_err(|e| explain(&self.path, e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Marks a run ended with `status` ('ok', 'failed' or 'interrupted').
+    pub fn end_run(&self, id: i64, status: &str, error: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                &format!("UPDATE stage_runs SET status = ?2, ended_at = {NOW}, error = ?3 WHERE id = ?1"),
+                params![id, status, error],
+            )
+            .map_err(|e| explain(&self.path, e))?;
+        Ok(())
+    }
+
+    fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+        let params: String = r.get(2)?;
+        Ok(RunRow {
+            id: r.get(0)?,
+            stage: r.get(1)?,
+            params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
+            status: r.get(3)?,
+            started_at: r.get(4)?,
+            ended_at: r.get(5)?,
+            error: r.get(6)?,
+            pid: r.get(7)?,
+            pid_start: r.get(8)?,
+        })
+    }
+
+    const RUN_COLUMNS: &'static str =
+        "id, stage, params, status, started_at, ended_at, error, pid, pid_start";
+
+    /// Stage runs, newest first.
+    pub fn runs(&self, limit: usize) -> Result<Vec<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM stage_runs ORDER BY id DESC LIMIT ?1",
+            Self::RUN_COLUMNS
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| explain(&self.path, e))?;
+        let rows = stmt
+            .query_map([limit as i64], Self::run_from_row)
+            .map_err(|e| explain(&self.path, e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    pub fn run(&self, id: i64) -> Result<Option<RunRow>> {
+        let sql = format!("SELECT {} FROM stage_runs WHERE id = ?1", Self::RUN_COLUMNS);
+        self.conn
+            .query_row(&sql, [id], Self::run_from_row)
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Runs still marked 'running' (live, or dead without having said so).
+    pub fn running_runs(&self) -> Result<Vec<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM stage_runs WHERE status = 'running' ORDER BY id",
+            Self::RUN_COLUMNS
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| explain(&self.path, e))?;
+        let rows = stmt
+            .query_map([], Self::run_from_row)
+            .map_err(|e| explain(&self.path, e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Registers a dataset with its splits, sources and artifacts and marks its run 'ok',
+    /// all in one transaction: either everything is recorded or nothing is.
+    /// With `replace`, an existing dataset of the same name is deleted in the same
+    /// transaction and its directory (workspace-relative) is returned for the caller to remove.
+    pub fn commit_dataset(&self, run_id: i64, d: &NewDataset, replace: bool) -> Result<Option<String>> {
+        let path = self.path.clone();
+        let tx = self.write_tx()?;
+        let existing: Option<(i64, String)> = tx
+            .query_row("SELECT id, path FROM datasets WHERE name = ?1", [&d.name], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(|e| explain(&path, e))?;
+        let replaced = match existing {
+            Some((id, old_path)) if replace => {
+                tx.execute("DELETE FROM datasets WHERE id = ?1", [id])
+                    .map_err(|e| explain(&path, e))?;
+                Some(old_path)
+            }
+            Some(_) => anyhow::bail!(
+                "dataset '{}' was registered by another process while this one ran",
+                d.name
+            ),
+            None => None,
+        };
+        tx.execute(
+            &format!(
+                "INSERT INTO datasets (name, format, normalization, index_base, n_features, \
+                 n_labels, path, checksum, params, stage_run_id, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+            ),
+            params![
+                d.name,
+                d.format,
+                d.normalization,
+                d.index_base,
+                d.n_features as i64,
+                d.n_labels as i64,
+                d.path,
+                d.checksum,
+                d.params.to_string(),
+                run_id
+            ],
+        )
+        .map_err(|e| explain(&path, e))?;
+        let dataset_id = tx.last_insert_rowid();
+        for s in &d.splits {
+            tx.execute(
+                "INSERT INTO dataset_splits (dataset_id, split, n_rows, nnz, label_nnz, \
+                 unlabeled_rows, dropped_unlabeled, skipped_rows, chunk_rows, n_chunks, path) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    dataset_id,
+                    s.split,
+                    s.n_rows as i64,
+                    s.nnz as i64,
+                    s.label_nnz as i64,
+                    s.unlabeled_rows as i64,
+                    s.dropped_unlabeled as i64,
+                    s.skipped_rows as i64,
+                    s.chunk_rows as i64,
+                    s.n_chunks as i64,
+                    s.path
+                ],
+            )
+            .map_err(|e| explain(&path, e))?;
+        }
+        for s in &d.sources {
+            tx.execute(
+                "INSERT INTO sources (dataset_id, role, path, bytes, checksum, compression) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![dataset_id, s.role, s.path, s.bytes as i64, s.checksum, s.compression],
+            )
+            .map_err(|e| explain(&path, e))?;
+        }
+        for a in &d.artifacts {
+            tx.execute(
+                &format!(
+                    "INSERT INTO artifacts (kind, path, bytes, rows, checksum, stage_run_id, \
+                     dataset_id, split, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW})"
+                ),
+                params![
+                    a.kind,
+                    a.path,
+                    a.bytes as i64,
+                    a.rows.map(|r| r as i64),
+                    a.checksum,
+                    run_id,
+                    dataset_id,
+                    a.split
+                ],
+            )
+            .map_err(|e| explain(&path, e))?;
+        }
+        tx.execute(
+            &format!("UPDATE stage_runs SET status = 'ok', ended_at = {NOW} WHERE id = ?1"),
+            [run_id],
+        )
+        .map_err(|e| explain(&path, e))?;
+        tx.commit().map_err(|e| explain(&path, e))?;
+        Ok(replaced)
+    }
+
+    /// Removes a dataset's rows (its files are the caller's to delete afterwards).
+    pub fn delete_dataset(&self, name: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM datasets WHERE name = ?1", [name])
+            .map_err(|e| explain(&self.path, e))?;
+        Ok(n > 0)
+    }
+
+    pub fn dataset(&self, name: &str) -> Result<Option<DatasetRow>> {
+        Ok(self.datasets()?.into_iter().find(|d| d.name == name))
+    }
+
+    /// All datasets with their splits and sources, oldest first.
+    pub fn datasets(&self) -> Result<Vec<DatasetRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, name, format, normalization, index_base, n_features, n_labels, path, \
+                 checksum, params, stage_run_id, created_at FROM datasets ORDER BY id",
+            )
+            .map_err(e)?;
+        let mut datasets = stmt
+            .query_map([], |r| {
+                let params: String = r.get(9)?;
+                Ok(DatasetRow {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    format: r.get(2)?,
+                    normalization: r.get(3)?,
+                    index_base: r.get(4)?,
+                    n_features: r.get::<_, i64>(5)? as u64,
+                    n_labels: r.get::<_, i64>(6)? as u64,
+                    path: r.get(7)?,
+                    checksum: r.get(8)?,
+                    params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
+                    stage_run_id: r.get(10)?,
+                    created_at: r.get(11)?,
+                    splits: Vec::new(),
+                    sources: Vec::new(),
+                })
+            })
+            .map_err(e)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(e)?;
+        for d in &mut datasets {
+            d.splits = self.splits(d.id)?;
+            d.sources = self.sources(d.id)?;
+        }
+        Ok(datasets)
+    }
+
+    fn splits(&self, dataset_id: i64) -> Result<Vec<SplitRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT split, n_rows, nnz, label_nnz, unlabeled_rows, dropped_unlabeled, \
+                 skipped_rows, chunk_rows, n_chunks, path FROM dataset_splits \
+                 WHERE dataset_id = ?1 ORDER BY split DESC",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([dataset_id], |r| {
+                let u = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
+                Ok(SplitRow {
+                    split: r.get(0)?,
+                    n_rows: u(1)?,
+                    nnz: u(2)?,
+                    label_nnz: u(3)?,
+                    unlabeled_rows: u(4)?,
+                    dropped_unlabeled: u(5)?,
+                    skipped_rows: u(6)?,
+                    chunk_rows: u(7)?,
+                    n_chunks: u(8)?,
+                    path: r.get(9)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    fn sources(&self, dataset_id: i64) -> Result<Vec<SourceRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT role, path, bytes, checksum, compression FROM sources \
+                 WHERE dataset_id = ?1 ORDER BY role",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([dataset_id], |r| {
+                Ok(SourceRow {
+                    role: r.get(0)?,
+                    path: r.get(1)?,
+                    bytes: r.get::<_, i64>(2)? as u64,
+                    checksum: r.get(3)?,
+                    compression: r.get(4)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// Artifacts, optionally only those of one dataset, in id order.
+    pub fn artifacts(&self, dataset_id: Option<i64>) -> Result<Vec<ArtifactRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
+                 WHERE ?1 IS NULL OR dataset_id = ?1 ORDER BY id",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([dataset_id], |r| {
+                Ok(ArtifactRow {
+                    kind: r.get(0)?,
+                    path: r.get(1)?,
+                    bytes: r.get::<_, i64>(2)? as u64,
+                    rows: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                    checksum: r.get(4)?,
+                    split: r.get(5)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// Paths (relative to the workspace) that registered rows point to.
+    pub fn referenced_paths(&self) -> Result<Vec<String>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path FROM datasets UNION SELECT path FROM artifacts")
+            .map_err(e)?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+}

@@ -1,0 +1,385 @@
+//! Parquet CSR chunks: the one on-disk format of an ingested split.
+//!
+//! A split is a directory of files `part-NNNNN.parquet`, each holding a fixed number of rows
+//! (the last may hold fewer) in a single row group, zstd-compressed. Schema (see
+//! `docs/formats.md`):
+//!
+//! | column   | type          | meaning                                             |
+//! |----------|---------------|-----------------------------------------------------|
+//! | row_id   | u64           | 0-based position of the row in its split            |
+//! | labels   | list<u32>     | positive label ids, sorted, unique, 0-based         |
+//! | indices  | list<u32>     | feature ids, sorted, unique, 0-based                |
+//! | values   | list<f32>     | feature values (after normalisation), same length   |
+//! | sq_norm  | f32           | Σ values², computed in f64 from the stored f32s     |
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{Array, Float32Array, ListArray, RecordBatch, UInt32Array, UInt64Array};
+use arrow::buffer::{OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+/// Value of the `fsgp.format` key in every chunk's key-value metadata.
+pub const CHUNK_FORMAT: &str = "fsgp-csr-chunk/1";
+
+/// Rows of a sparse matrix with labels, in CSR form (offsets are per-chunk, starting at 0).
+///
+/// Shapes: `row_ids`, `sq_norms`: n; `label_offsets`, `feature_offsets`: n + 1;
+/// `labels`: label_offsets[n]; `indices`, `values`: feature_offsets[n].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CsrChunk {
+    pub row_ids: Vec<u64>,
+    pub label_offsets: Vec<i32>,
+    pub labels: Vec<u32>,
+    pub feature_offsets: Vec<i32>,
+    pub indices: Vec<u32>,
+    pub values: Vec<f32>,
+    pub sq_norms: Vec<f32>,
+}
+
+/// One row borrowed from a [`CsrChunk`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowRef<'a> {
+    pub row_id: u64,
+    pub labels: &'a [u32],
+    pub indices: &'a [u32],
+    pub values: &'a [f32],
+    pub sq_norm: f32,
+}
+
+impl Default for CsrChunk {
+    fn default() -> Self {
+        CsrChunk {
+            row_ids: Vec::new(),
+            label_offsets: vec![0],
+            labels: Vec::new(),
+            feature_offsets: vec![0],
+            indices: Vec::new(),
+            values: Vec::new(),
+            sq_norms: Vec::new(),
+        }
+    }
+}
+
+impl CsrChunk {
+    pub fn len(&self) -> usize {
+        self.row_ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_ids.is_empty()
+    }
+
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Approximate heap bytes held, used to size chunks.
+    pub fn heap_bytes(&self) -> usize {
+        self.row_ids.len() * 8
+            + (self.label_offsets.len() + self.feature_offsets.len()) * 4
+            + (self.labels.len() + self.indices.len() + self.values.len()) * 4
+            + self.sq_norms.len() * 4
+    }
+
+    pub fn push_row(&mut self, row: RowRef<'_>) {
+        self.row_ids.push(row.row_id);
+        self.labels.extend_from_slice(row.labels);
+        self.label_offsets.push(offset(self.labels.len()));
+        self.indices.extend_from_slice(row.indices);
+        self.values.extend_from_slice(row.values);
+        self.feature_offsets.push(offset(self.indices.len()));
+        self.sq_norms.push(row.sq_norm);
+    }
+
+    pub fn row(&self, i: usize) -> RowRef<'_> {
+        let (l0, l1) = (
+            self.label_offsets[i] as usize,
+            self.label_offsets[i + 1] as usize,
+        );
+        let (f0, f1) = (
+            self.feature_offsets[i] as usize,
+            self.feature_offsets[i + 1] as usize,
+        );
+        RowRef {
+            row_id: self.row_ids[i],
+            labels: &self.labels[l0..l1],
+            indices: &self.indices[f0..f1],
+            values: &self.values[f0..f1],
+            sq_norm: self.sq_norms[i],
+        }
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = RowRef<'_>> {
+        (0..self.len()).map(move |i| self.row(i))
+    }
+}
+
+fn offset(n: usize) -> i32 {
+    // A chunk is tens of MB; 2^31 entries would be 8 GiB of one column.
+    i32::try_from(n).expect("chunk exceeds 2^31 entries in one list column")
+}
+
+/// The Arrow schema every chunk file has.
+pub fn chunk_schema() -> SchemaRef {
+    let item = |t: DataType| Arc::new(Field::new("item", t, false));
+    Arc::new(Schema::new(vec![
+        Field::new("row_id", DataType::UInt64, false),
+        Field::new("labels", DataType::List(item(DataType::UInt32)), false),
+        Field::new("indices", DataType::List(item(DataType::UInt32)), false),
+        Field::new("values", DataType::List(item(DataType::Float32)), false),
+        Field::new("sq_norm", DataType::Float32, false),
+    ]))
+}
+
+fn list_array<T: Array + 'static>(offsets: Vec<i32>, values: T, item_type: DataType) -> ListArray {
+    ListArray::new(
+        Arc::new(Field::new("item", item_type, false)),
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Arc::new(values),
+        None,
+    )
+}
+
+/// Converts a chunk to an Arrow record batch with [`chunk_schema`], moving (not copying)
+/// its vectors into Arrow buffers.
+pub fn into_record_batch(chunk: CsrChunk) -> Result<RecordBatch> {
+    let feature_offsets = chunk.feature_offsets;
+    let columns: Vec<Arc<dyn Array>> = vec![
+        Arc::new(UInt64Array::from(chunk.row_ids)),
+        Arc::new(list_array(
+            chunk.label_offsets,
+            UInt32Array::from(chunk.labels),
+            DataType::UInt32,
+        )),
+        Arc::new(list_array(
+            feature_offsets.clone(),
+            UInt32Array::from(chunk.indices),
+            DataType::UInt32,
+        )),
+        Arc::new(list_array(
+            feature_offsets,
+            Float32Array::from(chunk.values),
+            DataType::Float32,
+        )),
+        Arc::new(Float32Array::from(chunk.sq_norms)),
+    ];
+    Ok(RecordBatch::try_new(chunk_schema(), columns)?)
+}
+
+/// Bytes and checksum of a file that was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFile {
+    pub bytes: u64,
+    /// xxh3-64 of the file's bytes, as 16 hex digits.
+    pub checksum: String,
+}
+
+/// Writes one chunk as a zstd Parquet file with a single row group, fsyncs it, and returns
+/// its size and checksum. `metadata` goes into the file's key-value metadata next to
+/// `fsgp.format`.
+pub fn write_chunk(path: &Path, chunk: CsrChunk, metadata: &[(String, String)]) -> Result<WrittenFile> {
+    let mut kv = vec![KeyValue::new("fsgp.format".into(), CHUNK_FORMAT.to_string())];
+    kv.extend(
+        metadata
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+    );
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+        .set_max_row_group_row_count(Some(chunk.len().max(1)))
+        // Feature ids and values are high-entropy; dictionary pages only cost time here.
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_key_value_metadata(Some(kv))
+        .build();
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut writer = ArrowWriter::try_new(file, chunk_schema(), Some(props))?;
+    writer.write(&into_record_batch(chunk)?)?;
+    let file = writer.into_inner()?;
+    file.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    drop(file);
+    checksum_file(path)
+}
+
+/// xxh3-64 checksum and size of a file.
+pub fn checksum_file(path: &Path) -> Result<WrittenFile> {
+    let mut file = BufReader::with_capacity(
+        1 << 20,
+        File::open(path).with_context(|| format!("opening {}", path.display()))?,
+    );
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok(WrittenFile {
+        bytes,
+        checksum: format!("{:016x}", hasher.digest()),
+    })
+}
+
+/// Reads a whole chunk file back, checking its schema.
+pub fn read_chunk(path: &Path) -> Result<CsrChunk> {
+    let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
+    if builder.schema().fields() != chunk_schema().fields() {
+        bail!(
+            "{}: not an fsgp CSR chunk (schema {:?})",
+            path.display(),
+            builder.schema()
+        );
+    }
+    let mut chunk = CsrChunk::default();
+    for batch in builder.with_batch_size(1 << 16).build()? {
+        append_batch(&mut chunk, &batch?)?;
+    }
+    Ok(chunk)
+}
+
+/// Key-value metadata of a chunk file.
+pub fn read_chunk_metadata(path: &Path) -> Result<Vec<(String, String)>> {
+    let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let kv = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .map(|kv| {
+            kv.iter()
+                .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(kv)
+}
+
+fn downcast<'a, T: 'static>(batch: &'a RecordBatch, i: usize) -> Result<&'a T> {
+    batch
+        .column(i)
+        .as_any()
+        .downcast_ref::<T>()
+        .with_context(|| format!("column {} has an unexpected type", batch.schema().field(i).name()))
+}
+
+fn append_list<T: Array + 'static, V: Copy>(
+    list: &ListArray,
+    values_of: impl Fn(&T) -> &[V],
+    offsets: &mut Vec<i32>,
+    out: &mut Vec<V>,
+) -> Result<()> {
+    let inner = list
+        .values()
+        .as_any()
+        .downcast_ref::<T>()
+        .context("list column has an unexpected item type")?;
+    let all = values_of(inner);
+    let offs = list.value_offsets();
+    let (start, end) = (offs[0] as usize, offs[offs.len() - 1] as usize);
+    let base = out.len() as i64 - start as i64;
+    out.extend_from_slice(&all[start..end]);
+    offsets.extend(offs[1..].iter().map(|&o| (o as i64 + base) as i32));
+    Ok(())
+}
+
+fn append_batch(chunk: &mut CsrChunk, batch: &RecordBatch) -> Result<()> {
+    chunk
+        .row_ids
+        .extend_from_slice(downcast::<UInt64Array>(batch, 0)?.values());
+    append_list::<UInt32Array, u32>(
+        downcast::<ListArray>(batch, 1)?,
+        |a| a.values(),
+        &mut chunk.label_offsets,
+        &mut chunk.labels,
+    )?;
+    let mut value_offsets = Vec::new();
+    append_list::<UInt32Array, u32>(
+        downcast::<ListArray>(batch, 2)?,
+        |a| a.values(),
+        &mut chunk.feature_offsets,
+        &mut chunk.indices,
+    )?;
+    append_list::<Float32Array, f32>(
+        downcast::<ListArray>(batch, 3)?,
+        |a| a.values(),
+        &mut value_offsets,
+        &mut chunk.values,
+    )?;
+    if chunk.values.len() != chunk.indices.len() {
+        bail!("indices and values lists differ in length");
+    }
+    chunk
+        .sq_norms
+        .extend_from_slice(downcast::<Float32Array>(batch, 4)?.values());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CsrChunk {
+        let mut c = CsrChunk::default();
+        c.push_row(RowRef {
+            row_id: 7,
+            labels: &[1, 5],
+            indices: &[0, 3, 9],
+            values: &[0.5, -1.25, f32::MIN_POSITIVE],
+            sq_norm: 1.8125,
+        });
+        c.push_row(RowRef {
+            row_id: 8,
+            labels: &[],
+            indices: &[],
+            values: &[],
+            sq_norm: 0.0,
+        });
+        c.push_row(RowRef {
+            row_id: 9,
+            labels: &[u32::MAX],
+            indices: &[2],
+            values: &[3.0e-30],
+            sq_norm: 0.0,
+        });
+        c
+    }
+
+    #[test]
+    fn chunk_round_trips_bit_for_bit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part-00000.parquet");
+        let chunk = sample();
+        let meta = vec![("fsgp.split".to_string(), "train".to_string())];
+        let written = write_chunk(&path, chunk.clone(), &meta).unwrap();
+        assert_eq!(written.bytes, std::fs::metadata(&path).unwrap().len());
+        let back = read_chunk(&path).unwrap();
+        assert_eq!(back.row_ids, chunk.row_ids);
+        assert_eq!(back.label_offsets, chunk.label_offsets);
+        assert_eq!(back.labels, chunk.labels);
+        assert_eq!(back.feature_offsets, chunk.feature_offsets);
+        assert_eq!(back.indices, chunk.indices);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back.values), bits(&chunk.values));
+        assert_eq!(bits(&back.sq_norms), bits(&chunk.sq_norms));
+        let kv = read_chunk_metadata(&path).unwrap();
+        assert!(kv.contains(&("fsgp.format".into(), CHUNK_FORMAT.into())));
+        assert!(kv.contains(&("fsgp.split".into(), "train".into())));
+        assert_eq!(checksum_file(&path).unwrap(), written);
+    }
+}

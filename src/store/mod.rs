@@ -1,0 +1,4 @@
+//! Every on-disk format the pipeline reads or writes, and the catalog that records them.
+
+pub mod catalog;
+pub mod chunks;
