@@ -1,0 +1,78 @@
+//! Helpers shared by the integration tests: running the `pipeline` binary and looking at a
+//! workspace from the outside.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn pipeline_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_pipeline")
+}
+
+/// Runs `pipeline --workspace WS ARGS...`.
+pub fn pipeline(ws: &Path, args: &[&str]) -> Output {
+    Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .env_remove("FSGP_WORKSPACE")
+        .output()
+        .expect("running pipeline")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `pipeline status --json`, parsed.
+pub fn status_json(ws: &Path) -> serde_json::Value {
+    let out = pipeline(ws, &["status", "--json"]);
+    assert!(out.status.success(), "status failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+pub fn dataset_names(ws: &Path) -> Vec<String> {
+    status_json(ws)["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every file and directory below `ws` except the catalog's own files, sorted.
+pub fn listing(ws: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel.starts_with("catalog.sqlite") {
+                continue;
+            }
+            out.push(rel);
+            if p.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(ws, ws, &mut out);
+    out.sort();
+    out
+}
+
+pub fn shared_data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(name)
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
