@@ -17,7 +17,12 @@ use crate::workspace::Workspace;
 )]
 pub struct Cli {
     /// Workspace directory holding the catalog and every stage's output.
-    #[arg(long, global = true, env = "FSGP_WORKSPACE", default_value = "fsgp-workspace")]
+    #[arg(
+        long,
+        global = true,
+        env = "FSGP_WORKSPACE",
+        default_value = "fsgp-workspace"
+    )]
     pub workspace: PathBuf,
     #[command(subcommand)]
     pub command: Command,
@@ -98,7 +103,12 @@ fn status(workspace: &std::path::Path, args: &StatusArgs) -> Result<()> {
                 .map(|a| a.bytes)
                 .sum();
             let (name, format, dd, ll) = if i == 0 {
-                (d.name.as_str(), d.format.as_str(), d.n_features.to_string(), d.n_labels.to_string())
+                (
+                    d.name.as_str(),
+                    d.format.as_str(),
+                    d.n_features.to_string(),
+                    d.n_labels.to_string(),
+                )
             } else {
                 ("", "", String::new(), String::new())
             };

@@ -87,7 +87,9 @@ impl Workspace {
         for entry in fs::read_dir(self.root.join("tmp"))? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = name.strip_prefix("run-").and_then(|s| s.parse::<i64>().ok());
+            let owner = name
+                .strip_prefix("run-")
+                .and_then(|s| s.parse::<i64>().ok());
             if owner.is_some_and(|id| !live.contains(&id)) {
                 remove_path(&entry.path())?;
             }

@@ -24,8 +24,16 @@ fn valid_row() -> impl Strategy<Value = (Vec<u32>, Vec<(u32, f32)>)> {
 }
 
 fn format_row(labels: &[u32], feats: &[(u32, f32)]) -> String {
-    let l = labels.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let f = feats.iter().map(|(i, v)| format!("{i}:{v}")).collect::<Vec<_>>().join(" ");
+    let l = labels
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let f = feats
+        .iter()
+        .map(|(i, v)| format!("{i}:{v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     match (l.is_empty(), f.is_empty()) {
         (true, _) => f,
         (false, true) => l,
@@ -38,7 +46,11 @@ fn mutate(line: String, edits: Vec<(usize, u8, u8)>) -> Vec<u8> {
     const TRICKY: &[u8] = b" :,\t\r-+.eE0123456789nNaAiIfF\x00\xff";
     let mut bytes = line.into_bytes();
     for (pos, kind, byte) in edits {
-        let at = if bytes.is_empty() { 0 } else { pos % (bytes.len() + 1) };
+        let at = if bytes.is_empty() {
+            0
+        } else {
+            pos % (bytes.len() + 1)
+        };
         let b = TRICKY[byte as usize % TRICKY.len()];
         match kind % 3 {
             0 if at < bytes.len() => {

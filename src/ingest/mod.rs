@@ -340,7 +340,11 @@ impl Built {
             .iter()
             .map(|c| {
                 let split = &self.splits[c.split].0;
-                let file = c.path.file_name().expect("chunk file name").to_string_lossy();
+                let file = c
+                    .path
+                    .file_name()
+                    .expect("chunk file name")
+                    .to_string_lossy();
                 hasher.update(format!("{split}\t{file}\t{}\n", c.file.checksum).as_bytes());
                 ArtifactRow {
                     kind: "chunk".into(),
@@ -420,7 +424,10 @@ fn print_summary(name: &str, built: &Built, seconds: f64) {
             c.n_chunks
         );
         if c.crlf_lines > 0 {
-            println!("  ({} CRLF line ends accepted under --lenient)", c.crlf_lines);
+            println!(
+                "  ({} CRLF line ends accepted under --lenient)",
+                c.crlf_lines
+            );
         }
     }
     for reason in &built.skip_reasons {
@@ -436,9 +443,14 @@ fn read_header(source: &mut LineSource, names: &[&str]) -> Result<Vec<u64>> {
         None => Err(anyhow!(InputError::new(
             &path,
             1,
-            format!("found an empty file, expected a header '{}'", names.join(" "))
+            format!(
+                "found an empty file, expected a header '{}'",
+                names.join(" ")
+            )
         ))),
-        Some(_) => parse_header(&line, names).map_err(|msg| anyhow!(InputError::new(&path, 1, msg))),
+        Some(_) => {
+            parse_header(&line, names).map_err(|msg| anyhow!(InputError::new(&path, 1, msg)))
+        }
     }
 }
 
@@ -447,7 +459,10 @@ fn to_u32(value: u64, what: &str, path: &Path) -> Result<u32> {
         anyhow!(InputError::new(
             path,
             1,
-            format!("found {what} = {value} in the header, expected at most {}", u32::MAX)
+            format!(
+                "found {what} = {value} in the header, expected at most {}",
+                u32::MAX
+            )
         ))
     })
 }
@@ -506,7 +521,12 @@ impl IngestCtx<'_> {
     }
 }
 
-fn ingest_into(layout: &Layout, args: &IngestArgs, tmp: &Path, _params: &serde_json::Value) -> Result<Built> {
+fn ingest_into(
+    layout: &Layout,
+    args: &IngestArgs,
+    tmp: &Path,
+    _params: &serde_json::Value,
+) -> Result<Built> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -525,14 +545,27 @@ fn ingest_into(layout: &Layout, args: &IngestArgs, tmp: &Path, _params: &serde_j
     );
     let out = tmp.join("dataset");
     let result = match layout {
-        Layout::Single { train, test } => ingest_single(train, test.as_deref(), args, threads, &progress, &out),
+        Layout::Single { train, test } => {
+            ingest_single(train, test.as_deref(), args, threads, &progress, &out)
+        }
         Layout::Split {
             data,
             train_split,
             test_split,
             column,
-        } => ingest_split(data, train_split, test_split.as_deref(), *column, args, threads, &progress, &out),
-        Layout::Bow { train, test } => ingest_bow(train, test.as_ref(), args, threads, &progress, &out),
+        } => ingest_split(
+            data,
+            train_split,
+            test_split.as_deref(),
+            *column,
+            args,
+            threads,
+            &progress,
+            &out,
+        ),
+        Layout::Bow { train, test } => {
+            ingest_bow(train, test.as_ref(), args, threads, &progress, &out)
+        }
     };
     progress.finish_and_clear();
     result
@@ -606,7 +639,10 @@ fn ingest_single(
 ) -> Result<Built> {
     let mut train_src = LineSource::open(train)?;
     let header = read_header(&mut train_src, &["N", "D", "L"])?;
-    let (d, l) = (to_u32(header[1], "D", train)?, to_u32(header[2], "L", train)?);
+    let (d, l) = (
+        to_u32(header[1], "D", train)?,
+        to_u32(header[2], "L", train)?,
+    );
     let test_src = match test {
         Some(path) => {
             let mut src = LineSource::open(path)?;
@@ -733,7 +769,10 @@ fn read_split_file(
         })?;
         let slot = &mut assign[(row - 1) as usize];
         if *slot == mark {
-            return Err(fail(line_no, format!("found row {row} a second time, expected each row once")));
+            return Err(fail(
+                line_no,
+                format!("found row {row} a second time, expected each row once"),
+            ));
         }
         if *slot != 0 {
             return Err(fail(
@@ -744,7 +783,10 @@ fn read_split_file(
         *slot = mark;
     }
     if !any {
-        return Err(fail(1, "found an empty file, expected one line of row numbers per row".into()));
+        return Err(fail(
+            1,
+            "found an empty file, expected one line of row numbers per row".into(),
+        ));
     }
     src.finish()
 }
@@ -767,9 +809,15 @@ fn ingest_split(
     let declared = header[0];
     // One byte per data row (0: in no split, 1: train, 2: test): N bytes, far below the data.
     let mut assign = vec![0u8; usize::try_from(declared)?];
-    let mut sources = vec![("train-split", read_split_file(train_split, column, args.lenient, 1, &mut assign)?)];
+    let mut sources = vec![(
+        "train-split",
+        read_split_file(train_split, column, args.lenient, 1, &mut assign)?,
+    )];
     if let Some(ts) = test_split {
-        sources.push(("test-split", read_split_file(ts, column, args.lenient, 2, &mut assign)?));
+        sources.push((
+            "test-split",
+            read_split_file(ts, column, args.lenient, 2, &mut assign)?,
+        ));
     }
     let ctx = IngestCtx {
         args,
@@ -819,7 +867,10 @@ fn ingest_split(
             sink.close(&encoder)?;
         }
         if unassigned > 0 {
-            reasons.push(format!("{unassigned} rows of {} are in neither split", data.display()));
+            reasons.push(format!(
+                "{unassigned} rows of {} are in neither split",
+                data.display()
+            ));
         }
         sources.splice(0..0, infos.into_iter().map(|i| ("data", i)));
         finish_built(d, l, sinks, encoder, sources, reasons)

@@ -151,7 +151,10 @@ pub fn parse_header(line: &[u8], names: &[&str]) -> Result<Vec<u64>, String> {
 impl RowRules {
     fn id(&self, token: &[u8], what: &str, limit: u32, header: char) -> Result<u32, String> {
         let raw = parse_u32(token).ok_or_else(|| {
-            format!("found {what} id '{}', expected a non-negative integer", show(token))
+            format!(
+                "found {what} id '{}', expected a non-negative integer",
+                show(token)
+            )
         })?;
         if raw < self.index_base {
             return Err(format!(
@@ -182,10 +185,15 @@ impl RowRules {
     }
 
     /// Splits `id:value`, checking both parts.
-    fn id_value(&self, token: &[u8], what: &str, limit: u32, header: char) -> Result<(u32, f64), String> {
-        let colon = memchr::memchr(b':', token).ok_or_else(|| {
-            format!("found token '{}', expected '{what}:value'", show(token))
-        })?;
+    fn id_value(
+        &self,
+        token: &[u8],
+        what: &str,
+        limit: u32,
+        header: char,
+    ) -> Result<(u32, f64), String> {
+        let colon = memchr::memchr(b':', token)
+            .ok_or_else(|| format!("found token '{}', expected '{what}:value'", show(token)))?;
         let id = self.id(&token[..colon], what, limit, header)?;
         let text = &token[colon + 1..];
         let value = parse_f64(text).ok_or_else(|| {
@@ -205,7 +213,12 @@ impl RowRules {
     }
 
     /// Parses one line (without its line end) into `s.labels` / `s.features`.
-    fn parse_line(&self, line: &[u8], syntax: LineSyntax, s: &mut RowScratch) -> Result<(), String> {
+    fn parse_line(
+        &self,
+        line: &[u8],
+        syntax: LineSyntax,
+        s: &mut RowScratch,
+    ) -> Result<(), String> {
         let mut toks = tokens(line).peekable();
         if syntax == LineSyntax::LabelValues {
             for tok in toks {
@@ -265,7 +278,11 @@ impl RowRules {
         s.values.clear();
         let mut sq_norm = 0.0f64;
         for &(id, v) in &s.features {
-            let stored = if self.normalize { (v * scale) as f32 } else { v as f32 };
+            let stored = if self.normalize {
+                (v * scale) as f32
+            } else {
+                v as f32
+            };
             if !stored.is_finite() {
                 return Err(format!(
                     "found value {v} for feature {}, expected a value that fits in f32",
@@ -459,7 +476,13 @@ mod tests {
     }
 
     fn parse(text: &str) -> Result<ParsedBlock, BlockError> {
-        parse_block(text.as_bytes(), 2, text.ends_with('\n'), LineSyntax::LabelsFeatures, &rules())
+        parse_block(
+            text.as_bytes(),
+            2,
+            text.ends_with('\n'),
+            LineSyntax::LabelsFeatures,
+            &rules(),
+        )
     }
 
     fn err(text: &str) -> String {
@@ -509,7 +532,10 @@ mod tests {
 
     #[test]
     fn errors_name_line_found_and_expected() {
-        assert_eq!(err("1 2:0.5\n1 2:x\n"), "line 3: found value 'x' in token '2:x', expected a decimal number");
+        assert_eq!(
+            err("1 2:0.5\n1 2:x\n"),
+            "line 3: found value 'x' in token '2:x', expected a decimal number"
+        );
         assert!(err("1 10:1\n").starts_with("line 2: found feature id 10, expected < 10 (D = 10"));
         assert!(err("5 1:1\n").starts_with("line 2: found label id 5, expected < 5 (L = 5"));
         assert!(err("1 1:nan\n").contains("non-finite value 'nan'"));
@@ -528,7 +554,14 @@ mod tests {
     fn lenient_skips_bad_rows_and_accepts_crlf() {
         let mut rl = rules();
         rl.lenient = true;
-        let b = parse_block(b"1 1:1\r\n1 1:x\n2 2:2", 2, false, LineSyntax::LabelsFeatures, &rl).unwrap();
+        let b = parse_block(
+            b"1 1:1\r\n1 1:x\n2 2:2",
+            2,
+            false,
+            LineSyntax::LabelsFeatures,
+            &rl,
+        )
+        .unwrap();
         assert_eq!(b.rows.row_ids, vec![2, 4]);
         assert_eq!(b.skipped, 1);
         assert_eq!(b.crlf_lines, 1);
@@ -537,7 +570,8 @@ mod tests {
 
     #[test]
     fn bow_rows_pair_feature_and_label_lines() {
-        let b = parse_bow_block(b"1:1 3:2\n\n", b"0:1 4:1\n2:1\n", 2, (true, true), &rules()).unwrap();
+        let b =
+            parse_bow_block(b"1:1 3:2\n\n", b"0:1 4:1\n2:1\n", 2, (true, true), &rules()).unwrap();
         assert_eq!(b.rows.len(), 2);
         assert_eq!(b.rows.row(0).labels, &[0, 4]);
         assert_eq!(b.rows.row(0).indices, &[1, 3]);
@@ -549,9 +583,18 @@ mod tests {
 
     #[test]
     fn headers() {
-        assert_eq!(parse_header(b"3 4 5", &["N", "D", "L"]).unwrap(), vec![3, 4, 5]);
-        assert!(parse_header(b"3 4", &["N", "D", "L"]).unwrap_err().contains("expected 3 integers"));
-        assert!(parse_header(b"3 x 5", &["N", "D", "L"]).unwrap_err().contains("for D"));
-        assert!(parse_header(b"3 4 5\r", &["N", "D", "L"]).unwrap_err().contains("CRLF"));
+        assert_eq!(
+            parse_header(b"3 4 5", &["N", "D", "L"]).unwrap(),
+            vec![3, 4, 5]
+        );
+        assert!(parse_header(b"3 4", &["N", "D", "L"])
+            .unwrap_err()
+            .contains("expected 3 integers"));
+        assert!(parse_header(b"3 x 5", &["N", "D", "L"])
+            .unwrap_err()
+            .contains("for D"));
+        assert!(parse_header(b"3 4 5\r", &["N", "D", "L"])
+            .unwrap_err()
+            .contains("CRLF"));
     }
 }

@@ -21,8 +21,14 @@ const BLOCK_BYTES: usize = 4 << 20;
 
 /// What is streamed: one file of rows, or a BoW pair read in lockstep.
 pub enum RowInput {
-    Lines { source: LineSource, syntax: LineSyntax },
-    Bow { features: LineSource, labels: LineSource },
+    Lines {
+        source: LineSource,
+        syntax: LineSyntax,
+    },
+    Bow {
+        features: LineSource,
+        labels: LineSource,
+    },
 }
 
 /// A parsed block with the lines it covered.
@@ -64,21 +70,25 @@ pub fn stream_rows(
             credit_tx.send(()).expect("fresh channel");
         }
 
-        let reader = scope.spawn(move || read_blocks(input, work_tx, credit_rx, progress));
+        // Parsed-out text buffers go back to the reader for reuse.
+        let (free_tx, free_rx) = bounded::<Vec<u8>>(in_flight);
+        let reader = scope.spawn(move || read_blocks(input, work_tx, credit_rx, free_rx, progress));
 
         for _ in 0..threads {
             let work_rx = work_rx.clone();
             let done_tx = done_tx.clone();
+            let free_tx = free_tx.clone();
             scope.spawn(move || {
                 for work in work_rx {
-                    let (seq, result) = parse_work(work, rules);
+                    let (seq, result, text) = parse_work(work, rules);
+                    let _ = free_tx.try_send(text);
                     if done_tx.send((seq, result)).is_err() {
                         break;
                     }
                 }
             });
         }
-        drop((work_rx, done_tx));
+        drop((work_rx, done_tx, free_tx));
 
         let mut pending = BTreeMap::new();
         let mut next = 0u64;
@@ -96,17 +106,22 @@ pub fn stream_rows(
         })();
         // Unblock the reader and the workers before joining them.
         drop((done_rx, credit_tx));
-        let sources = reader.join().map_err(|_| anyhow!("reader thread panicked"))?;
+        let sources = reader
+            .join()
+            .map_err(|_| anyhow!("reader thread panicked"))?;
         consumed?;
         let sources = sources?;
         if !pending.is_empty() {
-            return Err(anyhow!("internal error: parsed blocks were left unconsumed"));
+            return Err(anyhow!(
+                "internal error: parsed blocks were left unconsumed"
+            ));
         }
         Ok(sources)
     })
 }
 
-fn parse_work(work: Work, rules: &RowRules) -> (u64, Result<Parsed, (usize, LineError)>) {
+/// Parses one unit of work; also returns the main text buffer for reuse.
+fn parse_work(work: Work, rules: &RowRules) -> (u64, Result<Parsed, (usize, LineError)>, Vec<u8>) {
     match work {
         Work::Lines(seq, syntax, text) => {
             let result = parse_block(&text.bytes, text.first_line, text.terminated, syntax, rules)
@@ -115,7 +130,7 @@ fn parse_work(work: Work, rules: &RowRules) -> (u64, Result<Parsed, (usize, Line
                     n_lines: text.n_lines,
                     block,
                 });
-            (seq, result)
+            (seq, result, text.bytes)
         }
         Work::Bow(seq, feats, labels) => {
             let result = parse_bow_block(
@@ -130,7 +145,7 @@ fn parse_work(work: Work, rules: &RowRules) -> (u64, Result<Parsed, (usize, Line
                 n_lines: feats.n_lines,
                 block,
             });
-            (seq, result)
+            (seq, result, feats.bytes)
         }
     }
 }
@@ -141,6 +156,7 @@ fn read_blocks(
     input: RowInput,
     work_tx: crossbeam_channel::Sender<Work>,
     credit_rx: crossbeam_channel::Receiver<()>,
+    free_rx: crossbeam_channel::Receiver<Vec<u8>>,
     progress: &ProgressBar,
 ) -> Result<Vec<SourceInfo>> {
     let mut seq = 0u64;
@@ -151,7 +167,9 @@ fn read_blocks(
                 if credit_rx.recv().is_err() {
                     return Ok(Vec::new()); // the consumer stopped on an error
                 }
-                let Some(block) = source.read_block(BLOCK_BYTES)? else {
+                let Some(block) =
+                    source.read_block_into(BLOCK_BYTES, free_rx.try_recv().unwrap_or_default())?
+                else {
                     break;
                 };
                 progress.set_position(base + source.raw_bytes_read());
@@ -171,7 +189,9 @@ fn read_blocks(
                 if credit_rx.recv().is_err() {
                     return Ok(Vec::new());
                 }
-                let Some(feats) = features.read_block(BLOCK_BYTES)? else {
+                let Some(feats) = features
+                    .read_block_into(BLOCK_BYTES, free_rx.try_recv().unwrap_or_default())?
+                else {
                     break;
                 };
                 let label_block = labels.read_lines(feats.n_lines)?;

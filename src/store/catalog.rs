@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{
+    params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
+};
 use serde::Serialize;
 
 /// How long a write waits for another process's lock before failing with a clear message.
@@ -264,7 +266,13 @@ impl Catalog {
     }
 
     /// Records the start of a stage run and returns its id.
-    pub fn begin_run(&self, stage: &str, params: &serde_json::Value, pid: u32, pid_start: &str) -> Result<i64> {
+    pub fn begin_run(
+        &self,
+        stage: &str,
+        params: &serde_json::Value,
+        pid: u32,
+        pid_start: &str,
+    ) -> Result<i64> {
         self.conn
             .execute(
                 &format!(
@@ -281,7 +289,9 @@ impl Catalog {
     pub fn end_run(&self, id: i64, status: &str, error: Option<&str>) -> Result<()> {
         self.conn
             .execute(
-                &format!("UPDATE stage_runs SET status = ?2, ended_at = {NOW}, error = ?3 WHERE id = ?1"),
+                &format!(
+                    "UPDATE stage_runs SET status = ?2, ended_at = {NOW}, error = ?3 WHERE id = ?1"
+                ),
                 params![id, status, error],
             )
             .map_err(|e| explain(&self.path, e))?;
@@ -312,7 +322,10 @@ impl Catalog {
             "SELECT {} FROM stage_runs ORDER BY id DESC LIMIT ?1",
             Self::RUN_COLUMNS
         );
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| explain(&self.path, e))?;
+        let mut stmt = self
+            .conn
+            .prepare(&sql)
+            .map_err(|e| explain(&self.path, e))?;
         let rows = stmt
             .query_map([limit as i64], Self::run_from_row)
             .map_err(|e| explain(&self.path, e))?;
@@ -334,7 +347,10 @@ impl Catalog {
             "SELECT {} FROM stage_runs WHERE status = 'running' ORDER BY id",
             Self::RUN_COLUMNS
         );
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| explain(&self.path, e))?;
+        let mut stmt = self
+            .conn
+            .prepare(&sql)
+            .map_err(|e| explain(&self.path, e))?;
         let rows = stmt
             .query_map([], Self::run_from_row)
             .map_err(|e| explain(&self.path, e))?;
@@ -346,13 +362,20 @@ impl Catalog {
     /// all in one transaction: either everything is recorded or nothing is.
     /// With `replace`, an existing dataset of the same name is deleted in the same
     /// transaction and its directory (workspace-relative) is returned for the caller to remove.
-    pub fn commit_dataset(&self, run_id: i64, d: &NewDataset, replace: bool) -> Result<Option<String>> {
+    pub fn commit_dataset(
+        &self,
+        run_id: i64,
+        d: &NewDataset,
+        replace: bool,
+    ) -> Result<Option<String>> {
         let path = self.path.clone();
         let tx = self.write_tx()?;
         let existing: Option<(i64, String)> = tx
-            .query_row("SELECT id, path FROM datasets WHERE name = ?1", [&d.name], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT id, path FROM datasets WHERE name = ?1",
+                [&d.name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()
             .map_err(|e| explain(&path, e))?;
         let replaced = match existing {
@@ -413,7 +436,14 @@ impl Catalog {
             tx.execute(
                 "INSERT INTO sources (dataset_id, role, path, bytes, checksum, compression) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![dataset_id, s.role, s.path, s.bytes as i64, s.checksum, s.compression],
+                params![
+                    dataset_id,
+                    s.role,
+                    s.path,
+                    s.bytes as i64,
+                    s.checksum,
+                    s.compression
+                ],
             )
             .map_err(|e| explain(&path, e))?;
         }

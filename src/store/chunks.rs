@@ -186,8 +186,15 @@ pub struct WrittenFile {
 /// Writes one chunk as a zstd Parquet file with a single row group, fsyncs it, and returns
 /// its size and checksum. `metadata` goes into the file's key-value metadata next to
 /// `fsgp.format`.
-pub fn write_chunk(path: &Path, chunk: CsrChunk, metadata: &[(String, String)]) -> Result<WrittenFile> {
-    let mut kv = vec![KeyValue::new("fsgp.format".into(), CHUNK_FORMAT.to_string())];
+pub fn write_chunk(
+    path: &Path,
+    chunk: CsrChunk,
+    metadata: &[(String, String)],
+) -> Result<WrittenFile> {
+    let mut kv = vec![KeyValue::new(
+        "fsgp.format".into(),
+        CHUNK_FORMAT.to_string(),
+    )];
     kv.extend(
         metadata
             .iter()
@@ -270,12 +277,17 @@ pub fn read_chunk_metadata(path: &Path) -> Result<Vec<(String, String)>> {
     Ok(kv)
 }
 
-fn downcast<'a, T: 'static>(batch: &'a RecordBatch, i: usize) -> Result<&'a T> {
+fn downcast<T: 'static>(batch: &RecordBatch, i: usize) -> Result<&T> {
     batch
         .column(i)
         .as_any()
         .downcast_ref::<T>()
-        .with_context(|| format!("column {} has an unexpected type", batch.schema().field(i).name()))
+        .with_context(|| {
+            format!(
+                "column {} has an unexpected type",
+                batch.schema().field(i).name()
+            )
+        })
 }
 
 fn append_list<T: Array + 'static, V: Copy>(
