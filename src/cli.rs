@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::ingest::IngestArgs;
+use crate::svd::SvdArgs;
 use crate::synth::SynthArgs;
 use crate::workspace::Workspace;
 
@@ -34,6 +35,8 @@ pub enum Command {
     Synth(SynthArgs),
     /// Read XML-repository text files into Parquet CSR chunks and register the dataset.
     Ingest(IngestArgs),
+    /// Out-of-core truncated SVD of a dataset's training matrix, K_XX̃ and A's initialisation.
+    Svd(SvdArgs),
     /// Show what the workspace holds: datasets, artifacts, stage runs.
     Status(StatusArgs),
 }
@@ -52,6 +55,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Synth(args) => crate::synth::run(&args),
         Command::Ingest(args) => crate::ingest::run(&cli.workspace, &args).map(|_| ()),
+        Command::Svd(args) => crate::svd::run(&cli.workspace, &args).map(|_| ()),
         Command::Status(args) => status(&cli.workspace, &args),
     }
 }

@@ -8,5 +8,6 @@ pub mod cli;
 pub mod error;
 pub mod ingest;
 pub mod store;
+pub mod svd;
 pub mod synth;
 pub mod workspace;

@@ -6,6 +6,7 @@
 //!   catalog.sqlite           the catalog (+ -wal, -shm)
 //!   tmp/run-<id>/            scratch of stage run <id>; never read by other stages
 //!   datasets/<name>.run<id>/ an ingested dataset, published by renaming from tmp/
+//!   svd/<name>-r<R>.run<id>/ basis, singular values, K_XX̃ and A init of one SVD run
 //! ```
 //! A stage writes only below its `tmp/run-<id>/`, renames the finished output into place
 //! and then commits the catalog rows. Opening a workspace collects what dead runs left:
@@ -19,7 +20,7 @@ use anyhow::{Context, Result};
 use crate::store::catalog::Catalog;
 
 /// Top-level directories that hold published stage outputs.
-const OUTPUT_DIRS: &[&str] = &["datasets"];
+const OUTPUT_DIRS: &[&str] = &["datasets", "svd"];
 
 pub struct Workspace {
     root: PathBuf,

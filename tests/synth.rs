@@ -1,6 +1,5 @@
 //! Tests of `pipeline synth` (fsgp::synth): determinism, format, statistics, learnability.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use clap::Parser;
@@ -68,7 +67,9 @@ fn parse_strict(path: &Path) -> Parsed {
             let (f, v) = tok
                 .split_once(':')
                 .unwrap_or_else(|| panic!("row {i}: token {tok:?}"));
-            let f: u32 = f.parse().unwrap_or_else(|_| panic!("row {i}: feature {f:?}"));
+            let f: u32 = f
+                .parse()
+                .unwrap_or_else(|_| panic!("row {i}: feature {f:?}"));
             assert!(f < d, "row {i}: feature {f} out of range");
             if let Some(&(prev, _)) = feats.last() {
                 assert!(f > prev, "row {i}: features not sorted/unique");
@@ -120,8 +121,20 @@ fn output_is_well_formed_and_summary_matches() {
     assert_eq!(s.train_path, out.join("train.txt"));
     assert_eq!(s.test_path, out.join("test.txt"));
     for (path, rows, bytes, nnz, lnnz) in [
-        (&s.train_path, c.rows, s.train_bytes, s.train_nnz, s.train_label_nnz),
-        (&s.test_path, c.test_rows, s.test_bytes, s.test_nnz, s.test_label_nnz),
+        (
+            &s.train_path,
+            c.rows,
+            s.train_bytes,
+            s.train_nnz,
+            s.train_label_nnz,
+        ),
+        (
+            &s.test_path,
+            c.test_rows,
+            s.test_bytes,
+            s.test_nnz,
+            s.test_label_nnz,
+        ),
     ] {
         assert_eq!(std::fs::metadata(path).unwrap().len(), bytes);
         let p = parse_strict(path);
@@ -151,7 +164,10 @@ fn statistics_match_request() {
     let avg_nnz = p.rows.iter().map(|r| r.feats.len()).sum::<usize>() as f64 / n;
     let avg_lab = p.rows.iter().map(|r| r.labels.len()).sum::<usize>() as f64 / n;
     assert!((avg_nnz / 45.0 - 1.0).abs() < 0.10, "avg nnz/row {avg_nnz}");
-    assert!((avg_lab / 4.0 - 1.0).abs() < 0.10, "avg labels/row {avg_lab}");
+    assert!(
+        (avg_lab / 4.0 - 1.0).abs() < 0.10,
+        "avg labels/row {avg_lab}"
+    );
 
     // Spread: per-row counts vary around the mean.
     let max_nnz = p.rows.iter().map(|r| r.feats.len()).max().unwrap();
@@ -187,7 +203,10 @@ fn statistics_match_request() {
     assert!((first_share as f64) < 0.5 * label_top * lf.iter().sum::<u64>() as f64);
     // Most labels are used at least once.
     let used = lf.iter().filter(|&&x| x > 0).count();
-    assert!(used as f64 > 0.8 * c.labels as f64, "only {used} labels used");
+    assert!(
+        used as f64 > 0.8 * c.labels as f64,
+        "only {used} labels used"
+    );
 
     // tf-idf-like values: rare features weigh more on average than frequent ones.
     let mut sum_v = vec![0f64; c.features as usize];
@@ -294,9 +313,15 @@ fn dense_mediamill_shape() {
     c.test_rows = 200;
     let s = synth::write_dataset(&c, dir.path(), None).unwrap();
     let p = parse_strict(&s.train_path);
-    assert!(p.rows.iter().all(|r| r.feats.len() == 120), "mediamill rows are dense");
+    assert!(
+        p.rows.iter().all(|r| r.feats.len() == 120),
+        "mediamill rows are dense"
+    );
     let avg_lab = s.train_label_nnz as f64 / 1500.0;
-    assert!((avg_lab / 4.38 - 1.0).abs() < 0.1, "avg labels/row {avg_lab}");
+    assert!(
+        (avg_lab / 4.38 - 1.0).abs() < 0.1,
+        "avg labels/row {avg_lab}"
+    );
 }
 
 #[test]
@@ -321,7 +346,10 @@ fn delicious_shape_statistics() {
     let avg_nnz = s.train_nnz as f64 / 3000.0;
     let avg_lab = s.train_label_nnz as f64 / 3000.0;
     assert!((avg_nnz / 18.0 - 1.0).abs() < 0.1, "avg nnz/row {avg_nnz}");
-    assert!((avg_lab / 19.03 - 1.0).abs() < 0.1, "avg labels/row {avg_lab}");
+    assert!(
+        (avg_lab / 19.03 - 1.0).abs() < 0.1,
+        "avg labels/row {avg_lab}"
+    );
     parse_strict(&s.test_path);
 }
 
@@ -362,20 +390,47 @@ fn resolve(argv: &[&str]) -> anyhow::Result<SynthConfig> {
 #[test]
 fn cli_arguments_resolve_and_validate() {
     let c = resolve(&["--shape", "amazoncat", "--rows", "200000", "--seed", "9"]).unwrap();
-    assert_eq!((c.rows, c.features, c.labels, c.seed), (200_000, 203_882, 13_330, 9));
-    assert_eq!(c.test_rows, (200_000.0f64 * 306_782.0 / 1_186_239.0).round() as u64);
+    assert_eq!(
+        (c.rows, c.features, c.labels, c.seed),
+        (200_000, 203_882, 13_330, 9)
+    );
+    assert_eq!(
+        c.test_rows,
+        (200_000.0f64 * 306_782.0 / 1_186_239.0).round() as u64
+    );
 
     let c = resolve(&["--shape", "eurlex", "--features", "100", "--topics", "17"]).unwrap();
-    assert_eq!((c.rows, c.test_rows, c.features, c.topics), (15539, 3809, 100, 17));
-    assert_eq!(c.nnz_per_row, 100.0, "preset nnz is capped at an overridden D");
+    assert_eq!(
+        (c.rows, c.test_rows, c.features, c.topics),
+        (15539, 3809, 100, 17)
+    );
+    assert_eq!(
+        c.nnz_per_row, 100.0,
+        "preset nnz is capped at an overridden D"
+    );
 
     let c = resolve(&["--rows", "100", "--features", "50", "--labels", "10"]).unwrap();
-    assert_eq!((c.test_rows, c.nnz_per_row, c.labels_per_row), (25, 20.0, 3.0));
+    assert_eq!(
+        (c.test_rows, c.nnz_per_row, c.labels_per_row),
+        (25, 20.0, 3.0)
+    );
     assert_eq!(c.topics, synth::default_topics(10));
 
-    let c = resolve(&["--rows", "8", "--features", "5", "--labels", "2", "--test-rows", "0"]);
+    let c = resolve(&[
+        "--rows",
+        "8",
+        "--features",
+        "5",
+        "--labels",
+        "2",
+        "--test-rows",
+        "0",
+    ]);
     let c = c.unwrap();
-    assert_eq!((c.nnz_per_row, c.labels_per_row, c.test_rows), (5.0, 2.0, 0));
+    assert_eq!(
+        (c.nnz_per_row, c.labels_per_row, c.test_rows),
+        (5.0, 2.0, 0)
+    );
 
     for (argv, needle) in [
         (&["--features", "5", "--labels", "2"][..], "--rows"),
@@ -383,10 +438,22 @@ fn cli_arguments_resolve_and_validate() {
         (&["--rows", "5", "--features", "2"][..], "--labels"),
         (&["--shape", "bibtex", "--rows", "0"][..], "--rows"),
         (&["--shape", "bibtex", "--labels", "0"][..], "--labels"),
-        (&["--shape", "bibtex", "--nnz-per-row", "5000"][..], "--nnz-per-row"),
-        (&["--shape", "bibtex", "--nnz-per-row", "0.5"][..], "--nnz-per-row"),
-        (&["--shape", "bibtex", "--labels-per-row", "200"][..], "--labels-per-row"),
-        (&["--shape", "bibtex", "--labels-per-row", "NaN"][..], "--labels-per-row"),
+        (
+            &["--shape", "bibtex", "--nnz-per-row", "5000"][..],
+            "--nnz-per-row",
+        ),
+        (
+            &["--shape", "bibtex", "--nnz-per-row", "0.5"][..],
+            "--nnz-per-row",
+        ),
+        (
+            &["--shape", "bibtex", "--labels-per-row", "200"][..],
+            "--labels-per-row",
+        ),
+        (
+            &["--shape", "bibtex", "--labels-per-row", "NaN"][..],
+            "--labels-per-row",
+        ),
         (&["--shape", "bibtex", "--topics", "0"][..], "--topics"),
     ] {
         let err = resolve(argv).unwrap_err().to_string();
@@ -403,7 +470,10 @@ fn edge_configurations() {
     let s = synth::write_dataset(&c, &dir.path().join("a"), Some(2)).unwrap();
     assert_eq!(std::fs::read_to_string(&s.test_path).unwrap(), "0 1 1\n");
     let p = parse_strict(&s.train_path);
-    assert!(p.rows.iter().all(|r| r.feats.len() == 1 && r.labels.len() <= 1));
+    assert!(p
+        .rows
+        .iter()
+        .all(|r| r.feats.len() == 1 && r.labels.len() <= 1));
 
     let c = cfg(200, 20, 30, 5, 3.0, 0.0, 0);
     let s = synth::write_dataset(&c, &dir.path().join("b"), Some(1)).unwrap();

@@ -475,6 +475,80 @@ impl Catalog {
         Ok(replaced)
     }
 
+    /// Registers the artifacts of a run and marks the run 'ok', in one transaction.
+    pub fn commit_artifacts(
+        &self,
+        run_id: i64,
+        dataset_id: Option<i64>,
+        artifacts: &[ArtifactRow],
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write_tx()?;
+        for a in artifacts {
+            tx.execute(
+                &format!(
+                    "INSERT INTO artifacts (kind, path, bytes, rows, checksum, stage_run_id, \
+                     dataset_id, split, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW})"
+                ),
+                params![
+                    a.kind,
+                    a.path,
+                    a.bytes as i64,
+                    a.rows.map(|r| r as i64),
+                    a.checksum,
+                    run_id,
+                    dataset_id,
+                    a.split
+                ],
+            )
+            .map_err(|e| explain(&path, e))?;
+        }
+        tx.execute(
+            &format!("UPDATE stage_runs SET status = 'ok', ended_at = {NOW} WHERE id = ?1"),
+            [run_id],
+        )
+        .map_err(|e| explain(&path, e))?;
+        tx.commit().map_err(|e| explain(&path, e))
+    }
+
+    /// The newest successful run of `stage` with exactly these parameters.
+    pub fn find_ok_run(&self, stage: &str, params: &serde_json::Value) -> Result<Option<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM stage_runs WHERE stage = ?1 AND params = ?2 AND status = 'ok' \
+             ORDER BY id DESC LIMIT 1",
+            Self::RUN_COLUMNS
+        );
+        self.conn
+            .query_row(&sql, params![stage, params.to_string()], Self::run_from_row)
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Artifacts produced by one run, in id order.
+    pub fn run_artifacts(&self, run_id: i64) -> Result<Vec<ArtifactRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
+                 WHERE stage_run_id = ?1 ORDER BY id",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                Ok(ArtifactRow {
+                    kind: r.get(0)?,
+                    path: r.get(1)?,
+                    bytes: r.get::<_, i64>(2)? as u64,
+                    rows: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                    checksum: r.get(4)?,
+                    split: r.get(5)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
     /// Removes a dataset's rows (its files are the caller's to delete afterwards).
     pub fn delete_dataset(&self, name: &str) -> Result<bool> {
         let n = self

@@ -2,3 +2,4 @@
 
 pub mod catalog;
 pub mod chunks;
+pub mod npy;

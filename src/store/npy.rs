@@ -1,0 +1,172 @@
+//! Dense matrices as NumPy `.npy` files (format v1/v2, little-endian, C order), read and
+//! written through memory maps so an N×R matrix larger than RAM never has to be loaded.
+//!
+//! Header handling and views over the mapped bytes are ndarray-npy's; this module adds
+//! creation of a zero-filled file of the final size, row-block writes into its writable
+//! map, fsync and checksums.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use memmap2::{Mmap, MmapMut};
+use ndarray::{ArrayView1, ArrayView2, ArrayViewMut2};
+use ndarray_npy::{ViewMutNpyExt, ViewNpyExt, WritableElement, WriteNpyExt};
+
+use super::chunks::{checksum_file, WrittenFile};
+
+/// An N×C f32 `.npy` file being filled row block by row block through a writable map.
+pub struct NpyRowWriter {
+    path: PathBuf,
+    file: File,
+    map: MmapMut,
+    rows: usize,
+    cols: usize,
+}
+
+impl NpyRowWriter {
+    /// Creates `path` holding a zero rows×cols f32 matrix (a sparse file until written).
+    pub fn create(path: &Path, rows: usize, cols: usize) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        ndarray_npy::write_zeroed_npy::<f32, _>(&file, (rows, cols))
+            .with_context(|| format!("sizing {}", path.display()))?;
+        // SAFETY: the file was created by us (create_new) and no other process maps it.
+        let map = unsafe { MmapMut::map_mut(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(NpyRowWriter {
+            path: path.to_path_buf(),
+            file,
+            map,
+            rows,
+            cols,
+        })
+    }
+
+    pub fn view_mut(&mut self) -> Result<ArrayViewMut2<'_, f32>> {
+        ArrayViewMut2::<f32>::view_mut_npy(&mut self.map)
+            .with_context(|| format!("viewing {}", self.path.display()))
+    }
+
+    /// Copies `block` into rows `first_row..first_row + block.nrows()`.
+    pub fn write_rows(&mut self, first_row: usize, block: ArrayView2<'_, f32>) -> Result<()> {
+        let (rows, cols) = (self.rows, self.cols);
+        if block.ncols() != cols || first_row + block.nrows() > rows {
+            bail!(
+                "row block {}x{} at row {first_row} does not fit the {rows}x{cols} matrix {}",
+                block.nrows(),
+                block.ncols(),
+                self.path.display()
+            );
+        }
+        let mut view = self.view_mut()?;
+        view.slice_mut(ndarray::s![first_row..first_row + block.nrows(), ..])
+            .assign(&block);
+        Ok(())
+    }
+
+    /// Flushes the map, fsyncs the file and returns its size and checksum.
+    pub fn finish(self) -> Result<WrittenFile> {
+        self.map
+            .flush()
+            .with_context(|| format!("flushing {}", self.path.display()))?;
+        self.file
+            .sync_all()
+            .with_context(|| format!("syncing {}", self.path.display()))?;
+        drop(self.map);
+        checksum_file(&self.path)
+    }
+}
+
+/// Writes a whole (small) array as `.npy`, fsyncs it and returns size and checksum.
+pub fn write_array<T: WriteNpyExt + ?Sized>(path: &Path, array: &T) -> Result<WrittenFile> {
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut writer = std::io::BufWriter::new(&file);
+    array
+        .write_npy(&mut writer)
+        .with_context(|| format!("writing {}", path.display()))?;
+    drop(writer);
+    file.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    checksum_file(path)
+}
+
+/// A read-only memory map of an `.npy` file.
+pub struct NpyMap {
+    path: PathBuf,
+    map: Mmap,
+}
+
+impl NpyMap {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: published artifacts are never modified in place (stages write new files
+        // and rename), so the mapped bytes do not change under us.
+        let map =
+            unsafe { Mmap::map(&file) }.with_context(|| format!("mapping {}", path.display()))?;
+        Ok(NpyMap {
+            path: path.to_path_buf(),
+            map,
+        })
+    }
+
+    pub fn view2<T: WritableElement + ndarray_npy::ViewElement>(
+        &self,
+    ) -> Result<ArrayView2<'_, T>> {
+        ArrayView2::<T>::view_npy(&self.map).with_context(|| {
+            format!(
+                "{}: not a 2-D array of the expected type",
+                self.path.display()
+            )
+        })
+    }
+
+    pub fn view1<T: WritableElement + ndarray_npy::ViewElement>(
+        &self,
+    ) -> Result<ArrayView1<'_, T>> {
+        ArrayView1::<T>::view_npy(&self.map).with_context(|| {
+            format!(
+                "{}: not a 1-D array of the expected type",
+                self.path.display()
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{Array1, Array2};
+
+    #[test]
+    fn row_blocks_round_trip_through_the_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.npy");
+        let full = Array2::from_shape_fn((7, 3), |(i, j)| (i * 10 + j) as f32 + 0.25);
+        let mut w = NpyRowWriter::create(&path, 7, 3).unwrap();
+        w.write_rows(4, full.slice(ndarray::s![4.., ..])).unwrap();
+        w.write_rows(0, full.slice(ndarray::s![..4, ..])).unwrap();
+        assert!(w.write_rows(6, full.slice(ndarray::s![..2, ..])).is_err());
+        let written = w.finish().unwrap();
+        assert_eq!(written.bytes, std::fs::metadata(&path).unwrap().len());
+        let map = NpyMap::open(&path).unwrap();
+        assert_eq!(map.view2::<f32>().unwrap(), full.view());
+        assert!(map.view2::<f64>().is_err());
+        let read: Array2<f32> = ndarray_npy::read_npy(&path).unwrap();
+        assert_eq!(read, full);
+    }
+
+    #[test]
+    fn small_arrays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.npy");
+        let s = Array1::from(vec![3.0f64, 2.0, 1.0e-300]);
+        write_array(&path, &s).unwrap();
+        let map = NpyMap::open(&path).unwrap();
+        assert_eq!(map.view1::<f64>().unwrap(), s.view());
+    }
+}

@@ -1,0 +1,192 @@
+//! Out-of-core truncated SVD by randomised subspace iteration on the Gram operator
+//! (Halko, Martinsson & Tropp 2011, Alg. 4.4 with Rayleigh–Ritz), reading X chunk by chunk.
+//!
+//! X is N×D sparse with N possibly far beyond RAM, so nothing N-sized is kept: every pass
+//! streams the chunks once and accumulates B = XᵀX Q = Σ_c X_cᵀ (X_c Q) in a D×k matrix
+//! (k = R + p). With Ω a D×k Gaussian matrix:
+//!
+//! ```text
+//! B ← XᵀX Ω                       (pass 1)
+//! repeat q times: Q ← orth(B); B ← XᵀX Q     (passes 2..q+1)
+//! Q ← orth(B); B ← XᵀX Q                      (pass q+2)
+//! G = Qᵀ B = (XQ)ᵀ(XQ)   (k×k),   G = V Λ Vᵀ
+//! X̃ = (Q V_R)ᵀ  (R×D),  σ_r = sqrt(λ_r)
+//! ```
+//!
+//! Memory: Q and B, 2·D·k·8 bytes, plus the chunk being read and the one prefetched.
+//! See docs/svd.md for the derivation and the error behaviour.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use faer::{Mat, Side};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+use super::kernels::{accumulate_gram_times, Panels};
+use crate::store::chunks::{read_chunk, CsrChunk};
+
+/// Where the rows of X come from.
+pub trait RowSource: Sync {
+    fn n_rows(&self) -> u64;
+    fn n_cols(&self) -> usize;
+    /// Calls `f` with every chunk, in order.
+    fn for_each_chunk(&self, f: &mut dyn FnMut(&CsrChunk) -> Result<()>) -> Result<()>;
+}
+
+/// In-memory chunks (tests, small data).
+pub struct MemoryRows {
+    pub chunks: Vec<CsrChunk>,
+    pub n_cols: usize,
+}
+
+impl RowSource for MemoryRows {
+    fn n_rows(&self) -> u64 {
+        self.chunks.iter().map(|c| c.len() as u64).sum()
+    }
+
+    fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+
+    fn for_each_chunk(&self, f: &mut dyn FnMut(&CsrChunk) -> Result<()>) -> Result<()> {
+        self.chunks.iter().try_for_each(f)
+    }
+}
+
+/// Chunk files of an ingested split, read in order with the next file prefetched by a
+/// background thread (so decoding overlaps the compute of the current chunk).
+pub struct ChunkFiles {
+    pub files: Vec<PathBuf>,
+    pub n_rows: u64,
+    pub n_cols: usize,
+}
+
+impl RowSource for ChunkFiles {
+    fn n_rows(&self) -> u64 {
+        self.n_rows
+    }
+
+    fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+
+    fn for_each_chunk(&self, f: &mut dyn FnMut(&CsrChunk) -> Result<()>) -> Result<()> {
+        std::thread::scope(|scope| {
+            let (tx, rx) = crossbeam_channel::bounded::<Result<CsrChunk>>(1);
+            let files = &self.files;
+            scope.spawn(move || {
+                for path in files {
+                    let chunk = read_chunk(path);
+                    let failed = chunk.is_err();
+                    if tx.send(chunk).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            let mut seen = 0usize;
+            for chunk in rx.iter() {
+                let chunk = chunk?;
+                f(&chunk)?;
+                seen += 1;
+            }
+            if seen != files.len() {
+                bail!("read {seen} of {} chunk files", files.len());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SvdConfig {
+    pub rank: usize,
+    pub oversample: usize,
+    pub power_iters: usize,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SvdResult {
+    /// X̃ᵀ: D×R, columns are the top-R right singular vectors.
+    pub basis_t: Mat<f64>,
+    /// σ_1 ≥ … ≥ σ_R.
+    pub singular_values: Vec<f64>,
+    /// Wall seconds of each pass over the data.
+    pub pass_seconds: Vec<f64>,
+}
+
+/// One pass: B = XᵀX Q.
+fn gram_pass(src: &dyn RowSource, q: &Panels) -> Result<Panels> {
+    let mut b = Panels::zeros(q.rows, q.cols);
+    src.for_each_chunk(&mut |chunk| {
+        accumulate_gram_times(chunk, q, &mut b);
+        Ok(())
+    })?;
+    Ok(b)
+}
+
+fn orthonormalise(b: &Panels) -> Panels {
+    let q = b.to_mat().qr().compute_thin_Q();
+    Panels::from_mat(q.as_ref())
+}
+
+/// Randomised truncated SVD of the rows of `src`; `on_pass(i, total)` is called before each
+/// pass (for progress reporting).
+pub fn randomized_svd(
+    src: &dyn RowSource,
+    cfg: &SvdConfig,
+    on_pass: &mut dyn FnMut(usize, usize),
+) -> Result<SvdResult> {
+    let (n, d) = (src.n_rows(), src.n_cols());
+    if cfg.rank == 0 {
+        bail!("--rank must be at least 1");
+    }
+    if cfg.rank as u64 > n || cfg.rank > d {
+        bail!("--rank {} exceeds min(N, D) = min({n}, {d})", cfg.rank);
+    }
+    let k = (cfg.rank + cfg.oversample).min(d);
+    let total = cfg.power_iters + 2;
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let omega = Mat::<f64>::from_fn(d, k, |_, _| StandardNormal.sample(&mut rng));
+    let mut pass_seconds = Vec::with_capacity(total);
+    let mut timed_pass = |i: usize, q: &Panels| -> Result<Panels> {
+        on_pass(i, total);
+        let t = Instant::now();
+        let b = gram_pass(src, q)?;
+        pass_seconds.push(t.elapsed().as_secs_f64());
+        Ok(b)
+    };
+    let mut b = timed_pass(0, &Panels::from_mat(omega.as_ref()))?;
+    for i in 0..=cfg.power_iters {
+        let q = orthonormalise(&b);
+        b = timed_pass(i + 1, &q)?;
+        if i == cfg.power_iters {
+            return rayleigh_ritz(&q, &b, cfg.rank, pass_seconds);
+        }
+    }
+    unreachable!("the loop returns on its last iteration")
+}
+
+/// Top-R eigenpairs of G = Qᵀ(XᵀX Q) lifted back to D dimensions.
+fn rayleigh_ritz(q: &Panels, b: &Panels, rank: usize, pass_seconds: Vec<f64>) -> Result<SvdResult> {
+    let q = q.to_mat();
+    let g = q.transpose() * b.to_mat();
+    let g = Mat::from_fn(g.nrows(), g.ncols(), |i, j| 0.5 * (g[(i, j)] + g[(j, i)]));
+    let eig = g
+        .self_adjoint_eigen(Side::Lower)
+        .ok()
+        .context("eigendecomposition of the k×k Gram matrix did not converge")?;
+    let k = g.nrows();
+    // Eigenvalues come in non-decreasing order: the top R are the last R, reversed.
+    let order: Vec<usize> = (k - rank..k).rev().collect();
+    let v_top = Mat::from_fn(k, rank, |i, r| eig.U()[(i, order[r])]);
+    let singular_values = order.iter().map(|&i| eig.S()[i].max(0.0).sqrt()).collect();
+    Ok(SvdResult {
+        basis_t: q * v_top,
+        singular_values,
+        pass_seconds,
+    })
+}
