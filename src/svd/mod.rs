@@ -234,7 +234,11 @@ fn compute(
     pb.finish_and_clear();
     let (n, d, r) = (src.n_rows as usize, src.n_cols, args.rank);
     let basis_t = Array2::from_shape_fn((d, r), |(j, k)| svd.basis_t[(j, k)] as f32);
-    let basis = basis_t.t().to_owned();
+    let svd = rsvd::SvdResult {
+        basis_t: faer::Mat::new(),
+        ..svd
+    };
+    let basis = basis_t.t().as_standard_layout().into_owned();
     let sv = Array1::from(svd.singular_values.clone());
     let mut arts: Vec<LocalArtifact> = vec![
         (

@@ -128,8 +128,15 @@ fn gram_pass(src: &dyn RowSource, q: &Panels) -> Result<Panels> {
     Ok(b)
 }
 
-fn orthonormalise(b: &Panels) -> Panels {
-    let q = b.to_mat().qr().compute_thin_Q();
+/// Orthonormal basis of B's columns (Householder thin QR). Consumes B so that at most
+/// three D×k matrices exist at once (B copied into faer's layout, its QR factors, thin Q).
+fn orthonormalise(b: Panels) -> Panels {
+    let b_mat = b.to_mat();
+    drop(b);
+    let qr = b_mat.qr();
+    drop(b_mat);
+    let q = qr.compute_thin_Q();
+    drop(qr);
     Panels::from_mat(q.as_ref())
 }
 
@@ -150,7 +157,7 @@ pub fn randomized_svd(
     let k = (cfg.rank + cfg.oversample).min(d);
     let total = cfg.power_iters + 2;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let omega = Mat::<f64>::from_fn(d, k, |_, _| StandardNormal.sample(&mut rng));
+    let omega = Panels::from_mat(Mat::<f64>::from_fn(d, k, |_, _| StandardNormal.sample(&mut rng)).as_ref());
     let mut pass_seconds = Vec::with_capacity(total);
     let mut timed_pass = |i: usize, q: &Panels| -> Result<Panels> {
         on_pass(i, total);
@@ -159,21 +166,31 @@ pub fn randomized_svd(
         pass_seconds.push(t.elapsed().as_secs_f64());
         Ok(b)
     };
-    let mut b = timed_pass(0, &Panels::from_mat(omega.as_ref()))?;
+    let mut b = timed_pass(0, &omega)?;
+    drop(omega);
     for i in 0..=cfg.power_iters {
-        let q = orthonormalise(&b);
+        let q = orthonormalise(b);
         b = timed_pass(i + 1, &q)?;
         if i == cfg.power_iters {
-            return rayleigh_ritz(&q, &b, cfg.rank, pass_seconds);
+            return rayleigh_ritz(q, b, cfg.rank, pass_seconds);
         }
     }
     unreachable!("the loop returns on its last iteration")
 }
 
 /// Top-R eigenpairs of G = Qᵀ(XᵀX Q) lifted back to D dimensions.
-fn rayleigh_ritz(q: &Panels, b: &Panels, rank: usize, pass_seconds: Vec<f64>) -> Result<SvdResult> {
-    let q = q.to_mat();
-    let g = q.transpose() * b.to_mat();
+fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> Result<SvdResult> {
+    // Convert and free one D×k matrix at a time: at most three exist at once.
+    let q = {
+        let m = q.to_mat();
+        drop(q);
+        m
+    };
+    let g = {
+        let b_mat = b.to_mat();
+        drop(b);
+        q.transpose() * b_mat
+    };
     let g = Mat::from_fn(g.nrows(), g.ncols(), |i, j| 0.5 * (g[(i, j)] + g[(j, i)]));
     let eig = g
         .self_adjoint_eigen(Side::Lower)
