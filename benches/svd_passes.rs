@@ -12,22 +12,51 @@ use std::process::Command;
 
 fn main() {
     let bin = env!("CARGO_BIN_EXE_pipeline");
-    let root = PathBuf::from(std::env::var("FSGP_BENCH_DIR").unwrap_or_else(|_| "target/bench-svd".into()));
+    let root = PathBuf::from(
+        std::env::var("FSGP_BENCH_DIR").unwrap_or_else(|_| "target/bench-svd".into()),
+    );
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
     let ws = root.join("ws");
     let ws_s = ws.to_str().unwrap();
     let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/delicious");
-    let run = |args: &[&str]| run_measured(Command::new(bin).arg("--workspace").arg(ws_s).args(args));
-    run(&["ingest", "--name", "delicious", "--train", shared.join("train.txt").to_str().unwrap()]);
+    let run =
+        |args: &[&str]| run_measured(Command::new(bin).arg("--workspace").arg(ws_s).args(args));
+    run(&[
+        "ingest",
+        "--name",
+        "delicious",
+        "--train",
+        shared.join("train.txt").to_str().unwrap(),
+    ]);
     let eurlex = root.join("eurlex");
-    run_measured(Command::new(bin).args(["synth", "--out", eurlex.to_str().unwrap(), "--shape", "eurlex", "--seed", "1"]));
-    run(&["ingest", "--name", "eurlex", "--train", eurlex.join("train.txt").to_str().unwrap()]);
+    run_measured(Command::new(bin).args([
+        "synth",
+        "--out",
+        eurlex.to_str().unwrap(),
+        "--shape",
+        "eurlex",
+        "--seed",
+        "1",
+    ]));
+    run(&[
+        "ingest",
+        "--name",
+        "eurlex",
+        "--train",
+        eurlex.join("train.txt").to_str().unwrap(),
+    ]);
 
-    println!("svd benchmark on {} cores (defaults p = 20, q = 2, k-means M = 500 × 10 iterations)", threads());
+    println!(
+        "svd benchmark on {} cores (defaults p = 20, q = 2, k-means M = 500 × 10 iterations)",
+        threads()
+    );
     println!("| data | N×D, nnz/row | R | seconds per pass (last: K_XX̃) | total s | target s | peak RSS | peak anon | RSS target |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for (name, n, d, nnz, rank, target_s) in [("delicious", 12920u64, 500u64, 17.9, 250u64, 5.0), ("eurlex", 15539, 5000, 236.0, 2500, 120.0)] {
+    for (name, n, d, nnz, rank, target_s) in [
+        ("delicious", 12920u64, 500u64, 17.9, 250u64, 5.0),
+        ("eurlex", 15539, 5000, 236.0, 2500, 120.0),
+    ] {
         let m = run(&["svd", "--dataset", name, "--rank", &rank.to_string()]);
         let passes = m
             .stdout

@@ -296,7 +296,7 @@ impl SynthConfig {
 ///
 /// `threads`: worker threads, default all available cores; the bytes written do not depend on
 /// it. Memory is bounded by the model tables (O(D + K + T x set sizes)) plus two windows of
-/// `2 x threads` blocks of about 1 MiB.
+/// `2 x min(threads, 64)` blocks of about 1 MiB.
 pub fn write_dataset(
     cfg: &SynthConfig,
     out_dir: &Path,
@@ -1259,7 +1259,8 @@ fn write_split_to(
 
     let rpb = cfg.rows_per_block();
     let blocks = rows.div_ceil(rpb);
-    let window = 2 * threads as u64;
+    // Two blocks per thread keep every thread busy; the cap bounds memory for silly --threads.
+    let window = 2 * threads.min(64) as u64;
     let capacity = (rpb as f64 * cfg.est_row_bytes() * 1.25) as usize + 4096;
     let gen = |b: u64, s: &mut Scratch| {
         let n = rpb.min(rows - b * rpb);

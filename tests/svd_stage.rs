@@ -117,6 +117,45 @@ fn delicious_kxx_equals_x_times_basis() {
         "{total} vs {expect}"
     );
 
+    // Projection of another split (what predict uses), against the same independent product.
+    let test_split = status_json(ws.path())["datasets"][0]["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["split"] == "test")
+        .unwrap()
+        .clone();
+    let test_dir = ws.path().join(test_split["path"].as_str().unwrap());
+    let mut test_files: Vec<PathBuf> = std::fs::read_dir(test_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    test_files.sort();
+    let proj_path = ws.path().join("projected-test.npy");
+    fsgp::svd::project_split(&test_files, 3185, basis.view(), &proj_path).unwrap();
+    let proj: Array2<f32> = ndarray_npy::read_npy(&proj_path).unwrap();
+    assert_eq!(proj.dim(), (3185, 250));
+    let mut i = 0;
+    for f in &test_files {
+        for row in read_chunk(f).unwrap().rows() {
+            for r in (0..250).step_by(7) {
+                let e: f64 = row
+                    .indices
+                    .iter()
+                    .zip(row.values)
+                    .map(|(&j, &v)| f64::from(v) * f64::from(basis[[r, j as usize]]))
+                    .sum();
+                assert!(
+                    (f64::from(proj[[i, r]]) - e).abs()
+                        <= 1e-5 * f64::from(row.sq_norm).sqrt().max(1e-30)
+                );
+            }
+            i += 1;
+        }
+    }
+    assert_eq!(i, 3185);
+    std::fs::remove_file(&proj_path).unwrap();
+
     // Same parameters again: nothing to do. Another rank: a new artifact set.
     let again = pipeline(
         ws.path(),

@@ -57,7 +57,10 @@ pub fn run_measured(cmd: &mut Command) -> Measured {
     sampler.join().unwrap();
     let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
     let _ = std::fs::remove_file(&out_path);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{cmd:?} failed:\n{stdout}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{cmd:?} failed:\n{stdout}"
+    );
     Measured {
         seconds,
         peak_rss: usage.ru_maxrss as u64 * 1024,

@@ -29,6 +29,9 @@ use rayon::prelude::*;
 pub const SEED_SAMPLE_PER_CLUSTER: usize = 10;
 /// See [`SEED_SAMPLE_PER_CLUSTER`].
 pub const SEED_SAMPLE_MIN: usize = 20_000;
+/// Largest f64 copy of a block's rows (see `assign_pass`).
+const BLOCK_BYTES: usize = 8 << 20;
+
 /// Centroids per block product: bounds the dot-product buffer to block_rows × this.
 const CENTROID_TILE: usize = 1024;
 /// Rows per chunk of the parallel D² update during seeding.
@@ -212,7 +215,7 @@ impl Rows<'_> {
 /// Partial sums in the distance kernels: an elementwise loop over this many independent
 /// accumulators is vectorised by LLVM at opt-level 2 as well as 3 (a reduction into one
 /// accumulator is not, floating-point addition not being associative).
-const LANES: usize = 64;
+const LANES: usize = 32;
 
 /// acc[l] += (x[l] − y[l])² for every lane.
 #[inline(always)]
@@ -397,9 +400,12 @@ fn assign_pass(rows: &Rows<'_>, cent: &[f64], k: usize, block_rows: usize) -> Re
         .chunks_exact(r)
         .map(|c| c.iter().map(|v| v * v).sum())
         .collect();
+    // Cap a block's f64 copy of its rows at BLOCK_BYTES, so wide R (thousands) does not
+    // multiply into hundreds of MB per wave. Depends on R only, never on the thread count.
+    let block_rows = block_rows.min((BLOCK_BYTES / (8 * r)).max(16));
     let n_blocks = n.div_ceil(block_rows);
     // The wave size only bounds memory; it does not affect the result.
-    let wave = 2 * rayon::current_num_threads().max(1);
+    let wave = rayon::current_num_threads().max(1);
     let mut total = Pass {
         objective: 0.0,
         sums: vec![0.0; k * r],

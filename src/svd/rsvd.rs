@@ -157,7 +157,9 @@ pub fn randomized_svd(
     let k = (cfg.rank + cfg.oversample).min(d);
     let total = cfg.power_iters + 2;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let omega = Panels::from_mat(Mat::<f64>::from_fn(d, k, |_, _| StandardNormal.sample(&mut rng)).as_ref());
+    let omega = Panels::from_mat(
+        Mat::<f64>::from_fn(d, k, |_, _| StandardNormal.sample(&mut rng)).as_ref(),
+    );
     let mut pass_seconds = Vec::with_capacity(total);
     let mut timed_pass = |i: usize, q: &Panels| -> Result<Panels> {
         on_pass(i, total);
