@@ -174,6 +174,29 @@ impl StageRun<'_> {
         Ok(dst)
     }
 
+    /// The last step of every stage: renames `tmp_dir/<from>` to the workspace-relative `to`,
+    /// then runs `commit` (which registers the outputs in one catalog transaction). If
+    /// either fails, the published directory is removed and the run recorded as failed, so
+    /// nothing unregistered stays visible.
+    pub fn publish_and_commit<T>(
+        self,
+        from: &str,
+        to: &str,
+        commit: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        match self.publish(from, to).and_then(|_| commit()) {
+            Ok(value) => {
+                self.succeeded()?;
+                Ok(value)
+            }
+            Err(e) => {
+                let _ = remove_path(&self.ws.resolve(to));
+                self.failed(&e);
+                Err(e)
+            }
+        }
+    }
+
     /// Call after the catalog rows naming the outputs were committed.
     pub fn succeeded(mut self) -> Result<()> {
         self.ended = true;

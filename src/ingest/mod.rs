@@ -276,25 +276,17 @@ pub fn run(workspace: &Path, args: &IngestArgs) -> Result<IngestOutcome> {
         }
     };
     let final_rel = run.output_rel("datasets", &args.name);
-    let publish_and_commit = || -> Result<()> {
-        run.publish("dataset", &final_rel)?;
-        let new = built.to_new_dataset(args, &layout, &final_rel, params.clone());
-        let replaced = ws.catalog.commit_dataset(run.id, &new, args.replace)?;
-        if let Some(old) = replaced {
-            // The old files are unreferenced now; failing to delete them only wastes space.
-            if let Err(e) = std::fs::remove_dir_all(ws.resolve(&old)) {
-                eprintln!("warning: could not remove replaced dataset files {old}: {e}");
-            }
-        }
-        Ok(())
-    };
-    if let Err(e) = publish_and_commit() {
-        let _ = std::fs::remove_dir_all(ws.resolve(&final_rel));
-        run.failed(&e);
-        return Err(e);
-    }
     let run_id = run.id;
-    run.succeeded()?;
+    let new = built.to_new_dataset(args, &layout, &final_rel, params.clone());
+    let replaced = run.publish_and_commit("dataset", &final_rel, || {
+        ws.catalog.commit_dataset(run_id, &new, args.replace)
+    })?;
+    if let Some(old) = replaced {
+        // The old files are unreferenced now; failing to delete them only wastes space.
+        if let Err(e) = std::fs::remove_dir_all(ws.resolve(&old)) {
+            eprintln!("warning: could not remove replaced dataset files {old}: {e}");
+        }
+    }
     let seconds = started.elapsed().as_secs_f64();
     print_summary(&args.name, &built, seconds);
     Ok(IngestOutcome {

@@ -187,6 +187,41 @@ pub struct NewDataset {
     pub artifacts: Vec<ArtifactRow>,
 }
 
+/// Inserts a run's artifacts and marks the run 'ok' (inside the caller's transaction).
+fn insert_artifacts_and_finish(
+    tx: &Transaction<'_>,
+    path: &Path,
+    run_id: i64,
+    dataset_id: Option<i64>,
+    artifacts: &[ArtifactRow],
+) -> Result<()> {
+    for a in artifacts {
+        tx.execute(
+            &format!(
+                "INSERT INTO artifacts (kind, path, bytes, rows, checksum, stage_run_id, \
+                 dataset_id, split, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW})"
+            ),
+            params![
+                a.kind,
+                a.path,
+                a.bytes as i64,
+                a.rows.map(|r| r as i64),
+                a.checksum,
+                run_id,
+                dataset_id,
+                a.split
+            ],
+        )
+        .map_err(|e| explain(path, e))?;
+    }
+    tx.execute(
+        &format!("UPDATE stage_runs SET status = 'ok', ended_at = {NOW} WHERE id = ?1"),
+        [run_id],
+    )
+    .map_err(|e| explain(path, e))?;
+    Ok(())
+}
+
 pub struct Catalog {
     conn: Connection,
     path: PathBuf,
@@ -447,30 +482,7 @@ impl Catalog {
             )
             .map_err(|e| explain(&path, e))?;
         }
-        for a in &d.artifacts {
-            tx.execute(
-                &format!(
-                    "INSERT INTO artifacts (kind, path, bytes, rows, checksum, stage_run_id, \
-                     dataset_id, split, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW})"
-                ),
-                params![
-                    a.kind,
-                    a.path,
-                    a.bytes as i64,
-                    a.rows.map(|r| r as i64),
-                    a.checksum,
-                    run_id,
-                    dataset_id,
-                    a.split
-                ],
-            )
-            .map_err(|e| explain(&path, e))?;
-        }
-        tx.execute(
-            &format!("UPDATE stage_runs SET status = 'ok', ended_at = {NOW} WHERE id = ?1"),
-            [run_id],
-        )
-        .map_err(|e| explain(&path, e))?;
+        insert_artifacts_and_finish(&tx, &path, run_id, Some(dataset_id), &d.artifacts)?;
         tx.commit().map_err(|e| explain(&path, e))?;
         Ok(replaced)
     }
@@ -482,33 +494,9 @@ impl Catalog {
         dataset_id: Option<i64>,
         artifacts: &[ArtifactRow],
     ) -> Result<()> {
-        let path = self.path.clone();
         let tx = self.write_tx()?;
-        for a in artifacts {
-            tx.execute(
-                &format!(
-                    "INSERT INTO artifacts (kind, path, bytes, rows, checksum, stage_run_id, \
-                     dataset_id, split, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW})"
-                ),
-                params![
-                    a.kind,
-                    a.path,
-                    a.bytes as i64,
-                    a.rows.map(|r| r as i64),
-                    a.checksum,
-                    run_id,
-                    dataset_id,
-                    a.split
-                ],
-            )
-            .map_err(|e| explain(&path, e))?;
-        }
-        tx.execute(
-            &format!("UPDATE stage_runs SET status = 'ok', ended_at = {NOW} WHERE id = ?1"),
-            [run_id],
-        )
-        .map_err(|e| explain(&path, e))?;
-        tx.commit().map_err(|e| explain(&path, e))
+        insert_artifacts_and_finish(&tx, &self.path, run_id, dataset_id, artifacts)?;
+        tx.commit().map_err(|e| explain(&self.path, e))
     }
 
     /// The newest successful run of `stage` with exactly these parameters.

@@ -177,29 +177,22 @@ pub fn run(workspace: &Path, args: &SvdArgs) -> Result<SvdOutcome> {
         }
     };
     let rel = run.output_rel("svd", &format!("{}-r{}", dataset.name, args.rank));
-    let commit = || -> Result<()> {
-        run.publish("svd", &rel)?;
-        let artifacts: Vec<ArtifactRow> = artifacts_local
-            .iter()
-            .map(|(kind, file, rows, written)| ArtifactRow {
-                kind: kind.to_string(),
-                path: format!("{rel}/{file}"),
-                bytes: written.bytes,
-                rows: Some(*rows),
-                checksum: written.checksum.clone(),
-                split: Some("train".into()),
-            })
-            .collect();
-        ws.catalog
-            .commit_artifacts(run.id, Some(dataset.id), &artifacts)
-    };
-    if let Err(e) = commit() {
-        let _ = std::fs::remove_dir_all(ws.resolve(&rel));
-        run.failed(&e);
-        return Err(e);
-    }
     let run_id = run.id;
-    run.succeeded()?;
+    let artifacts: Vec<ArtifactRow> = artifacts_local
+        .iter()
+        .map(|(kind, file, rows, written)| ArtifactRow {
+            kind: kind.to_string(),
+            path: format!("{rel}/{file}"),
+            bytes: written.bytes,
+            rows: Some(*rows),
+            checksum: written.checksum.clone(),
+            split: Some("train".into()),
+        })
+        .collect();
+    run.publish_and_commit("svd", &rel, || {
+        ws.catalog
+            .commit_artifacts(run_id, Some(dataset.id), &artifacts)
+    })?;
     Ok(SvdOutcome {
         run_id,
         computed: true,
