@@ -130,6 +130,30 @@ fn status(workspace: &std::path::Path, args: &StatusArgs) -> Result<()> {
             );
         }
     }
+    // Derived artifacts grouped by the directory (one stage run) holding them.
+    let mut groups: Vec<(String, Vec<&str>, u64)> = Vec::new();
+    for a in artifacts.iter().filter(|a| a.kind != "chunk") {
+        let dir = a.path.rsplit_once('/').map_or("", |(d, _)| d).to_string();
+        match groups.iter_mut().find(|g| g.0 == dir) {
+            Some(g) => {
+                g.1.push(&a.kind);
+                g.2 += a.bytes;
+            }
+            None => groups.push((dir, vec![&a.kind], a.bytes)),
+        }
+    }
+    if !groups.is_empty() {
+        println!();
+        println!("derived artifacts ({} sets)", groups.len());
+        for (dir, kinds, bytes) in &groups {
+            println!(
+                "  {:<36} {:>10}  {}",
+                dir,
+                human_bytes(*bytes),
+                kinds.join(", ")
+            );
+        }
+    }
     println!();
     println!("recent stage runs ({})", runs.len());
     for r in &runs {

@@ -2,6 +2,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     tame_malloc();
+    restore_sigpipe();
     let cli = fsgp::cli::Cli::parse();
     match fsgp::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -21,5 +22,15 @@ fn tame_malloc() {
     // SAFETY: mallopt only changes allocator tunables; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+/// Rust ignores SIGPIPE, so `pipeline status | head` would panic on the closed pipe; a
+/// command-line tool should simply stop, as `cat` does.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: resetting a signal disposition to its default before other threads start.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

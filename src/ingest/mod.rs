@@ -267,7 +267,7 @@ pub fn run(workspace: &Path, args: &IngestArgs) -> Result<IngestOutcome> {
 
     let started = Instant::now();
     let run = ws.start_run("ingest", &params)?;
-    let result = ingest_into(&layout, args, run.tmp_dir(), &params);
+    let result = ingest_into(&layout, args, run.tmp_dir());
     let built = match result {
         Ok(built) => built,
         Err(e) => {
@@ -513,12 +513,8 @@ impl IngestCtx<'_> {
     }
 }
 
-fn ingest_into(
-    layout: &Layout,
-    args: &IngestArgs,
-    tmp: &Path,
-    _params: &serde_json::Value,
-) -> Result<Built> {
+/// Parses every input and writes the chunk files below `tmp/dataset/`.
+fn ingest_into(layout: &Layout, args: &IngestArgs, tmp: &Path) -> Result<Built> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))

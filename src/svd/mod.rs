@@ -220,10 +220,12 @@ fn compute(
         power_iters: args.power_iters,
         seed: args.seed,
     };
-    let pb = progress_bar(0, "svd");
-    let svd = randomized_svd(src, &cfg, &mut |i, total| {
-        pb.set_message(format!("pass {}/{total}", i + 1));
-    })?;
+    let pb = ProgressBar::new((args.power_iters + 2) as u64);
+    pb.set_style(
+        ProgressStyle::with_template("svd basis pass {pos}/{len} {bar:40} {elapsed}")
+            .expect("valid template"),
+    );
+    let svd = randomized_svd(src, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
     pb.finish_and_clear();
     let (n, d, r) = (src.n_rows as usize, src.n_cols, args.rank);
     let basis_t = Array2::from_shape_fn((d, r), |(j, k)| svd.basis_t[(j, k)] as f32);
