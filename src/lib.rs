@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod error;
 pub mod ingest;
+pub mod model;
 pub mod store;
 pub mod svd;
 pub mod synth;

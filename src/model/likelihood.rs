@@ -1,0 +1,409 @@
+//! The Bernoulli-logistic likelihood and its variational expectation (seed 000, §2.3 and
+//! appendix A): for a label y ∈ {−1, +1} and a Gaussian marginal q(f) = N(m, v),
+//!
+//! E(y, m, v) = E_{f ~ N(m, v)}[ log σ(y f) ],   σ(t) = 1 / (1 + e^{−t}),
+//!
+//! computed by Gauss–Hermite quadrature of order Q, together with ∂E/∂m and ∂E/∂v. The
+//! derivatives are the exact derivatives of the quadrature sum that is returned as the value,
+//! so finite differences of the ELBO agree with the analytic gradient to rounding error
+//! (`docs/likelihood.md` has the derivation, the v → 0 limit and measured errors).
+//!
+//! Pure math: no files, no allocation on the hot path.
+
+use anyhow::{bail, Context, Result};
+use faer::{Mat, Side};
+
+/// The default number of quadrature points used by the trainer.
+pub const DEFAULT_POINTS: usize = 20;
+
+/// Below this variance [`BernoulliLogistic::expect`] computes ∂E/∂v in the Price form
+/// −½ E[σ(f) σ(−f)] instead of differentiating the node positions (which divides by √v and
+/// loses accuracy, then becomes 0/0, as v → 0). At v ≤ 1e-10 the two forms differ by far less
+/// than the rounding error of either (`docs/likelihood.md`).
+pub const VAR_FLOOR: f64 = 1e-10;
+
+/// Gauss–Hermite rule of order q (physicists'): nodes ascending, weights; Σ w = √π.
+///
+/// ∫ e^{−t²} g(t) dt ≈ Σ_j w_j g(t_j), exact for polynomials g of degree ≤ 2q − 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaussHermite {
+    pub nodes: Vec<f64>,
+    pub weights: Vec<f64>,
+}
+
+/// The orthonormal Hermite polynomials p̃_k (∫ e^{−t²} p̃_j p̃_k dt = δ_jk) at `t`:
+/// returns (p̃_q(t), p̃_{q−1}(t), Σ_{k<q} p̃_k(t)²).
+///
+/// Three-term recurrence t p̃_k = √((k+1)/2) p̃_{k+1} + √(k/2) p̃_{k−1}, p̃_0 = π^{−1/4}.
+fn orthonormal_hermite(q: usize, t: f64) -> (f64, f64, f64) {
+    let mut prev = 0.0;
+    let mut cur = std::f64::consts::PI.powf(-0.25);
+    let mut sum_sq = 0.0;
+    for k in 0..q {
+        sum_sq += cur * cur;
+        let kf = k as f64;
+        let next = (t * cur - (0.5 * kf).sqrt() * prev) / (0.5 * (kf + 1.0)).sqrt();
+        prev = cur;
+        cur = next;
+    }
+    (cur, prev, sum_sq)
+}
+
+impl GaussHermite {
+    /// Computes the rule: Golub–Welsch (the eigenvalues of the symmetric tridiagonal Jacobi
+    /// matrix with zero diagonal and off-diagonals √(k/2), k = 1..q−1, by faer's self-adjoint
+    /// eigensolver) for the nodes, each then polished by Newton steps on the orthonormal
+    /// Hermite recurrence; weights from the Christoffel function w_j = 1 / Σ_{k<q} p̃_k(t_j)²
+    /// (a sum of positive terms, so small weights keep full relative accuracy); finally the
+    /// rule is made exactly symmetric. Errors for q == 0, and for q > 370, where the
+    /// outermost weights (about e^{−t²} with t ≈ √(2q)) underflow.
+    pub fn new(q: usize) -> Result<Self> {
+        if q == 0 {
+            bail!("a Gauss–Hermite rule needs at least one point (got q = 0)");
+        }
+        let jacobi = Mat::from_fn(q, q, |i, j| {
+            if i.abs_diff(j) == 1 {
+                (0.5 * i.max(j) as f64).sqrt()
+            } else {
+                0.0
+            }
+        });
+        let mut nodes = jacobi
+            .self_adjoint_eigenvalues(Side::Lower)
+            .ok()
+            .context("eigenvalues of the Gauss–Hermite Jacobi matrix did not converge")?;
+        nodes.sort_by(f64::total_cmp);
+
+        let derivative_scale = (2.0 * q as f64).sqrt(); // p̃_q' = √(2q) p̃_{q−1}
+        let mut weights = Vec::with_capacity(q);
+        for t in &mut nodes {
+            for _ in 0..10 {
+                let (p, p_prev, _) = orthonormal_hermite(q, *t);
+                let step = p / (derivative_scale * p_prev);
+                if !step.is_finite() {
+                    break;
+                }
+                *t -= step;
+                if step.abs() <= 2.0 * f64::EPSILON * t.abs().max(1.0) {
+                    break;
+                }
+            }
+            let (_, _, sum_sq) = orthonormal_hermite(q, *t);
+            weights.push(1.0 / sum_sq);
+        }
+
+        // Exact symmetry: t_{q−1−j} = −t_j, w_{q−1−j} = w_j, and t = 0 in the middle.
+        for j in 0..q / 2 {
+            let k = q - 1 - j;
+            let t = 0.5 * (nodes[k] - nodes[j]);
+            let w = 0.5 * (weights[k] + weights[j]);
+            nodes[j] = -t;
+            nodes[k] = t;
+            weights[j] = w;
+            weights[k] = w;
+        }
+        if q % 2 == 1 {
+            nodes[q / 2] = 0.0;
+        }
+
+        let ascending = nodes.windows(2).all(|p| p[0] < p[1]);
+        let finite = nodes.iter().all(|t| t.is_finite());
+        let positive = weights.iter().all(|w| w.is_finite() && *w > 0.0);
+        if !(ascending && finite && positive) {
+            bail!("the Gauss–Hermite rule of order {q} is not representable in f64");
+        }
+        let total: f64 = weights.iter().sum();
+        let sqrt_pi = std::f64::consts::PI.sqrt();
+        if (total - sqrt_pi).abs() > 1e-12 * sqrt_pi {
+            bail!("Gauss–Hermite rule of order {q}: weights sum to {total}, expected √π");
+        }
+        Ok(Self { nodes, weights })
+    }
+
+    /// The order q (number of nodes).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Never true for a constructed rule (q ≥ 1).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+/// Value and derivatives of E(y, m, v).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Expectation {
+    pub value: f64,
+    pub d_mean: f64,
+    pub d_var: f64,
+}
+
+/// (log σ(z), σ(z), σ(−z)) from one exponential e^{−|z|}.
+#[inline(always)]
+fn node_terms(z: f64) -> (f64, f64, f64) {
+    let e = (-z.abs()).exp();
+    let r = 1.0 / (1.0 + e);
+    let log_sig = z.min(0.0) - e.ln_1p();
+    if z >= 0.0 {
+        (log_sig, r, e * r)
+    } else {
+        (log_sig, e * r, r)
+    }
+}
+
+/// The terms of a symmetric node pair z₊, z₋ given e± = e^{−|z±|}: returns
+/// (log σ(z₊) + log σ(z₋), σ(z₊), σ(−z₊), σ(z₋), σ(−z₋)) with one log1p and one division:
+/// log(1 + e₊) + log(1 + e₋) = log1p(e₊ + e₋ + e₊e₋) (positive terms, so no cancellation)
+/// and 1/(1 + e±) = (1 + e∓) / ((1 + e₊)(1 + e₋)).
+#[inline(always)]
+fn pair_terms(zp: f64, zm: f64, ep: f64, em: f64) -> (f64, f64, f64, f64, f64) {
+    let log_sum = pair_log(zp, zm, ep, em);
+    let inv = 1.0 / ((1.0 + ep) * (1.0 + em));
+    let rp = (1.0 + em) * inv; // 1/(1 + e₊)
+    let rm = (1.0 + ep) * inv; // 1/(1 + e₋)
+    let (sp, snp) = if zp >= 0.0 {
+        (rp, ep * rp)
+    } else {
+        (ep * rp, rp)
+    };
+    let (sm, snm) = if zm >= 0.0 {
+        (rm, em * rm)
+    } else {
+        (em * rm, rm)
+    };
+    (log_sum, sp, snp, sm, snm)
+}
+
+/// log σ(z₊) + log σ(z₋) given e± = e^{−|z±|}: one log1p (as in [`pair_terms`]).
+#[inline(always)]
+fn pair_log(zp: f64, zm: f64, ep: f64, em: f64) -> f64 {
+    zp.min(0.0) + zm.min(0.0) - (ep + em + ep * em).ln_1p()
+}
+
+/// log σ(z) alone: one exponential, one log1p.
+#[inline(always)]
+fn node_log(z: f64) -> f64 {
+    z.min(0.0) - (-z.abs()).exp().ln_1p()
+}
+
+/// E_{f~N(m,v)}[log σ(y f)] by Gauss–Hermite quadrature with precomputed scaled nodes.
+///
+/// The rule is symmetric, so it is stored as pairs ±x_k (x_k = √2 t_k > 0) with weights
+/// u_k = w_k / √π, plus the weight of the node at 0 when Q is odd:
+/// E ≈ u_0 log σ(c) + Σ_k u_k [log σ(c + b x_k) + log σ(c − b x_k)], c = y m, b = y √v.
+#[derive(Debug, Clone)]
+pub struct BernoulliLogistic {
+    rule: GaussHermite,
+    /// √2 t_k for the positive nodes, ascending.
+    half_nodes: Vec<f64>,
+    /// w_k / √π for the positive nodes.
+    half_weights: Vec<f64>,
+    /// w / √π of the node at 0 (odd Q), else 0.
+    centre_weight: f64,
+}
+
+impl BernoulliLogistic {
+    /// The expectation with a `points`-point Gauss–Hermite rule; errors for 0 points.
+    pub fn new(points: usize) -> Result<Self> {
+        let rule = GaussHermite::new(points)?;
+        let inv_sqrt_pi = 1.0 / std::f64::consts::PI.sqrt();
+        let first_positive = points.div_ceil(2);
+        let half_nodes = rule.nodes[first_positive..]
+            .iter()
+            .map(|t| std::f64::consts::SQRT_2 * t)
+            .collect();
+        let half_weights = rule.weights[first_positive..]
+            .iter()
+            .map(|w| w * inv_sqrt_pi)
+            .collect();
+        let centre_weight = if points % 2 == 1 {
+            rule.weights[points / 2] * inv_sqrt_pi
+        } else {
+            0.0
+        };
+        Ok(Self {
+            rule,
+            half_nodes,
+            half_weights,
+            centre_weight,
+        })
+    }
+
+    /// The number of quadrature points Q.
+    pub fn points(&self) -> usize {
+        self.rule.len()
+    }
+
+    /// The underlying Gauss–Hermite rule.
+    pub fn rule(&self) -> &GaussHermite {
+        &self.rule
+    }
+
+    /// E(y, m, v) and its partial derivatives. y must be +1.0 or −1.0; v ≥ 0.
+    ///
+    /// For v > [`VAR_FLOOR`], `d_var` is the exact derivative of the returned quadrature
+    /// value: Σ_j (w_j/√π) y σ(−y f_j) t_j / √(2v), f_j = m + √(2v) t_j. At or below it,
+    /// the Price form −½ Σ_j (w_j/√π) σ(f_j) σ(−f_j) (limit −½ σ(m) σ(−m) at v = 0).
+    /// A NaN input gives a NaN result.
+    #[inline]
+    pub fn expect(&self, y: f64, mean: f64, var: f64) -> Expectation {
+        debug_assert!(y == 1.0 || y == -1.0, "label must be ±1, got {y}");
+        debug_assert!(
+            var >= 0.0 || var.is_nan(),
+            "variance must be ≥ 0, got {var}"
+        );
+        if var.is_nan() {
+            return Expectation {
+                value: f64::NAN,
+                d_mean: f64::NAN,
+                d_var: f64::NAN,
+            };
+        }
+        let c = y * mean;
+        let mut value = 0.0;
+        let mut sum_sig_neg = 0.0; // Σ u σ(−z)
+        let (log_c, sig_c, sig_neg_c) = if self.centre_weight != 0.0 {
+            node_terms(c)
+        } else {
+            (0.0, 0.0, 0.0)
+        };
+        value += self.centre_weight * log_c;
+        sum_sig_neg += self.centre_weight * sig_neg_c;
+
+        let d_var = if var > VAR_FLOOR {
+            let s = var.sqrt();
+            let b = y * s;
+            // Σ u x (σ(−z₊) − σ(−z₋)); the difference is formed from whichever of σ(±z) is
+            // small near the centre (σ(−z₊) − σ(−z₋) = σ(z₋) − σ(z₊)), keeping it accurate
+            // when both values are close to 1.
+            let upper = c >= 0.0;
+            let mut moment = 0.0;
+            for (&x, &u) in self.half_nodes.iter().zip(&self.half_weights) {
+                let (zp, zm) = (c + b * x, c - b * x);
+                let (ep, em) = ((-zp.abs()).exp(), (-zm.abs()).exp());
+                let (log_sum, sp, snp, sm, snm) = pair_terms(zp, zm, ep, em);
+                value += u * log_sum;
+                sum_sig_neg += u * (snp + snm);
+                let diff = if upper { snp - snm } else { sm - sp };
+                moment += u * x * diff;
+            }
+            y * moment / (2.0 * s)
+        } else {
+            let b = y * var.max(0.0).sqrt();
+            let mut curvature = self.centre_weight * sig_c * sig_neg_c;
+            for (&x, &u) in self.half_nodes.iter().zip(&self.half_weights) {
+                let (zp, zm) = (c + b * x, c - b * x);
+                let (ep, em) = ((-zp.abs()).exp(), (-zm.abs()).exp());
+                let (log_sum, sp, snp, sm, snm) = pair_terms(zp, zm, ep, em);
+                value += u * log_sum;
+                sum_sig_neg += u * (snp + snm);
+                curvature += u * (sp * snp + sm * snm);
+            }
+            -0.5 * curvature
+        };
+        Expectation {
+            value,
+            // Σ u = 1 only to rounding: keep |∂E/∂m| ≤ 1 exactly (and NaN as NaN).
+            d_mean: y * if sum_sig_neg > 1.0 { 1.0 } else { sum_sig_neg },
+            d_var,
+        }
+    }
+
+    /// Only the value E(y, m, v) (cheaper; used for the ELBO report). Same sum as
+    /// [`Self::expect`]'s `value`, bit for bit.
+    #[inline]
+    pub fn expect_value(&self, y: f64, mean: f64, var: f64) -> f64 {
+        debug_assert!(y == 1.0 || y == -1.0, "label must be ±1, got {y}");
+        debug_assert!(
+            var >= 0.0 || var.is_nan(),
+            "variance must be ≥ 0, got {var}"
+        );
+        if var.is_nan() {
+            return f64::NAN;
+        }
+        let c = y * mean;
+        let b = y * var.max(0.0).sqrt();
+        let mut value = if self.centre_weight != 0.0 {
+            self.centre_weight * node_log(c)
+        } else {
+            0.0
+        };
+        for (&x, &u) in self.half_nodes.iter().zip(&self.half_weights) {
+            let (zp, zm) = (c + b * x, c - b * x);
+            let (ep, em) = ((-zp.abs()).exp(), (-zm.abs()).exp());
+            value += u * pair_log(zp, zm, ep, em);
+        }
+        value
+    }
+}
+
+/// Numerically stable log σ(t) = −log(1 + e^{−t}) for all t (no overflow for |t| large).
+#[inline]
+pub fn log_sigmoid(t: f64) -> f64 {
+    node_log(t)
+}
+
+/// Numerically stable σ(t) = 1 / (1 + e^{−t}).
+#[inline]
+pub fn sigmoid(t: f64) -> f64 {
+    let e = (-t.abs()).exp();
+    if t >= 0.0 {
+        1.0 / (1.0 + e)
+    } else {
+        e / (1.0 + e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_and_even_rules_store_pairs() {
+        for q in [1, 2, 3, 20, 21] {
+            let lik = BernoulliLogistic::new(q).unwrap();
+            assert_eq!(lik.points(), q);
+            assert_eq!(lik.half_nodes.len(), q / 2);
+            assert_eq!(lik.centre_weight != 0.0, q % 2 == 1);
+            let total = lik.centre_weight + 2.0 * lik.half_weights.iter().sum::<f64>();
+            assert!((total - 1.0).abs() < 1e-14, "q={q}: {total}");
+            assert!(lik.half_nodes.iter().all(|&x| x > 0.0));
+        }
+    }
+
+    #[test]
+    fn pair_terms_consistent() {
+        let zs: [f64; 9] = [-800.0, -30.0, -1.5, -1e-20, 0.0, 1e-20, 2.0, 40.0, 800.0];
+        for zp in zs {
+            for zm in zs {
+                let (ep, em) = ((-zp.abs()).exp(), (-zm.abs()).exp());
+                let (l, sp, snp, sm, snm) = pair_terms(zp, zm, ep, em);
+                assert_eq!(l, pair_log(zp, zm, ep, em));
+                let l_ref = log_sigmoid(zp) + log_sigmoid(zm);
+                assert!(
+                    (l - l_ref).abs() <= 4.0 * f64::EPSILON * l_ref.abs(),
+                    "{zp} {zm}"
+                );
+                for (got, want) in [
+                    (sp, sigmoid(zp)),
+                    (snp, sigmoid(-zp)),
+                    (sm, sigmoid(zm)),
+                    (snm, sigmoid(-zm)),
+                ] {
+                    assert!((got - want).abs() <= 4.0 * f64::EPSILON * want, "{zp} {zm}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn node_terms_consistent() {
+        for z in [-800.0, -30.0, -1.5, -1e-20, 0.0, 1e-20, 2.0, 40.0, 800.0] {
+            let (l, s, sn) = node_terms(z);
+            assert_eq!(l, log_sigmoid(z));
+            assert_eq!(s, sigmoid(z));
+            assert_eq!(sn, sigmoid(-z));
+        }
+    }
+}

@@ -1,0 +1,3 @@
+pub mod kernel;
+pub mod likelihood;
+pub mod variational;
