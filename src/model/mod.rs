@@ -1,3 +1,4 @@
+pub mod elbo;
 pub mod kernel;
 pub mod likelihood;
 pub mod variational;
