@@ -1,4 +1,5 @@
 pub mod elbo;
 pub mod kernel;
 pub mod likelihood;
+pub mod optim;
 pub mod variational;
