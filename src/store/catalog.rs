@@ -187,6 +187,17 @@ pub struct NewDataset {
     pub artifacts: Vec<ArtifactRow>,
 }
 
+fn artifact_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ArtifactRow> {
+    Ok(ArtifactRow {
+        kind: r.get(0)?,
+        path: r.get(1)?,
+        bytes: r.get::<_, i64>(2)? as u64,
+        rows: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+        checksum: r.get(4)?,
+        split: r.get(5)?,
+    })
+}
+
 /// Inserts a run's artifacts and marks the run 'ok' (inside the caller's transaction).
 fn insert_artifacts_and_finish(
     tx: &Transaction<'_>,
@@ -522,18 +533,7 @@ impl Catalog {
                  WHERE stage_run_id = ?1 ORDER BY id",
             )
             .map_err(e)?;
-        let rows = stmt
-            .query_map([run_id], |r| {
-                Ok(ArtifactRow {
-                    kind: r.get(0)?,
-                    path: r.get(1)?,
-                    bytes: r.get::<_, i64>(2)? as u64,
-                    rows: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
-                    checksum: r.get(4)?,
-                    split: r.get(5)?,
-                })
-            })
-            .map_err(e)?;
+        let rows = stmt.query_map([run_id], artifact_from_row).map_err(e)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
     }
 
@@ -653,18 +653,7 @@ impl Catalog {
                  WHERE ?1 IS NULL OR dataset_id = ?1 ORDER BY id",
             )
             .map_err(e)?;
-        let rows = stmt
-            .query_map([dataset_id], |r| {
-                Ok(ArtifactRow {
-                    kind: r.get(0)?,
-                    path: r.get(1)?,
-                    bytes: r.get::<_, i64>(2)? as u64,
-                    rows: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
-                    checksum: r.get(4)?,
-                    split: r.get(5)?,
-                })
-            })
-            .map_err(e)?;
+        let rows = stmt.query_map([dataset_id], artifact_from_row).map_err(e)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
     }
 
