@@ -174,13 +174,9 @@ impl LineSource {
         Ok(Some(terminated))
     }
 
-    /// Reads about `target` bytes of whole lines. Returns None at end of file.
-    pub fn read_block(&mut self, target: usize) -> Result<Option<TextBlock>> {
-        self.read_block_into(target, Vec::new())
-    }
-
-    /// As [`LineSource::read_block`], reusing `buf`'s allocation (a block handed back by a
-    /// consumer), which spares the page faults of fresh memory on every block.
+    /// Reads about `target` bytes of whole lines into `buf` (a block handed back by a
+    /// consumer, so its allocation is reused and spares the page faults of fresh memory).
+    /// Returns None at end of file.
     pub fn read_block_into(
         &mut self,
         target: usize,

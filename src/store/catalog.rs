@@ -256,13 +256,10 @@ fn explain(path: &Path, e: rusqlite::Error) -> anyhow::Error {
 impl Catalog {
     /// Opens (creating if needed) the catalog database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        Self::open_with_timeout(path, DEFAULT_BUSY_TIMEOUT)
-    }
-
-    pub fn open_with_timeout(path: &Path, busy: Duration) -> Result<Self> {
         let conn = Connection::open(path)
             .with_context(|| format!("opening catalog {}", path.display()))?;
-        conn.busy_timeout(busy).map_err(|e| explain(path, e))?;
+        conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)
+            .map_err(|e| explain(path, e))?;
         // WAL lets readers (`pipeline status`) run beside a writer; NORMAL sync is durable
         // at every checkpoint and never corrupts on power loss in WAL mode.
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -376,14 +373,6 @@ impl Catalog {
             .query_map([limit as i64], Self::run_from_row)
             .map_err(|e| explain(&self.path, e))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| explain(&self.path, e))
-    }
-
-    pub fn run(&self, id: i64) -> Result<Option<RunRow>> {
-        let sql = format!("SELECT {} FROM stage_runs WHERE id = ?1", Self::RUN_COLUMNS);
-        self.conn
-            .query_row(&sql, [id], Self::run_from_row)
-            .optional()
             .map_err(|e| explain(&self.path, e))
     }
 
@@ -535,15 +524,6 @@ impl Catalog {
             .map_err(e)?;
         let rows = stmt.query_map([run_id], artifact_from_row).map_err(e)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
-    }
-
-    /// Removes a dataset's rows (its files are the caller's to delete afterwards).
-    pub fn delete_dataset(&self, name: &str) -> Result<bool> {
-        let n = self
-            .conn
-            .execute("DELETE FROM datasets WHERE name = ?1", [name])
-            .map_err(|e| explain(&self.path, e))?;
-        Ok(n > 0)
     }
 
     pub fn dataset(&self, name: &str) -> Result<Option<DatasetRow>> {

@@ -78,10 +78,6 @@ impl CsrChunk {
         self.row_ids.is_empty()
     }
 
-    pub fn nnz(&self) -> usize {
-        self.indices.len()
-    }
-
     /// Approximate heap bytes held, used to size chunks.
     pub fn heap_bytes(&self) -> usize {
         self.row_ids.len() * 8
