@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::ingest::IngestArgs;
 use crate::svd::SvdArgs;
 use crate::synth::SynthArgs;
+use crate::train::{ElboArgs, TrainArgs};
 use crate::workspace::Workspace;
 
 #[derive(Parser, Debug)]
@@ -37,6 +38,10 @@ pub enum Command {
     Ingest(IngestArgs),
     /// Out-of-core truncated SVD of a dataset's training matrix, K_XX̃ and A's initialisation.
     Svd(SvdArgs),
+    /// Fit MLGPF by stochastic variational inference on a dataset's SVD factors.
+    Train(TrainArgs),
+    /// Exact full-data evidence lower bound of a training checkpoint.
+    Elbo(ElboArgs),
     /// Show what the workspace holds: datasets, artifacts, stage runs.
     Status(StatusArgs),
 }
@@ -56,6 +61,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Synth(args) => crate::synth::run(&args),
         Command::Ingest(args) => crate::ingest::run(&cli.workspace, &args).map(|_| ()),
         Command::Svd(args) => crate::svd::run(&cli.workspace, &args).map(|_| ()),
+        Command::Train(args) => crate::train::run(&cli.workspace, &args).map(|_| ()),
+        Command::Elbo(args) => crate::train::elbo(&cli.workspace, &args).map(|_| ()),
         Command::Status(args) => status(&cli.workspace, &args),
     }
 }

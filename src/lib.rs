@@ -11,4 +11,5 @@ pub mod model;
 pub mod store;
 pub mod svd;
 pub mod synth;
+pub mod train;
 pub mod workspace;

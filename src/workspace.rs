@@ -7,7 +7,10 @@
 //!   tmp/run-<id>/            scratch of stage run <id>; never read by other stages
 //!   datasets/<name>.run<id>/ an ingested dataset, published by renaming from tmp/
 //!   svd/<name>-r<R>.run<id>/ basis, singular values, K_XX̃ and A init of one SVD run
+//!   train/<name>-<kernel>.run<id>/ checkpoints of one training run
 //! ```
+//! Training is the one stage that publishes while it runs: each checkpoint is renamed into
+//! its run's directory and registered on its own, so an interrupted run can be resumed.
 //! A stage writes only below its `tmp/run-<id>/`, renames the finished output into place
 //! and then commits the catalog rows. Opening a workspace collects what dead runs left:
 //! their scratch directories and any published directory that no catalog row references.
@@ -20,7 +23,7 @@ use anyhow::{Context, Result};
 use crate::store::catalog::Catalog;
 
 /// Top-level directories that hold published stage outputs.
-const OUTPUT_DIRS: &[&str] = &["datasets", "svd"];
+const OUTPUT_DIRS: &[&str] = &["datasets", "svd", "train"];
 
 pub struct Workspace {
     root: PathBuf,
@@ -119,6 +122,19 @@ impl Workspace {
         let pid = std::process::id();
         let identity = process_identity(pid).unwrap_or_default();
         let id = self.catalog.begin_run(stage, params, pid, &identity)?;
+        self.stage_run(id)
+    }
+
+    /// Takes over an interrupted or failed run (`pipeline train --resume`): it is marked
+    /// running under this process and gets a fresh scratch directory.
+    pub fn resume_run(&self, id: i64) -> Result<StageRun<'_>> {
+        let pid = std::process::id();
+        let identity = process_identity(pid).unwrap_or_default();
+        self.catalog.reopen_run(id, pid, &identity)?;
+        self.stage_run(id)
+    }
+
+    fn stage_run(&self, id: i64) -> Result<StageRun<'_>> {
         let tmp_dir = self.root.join("tmp").join(format!("run-{id}"));
         fs::create_dir_all(&tmp_dir)
             .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
@@ -201,6 +217,12 @@ impl StageRun<'_> {
     pub fn succeeded(mut self) -> Result<()> {
         self.ended = true;
         remove_path(&self.tmp_dir)
+    }
+
+    /// Marks the run 'ok' for stages that registered their outputs as they went (training).
+    pub fn finish_ok(self) -> Result<()> {
+        self.ws.catalog.end_run(self.id, "ok", None)?;
+        self.succeeded()
     }
 
     /// Records the failure with its message and removes the scratch space.

@@ -17,7 +17,9 @@ use serde::Serialize;
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
-const SCHEMA_VERSION: i64 = 1;
+/// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`. Every statement of
+/// [`SCHEMA`] is idempotent, so upgrading runs it again.
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS stage_runs (
@@ -89,6 +91,16 @@ CREATE TABLE IF NOT EXISTS metrics (
     split         TEXT,
     recorded_at   TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS checkpoints (
+    stage_run_id  INTEGER NOT NULL REFERENCES stage_runs(id),
+    step          INTEGER NOT NULL,
+    epoch         INTEGER NOT NULL,
+    path          TEXT NOT NULL UNIQUE,
+    bytes         INTEGER NOT NULL,
+    checksum      TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    PRIMARY KEY (stage_run_id, step)
+);
 "#;
 
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
@@ -143,6 +155,27 @@ pub struct ArtifactRow {
     pub rows: Option<u64>,
     pub checksum: String,
     pub split: Option<String>,
+}
+
+/// One recorded figure of a run (`step` and `split` when they apply).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MetricRow {
+    pub name: String,
+    pub value: f64,
+    pub step: Option<i64>,
+    pub split: Option<String>,
+}
+
+/// A registered training checkpoint.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CheckpointRow {
+    pub run_id: i64,
+    pub step: u64,
+    pub epoch: u64,
+    /// Relative to the workspace.
+    pub path: String,
+    pub bytes: u64,
+    pub checksum: String,
 }
 
 /// A dataset with everything recorded about it.
@@ -637,12 +670,144 @@ impl Catalog {
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
     }
 
+    /// One stage run by id.
+    pub fn run(&self, id: i64) -> Result<Option<RunRow>> {
+        let sql = format!("SELECT {} FROM stage_runs WHERE id = ?1", Self::RUN_COLUMNS);
+        self.conn
+            .query_row(&sql, [id], Self::run_from_row)
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Marks an interrupted or failed run as running again under this process (resume).
+    /// Fails when the run is not resumable, so two processes cannot resume one run.
+    pub fn reopen_run(&self, id: i64, pid: u32, pid_start: &str) -> Result<()> {
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE stage_runs SET status = 'running', ended_at = NULL, error = NULL, \
+                 pid = ?2, pid_start = ?3 WHERE id = ?1 AND status IN ('interrupted', 'failed')",
+                params![id, pid, pid_start],
+            )
+            .map_err(|e| explain(&self.path, e))?;
+        if changed == 0 {
+            let status = self.run(id)?.map(|r| r.status);
+            anyhow::bail!(
+                "run {id} cannot be resumed: {}",
+                match status {
+                    None => "no such run".to_string(),
+                    Some(s) =>
+                        format!("its status is '{s}' (only interrupted or failed runs resume)"),
+                }
+            );
+        }
+        Ok(())
+    }
+
+    /// Records figures of a run in one transaction. A figure with the same run, name, step
+    /// and split replaces the old one, so a resumed run that repeats a step does not
+    /// duplicate it.
+    pub fn record_metrics(&self, run_id: i64, metrics: &[MetricRow]) -> Result<()> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        for m in metrics {
+            tx.execute(
+                "DELETE FROM metrics WHERE stage_run_id = ?1 AND name = ?2 \
+                 AND step IS ?3 AND split IS ?4",
+                params![run_id, m.name, m.step, m.split],
+            )
+            .map_err(e)?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO metrics (stage_run_id, name, value, step, split, recorded_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+                ),
+                params![run_id, m.name, m.value, m.step, m.split],
+            )
+            .map_err(e)?;
+        }
+        tx.commit().map_err(e)
+    }
+
+    /// Figures of a run in the order recorded.
+    pub fn metrics(&self, run_id: i64) -> Result<Vec<MetricRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT name, value, step, split FROM metrics WHERE stage_run_id = ?1 ORDER BY id",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                Ok(MetricRow {
+                    name: r.get(0)?,
+                    value: r.get(1)?,
+                    step: r.get(2)?,
+                    split: r.get(3)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// Registers a checkpoint whose file is complete and in place. Re-registering a step
+    /// (a resumed run writing it again) replaces the row.
+    pub fn commit_checkpoint(&self, c: &CheckpointRow) -> Result<()> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        tx.execute(
+            &format!(
+                "INSERT OR REPLACE INTO checkpoints (stage_run_id, step, epoch, path, bytes, \
+                 checksum, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, {NOW})"
+            ),
+            params![
+                c.run_id,
+                c.step as i64,
+                c.epoch as i64,
+                c.path,
+                c.bytes as i64,
+                c.checksum
+            ],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)
+    }
+
+    /// Checkpoints of a run, by step.
+    pub fn checkpoints(&self, run_id: i64) -> Result<Vec<CheckpointRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints \
+                 WHERE stage_run_id = ?1 ORDER BY step",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                Ok(CheckpointRow {
+                    run_id: r.get(0)?,
+                    step: r.get::<_, i64>(1)? as u64,
+                    epoch: r.get::<_, i64>(2)? as u64,
+                    path: r.get(3)?,
+                    bytes: r.get::<_, i64>(4)? as u64,
+                    checksum: r.get(5)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
     /// Paths (relative to the workspace) that registered rows point to.
     pub fn referenced_paths(&self) -> Result<Vec<String>> {
         let e = |e| explain(&self.path, e);
         let mut stmt = self
             .conn
-            .prepare("SELECT path FROM datasets UNION SELECT path FROM artifacts")
+            .prepare(
+                "SELECT path FROM datasets UNION SELECT path FROM artifacts \
+                 UNION SELECT path FROM checkpoints",
+            )
             .map_err(e)?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(e)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)

@@ -256,6 +256,68 @@ pub fn read_chunk(path: &Path) -> Result<CsrChunk> {
     Ok(chunk)
 }
 
+/// The row ids and positive labels of a chunk, read without its feature columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkLabels {
+    /// Global row ids [n].
+    pub row_ids: Vec<u64>,
+    /// Offsets into `labels` [n + 1].
+    pub offsets: Vec<i32>,
+    /// Label ids, sorted within each row.
+    pub labels: Vec<u32>,
+}
+
+impl ChunkLabels {
+    pub fn len(&self) -> usize {
+        self.row_ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_ids.is_empty()
+    }
+
+    /// Positive labels of the chunk's i-th row.
+    pub fn row(&self, i: usize) -> &[u32] {
+        &self.labels[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+}
+
+/// Reads only the `row_id` and `labels` columns of a chunk (Parquet column projection), so
+/// the trainer's label pass costs a fraction of a full read.
+pub fn read_chunk_labels(path: &Path) -> Result<ChunkLabels> {
+    let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
+    if builder.schema().fields() != chunk_schema().fields() {
+        bail!(
+            "{}: not an fsgp CSR chunk (schema {:?})",
+            path.display(),
+            builder.schema()
+        );
+    }
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), [0, 1]);
+    let mut out = ChunkLabels {
+        offsets: vec![0],
+        ..Default::default()
+    };
+    for batch in builder
+        .with_projection(mask)
+        .with_batch_size(1 << 16)
+        .build()?
+    {
+        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        out.row_ids
+            .extend_from_slice(downcast::<UInt64Array>(&batch, 0)?.values());
+        append_list::<UInt32Array, u32>(
+            downcast::<ListArray>(&batch, 1)?,
+            |a| a.values(),
+            &mut out.offsets,
+            &mut out.labels,
+        )?;
+    }
+    Ok(out)
+}
+
 /// Key-value metadata of a chunk file.
 pub fn read_chunk_metadata(path: &Path) -> Result<Vec<(String, String)>> {
     let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
@@ -389,5 +451,10 @@ mod tests {
         assert!(kv.contains(&("fsgp.format".into(), CHUNK_FORMAT.into())));
         assert!(kv.contains(&("fsgp.split".into(), "train".into())));
         assert_eq!(checksum_file(&path).unwrap(), written);
+        let labels = read_chunk_labels(&path).unwrap();
+        assert_eq!(labels.row_ids, chunk.row_ids);
+        assert_eq!(labels.offsets, chunk.label_offsets);
+        assert_eq!(labels.labels, chunk.labels);
+        assert_eq!(labels.row(0), &[1, 5]);
     }
 }

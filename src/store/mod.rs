@@ -1,5 +1,6 @@
 //! Every on-disk format the pipeline reads or writes, and the catalog that records them.
 
 pub mod catalog;
+pub mod checkpoint;
 pub mod chunks;
 pub mod npy;

@@ -125,6 +125,26 @@ impl NpyMap {
         })
     }
 
+    /// Asks the kernel to start reading the last `len` bytes-from-`offset` range of the
+    /// array's data (offsets counted from the start of the data, after the header), so a
+    /// consumer that will gather rows from that range finds them in the page cache. The
+    /// data sits at the end of the file, which gives its start without parsing the header.
+    pub fn will_need(&self, data_bytes: usize, offset: usize, len: usize) -> Result<()> {
+        let start = self.map.len().checked_sub(data_bytes).with_context(|| {
+            format!(
+                "{}: shorter than its data ({data_bytes} bytes)",
+                self.path.display()
+            )
+        })?;
+        let len = len.min(data_bytes.saturating_sub(offset));
+        if len > 0 {
+            self.map
+                .advise_range(memmap2::Advice::WillNeed, start + offset, len)
+                .with_context(|| format!("madvise on {}", self.path.display()))?;
+        }
+        Ok(())
+    }
+
     pub fn view1<T: WritableElement + ndarray_npy::ViewElement>(
         &self,
     ) -> Result<ArrayView1<'_, T>> {

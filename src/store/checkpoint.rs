@@ -1,0 +1,383 @@
+//! Training checkpoints: one zstd Parquet file holding every parameter tensor, Adam's state,
+//! the position in the data stream and the run configuration (`docs/formats.md`,
+//! "Checkpoints").
+//!
+//! Schema: one row per tensor.
+//!
+//! | column | type      | meaning                                           |
+//! |--------|-----------|---------------------------------------------------|
+//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v` |
+//! | rows   | u64       | first dimension                                   |
+//! | cols   | u64       | second dimension                                  |
+//! | values | list<f64> | the entries in row-major (C) order                |
+//!
+//! Key-value metadata carries the counters (`fsgp.step`, `fsgp.epoch`, …) and the
+//! configuration as JSON. The bytes depend only on their content, never on time or run id,
+//! so two runs with the same seed write bitwise-identical checkpoints.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, ensure, Context, Result};
+use arrow::array::{Array, Float64Array, ListArray, RecordBatch, StringArray, UInt64Array};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use faer::Mat;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use super::chunks::{checksum_file, WrittenFile};
+use crate::model::elbo::Params;
+use crate::model::kernel::KernelParams;
+use crate::model::optim::AdamState;
+
+/// Value of `fsgp.format` in every checkpoint.
+pub const CHECKPOINT_FORMAT: &str = "fsgp-checkpoint/1";
+
+/// Where the trainer stands in its data stream and its running epoch figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrainState {
+    /// Optimiser steps taken.
+    pub step: u64,
+    /// Epoch the next minibatch belongs to (0-based).
+    pub epoch: u64,
+    /// Minibatches of that epoch already consumed.
+    pub batch_in_epoch: u64,
+    /// Σ of the minibatch bounds of the current epoch so far (for its mean at epoch end).
+    pub epoch_elbo_sum: f64,
+}
+
+/// Everything a run needs to continue bit for bit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub params: Params,
+    pub adam: AdamState,
+    pub state: TrainState,
+    /// The run's configuration (canonical JSON, no run-specific values).
+    pub config: serde_json::Value,
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("rows", DataType::UInt64, false),
+        Field::new("cols", DataType::UInt64, false),
+        Field::new(
+            "values",
+            DataType::List(Arc::new(Field::new("item", DataType::Float64, false))),
+            false,
+        ),
+    ]))
+}
+
+/// A named tensor in row-major order.
+struct Tensor {
+    name: &'static str,
+    rows: usize,
+    cols: usize,
+    values: Vec<f64>,
+}
+
+fn row_major(name: &'static str, m: &Mat<f64>) -> Tensor {
+    let (rows, cols) = (m.nrows(), m.ncols());
+    let mut values = Vec::with_capacity(rows * cols);
+    for i in 0..rows {
+        for j in 0..cols {
+            values.push(m[(i, j)]);
+        }
+    }
+    Tensor {
+        name,
+        rows,
+        cols,
+        values,
+    }
+}
+
+fn tensors(c: &Checkpoint) -> Vec<Tensor> {
+    let p = &c.params;
+    let vector = |name, v: &[f64]| Tensor {
+        name,
+        rows: 1,
+        cols: v.len(),
+        values: v.to_vec(),
+    };
+    vec![
+        row_major("A", &p.a),
+        row_major("mu", &p.mu),
+        row_major("rho", &p.rho),
+        row_major("phi", &p.phi),
+        vector("bias", &p.bias),
+        vector("kernel", &[p.kernel.log_sf2, p.kernel.log_ell]),
+        vector("adam_m", &c.adam.m),
+        vector("adam_v", &c.adam.v),
+    ]
+}
+
+fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
+    let s = &c.state;
+    // `{:?}` prints the shortest decimal that parses back to the same f64.
+    [
+        ("fsgp.format", CHECKPOINT_FORMAT.to_string()),
+        ("fsgp.step", s.step.to_string()),
+        ("fsgp.epoch", s.epoch.to_string()),
+        ("fsgp.batch_in_epoch", s.batch_in_epoch.to_string()),
+        ("fsgp.epoch_elbo_sum", format!("{:?}", s.epoch_elbo_sum)),
+        ("fsgp.adam_t", c.adam.t.to_string()),
+        ("fsgp.config", c.config.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| KeyValue::new(k.to_string(), v))
+    .collect()
+}
+
+/// Writes a checkpoint to `path` (fsynced) and returns its size and checksum. Callers write
+/// to a temporary name and rename.
+pub fn write_checkpoint(path: &Path, c: &Checkpoint) -> Result<WrittenFile> {
+    let tensors = tensors(c);
+    let names = StringArray::from_iter_values(tensors.iter().map(|t| t.name));
+    let rows = UInt64Array::from_iter_values(tensors.iter().map(|t| t.rows as u64));
+    let cols = UInt64Array::from_iter_values(tensors.iter().map(|t| t.cols as u64));
+    let lengths = tensors.iter().map(|t| t.values.len());
+    let flat: Vec<f64> = tensors
+        .iter()
+        .flat_map(|t| t.values.iter().copied())
+        .collect();
+    let values = ListArray::new(
+        Arc::new(Field::new("item", DataType::Float64, false)),
+        OffsetBuffer::from_lengths(lengths),
+        Arc::new(Float64Array::from(flat)),
+        None,
+    );
+    let batch = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(names),
+            Arc::new(rows),
+            Arc::new(cols),
+            Arc::new(values),
+        ],
+    )?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_key_value_metadata(Some(metadata(c)))
+        .build();
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut writer = ArrowWriter::try_new(file, schema(), Some(props))?;
+    writer.write(&batch)?;
+    let file = writer.into_inner()?;
+    file.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    drop(file);
+    checksum_file(path)
+}
+
+fn kv<'a>(meta: &'a [(String, String)], key: &str, path: &Path) -> Result<&'a str> {
+    meta.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .with_context(|| format!("{}: checkpoint metadata lacks {key}", path.display()))
+}
+
+fn parse_kv<T: std::str::FromStr>(meta: &[(String, String)], key: &str, path: &Path) -> Result<T> {
+    let v = kv(meta, key, path)?;
+    v.parse()
+        .ok()
+        .with_context(|| format!("{}: bad value {v:?} for {key}", path.display()))
+}
+
+/// Reads a checkpoint written by [`write_checkpoint`], checking every shape.
+pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
+    let file =
+        File::open(path).with_context(|| format!("opening checkpoint {}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
+    let meta: Vec<(String, String)> = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .map(|kv| {
+            kv.iter()
+                .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let format = kv(&meta, "fsgp.format", path)?;
+    ensure!(
+        format == CHECKPOINT_FORMAT,
+        "{}: format {format:?}, expected {CHECKPOINT_FORMAT:?}",
+        path.display()
+    );
+    let mut found: Vec<(String, usize, usize, Vec<f64>)> = Vec::new();
+    for batch in builder.build()? {
+        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        let col = |i: usize| batch.column(i).as_any();
+        let (Some(names), Some(rows), Some(cols), Some(values)) = (
+            col(0).downcast_ref::<StringArray>(),
+            col(1).downcast_ref::<UInt64Array>(),
+            col(2).downcast_ref::<UInt64Array>(),
+            col(3).downcast_ref::<ListArray>(),
+        ) else {
+            bail!("{}: not an fsgp checkpoint (schema)", path.display());
+        };
+        for i in 0..batch.num_rows() {
+            let v = values.value(i);
+            let v = v
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .with_context(|| format!("{}: values are not f64", path.display()))?;
+            let (r, c) = (rows.value(i) as usize, cols.value(i) as usize);
+            ensure!(
+                v.len() == r * c,
+                "{}: tensor {} holds {} values, expected {r}×{c}",
+                path.display(),
+                names.value(i),
+                v.len()
+            );
+            found.push((names.value(i).to_string(), r, c, v.values().to_vec()));
+        }
+    }
+    let take = |name: &str| -> Result<(usize, usize, Vec<f64>)> {
+        found
+            .iter()
+            .find(|t| t.0 == name)
+            .map(|t| (t.1, t.2, t.3.clone()))
+            .with_context(|| format!("{}: checkpoint lacks tensor {name}", path.display()))
+    };
+    let mat = |name: &str| -> Result<Mat<f64>> {
+        let (r, c, v) = take(name)?;
+        Ok(Mat::from_fn(r, c, |i, j| v[i * c + j]))
+    };
+    let vector = |name: &str| -> Result<Vec<f64>> { Ok(take(name)?.2) };
+    let kernel = vector("kernel")?;
+    ensure!(
+        kernel.len() == 2,
+        "{}: kernel tensor must hold 2 values",
+        path.display()
+    );
+    let params = Params {
+        a: mat("A")?,
+        mu: mat("mu")?,
+        rho: mat("rho")?,
+        phi: mat("phi")?,
+        bias: vector("bias")?,
+        kernel: KernelParams {
+            log_sf2: kernel[0],
+            log_ell: kernel[1],
+        },
+    };
+    let (m, p) = (params.mu.nrows(), params.mu.ncols());
+    ensure!(
+        params.a.nrows() == m
+            && params.rho.nrows() == m
+            && params.rho.ncols() == p
+            && params.phi.ncols() == p
+            && params.bias.len() == params.phi.nrows(),
+        "{}: parameter shapes disagree",
+        path.display()
+    );
+    let adam = AdamState {
+        m: vector("adam_m")?,
+        v: vector("adam_v")?,
+        t: parse_kv(&meta, "fsgp.adam_t", path)?,
+    };
+    let n = crate::model::elbo::flat_len(&params);
+    ensure!(
+        adam.m.len() == n && adam.v.len() == n,
+        "{}: Adam state length differs from the parameters ({n})",
+        path.display()
+    );
+    Ok(Checkpoint {
+        params,
+        adam,
+        state: TrainState {
+            step: parse_kv(&meta, "fsgp.step", path)?,
+            epoch: parse_kv(&meta, "fsgp.epoch", path)?,
+            batch_in_epoch: parse_kv(&meta, "fsgp.batch_in_epoch", path)?,
+            epoch_elbo_sum: parse_kv(&meta, "fsgp.epoch_elbo_sum", path)?,
+        },
+        config: serde_json::from_str(kv(&meta, "fsgp.config", path)?)
+            .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        let f = |r: usize, c: usize, s: f64| {
+            Mat::from_fn(r, c, |i, j| s * (i as f64 - j as f64 * 0.37).sin())
+        };
+        let params = Params {
+            a: f(4, 3, 1.0),
+            mu: f(4, 2, 1e-3),
+            rho: f(4, 2, -2.0),
+            phi: f(5, 2, 0.7),
+            bias: vec![-1.0, f64::MIN_POSITIVE, 3.5, -0.0, 1e300],
+            kernel: KernelParams {
+                log_sf2: 0.1,
+                log_ell: -1.0 / 3.0,
+            },
+        };
+        let mut adam = AdamState::new(&params);
+        for (i, x) in adam.m.iter_mut().enumerate() {
+            *x = (i as f64).sqrt() / 7.0;
+        }
+        adam.t = 17;
+        Checkpoint {
+            params,
+            adam,
+            state: TrainState {
+                step: 17,
+                epoch: 2,
+                batch_in_epoch: 3,
+                epoch_elbo_sum: -12345.678901234567,
+            },
+            config: serde_json::json!({"kernel": "linear", "seed": 5}),
+        }
+    }
+
+    #[test]
+    fn checkpoint_round_trips_bit_for_bit_and_deterministically() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p1, p2) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+        let c = sample();
+        let w1 = write_checkpoint(&p1, &c).unwrap();
+        let w2 = write_checkpoint(&p2, &c).unwrap();
+        assert_eq!(w1, w2, "same content must give the same bytes");
+        let back = read_checkpoint(&p1).unwrap();
+        let bits = |p: &Params| {
+            let mut q = p.clone();
+            let n = crate::model::elbo::flat_len(p);
+            (0..n)
+                .map(|i| crate::model::elbo::flat_entry(&mut q, i).1.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&back.params), bits(&c.params));
+        assert_eq!(back.adam, c.adam);
+        assert_eq!(
+            back.state.epoch_elbo_sum.to_bits(),
+            c.state.epoch_elbo_sum.to_bits()
+        );
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn rejects_foreign_and_damaged_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        write_checkpoint(&path, &sample()).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        bytes.truncate(n - 9);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(read_checkpoint(&path).is_err());
+    }
+}

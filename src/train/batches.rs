@@ -1,0 +1,452 @@
+//! Minibatches streamed from disk: a producer thread gathers rows of the memory-mapped
+//! K_XX̃ (`kxx.npy`), their squared norms and their positive labels (Parquet chunks) into a
+//! bounded queue that the trainer consumes.
+//!
+//! Epoch order (seeded, reproducible): the chunks are permuted, consecutive chunks of that
+//! order form groups of `window` chunks, and the rows of each group are shuffled and cut
+//! into minibatches of B rows (the last minibatch of a group may be smaller). Reads stay
+//! sequential at the scale of a group: before a group is used its K_XX̃ rows are announced
+//! to the kernel (`madvise(WILLNEED)`), as are the next group's, so the disk streams while
+//! the trainer computes. Memory: the queue's minibatches plus one group's labels, whatever
+//! N is; the K_XX̃ rows live in the page cache, not in the process.
+//!
+//! Every random choice derives from (seed, epoch, group) through [`stream_seed`], so a
+//! resumed run can skip to any minibatch without replaying the random stream.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use crossbeam_channel::{bounded, Receiver};
+use faer::Mat;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::store::chunks::{read_chunk_labels, ChunkLabels};
+use crate::store::npy::NpyMap;
+
+/// Stream tags of [`stream_seed`], one per use of randomness.
+pub mod streams {
+    pub const CHUNK_ORDER: u64 = 1;
+    pub const ROW_SHUFFLE: u64 = 2;
+    pub const NEGATIVES: u64 = 3;
+    pub const INIT: u64 = 4;
+}
+
+/// A 64-bit seed for one independent random stream: xxh3 of (seed, tag, indices…).
+pub fn stream_seed(seed: u64, tag: u64, indices: &[u64]) -> u64 {
+    let mut bytes = Vec::with_capacity(8 * (2 + indices.len()));
+    for v in [seed, tag].iter().chain(indices) {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// One chunk file of the training split and the rows it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkSpan {
+    pub path: PathBuf,
+    pub first_row: u64,
+    pub n_rows: u64,
+}
+
+/// How an epoch visits the rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Permuted chunks, rows shuffled within groups of `window` chunks.
+    Shuffled { seed: u64, window: usize },
+    /// File order (for full passes such as the exact bound).
+    Sequential,
+}
+
+/// The deterministic schedule of minibatches.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    pub chunks: Vec<ChunkSpan>,
+    pub batch: usize,
+    pub order: Order,
+}
+
+impl Planner {
+    /// Groups of chunk indices, in the order epoch `epoch` visits them.
+    pub fn groups(&self, epoch: u64) -> Vec<Vec<usize>> {
+        let mut order: Vec<usize> = (0..self.chunks.len()).collect();
+        match self.order {
+            Order::Sequential => order.into_iter().map(|c| vec![c]).collect(),
+            Order::Shuffled { seed, window } => {
+                let mut rng =
+                    ChaCha8Rng::seed_from_u64(stream_seed(seed, streams::CHUNK_ORDER, &[epoch]));
+                order.shuffle(&mut rng);
+                order.chunks(window.max(1)).map(<[usize]>::to_vec).collect()
+            }
+        }
+    }
+
+    fn group_len(&self, group: &[usize]) -> u64 {
+        group.iter().map(|&c| self.chunks[c].n_rows).sum()
+    }
+
+    fn batches_of(&self, rows: u64) -> u64 {
+        rows.div_ceil(self.batch as u64)
+    }
+
+    /// Minibatches in epoch `epoch`.
+    pub fn batches_in_epoch(&self, epoch: u64) -> u64 {
+        self.groups(epoch)
+            .iter()
+            .map(|g| self.batches_of(self.group_len(g)))
+            .sum()
+    }
+
+    /// Global row ids of group `g` of epoch `epoch`, in the order they are used.
+    pub fn group_rows(&self, epoch: u64, g: usize, group: &[usize]) -> Vec<u64> {
+        let mut rows: Vec<u64> = group
+            .iter()
+            .flat_map(|&c| {
+                let s = &self.chunks[c];
+                s.first_row..s.first_row + s.n_rows
+            })
+            .collect();
+        if let Order::Shuffled { seed, .. } = self.order {
+            let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(
+                seed,
+                streams::ROW_SHUFFLE,
+                &[epoch, g as u64],
+            ));
+            rows.shuffle(&mut rng);
+        }
+        rows
+    }
+}
+
+/// The training split's stored inputs: K_XX̃ [N×R] and ‖x_i‖² [N], memory-mapped.
+pub struct Source {
+    pub kxx: NpyMap,
+    pub sq_norms: NpyMap,
+    pub n_rows: usize,
+    pub rank: usize,
+}
+
+impl Source {
+    pub fn open(kxx: &std::path::Path, sq_norms: &std::path::Path) -> Result<Self> {
+        let kxx = NpyMap::open(kxx)?;
+        let sq_norms = NpyMap::open(sq_norms)?;
+        let (n_rows, rank) = kxx.view2::<f32>()?.dim();
+        let n_norms = sq_norms.view1::<f32>()?.len();
+        ensure!(
+            n_norms == n_rows,
+            "sq_norms.npy holds {n_norms} rows but kxx.npy holds {n_rows}"
+        );
+        Ok(Source {
+            kxx,
+            sq_norms,
+            n_rows,
+            rank,
+        })
+    }
+
+    /// Announces the K_XX̃ rows of `spans` to the kernel (asynchronous read-ahead).
+    fn will_need(&self, spans: &[&ChunkSpan]) -> Result<()> {
+        let row_bytes = self.rank * 4;
+        for s in spans {
+            self.kxx.will_need(
+                self.n_rows * row_bytes,
+                s.first_row as usize * row_bytes,
+                s.n_rows as usize * row_bytes,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Gathers rows into f64: K_XX̃ rows [B×R] and squared norms [B].
+    pub fn gather(&self, rows: &[u64]) -> Result<(Mat<f64>, Vec<f64>)> {
+        let kxx = self.kxx.view2::<f32>()?;
+        let norms = self.sq_norms.view1::<f32>()?;
+        let mut out = Mat::<f64>::zeros(rows.len(), self.rank);
+        for (i, &r) in rows.iter().enumerate() {
+            let r = r as usize;
+            ensure!(
+                r < self.n_rows,
+                "row {r} outside kxx.npy ({} rows)",
+                self.n_rows
+            );
+            for (j, &v) in kxx.row(r).iter().enumerate() {
+                out[(i, j)] = v as f64;
+            }
+        }
+        let sq = rows.iter().map(|&r| norms[r as usize] as f64).collect();
+        Ok((out, sq))
+    }
+}
+
+/// One minibatch, ready for the model.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub epoch: u64,
+    /// Position of the minibatch within its epoch (0-based).
+    pub index: u64,
+    pub last_in_epoch: bool,
+    /// Global row ids [B].
+    pub rows: Vec<u64>,
+    /// K_XX̃ rows [B×R].
+    pub kxx: Mat<f64>,
+    /// ‖x_i‖² [B].
+    pub sq_norms: Vec<f64>,
+    /// Positive labels of each row, sorted.
+    pub positives: Vec<Vec<u32>>,
+}
+
+/// Where streaming starts and ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub epoch: u64,
+    /// Minibatches of `epoch` to skip (already consumed before a resume).
+    pub skip: u64,
+    /// First epoch not produced.
+    pub end_epoch: u64,
+}
+
+/// Labels of one group's chunks, addressable by global row id.
+struct GroupLabels {
+    chunks: Vec<(u64, ChunkLabels)>,
+}
+
+impl GroupLabels {
+    fn load(planner: &Planner, group: &[usize]) -> Result<Self> {
+        let mut chunks = Vec::with_capacity(group.len());
+        for &c in group {
+            let span = &planner.chunks[c];
+            let labels = read_chunk_labels(&span.path)?;
+            ensure!(
+                labels.len() as u64 == span.n_rows
+                    && labels.row_ids.first().copied().unwrap_or(span.first_row) == span.first_row,
+                "{}: holds {} rows starting at {:?}, the catalog says {} from {}",
+                span.path.display(),
+                labels.len(),
+                labels.row_ids.first(),
+                span.n_rows,
+                span.first_row
+            );
+            chunks.push((span.first_row, labels));
+        }
+        Ok(GroupLabels { chunks })
+    }
+
+    fn positives(&self, row: u64) -> Vec<u32> {
+        for (first, labels) in &self.chunks {
+            if row >= *first && row < first + labels.len() as u64 {
+                return labels.row((row - first) as usize).to_vec();
+            }
+        }
+        unreachable!("row {row} is not in this group")
+    }
+}
+
+/// Produces the minibatches of `span` into `send`; stops early when the receiver is gone.
+fn produce(
+    source: &Source,
+    planner: &Planner,
+    span: Span,
+    send: &crossbeam_channel::Sender<Result<Batch>>,
+) -> Result<()> {
+    for epoch in span.epoch..span.end_epoch {
+        let groups = planner.groups(epoch);
+        let n_batches = planner.batches_in_epoch(epoch);
+        let skip = if epoch == span.epoch { span.skip } else { 0 };
+        let mut index = 0u64;
+        for (g, group) in groups.iter().enumerate() {
+            let in_group = planner.batches_of(planner.group_len(group));
+            if index + in_group <= skip {
+                index += in_group;
+                continue;
+            }
+            let spans: Vec<&ChunkSpan> = groups[g..(g + 2).min(groups.len())]
+                .iter()
+                .flatten()
+                .map(|&c| &planner.chunks[c])
+                .collect();
+            source.will_need(&spans)?;
+            let labels = GroupLabels::load(planner, group)?;
+            let rows = planner.group_rows(epoch, g, group);
+            for batch_rows in rows.chunks(planner.batch) {
+                if index < skip {
+                    index += 1;
+                    continue;
+                }
+                let (kxx, sq_norms) = source.gather(batch_rows)?;
+                let batch = Batch {
+                    epoch,
+                    index,
+                    last_in_epoch: index + 1 == n_batches,
+                    rows: batch_rows.to_vec(),
+                    kxx,
+                    sq_norms,
+                    positives: batch_rows.iter().map(|&r| labels.positives(r)).collect(),
+                };
+                if send.send(Ok(batch)).is_err() {
+                    return Ok(());
+                }
+                index += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The consumer's end of the queue, timing how long it waits.
+pub struct Prefetcher {
+    rx: Option<Receiver<Result<Batch>>>,
+    handle: Option<JoinHandle<()>>,
+    waited: Duration,
+}
+
+impl Prefetcher {
+    /// Starts the producer thread with a queue of `capacity` minibatches.
+    pub fn spawn(source: Arc<Source>, planner: Arc<Planner>, span: Span, capacity: usize) -> Self {
+        let (tx, rx) = bounded(capacity.max(1));
+        let handle = std::thread::Builder::new()
+            .name("fsgp-prefetch".into())
+            .spawn(move || {
+                if let Err(e) = produce(&source, &planner, span, &tx) {
+                    let _ = tx.send(Err(e.context("reading minibatches")));
+                }
+            })
+            .expect("spawning the prefetch thread");
+        Prefetcher {
+            rx: Some(rx),
+            handle: Some(handle),
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// The next minibatch, or None at the end of the span.
+    pub fn next_batch(&mut self) -> Option<Result<Batch>> {
+        let t = Instant::now();
+        let got = self.rx.as_ref()?.recv().ok();
+        self.waited += t.elapsed();
+        got
+    }
+
+    /// Total time spent waiting for the producer.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        // Dropping the receiver makes the producer's next send fail, so it stops.
+        self.rx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Checks that the chunk spans tile rows 0..n without gaps.
+pub fn check_spans(chunks: &[ChunkSpan], n_rows: u64) -> Result<()> {
+    let mut next = 0u64;
+    for c in chunks {
+        ensure!(
+            c.first_row == next,
+            "{}: starts at row {}, expected {next}",
+            c.path.display(),
+            c.first_row
+        );
+        next += c.n_rows;
+    }
+    ensure!(
+        next == n_rows,
+        "the chunks hold {next} rows but K_XX̃ has {n_rows}"
+    );
+    Ok(())
+}
+
+/// Chunk spans from the chunk files in order, each with its row count.
+pub fn spans_from_rows(files: Vec<(PathBuf, u64)>) -> Vec<ChunkSpan> {
+    let mut first = 0u64;
+    files
+        .into_iter()
+        .map(|(path, n)| {
+            let s = ChunkSpan {
+                path,
+                first_row: first,
+                n_rows: n,
+            };
+            first += n;
+            s
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planner(sizes: &[u64], batch: usize, window: usize) -> Planner {
+        let mut first = 0;
+        let chunks = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let s = ChunkSpan {
+                    path: PathBuf::from(format!("c{i}")),
+                    first_row: first,
+                    n_rows: n,
+                };
+                first += n;
+                s
+            })
+            .collect();
+        Planner {
+            chunks,
+            batch,
+            order: Order::Shuffled { seed: 9, window },
+        }
+    }
+
+    #[test]
+    fn every_row_is_visited_once_per_epoch() {
+        let p = planner(&[10, 7, 10, 3], 4, 2);
+        for epoch in 0..3 {
+            let mut seen = Vec::new();
+            let mut batches = 0;
+            for (g, group) in p.groups(epoch).iter().enumerate() {
+                let rows = p.group_rows(epoch, g, group);
+                batches += rows.chunks(4).count() as u64;
+                seen.extend(rows);
+            }
+            assert_eq!(batches, p.batches_in_epoch(epoch));
+            seen.sort_unstable();
+            assert_eq!(seen, (0..30).collect::<Vec<u64>>());
+        }
+    }
+
+    #[test]
+    fn epochs_differ_and_repeat_with_the_seed() {
+        let p = planner(&[50, 50, 50], 8, 1);
+        let order = |e| {
+            p.groups(e)
+                .iter()
+                .enumerate()
+                .flat_map(|(g, grp)| p.group_rows(e, g, grp))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(1), order(1));
+        assert_ne!(order(0), order(1));
+        let q = Planner {
+            order: Order::Sequential,
+            ..p.clone()
+        };
+        let seq: Vec<u64> = q
+            .groups(0)
+            .iter()
+            .enumerate()
+            .flat_map(|(g, grp)| q.group_rows(0, g, grp))
+            .collect();
+        assert_eq!(seq, (0..150).collect::<Vec<u64>>());
+    }
+}

@@ -1,0 +1,144 @@
+//! Initial parameters of a fresh run (`docs/model.md`, "Initialisation").
+
+use anyhow::{ensure, Result};
+use faer::Mat;
+use ndarray::ArrayView2;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+
+use super::batches::{stream_seed, streams};
+use crate::model::elbo::Params;
+use crate::model::kernel::{KernelKind, KernelParams};
+
+/// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
+pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
+
+/// b_k = logit of label k's frequency in the N training rows, clamped to
+/// [1/(2N), 1 − 1/(2N)] so labels never (or always) seen get a finite bias.
+pub fn bias_from_counts(counts: &[u64], n_rows: u64) -> Vec<f64> {
+    let n = n_rows.max(1) as f64;
+    let (lo, hi) = (0.5 / n, 1.0 - 0.5 / n);
+    counts
+        .iter()
+        .map(|&c| {
+            let f = (c as f64 / n).clamp(lo, hi);
+            (f / (1.0 - f)).ln()
+        })
+        .collect()
+}
+
+/// Median of ‖x_i − x_j‖ over pairs among up to `max_rows` rows sampled from K_XX̃, with
+/// ‖x_i − x_j‖² = n_i + n_j − 2 (K_XX̃)_i·(K_XX̃)_j: the same projection the SE kernel uses.
+pub fn median_distance(
+    kxx: ArrayView2<'_, f32>,
+    sq_norms: &[f32],
+    max_rows: usize,
+    seed: u64,
+) -> f64 {
+    let n = kxx.nrows();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let rows: Vec<usize> = if n <= max_rows {
+        (0..n).collect()
+    } else {
+        rand::seq::index::sample(&mut rng, n, max_rows).into_vec()
+    };
+    let mut d = Vec::with_capacity(rows.len() * rows.len().saturating_sub(1) / 2);
+    for (a, &i) in rows.iter().enumerate() {
+        for &j in &rows[a + 1..] {
+            let dot: f64 = kxx
+                .row(i)
+                .iter()
+                .zip(kxx.row(j))
+                .map(|(&x, &y)| x as f64 * y as f64)
+                .sum();
+            let d2 = sq_norms[i] as f64 + sq_norms[j] as f64 - 2.0 * dot;
+            d.push(d2.max(0.0).sqrt());
+        }
+    }
+    if d.is_empty() {
+        return 1.0;
+    }
+    let mid = d.len() / 2;
+    let (_, m, _) = d.select_nth_unstable_by(mid, f64::total_cmp);
+    if *m > 0.0 {
+        *m
+    } else {
+        1.0
+    }
+}
+
+/// Shapes and inputs of the initialisation.
+pub struct InitInputs<'a> {
+    pub kind: KernelKind,
+    /// Rows of `a_init.npy` [≥M × R]; the first M are used.
+    pub a_init: ArrayView2<'a, f32>,
+    pub inducing: usize,
+    pub factors: usize,
+    pub label_counts: &'a [u64],
+    pub n_rows: u64,
+    /// ℓ's initial value (SE only).
+    pub lengthscale: f64,
+    pub seed: u64,
+}
+
+/// A = first M rows of a_init, μ = 0, ρ = softplus⁻¹(1), Φ ~ N(0, 1/P), b = logit of the
+/// label frequencies, σ_f² = 1, ℓ = the median distance (SE).
+pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
+    let (rows, rank) = x.a_init.dim();
+    ensure!(
+        x.inducing >= 1 && x.inducing <= rows,
+        "--inducing {} but the svd run initialised {rows} inducing inputs; rerun \
+         `pipeline svd --inducing {}`",
+        x.inducing,
+        x.inducing
+    );
+    ensure!(x.factors >= 1, "--factors must be at least 1");
+    let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(x.seed, streams::INIT, &[]));
+    let normal = Normal::new(0.0, (1.0 / x.factors as f64).sqrt())?;
+    let k = x.label_counts.len();
+    let phi = Mat::from_fn(k, x.factors, |_, _| normal.sample(&mut rng));
+    // Keep the stream position independent of later additions.
+    let _: u64 = rng.random();
+    Ok(Params {
+        a: Mat::from_fn(x.inducing, rank, |i, j| x.a_init[(i, j)] as f64),
+        mu: Mat::zeros(x.inducing, x.factors),
+        rho: Mat::from_fn(x.inducing, x.factors, |_, _| RHO_INIT),
+        phi,
+        bias: bias_from_counts(x.label_counts, x.n_rows),
+        kernel: KernelParams {
+            log_sf2: 0.0,
+            log_ell: match x.kind {
+                KernelKind::Linear => 0.0,
+                KernelKind::SquaredExponential => x.lengthscale.ln(),
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::variational::sigma_of;
+
+    #[test]
+    fn rho_init_gives_unit_sigma() {
+        assert!((sigma_of(RHO_INIT) - 1.0 - 1e-6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn bias_is_the_clamped_logit() {
+        let b = bias_from_counts(&[0, 5, 10], 10);
+        assert!((b[1] - 0.0).abs() < 1e-15);
+        assert!((b[0] - (0.05f64 / 0.95).ln()).abs() < 1e-12);
+        assert!((b[2] - (0.95f64 / 0.05).ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn median_distance_of_orthonormal_rows() {
+        // Three unit rows along the axes: every pairwise distance is √2.
+        let kxx = ndarray::Array2::from_shape_fn((3, 3), |(i, j)| (i == j) as u8 as f32);
+        let d = median_distance(kxx.view(), &[1.0, 1.0, 1.0], 10, 0);
+        assert!((d - 2f64.sqrt()).abs() < 1e-12);
+    }
+}

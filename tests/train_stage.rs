@@ -1,0 +1,450 @@
+//! `pipeline train` and `pipeline elbo` end to end on a small generated dataset:
+//! bitwise determinism, SIGKILL (and crashes at chosen points) followed by `--resume`
+//! ending bitwise-identical to an uninterrupted run, numerical trouble stopping cleanly,
+//! and the exact bound of `pipeline elbo` against an independent one-batch computation.
+
+mod common;
+use common::*;
+use faer::Mat;
+use fsgp::model::elbo::{evaluate, terms_all};
+use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::likelihood::BernoulliLogistic;
+use fsgp::store::checkpoint::read_checkpoint;
+use fsgp::store::chunks::read_chunk_labels;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Synthesises, ingests (5 chunks) and factorises a toy dataset in `ws`.
+fn prepare(ws: &Path) {
+    let src = ws.join("src");
+    let out = pipeline(
+        ws,
+        &[
+            "synth",
+            "--out",
+            src.to_str().unwrap(),
+            "--rows",
+            "900",
+            "--test-rows",
+            "100",
+            "--features",
+            "60",
+            "--labels",
+            "30",
+            "--seed",
+            "3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = pipeline(
+        ws,
+        &[
+            "ingest",
+            "--name",
+            "toy",
+            "--train",
+            src.join("train.txt").to_str().unwrap(),
+            "--test",
+            src.join("test.txt").to_str().unwrap(),
+            "--chunk-rows",
+            "200",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = pipeline(
+        ws,
+        &[
+            "svd",
+            "--dataset",
+            "toy",
+            "--rank",
+            "8",
+            "--inducing",
+            "16",
+            "--threads",
+            "2",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// 6 epochs of 16 minibatches (chunk groups of 400, 400 and 100 rows; B = 64).
+const TRAIN: &[&str] = &[
+    "train",
+    "--dataset",
+    "toy",
+    "--factors",
+    "3",
+    "--batch",
+    "64",
+    "--epochs",
+    "6",
+    "--checkpoint-every",
+    "7",
+    "--negatives",
+    "5",
+    "--threads",
+    "2",
+    "--seed",
+    "11",
+];
+const STEPS: u64 = 96;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+fn catalog(ws: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap()
+}
+
+/// step → checkpoint bytes, for the registered checkpoints of `run`.
+fn checkpoints(ws: &Path, run: i64) -> BTreeMap<u64, Vec<u8>> {
+    let conn = catalog(ws);
+    let mut stmt = conn
+        .prepare("SELECT step, path FROM checkpoints WHERE stage_run_id = ?1 ORDER BY step")
+        .unwrap();
+    stmt.query_map([run], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .unwrap()
+        .map(|r| {
+            let (step, path) = r.unwrap();
+            (step as u64, std::fs::read(ws.join(path)).unwrap())
+        })
+        .collect()
+}
+
+fn metrics(ws: &Path, run: i64, name: &str) -> Vec<(i64, u64)> {
+    let conn = catalog(ws);
+    let mut stmt = conn
+        .prepare(
+            "SELECT step, value FROM metrics WHERE stage_run_id = ?1 AND name = ?2 ORDER BY step",
+        )
+        .unwrap();
+    stmt.query_map(rusqlite::params![run, name], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)?.to_bits()))
+    })
+    .unwrap()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+fn train_run_id(ws: &Path) -> i64 {
+    catalog(ws)
+        .query_row(
+            "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+fn run_status(ws: &Path, id: i64) -> String {
+    // Opening the workspace (status) marks dead runs interrupted first.
+    let _ = status_json(ws);
+    catalog(ws)
+        .query_row("SELECT status FROM stage_runs WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+/// TRAIN with `overrides` ("--flag", "value" pairs, or a lone "--switch") applied.
+fn train_args<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
+    let mut args: Vec<&str> = TRAIN.to_vec();
+    let mut i = 0;
+    while i < overrides.len() {
+        let flag = overrides[i];
+        let value = overrides.get(i + 1).filter(|v| !v.starts_with("--"));
+        match (args.iter().position(|a| *a == flag), value) {
+            (Some(at), Some(v)) => args[at + 1] = v,
+            (None, Some(v)) => args.extend([flag, v]),
+            (_, None) => args.push(flag),
+        }
+        i += if value.is_some() { 2 } else { 1 };
+    }
+    args
+}
+
+fn train_ok(ws: &Path, overrides: &[&str]) -> i64 {
+    let out = pipeline(ws, &train_args(overrides));
+    assert!(out.status.success(), "{}", stderr(&out));
+    train_run_id(ws)
+}
+
+struct Prepared {
+    _dir: tempfile::TempDir,
+    base: PathBuf,
+}
+
+fn prepared() -> Prepared {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    prepare(&base);
+    Prepared { _dir: dir, base }
+}
+
+impl Prepared {
+    fn copy(&self, name: &str) -> PathBuf {
+        let to = self.base.parent().unwrap().join(name);
+        copy_dir(&self.base, &to);
+        to
+    }
+}
+
+#[test]
+fn same_seed_gives_bitwise_identical_checkpoints_and_resume_matches() {
+    let p = prepared();
+    let (ws_a, ws_b) = (p.copy("a"), p.copy("b"));
+    let t = Instant::now();
+    let run_a = train_ok(&ws_a, &[]);
+    let reference_secs = t.elapsed().as_secs_f64();
+    let run_b = train_ok(&ws_b, &[]);
+    let (ck_a, ck_b) = (checkpoints(&ws_a, run_a), checkpoints(&ws_b, run_b));
+    let steps: Vec<u64> = ck_a.keys().copied().collect();
+    let mut expected: Vec<u64> = (7..=STEPS).step_by(7).collect();
+    expected.push(STEPS);
+    assert_eq!(steps, expected);
+    assert_eq!(
+        ck_a, ck_b,
+        "two runs with one seed must write identical bytes"
+    );
+    assert_eq!(
+        metrics(&ws_a, run_a, "epoch_elbo"),
+        metrics(&ws_b, run_b, "epoch_elbo")
+    );
+    assert_eq!(metrics(&ws_a, run_a, "epoch_elbo").len(), 6);
+
+    // The model learns: the mean minibatch bound of the last epoch beats the first's.
+    let elbo = metrics(&ws_a, run_a, "epoch_elbo");
+    let (first, last) = (f64::from_bits(elbo[0].1), f64::from_bits(elbo[5].1));
+    assert!(last > first, "bound fell from {first} to {last}");
+
+    // A different seed gives different parameters.
+    let ws_c = p.copy("c");
+    let run_c = train_ok(&ws_c, &["--seed", "12"]);
+    assert_ne!(checkpoints(&ws_c, run_c)[&STEPS], ck_a[&STEPS]);
+
+    // A repeated command finds the finished run and does nothing.
+    let again = pipeline(&ws_a, TRAIN);
+    assert!(again.status.success());
+    assert!(
+        stderr(&again).contains("already done"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(train_run_id(&ws_a), run_a);
+
+    // SIGKILL at several moments, then --resume: same bytes as the uninterrupted run.
+    let mut resumed = 0;
+    for (i, frac) in [0.15, 0.3, 0.45, 0.6, 0.75, 0.9].into_iter().enumerate() {
+        let ws = p.copy(&format!("kill{i}"));
+        let mut child = Command::new(pipeline_bin())
+            .arg("--workspace")
+            .arg(&ws)
+            .args(TRAIN)
+            .env_remove("FSGP_WORKSPACE")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs_f64(reference_secs * frac));
+        let finished = child.try_wait().unwrap().is_some();
+        let _ = child.kill(); // SIGKILL
+        child.wait().unwrap();
+        let Ok(id) = catalog(&ws).query_row(
+            "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
+            [],
+            |r| r.get::<_, Option<i64>>(0),
+        ) else {
+            panic!("catalog unreadable after kill");
+        };
+        let Some(id) = id else { continue }; // killed before the run was recorded
+        if finished || run_status(&ws, id) == "ok" {
+            continue;
+        }
+        assert_eq!(run_status(&ws, id), "interrupted");
+        let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
+        assert!(
+            out.status.success(),
+            "resume after kill at {frac}: {}",
+            stderr(&out)
+        );
+        assert_eq!(run_status(&ws, id), "ok");
+        assert_eq!(
+            checkpoints(&ws, id),
+            ck_a,
+            "resumed run (killed at {:.0} % of the run) differs",
+            frac * 100.0
+        );
+        assert_eq!(metrics(&ws, id, "epoch_elbo"), elbo);
+        resumed += 1;
+    }
+    eprintln!("{resumed} of 6 kills landed inside a {reference_secs:.2} s run");
+    assert!(
+        resumed >= 2,
+        "only {resumed} kills landed inside the run ({reference_secs:.2} s)"
+    );
+}
+
+#[test]
+fn crashes_around_a_checkpoint_resume_to_identical_bytes() {
+    let p = prepared();
+    let reference = p.copy("ref");
+    let run_ref = train_ok(&reference, &[]);
+    let expected = checkpoints(&reference, run_ref);
+    for point in [
+        "checkpoint-written:14",
+        "checkpoint-renamed:14",
+        "checkpoint-renamed:96",
+    ] {
+        let ws = p.copy(&point.replace(':', "-"));
+        let out = Command::new(pipeline_bin())
+            .arg("--workspace")
+            .arg(&ws)
+            .args(TRAIN)
+            .env("FSGP_FAILPOINT", point)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{point}: the failpoint did not fire");
+        let id = train_run_id(&ws);
+        assert_eq!(run_status(&ws, id), "interrupted", "{point}");
+        // The checkpoint being written when the process died is not registered.
+        let registered: Vec<u64> = checkpoints(&ws, id).keys().copied().collect();
+        let limit: u64 = point.rsplit(':').next().unwrap().parse().unwrap();
+        assert!(
+            registered.iter().all(|&s| s < limit),
+            "{point}: {registered:?}"
+        );
+        let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
+        assert!(out.status.success(), "{point}: {}", stderr(&out));
+        assert_eq!(checkpoints(&ws, id), expected, "{point}");
+        // No stray files: every checkpoint in the run's directory is registered.
+        let dir = ws.join(format!("train/toy-linear.run{id}"));
+        let files = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(files, expected.len(), "{point}");
+    }
+    // A finished run cannot be resumed.
+    let out = pipeline(&reference, &["train", "--resume", &run_ref.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cannot be resumed"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn exploding_learning_rate_stops_cleanly_keeping_the_last_checkpoint() {
+    let p = prepared();
+    let ws = p.copy("nan");
+    let out = pipeline(
+        &ws,
+        &train_args(&["--lr", "1e300", "--checkpoint-every", "1"]),
+    );
+    assert!(!out.status.success(), "training with lr 1e300 should fail");
+    let err = stderr(&out);
+    assert!(err.contains("step "), "{err}");
+    let id = train_run_id(&ws);
+    assert_eq!(run_status(&ws, id), "failed");
+    let ck = checkpoints(&ws, id);
+    assert!(!ck.is_empty(), "the last good checkpoint must be kept");
+    // Every kept checkpoint holds finite parameters.
+    let conn = catalog(&ws);
+    let last: String = conn
+        .query_row(
+            "SELECT path FROM checkpoints WHERE stage_run_id = ?1 ORDER BY step DESC LIMIT 1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let c = read_checkpoint(&ws.join(last)).unwrap();
+    let finite =
+        |m: &Mat<f64>| (0..m.nrows()).all(|i| (0..m.ncols()).all(|j| m[(i, j)].is_finite()));
+    assert!(finite(&c.params.a) && finite(&c.params.mu) && finite(&c.params.phi));
+}
+
+#[test]
+fn pipeline_elbo_equals_a_one_batch_computation() {
+    let p = prepared();
+    let ws = p.copy("elbo");
+    let id = train_ok(&ws, &["--no-final-elbo", "--epochs", "2"]);
+    let out = pipeline(
+        &ws,
+        &["elbo", "--run", &id.to_string(), "--checkpoint", "14"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recorded = metrics(&ws, id, "elbo_exact");
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].0, 14);
+    let streamed = f64::from_bits(recorded[0].1);
+
+    // Independent: all 900 rows as one batch, labels read from the chunks directly.
+    let conn = catalog(&ws);
+    let ckpt: String = conn
+        .query_row(
+            "SELECT path FROM checkpoints WHERE stage_run_id = ?1 AND step = 14",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let c = read_checkpoint(&ws.join(ckpt)).unwrap();
+    let art = |kind: &str| -> PathBuf {
+        ws.join(
+            conn.query_row(
+                "SELECT path FROM artifacts WHERE kind = ?1 ORDER BY id DESC LIMIT 1",
+                [kind],
+                |r| r.get::<_, String>(0),
+            )
+            .unwrap(),
+        )
+    };
+    let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(art("kxx")).unwrap();
+    let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(art("sq_norms")).unwrap();
+    let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(art("basis")).unwrap();
+    let mut chunk_paths: Vec<String> = conn
+        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    chunk_paths.sort();
+    let mut positives = Vec::new();
+    for path in chunk_paths {
+        let l = read_chunk_labels(&ws.join(path)).unwrap();
+        for i in 0..l.len() {
+            positives.push(l.row(i).to_vec());
+        }
+    }
+    assert_eq!(positives.len(), 900);
+    let (n, r) = kxx.dim();
+    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
+    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
+    let kt = &basis * basis.transpose();
+    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
+    let x = BasisInputs {
+        kxx_b: kxx.as_ref(),
+        sq_norms: &sq,
+        k_tilde: kt.as_ref(),
+    };
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let terms = terms_all(&positives, 30, 1.0);
+    let direct = evaluate(KernelKind::Linear, &c.params, &x, &terms, &lik)
+        .unwrap()
+        .value;
+    assert!(
+        (streamed - direct).abs() <= 1e-9 * direct.abs(),
+        "streamed {streamed} vs one batch {direct}"
+    );
+}
