@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::ingest::IngestArgs;
+use crate::predict::PredictArgs;
 use crate::svd::SvdArgs;
 use crate::synth::SynthArgs;
 use crate::train::{ElboArgs, TrainArgs};
@@ -42,6 +43,8 @@ pub enum Command {
     Train(TrainArgs),
     /// Exact full-data evidence lower bound of a training checkpoint.
     Elbo(ElboArgs),
+    /// Top-k labels of every row of a split under a training checkpoint (Parquet).
+    Predict(PredictArgs),
     /// Show what the workspace holds: datasets, artifacts, stage runs.
     Status(StatusArgs),
 }
@@ -63,6 +66,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Svd(args) => crate::svd::run(&cli.workspace, &args).map(|_| ()),
         Command::Train(args) => crate::train::run(&cli.workspace, &args).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&cli.workspace, &args).map(|_| ()),
+        Command::Predict(args) => crate::predict::run(&cli.workspace, &args).map(|_| ()),
         Command::Status(args) => status(&cli.workspace, &args),
     }
 }

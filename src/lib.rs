@@ -8,6 +8,7 @@ pub mod cli;
 pub mod error;
 pub mod ingest;
 pub mod model;
+pub mod predict;
 pub mod store;
 pub mod svd;
 pub mod synth;

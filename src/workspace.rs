@@ -8,6 +8,7 @@
 //!   datasets/<name>.run<id>/ an ingested dataset, published by renaming from tmp/
 //!   svd/<name>-r<R>.run<id>/ basis, singular values, K_XX̃ and A init of one SVD run
 //!   train/<name>-<kernel>.run<id>/ checkpoints of one training run
+//!   predictions/<name>-<split>.run<id>/ top-k predictions of one predict run
 //! ```
 //! Training is the one stage that publishes while it runs: each checkpoint is renamed into
 //! its run's directory and registered on its own, so an interrupted run can be resumed.
@@ -23,7 +24,7 @@ use anyhow::{Context, Result};
 use crate::store::catalog::Catalog;
 
 /// Top-level directories that hold published stage outputs.
-const OUTPUT_DIRS: &[&str] = &["datasets", "svd", "train"];
+const OUTPUT_DIRS: &[&str] = &["datasets", "svd", "train", "predictions"];
 
 pub struct Workspace {
     root: PathBuf,

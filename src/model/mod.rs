@@ -2,4 +2,5 @@ pub mod elbo;
 pub mod kernel;
 pub mod likelihood;
 pub mod optim;
+pub mod predictive;
 pub mod variational;

@@ -4,3 +4,4 @@ pub mod catalog;
 pub mod checkpoint;
 pub mod chunks;
 pub mod npy;
+pub mod predictions;

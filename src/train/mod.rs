@@ -264,6 +264,50 @@ fn train_spans(ws: &Workspace, d: &DatasetRow) -> Result<Vec<batches::ChunkSpan>
     Ok(spans)
 }
 
+/// The basis (`basis.npy`, R×D) of an svd run.
+pub fn svd_basis_path(ws: &Workspace, svd_run: i64) -> Result<PathBuf> {
+    Ok(svd_files(ws, svd_run)?.basis)
+}
+
+/// A training run's configuration and one of its checkpoints (the last by default),
+/// verified against the catalog's checksum.
+pub fn load_run_checkpoint(
+    ws: &Workspace,
+    run: i64,
+    step: Option<u64>,
+) -> Result<(TrainConfig, CheckpointRow, Checkpoint)> {
+    let row = ws
+        .catalog
+        .run(run)?
+        .with_context(|| format!("no run {run} in the catalog"))?;
+    ensure!(
+        row.stage == "train",
+        "run {run} is a {} run, not train",
+        row.stage
+    );
+    let config: TrainConfig = serde_json::from_value(row.params.clone())
+        .with_context(|| format!("run {run}: unreadable configuration"))?;
+    let ckpts = ws.catalog.checkpoints(run)?;
+    let ckpt_row = match step {
+        Some(step) => ckpts.iter().find(|c| c.step == step).with_context(|| {
+            format!(
+                "run {run} has no checkpoint at step {step} (it has: {})",
+                ckpts
+                    .iter()
+                    .map(|c| c.step.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?,
+        None => ckpts
+            .last()
+            .with_context(|| format!("run {run} has no checkpoint yet"))?,
+    }
+    .clone();
+    let ckpt = load_checkpoint(ws, &ckpt_row)?;
+    Ok((config, ckpt_row, ckpt))
+}
+
 /// Everything fixed for the duration of a run.
 struct Setup {
     config: TrainConfig,
@@ -375,7 +419,7 @@ impl Setup {
 
 /// K_X̃ = X̃X̃ᵀ [R×R] from `basis.npy` [R×D], accumulated over blocks of columns so the
 /// f64 copy never exceeds a few tens of MiB whatever D is.
-fn basis_gram(path: &Path) -> Result<Mat<f64>> {
+pub fn basis_gram(path: &Path) -> Result<Mat<f64>> {
     let map = NpyMap::open(path)?;
     let basis = map.view2::<f32>()?;
     let (r, d) = basis.dim();
@@ -919,36 +963,7 @@ pub fn elbo(workspace: &Path, args: &ElboArgs) -> Result<f64> {
          data the model was fitted to)",
         args.split
     );
-    let row = ws
-        .catalog
-        .run(args.run)?
-        .with_context(|| format!("no run {} in the catalog", args.run))?;
-    ensure!(
-        row.stage == "train",
-        "run {} is a {} run, not train",
-        args.run,
-        row.stage
-    );
-    let config: TrainConfig = serde_json::from_value(row.params.clone())
-        .with_context(|| format!("run {}: unreadable configuration", args.run))?;
-    let ckpts = ws.catalog.checkpoints(args.run)?;
-    let ckpt_row = match args.checkpoint {
-        Some(step) => ckpts.iter().find(|c| c.step == step).with_context(|| {
-            format!(
-                "run {} has no checkpoint at step {step} (it has: {})",
-                args.run,
-                ckpts
-                    .iter()
-                    .map(|c| c.step.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })?,
-        None => ckpts
-            .last()
-            .with_context(|| format!("run {} has no checkpoint yet", args.run))?,
-    };
-    let ckpt = load_checkpoint(&ws, ckpt_row)?;
+    let (config, ckpt_row, ckpt) = load_run_checkpoint(&ws, args.run, args.checkpoint)?;
     let setup = Setup::open(&ws, config)?;
     let threads = args.threads.unwrap_or(setup.config.threads);
     let pool = thread_pool(threads)?;

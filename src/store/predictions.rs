@@ -1,0 +1,247 @@
+//! Top-k predictions: one zstd Parquet file, one row group per block of rows, written in
+//! row order (`docs/formats.md`, "Predictions").
+//!
+//! | column | type      | meaning                                              |
+//! |--------|-----------|------------------------------------------------------|
+//! | row_id | u64       | row of the split                                     |
+//! | labels | list<u32> | the k best labels, best first (ties: smaller id first) |
+//! | scores | list<f32> | their scores, same order                             |
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{Array, Float32Array, ListArray, RecordBatch, UInt32Array, UInt64Array};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+
+use super::chunks::{checksum_file, WrittenFile};
+
+/// Value of `fsgp.format` in every predictions file.
+pub const PREDICTIONS_FORMAT: &str = "fsgp-predictions/1";
+
+pub fn predictions_schema() -> SchemaRef {
+    let item = |t| Arc::new(Field::new("item", t, false));
+    Arc::new(Schema::new(vec![
+        Field::new("row_id", DataType::UInt64, false),
+        Field::new("labels", DataType::List(item(DataType::UInt32)), false),
+        Field::new("scores", DataType::List(item(DataType::Float32)), false),
+    ]))
+}
+
+/// A block of predicted rows: row i has labels[offsets[i]..offsets[i+1]] (and scores).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PredictionBlock {
+    pub row_ids: Vec<u64>,
+    pub offsets: Vec<i32>,
+    pub labels: Vec<u32>,
+    pub scores: Vec<f32>,
+}
+
+impl PredictionBlock {
+    pub fn new() -> Self {
+        PredictionBlock {
+            offsets: vec![0],
+            ..Default::default()
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.row_ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_ids.is_empty()
+    }
+
+    pub fn push(&mut self, row_id: u64, labels: &[u32], scores: &[f32]) {
+        debug_assert_eq!(labels.len(), scores.len());
+        self.row_ids.push(row_id);
+        self.labels.extend_from_slice(labels);
+        self.scores.extend_from_slice(scores);
+        self.offsets.push(self.labels.len() as i32);
+    }
+
+    /// Labels of the block's i-th row, best first.
+    pub fn labels(&self, i: usize) -> &[u32] {
+        &self.labels[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+
+    pub fn scores(&self, i: usize) -> &[f32] {
+        &self.scores[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+
+    fn to_batch(&self) -> Result<RecordBatch> {
+        let list = |t, values: Arc<dyn Array>| {
+            ListArray::new(
+                Arc::new(Field::new("item", t, false)),
+                OffsetBuffer::new(self.offsets.clone().into()),
+                values,
+                None,
+            )
+        };
+        Ok(RecordBatch::try_new(
+            predictions_schema(),
+            vec![
+                Arc::new(UInt64Array::from(self.row_ids.clone())),
+                Arc::new(list(
+                    DataType::UInt32,
+                    Arc::new(UInt32Array::from(self.labels.clone())),
+                )),
+                Arc::new(list(
+                    DataType::Float32,
+                    Arc::new(Float32Array::from(self.scores.clone())),
+                )),
+            ],
+        )?)
+    }
+}
+
+/// Streams blocks into one Parquet file; each block becomes a row group.
+pub struct PredictionWriter {
+    writer: ArrowWriter<File>,
+    path: std::path::PathBuf,
+}
+
+impl PredictionWriter {
+    pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
+        let mut kv = vec![KeyValue::new(
+            "fsgp.format".into(),
+            PREDICTIONS_FORMAT.to_string(),
+        )];
+        kv.extend(
+            metadata
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+        );
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
+            .set_key_value_metadata(Some(kv))
+            .build();
+        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(PredictionWriter {
+            writer: ArrowWriter::try_new(file, predictions_schema(), Some(props))?,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn write(&mut self, block: &PredictionBlock) -> Result<()> {
+        self.writer.write(&block.to_batch()?)?;
+        // One row group per block keeps the writer's buffers bounded by a block.
+        self.writer.flush()?;
+        Ok(())
+    }
+
+    /// Closes and fsyncs the file; returns its size and checksum.
+    pub fn finish(self) -> Result<WrittenFile> {
+        let file = self.writer.into_inner()?;
+        file.sync_all()
+            .with_context(|| format!("syncing {}", self.path.display()))?;
+        drop(file);
+        checksum_file(&self.path)
+    }
+}
+
+/// Reads a predictions file block by block (bounded memory).
+pub struct PredictionReader {
+    inner: ParquetRecordBatchReader,
+    path: std::path::PathBuf,
+}
+
+impl PredictionReader {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
+        if builder.schema().fields() != predictions_schema().fields() {
+            bail!("{}: not an fsgp predictions file", path.display());
+        }
+        Ok(PredictionReader {
+            inner: builder.with_batch_size(1 << 14).build()?,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Iterator for PredictionReader {
+    type Item = Result<PredictionBlock>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = self.inner.next()?;
+        Some((|| {
+            let batch = batch.with_context(|| format!("decoding {}", self.path.display()))?;
+            let col = |i: usize| batch.column(i).as_any();
+            let (Some(rows), Some(labels), Some(scores)) = (
+                col(0).downcast_ref::<UInt64Array>(),
+                col(1).downcast_ref::<ListArray>(),
+                col(2).downcast_ref::<ListArray>(),
+            ) else {
+                bail!("{}: unexpected column types", self.path.display());
+            };
+            let mut block = PredictionBlock::new();
+            let label_values = labels
+                .values()
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .context("labels are not u32")?;
+            let score_values = scores
+                .values()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .context("scores are not f32")?;
+            let (lo, so) = (labels.value_offsets(), scores.value_offsets());
+            for i in 0..batch.num_rows() {
+                let l = &label_values.values()[lo[i] as usize..lo[i + 1] as usize];
+                let s = &score_values.values()[so[i] as usize..so[i + 1] as usize];
+                if l.len() != s.len() {
+                    bail!(
+                        "{}: row {i}: labels and scores differ in length",
+                        self.path.display()
+                    );
+                }
+                block.push(rows.value(i), l, s);
+            }
+            Ok(block)
+        })())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predictions_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.parquet");
+        let mut w =
+            PredictionWriter::create(&path, &[("fsgp.split".into(), "test".into())]).unwrap();
+        let mut a = PredictionBlock::new();
+        a.push(0, &[3, 1], &[0.5, -0.25]);
+        a.push(1, &[], &[]);
+        let mut b = PredictionBlock::new();
+        b.push(2, &[7, 8, 9], &[f32::MAX, 0.0, -1e-30]);
+        w.write(&a).unwrap();
+        w.write(&b).unwrap();
+        w.finish().unwrap();
+        let blocks: Vec<PredictionBlock> = PredictionReader::open(&path)
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect();
+        let mut all = PredictionBlock::new();
+        for blk in &blocks {
+            for i in 0..blk.len() {
+                all.push(blk.row_ids[i], blk.labels(i), blk.scores(i));
+            }
+        }
+        let mut expected = a.clone();
+        expected.push(2, &[7, 8, 9], &[f32::MAX, 0.0, -1e-30]);
+        assert_eq!(all, expected);
+    }
+}
