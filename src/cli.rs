@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+use crate::evaluate::EvaluateArgs;
 use crate::ingest::IngestArgs;
 use crate::predict::PredictArgs;
+use crate::report::ReportArgs;
+use crate::runner::RunArgs;
 use crate::svd::SvdArgs;
 use crate::synth::SynthArgs;
 use crate::train::{ElboArgs, TrainArgs};
@@ -45,6 +48,12 @@ pub enum Command {
     Elbo(ElboArgs),
     /// Top-k labels of every row of a split under a training checkpoint (Parquet).
     Predict(PredictArgs),
+    /// P@k, nDCG@k, PSP@k, PSnDCG@k and coverage@k of predictions against the true labels.
+    Evaluate(EvaluateArgs),
+    /// A whole run from a TOML spec: (synth →) ingest → svd → train → predict → evaluate.
+    Run(RunArgs),
+    /// Charts (PNG, SVG) and a Markdown summary of a training run.
+    Report(ReportArgs),
     /// Show what the workspace holds: datasets, artifacts, stage runs.
     Status(StatusArgs),
 }
@@ -67,6 +76,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => crate::train::run(&cli.workspace, &args).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&cli.workspace, &args).map(|_| ()),
         Command::Predict(args) => crate::predict::run(&cli.workspace, &args).map(|_| ()),
+        Command::Evaluate(args) => crate::evaluate::run(&cli.workspace, &args).map(|_| ()),
+        Command::Run(args) => crate::runner::run(&cli.workspace, &args),
+        Command::Report(args) => crate::report::run(&cli.workspace, &args).map(|_| ()),
         Command::Status(args) => status(&cli.workspace, &args),
     }
 }

@@ -6,9 +6,12 @@
 
 pub mod cli;
 pub mod error;
+pub mod evaluate;
 pub mod ingest;
 pub mod model;
 pub mod predict;
+pub mod report;
+pub mod runner;
 pub mod store;
 pub mod svd;
 pub mod synth;

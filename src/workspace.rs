@@ -19,12 +19,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 
-use crate::store::catalog::Catalog;
+use crate::store::catalog::{Catalog, DatasetRow};
 
 /// Top-level directories that hold published stage outputs.
-const OUTPUT_DIRS: &[&str] = &["datasets", "svd", "train", "predictions"];
+const OUTPUT_DIRS: &[&str] = &["datasets", "svd", "train", "predictions", "evaluations"];
 
 pub struct Workspace {
     root: PathBuf,
@@ -72,6 +72,45 @@ impl Workspace {
     /// Absolute path of a workspace-relative path.
     pub fn resolve(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
+    }
+
+    /// The chunk files of one split of a dataset with their row counts, in chunk order;
+    /// checked against the split's registered chunk and row counts.
+    pub fn split_chunks(&self, d: &DatasetRow, split: &str) -> Result<Vec<(PathBuf, u64)>> {
+        let row = d.split(split).with_context(|| {
+            format!(
+                "dataset '{}' has no split '{split}' (it has: {})",
+                d.name,
+                d.splits
+                    .iter()
+                    .map(|s| s.split.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?;
+        let files = self
+            .catalog
+            .artifacts(Some(d.id))?
+            .into_iter()
+            .filter(|a| a.kind == "chunk" && a.split.as_deref() == Some(split))
+            .map(|a| {
+                let rows = a
+                    .rows
+                    .with_context(|| format!("chunk {} has no row count", a.path))?;
+                Ok((self.resolve(&a.path), rows))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rows: u64 = files.iter().map(|f| f.1).sum();
+        ensure!(
+            files.len() as u64 == row.n_chunks && rows == row.n_rows,
+            "dataset '{}': the catalog lists {} chunks with {rows} rows for split '{split}', \
+             expected {} chunks with {} rows",
+            d.name,
+            files.len(),
+            row.n_chunks,
+            row.n_rows
+        );
+        Ok(files)
     }
 
     /// Marks runs whose process died as 'interrupted' and removes their scratch space and

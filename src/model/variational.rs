@@ -62,7 +62,7 @@ pub struct VariationalGrads {
 }
 
 /// Cholesky of K_Z + diag(σ), retried with growing jitter on the diagonal when it fails.
-fn factorise(
+pub fn factorise(
     k_z: MatRef<'_, f64>,
     sigma: &mut [f64],
 ) -> Result<(faer::linalg::solvers::Llt<f64>, f64)> {

@@ -17,14 +17,15 @@ use ndarray::Array2;
 use rayon::prelude::*;
 use serde_json::json;
 
-use crate::model::kernel::BasisInputs;
-use crate::model::predictive::mean_utilities;
+use crate::model::elbo::Params;
+use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
 use crate::store::catalog::ArtifactRow;
-use crate::store::chunks::read_chunk;
+use crate::store::chunks::{read_chunk, CsrChunk};
 use crate::store::npy::NpyMap;
 use crate::store::predictions::{PredictionBlock, PredictionWriter};
 use crate::svd::kernels::project_chunk;
-use crate::train::{basis_gram, load_run_checkpoint, svd_basis_path, TrainConfig};
+use crate::train::{basis_gram, load_run_checkpoint, svd_basis_path};
 use crate::workspace::Workspace;
 
 /// Arguments of `pipeline predict`.
@@ -44,6 +45,9 @@ pub struct PredictArgs {
     /// Rows scored together (memory: rows × labels f64 scores).
     #[arg(long, default_value_t = 1024)]
     pub block_rows: usize,
+    /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).
+    #[arg(long)]
+    pub probabilities: bool,
     #[arg(long)]
     pub threads: Option<usize>,
 }
@@ -74,19 +78,12 @@ pub fn run(workspace: &Path, args: &PredictArgs) -> Result<PredictOutcome> {
         dataset.name,
         args.run
     );
-    let split = dataset.split(&args.split).with_context(|| {
-        format!(
-            "dataset '{}' has no split '{}' (it has: {})",
-            dataset.name,
-            args.split,
-            dataset
-                .splits
-                .iter()
-                .map(|s| s.split.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })?;
+    let files: Vec<PathBuf> = ws
+        .split_chunks(&dataset, &args.split)?
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
+    let split_rows = dataset.split(&args.split).map_or(0, |s| s.n_rows);
     ensure!(
         args.top_k <= dataset.n_labels as usize,
         "--top-k {} exceeds the {} labels",
@@ -99,6 +96,7 @@ pub fn run(workspace: &Path, args: &PredictArgs) -> Result<PredictOutcome> {
         "checkpoint_checksum": ckpt_row.checksum,
         "split": args.split,
         "top_k": args.top_k,
+        "probabilities": args.probabilities,
     });
     if let Some(done) = ws.catalog.find_ok_run("predict", &params_json)? {
         let art = ws
@@ -118,20 +116,6 @@ pub fn run(workspace: &Path, args: &PredictArgs) -> Result<PredictOutcome> {
             rows: art.rows.unwrap_or(0),
         });
     }
-    let files: Vec<PathBuf> = ws
-        .catalog
-        .artifacts(Some(dataset.id))?
-        .into_iter()
-        .filter(|a| a.kind == "chunk" && a.split.as_deref() == Some(args.split.as_str()))
-        .map(|a| ws.resolve(&a.path))
-        .collect();
-    ensure!(
-        files.len() as u64 == split.n_chunks,
-        "catalog lists {} chunks of split '{}', expected {}",
-        files.len(),
-        args.split,
-        split.n_chunks
-    );
     let basis_path = svd_basis_path(&ws, config.svd_run)?;
     let threads = args.threads.unwrap_or(config.threads);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -151,58 +135,30 @@ pub fn run(workspace: &Path, args: &PredictArgs) -> Result<PredictOutcome> {
             ),
             ("fsgp.top_k".to_string(), args.top_k.to_string()),
         ];
-        let mut writer = PredictionWriter::create(&tmp.join("predictions.parquet"), &metadata)?;
-        let basis_map = NpyMap::open(&basis_path)?;
-        let basis = basis_map.view2::<f32>()?;
-        ensure!(
-            basis.ncols() as u64 == dataset.n_features,
-            "basis has {} columns, the dataset {} features",
-            basis.ncols(),
-            dataset.n_features
-        );
-        let basis_t = basis.t().as_standard_layout().into_owned();
-        let k_tilde = basis_gram(&basis_path)?;
-        let kind = config.kernel.kind();
+        let mut writer = PredictionWriter::create(
+            &tmp.join("predictions.parquet"),
+            &metadata,
+            args.probabilities,
+        )?;
+        let ranker = Ranker::open(
+            &basis_path,
+            dataset.n_features,
+            config.kernel.kind(),
+            &ckpt.params,
+            args.probabilities,
+        )?;
         let started = Instant::now();
         let mut rows = 0u64;
         for path in &files {
             let chunk = read_chunk(path)?;
-            let mut projected = Array2::<f32>::zeros((chunk.len(), basis.nrows()));
-            project_chunk(&chunk, basis_t.view(), projected.view_mut());
-            for start in (0..chunk.len()).step_by(args.block_rows) {
-                let end = (start + args.block_rows).min(chunk.len());
-                let kxx = Mat::from_fn(end - start, basis.nrows(), |i, j| {
-                    projected[(start + i, j)] as f64
-                });
-                let sq: Vec<f64> = chunk.sq_norms[start..end]
-                    .iter()
-                    .map(|&v| v as f64)
-                    .collect();
-                let x = BasisInputs {
-                    kxx_b: kxx.as_ref(),
-                    sq_norms: &sq,
-                    k_tilde: k_tilde.as_ref(),
-                };
-                let scores = mean_utilities(kind, &ckpt.params, &x);
-                let best: Vec<(Vec<u32>, Vec<f32>)> = (0..end - start)
-                    .into_par_iter()
-                    .map(|i| {
-                        let row: Vec<f64> = scores.row(i).iter().copied().collect();
-                        topk::top_k(&row, args.top_k)
-                    })
-                    .collect();
-                let mut block = PredictionBlock::new();
-                for (i, (labels, s)) in best.iter().enumerate() {
-                    block.push(chunk.row_ids[start + i], labels, s);
-                }
+            for (_, block) in ranker.rank_chunk(&chunk, args.top_k, args.block_rows) {
                 writer.write(&block)?;
-                rows += (end - start) as u64;
+                rows += block.len() as u64;
             }
         }
         ensure!(
-            rows == split.n_rows,
-            "predicted {rows} rows, the split holds {}",
-            split.n_rows
+            rows == split_rows,
+            "predicted {rows} rows, the split holds {split_rows}"
         );
         let written = writer.finish()?;
         let secs = started.elapsed().as_secs_f64();
@@ -244,11 +200,127 @@ pub fn run(workspace: &Path, args: &PredictArgs) -> Result<PredictOutcome> {
     })
 }
 
-/// The training configuration of a predict run's model (for callers that follow links).
-pub fn train_config_of(ws: &Workspace, train_run: i64) -> Result<TrainConfig> {
-    let row = ws
-        .catalog
-        .run(train_run)?
-        .with_context(|| format!("no run {train_run}"))?;
-    serde_json::from_value(row.params).with_context(|| format!("run {train_run}: bad config"))
+/// Scores rows of a split under one model and keeps each row's best labels: projection onto
+/// the training basis, predictive moments, partial selection. Shared by `pipeline predict`
+/// and the trainer's held-out evaluation.
+pub struct Ranker<'p> {
+    /// X̃ᵀ [D×R], contiguous for the sparse × dense projection.
+    basis_t: Array2<f32>,
+    /// K_X̃ [R×R].
+    k_tilde: Mat<f64>,
+    kind: KernelKind,
+    params: &'p Params,
+    /// Present when probabilities are wanted (it factorises K_Z + Σ_p once: P·M³/3).
+    predictor: Option<Predictor<'p>>,
+}
+
+impl<'p> Ranker<'p> {
+    /// `basis_path` is the svd run's `basis.npy` [R×D] the model was trained with.
+    pub fn open(
+        basis_path: &Path,
+        n_features: u64,
+        kind: KernelKind,
+        params: &'p Params,
+        probabilities: bool,
+    ) -> Result<Self> {
+        let basis_map = NpyMap::open(basis_path)?;
+        let basis = basis_map.view2::<f32>()?;
+        ensure!(
+            basis.ncols() as u64 == n_features,
+            "{}: basis has {} columns, the dataset {n_features} features",
+            basis_path.display(),
+            basis.ncols()
+        );
+        let k_tilde = basis_gram(basis_path)?;
+        let predictor = if probabilities {
+            let p = Predictor::new(kind, params, k_tilde.as_ref())?;
+            if p.jitter > 0.0 {
+                eprintln!(
+                    "note: K_Z + Σ needed jitter {:.3e} on the diagonal",
+                    p.jitter
+                );
+            }
+            Some(p)
+        } else {
+            None
+        };
+        Ok(Ranker {
+            basis_t: basis.t().as_standard_layout().into_owned(),
+            k_tilde,
+            kind,
+            params,
+            predictor,
+        })
+    }
+
+    /// The top-k labels of every row of `chunk`, in blocks of `block_rows` rows: (first row
+    /// of the block within the chunk, the block's predictions). Uses the current rayon pool.
+    pub fn rank_chunk(
+        &self,
+        chunk: &CsrChunk,
+        top_k: usize,
+        block_rows: usize,
+    ) -> Vec<(usize, PredictionBlock)> {
+        let r = self.basis_t.ncols();
+        let mut projected = Array2::<f32>::zeros((chunk.len(), r));
+        project_chunk(chunk, self.basis_t.view(), projected.view_mut());
+        (0..chunk.len())
+            .step_by(block_rows.max(1))
+            .map(|start| {
+                let end = (start + block_rows).min(chunk.len());
+                let kxx = Mat::from_fn(end - start, r, |i, j| projected[(start + i, j)] as f64);
+                let sq: Vec<f64> = chunk.sq_norms[start..end]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect();
+                let x = BasisInputs {
+                    kxx_b: kxx.as_ref(),
+                    sq_norms: &sq,
+                    k_tilde: self.k_tilde.as_ref(),
+                };
+                (
+                    start,
+                    self.rank_block(&x, &chunk.row_ids[start..end], top_k),
+                )
+            })
+            .collect()
+    }
+
+    /// The top-k labels (and probabilities, if wanted) of the rows of `x`.
+    fn rank_block(&self, x: &BasisInputs<'_>, row_ids: &[u64], top_k: usize) -> PredictionBlock {
+        let (scores, variances) = match &self.predictor {
+            Some(p) => {
+                let (mean, var) = p.mean_and_variance(x);
+                (mean, Some(var))
+            }
+            None => (mean_utilities(self.kind, self.params, x), None),
+        };
+        let best: Vec<(Vec<u32>, Vec<f32>)> = (0..row_ids.len())
+            .into_par_iter()
+            .map(|i| {
+                let row: Vec<f64> = scores.row(i).iter().copied().collect();
+                topk::top_k(&row, top_k)
+            })
+            .collect();
+        let mut block = match variances {
+            Some(_) => PredictionBlock::with_probabilities(),
+            None => PredictionBlock::new(),
+        };
+        for (i, (labels, s)) in best.iter().enumerate() {
+            match &variances {
+                Some(var) => {
+                    let probs: Vec<f32> = labels
+                        .iter()
+                        .map(|&k| {
+                            let k = k as usize;
+                            probit_probability(scores[(i, k)], var[(i, k)]) as f32
+                        })
+                        .collect();
+                    block.push_with_probabilities(row_ids[i], labels, s, &probs);
+                }
+                None => block.push(row_ids[i], labels, s),
+            }
+        }
+        block
+    }
 }

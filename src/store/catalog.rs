@@ -534,13 +534,27 @@ impl Catalog {
 
     /// The newest successful run of `stage` with exactly these parameters.
     pub fn find_ok_run(&self, stage: &str, params: &serde_json::Value) -> Result<Option<RunRow>> {
+        self.find_run_with_status(stage, params, "ok")
+    }
+
+    /// The newest run of `stage` with exactly these parameters and this status.
+    pub fn find_run_with_status(
+        &self,
+        stage: &str,
+        params: &serde_json::Value,
+        status: &str,
+    ) -> Result<Option<RunRow>> {
         let sql = format!(
-            "SELECT {} FROM stage_runs WHERE stage = ?1 AND params = ?2 AND status = 'ok' \
+            "SELECT {} FROM stage_runs WHERE stage = ?1 AND params = ?2 AND status = ?3 \
              ORDER BY id DESC LIMIT 1",
             Self::RUN_COLUMNS
         );
         self.conn
-            .query_row(&sql, params![stage, params.to_string()], Self::run_from_row)
+            .query_row(
+                &sql,
+                params![stage, params.to_string(), status],
+                Self::run_from_row,
+            )
             .optional()
             .map_err(|e| explain(&self.path, e))
     }

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -280,6 +280,21 @@ impl ChunkLabels {
     pub fn row(&self, i: usize) -> &[u32] {
         &self.labels[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
+}
+
+/// How many rows of the given chunks carry each label (`n_labels` slots), reading only the
+/// label columns; a label id ≥ `n_labels` is an error naming the chunk.
+pub fn label_counts(paths: &[PathBuf], n_labels: usize) -> Result<Vec<u64>> {
+    let mut counts = vec![0u64; n_labels];
+    for path in paths {
+        for &l in &read_chunk_labels(path)?.labels {
+            let slot = counts
+                .get_mut(l as usize)
+                .with_context(|| format!("{}: label {l} ≥ L = {n_labels}", path.display()))?;
+            *slot += 1;
+        }
+    }
+    Ok(counts)
 }
 
 /// Reads only the `row_id` and `labels` columns of a chunk (Parquet column projection), so

@@ -6,7 +6,9 @@
 //! | row_id | u64       | row of the split                                     |
 //! | labels | list<u32> | the k best labels, best first (ties: smaller id first) |
 //! | scores | list<f32> | their scores, same order                             |
+//! | probabilities | list<f32> | optional: E_q[σ(f)] of the same labels (`--probabilities`) |
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,22 +28,34 @@ use super::chunks::{checksum_file, WrittenFile};
 /// Value of `fsgp.format` in every predictions file.
 pub const PREDICTIONS_FORMAT: &str = "fsgp-predictions/1";
 
-pub fn predictions_schema() -> SchemaRef {
+/// The schema, with or without the `probabilities` column.
+pub fn predictions_schema(with_probabilities: bool) -> SchemaRef {
     let item = |t| Arc::new(Field::new("item", t, false));
-    Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new("row_id", DataType::UInt64, false),
         Field::new("labels", DataType::List(item(DataType::UInt32)), false),
         Field::new("scores", DataType::List(item(DataType::Float32)), false),
-    ]))
+    ];
+    if with_probabilities {
+        fields.push(Field::new(
+            "probabilities",
+            DataType::List(item(DataType::Float32)),
+            false,
+        ));
+    }
+    Arc::new(Schema::new(fields))
 }
 
-/// A block of predicted rows: row i has labels[offsets[i]..offsets[i+1]] (and scores).
+/// A block of predicted rows: row i has labels[offsets[i]..offsets[i+1]] (and scores, and
+/// probabilities when the block carries them).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PredictionBlock {
     pub row_ids: Vec<u64>,
     pub offsets: Vec<i32>,
     pub labels: Vec<u32>,
     pub scores: Vec<f32>,
+    /// Parallel to `labels` when present.
+    pub probabilities: Option<Vec<f32>>,
 }
 
 impl PredictionBlock {
@@ -50,6 +64,39 @@ impl PredictionBlock {
             offsets: vec![0],
             ..Default::default()
         }
+    }
+
+    /// An empty block whose rows carry probabilities.
+    pub fn with_probabilities() -> Self {
+        PredictionBlock {
+            offsets: vec![0],
+            probabilities: Some(Vec::new()),
+            ..Default::default()
+        }
+    }
+
+    /// Appends a row with probabilities (the block must have been made by
+    /// [`PredictionBlock::with_probabilities`]).
+    pub fn push_with_probabilities(
+        &mut self,
+        row_id: u64,
+        labels: &[u32],
+        scores: &[f32],
+        probabilities: &[f32],
+    ) {
+        debug_assert_eq!(labels.len(), probabilities.len());
+        self.probabilities
+            .as_mut()
+            .expect("block without probabilities")
+            .extend_from_slice(probabilities);
+        self.push(row_id, labels, scores);
+    }
+
+    /// Probabilities of the block's i-th row, when it carries them.
+    pub fn probabilities(&self, i: usize) -> Option<&[f32]> {
+        self.probabilities
+            .as_ref()
+            .map(|p| &p[self.offsets[i] as usize..self.offsets[i + 1] as usize])
     }
 
     pub fn len(&self) -> usize {
@@ -86,19 +133,26 @@ impl PredictionBlock {
                 None,
             )
         };
+        let mut columns: Vec<Arc<dyn Array>> = vec![
+            Arc::new(UInt64Array::from(self.row_ids.clone())),
+            Arc::new(list(
+                DataType::UInt32,
+                Arc::new(UInt32Array::from(self.labels.clone())),
+            )),
+            Arc::new(list(
+                DataType::Float32,
+                Arc::new(Float32Array::from(self.scores.clone())),
+            )),
+        ];
+        if let Some(p) = &self.probabilities {
+            columns.push(Arc::new(list(
+                DataType::Float32,
+                Arc::new(Float32Array::from(p.clone())),
+            )));
+        }
         Ok(RecordBatch::try_new(
-            predictions_schema(),
-            vec![
-                Arc::new(UInt64Array::from(self.row_ids.clone())),
-                Arc::new(list(
-                    DataType::UInt32,
-                    Arc::new(UInt32Array::from(self.labels.clone())),
-                )),
-                Arc::new(list(
-                    DataType::Float32,
-                    Arc::new(Float32Array::from(self.scores.clone())),
-                )),
-            ],
+            predictions_schema(self.probabilities.is_some()),
+            columns,
         )?)
     }
 }
@@ -107,10 +161,16 @@ impl PredictionBlock {
 pub struct PredictionWriter {
     writer: ArrowWriter<File>,
     path: std::path::PathBuf,
+    with_probabilities: bool,
 }
 
 impl PredictionWriter {
-    pub fn create(path: &Path, metadata: &[(String, String)]) -> Result<Self> {
+    /// Every block written must agree with `with_probabilities`.
+    pub fn create(
+        path: &Path,
+        metadata: &[(String, String)],
+        with_probabilities: bool,
+    ) -> Result<Self> {
         let mut kv = vec![KeyValue::new(
             "fsgp.format".into(),
             PREDICTIONS_FORMAT.to_string(),
@@ -126,12 +186,23 @@ impl PredictionWriter {
             .build();
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         Ok(PredictionWriter {
-            writer: ArrowWriter::try_new(file, predictions_schema(), Some(props))?,
+            writer: ArrowWriter::try_new(
+                file,
+                predictions_schema(with_probabilities),
+                Some(props),
+            )?,
             path: path.to_path_buf(),
+            with_probabilities,
         })
     }
 
     pub fn write(&mut self, block: &PredictionBlock) -> Result<()> {
+        if block.probabilities.is_some() != self.with_probabilities {
+            bail!(
+                "{}: block and file disagree on the probabilities column",
+                self.path.display()
+            );
+        }
         self.writer.write(&block.to_batch()?)?;
         // One row group per block keeps the writer's buffers bounded by a block.
         self.writer.flush()?;
@@ -152,6 +223,10 @@ impl PredictionWriter {
 pub struct PredictionReader {
     inner: ParquetRecordBatchReader,
     path: std::path::PathBuf,
+    /// Whether the file has the `probabilities` column.
+    pub with_probabilities: bool,
+    /// The file's key-value metadata (`fsgp.format`, `fsgp.dataset`, `fsgp.split`, ...).
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl PredictionReader {
@@ -159,12 +234,37 @@ impl PredictionReader {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
-        if builder.schema().fields() != predictions_schema().fields() {
-            bail!("{}: not an fsgp predictions file", path.display());
+        let metadata: BTreeMap<String, String> = builder
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .into_iter()
+            .flatten()
+            .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
+            .collect();
+        if metadata.get("fsgp.format").map(String::as_str) != Some(PREDICTIONS_FORMAT) {
+            bail!(
+                "{}: not an fsgp predictions file (fsgp.format is not {PREDICTIONS_FORMAT})",
+                path.display()
+            );
         }
+        let fields = builder.schema().fields().clone();
+        let with_probabilities = if fields == predictions_schema(false).fields().clone() {
+            false
+        } else if fields == predictions_schema(true).fields().clone() {
+            true
+        } else {
+            bail!(
+                "{}: not an fsgp predictions file (expected columns row_id, labels, scores[, \
+                 probabilities])",
+                path.display()
+            );
+        };
         Ok(PredictionReader {
             inner: builder.with_batch_size(1 << 14).build()?,
             path: path.to_path_buf(),
+            with_probabilities,
+            metadata,
         })
     }
 }
@@ -184,7 +284,24 @@ impl Iterator for PredictionReader {
             ) else {
                 bail!("{}: unexpected column types", self.path.display());
             };
-            let mut block = PredictionBlock::new();
+            let probabilities = if self.with_probabilities {
+                let list = col(3)
+                    .downcast_ref::<ListArray>()
+                    .context("probabilities is not a list")?;
+                let values = list
+                    .values()
+                    .as_any()
+                    .downcast_ref::<Float32Array>()
+                    .context("probabilities are not f32")?;
+                Some((list.value_offsets().to_vec(), values.values().to_vec()))
+            } else {
+                None
+            };
+            let mut block = if probabilities.is_some() {
+                PredictionBlock::with_probabilities()
+            } else {
+                PredictionBlock::new()
+            };
             let label_values = labels
                 .values()
                 .as_any()
@@ -205,7 +322,19 @@ impl Iterator for PredictionReader {
                         self.path.display()
                     );
                 }
-                block.push(rows.value(i), l, s);
+                match &probabilities {
+                    Some((po, pv)) => {
+                        let p = &pv[po[i] as usize..po[i + 1] as usize];
+                        if p.len() != l.len() {
+                            bail!(
+                                "{}: row {i}: labels and probabilities differ in length",
+                                self.path.display()
+                            );
+                        }
+                        block.push_with_probabilities(rows.value(i), l, s, p);
+                    }
+                    None => block.push(rows.value(i), l, s),
+                }
             }
             Ok(block)
         })())
@@ -220,8 +349,8 @@ mod tests {
     fn predictions_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.parquet");
-        let mut w =
-            PredictionWriter::create(&path, &[("fsgp.split".into(), "test".into())]).unwrap();
+        let mut w = PredictionWriter::create(&path, &[("fsgp.split".into(), "test".into())], false)
+            .unwrap();
         let mut a = PredictionBlock::new();
         a.push(0, &[3, 1], &[0.5, -0.25]);
         a.push(1, &[], &[]);
@@ -243,5 +372,24 @@ mod tests {
         let mut expected = a.clone();
         expected.push(2, &[7, 8, 9], &[f32::MAX, 0.0, -1e-30]);
         assert_eq!(all, expected);
+    }
+
+    #[test]
+    fn predictions_with_probabilities_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.parquet");
+        let mut w = PredictionWriter::create(&path, &[], true).unwrap();
+        let mut a = PredictionBlock::with_probabilities();
+        a.push_with_probabilities(5, &[2, 0], &[1.5, -0.5], &[0.75, 0.375]);
+        a.push_with_probabilities(6, &[], &[], &[]);
+        assert!(w.write(&PredictionBlock::new()).is_err());
+        w.write(&a).unwrap();
+        w.finish().unwrap();
+        let reader = PredictionReader::open(&path).unwrap();
+        assert!(reader.with_probabilities);
+        assert_eq!(reader.metadata["fsgp.format"], PREDICTIONS_FORMAT);
+        let blocks: Vec<PredictionBlock> = reader.map(|b| b.unwrap()).collect();
+        assert_eq!(blocks, vec![a]);
+        assert_eq!(blocks[0].probabilities(0), Some(&[0.75f32, 0.375][..]));
     }
 }

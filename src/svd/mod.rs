@@ -75,27 +75,12 @@ pub struct SvdOutcome {
 }
 
 fn train_chunk_files(ws: &Workspace, d: &DatasetRow) -> Result<ChunkFiles> {
-    let split = d
-        .split("train")
-        .with_context(|| format!("dataset '{}' has no train split", d.name))?;
-    let files: Vec<PathBuf> = ws
-        .catalog
-        .artifacts(Some(d.id))?
-        .into_iter()
-        .filter(|a| a.kind == "chunk" && a.split.as_deref() == Some("train"))
-        .map(|a| ws.resolve(&a.path))
-        .collect();
-    if files.len() as u64 != split.n_chunks {
-        bail!(
-            "dataset '{}': catalog lists {} train chunks, expected {}",
-            d.name,
-            files.len(),
-            split.n_chunks
-        );
-    }
+    let chunks = ws.split_chunks(d, "train")?;
+    let n_rows = chunks.iter().map(|c| c.1).sum();
+    let files = chunks.into_iter().map(|c| c.0).collect();
     Ok(ChunkFiles {
         files,
-        n_rows: split.n_rows,
+        n_rows,
         n_cols: d.n_features as usize,
     })
 }

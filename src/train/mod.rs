@@ -21,13 +21,15 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::evaluate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
 use crate::model::elbo::{evaluate, flat_entry, flat_len, terms_all, terms_sampled, Params};
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::likelihood::BernoulliLogistic;
 use crate::model::optim::{AdamConfig, AdamState};
+use crate::predict::Ranker;
 use crate::store::catalog::{CheckpointRow, DatasetRow, MetricRow};
 use crate::store::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, TrainState};
-use crate::store::chunks::{checksum_file, read_chunk_labels};
+use crate::store::chunks::{checksum_file, label_counts, read_chunk};
 use crate::store::npy::NpyMap;
 use crate::workspace::{StageRun, Workspace};
 use batches::{
@@ -121,6 +123,10 @@ pub struct TrainArgs {
     /// is taken from that run.
     #[arg(long)]
     pub resume: Option<i64>,
+    /// Start a new run even when an interrupted run with exactly this configuration exists
+    /// (by default that run is resumed).
+    #[arg(long, conflicts_with = "resume")]
+    pub fresh: bool,
     /// Write a checkpoint every this many steps (and always at the end).
     #[arg(long, default_value_t = 500)]
     pub checkpoint_every: u64,
@@ -139,6 +145,92 @@ pub struct TrainArgs {
     /// Skip the exact full-data bound at the end (a full pass over all rows and labels).
     #[arg(long)]
     pub no_final_elbo: bool,
+    /// Every this many epochs (and after the last), rank the rows of --eval-split and
+    /// record P@k, nDCG@k, PSP@k, PSnDCG@k (k ≤ 5) per epoch; 0 = never. It reads the
+    /// parameters only, so the trained numbers do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// The held-out split --eval-every ranks.
+    #[arg(long, default_value = "test")]
+    pub eval_split: String,
+}
+
+/// How a training loop runs, beyond the configuration that fixes its numbers.
+struct LoopOptions {
+    final_elbo: bool,
+    prefetch: usize,
+    held_out: Option<HeldOut>,
+}
+
+impl LoopOptions {
+    fn new(ws: &Workspace, setup: &Setup, args: &TrainArgs) -> Result<Self> {
+        let held_out = if args.eval_every > 0 {
+            Some(HeldOut::open(ws, setup, args)?)
+        } else {
+            None
+        };
+        Ok(LoopOptions {
+            final_elbo: !args.no_final_elbo,
+            prefetch: args.prefetch,
+            held_out,
+        })
+    }
+}
+
+/// The held-out split `--eval-every` ranks, with the inverse propensities of the labels.
+struct HeldOut {
+    every: u64,
+    split: String,
+    files: Vec<PathBuf>,
+    basis: PathBuf,
+    n_features: u64,
+    inv_prop: Arc<[f64]>,
+}
+
+/// Metrics at k = 1..HELD_OUT_K during training.
+const HELD_OUT_K: usize = 5;
+
+impl HeldOut {
+    fn open(ws: &Workspace, setup: &Setup, args: &TrainArgs) -> Result<Self> {
+        let dataset = ws
+            .catalog
+            .dataset(&setup.config.dataset)?
+            .with_context(|| format!("dataset '{}' is gone", setup.config.dataset))?;
+        let files = ws
+            .split_chunks(&dataset, &args.eval_split)?
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
+        let counts = setup.label_counts()?;
+        let inv_prop = PropensityParams::GENERIC.inverse_propensity(&counts, setup.n_rows);
+        Ok(HeldOut {
+            every: args.eval_every,
+            split: args.eval_split.clone(),
+            files,
+            basis: svd_basis_path(ws, setup.config.svd_run)?,
+            n_features: dataset.n_features,
+            inv_prop: inv_prop.into(),
+        })
+    }
+
+    /// Ranks every held-out row under `params` and returns the metrics.
+    fn evaluate(&self, kind: KernelKind, params: &Params) -> Result<Metrics> {
+        let ranker = Ranker::open(&self.basis, self.n_features, kind, params, false)?;
+        let mut acc =
+            MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
+        for path in &self.files {
+            let chunk = read_chunk(path)?;
+            for (start, block) in ranker.rank_chunk(&chunk, HELD_OUT_K, 1024) {
+                for i in 0..block.len() {
+                    let r = start + i;
+                    let truth = &chunk.labels
+                        [chunk.label_offsets[r] as usize..chunk.label_offsets[r + 1] as usize];
+                    acc.add_row(block.labels(i), truth)?;
+                }
+            }
+        }
+        Ok(acc.finish())
+    }
 }
 
 /// Everything that determines a run's numbers: stored in the catalog and in every
@@ -244,23 +336,10 @@ fn newest_svd_run(ws: &Workspace, d: &DatasetRow) -> Result<i64> {
 
 /// Training chunk files of a dataset with their row counts, in chunk order.
 fn train_spans(ws: &Workspace, d: &DatasetRow) -> Result<Vec<batches::ChunkSpan>> {
-    let split = d
-        .split("train")
-        .with_context(|| format!("dataset '{}' has no train split", d.name))?;
-    let files = ws
-        .catalog
-        .artifacts(Some(d.id))?
-        .into_iter()
-        .filter(|a| a.kind == "chunk" && a.split.as_deref() == Some("train"))
-        .map(|a| {
-            let rows = a
-                .rows
-                .with_context(|| format!("chunk {} has no row count", a.path))?;
-            Ok((ws.resolve(&a.path), rows))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let files = ws.split_chunks(d, "train")?;
+    let rows = files.iter().map(|f| f.1).sum();
     let spans = spans_from_rows(files);
-    check_spans(&spans, split.n_rows)?;
+    check_spans(&spans, rows)?;
     Ok(spans)
 }
 
@@ -377,16 +456,8 @@ impl Setup {
 
     /// Counts of every label over the training rows (one pass over the label columns).
     fn label_counts(&self) -> Result<Vec<u64>> {
-        let mut counts = vec![0u64; self.n_labels];
-        for s in &self.spans {
-            for &l in &read_chunk_labels(&s.path)?.labels {
-                let slot = counts.get_mut(l as usize).with_context(|| {
-                    format!("{}: label {l} ≥ L = {}", s.path.display(), self.n_labels)
-                })?;
-                *slot += 1;
-            }
-        }
-        Ok(counts)
+        let paths: Vec<PathBuf> = self.spans.iter().map(|s| s.path.clone()).collect();
+        label_counts(&paths, self.n_labels)
     }
 
     fn initial_params(&self) -> Result<Params> {
@@ -575,6 +646,18 @@ pub fn run(workspace: &Path, args: &TrainArgs) -> Result<TrainOutcome> {
             exact_elbo: None,
         });
     }
+    if !args.fresh {
+        let interrupted =
+            ws.catalog
+                .find_run_with_status("train", &config.to_json(), "interrupted")?;
+        if let Some(prev) = interrupted {
+            eprintln!(
+                "run {} with these parameters was interrupted; resuming it (--fresh starts over)",
+                prev.id
+            );
+            return resume(&ws, prev.id, args);
+        }
+    }
     let setup = Setup::open(&ws, config)?;
     let run = ws.start_run("train", &setup.config.to_json())?;
     let out_rel = run.output_rel(
@@ -595,15 +678,8 @@ pub fn run(workspace: &Path, args: &TrainArgs) -> Result<TrainOutcome> {
             },
             config: setup.config.to_json(),
         };
-        train_loop(
-            &ws,
-            &run,
-            &out_rel,
-            &setup,
-            start,
-            !args.no_final_elbo,
-            args.prefetch,
-        )
+        let opts = LoopOptions::new(&ws, &setup, args)?;
+        train_loop(&ws, &run, &out_rel, &setup, start, &opts)
     })();
     finish(run, result)
 }
@@ -671,15 +747,8 @@ fn resume(ws: &Workspace, id: i64, args: &TrainArgs) -> Result<TrainOutcome> {
                 }
             }
         };
-        train_loop(
-            ws,
-            &run,
-            &out_rel,
-            &setup,
-            start,
-            !args.no_final_elbo,
-            args.prefetch,
-        )
+        let opts = LoopOptions::new(ws, &setup, args)?;
+        train_loop(ws, &run, &out_rel, &setup, start, &opts)
     })();
     finish(run, result)
 }
@@ -704,8 +773,7 @@ fn train_loop(
     out_rel: &str,
     setup: &Setup,
     ckpt: Checkpoint,
-    final_elbo: bool,
-    prefetch: usize,
+    opts: &LoopOptions,
 ) -> Result<TrainOutcome> {
     let cfg = &setup.config;
     let pool = thread_pool(cfg.threads)?;
@@ -726,7 +794,7 @@ fn train_loop(
             skip: state.batch_in_epoch,
             end_epoch: cfg.epochs,
         },
-        prefetch,
+        opts.prefetch,
     );
     let adam_cfg = cfg.adam();
     let scale = setup.n_rows as f64;
@@ -821,6 +889,29 @@ fn train_loop(
                     100.0 * wait_fraction
                 ),
             );
+            if let Some(h) = &opts.held_out {
+                if epoch_no as u64 % h.every == 0 || epoch_no as u64 == cfg.epochs {
+                    let t = Instant::now();
+                    let m = pool.install(|| h.evaluate(setup.kind, &params))?;
+                    ws.catalog.record_metrics(
+                        run.id,
+                        &crate::evaluate::metric_rows(&m, Some(epoch_no), &h.split),
+                    )?;
+                    log(
+                        &pb,
+                        &format!(
+                            "epoch {epoch_no}: '{}' P@1 {:.2} P@3 {:.2} P@5 {:.2} PSP@5 {:.2} \
+                             ({:.1} s)",
+                            h.split,
+                            100.0 * m.p_at[0],
+                            100.0 * m.p_at[2],
+                            100.0 * m.p_at[4],
+                            100.0 * m.psp_at[4],
+                            t.elapsed().as_secs_f64()
+                        ),
+                    );
+                }
+            }
             state.epoch += 1;
             state.batch_in_epoch = 0;
             state.epoch_elbo_sum = 0.0;
@@ -839,7 +930,7 @@ fn train_loop(
     pb.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     let mut figures = vec![metric("train_seconds", secs, Some(state.step as i64))];
-    let exact = if final_elbo {
+    let exact = if opts.final_elbo {
         let t = Instant::now();
         let value = pool.install(|| exact_bound(setup, &params, 4))?;
         eprintln!(

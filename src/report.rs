@@ -1,0 +1,481 @@
+//! `pipeline report --run RUN`: charts (PNG and SVG) of a training run's ELBO per epoch and
+//! of the held-out metrics it recorded per epoch (`pipeline train --eval-every`), and a
+//! Markdown summary of the run (data, parameters, timings, metrics) beside them.
+//!
+//! Everything comes from the catalog; the report is a view, rebuilt on every call and
+//! swapped in whole (written to a scratch directory, then renamed over the old one).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, ensure, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::store::catalog::{MetricRow, RunRow};
+use crate::workspace::Workspace;
+
+/// Arguments of `pipeline report`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Training run.
+    #[arg(long)]
+    pub run: i64,
+    /// Output directory (default: `<workspace>/reports/train-run<RUN>`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Where `pipeline report` put its files.
+#[derive(Debug, Clone)]
+pub struct ReportOutcome {
+    pub dir: PathBuf,
+    pub files: Vec<String>,
+}
+
+/// A named series of (x, y) points.
+type Series = (String, Vec<(f64, f64)>);
+
+/// Files this report writes a chart to, without extension.
+const ELBO_CHART: &str = "elbo";
+const METRICS_CHART: &str = "metrics";
+
+/// Runs `pipeline report`.
+pub fn run(workspace: &Path, args: &ReportArgs) -> Result<ReportOutcome> {
+    let ws = Workspace::open(workspace)?;
+    let train = ws
+        .catalog
+        .run(args.run)?
+        .with_context(|| format!("no run {} in the catalog", args.run))?;
+    ensure!(
+        train.stage == "train",
+        "run {} is a {} run; reports are of training runs",
+        args.run,
+        train.stage
+    );
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| ws.resolve(&format!("reports/train-run{}", train.id)));
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    let name = dir
+        .file_name()
+        .with_context(|| format!("{}: not a directory name", dir.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let staged = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    if staged.exists() {
+        std::fs::remove_dir_all(&staged)?;
+    }
+    std::fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
+    let files = match write_report(&ws, &train, &staged) {
+        Ok(files) => files,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staged);
+            return Err(e);
+        }
+    };
+    // Swap the new report in whole.
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("replacing {}", dir.display()))?;
+    }
+    std::fs::rename(&staged, &dir)
+        .with_context(|| format!("moving the report to {}", dir.display()))?;
+    eprintln!("report of run {} in {}", train.id, dir.display());
+    Ok(ReportOutcome { dir, files })
+}
+
+/// Writes the charts and the summary into `dir`; returns the file names.
+fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String>> {
+    let metrics = ws.catalog.metrics(train.id)?;
+    let font = register_font()?;
+
+    let mut files = Vec::new();
+    let elbo = elbo_series(&metrics);
+    ensure!(
+        !elbo.1.is_empty(),
+        "run {} recorded no epoch yet: nothing to plot",
+        train.id
+    );
+    draw_both(dir, ELBO_CHART, |area| {
+        line_chart(
+            area,
+            font,
+            "Mean minibatch ELBO per epoch",
+            "epoch",
+            "ELBO",
+            std::slice::from_ref(&elbo),
+        )
+    })?;
+    files.extend([format!("{ELBO_CHART}.png"), format!("{ELBO_CHART}.svg")]);
+    let per_epoch = metric_series(&metrics);
+    if !per_epoch.is_empty() {
+        let title = format!("Held-out metrics per epoch ({})", per_epoch_split(&metrics));
+        draw_both(dir, METRICS_CHART, |area| {
+            line_chart(area, font, &title, "epoch", "%", &per_epoch)
+        })?;
+        files.extend([
+            format!("{METRICS_CHART}.png"),
+            format!("{METRICS_CHART}.svg"),
+        ]);
+    }
+    let summary = summary_markdown(ws, train, &metrics, !per_epoch.is_empty())?;
+    std::fs::write(dir.join("README.md"), summary)?;
+    files.push("README.md".into());
+    Ok(files)
+}
+
+/// Registers a TrueType font for the charts' text: `FSGP_FONT` if set, else the first of
+/// a few common system paths. Returns the family name to ask for.
+fn register_font() -> Result<&'static str> {
+    const CANDIDATES: [&str; 4] = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        "/Library/Fonts/Arial.ttf",
+    ];
+    let chosen: Option<PathBuf> = std::env::var_os("FSGP_FONT")
+        .map(PathBuf::from)
+        .or_else(|| CANDIDATES.iter().map(PathBuf::from).find(|p| p.is_file()));
+    let path = chosen.ok_or_else(|| {
+        anyhow!(
+            "no TrueType font found for the charts (looked in {}); set FSGP_FONT=/path/to/font.ttf",
+            CANDIDATES.join(", ")
+        )
+    })?;
+    let bytes = std::fs::read(&path).with_context(|| format!("reading font {}", path.display()))?;
+    // plotters keeps registered fonts for the life of the process.
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    plotters::style::register_font("fsgp", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow!("{}: not a usable TrueType font", path.display()))?;
+    Ok("fsgp")
+}
+
+/// Draws the same chart to `<dir>/<stem>.png` (1000×600) and `<dir>/<stem>.svg`.
+fn draw_both(dir: &Path, stem: &str, draw: impl Fn(&ChartArea) -> Result<()>) -> Result<()> {
+    let size = (1000, 600);
+    let png = dir.join(format!("{stem}.png"));
+    {
+        let root = BitMapBackend::new(&png, size).into_drawing_area();
+        draw(&ChartArea::Bitmap(root.clone()))?;
+        root.present()
+            .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
+    }
+    let svg = dir.join(format!("{stem}.svg"));
+    {
+        let root = SVGBackend::new(&svg, size).into_drawing_area();
+        draw(&ChartArea::Svg(root.clone()))?;
+        root.present()
+            .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
+    }
+    Ok(())
+}
+
+/// A drawing area of either backend.
+enum ChartArea<'a> {
+    Bitmap(DrawingArea<BitMapBackend<'a>, Shift>),
+    Svg(DrawingArea<SVGBackend<'a>, Shift>),
+}
+
+fn line_chart(
+    area: &ChartArea,
+    font: &str,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<()> {
+    match area {
+        ChartArea::Bitmap(a) => plot_lines(a, font, title, x_label, y_label, series),
+        ChartArea::Svg(a) => plot_lines(a, font, title, x_label, y_label, series),
+    }
+}
+
+/// A line chart of `series` with axes fitted to the data, a legend when there are several
+/// series, and every point marked (short runs have few epochs).
+fn plot_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    font: &str,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing {title}: {e:?}");
+    area.fill(&WHITE).map_err(err)?;
+    let points = series.iter().flat_map(|s| s.1.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in points {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let pad = ((y1 - y0).abs() * 0.05).max(1e-9 * y1.abs().max(1.0));
+    let (y0, y1) = (y0 - pad, y1 + pad);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (font, 26))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(96)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .label_style((font, 15))
+        .axis_desc_style((font, 17))
+        .y_label_formatter(&|v| format_tick(*v))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    if series.len() > 1 {
+        chart
+            .configure_series_labels()
+            .label_font((font, 15))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Compact tick labels for values from 0.01 to 10⁹ (ELBOs are large and negative).
+fn format_tick(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e5 {
+        format!("{v:.3e}")
+    } else if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// (epoch, mean minibatch ELBO) in epoch order.
+fn elbo_series(metrics: &[MetricRow]) -> Series {
+    let mut pts: Vec<(f64, f64)> = metrics
+        .iter()
+        .filter(|m| m.name == "epoch_elbo")
+        .filter_map(|m| Some((m.step? as f64, m.value)))
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ("mean minibatch ELBO".into(), pts)
+}
+
+/// The held-out metrics train recorded per epoch (P@k, nDCG@k, PSP@k for k = 1, 3, 5), in
+/// percent.
+fn metric_series(metrics: &[MetricRow]) -> Vec<Series> {
+    let mut by_name: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    for m in metrics {
+        let wanted = ["P@1", "P@3", "P@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@5"];
+        if wanted.contains(&m.name.as_str()) {
+            if let Some(step) = m.step {
+                by_name
+                    .entry(m.name.as_str())
+                    .or_default()
+                    .push((step as f64, 100.0 * m.value));
+            }
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut pts)| {
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (name.to_string(), pts)
+        })
+        .collect()
+}
+
+fn per_epoch_split(metrics: &[MetricRow]) -> String {
+    metrics
+        .iter()
+        .find(|m| m.name == "P@1")
+        .and_then(|m| m.split.clone())
+        .unwrap_or_else(|| "held-out".into())
+}
+
+fn value_of(metrics: &[MetricRow], name: &str) -> Option<f64> {
+    metrics
+        .iter()
+        .rev()
+        .find(|m| m.name == name)
+        .map(|m| m.value)
+}
+
+/// The Markdown summary: data, parameters, timings, metrics.
+fn summary_markdown(
+    ws: &Workspace,
+    train: &RunRow,
+    metrics: &[MetricRow],
+    has_metric_chart: bool,
+) -> Result<String> {
+    let mut md = String::new();
+    let p = &train.params;
+    let dataset_name = p["dataset"].as_str().unwrap_or("?");
+    writeln!(md, "# Training run {} on `{dataset_name}`\n", train.id)?;
+    writeln!(
+        md,
+        "Status **{}**, started {}, ended {}.\n",
+        train.status,
+        train.started_at,
+        train.ended_at.as_deref().unwrap_or("-")
+    )?;
+    writeln!(md, "## Data\n")?;
+    match ws.catalog.dataset(dataset_name)? {
+        Some(d) => {
+            writeln!(md, "| split | rows | nnz |\n|---|---:|---:|")?;
+            for s in &d.splits {
+                writeln!(md, "| {} | {} | {} |", s.split, s.n_rows, s.nnz)?;
+            }
+            writeln!(
+                md,
+                "\nD = {} features, L = {} labels.\n",
+                d.n_features, d.n_labels
+            )?;
+        }
+        None => writeln!(md, "(dataset no longer in the workspace)\n")?,
+    }
+    writeln!(md, "## Parameters\n\n| parameter | value |\n|---|---|")?;
+    if let Some(obj) = p.as_object() {
+        for (k, v) in obj {
+            writeln!(md, "| {k} | {v} |")?;
+        }
+    }
+    writeln!(md, "\n## Timings\n")?;
+    let epoch_secs: Vec<f64> = metrics
+        .iter()
+        .filter(|m| m.name == "epoch_seconds")
+        .map(|m| m.value)
+        .collect();
+    let waits: f64 = metrics
+        .iter()
+        .filter(|m| m.name == "epoch_queue_wait")
+        .map(|m| m.value)
+        .sum();
+    let total: f64 = epoch_secs.iter().sum();
+    writeln!(md, "| measure | value |\n|---|---:|")?;
+    writeln!(md, "| epochs recorded | {} |", epoch_secs.len())?;
+    if let Some(t) = value_of(metrics, "train_seconds") {
+        writeln!(md, "| training wall time | {t:.1} s |")?;
+    }
+    if !epoch_secs.is_empty() {
+        writeln!(
+            md,
+            "| mean epoch | {:.2} s |",
+            total / epoch_secs.len() as f64
+        )?;
+        writeln!(
+            md,
+            "| trainer waiting on the prefetch queue | {:.2} % |",
+            100.0 * waits / total.max(1e-12)
+        )?;
+    }
+    writeln!(md, "\n## Objective\n")?;
+    let elbo = elbo_series(metrics).1;
+    if let (Some(first), Some(last)) = (elbo.first(), elbo.last()) {
+        writeln!(
+            md,
+            "Mean minibatch ELBO: {:.6e} after epoch {}, {:.6e} after epoch {}.",
+            first.1, first.0, last.1, last.0
+        )?;
+    }
+    if let Some(v) = value_of(metrics, "elbo_exact") {
+        writeln!(md, "Exact full-data bound at the end: {v:.6e}.")?;
+    }
+    writeln!(md, "\n![ELBO per epoch]({ELBO_CHART}.png)\n")?;
+    writeln!(md, "## Metrics\n")?;
+    if has_metric_chart {
+        writeln!(md, "![metrics per epoch]({METRICS_CHART}.png)\n")?;
+    } else {
+        writeln!(
+            md,
+            "No per-epoch metrics (train with `--eval-every N` to record them).\n"
+        )?;
+    }
+    let evaluations = linked_evaluations(ws, train.id)?;
+    if evaluations.is_empty() {
+        writeln!(md, "No `pipeline evaluate` run of this model yet.")?;
+    }
+    for (eval_run, split, step, rows) in evaluations {
+        writeln!(
+            md,
+            "Evaluate run {eval_run} on split `{split}` (checkpoint step {step}), in percent:\n"
+        )?;
+        writeln!(
+            md,
+            "| k | P@k | nDCG@k | PSP@k | PSnDCG@k |\n|---:|---:|---:|---:|---:|"
+        )?;
+        for k in 1..=5 {
+            let get = |n: &str| value_of(&rows, &format!("{n}@{k}")).map(|v| 100.0 * v);
+            if let (Some(p), Some(n), Some(ps), Some(psn)) =
+                (get("P"), get("nDCG"), get("PSP"), get("PSnDCG"))
+            {
+                writeln!(md, "| {k} | {p:.2} | {n:.2} | {ps:.2} | {psn:.2} |")?;
+            }
+        }
+        writeln!(md)?;
+    }
+    Ok(md)
+}
+
+/// A completed evaluate run of a training run's predictions: (evaluate run, split,
+/// checkpoint step, metric rows).
+type LinkedEvaluation = (i64, String, u64, Vec<MetricRow>);
+
+/// Completed evaluate runs of this training run's predictions, oldest first.
+fn linked_evaluations(ws: &Workspace, train_run: i64) -> Result<Vec<LinkedEvaluation>> {
+    let runs = ws.catalog.runs(usize::MAX >> 1)?;
+    let mut checksums: BTreeMap<String, u64> = BTreeMap::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.stage == "predict" && r.status == "ok")
+    {
+        if r.params["train_run"].as_i64() == Some(train_run) {
+            for a in ws.catalog.run_artifacts(r.id)? {
+                if a.kind == "predictions" {
+                    let step = r.params["checkpoint_step"].as_u64().unwrap_or(0);
+                    checksums.insert(a.checksum, step);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for r in runs
+        .iter()
+        .rev()
+        .filter(|r| r.stage == "evaluate" && r.status == "ok")
+    {
+        let Some(sum) = r.params["predictions_checksum"].as_str() else {
+            continue;
+        };
+        if let Some(&step) = checksums.get(sum) {
+            let split = r.params["split"].as_str().unwrap_or("?").to_string();
+            out.push((r.id, split, step, ws.catalog.metrics(r.id)?));
+        }
+    }
+    Ok(out)
+}

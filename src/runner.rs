@@ -1,0 +1,365 @@
+//! `pipeline run SPEC.toml`: a whole run, text files to metrics, from one TOML file.
+//!
+//! Each table of the spec holds one stage's options under the names of its command-line
+//! flags (`top_k = 5` is `--top-k 5`, `freeze_a = true` is `--freeze-a`), so a spec means
+//! exactly what the same flags mean on the command line and is checked by the same parser:
+//!
+//! ```toml
+//! [synth]      # optional: generate the input files first
+//! [ingest]     # required: name and input files (paths relative to the spec file)
+//! [svd]        # required
+//! [train]      # required
+//! [predict]    # required
+//! [evaluate]   # optional; default options when absent
+//! ```
+//!
+//! The runner links the stages itself (`--dataset`, `--svd`, `--run`, `--predictions`), so
+//! a spec must not set those. Every stage skips work whose inputs and parameters match a
+//! completed catalog entry, and an interrupted training run with the same configuration is
+//! resumed, so re-invoking a spec after a crash or a kill finishes the job.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+/// Arguments of `pipeline run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The TOML spec of the run (see `pipelines/`).
+    pub spec: PathBuf,
+    /// Print the final metrics as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The stages a spec may hold, in execution order.
+const STAGES: [&str; 6] = ["synth", "ingest", "svd", "train", "predict", "evaluate"];
+
+/// Options the runner supplies itself, per stage.
+fn linked_options(stage: &str) -> &'static [&'static str] {
+    match stage {
+        "svd" => &["dataset"],
+        "train" => &["dataset", "svd", "resume"],
+        "predict" => &["run"],
+        "evaluate" => &["run", "predictions", "json"],
+        _ => &[],
+    }
+}
+
+/// Options holding file paths, resolved against the spec's directory.
+fn path_options(stage: &str) -> &'static [&'static str] {
+    match stage {
+        "synth" => &["out"],
+        "ingest" => &[
+            "train",
+            "test",
+            "data",
+            "train_split",
+            "test_split",
+            "train_features",
+            "train_labels",
+            "test_features",
+            "test_labels",
+        ],
+        _ => &[],
+    }
+}
+
+/// A parsed spec: one table of options per stage.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub path: PathBuf,
+    tables: toml::Table,
+}
+
+impl Spec {
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading spec {}", path.display()))?;
+        let tables: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        for (key, value) in &tables {
+            if !STAGES.contains(&key.as_str()) {
+                bail!(
+                    "{}: unknown table [{key}] (expected some of: {})",
+                    path.display(),
+                    STAGES.join(", ")
+                );
+            }
+            if !value.is_table() {
+                bail!("{}: `{key}` must be a table ([{key}])", path.display());
+            }
+        }
+        for required in ["ingest", "svd", "train", "predict"] {
+            if !tables.contains_key(required) {
+                bail!("{}: missing table [{required}]", path.display());
+            }
+        }
+        Ok(Spec {
+            path: path.to_path_buf(),
+            tables,
+        })
+    }
+
+    /// The command line `pipeline STAGE --flag value ...` for one stage, with `linked`
+    /// (flag, value) pairs appended by the runner.
+    pub fn argv(&self, stage: &str, linked: &[(&str, String)]) -> Result<Vec<String>> {
+        let mut argv = vec!["pipeline".to_string(), stage.to_string()];
+        let empty = toml::Table::new();
+        let table = match self.tables.get(stage) {
+            Some(t) => t.as_table().expect("checked in read"),
+            None => &empty,
+        };
+        let base = self.path.parent().unwrap_or(Path::new("."));
+        for (key, value) in table {
+            let at = || format!("{}: [{stage}] {key}", self.path.display());
+            if linked_options(stage).contains(&key.as_str()) {
+                bail!(
+                    "{}: set by the runner from the previous stage; remove it",
+                    at()
+                );
+            }
+            let flag = format!("--{}", key.replace('_', "-"));
+            match value {
+                toml::Value::Boolean(true) => argv.push(flag),
+                toml::Value::Boolean(false) => {}
+                toml::Value::String(s) if path_options(stage).contains(&key.as_str()) => {
+                    argv.push(flag);
+                    argv.push(base.join(s).display().to_string());
+                }
+                toml::Value::String(s) => {
+                    argv.push(flag);
+                    argv.push(s.clone());
+                }
+                toml::Value::Integer(i) => {
+                    argv.push(flag);
+                    argv.push(i.to_string());
+                }
+                toml::Value::Float(f) => {
+                    argv.push(flag);
+                    argv.push(f.to_string());
+                }
+                other => bail!(
+                    "{}: expected a string, number or boolean, found {}",
+                    at(),
+                    other.type_str()
+                ),
+            }
+        }
+        for (flag, value) in linked {
+            argv.push(format!("--{flag}"));
+            argv.push(value.clone());
+        }
+        Ok(argv)
+    }
+
+    /// Parses one stage's options with the command-line parser.
+    fn command(&self, stage: &str, linked: &[(&str, String)]) -> Result<Command> {
+        let argv = self.argv(stage, linked)?;
+        let cli = Cli::try_parse_from(&argv).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: [{stage}]: {}",
+                self.path.display(),
+                e.render().to_string().trim_end()
+            )
+        })?;
+        Ok(cli.command)
+    }
+
+    pub fn has(&self, stage: &str) -> bool {
+        self.tables.contains_key(stage)
+    }
+}
+
+/// One stage's line in the run summary.
+struct StageLine {
+    stage: &'static str,
+    run: Option<i64>,
+    cached: bool,
+    seconds: f64,
+}
+
+/// Runs `pipeline run`.
+pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
+    let spec = Spec::read(&args.spec)?;
+    let mut lines = Vec::new();
+    let mut timed = |stage: &'static str, f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>| {
+        eprintln!("== {stage}");
+        let started = Instant::now();
+        let (run, cached) =
+            f().with_context(|| format!("stage {stage} of {}", spec.path.display()))?;
+        lines.push(StageLine {
+            stage,
+            run,
+            cached,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        anyhow::Ok(())
+    };
+
+    if spec.has("synth") {
+        let Command::Synth(synth) = spec.command("synth", &[])? else {
+            unreachable!()
+        };
+        timed("synth", &mut || synth_once(&synth))?;
+    }
+    let Command::Ingest(ingest) = spec.command("ingest", &[])? else {
+        unreachable!()
+    };
+    timed("ingest", &mut || {
+        let out = crate::ingest::run(workspace, &ingest)?;
+        Ok((out.run_id, !out.ingested))
+    })?;
+    let dataset = ingest.name.clone();
+    let Command::Svd(svd) = spec.command("svd", &[("dataset", dataset.clone())])? else {
+        unreachable!()
+    };
+    let mut svd_run = 0;
+    timed("svd", &mut || {
+        let out = crate::svd::run(workspace, &svd)?;
+        svd_run = out.run_id;
+        Ok((Some(out.run_id), !out.computed))
+    })?;
+    let Command::Train(train) = spec.command(
+        "train",
+        &[("dataset", dataset.clone()), ("svd", svd_run.to_string())],
+    )?
+    else {
+        unreachable!()
+    };
+    let mut train_run = 0;
+    timed("train", &mut || {
+        let out = crate::train::run(workspace, &train)?;
+        train_run = out.run_id;
+        Ok((Some(out.run_id), !out.computed))
+    })?;
+    let Command::Predict(predict) = spec.command("predict", &[("run", train_run.to_string())])?
+    else {
+        unreachable!()
+    };
+    let mut predictions = String::new();
+    timed("predict", &mut || {
+        let out = crate::predict::run(workspace, &predict)?;
+        predictions = out.path.clone();
+        Ok((Some(out.run_id), !out.computed))
+    })?;
+    let Command::Evaluate(evaluate) =
+        spec.command("evaluate", &[("predictions", predictions.clone())])?
+    else {
+        unreachable!()
+    };
+    let mut metrics = None;
+    timed("evaluate", &mut || {
+        let out = crate::evaluate::run(workspace, &evaluate)?;
+        let id = out.run_id;
+        let cached = !out.computed;
+        metrics = Some(out.metrics);
+        Ok((Some(id), cached))
+    })?;
+
+    eprintln!();
+    eprintln!("{:<9} {:>6} {:>7} {:>10}", "stage", "run", "", "seconds");
+    for l in &lines {
+        eprintln!(
+            "{:<9} {:>6} {:>7} {:>10.1}",
+            l.stage,
+            l.run.map_or("-".to_string(), |r| format!("#{r}")),
+            if l.cached { "cached" } else { "ran" },
+            l.seconds
+        );
+    }
+    let metrics = metrics.expect("evaluate ran");
+    if args.json {
+        println!("{}", metrics.to_json());
+    } else {
+        println!("{}", metrics.to_table());
+    }
+    Ok(())
+}
+
+/// Runs synth unless its output files exist and were made with the same options (a stamp
+/// file beside them records those options).
+fn synth_once(args: &crate::synth::SynthArgs) -> Result<(Option<i64>, bool)> {
+    let stamp = args.out.join("synth-options.txt");
+    let wanted = format!("{args:?}");
+    let present = ["train.txt", "test.txt"]
+        .iter()
+        .all(|f| args.out.join(f).is_file());
+    if present && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        eprintln!("synth: {} is up to date", args.out.display());
+        return Ok((None, true));
+    }
+    crate::synth::run(args)?;
+    std::fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))?;
+    Ok((None, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> Result<Spec> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, text).unwrap();
+        Spec::read(&path)
+    }
+
+    const MINIMAL: &str = "[ingest]\nname = \"d\"\ntrain = \"a/train.txt\"\n[svd]\nrank = 4\n\
+                           [train]\nepochs = 3\nfreeze_a = true\nfreeze_hyper = false\nlr = 0.5\n\
+                           [predict]\ntop_k = 7\n";
+
+    #[test]
+    fn options_become_flags_and_paths_resolve_against_the_spec() {
+        let s = spec(MINIMAL).unwrap();
+        let base = s.path.parent().unwrap().to_path_buf();
+        let argv = s.argv("ingest", &[]).unwrap();
+        assert_eq!(argv[..4], ["pipeline", "ingest", "--name", "d"]);
+        assert_eq!(argv[4], "--train");
+        assert_eq!(PathBuf::from(&argv[5]), base.join("a/train.txt"));
+        let argv = s.argv("train", &[("dataset", "d".into())]).unwrap();
+        assert_eq!(
+            argv,
+            [
+                "pipeline",
+                "train",
+                "--epochs",
+                "3",
+                "--freeze-a",
+                "--lr",
+                "0.5",
+                "--dataset",
+                "d"
+            ]
+        );
+        let Command::Predict(p) = s.command("predict", &[("run", "9".into())]).unwrap() else {
+            panic!("not predict")
+        };
+        assert_eq!((p.run, p.top_k), (9, 7));
+    }
+
+    #[test]
+    fn bad_specs_are_named() {
+        let e = spec("[ingest]\nname='x'\n[svd]\n[train]\n").unwrap_err();
+        assert!(e.to_string().contains("missing table [predict]"), "{e}");
+        let e = spec(&format!("{MINIMAL}[trian]\nx = 1\n")).unwrap_err();
+        assert!(e.to_string().contains("unknown table [trian]"), "{e}");
+        let e = spec("[ingest\n").unwrap_err();
+        assert!(e.to_string().contains("s.toml"), "{e}");
+        let s = spec(&MINIMAL.replace("lr = 0.5", "lr = 'fast'")).unwrap();
+        let e = s.command("train", &[("dataset", "d".into())]).unwrap_err();
+        assert!(
+            e.to_string().contains("[train]") && e.to_string().contains("fast"),
+            "{e}"
+        );
+        let s = spec(&MINIMAL.replace("epochs = 3", "dataset = 'other'")).unwrap();
+        let e = s.argv("train", &[]).unwrap_err();
+        assert!(e.to_string().contains("set by the runner"), "{e}");
+        let s = spec(&MINIMAL.replace("top_k = 7", "top_kk = 7")).unwrap();
+        assert!(s.command("predict", &[("run", "1".into())]).is_err());
+    }
+}
