@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod evaluate;
 pub mod ingest;
 pub mod model;
 pub mod predict;
