@@ -234,6 +234,7 @@ where
         .y_desc(y_label)
         .label_style((font, 15))
         .axis_desc_style((font, 17))
+        .x_label_formatter(&|v| format!("{v:.0}"))
         .y_label_formatter(&|v| format_tick(*v))
         .draw()
         .map_err(err)?;

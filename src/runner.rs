@@ -254,7 +254,7 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
     };
     let mut metrics = None;
     timed("evaluate", &mut || {
-        let out = crate::evaluate::run(workspace, &evaluate)?;
+        let out = crate::evaluate::evaluate_stage(workspace, &evaluate)?;
         let id = out.run_id;
         let cached = !out.computed;
         metrics = Some(out.metrics);

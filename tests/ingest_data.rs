@@ -106,7 +106,8 @@ fn split_rows(ws: &Path, dataset: &str, split: &str) -> Vec<Row> {
 fn ingest_ok(ws: &Path, args: &[&str]) -> String {
     let out = pipeline(ws, args);
     assert!(out.status.success(), "ingest failed: {}", stderr(&out));
-    stdout(&out)
+    // The summary goes to stderr: stdout is for results (`status --json`, metrics).
+    stderr(&out)
 }
 
 #[test]

@@ -146,7 +146,12 @@ fn spec_runs_end_to_end_then_is_cached_and_checks_out() {
     let first = run_spec(&ws, &spec, &[]);
     assert!(first.status.success(), "{}", stderr(&first));
     let table = stdout(&first);
-    assert!(table.contains("P@k") || table.contains("P@"), "{table}");
+    for row in ["P ", "nDCG ", "PSP ", "PSnDCG ", "coverage "] {
+        assert!(
+            table.lines().any(|l| l.starts_with(row)),
+            "no {row}row: {table}"
+        );
+    }
 
     // Second invocation: every stage cached, same table, quickly.
     let t = Instant::now();

@@ -392,19 +392,19 @@ impl Built {
 
 fn print_summary(name: &str, built: &Built, seconds: f64) {
     let bytes: u64 = built.sources.iter().map(|(_, s)| s.bytes).sum();
-    println!(
+    eprintln!(
         "ingested '{name}': D = {}, L = {}, {:.1} MB of input in {seconds:.2} s ({:.1} MB/s)",
         built.n_features,
         built.n_labels,
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / seconds.max(1e-9)
     );
-    println!(
+    eprintln!(
         "{:<6} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
         "split", "rows", "nnz", "positives", "unlabeled", "dropped", "skipped", "chunks"
     );
     for (split, c, _) in &built.splits {
-        println!(
+        eprintln!(
             "{:<6} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
             split,
             c.n_rows,
@@ -416,7 +416,7 @@ fn print_summary(name: &str, built: &Built, seconds: f64) {
             c.n_chunks
         );
         if c.crlf_lines > 0 {
-            println!(
+            eprintln!(
                 "  ({} CRLF line ends accepted under --lenient)",
                 c.crlf_lines
             );

@@ -304,7 +304,7 @@ fn print_summary(
     objective: &[f64],
 ) {
     let head: Vec<String> = sv.iter().take(5).map(|s| format!("{s:.4}")).collect();
-    println!(
+    eprintln!(
         "svd of '{}': R = {}, p = {}, q = {}; σ_1..5 = {}; σ_R = {:.4}",
         d.name,
         args.rank,
@@ -314,12 +314,12 @@ fn print_summary(
         sv.last().copied().unwrap_or(0.0)
     );
     let passes: Vec<String> = passes.iter().map(|s| format!("{s:.2}")).collect();
-    println!(
+    eprintln!(
         "seconds per pass (last = K_XX̃): {}; total {total:.2} s",
         passes.join(", ")
     );
     if let (Some(first), Some(last)) = (objective.first(), objective.last()) {
-        println!(
+        eprintln!(
             "k-means (M = {}): objective {first:.4e} → {last:.4e} in {} iterations",
             args.inducing,
             objective.len() - 1
