@@ -548,9 +548,25 @@ fn timing_per_call() {
         }
         value_only = value_only.min(start.elapsed().as_secs_f64() * 1e9 / calls);
     }
+    let y: Vec<f64> = inputs.iter().map(|c| c.0).collect();
+    let (mut m, mut v, mut e) = (vec![0.0; y.len()], vec![0.0; y.len()], vec![0.0; y.len()]);
+    let mut lanes = f64::INFINITY;
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..rounds {
+            for (j, c) in inputs.iter().enumerate() {
+                m[j] = c.1;
+                v[j] = c.2;
+            }
+            lik.expect_lanes(&y, &mut m, &mut v, &mut e);
+            acc += e[0] + m[1] + v[2];
+        }
+        lanes = lanes.min(start.elapsed().as_secs_f64() * 1e9 / calls);
+    }
     black_box(acc);
     eprintln!(
-        "Q={DEFAULT_POINTS}: expect {full:.1} ns/call, expect_value {value_only:.1} ns/call (one thread, best of 5)"
+        "Q={DEFAULT_POINTS}: expect {full:.1} ns/call, expect_value {value_only:.1} ns/call, \
+         expect_lanes {lanes:.1} ns/pair (one thread, best of 5)"
     );
     assert!(acc.is_finite());
 }

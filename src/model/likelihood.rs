@@ -351,12 +351,15 @@ const ROUND_SHIFT: f64 = 6_755_399_441_055_744.0;
 
 /// 2ⁿ for an integer n ≥ −1074 − 1022, as a product of two normal powers so subnormal and
 /// zero results come out right without a branch.
+/// Integer arithmetic is written with wrapping operations (it cannot overflow here): the
+/// overflow checks of debug and test builds would otherwise add branches that stop the
+/// lanes from vectorising.
 #[inline(always)]
 fn pow2(n: i64) -> f64 {
     let n1 = n >> 1;
-    let n2 = n - n1;
-    let s1 = f64::from_bits(((n1 + 1023) as u64) << 52);
-    let s2 = f64::from_bits(((n2 + 1023) as u64) << 52);
+    let n2 = n.wrapping_sub(n1);
+    let s1 = f64::from_bits((n1.wrapping_add(1023) as u64) << 52);
+    let s2 = f64::from_bits((n2.wrapping_add(1023) as u64) << 52);
     s1 * s2
 }
 
@@ -389,24 +392,26 @@ fn exp_nonpositive(x: f64) -> f64 {
     ] {
         p = p * r + c;
     }
-    let n_int = (t.to_bits() as i64) - (ROUND_SHIFT.to_bits() as i64);
+    let n_int = (t.to_bits() as i64).wrapping_sub(ROUND_SHIFT.to_bits() as i64);
     p * pow2(n_int)
 }
 
-/// log(1 + x) for 0 ≤ x ≤ 3 in plain arithmetic (SIMD-friendly). u = 1 + x is split as
-/// 2ᵏ m with m ∈ [√½, √2); log m = 2 atanh(s), s = (m−1)/(m+1), |s| ≤ 0.172, by its series to
-/// s²¹ (remainder below 3e-17 relative); the rounding of 1 + x is put back as
-/// (x − (u − 1))/u, which keeps full relative accuracy for tiny x.
+/// log(1 + x) for 0 ≤ x ≤ 3 in plain arithmetic (SIMD-friendly), given `inv_u` ≈ 1/(1 + x)
+/// (which the callers have anyway; it only scales a rounding correction, so a few ulps of
+/// error in it do not matter). u = 1 + x is split as 2ᵏ m with m ∈ [√½, √2);
+/// log m = 2 atanh(s), s = (m−1)/(m+1), |s| ≤ 0.172, by its series to s²¹ (remainder below
+/// 3e-17 relative); the rounding of 1 + x is put back as (x − (u − 1))/u, which keeps full
+/// relative accuracy for tiny x.
 #[inline(always)]
-fn log1p_small(x: f64) -> f64 {
+fn log1p_small(x: f64, inv_u: f64) -> f64 {
     let u = 1.0 + x;
-    let correction = (x - (u - 1.0)) / u;
+    let correction = (x - (u - 1.0)) * inv_u;
     let bits = u.to_bits();
-    let mut k = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let mut k = (((bits >> 52) & 0x7ff) as i64).wrapping_sub(1023);
     let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
     let big = m > std::f64::consts::SQRT_2;
     m = if big { 0.5 * m } else { m };
-    k += big as i64;
+    k = k.wrapping_add(big as i64);
     let f = m - 1.0;
     let s = f / (2.0 + f);
     let z = s * s;
@@ -460,7 +465,7 @@ fn expect_block(
             let e = exp_nonpositive(-c[l].abs());
             let r = 1.0 / (1.0 + e);
             let (sig, sig_neg) = if c[l] >= 0.0 { (r, e * r) } else { (e * r, r) };
-            val[l] = cw * (c[l].min(0.0) - log1p_small(e));
+            val[l] = cw * (c[l].min(0.0) - log1p_small(e, r));
             sum_sig_neg[l] = cw * sig_neg;
             curvature[l] = cw * sig * sig_neg;
         }
@@ -469,8 +474,9 @@ fn expect_block(
         for l in 0..LANES {
             let (zp, zm) = (c[l] + b[l] * x, c[l] - b[l] * x);
             let (ep, em) = (exp_nonpositive(-zp.abs()), exp_nonpositive(-zm.abs()));
-            let log_sum = zp.min(0.0) + zm.min(0.0) - log1p_small(ep + em + ep * em);
+            // log(1 + e₊) + log(1 + e₋) = log1p(e₊ + e₋ + e₊e₋), one log1p per pair.
             let inv = 1.0 / ((1.0 + ep) * (1.0 + em));
+            let log_sum = zp.min(0.0) + zm.min(0.0) - log1p_small(ep + em + ep * em, inv);
             let rp = (1.0 + em) * inv;
             let rm = (1.0 + ep) * inv;
             let (sp, snp) = if zp >= 0.0 {
