@@ -1,9 +1,13 @@
 //! The minibatch bound's analytic gradient against central finite differences, for both
-//! kernels, all and sampled negatives, every parameter; and unbiasedness of the sampled
-//! bound.
+//! kernels, all and sampled negatives, every parameter; the dense all-labels path against
+//! the list of all terms; skipped kernel gradients; the forward-only bound; independence
+//! from the thread count; and unbiasedness of the sampled bound.
 
 use faer::Mat;
-use fsgp::model::elbo::{evaluate, flat_entry, flat_len, terms_all, terms_sampled, Params, Term};
+use fsgp::model::elbo::{
+    evaluate, evaluate_set, expected_loglik, flat_entry, flat_len, kl_total, terms_all,
+    terms_sampled, EvalOptions, Evaluation, Params, Term, TermSet,
+};
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use rand::{Rng, SeedableRng};
@@ -192,4 +196,201 @@ fn sampled_bound_is_unbiased() {
         (mean - exact).abs() < 4.0 * se,
         "mean {mean} vs exact {exact} (se {se})"
     );
+}
+
+fn inputs(pr: &Problem) -> BasisInputs<'_> {
+    BasisInputs {
+        kxx_b: pr.kxx.as_ref(),
+        sq_norms: &pr.norms,
+        k_tilde: pr.kt.as_ref(),
+    }
+}
+
+fn dense(pr: &Problem, scale: f64) -> TermSet<'_> {
+    TermSet::AllLabels {
+        positives: &pr.positives,
+        scale,
+    }
+}
+
+/// Largest relative difference over the value and every gradient entry.
+fn max_rel_diff(a: &Evaluation, b: &Evaluation) -> f64 {
+    let (mut ga, mut gb) = (a.grads.clone(), b.grads.clone());
+    let rel = |x: f64, y: f64| (x - y).abs() / x.abs().max(y.abs()).max(1e-300);
+    let mut worst = rel(a.value, b.value);
+    for idx in 0..flat_len(&a.grads) {
+        let x = *flat_entry(&mut ga, idx).1;
+        let y = *flat_entry(&mut gb, idx).1;
+        // Entries that are exactly zero in both (log ℓ of the linear kernel) agree.
+        if x != y {
+            worst = worst.max(rel(x, y));
+        }
+    }
+    worst
+}
+
+#[test]
+fn dense_all_labels_path_equals_the_list_of_all_terms() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+        for seed in [12, 13] {
+            let pr = problem(seed);
+            let x = inputs(&pr);
+            let list = terms_all(&pr.positives, K, 3.0);
+            let opts = EvalOptions::default();
+            let a = evaluate_set(kind, &pr.params, &x, &TermSet::List(&list), &lik, &opts).unwrap();
+            let b = evaluate_set(kind, &pr.params, &x, &dense(&pr, 3.0), &lik, &opts).unwrap();
+            let d = max_rel_diff(&a, &b);
+            assert!(
+                d <= 1e-12,
+                "{kind:?} seed {seed}: relative difference {d:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn dense_all_labels_gradient_matches_central_differences() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+        let pr = problem(14);
+        let opts = EvalOptions::default();
+        let eval = |params: &Params| {
+            evaluate_set(kind, params, &inputs(&pr), &dense(&pr, 2.0), &lik, &opts).unwrap()
+        };
+        let mut grads = eval(&pr.params).grads;
+        let h = 2e-5;
+        for idx in 0..flat_len(&pr.params) {
+            let (name, g) = flat_entry(&mut grads, idx);
+            let analytic = *g;
+            if kind == KernelKind::Linear && name == "log ℓ" {
+                continue;
+            }
+            let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
+            *flat_entry(&mut up, idx).1 += h;
+            *flat_entry(&mut dn, idx).1 -= h;
+            let fd = (eval(&up).value - eval(&dn).value) / (2.0 * h);
+            let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
+            assert!(
+                rel <= 1e-6,
+                "{kind:?} dense {name}[{idx}]: analytic {analytic} vs fd {fd}"
+            );
+        }
+    }
+}
+
+#[test]
+fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+        let pr = problem(15);
+        let x = inputs(&pr);
+        let sampled = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
+        for terms in [dense(&pr, 3.0), TermSet::List(&sampled)] {
+            let full =
+                evaluate_set(kind, &pr.params, &x, &terms, &lik, &EvalOptions::default()).unwrap();
+            let skip = EvalOptions {
+                kernel_grads: false,
+            };
+            let part = evaluate_set(kind, &pr.params, &x, &terms, &lik, &skip).unwrap();
+            assert_eq!(part.value, full.value);
+            assert_eq!(part.grads.mu, full.grads.mu);
+            assert_eq!(part.grads.rho, full.grads.rho);
+            assert_eq!(part.grads.phi, full.grads.phi);
+            assert_eq!(part.grads.bias, full.grads.bias);
+            assert!(part.grads.a.norm_max() == 0.0 && full.grads.a.norm_max() > 0.0);
+            assert_eq!(part.grads.kernel.log_sf2, 0.0);
+            assert_eq!(part.grads.kernel.log_ell, 0.0);
+        }
+    }
+}
+
+#[test]
+fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+        let pr = problem(16);
+        let x = inputs(&pr);
+        let sampled = terms_sampled(&pr.positives, K, 3, 1.5, &mut rng);
+        for terms in [dense(&pr, 1.0), TermSet::List(&sampled)] {
+            let ev =
+                evaluate_set(kind, &pr.params, &x, &terms, &lik, &EvalOptions::default()).unwrap();
+            let expected = expected_loglik(kind, &pr.params, &x, &terms, &lik).unwrap();
+            let kl = kl_total(kind, &pr.params, pr.kt.as_ref()).unwrap();
+            assert_eq!(kl, ev.kl, "{kind:?}: the KL is computed in the same order");
+            let value = expected - kl;
+            assert!(
+                (value - ev.value).abs() <= 1e-12 * ev.value.abs(),
+                "{kind:?}: {value} vs {}",
+                ev.value
+            );
+        }
+    }
+}
+
+/// A problem large enough for several GP chunks and multi-threaded GEMMs.
+fn larger_problem() -> Problem {
+    let mut rng = ChaCha8Rng::seed_from_u64(31);
+    let (m, r, b, p, k) = (96, 40, 80, 8, 300);
+    let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
+    let kxx = Mat::from_fn(b, r, |_, _| u(0.4));
+    let norms = (0..b)
+        .map(|i| (0..r).map(|j| kxx[(i, j)].powi(2)).sum::<f64>() + 0.2)
+        .collect();
+    let params = Params {
+        a: Mat::from_fn(m, r, |_, _| u(0.4)),
+        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        phi: Mat::from_fn(k, p, |_, _| u(1.0)),
+        bias: (0..k).map(|_| u(1.0) - 2.0).collect(),
+        kernel: KernelParams {
+            log_sf2: u(0.5),
+            log_ell: u(0.5) + 0.5,
+        },
+    };
+    let positives = (0..b)
+        .map(|i| {
+            let mut v: Vec<u32> = (0..(i % 6) as u32)
+                .map(|j| (j * 37 + i as u32) % k as u32)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+        .collect();
+    Problem {
+        kxx,
+        norms,
+        kt: Mat::identity(r, r),
+        positives,
+        params,
+    }
+}
+
+#[test]
+fn results_are_bitwise_identical_for_one_and_two_threads() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let pr = larger_problem();
+    let x = inputs(&pr);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let sampled = terms_sampled(&pr.positives, pr.params.phi.nrows(), 20, 2.0, &mut rng);
+    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+        for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    evaluate_set(kind, &pr.params, &x, &terms, &lik, &EvalOptions::default())
+                        .unwrap()
+                })
+            };
+            let (one, two) = (run(1), run(2));
+            assert_eq!(one.value.to_bits(), two.value.to_bits(), "{kind:?}");
+            assert_eq!(one.grads, two.grads, "{kind:?}");
+        }
+    }
 }

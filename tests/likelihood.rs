@@ -548,9 +548,107 @@ fn timing_per_call() {
         }
         value_only = value_only.min(start.elapsed().as_secs_f64() * 1e9 / calls);
     }
+    let y: Vec<f64> = inputs.iter().map(|c| c.0).collect();
+    let (mut m, mut v, mut e) = (vec![0.0; y.len()], vec![0.0; y.len()], vec![0.0; y.len()]);
+    let mut lanes = f64::INFINITY;
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..rounds {
+            for (j, c) in inputs.iter().enumerate() {
+                m[j] = c.1;
+                v[j] = c.2;
+            }
+            lik.expect_lanes(&y, &mut m, &mut v, &mut e);
+            acc += e[0] + m[1] + v[2];
+        }
+        lanes = lanes.min(start.elapsed().as_secs_f64() * 1e9 / calls);
+    }
     black_box(acc);
     eprintln!(
-        "Q={DEFAULT_POINTS}: expect {full:.1} ns/call, expect_value {value_only:.1} ns/call (one thread, best of 5)"
+        "Q={DEFAULT_POINTS}: expect {full:.1} ns/call, expect_value {value_only:.1} ns/call, \
+         expect_lanes {lanes:.1} ns/pair (one thread, best of 5)"
     );
     assert!(acc.is_finite());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The batched (SIMD-friendly) form
+
+/// Relative difference, with an absolute floor for results that are ~0.
+fn rel_diff(a: f64, b: f64, floor: f64) -> f64 {
+    (a - b).abs() / a.abs().max(b.abs()).max(floor)
+}
+
+#[test]
+fn expect_lanes_agrees_with_the_scalar_expectation() {
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let mut cases: Vec<(f64, f64, f64)> = Vec::new();
+    for &m in &[
+        -800.0, -40.0, -8.0, -1.0, -1e-3, 0.0, 1e-9, 0.5, 3.0, 25.0, 700.0,
+    ] {
+        for &v in &[
+            0.0, 1e-300, 1e-12, 1e-10, 1.1e-10, 1e-6, 0.01, 0.7, 4.0, 60.0, 1e4,
+        ] {
+            for y in [1.0, -1.0] {
+                cases.push((y, m, v));
+            }
+        }
+    }
+    for _ in 0..5000 {
+        let y = if rng.random::<bool>() { 1.0 } else { -1.0 };
+        let m = (rng.random::<f64>() - 0.5) * 30.0;
+        let v = (rng.random::<f64>() * 12.0 - 9.0).exp();
+        cases.push((y, m, v));
+    }
+    // 11 · 11 · 2 + 5000 is not a multiple of LANES: the padded tail is exercised too.
+    assert_ne!(cases.len() % LANES, 0);
+    for q in [20, 7] {
+        let lik = BernoulliLogistic::new(q).unwrap();
+        let y: Vec<f64> = cases.iter().map(|c| c.0).collect();
+        let mut mean: Vec<f64> = cases.iter().map(|c| c.1).collect();
+        let mut var: Vec<f64> = cases.iter().map(|c| c.2).collect();
+        let mut value = vec![0.0; cases.len()];
+        lik.expect_lanes(&y, &mut mean, &mut var, &mut value);
+        let mut worst = [0.0f64; 3];
+        for (j, &(yy, m, v)) in cases.iter().enumerate() {
+            let e = lik.expect(yy, m, v);
+            let errs = [
+                rel_diff(value[j], e.value, 1e-300),
+                rel_diff(mean[j], e.d_mean, 1e-300),
+                // Above VAR_FLOOR, ∂E/∂v is a difference of nearly equal sums divided by
+                // 2√v; its conditioning is about σ(−|m|)/√v, the size of those sums, which
+                // bounds the rounding error of either implementation.
+                rel_diff(
+                    var[j],
+                    e.d_var,
+                    (sigmoid(-m.abs()) / v.max(1e-300).sqrt()).max(1e-300),
+                ),
+            ];
+            for (w, e) in worst.iter_mut().zip(errs) {
+                *w = w.max(e);
+            }
+            assert!(
+                errs[0] <= 1e-14 && errs[1] <= 1e-14 && errs[2] <= 1e-13,
+                "q={q} (y, m, v) = ({yy}, {m}, {v}): lanes ({}, {}, {}) vs scalar {e:?}",
+                value[j],
+                mean[j],
+                var[j]
+            );
+        }
+        eprintln!(
+            "q={q}: worst relative differences value {:.1e}, d_mean {:.1e}, d_var {:.1e}",
+            worst[0], worst[1], worst[2]
+        );
+    }
+    // NaN in, NaN out, in any lane.
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let (mut m, mut v, mut e) = (
+        vec![0.3, f64::NAN, 1.0],
+        vec![f64::NAN, 1.0, 0.5],
+        vec![0.0; 3],
+    );
+    lik.expect_lanes(&[1.0, -1.0, 1.0], &mut m, &mut v, &mut e);
+    assert!(e[0].is_nan() && m[0].is_nan() && v[0].is_nan());
+    assert!(e[1].is_nan() && m[1].is_nan() && v[1].is_nan());
+    assert!(e[2].is_finite());
 }

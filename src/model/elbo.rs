@@ -8,10 +8,14 @@
 //! positives plus a uniform sample of negatives reweighted by |N_i|/|L_i|; the N/|B| scaling
 //! is part of each term's weight.
 
+use std::time::Instant;
+
 use anyhow::{ensure, Result};
-use faer::Mat;
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 use rand::seq::index::sample;
 use rand::Rng;
+use rayon::prelude::*;
 
 use super::kernel::{BasisInputs, KernelKind, KernelParams};
 use super::likelihood::BernoulliLogistic;
@@ -114,6 +118,60 @@ pub fn terms_sampled(
     out
 }
 
+/// The likelihood terms of a bound.
+#[derive(Debug, Clone, Copy)]
+pub enum TermSet<'a> {
+    /// Explicit terms (sampled negatives, or any subset).
+    List(&'a [Term]),
+    /// Every label of every row, weight `scale` (N/|B|; 1 for the exact bound): y = +1 for
+    /// the row's `positives`, −1 for all other labels. Evaluated densely with GEMMs; equal
+    /// to `List(&terms_all(positives, K, scale))` up to summation order.
+    AllLabels {
+        positives: &'a [Vec<u32>],
+        scale: f64,
+    },
+}
+
+/// What [`evaluate_set`] computes besides the bound.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalOptions {
+    /// Gradients with respect to A, log σ_f² and log ℓ. When false (A and the kernel
+    /// hyperparameters frozen), the backward pass through K_Z and K_bZ, O(M³) per latent
+    /// GP, is skipped and those gradients are returned as zeros.
+    pub kernel_grads: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions { kernel_grads: true }
+    }
+}
+
+/// Wall-clock seconds spent in each phase of one evaluation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PhaseTimes {
+    /// K_Z, K_bZ, k_ii.
+    pub kernel_fwd: f64,
+    /// Cholesky factors, marginals m and s, KL.
+    pub variational_fwd: f64,
+    /// Utilities f̄ and v, quadrature, and the gradients with respect to m, s, Φ and b.
+    pub likelihood: f64,
+    /// Gradients with respect to μ, ρ, K_Z, K_bZ and k_ii.
+    pub variational_bwd: f64,
+    /// Chain rule to A, log σ_f², log ℓ.
+    pub kernel_bwd: f64,
+}
+
+impl PhaseTimes {
+    pub fn total(&self) -> f64 {
+        self.kernel_fwd
+            + self.variational_fwd
+            + self.likelihood
+            + self.variational_bwd
+            + self.kernel_bwd
+    }
+}
+
 /// Value of the bound and its gradient.
 #[derive(Debug, Clone)]
 pub struct Evaluation {
@@ -123,6 +181,56 @@ pub struct Evaluation {
     /// Diagonal jitter the Cholesky factorisations needed (0 when none).
     pub jitter: f64,
     pub grads: Grads,
+    pub times: PhaseTimes,
+}
+
+/// The likelihood part's results: Σ w E and the gradients with respect to m, s, Φ, b.
+struct LikelihoodGrads {
+    expected: f64,
+    /// ∂/∂m [B×P].
+    mean: Mat<f64>,
+    /// ∂/∂s [B×P].
+    var: Mat<f64>,
+    /// ∂/∂Φ [K×P].
+    phi: Mat<f64>,
+    /// ∂/∂b [K].
+    bias: Vec<f64>,
+}
+
+fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Result<()> {
+    let (p_count, k_count) = (params.mu.ncols(), params.phi.nrows());
+    ensure!(
+        params.phi.ncols() == p_count && params.bias.len() == k_count,
+        "Φ, b and μ disagree in shape"
+    );
+    let b = x.kxx_b.nrows();
+    match terms {
+        TermSet::List(list) => {
+            for t in list.iter() {
+                let (i, k) = (t.row as usize, t.label as usize);
+                ensure!(
+                    i < b && k < k_count,
+                    "term ({i}, {k}) outside the {b}×{k_count} minibatch"
+                );
+            }
+        }
+        TermSet::AllLabels { positives, .. } => {
+            ensure!(
+                positives.len() == b,
+                "{} rows of labels for a minibatch of {b} rows",
+                positives.len()
+            );
+            for pos in positives.iter() {
+                for &k in pos {
+                    ensure!(
+                        (k as usize) < k_count,
+                        "label {k} outside the {k_count} labels"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Evaluates F and ∂F on a minibatch: `x` holds its Kxx rows and squared norms.
@@ -133,12 +241,31 @@ pub fn evaluate(
     terms: &[Term],
     lik: &BernoulliLogistic,
 ) -> Result<Evaluation> {
-    let (p_count, k_count, b) = (params.mu.ncols(), params.phi.nrows(), x.kxx_b.nrows());
-    ensure!(
-        params.phi.ncols() == p_count && params.bias.len() == k_count,
-        "Φ, b and μ disagree in shape"
-    );
+    evaluate_set(
+        kind,
+        params,
+        x,
+        &TermSet::List(terms),
+        lik,
+        &EvalOptions::default(),
+    )
+}
+
+/// Evaluates F and ∂F on a minibatch for any [`TermSet`] (`docs/model.md`, "Algorithm as
+/// implemented"). Runs in the current rayon pool; the result does not depend on its size.
+pub fn evaluate_set(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &BernoulliLogistic,
+    opts: &EvalOptions,
+) -> Result<Evaluation> {
+    check_shapes(params, x, terms)?;
+    let mut times = PhaseTimes::default();
+    let clock = Instant::now();
     let kf = kind.forward(&params.kernel, params.a.as_ref(), x);
+    times.kernel_fwd = lap(&clock, 0.0);
     let vf = variational::forward(
         kf.k_z.as_ref(),
         kf.k_bz.as_ref(),
@@ -146,68 +273,318 @@ pub fn evaluate(
         params.mu.as_ref(),
         params.rho.as_ref(),
     )?;
-    let (m, s) = (&vf.mean, &vf.var);
-    let phi = &params.phi;
-    let mut g_mean = Mat::<f64>::zeros(b, p_count);
-    let mut g_var = Mat::<f64>::zeros(b, p_count);
-    let mut g_phi = Mat::<f64>::zeros(k_count, p_count);
-    let mut g_bias = vec![0.0; k_count];
-    let mut expected = 0.0;
-    for t in terms {
-        let (i, k) = (t.row as usize, t.label as usize);
-        ensure!(
-            i < b && k < k_count,
-            "term ({i}, {k}) outside the {b}×{k_count} minibatch"
-        );
-        let mut mean = params.bias[k];
-        let mut var = 0.0;
-        for p in 0..p_count {
-            mean += phi[(k, p)] * m[(i, p)];
-            var += phi[(k, p)] * phi[(k, p)] * s[(i, p)];
-        }
-        let e = lik.expect(t.y, mean, var.max(0.0));
-        expected += t.weight * e.value;
-        let (alpha, beta) = (t.weight * e.d_mean, t.weight * e.d_var);
-        g_bias[k] += alpha;
-        for p in 0..p_count {
-            g_mean[(i, p)] += alpha * phi[(k, p)];
-            g_var[(i, p)] += beta * phi[(k, p)] * phi[(k, p)];
-            g_phi[(k, p)] += alpha * m[(i, p)] + 2.0 * beta * phi[(k, p)] * s[(i, p)];
-        }
-    }
+    times.variational_fwd = lap(&clock, times.total());
+    let lg = likelihood_part(params, vf.mean.as_ref(), vf.var.as_ref(), terms, lik);
+    times.likelihood = lap(&clock, times.total());
     let vg = variational::backward(
         &vf,
         kf.k_z.as_ref(),
         kf.k_bz.as_ref(),
         params.mu.as_ref(),
         params.rho.as_ref(),
-        g_mean.as_ref(),
-        g_var.as_ref(),
+        lg.mean.as_ref(),
+        lg.var.as_ref(),
+        opts.kernel_grads,
     );
-    let kg = kind.backward(
-        &params.kernel,
-        x,
-        &kf,
-        vg.k_z.as_ref(),
-        vg.k_bz.as_ref(),
-        &vg.k_diag,
-    );
-    Ok(Evaluation {
-        value: expected - vf.kl,
-        kl: vf.kl,
-        jitter: vf.jitter,
-        grads: Params {
-            a: kg.a,
-            mu: vg.mu,
-            rho: vg.rho,
-            phi: g_phi,
-            bias: g_bias,
-            kernel: KernelParams {
+    times.variational_bwd = lap(&clock, times.total());
+    let (g_a, g_kernel) = if opts.kernel_grads {
+        let kg = kind.backward(
+            &params.kernel,
+            x,
+            &kf,
+            vg.k_z.as_ref(),
+            vg.k_bz.as_ref(),
+            &vg.k_diag,
+        );
+        (
+            kg.a,
+            KernelParams {
                 log_sf2: kg.log_sf2,
                 log_ell: kg.log_ell,
             },
+        )
+    } else {
+        (
+            Mat::zeros(params.a.nrows(), params.a.ncols()),
+            KernelParams {
+                log_sf2: 0.0,
+                log_ell: 0.0,
+            },
+        )
+    };
+    times.kernel_bwd = lap(&clock, times.total());
+    Ok(Evaluation {
+        value: lg.expected - vf.kl,
+        kl: vf.kl,
+        jitter: vf.jitter,
+        grads: Params {
+            a: g_a,
+            mu: vg.mu,
+            rho: vg.rho,
+            phi: lg.phi,
+            bias: lg.bias,
+            kernel: g_kernel,
         },
+        times,
     })
+}
+
+/// Seconds since `clock` minus what earlier phases already took.
+fn lap(clock: &Instant, before: f64) -> f64 {
+    clock.elapsed().as_secs_f64() - before
+}
+
+/// Σ_terms w E only (no KL, no gradients): one batch's share of the exact bound. Costs the
+/// kernels, a Cholesky and a triangular solve per GP, and the quadrature.
+pub fn expected_loglik(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &BernoulliLogistic,
+) -> Result<f64> {
+    check_shapes(params, x, terms)?;
+    let kf = kind.forward(&params.kernel, params.a.as_ref(), x);
+    let (mean, var, _) = variational::marginals(
+        kf.k_z.as_ref(),
+        kf.k_bz.as_ref(),
+        &kf.k_diag,
+        params.mu.as_ref(),
+        params.rho.as_ref(),
+    )?;
+    Ok(likelihood_part(params, mean.as_ref(), var.as_ref(), terms, lik).expected)
+}
+
+/// Σ_p KL_p, which depends on the data only through K_X̃ [R×R]: computed once for a
+/// full-data bound.
+pub fn kl_total(kind: KernelKind, params: &Params, k_tilde: MatRef<'_, f64>) -> Result<f64> {
+    let r = params.a.ncols();
+    let empty = Mat::<f64>::zeros(0, r);
+    let x = BasisInputs {
+        kxx_b: empty.as_ref(),
+        sq_norms: &[],
+        k_tilde,
+    };
+    let kf = kind.forward(&params.kernel, params.a.as_ref(), &x);
+    variational::kl_total(kf.k_z.as_ref(), params.mu.as_ref(), params.rho.as_ref())
+}
+
+fn likelihood_part(
+    params: &Params,
+    mean: MatRef<'_, f64>,
+    var: MatRef<'_, f64>,
+    terms: &TermSet<'_>,
+    lik: &BernoulliLogistic,
+) -> LikelihoodGrads {
+    match terms {
+        TermSet::List(list) => likelihood_list(params, mean, var, list, lik),
+        TermSet::AllLabels { positives, scale } => {
+            likelihood_dense(params, mean, var, positives, *scale, lik)
+        }
+    }
+}
+
+/// Terms per parallel task of the list path.
+const TERM_BLOCK: usize = 4096;
+
+/// The list path: per term, f̄ = Φ_k·m_i + b_k and v = (Φ_k∘Φ_k)·s_i, the quadrature in
+/// parallel blocks of terms, then the gradients accumulated sequentially in term order (so
+/// the result is independent of the thread count).
+fn likelihood_list(
+    params: &Params,
+    m: MatRef<'_, f64>,
+    s: MatRef<'_, f64>,
+    terms: &[Term],
+    lik: &BernoulliLogistic,
+) -> LikelihoodGrads {
+    let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
+    let phi = params.phi.as_ref();
+    // Row-major copies so each term reads contiguous P-vectors.
+    let phi_rows: Vec<f64> = (0..k_count)
+        .flat_map(|k| (0..p_count).map(move |p| phi[(k, p)]))
+        .collect();
+    let m_rows: Vec<f64> = (0..b)
+        .flat_map(|i| (0..p_count).map(move |p| m[(i, p)]))
+        .collect();
+    let s_rows: Vec<f64> = (0..b)
+        .flat_map(|i| (0..p_count).map(move |p| s[(i, p)]))
+        .collect();
+    // (value, ∂E/∂f̄, ∂E/∂v) per term.
+    let per_term: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = terms
+        .par_chunks(TERM_BLOCK)
+        .map(|block| {
+            let n = block.len();
+            let (mut y, mut fm, mut fv, mut val) =
+                (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+            for (j, t) in block.iter().enumerate() {
+                let (i, k) = (t.row as usize, t.label as usize);
+                let f = &phi_rows[k * p_count..(k + 1) * p_count];
+                let mi = &m_rows[i * p_count..(i + 1) * p_count];
+                let si = &s_rows[i * p_count..(i + 1) * p_count];
+                let mut mean = params.bias[k];
+                let mut var = 0.0;
+                for p in 0..p_count {
+                    mean += f[p] * mi[p];
+                    var += f[p] * f[p] * si[p];
+                }
+                y[j] = t.y;
+                fm[j] = mean;
+                fv[j] = var.max(0.0);
+            }
+            lik.expect_lanes(&y, &mut fm, &mut fv, &mut val);
+            (val, fm, fv)
+        })
+        .collect();
+    let mut g_mean_rows = vec![0.0; b * p_count];
+    let mut g_var_rows = vec![0.0; b * p_count];
+    let mut g_phi_rows = vec![0.0; k_count * p_count];
+    let mut g_bias = vec![0.0; k_count];
+    let mut expected = 0.0;
+    for (block, (val, dm, dv)) in terms.chunks(TERM_BLOCK).zip(&per_term) {
+        for (j, t) in block.iter().enumerate() {
+            let (i, k) = (t.row as usize, t.label as usize);
+            expected += t.weight * val[j];
+            let (alpha, beta) = (t.weight * dm[j], t.weight * dv[j]);
+            g_bias[k] += alpha;
+            let f = &phi_rows[k * p_count..(k + 1) * p_count];
+            let mi = &m_rows[i * p_count..(i + 1) * p_count];
+            let si = &s_rows[i * p_count..(i + 1) * p_count];
+            let gm = &mut g_mean_rows[i * p_count..(i + 1) * p_count];
+            for p in 0..p_count {
+                gm[p] += alpha * f[p];
+            }
+            let gv = &mut g_var_rows[i * p_count..(i + 1) * p_count];
+            for p in 0..p_count {
+                gv[p] += beta * f[p] * f[p];
+            }
+            let gf = &mut g_phi_rows[k * p_count..(k + 1) * p_count];
+            for p in 0..p_count {
+                gf[p] += alpha * mi[p] + 2.0 * beta * f[p] * si[p];
+            }
+        }
+    }
+    LikelihoodGrads {
+        expected,
+        mean: Mat::from_fn(b, p_count, |i, p| g_mean_rows[i * p_count + p]),
+        var: Mat::from_fn(b, p_count, |i, p| g_var_rows[i * p_count + p]),
+        phi: Mat::from_fn(k_count, p_count, |k, p| g_phi_rows[k * p_count + p]),
+        bias: g_bias,
+    }
+}
+
+/// The dense all-labels path, every step a GEMM or an elementwise pass over [K×B] buffers
+/// (the transposes of f̄, v, α, β, so each minibatch row is a contiguous column):
+/// f̄ᵀ = Φ mᵀ + b1ᵀ, vᵀ = (Φ∘Φ) sᵀ; the quadrature in place, per row in parallel, turns
+/// them into αᵀ = scale ∂E/∂f̄ and βᵀ = scale ∂E/∂v; then G_m = α Φ, G_s = β (Φ∘Φ),
+/// ∂Φ = αᵀ m + 2 Φ ∘ (βᵀ s), ∂b = Σ_i α_i.
+fn likelihood_dense(
+    params: &Params,
+    m: MatRef<'_, f64>,
+    s: MatRef<'_, f64>,
+    positives: &[Vec<u32>],
+    scale: f64,
+    lik: &BernoulliLogistic,
+) -> LikelihoodGrads {
+    let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
+    let phi = params.phi.as_ref();
+    let phi2 = Mat::from_fn(k_count, p_count, |k, p| phi[(k, p)] * phi[(k, p)]);
+    let mut alpha = vec![0.0; k_count * b];
+    let mut beta = vec![0.0; k_count * b];
+    {
+        let mut f_t = MatMut::from_column_major_slice_mut(&mut alpha, k_count, b);
+        matmul(
+            f_t.as_mut(),
+            Accum::Replace,
+            phi,
+            m.transpose(),
+            1.0,
+            Par::rayon(0),
+        );
+        let mut v_t = MatMut::from_column_major_slice_mut(&mut beta, k_count, b);
+        matmul(
+            v_t.as_mut(),
+            Accum::Replace,
+            phi2.as_ref(),
+            s.transpose(),
+            1.0,
+            Par::rayon(0),
+        );
+    }
+    let row_values: Vec<f64> = alpha
+        .par_chunks_mut(k_count)
+        .zip(beta.par_chunks_mut(k_count))
+        .zip(positives.par_iter())
+        .map(|((f_row, v_row), pos)| {
+            let mut y = vec![-1.0; k_count];
+            for &k in pos {
+                y[k as usize] = 1.0;
+            }
+            for (f, bias) in f_row.iter_mut().zip(&params.bias) {
+                *f += bias;
+            }
+            for v in v_row.iter_mut() {
+                *v = v.max(0.0);
+            }
+            let mut val = vec![0.0; k_count];
+            lik.expect_lanes(&y, f_row, v_row, &mut val);
+            for (a, bt) in f_row.iter_mut().zip(v_row.iter_mut()) {
+                *a *= scale;
+                *bt *= scale;
+            }
+            val.iter().sum::<f64>()
+        })
+        .collect();
+    let expected = scale * row_values.iter().sum::<f64>();
+    let alpha_t = MatRef::from_column_major_slice(&alpha, k_count, b);
+    let beta_t = MatRef::from_column_major_slice(&beta, k_count, b);
+    let mut g_mean = Mat::<f64>::zeros(b, p_count);
+    matmul(
+        g_mean.as_mut(),
+        Accum::Replace,
+        alpha_t.transpose(),
+        phi,
+        1.0,
+        Par::rayon(0),
+    );
+    let mut g_var = Mat::<f64>::zeros(b, p_count);
+    matmul(
+        g_var.as_mut(),
+        Accum::Replace,
+        beta_t.transpose(),
+        phi2.as_ref(),
+        1.0,
+        Par::rayon(0),
+    );
+    let mut g_phi = Mat::<f64>::zeros(k_count, p_count);
+    matmul(
+        g_phi.as_mut(),
+        Accum::Replace,
+        alpha_t,
+        m,
+        1.0,
+        Par::rayon(0),
+    );
+    let mut bt_s = Mat::<f64>::zeros(k_count, p_count);
+    matmul(bt_s.as_mut(), Accum::Replace, beta_t, s, 1.0, Par::rayon(0));
+    for p in 0..p_count {
+        for k in 0..k_count {
+            g_phi[(k, p)] += 2.0 * phi[(k, p)] * bt_s[(k, p)];
+        }
+    }
+    // ∂b_k = Σ_i α_ik, summed over rows in order.
+    let mut g_bias = vec![0.0; k_count];
+    for row in alpha.chunks(k_count) {
+        for (g, a) in g_bias.iter_mut().zip(row) {
+            *g += a;
+        }
+    }
+    LikelihoodGrads {
+        expected,
+        mean: g_mean,
+        var: g_var,
+        phi: g_phi,
+        bias: g_bias,
+    }
 }
 
 /// Reads a parameter's value by flat index (for finite-difference checks and optimisers):

@@ -5,7 +5,9 @@
 //! θ_t = θ_{t−1} + η m̂_t / (√v̂_t + ε), m̂_t = m_t / (1−β1ᵗ), v̂_t = v_t / (1−β2ᵗ).
 //! The state (m, v, t) is part of a checkpoint so a resumed run continues bit for bit.
 
-use super::elbo::{flat_entry, flat_len, Params};
+#[cfg(doc)]
+use super::elbo::flat_entry;
+use super::elbo::{flat_len, Params};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -47,6 +49,9 @@ impl AdamState {
 
     /// One ascent step on `params` with gradient `grads`. Entries whose `frozen` returns
     /// true for their block name ("A", "log σ_f²", …) are left unchanged.
+    ///
+    /// Walks the blocks in the order of [`flat_entry`] (each matrix column by column), so
+    /// the flat index of every entry, and the arithmetic, are those of a per-index loop.
     pub fn step(
         &mut self,
         cfg: &AdamConfig,
@@ -56,20 +61,62 @@ impl AdamState {
     ) {
         self.t += 1;
         let t = self.t as i32;
-        let (c1, c2) = (1.0 - cfg.beta1.powi(t), 1.0 - cfg.beta2.powi(t));
-        let mut grads = grads.clone();
-        for idx in 0..self.m.len() {
-            let (name, g) = flat_entry(&mut grads, idx);
-            if frozen(name) {
-                continue;
+        let coef = Coefficients {
+            cfg: *cfg,
+            c1: 1.0 - cfg.beta1.powi(t),
+            c2: 1.0 - cfg.beta2.powi(t),
+        };
+        let mut idx = 0;
+        for (name, p, g) in [
+            ("A", &mut params.a, &grads.a),
+            ("μ", &mut params.mu, &grads.mu),
+            ("ρ", &mut params.rho, &grads.rho),
+            ("Φ", &mut params.phi, &grads.phi),
+        ] {
+            let (rows, cols) = (p.nrows(), p.ncols());
+            if !frozen(name) {
+                for j in 0..cols {
+                    let (pc, gc) = (p.col_mut(j), g.col(j));
+                    for (i, theta) in pc.iter_mut().enumerate() {
+                        self.update(idx + j * rows + i, gc[i], theta, &coef);
+                    }
+                }
             }
-            let g = *g;
-            self.m[idx] = cfg.beta1 * self.m[idx] + (1.0 - cfg.beta1) * g;
-            self.v[idx] = cfg.beta2 * self.v[idx] + (1.0 - cfg.beta2) * g * g;
-            let update = cfg.lr * (self.m[idx] / c1) / ((self.v[idx] / c2).sqrt() + cfg.eps);
-            *flat_entry(params, idx).1 += update;
+            idx += rows * cols;
         }
+        if !frozen("b") {
+            for (k, theta) in params.bias.iter_mut().enumerate() {
+                self.update(idx + k, grads.bias[k], theta, &coef);
+            }
+        }
+        idx += params.bias.len();
+        for (name, theta, g) in [
+            ("log σ_f²", &mut params.kernel.log_sf2, grads.kernel.log_sf2),
+            ("log ℓ", &mut params.kernel.log_ell, grads.kernel.log_ell),
+        ] {
+            if !frozen(name) {
+                self.update(idx, g, theta, &coef);
+            }
+            idx += 1;
+        }
+        debug_assert_eq!(idx, self.m.len());
     }
+
+    /// Adam's update of the entry at flat index `idx`.
+    #[inline(always)]
+    fn update(&mut self, idx: usize, g: f64, theta: &mut f64, k: &Coefficients) {
+        let cfg = &k.cfg;
+        self.m[idx] = cfg.beta1 * self.m[idx] + (1.0 - cfg.beta1) * g;
+        self.v[idx] = cfg.beta2 * self.v[idx] + (1.0 - cfg.beta2) * g * g;
+        *theta += cfg.lr * (self.m[idx] / k.c1) / ((self.v[idx] / k.c2).sqrt() + cfg.eps);
+    }
+}
+
+/// The configuration and this step's bias corrections c1 = 1 − β1ᵗ, c2 = 1 − β2ᵗ.
+struct Coefficients {
+    cfg: AdamConfig,
+    c1: f64,
+    c2: f64,
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 //! probit approximation σ(f̄ / √(1 + π v / 8)) (`docs/model.md`, "Prediction").
 
 use anyhow::Result;
-use faer::linalg::solvers::Llt;
 use faer::Mat;
 
 use super::elbo::Params;
@@ -38,8 +37,8 @@ fn add_bias(mut f: Mat<f64>, bias: &[f64]) -> Mat<f64> {
 pub struct Predictor<'p> {
     kind: KernelKind,
     params: &'p Params,
-    /// Cholesky factors of K_Z + Σ_p, one per latent GP.
-    factors: Vec<Llt<f64>>,
+    /// Lower Cholesky factors L_p of K_Z + Σ_p, one per latent GP.
+    factors: Vec<Mat<f64>>,
     /// Φ ∘ Φ [K×P].
     phi_sq: Mat<f64>,
     /// Largest diagonal jitter a factorisation needed (0 when none).
@@ -68,9 +67,9 @@ impl<'p> Predictor<'p> {
         let mut jitter = 0.0f64;
         for p in 0..p_count {
             let mut sigma: Vec<f64> = (0..m).map(|i| sigma_of(params.rho[(i, p)])).collect();
-            let (llt, j) = factorise(kf.k_z.as_ref(), &mut sigma)?;
+            let (l, j) = factorise(kf.k_z.as_ref(), &mut sigma)?;
             jitter = jitter.max(j);
-            factors.push(llt);
+            factors.push(l);
         }
         let phi_sq = Mat::from_fn(params.phi.nrows(), p_count, |k, p| {
             params.phi[(k, p)] * params.phi[(k, p)]
@@ -93,10 +92,10 @@ impl<'p> Predictor<'p> {
         let m = &kf.k_bz * &self.params.mu;
         // s_ip = k_ii − ‖L_p⁻¹ k_i‖²: one triangular solve with all B right-hand sides.
         let mut s = Mat::<f64>::zeros(b, self.factors.len());
-        for (p, llt) in self.factors.iter().enumerate() {
+        for (p, l) in self.factors.iter().enumerate() {
             let mut w = kf.k_bz.transpose().to_owned();
             faer::linalg::triangular_solve::solve_lower_triangular_in_place(
-                llt.L(),
+                l.as_ref(),
                 w.as_mut(),
                 faer::Par::Seq,
             );

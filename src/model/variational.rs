@@ -1,19 +1,39 @@
 //! q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹): marginals of h_p at the minibatch rows, the KL
-//! terms, and their gradients (`docs/model.md`, sections "q(u) and marginals" and
-//! "Gradients").
+//! terms, and their gradients (`docs/model.md`, sections "q(u) and marginals", "Gradients"
+//! and "Algorithm as implemented").
 //!
-//! Only C_p = K_Z + Σ_p is ever factorised: K_Z itself may be singular (R < M, linear
-//! kernel). Σ_p = diag(softplus(ρ_p) + 10⁻⁶).
+//! Only C_p = K_Z + Σ_p = L_p L_pᵀ is ever factorised: K_Z itself may be singular (R < M,
+//! linear kernel). Σ_p = diag(softplus(ρ_p) + 10⁻⁶). Every product with C_p⁻¹ goes through
+//! L_p⁻¹ (triangular solves and triangular products), about 2M³ + 3M²B flops per latent GP
+//! for the forward and backward passes together.
+//!
+//! The P latent GPs are independent given K_Z and K_bZ: they are processed by rayon in
+//! fixed chunks of [`GP_CHUNK`] GPs, each chunk sequential inside (faer `Par::Seq`), and the
+//! chunks' results are summed in chunk order. The chunking does not depend on the number of
+//! threads, so neither do the results, bit for bit.
 //!
 //! Shapes: K_Z [M×M], K_bZ [B×M], k_ii [B], μ and ρ [M×P], marginal means and variances
 //! [B×P].
 
 use anyhow::{bail, Result};
-use faer::linalg::solvers::{DenseSolveCore, Solve};
-use faer::{Mat, MatRef, Side};
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
+use faer::linalg::triangular_inverse::invert_lower_triangular;
+use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::{Accum, Mat, MatRef, Par};
+use rayon::prelude::*;
 
 /// Smallest variance parameter σ_pm.
 pub const MIN_SIGMA: f64 = 1e-6;
+
+/// Latent GPs per parallel task. Fixed (not derived from the thread count) so that the
+/// order of every floating-point reduction, hence every result, is the same for any number
+/// of threads. Three GPs give ten tasks at P = 30: enough to balance two to eight cores,
+/// and large enough that the chunk's concatenated product (see [`backward`]) is an
+/// efficient GEMM.
+pub const GP_CHUNK: usize = 3;
 
 /// σ = softplus(ρ) + 10⁻⁶ (stable for large |ρ|).
 pub fn sigma_of(rho: f64) -> f64 {
@@ -26,13 +46,13 @@ fn dsigma_drho(rho: f64) -> f64 {
     1.0 / (1.0 + (-rho).exp())
 }
 
-/// Per-latent-GP factorisations and products kept for the backward pass.
+/// Per-latent-GP factors kept for the backward pass.
 #[derive(Debug, Clone)]
 struct PerGp {
-    /// C_p⁻¹ [M×M].
-    c_inv: Mat<f64>,
-    /// W_p = C_p⁻¹ K_bZᵀ [M×B].
-    w: Mat<f64>,
+    /// L_p⁻¹ [M×M], lower triangular (zeros above the diagonal).
+    l_inv: Mat<f64>,
+    /// V_p = L_p⁻¹ K_bZᵀ [M×B].
+    v: Mat<f64>,
     /// Σ_p actually used (σ plus any jitter) [M].
     sigma: Vec<f64>,
 }
@@ -42,7 +62,7 @@ struct PerGp {
 pub struct VariationalForward {
     /// m = K_bZ μ [B×P].
     pub mean: Mat<f64>,
-    /// s_ip = k_ii − k_iᵀ C_p⁻¹ k_i [B×P].
+    /// s_ip = k_ii − k_iᵀ C_p⁻¹ k_i = k_ii − ‖V_p e_i‖² [B×P].
     pub var: Mat<f64>,
     /// Σ_p KL_p.
     pub kl: f64,
@@ -51,7 +71,8 @@ pub struct VariationalForward {
     per_gp: Vec<PerGp>,
 }
 
-/// Gradients of F = ⟨G_m, m⟩ + ⟨G_s, s⟩ − Σ_p KL_p.
+/// Gradients of F = ⟨G_m, m⟩ + ⟨G_s, s⟩ − Σ_p KL_p. The kernel blocks (`k_z`, `k_bz`,
+/// `k_diag`) are empty when [`backward`] is asked not to compute them.
 #[derive(Debug, Clone)]
 pub struct VariationalGrads {
     pub mu: Mat<f64>,
@@ -61,30 +82,188 @@ pub struct VariationalGrads {
     pub k_diag: Vec<f64>,
 }
 
-/// Cholesky of K_Z + diag(σ), retried with growing jitter on the diagonal when it fails.
-pub fn factorise(
-    k_z: MatRef<'_, f64>,
-    sigma: &mut [f64],
-) -> Result<(faer::linalg::solvers::Llt<f64>, f64)> {
+/// Lower Cholesky factor L [M×M] (zeros above the diagonal) of K_Z + diag(σ), retried with
+/// growing jitter on the diagonal when it fails; σ gets the jitter that was used. Sequential
+/// (it runs inside a per-GP task).
+pub fn factorise(k_z: MatRef<'_, f64>, sigma: &mut [f64]) -> Result<(Mat<f64>, f64)> {
     let m = k_z.nrows();
-    let mean_diag = (0..m).map(|i| k_z[(i, i)] + sigma[i]).sum::<f64>() / m as f64;
+    let mean_diag = (0..m).map(|i| k_z[(i, i)] + sigma[i]).sum::<f64>() / m.max(1) as f64;
+    let mut buf = MemBuffer::new(cholesky_in_place_scratch::<f64>(
+        m,
+        Par::Seq,
+        Default::default(),
+    ));
     let mut jitter = 0.0;
     for attempt in 0..8 {
-        let c = Mat::from_fn(m, m, |i, j| {
+        let mut c = Mat::from_fn(m, m, |i, j| {
             k_z[(i, j)] + if i == j { sigma[i] + jitter } else { 0.0 }
         });
-        if let Ok(llt) = c.llt(Side::Lower) {
+        let ok = cholesky_in_place(
+            c.as_mut(),
+            Default::default(),
+            Par::Seq,
+            MemStack::new(&mut buf),
+            Default::default(),
+        )
+        .is_ok();
+        if ok {
+            for j in 1..m {
+                for i in 0..j {
+                    c[(i, j)] = 0.0;
+                }
+            }
             for s in sigma.iter_mut() {
                 *s += jitter;
             }
-            return Ok((llt, jitter));
+            return Ok((c, jitter));
         }
         jitter = mean_diag.max(1e-300) * 1e-10 * 10f64.powi(attempt);
     }
     bail!("Cholesky of K_Z + Σ failed even with jitter {jitter:.3e} on the diagonal")
 }
 
-/// Computes the marginals and the KL terms.
+/// σ_p [M] for column p of ρ.
+fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
+    (0..rho.nrows()).map(|i| sigma_of(rho[(i, p)])).collect()
+}
+
+/// V = L⁻¹ K_bZᵀ [M×B] by a triangular solve (M²B flops), from K_bZᵀ [M×B].
+fn solve_v(l: MatRef<'_, f64>, k_bz_t: MatRef<'_, f64>) -> Mat<f64> {
+    let mut v = k_bz_t.to_owned();
+    solve_lower_triangular_in_place(l, v.as_mut(), Par::Seq);
+    v
+}
+
+/// s_i = k_ii − ‖V e_i‖² for every column i of V [M×B].
+fn variances(v: MatRef<'_, f64>, k_diag: &[f64]) -> Vec<f64> {
+    (0..v.ncols())
+        .map(|i| {
+            let col = v.col(i);
+            k_diag[i] - (0..v.nrows()).map(|j| col[j] * col[j]).sum::<f64>()
+        })
+        .collect()
+}
+
+/// L⁻¹ [M×M], lower triangular with zeros above (M³/3 flops).
+fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {
+    let m = l.nrows();
+    let mut inv = Mat::<f64>::zeros(m, m);
+    invert_lower_triangular(inv.as_mut(), l, Par::Seq);
+    inv
+}
+
+/// KL_p = ½ [μᵀK_Zμ − tr(C⁻¹K_Z) + log|C| − log|Σ|], with tr(C⁻¹K_Z) = M − tr(C⁻¹Σ) and
+/// (C⁻¹)_mm = ‖L⁻¹ e_m‖², so only L and L⁻¹ are needed. `quad_mu` is μ_pᵀ K_Z μ_p.
+fn kl_one(l: MatRef<'_, f64>, l_inv: MatRef<'_, f64>, sigma: &[f64], quad_mu: f64) -> f64 {
+    let m = l.nrows();
+    let tr_cinv_sigma: f64 = (0..m)
+        .map(|c| {
+            let col = l_inv.col(c);
+            sigma[c] * (c..m).map(|j| col[j] * col[j]).sum::<f64>()
+        })
+        .sum();
+    let logdet_c = 2.0 * (0..m).map(|i| l[(i, i)].ln()).sum::<f64>();
+    let logdet_sigma: f64 = sigma.iter().map(|s| s.ln()).sum();
+    0.5 * (quad_mu - (m as f64 - tr_cinv_sigma) + logdet_c - logdet_sigma)
+}
+
+/// μ_pᵀ K_Z μ_p for every p, from K_Z μ [M×P].
+fn quad_mu(k_z: MatRef<'_, f64>, mu: MatRef<'_, f64>) -> Vec<f64> {
+    let k_mu = k_z * mu;
+    (0..mu.ncols())
+        .map(|p| (0..mu.nrows()).map(|i| mu[(i, p)] * k_mu[(i, p)]).sum())
+        .collect()
+}
+
+/// The GP indices of chunk `c` of P GPs.
+fn chunk_range(c: usize, p_count: usize) -> std::ops::Range<usize> {
+    c * GP_CHUNK..((c + 1) * GP_CHUNK).min(p_count)
+}
+
+fn chunk_count(p_count: usize) -> usize {
+    p_count.div_ceil(GP_CHUNK)
+}
+
+/// What one GP's forward task returns.
+struct GpForward {
+    state: Option<PerGp>,
+    var: Vec<f64>,
+    kl: f64,
+    jitter: f64,
+}
+
+/// Forward for latent GP p: Cholesky, V, the variances and (if `with_kl`) KL_p. The
+/// factors are kept only if `keep` (for the backward pass).
+#[allow(clippy::too_many_arguments)]
+fn forward_one(
+    k_z: MatRef<'_, f64>,
+    k_bz_t: MatRef<'_, f64>,
+    k_diag: &[f64],
+    rho: MatRef<'_, f64>,
+    p: usize,
+    quad_mu: Option<f64>,
+    keep: bool,
+) -> Result<GpForward> {
+    let mut sigma = sigma_column(rho, p);
+    let (l, jitter) = factorise(k_z, &mut sigma)?;
+    let v = solve_v(l.as_ref(), k_bz_t);
+    let var = variances(v.as_ref(), k_diag);
+    let (kl, l_inv) = match quad_mu {
+        Some(q) => {
+            let l_inv = lower_inverse(l.as_ref());
+            (kl_one(l.as_ref(), l_inv.as_ref(), &sigma, q), Some(l_inv))
+        }
+        None => (0.0, None),
+    };
+    let state = match (keep, l_inv) {
+        (true, Some(l_inv)) => Some(PerGp { l_inv, v, sigma }),
+        _ => None,
+    };
+    Ok(GpForward {
+        state,
+        var,
+        kl,
+        jitter,
+    })
+}
+
+/// Runs `forward_one` over all GPs in parallel chunks; results in GP order.
+fn forward_all(
+    k_z: MatRef<'_, f64>,
+    k_bz: MatRef<'_, f64>,
+    k_diag: &[f64],
+    rho: MatRef<'_, f64>,
+    quad: Option<&[f64]>,
+    keep: bool,
+) -> Result<Vec<GpForward>> {
+    let p_count = rho.ncols();
+    let k_bz_t = k_bz.transpose().to_owned();
+    let chunks: Vec<Result<Vec<GpForward>>> = (0..chunk_count(p_count))
+        .into_par_iter()
+        .map(|c| {
+            chunk_range(c, p_count)
+                .map(|p| {
+                    forward_one(
+                        k_z,
+                        k_bz_t.as_ref(),
+                        k_diag,
+                        rho,
+                        p,
+                        quad.map(|q| q[p]),
+                        keep,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(p_count);
+    for c in chunks {
+        out.extend(c?);
+    }
+    Ok(out)
+}
+
+/// Computes the marginals and the KL terms, keeping the per-GP factors for [`backward`].
 pub fn forward(
     k_z: MatRef<'_, f64>,
     k_bz: MatRef<'_, f64>,
@@ -92,43 +271,234 @@ pub fn forward(
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
 ) -> Result<VariationalForward> {
-    let (m, p_count, b) = (k_z.nrows(), mu.ncols(), k_bz.nrows());
+    let (p_count, b) = (mu.ncols(), k_bz.nrows());
     let mean = k_bz * mu;
+    let quad = quad_mu(k_z, mu);
+    let gps = forward_all(k_z, k_bz, k_diag, rho, Some(&quad), true)?;
     let mut var = Mat::<f64>::zeros(b, p_count);
     let mut kl = 0.0;
-    let mut max_jitter = 0.0f64;
+    let mut jitter = 0.0f64;
     let mut per_gp = Vec::with_capacity(p_count);
-    for p in 0..p_count {
-        let mut sigma: Vec<f64> = (0..m).map(|i| sigma_of(rho[(i, p)])).collect();
-        let (llt, jitter) = factorise(k_z, &mut sigma)?;
-        max_jitter = max_jitter.max(jitter);
-        let w = llt.solve(k_bz.transpose());
-        for i in 0..b {
-            let quad: f64 = (0..m).map(|j| k_bz[(i, j)] * w[(j, i)]).sum();
-            var[(i, p)] = k_diag[i] - quad;
+    for (p, g) in gps.into_iter().enumerate() {
+        for (i, s) in g.var.iter().enumerate() {
+            var[(i, p)] = *s;
         }
-        let c_inv = llt.inverse();
-        let mu_p = mu.col(p);
-        let k_mu = k_z * mu_p;
-        let quad_mu: f64 = (0..m).map(|j| mu_p[j] * k_mu[j]).sum();
-        let tr_cinv_kz: f64 = (0..m)
-            .map(|i| (0..m).map(|j| c_inv[(i, j)] * k_z[(j, i)]).sum::<f64>())
-            .sum();
-        let logdet_c = 2.0 * (0..m).map(|i| llt.L()[(i, i)].ln()).sum::<f64>();
-        let logdet_sigma: f64 = sigma.iter().map(|s| s.ln()).sum();
-        kl += 0.5 * (quad_mu - tr_cinv_kz + logdet_c - logdet_sigma);
-        per_gp.push(PerGp { c_inv, w, sigma });
+        kl += g.kl;
+        jitter = jitter.max(g.jitter);
+        per_gp.push(g.state.expect("kept"));
     }
     Ok(VariationalForward {
         mean,
         var,
         kl,
-        jitter: max_jitter,
+        jitter,
         per_gp,
     })
 }
 
-/// Gradients of F = ⟨g_mean, m⟩ + ⟨g_var, s⟩ − Σ_p KL_p.
+/// Marginal means and variances only ([B×P] each) and the jitter: no KL, nothing kept
+/// (M³/3 + M²B flops per GP). For bounds evaluated without gradients.
+pub fn marginals(
+    k_z: MatRef<'_, f64>,
+    k_bz: MatRef<'_, f64>,
+    k_diag: &[f64],
+    mu: MatRef<'_, f64>,
+    rho: MatRef<'_, f64>,
+) -> Result<(Mat<f64>, Mat<f64>, f64)> {
+    let (p_count, b) = (mu.ncols(), k_bz.nrows());
+    let mean = k_bz * mu;
+    let gps = forward_all(k_z, k_bz, k_diag, rho, None, false)?;
+    let mut var = Mat::<f64>::zeros(b, p_count);
+    let mut jitter = 0.0f64;
+    for (p, g) in gps.iter().enumerate() {
+        for (i, s) in g.var.iter().enumerate() {
+            var[(i, p)] = *s;
+        }
+        jitter = jitter.max(g.jitter);
+    }
+    Ok((mean, var, jitter))
+}
+
+/// Σ_p KL_p alone (needs only K_Z; 2M³/3 flops per GP), in the same chunk order as
+/// [`forward`], so the two agree bit for bit.
+pub fn kl_total(k_z: MatRef<'_, f64>, mu: MatRef<'_, f64>, rho: MatRef<'_, f64>) -> Result<f64> {
+    let m = k_z.nrows();
+    let empty_t = Mat::<f64>::zeros(m, 0);
+    let quad = quad_mu(k_z, mu);
+    let gps = forward_all(k_z, empty_t.transpose(), &[], rho, Some(&quad), false)?;
+    Ok(gps.iter().map(|g| g.kl).sum())
+}
+
+/// One chunk's contribution to the backward pass.
+struct ChunkGrads {
+    /// Lower triangle of Σ_{p∈chunk} [−½ C_p⁻¹ + Y_p diag(d_p) Y_pᵀ] [M×M] (empty without
+    /// kernel gradients).
+    k_z: Mat<f64>,
+    /// −2 Σ_{p∈chunk} W_p D_p [M×B], the transpose of the chunk's part of ∂F/∂K_bZ
+    /// (empty without kernel gradients).
+    k_bz_t: Mat<f64>,
+    /// ∂F/∂ρ for the chunk's GPs, each [M].
+    rho: Vec<Vec<f64>>,
+}
+
+/// Backward for one chunk of GPs (sequential inside). For GP p with D = diag(G_s[:, p]):
+/// - C⁻¹ = L⁻ᵀ L⁻¹ (triangular product), W = C⁻¹ K_bZᵀ = L⁻ᵀ V (triangular product);
+/// - ∂F/∂σ_m = −(C⁻¹)_mm + ½ Σ_j (C⁻¹)_mj² σ_j + Σ_i D_ii W_mi² + 1/(2σ_m);
+/// - with kernel gradients: −½ C⁻¹ K_Z C⁻¹ + W D Wᵀ = −½ C⁻¹ + Y diag(d) Yᵀ with
+///   Y = [C⁻¹ W] [M×(M+B)] and d = [½σ; D], using C⁻¹K_Z C⁻¹ = C⁻¹ − C⁻¹ΣC⁻¹. The chunk's
+///   Y's are concatenated into one product whose lower triangle alone is formed.
+fn backward_chunk(
+    gps: &[PerGp],
+    first: usize,
+    rho: MatRef<'_, f64>,
+    g_var: MatRef<'_, f64>,
+    kernel_grads: bool,
+) -> ChunkGrads {
+    let m = rho.nrows();
+    let b = g_var.nrows();
+    let width = m + b;
+    let n = gps.len();
+    // Y_cat = [Y_1 … Y_n] and Y_cat diag(d_cat) [M × n(M+B)].
+    let (mut y_cat, mut yd_cat) = if kernel_grads {
+        (
+            Mat::<f64>::zeros(m, n * width),
+            Mat::<f64>::zeros(m, n * width),
+        )
+    } else {
+        (Mat::new(), Mat::new())
+    };
+    let mut g_kbz_t = if kernel_grads {
+        Mat::<f64>::zeros(m, b)
+    } else {
+        Mat::new()
+    };
+    let mut half_cinv_sum = if kernel_grads {
+        Mat::<f64>::zeros(m, m)
+    } else {
+        Mat::new()
+    };
+    let mut rho_out = Vec::with_capacity(n);
+    for (q, gp) in gps.iter().enumerate() {
+        let p = first + q;
+        let l_inv = gp.l_inv.as_ref();
+        // C⁻¹ = L⁻ᵀ L⁻¹ (upper × lower triangular).
+        let mut c_inv = Mat::<f64>::zeros(m, m);
+        tri_matmul(
+            c_inv.as_mut(),
+            BlockStructure::Rectangular,
+            Accum::Replace,
+            l_inv.transpose(),
+            BlockStructure::TriangularUpper,
+            l_inv,
+            BlockStructure::TriangularLower,
+            1.0,
+            Par::Seq,
+        );
+        // W = L⁻ᵀ V [M×B].
+        let mut w = Mat::<f64>::zeros(m, b);
+        tri_matmul(
+            w.as_mut(),
+            BlockStructure::Rectangular,
+            Accum::Replace,
+            l_inv.transpose(),
+            BlockStructure::TriangularUpper,
+            gp.v.as_ref(),
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+        let d: Vec<f64> = (0..b).map(|i| g_var[(i, p)]).collect();
+        rho_out.push(rho_gradient(
+            c_inv.as_ref(),
+            w.as_ref(),
+            &d,
+            &gp.sigma,
+            rho,
+            p,
+        ));
+        if kernel_grads {
+            let base = q * width;
+            for j in 0..m {
+                let half_sigma = 0.5 * gp.sigma[j];
+                for i in 0..m {
+                    let c = c_inv[(i, j)];
+                    y_cat[(i, base + j)] = c;
+                    yd_cat[(i, base + j)] = c * half_sigma;
+                    half_cinv_sum[(i, j)] += 0.5 * c;
+                }
+            }
+            for i in 0..b {
+                for j in 0..m {
+                    let wji = w[(j, i)];
+                    y_cat[(j, base + m + i)] = wji;
+                    yd_cat[(j, base + m + i)] = wji * d[i];
+                    g_kbz_t[(j, i)] -= 2.0 * d[i] * wji;
+                }
+            }
+        }
+    }
+    let mut g_kz = Mat::new();
+    if kernel_grads {
+        g_kz = Mat::<f64>::zeros(m, m);
+        tri_matmul(
+            g_kz.as_mut(),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            y_cat.as_ref(),
+            BlockStructure::Rectangular,
+            yd_cat.transpose(),
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        );
+        for j in 0..m {
+            for i in j..m {
+                g_kz[(i, j)] -= half_cinv_sum[(i, j)];
+            }
+        }
+    }
+    ChunkGrads {
+        k_z: g_kz,
+        k_bz_t: g_kbz_t,
+        rho: rho_out,
+    }
+}
+
+/// ∂F/∂ρ_p [M] (see [`backward_chunk`]): the diagonal of −½C⁻¹K_ZC⁻¹ − ½C⁻¹ + W D Wᵀ
+/// plus 1/(2σ), times dσ/dρ.
+fn rho_gradient(
+    c_inv: MatRef<'_, f64>,
+    w: MatRef<'_, f64>,
+    d: &[f64],
+    sigma: &[f64],
+    rho: MatRef<'_, f64>,
+    p: usize,
+) -> Vec<f64> {
+    let (m, b) = (c_inv.nrows(), w.ncols());
+    // ½ (C⁻¹ΣC⁻¹)_mm = ½ Σ_j (C⁻¹)_jm² σ_j, column by column (C⁻¹ is symmetric).
+    let mut out: Vec<f64> = (0..m)
+        .map(|c| {
+            let col = c_inv.col(c);
+            let cs: f64 = (0..m).map(|j| col[j] * col[j] * sigma[j]).sum();
+            -col[c] + 0.5 * cs + 0.5 / sigma[c]
+        })
+        .collect();
+    for i in 0..b {
+        let col = w.col(i);
+        for (j, o) in out.iter_mut().enumerate() {
+            *o += d[i] * col[j] * col[j];
+        }
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        *o *= dsigma_drho(rho[(j, p)]);
+    }
+    out
+}
+
+/// Gradients of F = ⟨g_mean, m⟩ + ⟨g_var, s⟩ − Σ_p KL_p. Without `kernel_grads` the
+/// gradients with respect to K_Z, K_bZ and k_ii are left empty and their O(M³) and
+/// O(M²B) products skipped.
+#[allow(clippy::too_many_arguments)]
 pub fn backward(
     fwd: &VariationalForward,
     k_z: MatRef<'_, f64>,
@@ -137,39 +507,80 @@ pub fn backward(
     rho: MatRef<'_, f64>,
     g_mean: MatRef<'_, f64>,
     g_var: MatRef<'_, f64>,
+    kernel_grads: bool,
 ) -> VariationalGrads {
     let (m, p_count, b) = (k_z.nrows(), mu.ncols(), k_bz.nrows());
     // ∂F/∂μ = K_bZᵀ G_m − K_Z μ.
-    let g_mu = k_bz.transpose() * g_mean - k_z * mu;
-    // ∂F/∂K_bZ = G_m μᵀ − 2 Σ_p D_p W_pᵀ.
-    let mut g_kbz = g_mean * mu.transpose();
-    let mut g_kz = Mat::<f64>::zeros(m, m);
+    let mut g_mu = Mat::<f64>::zeros(m, p_count);
+    matmul(
+        g_mu.as_mut(),
+        Accum::Replace,
+        k_bz.transpose(),
+        g_mean,
+        1.0,
+        Par::rayon(0),
+    );
+    matmul(g_mu.as_mut(), Accum::Add, k_z, mu, -1.0, Par::rayon(0));
+    let chunks: Vec<ChunkGrads> = (0..chunk_count(p_count))
+        .into_par_iter()
+        .map(|c| {
+            let r = chunk_range(c, p_count);
+            backward_chunk(&fwd.per_gp[r.clone()], r.start, rho, g_var, kernel_grads)
+        })
+        .collect();
     let mut g_rho = Mat::<f64>::zeros(m, p_count);
+    for (c, ch) in chunks.iter().enumerate() {
+        for (q, col) in ch.rho.iter().enumerate() {
+            for (j, v) in col.iter().enumerate() {
+                g_rho[(j, c * GP_CHUNK + q)] = *v;
+            }
+        }
+    }
+    if !kernel_grads {
+        return VariationalGrads {
+            mu: g_mu,
+            rho: g_rho,
+            k_z: Mat::new(),
+            k_bz: Mat::new(),
+            k_diag: Vec::new(),
+        };
+    }
+    // ∂F/∂K_bZ = G_m μᵀ − 2 Σ_p D_p W_pᵀ; ∂F/∂K_Z = −½ μμᵀ + Σ_p (…), summed in chunk order.
+    let mut g_kbz = Mat::<f64>::zeros(b, m);
+    matmul(
+        g_kbz.as_mut(),
+        Accum::Replace,
+        g_mean,
+        mu.transpose(),
+        1.0,
+        Par::rayon(0),
+    );
+    let mut g_kz = Mat::<f64>::zeros(m, m);
+    matmul(
+        g_kz.as_mut(),
+        Accum::Replace,
+        mu,
+        mu.transpose(),
+        -0.5,
+        Par::rayon(0),
+    );
+    for ch in &chunks {
+        g_kbz += ch.k_bz_t.transpose();
+        for j in 0..m {
+            for i in j..m {
+                g_kz[(i, j)] += ch.k_z[(i, j)];
+            }
+        }
+    }
+    // The chunks formed lower triangles: mirror them.
+    for j in 0..m {
+        for i in j + 1..m {
+            g_kz[(j, i)] = g_kz[(i, j)];
+        }
+    }
     let k_diag: Vec<f64> = (0..b)
         .map(|i| (0..p_count).map(|p| g_var[(i, p)]).sum())
         .collect();
-    for (p, gp) in fwd.per_gp.iter().enumerate() {
-        for i in 0..b {
-            let d = g_var[(i, p)];
-            for j in 0..m {
-                g_kbz[(i, j)] -= 2.0 * d * gp.w[(j, i)];
-            }
-        }
-        // W_p D_p W_pᵀ [M×M].
-        let w_d = Mat::from_fn(m, b, |j, i| gp.w[(j, i)] * g_var[(i, p)]);
-        let wdw = &w_d * gp.w.transpose();
-        // C⁻¹ K_Z C⁻¹.
-        let ckc = &gp.c_inv * k_z * &gp.c_inv;
-        let mu_p = mu.col(p);
-        for i in 0..m {
-            for j in 0..m {
-                g_kz[(i, j)] += -0.5 * mu_p[i] * mu_p[j] - 0.5 * ckc[(i, j)] + wdw[(i, j)];
-            }
-            let d_sigma =
-                -0.5 * ckc[(i, i)] - 0.5 * gp.c_inv[(i, i)] + wdw[(i, i)] + 0.5 / gp.sigma[i];
-            g_rho[(i, p)] = d_sigma * dsigma_drho(rho[(i, p)]);
-        }
-    }
     VariationalGrads {
         mu: g_mu,
         rho: g_rho,
@@ -183,6 +594,8 @@ pub fn backward(
 mod tests {
     use super::*;
     use crate::model::kernel::{BasisInputs, KernelKind, KernelParams};
+    use faer::linalg::solvers::DenseSolveCore;
+    use faer::Side;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -331,6 +744,7 @@ mod tests {
                 rho.as_ref(),
                 s.r_m.as_ref(),
                 s.r_s.as_ref(),
+                true,
             );
             let kg = kind.backward(&kp, &x, &kf, g.k_z.as_ref(), g.k_bz.as_ref(), &g.k_diag);
             let h = 1e-6;

@@ -22,7 +22,10 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::evaluate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
-use crate::model::elbo::{evaluate, flat_entry, flat_len, terms_all, terms_sampled, Params};
+use crate::model::elbo::{
+    evaluate_set, expected_loglik, flat_entry, flat_len, kl_total, terms_sampled, EvalOptions,
+    Params, TermSet,
+};
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::likelihood::BernoulliLogistic;
 use crate::model::optim::{AdamConfig, AdamState};
@@ -815,16 +818,34 @@ fn train_loop(
             state.batch_in_epoch
         );
         let b = batch.rows.len() as f64;
-        let terms = match cfg.negatives {
-            Negatives::All => terms_all(&batch.positives, setup.n_labels, scale / b),
+        let sampled = match cfg.negatives {
+            Negatives::All => None,
             Negatives::Sample(count) => {
                 let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(
                     cfg.seed,
                     streams::NEGATIVES,
                     &[state.step],
                 ));
-                terms_sampled(&batch.positives, setup.n_labels, count, scale / b, &mut rng)
+                Some(terms_sampled(
+                    &batch.positives,
+                    setup.n_labels,
+                    count,
+                    scale / b,
+                    &mut rng,
+                ))
             }
+        };
+        let terms = match &sampled {
+            None => TermSet::AllLabels {
+                positives: &batch.positives,
+                scale: scale / b,
+            },
+            Some(list) => TermSet::List(list),
+        };
+        // Without trainable A or kernel hyperparameters their gradients are not needed
+        // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper).
+        let eval_opts = EvalOptions {
+            kernel_grads: !(cfg.freeze_a && cfg.freeze_hyper),
         };
         let x = BasisInputs {
             kxx_b: batch.kxx.as_ref(),
@@ -832,7 +853,7 @@ fn train_loop(
             k_tilde: setup.k_tilde.as_ref(),
         };
         let ev = pool
-            .install(|| evaluate(setup.kind, &params, &x, &terms, &setup.lik))
+            .install(|| evaluate_set(setup.kind, &params, &x, &terms, &setup.lik, &eval_opts))
             .with_context(|| format!("step {} (epoch {})", state.step + 1, state.epoch + 1))?;
         if !all_finite(ev.value, &ev.grads) {
             bail!(
@@ -997,7 +1018,8 @@ fn save(
 }
 
 /// The exact bound on the whole training split: every row, every label (weight 1), minus
-/// Σ_p KL_p. Streams the rows in file order through the prefetch queue.
+/// Σ_p KL_p. Streams the rows in file order through the prefetch queue; each batch costs
+/// only the forward pass, and the KL is computed once.
 fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
     let planner = Arc::new(setup.planner(Order::Sequential));
     let mut queue = Prefetcher::spawn(
@@ -1011,20 +1033,20 @@ fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
         prefetch,
     );
     let mut expected = 0.0;
-    let mut kl = 0.0;
     while let Some(batch) = queue.next_batch() {
         let batch = batch?;
-        let terms = terms_all(&batch.positives, setup.n_labels, 1.0);
         let x = BasisInputs {
             kxx_b: batch.kxx.as_ref(),
             sq_norms: &batch.sq_norms,
             k_tilde: setup.k_tilde.as_ref(),
         };
-        // TODO(perf): a forward-only path; the gradients computed here are discarded.
-        let ev = evaluate(setup.kind, params, &x, &terms, &setup.lik)?;
-        expected += ev.value + ev.kl;
-        kl = ev.kl;
+        let terms = TermSet::AllLabels {
+            positives: &batch.positives,
+            scale: 1.0,
+        };
+        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik)?;
     }
+    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref())?;
     Ok(expected - kl)
 }
 
