@@ -354,11 +354,19 @@ fn exploding_learning_rate_stops_cleanly_keeping_the_last_checkpoint() {
     );
     assert!(!out.status.success(), "training with lr 1e300 should fail");
     let err = stderr(&out);
-    assert!(err.contains("step "), "{err}");
+    assert!(err.contains("step ") && err.contains("--lr"), "{err}");
     let id = train_run_id(&ws);
     assert_eq!(run_status(&ws, id), "failed");
     let ck = checkpoints(&ws, id);
     assert!(!ck.is_empty(), "the last good checkpoint must be kept");
+    // The error names the last checkpoint that was kept.
+    let named: u64 = err
+        .split("the last good checkpoint is step ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no checkpoint named in: {err}"));
+    assert_eq!(Some(&named), ck.keys().last(), "{err}");
     // Every kept checkpoint holds finite parameters.
     let conn = catalog(&ws);
     let last: String = conn

@@ -23,8 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::evaluate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
 use crate::model::elbo::{
-    evaluate_set, expected_loglik, flat_entry, flat_len, kl_total, terms_sampled, EvalOptions,
-    Params, TermSet,
+    evaluate_set, expected_loglik, kl_total, terms_sampled, EvalOptions, Params, TermSet,
 };
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::likelihood::BernoulliLogistic;
@@ -580,8 +579,17 @@ fn load_checkpoint(ws: &Workspace, row: &CheckpointRow) -> Result<Checkpoint> {
 }
 
 fn all_finite(value: f64, grads: &Params) -> bool {
-    let mut g = grads.clone();
-    value.is_finite() && (0..flat_len(grads)).all(|i| flat_entry(&mut g, i).1.is_finite())
+    value.is_finite() && params_finite(grads)
+}
+
+/// Whether every entry of every block is finite.
+fn params_finite(p: &Params) -> bool {
+    let mat_ok =
+        |m: &faer::Mat<f64>| (0..m.ncols()).all(|j| m.col(j).iter().all(|v| v.is_finite()));
+    [&p.a, &p.mu, &p.rho, &p.phi].into_iter().all(mat_ok)
+        && p.bias.iter().all(|v| v.is_finite())
+        && p.kernel.log_sf2.is_finite()
+        && p.kernel.log_ell.is_finite()
 }
 
 /// Runs `pipeline train`.
@@ -854,7 +862,14 @@ fn train_loop(
         };
         let ev = pool
             .install(|| evaluate_set(setup.kind, &params, &x, &terms, &setup.lik, &eval_opts))
-            .with_context(|| format!("step {} (epoch {})", state.step + 1, state.epoch + 1))?;
+            .with_context(|| {
+                format!(
+                    "step {} (epoch {}): training stopped; the last good checkpoint is step \
+                     {last_saved} (if the parameters diverged, resume with a smaller --lr)",
+                    state.step + 1,
+                    state.epoch + 1
+                )
+            })?;
         if !all_finite(ev.value, &ev.grads) {
             bail!(
                 "step {} (epoch {}): the bound or its gradient is not finite (NaN or inf); \
@@ -877,6 +892,15 @@ fn train_loop(
             );
         }
         adam.step(&adam_cfg, &mut params, &ev.grads, &|blk| cfg.frozen(blk));
+        if !params_finite(&params) {
+            bail!(
+                "step {} (epoch {}): the Adam update made a parameter infinite or NaN; \
+                 training stopped; the last good checkpoint is step {last_saved} (resume with a \
+                 smaller --lr)",
+                state.step + 1,
+                state.epoch + 1
+            );
+        }
         state.step += 1;
         state.batch_in_epoch += 1;
         state.epoch_elbo_sum += ev.value;
