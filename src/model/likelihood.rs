@@ -343,9 +343,10 @@ impl BernoulliLogistic {
 /// register (two AVX2 registers).
 pub const LANES: usize = 8;
 
-/// ln 2 split so that n · LN2_HI is exact for |n| < 2¹¹ (the low 32 bits of LN2_HI are 0).
-const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+/// ln 2 split so that n · LN2_HI is exact for |n| < 2¹¹ (the low 32 bits of LN2_HI are 0)
+/// and LN2_HI + LN2_LO = ln 2 to about 2⁻⁹⁰ (fdlibm's split, given by its bits).
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
 /// 1.5 · 2⁵²: adding and subtracting it rounds to the nearest integer (|x| < 2⁵¹).
 const ROUND_SHIFT: f64 = 6_755_399_441_055_744.0;
 

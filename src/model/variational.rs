@@ -22,6 +22,7 @@ use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
 use faer::linalg::triangular_inverse::invert_lower_triangular;
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 
@@ -354,37 +355,19 @@ fn backward_chunk(
     g_var: MatRef<'_, f64>,
     kernel_grads: bool,
 ) -> ChunkGrads {
-    let m = rho.nrows();
-    let b = g_var.nrows();
+    let (m, b, n) = (rho.nrows(), g_var.nrows(), gps.len());
     let width = m + b;
-    let n = gps.len();
-    // Y_cat = [Y_1 … Y_n] and Y_cat diag(d_cat) [M × n(M+B)].
-    let (mut y_cat, mut yd_cat) = if kernel_grads {
-        (
-            Mat::<f64>::zeros(m, n * width),
-            Mat::<f64>::zeros(m, n * width),
-        )
-    } else {
-        (Mat::new(), Mat::new())
-    };
-    let mut g_kbz_t = if kernel_grads {
-        Mat::<f64>::zeros(m, b)
-    } else {
-        Mat::new()
-    };
-    let mut half_cinv_sum = if kernel_grads {
-        Mat::<f64>::zeros(m, m)
-    } else {
-        Mat::new()
-    };
+    // Y_cat = [Y_1 … Y_n] [M × n(M+B)]; without kernel gradients one Y at a time suffices.
+    let mut y_cat = Mat::<f64>::zeros(m, if kernel_grads { n } else { 1 } * width);
     let mut rho_out = Vec::with_capacity(n);
     for (q, gp) in gps.iter().enumerate() {
-        let p = first + q;
-        let l_inv = gp.l_inv.as_ref();
+        let base = if kernel_grads { q * width } else { 0 };
+        let mut y = y_cat.as_mut().submatrix_mut(0, base, m, width);
+        let (mut c_inv, mut w) = y.rb_mut().split_at_col_mut(m);
         // C⁻¹ = L⁻ᵀ L⁻¹ (upper × lower triangular).
-        let mut c_inv = Mat::<f64>::zeros(m, m);
+        let l_inv = gp.l_inv.as_ref();
         tri_matmul(
-            c_inv.as_mut(),
+            c_inv.rb_mut(),
             BlockStructure::Rectangular,
             Accum::Replace,
             l_inv.transpose(),
@@ -395,9 +378,8 @@ fn backward_chunk(
             Par::Seq,
         );
         // W = L⁻ᵀ V [M×B].
-        let mut w = Mat::<f64>::zeros(m, b);
         tri_matmul(
-            w.as_mut(),
+            w.rb_mut(),
             BlockStructure::Rectangular,
             Accum::Replace,
             l_inv.transpose(),
@@ -407,54 +389,54 @@ fn backward_chunk(
             1.0,
             Par::Seq,
         );
-        let d: Vec<f64> = (0..b).map(|i| g_var[(i, p)]).collect();
+        let d: Vec<f64> = g_var.col(first + q).iter().copied().collect();
         rho_out.push(rho_gradient(
-            c_inv.as_ref(),
-            w.as_ref(),
+            c_inv.rb(),
+            w.rb(),
             &d,
             &gp.sigma,
             rho,
-            p,
+            first + q,
         ));
-        if kernel_grads {
-            let base = q * width;
-            for j in 0..m {
-                let half_sigma = 0.5 * gp.sigma[j];
-                for i in 0..m {
-                    let c = c_inv[(i, j)];
-                    y_cat[(i, base + j)] = c;
-                    yd_cat[(i, base + j)] = c * half_sigma;
-                    half_cinv_sum[(i, j)] += 0.5 * c;
-                }
-            }
-            for i in 0..b {
-                for j in 0..m {
-                    let wji = w[(j, i)];
-                    y_cat[(j, base + m + i)] = wji;
-                    yd_cat[(j, base + m + i)] = wji * d[i];
-                    g_kbz_t[(j, i)] -= 2.0 * d[i] * wji;
-                }
+    }
+    if !kernel_grads {
+        return ChunkGrads {
+            k_z: Mat::new(),
+            k_bz_t: Mat::new(),
+            rho: rho_out,
+        };
+    }
+    // Y_cat diag(d_cat), d_p = [½σ_p; D_p]; −½ Σ C_p⁻¹; −2 Σ W_p D_p.
+    let mut yd_cat = y_cat.clone();
+    let mut half_cinv_sum = Mat::<f64>::zeros(m, m);
+    let mut g_kbz_t = Mat::<f64>::zeros(m, b);
+    for (q, gp) in gps.iter().enumerate() {
+        let base = q * width;
+        let d = g_var.col(first + q);
+        for j in 0..width {
+            let f = if j < m { 0.5 * gp.sigma[j] } else { d[j - m] };
+            for x in yd_cat.col_mut(base + j).iter_mut() {
+                *x *= f;
             }
         }
+        half_cinv_sum += y_cat.as_ref().submatrix(0, base, m, m) * faer::Scale(0.5);
+        g_kbz_t -= yd_cat.as_ref().submatrix(0, base + m, m, b) * faer::Scale(2.0);
     }
-    let mut g_kz = Mat::new();
-    if kernel_grads {
-        g_kz = Mat::<f64>::zeros(m, m);
-        tri_matmul(
-            g_kz.as_mut(),
-            BlockStructure::TriangularLower,
-            Accum::Replace,
-            y_cat.as_ref(),
-            BlockStructure::Rectangular,
-            yd_cat.transpose(),
-            BlockStructure::Rectangular,
-            1.0,
-            Par::Seq,
-        );
-        for j in 0..m {
-            for i in j..m {
-                g_kz[(i, j)] -= half_cinv_sum[(i, j)];
-            }
+    let mut g_kz = Mat::<f64>::zeros(m, m);
+    tri_matmul(
+        g_kz.as_mut(),
+        BlockStructure::TriangularLower,
+        Accum::Replace,
+        y_cat.as_ref(),
+        BlockStructure::Rectangular,
+        yd_cat.transpose(),
+        BlockStructure::Rectangular,
+        1.0,
+        Par::Seq,
+    );
+    for j in 0..m {
+        for i in j..m {
+            g_kz[(i, j)] -= half_cinv_sum[(i, j)];
         }
     }
     ChunkGrads {
@@ -483,10 +465,10 @@ fn rho_gradient(
             -col[c] + 0.5 * cs + 0.5 / sigma[c]
         })
         .collect();
-    for i in 0..b {
+    for (i, &di) in d.iter().enumerate().take(b) {
         let col = w.col(i);
         for (j, o) in out.iter_mut().enumerate() {
-            *o += d[i] * col[j] * col[j];
+            *o += di * col[j] * col[j];
         }
     }
     for (j, o) in out.iter_mut().enumerate() {
