@@ -287,6 +287,8 @@ pub fn evaluate_set(
         lg.var.as_ref(),
         opts.kernel_grads,
     );
+    let (kl, jitter) = (vf.kl, vf.jitter);
+    vf.recycle();
     times.variational_bwd = lap(&clock, times.total());
     let (g_a, g_kernel) = if opts.kernel_grads {
         let kg = kind.backward(
@@ -315,9 +317,9 @@ pub fn evaluate_set(
     };
     times.kernel_bwd = lap(&clock, times.total());
     Ok(Evaluation {
-        value: lg.expected - vf.kl,
-        kl: vf.kl,
-        jitter: vf.jitter,
+        value: lg.expected - kl,
+        kl,
+        jitter,
         grads: Params {
             a: g_a,
             mu: vg.mu,

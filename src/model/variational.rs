@@ -25,6 +25,7 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
+use std::sync::Mutex;
 
 /// Smallest variance parameter σ_pm.
 pub const MIN_SIGMA: f64 = 1e-6;
@@ -35,6 +36,39 @@ pub const MIN_SIGMA: f64 = 1e-6;
 /// and large enough that the chunk's concatenated product (see [`backward`]) is an
 /// efficient GEMM.
 pub const GP_CHUNK: usize = 3;
+
+/// Recycled M×M and M×B work matrices. The per-GP factors and the chunks' products are
+/// 10⁸ bytes and more per step; freshly allocated, they would be new zero pages every step
+/// (the pipeline fixes glibc's mmap threshold at 1 MiB), and their page faults a
+/// noticeable part of the step. Buffers come back through [`VariationalForward::recycle`]
+/// and at the end of each backward chunk.
+static POOL: Mutex<Vec<Mat<f64>>> = Mutex::new(Vec::new());
+
+/// Most buffers kept in [`POOL`] (enough for P = 64 latent GPs and their chunks).
+const POOL_CAP: usize = 256;
+
+/// An m×n matrix with unspecified contents (callers overwrite every entry they read).
+fn take_mat(m: usize, n: usize) -> Mat<f64> {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    match pool.iter().rposition(|x| x.nrows() == m && x.ncols() == n) {
+        Some(i) => pool.swap_remove(i),
+        None => {
+            drop(pool);
+            Mat::zeros(m, n)
+        }
+    }
+}
+
+/// Returns a buffer to the pool (dropped when the pool is full).
+fn give_mat(x: Mat<f64>) {
+    if x.nrows() * x.ncols() == 0 {
+        return;
+    }
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < POOL_CAP {
+        pool.push(x);
+    }
+}
 
 /// σ = softplus(ρ) + 10⁻⁶ (stable for large |ρ|).
 pub fn sigma_of(rho: f64) -> f64 {
@@ -50,7 +84,7 @@ fn dsigma_drho(rho: f64) -> f64 {
 /// Per-latent-GP factors kept for the backward pass.
 #[derive(Debug, Clone)]
 struct PerGp {
-    /// L_p⁻¹ [M×M], lower triangular (zeros above the diagonal).
+    /// L_p⁻¹ [M×M] in the lower triangle (nothing meaningful above the diagonal).
     l_inv: Mat<f64>,
     /// V_p = L_p⁻¹ K_bZᵀ [M×B].
     v: Mat<f64>,
@@ -70,6 +104,16 @@ pub struct VariationalForward {
     /// Largest diagonal jitter that had to be added to some C_p (0 when none).
     pub jitter: f64,
     per_gp: Vec<PerGp>,
+}
+
+impl VariationalForward {
+    /// Hands the per-GP factors back for reuse by later steps (see [`POOL`]).
+    pub fn recycle(self) {
+        for gp in self.per_gp {
+            give_mat(gp.l_inv);
+            give_mat(gp.v);
+        }
+    }
 }
 
 /// Gradients of F = ⟨G_m, m⟩ + ⟨G_s, s⟩ − Σ_p KL_p. The kernel blocks (`k_z`, `k_bz`,
@@ -96,9 +140,11 @@ fn factorise(k_z: MatRef<'_, f64>, sigma: &mut [f64]) -> Result<(Mat<f64>, f64)>
     ));
     let mut jitter = 0.0;
     for attempt in 0..8 {
-        let mut c = Mat::from_fn(m, m, |i, j| {
-            k_z[(i, j)] + if i == j { sigma[i] + jitter } else { 0.0 }
-        });
+        let mut c = take_mat(m, m);
+        c.copy_from(k_z);
+        for i in 0..m {
+            c[(i, i)] += sigma[i] + jitter;
+        }
         let ok = cholesky_in_place(
             c.as_mut(),
             Default::default(),
@@ -118,6 +164,7 @@ fn factorise(k_z: MatRef<'_, f64>, sigma: &mut [f64]) -> Result<(Mat<f64>, f64)>
             }
             return Ok((c, jitter));
         }
+        give_mat(c);
         jitter = mean_diag.max(1e-300) * 1e-10 * 10f64.powi(attempt);
     }
     bail!("Cholesky of K_Z + Σ failed even with jitter {jitter:.3e} on the diagonal")
@@ -130,7 +177,8 @@ fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
 
 /// V = L⁻¹ K_bZᵀ [M×B] by a triangular solve (M²B flops), from K_bZᵀ [M×B].
 fn solve_v(l: MatRef<'_, f64>, k_bz_t: MatRef<'_, f64>) -> Mat<f64> {
-    let mut v = k_bz_t.to_owned();
+    let mut v = take_mat(k_bz_t.nrows(), k_bz_t.ncols());
+    v.copy_from(k_bz_t);
     solve_lower_triangular_in_place(l, v.as_mut(), Par::Seq);
     v
 }
@@ -145,10 +193,11 @@ fn variances(v: MatRef<'_, f64>, k_diag: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// L⁻¹ [M×M], lower triangular with zeros above (M³/3 flops).
+/// L⁻¹ [M×M] in the lower triangle (M³/3 flops); the entries above the diagonal are
+/// unspecified and never read (every use names the triangular structure).
 fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {
     let m = l.nrows();
-    let mut inv = Mat::<f64>::zeros(m, m);
+    let mut inv = take_mat(m, m);
     invert_lower_triangular(inv.as_mut(), l, Par::Seq);
     inv
 }
@@ -216,9 +265,16 @@ fn forward_one(
         }
         None => (0.0, None),
     };
+    give_mat(l);
     let state = match (keep, l_inv) {
         (true, Some(l_inv)) => Some(PerGp { l_inv, v, sigma }),
-        _ => None,
+        (_, l_inv) => {
+            give_mat(v);
+            if let Some(x) = l_inv {
+                give_mat(x);
+            }
+            None
+        }
     };
     Ok(GpForward {
         state,
@@ -358,7 +414,7 @@ fn backward_chunk(
     let (m, b, n) = (rho.nrows(), g_var.nrows(), gps.len());
     let width = m + b;
     // Y_cat = [Y_1 … Y_n] [M × n(M+B)]; without kernel gradients one Y at a time suffices.
-    let mut y_cat = Mat::<f64>::zeros(m, if kernel_grads { n } else { 1 } * width);
+    let mut y_cat = take_mat(m, if kernel_grads { n } else { 1 } * width);
     let mut rho_out = Vec::with_capacity(n);
     for (q, gp) in gps.iter().enumerate() {
         let base = if kernel_grads { q * width } else { 0 };
@@ -400,6 +456,7 @@ fn backward_chunk(
         ));
     }
     if !kernel_grads {
+        give_mat(y_cat);
         return ChunkGrads {
             k_z: Mat::new(),
             k_bz_t: Mat::new(),
@@ -407,7 +464,8 @@ fn backward_chunk(
         };
     }
     // Y_cat diag(d_cat), d_p = [½σ_p; D_p]; −½ Σ C_p⁻¹; −2 Σ W_p D_p.
-    let mut yd_cat = y_cat.clone();
+    let mut yd_cat = take_mat(m, n * width);
+    yd_cat.copy_from(&y_cat);
     let mut half_cinv_sum = Mat::<f64>::zeros(m, m);
     let mut g_kbz_t = Mat::<f64>::zeros(m, b);
     for (q, gp) in gps.iter().enumerate() {
@@ -439,6 +497,8 @@ fn backward_chunk(
             g_kz[(i, j)] -= half_cinv_sum[(i, j)];
         }
     }
+    give_mat(y_cat);
+    give_mat(yd_cat);
     ChunkGrads {
         k_z: g_kz,
         k_bz_t: g_kbz_t,
