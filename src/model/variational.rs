@@ -175,11 +175,32 @@ fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
     (0..rho.nrows()).map(|i| sigma_of(rho[(i, p)])).collect()
 }
 
-/// V = L⁻¹ K_bZᵀ [M×B] by a triangular solve (M²B flops), from K_bZᵀ [M×B].
-fn solve_v(l: MatRef<'_, f64>, k_bz_t: MatRef<'_, f64>) -> Mat<f64> {
+/// V = L⁻¹ K_bZᵀ [M×B] (M²B flops), from K_bZᵀ [M×B]: by a triangular solve with L, or,
+/// when L⁻¹ is at hand, by a triangular × dense product, which faer runs about 1.3× faster
+/// than the solve at M = B = 500.
+fn solve_v(
+    l: MatRef<'_, f64>,
+    l_inv: Option<MatRef<'_, f64>>,
+    k_bz_t: MatRef<'_, f64>,
+) -> Mat<f64> {
     let mut v = take_mat(k_bz_t.nrows(), k_bz_t.ncols());
-    v.copy_from(k_bz_t);
-    solve_lower_triangular_in_place(l, v.as_mut(), Par::Seq);
+    match l_inv {
+        Some(l_inv) => tri_matmul(
+            v.as_mut(),
+            BlockStructure::Rectangular,
+            Accum::Replace,
+            l_inv,
+            BlockStructure::TriangularLower,
+            k_bz_t,
+            BlockStructure::Rectangular,
+            1.0,
+            Par::Seq,
+        ),
+        None => {
+            v.copy_from(k_bz_t);
+            solve_lower_triangular_in_place(l, v.as_mut(), Par::Seq);
+        }
+    }
     v
 }
 
@@ -256,14 +277,14 @@ fn forward_one(
 ) -> Result<GpForward> {
     let mut sigma = sigma_column(rho, p);
     let (l, jitter) = factorise(k_z, &mut sigma)?;
-    let v = solve_v(l.as_ref(), k_bz_t);
+    // L⁻¹ is needed for the KL (and kept for the backward pass); without it, V comes from a
+    // solve.
+    let l_inv = quad_mu.map(|_| lower_inverse(l.as_ref()));
+    let v = solve_v(l.as_ref(), l_inv.as_ref().map(|x| x.as_ref()), k_bz_t);
     let var = variances(v.as_ref(), k_diag);
-    let (kl, l_inv) = match quad_mu {
-        Some(q) => {
-            let l_inv = lower_inverse(l.as_ref());
-            (kl_one(l.as_ref(), l_inv.as_ref(), &sigma, q), Some(l_inv))
-        }
-        None => (0.0, None),
+    let kl = match (quad_mu, &l_inv) {
+        (Some(q), Some(l_inv)) => kl_one(l.as_ref(), l_inv.as_ref(), &sigma, q),
+        _ => 0.0,
     };
     give_mat(l);
     let state = match (keep, l_inv) {
@@ -420,11 +441,12 @@ fn backward_chunk(
         let base = if kernel_grads { q * width } else { 0 };
         let mut y = y_cat.as_mut().submatrix_mut(0, base, m, width);
         let (mut c_inv, mut w) = y.rb_mut().split_at_col_mut(m);
-        // C⁻¹ = L⁻ᵀ L⁻¹ (upper × lower triangular).
+        // C⁻¹ = L⁻ᵀ L⁻¹ (upper × lower triangular): the lower triangle, then mirrored
+        // (forming only the lower triangle takes half the time of the full product).
         let l_inv = gp.l_inv.as_ref();
         tri_matmul(
             c_inv.rb_mut(),
-            BlockStructure::Rectangular,
+            BlockStructure::TriangularLower,
             Accum::Replace,
             l_inv.transpose(),
             BlockStructure::TriangularUpper,
@@ -433,6 +455,11 @@ fn backward_chunk(
             1.0,
             Par::Seq,
         );
+        for j in 1..m {
+            for i in 0..j {
+                c_inv[(i, j)] = c_inv[(j, i)];
+            }
+        }
         // W = L⁻ᵀ V [M×B].
         tri_matmul(
             w.rb_mut(),
