@@ -137,6 +137,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         }
     }
     let (secs, ph, adam_s, n_terms) = best;
+    let identical = same_bits_in_one_thread(c, &params, &x, &positives, scale, &lik);
     let flops = step_flops(c, c.negatives.map(|_| n_terms));
     let negs = match c.negatives {
         None => "all negatives".to_string(),
@@ -154,6 +155,49 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         ph.variational_bwd,
         ph.kernel_bwd,
     );
+    println!(
+        "  (same bits with 1 thread as with {}: {})",
+        threads(),
+        if identical { "yes" } else { "NO" }
+    );
+}
+
+/// Evaluates the step's bound once in the ambient pool and once in a 1-thread pool and
+/// compares value and gradients bit for bit (the model's determinism promise, at full size).
+fn same_bits_in_one_thread(
+    c: &Config,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    positives: &[Vec<u32>],
+    scale: f64,
+    lik: &BernoulliLogistic,
+) -> bool {
+    let list = c.negatives.map(|n| {
+        let mut srng = ChaCha8Rng::seed_from_u64(7);
+        terms_sampled(positives, c.k, n, scale, &mut srng)
+    });
+    let terms = match &list {
+        None => TermSet::AllLabels { positives, scale },
+        Some(l) => TermSet::List(l),
+    };
+    let eval = || {
+        evaluate_set(
+            KernelKind::Linear,
+            params,
+            x,
+            &terms,
+            lik,
+            &EvalOptions::default(),
+        )
+        .unwrap()
+    };
+    let many = eval();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
+        .install(eval);
+    many.value.to_bits() == one.value.to_bits() && many.grads == one.grads
 }
 
 fn main() {

@@ -8,6 +8,7 @@
 //! positives plus a uniform sample of negatives reweighted by |N_i|/|L_i|; the N/|B| scaling
 //! is part of each term's weight.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
@@ -286,6 +287,8 @@ pub fn evaluate_set(
         lg.var.as_ref(),
         opts.kernel_grads,
     );
+    let (kl, jitter) = (vf.kl, vf.jitter);
+    vf.recycle();
     times.variational_bwd = lap(&clock, times.total());
     let (g_a, g_kernel) = if opts.kernel_grads {
         let kg = kind.backward(
@@ -314,9 +317,9 @@ pub fn evaluate_set(
     };
     times.kernel_bwd = lap(&clock, times.total());
     Ok(Evaluation {
-        value: lg.expected - vf.kl,
-        kl: vf.kl,
-        jitter: vf.jitter,
+        value: lg.expected - kl,
+        kl,
+        jitter,
         grads: Params {
             a: g_a,
             mu: vg.mu,
@@ -472,6 +475,28 @@ fn likelihood_list(
     }
 }
 
+/// The [K×B] buffers of the dense path, kept between calls: at AmazonCat sizes they are
+/// 2 × 53 MB, and fresh allocations that large are new zero pages (the pipeline fixes
+/// glibc's mmap threshold at 1 MiB), whose page faults cost tens of milliseconds a step.
+static DENSE_SCRATCH: Mutex<(Vec<f64>, Vec<f64>)> = Mutex::new((Vec::new(), Vec::new()));
+
+/// Two buffers of length n with unspecified contents (every entry is overwritten).
+fn take_scratch(n: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut a, mut b) =
+        std::mem::take(&mut *DENSE_SCRATCH.lock().unwrap_or_else(|e| e.into_inner()));
+    for v in [&mut a, &mut b] {
+        if v.len() != n {
+            v.clear();
+            v.resize(n, 0.0);
+        }
+    }
+    (a, b)
+}
+
+fn put_scratch(a: Vec<f64>, b: Vec<f64>) {
+    *DENSE_SCRATCH.lock().unwrap_or_else(|e| e.into_inner()) = (a, b);
+}
+
 /// The dense all-labels path, every step a GEMM or an elementwise pass over [K×B] buffers
 /// (the transposes of f̄, v, α, β, so each minibatch row is a contiguous column):
 /// f̄ᵀ = Φ mᵀ + b1ᵀ, vᵀ = (Φ∘Φ) sᵀ; the quadrature in place, per row in parallel, turns
@@ -488,8 +513,7 @@ fn likelihood_dense(
     let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
     let phi = params.phi.as_ref();
     let phi2 = Mat::from_fn(k_count, p_count, |k, p| phi[(k, p)] * phi[(k, p)]);
-    let mut alpha = vec![0.0; k_count * b];
-    let mut beta = vec![0.0; k_count * b];
+    let (mut alpha, mut beta) = take_scratch(k_count * b);
     {
         let mut f_t = MatMut::from_column_major_slice_mut(&mut alpha, k_count, b);
         matmul(
@@ -578,6 +602,7 @@ fn likelihood_dense(
             *g += a;
         }
     }
+    put_scratch(alpha, beta);
     LikelihoodGrads {
         expected,
         mean: g_mean,

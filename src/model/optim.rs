@@ -139,6 +139,78 @@ mod tests {
         }
     }
 
+    /// The per-index form Adam had before it walked the blocks: the reference.
+    fn reference_step(
+        st: &mut AdamState,
+        cfg: &AdamConfig,
+        params: &mut Params,
+        grads: &Params,
+        frozen: &dyn Fn(&str) -> bool,
+    ) {
+        use crate::model::elbo::flat_entry;
+        st.t += 1;
+        let t = st.t as i32;
+        let (c1, c2) = (1.0 - cfg.beta1.powi(t), 1.0 - cfg.beta2.powi(t));
+        let mut grads = grads.clone();
+        for idx in 0..st.m.len() {
+            let (name, g) = flat_entry(&mut grads, idx);
+            if frozen(name) {
+                continue;
+            }
+            let g = *g;
+            st.m[idx] = cfg.beta1 * st.m[idx] + (1.0 - cfg.beta1) * g;
+            st.v[idx] = cfg.beta2 * st.v[idx] + (1.0 - cfg.beta2) * g * g;
+            let update = cfg.lr * (st.m[idx] / c1) / ((st.v[idx] / c2).sqrt() + cfg.eps);
+            *flat_entry(params, idx).1 += update;
+        }
+    }
+
+    #[test]
+    fn block_walk_is_bitwise_the_per_index_update() {
+        let mut k = 0u64;
+        // Deterministic pseudo-random entries, different for every call.
+        let mut next = move || {
+            k = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((k >> 11) as f64 / (1u64 << 53) as f64) - 0.5
+        };
+        let mut random = |rows: usize, cols: usize| Mat::from_fn(rows, cols, |_, _| next());
+        let mut p = Params {
+            a: random(3, 2),
+            mu: random(3, 4),
+            rho: random(3, 4),
+            phi: random(5, 4),
+            bias: vec![0.1, -0.2, 0.3, 0.0, 0.5],
+            kernel: KernelParams {
+                log_sf2: 0.2,
+                log_ell: -0.1,
+            },
+        };
+        let grads: Vec<Params> = (0..4)
+            .map(|_| Params {
+                a: random(3, 2),
+                mu: random(3, 4),
+                rho: random(3, 4),
+                phi: random(5, 4),
+                bias: vec![0.4, 0.1, -0.3, 0.2, -0.5],
+                kernel: KernelParams {
+                    log_sf2: -0.3,
+                    log_ell: 0.7,
+                },
+            })
+            .collect();
+        let cfg = AdamConfig::default();
+        let frozen = |name: &str| name == "ρ" || name == "log ℓ";
+        let (mut p_ref, mut st_ref, mut st) = (p.clone(), AdamState::new(&p), AdamState::new(&p));
+        for g in &grads {
+            st.step(&cfg, &mut p, g, &frozen);
+            reference_step(&mut st_ref, &cfg, &mut p_ref, g, &frozen);
+        }
+        assert_eq!(p, p_ref);
+        assert_eq!(st, st_ref);
+    }
+
     #[test]
     fn first_step_moves_by_lr_in_the_gradient_sign() {
         // With bias correction, m̂_1 = g and v̂_1 = g², so the first step is lr·g/(|g|+ε).
