@@ -515,24 +515,10 @@ fn likelihood_dense(
     let phi2 = Mat::from_fn(k_count, p_count, |k, p| phi[(k, p)] * phi[(k, p)]);
     let (mut alpha, mut beta) = take_scratch(k_count * b);
     {
-        let mut f_t = MatMut::from_column_major_slice_mut(&mut alpha, k_count, b);
-        matmul(
-            f_t.as_mut(),
-            Accum::Replace,
-            phi,
-            m.transpose(),
-            1.0,
-            Par::rayon(0),
-        );
-        let mut v_t = MatMut::from_column_major_slice_mut(&mut beta, k_count, b);
-        matmul(
-            v_t.as_mut(),
-            Accum::Replace,
-            phi2.as_ref(),
-            s.transpose(),
-            1.0,
-            Par::rayon(0),
-        );
+        let f_t = MatMut::from_column_major_slice_mut(&mut alpha, k_count, b);
+        product_into(f_t, phi, m.transpose());
+        let v_t = MatMut::from_column_major_slice_mut(&mut beta, k_count, b);
+        product_into(v_t, phi2.as_ref(), s.transpose());
     }
     let row_values: Vec<f64> = alpha
         .par_chunks_mut(k_count)
@@ -561,35 +547,10 @@ fn likelihood_dense(
     let expected = scale * row_values.iter().sum::<f64>();
     let alpha_t = MatRef::from_column_major_slice(&alpha, k_count, b);
     let beta_t = MatRef::from_column_major_slice(&beta, k_count, b);
-    let mut g_mean = Mat::<f64>::zeros(b, p_count);
-    matmul(
-        g_mean.as_mut(),
-        Accum::Replace,
-        alpha_t.transpose(),
-        phi,
-        1.0,
-        Par::rayon(0),
-    );
-    let mut g_var = Mat::<f64>::zeros(b, p_count);
-    matmul(
-        g_var.as_mut(),
-        Accum::Replace,
-        beta_t.transpose(),
-        phi2.as_ref(),
-        1.0,
-        Par::rayon(0),
-    );
-    let mut g_phi = Mat::<f64>::zeros(k_count, p_count);
-    matmul(
-        g_phi.as_mut(),
-        Accum::Replace,
-        alpha_t,
-        m,
-        1.0,
-        Par::rayon(0),
-    );
-    let mut bt_s = Mat::<f64>::zeros(k_count, p_count);
-    matmul(bt_s.as_mut(), Accum::Replace, beta_t, s, 1.0, Par::rayon(0));
+    let g_mean = product(alpha_t.transpose(), phi);
+    let g_var = product(beta_t.transpose(), phi2.as_ref());
+    let mut g_phi = product(alpha_t, m);
+    let bt_s = product(beta_t, s);
     for p in 0..p_count {
         for k in 0..k_count {
             g_phi[(k, p)] += 2.0 * phi[(k, p)] * bt_s[(k, p)];
@@ -641,4 +602,17 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (&'static str, &mut f64) {
         0 => ("log σ_f²", &mut p.kernel.log_sf2),
         _ => ("log ℓ", &mut p.kernel.log_ell),
     }
+}
+
+/// lhs · rhs as a new matrix (see [`product_into`]).
+fn product(lhs: MatRef<'_, f64>, rhs: MatRef<'_, f64>) -> Mat<f64> {
+    let mut out = Mat::<f64>::zeros(lhs.nrows(), rhs.ncols());
+    product_into(out.as_mut(), lhs, rhs);
+    out
+}
+
+/// dst = lhs · rhs on the current rayon pool; `results_are_bitwise_identical_for_one_and_two_threads`
+/// (tests/elbo_gradients.rs) checks that the pool size does not change the bits.
+fn product_into(dst: MatMut<'_, f64>, lhs: MatRef<'_, f64>, rhs: MatRef<'_, f64>) {
+    matmul(dst, Accum::Replace, lhs, rhs, 1.0, Par::rayon(0));
 }
