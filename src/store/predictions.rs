@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use arrow::array::{Array, Float32Array, ListArray, RecordBatch, UInt32Array, UInt64Array};
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -274,71 +274,74 @@ impl Iterator for PredictionReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         let batch = self.inner.next()?;
-        Some((|| {
-            let batch = batch.with_context(|| format!("decoding {}", self.path.display()))?;
-            let col = |i: usize| batch.column(i).as_any();
-            let (Some(rows), Some(labels), Some(scores)) = (
-                col(0).downcast_ref::<UInt64Array>(),
-                col(1).downcast_ref::<ListArray>(),
-                col(2).downcast_ref::<ListArray>(),
-            ) else {
-                bail!("{}: unexpected column types", self.path.display());
-            };
-            let probabilities = if self.with_probabilities {
-                let list = col(3)
-                    .downcast_ref::<ListArray>()
-                    .context("probabilities is not a list")?;
-                let values = list
-                    .values()
-                    .as_any()
-                    .downcast_ref::<Float32Array>()
-                    .context("probabilities are not f32")?;
-                Some((list.value_offsets().to_vec(), values.values().to_vec()))
-            } else {
-                None
-            };
-            let mut block = if probabilities.is_some() {
-                PredictionBlock::with_probabilities()
-            } else {
-                PredictionBlock::new()
-            };
-            let label_values = labels
-                .values()
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .context("labels are not u32")?;
-            let score_values = scores
-                .values()
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .context("scores are not f32")?;
-            let (lo, so) = (labels.value_offsets(), scores.value_offsets());
-            for i in 0..batch.num_rows() {
-                let l = &label_values.values()[lo[i] as usize..lo[i + 1] as usize];
-                let s = &score_values.values()[so[i] as usize..so[i + 1] as usize];
-                if l.len() != s.len() {
-                    bail!(
-                        "{}: row {i}: labels and scores differ in length",
-                        self.path.display()
-                    );
-                }
-                match &probabilities {
-                    Some((po, pv)) => {
-                        let p = &pv[po[i] as usize..po[i + 1] as usize];
-                        if p.len() != l.len() {
-                            bail!(
-                                "{}: row {i}: labels and probabilities differ in length",
-                                self.path.display()
-                            );
-                        }
-                        block.push_with_probabilities(rows.value(i), l, s, p);
-                    }
-                    None => block.push(rows.value(i), l, s),
-                }
-            }
-            Ok(block)
-        })())
+        Some(
+            batch
+                .with_context(|| format!("decoding {}", self.path.display()))
+                .and_then(|batch| self.decode(&batch))
+                .with_context(|| format!("{}: malformed predictions", self.path.display())),
+        )
     }
+}
+
+impl PredictionReader {
+    fn decode(&self, batch: &RecordBatch) -> Result<PredictionBlock> {
+        let rows = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .context("row_id is not u64")?;
+        let (lo, labels) = list_column::<UInt32Array>(batch, 1, "labels")?;
+        let (so, scores) = list_column::<Float32Array>(batch, 2, "scores")?;
+        let probabilities = if self.with_probabilities {
+            Some(list_column::<Float32Array>(batch, 3, "probabilities")?)
+        } else {
+            None
+        };
+        let mut block = match probabilities {
+            Some(_) => PredictionBlock::with_probabilities(),
+            None => PredictionBlock::new(),
+        };
+        let slice = |offsets: &[i32], i: usize| offsets[i] as usize..offsets[i + 1] as usize;
+        for i in 0..batch.num_rows() {
+            let l = &labels.values()[slice(lo, i)];
+            let s = &scores.values()[slice(so, i)];
+            ensure!(
+                l.len() == s.len(),
+                "row {i}: labels and scores differ in length"
+            );
+            match probabilities {
+                Some((po, pv)) => {
+                    let p = &pv.values()[slice(po, i)];
+                    ensure!(
+                        p.len() == l.len(),
+                        "row {i}: labels and probabilities differ in length"
+                    );
+                    block.push_with_probabilities(rows.value(i), l, s, p);
+                }
+                None => block.push(rows.value(i), l, s),
+            }
+        }
+        Ok(block)
+    }
+}
+
+/// The offsets and the flat item array of list column `i`, whose items must be `A`.
+fn list_column<'a, A: Array + 'static>(
+    batch: &'a RecordBatch,
+    i: usize,
+    name: &str,
+) -> Result<(&'a [i32], &'a A)> {
+    let list = batch
+        .column(i)
+        .as_any()
+        .downcast_ref::<ListArray>()
+        .with_context(|| format!("{name} is not a list column"))?;
+    let items = list
+        .values()
+        .as_any()
+        .downcast_ref::<A>()
+        .with_context(|| format!("{name} has the wrong item type"))?;
+    Ok((list.value_offsets(), items))
 }
 
 #[cfg(test)]
