@@ -361,15 +361,8 @@ pub fn expected_loglik(
 /// Σ_p KL_p, which depends on the data only through K_X̃ [R×R]: computed once for a
 /// full-data bound.
 pub fn kl_total(kind: KernelKind, params: &Params, k_tilde: MatRef<'_, f64>) -> Result<f64> {
-    let r = params.a.ncols();
-    let empty = Mat::<f64>::zeros(0, r);
-    let x = BasisInputs {
-        kxx_b: empty.as_ref(),
-        sq_norms: &[],
-        k_tilde,
-    };
-    let kf = kind.forward(&params.kernel, params.a.as_ref(), &x);
-    variational::kl_total(kf.k_z.as_ref(), params.mu.as_ref(), params.rho.as_ref())
+    let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
+    variational::kl_total(k_z.as_ref(), params.mu.as_ref(), params.rho.as_ref())
 }
 
 fn likelihood_part(

@@ -71,6 +71,17 @@ fn inner(x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> f64 {
 }
 
 impl KernelKind {
+    /// K_Z [M×M] alone: it depends on the data only through K_X̃ [R×R].
+    pub fn k_z(self, p: &KernelParams, a: MatRef<'_, f64>, k_tilde: MatRef<'_, f64>) -> Mat<f64> {
+        let none = Mat::<f64>::zeros(0, k_tilde.nrows());
+        let x = BasisInputs {
+            kxx_b: none.as_ref(),
+            sq_norms: &[],
+            k_tilde,
+        };
+        self.forward(p, a, &x).k_z
+    }
+
     /// Evaluates K_Z, K_bZ and k_ii for inducing-input coordinates `a` [M×R].
     pub fn forward(
         self,

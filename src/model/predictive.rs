@@ -53,21 +53,12 @@ impl<'p> Predictor<'p> {
         k_tilde: faer::MatRef<'_, f64>,
     ) -> Result<Self> {
         let (m, p_count) = (params.mu.nrows(), params.mu.ncols());
-        let none = Mat::<f64>::zeros(0, k_tilde.nrows());
-        let kf = kind.forward(
-            &params.kernel,
-            params.a.as_ref(),
-            &BasisInputs {
-                kxx_b: none.as_ref(),
-                sq_norms: &[],
-                k_tilde,
-            },
-        );
+        let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
         let mut factors = Vec::with_capacity(p_count);
         let mut jitter = 0.0f64;
         for p in 0..p_count {
             let mut sigma: Vec<f64> = (0..m).map(|i| sigma_of(params.rho[(i, p)])).collect();
-            let (l, j) = factorise(kf.k_z.as_ref(), &mut sigma)?;
+            let (l, j) = factorise(k_z.as_ref(), &mut sigma)?;
             jitter = jitter.max(j);
             factors.push(l);
         }

@@ -142,6 +142,7 @@ pub fn run(workspace: &Path, args: &PredictArgs) -> Result<PredictOutcome> {
         )?;
         let ranker = Ranker::open(
             &basis_path,
+            basis_gram(&basis_path)?,
             dataset.n_features,
             config.kernel.kind(),
             &ckpt.params,
@@ -215,9 +216,11 @@ pub struct Ranker<'p> {
 }
 
 impl<'p> Ranker<'p> {
-    /// `basis_path` is the svd run's `basis.npy` [R×D] the model was trained with.
+    /// `basis_path` is the svd run's `basis.npy` [R×D] the model was trained with and
+    /// `k_tilde` its Gram K_X̃ [R×R] ([`basis_gram`]).
     pub fn open(
         basis_path: &Path,
+        k_tilde: Mat<f64>,
         n_features: u64,
         kind: KernelKind,
         params: &'p Params,
@@ -231,7 +234,6 @@ impl<'p> Ranker<'p> {
             basis_path.display(),
             basis.ncols()
         );
-        let k_tilde = basis_gram(basis_path)?;
         let predictor = if probabilities {
             let p = Predictor::new(kind, params, k_tilde.as_ref())?;
             if p.jitter > 0.0 {

@@ -216,8 +216,15 @@ impl HeldOut {
     }
 
     /// Ranks every held-out row under `params` and returns the metrics.
-    fn evaluate(&self, kind: KernelKind, params: &Params) -> Result<Metrics> {
-        let ranker = Ranker::open(&self.basis, self.n_features, kind, params, false)?;
+    fn evaluate(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
+        let ranker = Ranker::open(
+            &self.basis,
+            setup.k_tilde.clone(),
+            self.n_features,
+            setup.kind,
+            params,
+            false,
+        )?;
         let mut acc =
             MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
         for path in &self.files {
@@ -937,7 +944,7 @@ fn train_loop(
             if let Some(h) = &opts.held_out {
                 if epoch_no as u64 % h.every == 0 || epoch_no as u64 == cfg.epochs {
                     let t = Instant::now();
-                    let m = pool.install(|| h.evaluate(setup.kind, &params))?;
+                    let m = pool.install(|| h.evaluate(setup, &params))?;
                     ws.catalog.record_metrics(
                         run.id,
                         &crate::evaluate::metric_rows(&m, Some(epoch_no), &h.split),
