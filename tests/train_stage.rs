@@ -1,7 +1,8 @@
 //! `pipeline train` and `pipeline elbo` end to end on a small generated dataset:
 //! bitwise determinism, SIGKILL (and crashes at chosen points) followed by `--resume`
 //! ending bitwise-identical to an uninterrupted run, numerical trouble stopping cleanly,
-//! and the exact bound of `pipeline elbo` against an independent one-batch computation.
+//! `--max-steps` stopping mid-epoch at exactly a longer run's parameters, and the exact
+//! bound of `pipeline elbo` against an independent one-batch computation.
 
 mod common;
 use common::*;
@@ -455,4 +456,119 @@ fn pipeline_elbo_equals_a_one_batch_computation() {
         (streamed - direct).abs() <= 1e-9 * direct.abs(),
         "streamed {streamed} vs one batch {direct}"
     );
+}
+
+/// Every parameter and Adam moment of a checkpoint, as bits.
+fn tensor_bits(c: &fsgp::store::checkpoint::Checkpoint) -> Vec<u64> {
+    let p = &c.params;
+    let mut bits = Vec::new();
+    for m in [&p.a, &p.mu, &p.rho, &p.phi] {
+        bits.extend([m.nrows() as u64, m.ncols() as u64]);
+        for j in 0..m.ncols() {
+            bits.extend((0..m.nrows()).map(|i| m[(i, j)].to_bits()));
+        }
+    }
+    bits.extend(p.bias.iter().map(|v| v.to_bits()));
+    bits.extend([p.kernel.log_sf2.to_bits(), p.kernel.log_ell.to_bits()]);
+    bits.extend(c.adam.m.iter().chain(&c.adam.v).map(|v| v.to_bits()));
+    bits.push(c.adam.t);
+    bits
+}
+
+fn read_ckpt(ws: &Path, run: i64, step: u64) -> fsgp::store::checkpoint::Checkpoint {
+    let path: String = catalog(ws)
+        .query_row(
+            "SELECT path FROM checkpoints WHERE stage_run_id = ?1 AND step = ?2",
+            rusqlite::params![run, step as i64],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| panic!("run {run}: no checkpoint at step {step}: {e}"));
+    read_checkpoint(&ws.join(path)).unwrap()
+}
+
+fn run_params(ws: &Path, run: i64) -> serde_json::Value {
+    let text: String = catalog(ws)
+        .query_row("SELECT params FROM stage_runs WHERE id = ?1", [run], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn max_steps_stops_mid_epoch_at_the_parameters_of_a_longer_run() {
+    // 21 steps: all of epoch 1 (16) and 5 of the 16 minibatches of epoch 2. TRAIN's
+    // --checkpoint-every 7 makes the full run write step 21 too.
+    const S: u64 = 21;
+    let p = prepared();
+    let (ws_full, ws_cut) = (p.copy("full"), p.copy("cut"));
+    let run_full = train_ok(&ws_full, &[]);
+    let run_cut = train_ok(&ws_cut, &["--max-steps", "21", "--eval-every", "4"]);
+
+    assert_eq!(run_status(&ws_cut, run_cut), "ok");
+    let steps: Vec<u64> = checkpoints(&ws_cut, run_cut).keys().copied().collect();
+    assert_eq!(steps, [7, 14, 21], "the last checkpoint is at step S");
+    for step in [7, 14, S] {
+        let (full, cut) = (
+            read_ckpt(&ws_full, run_full, step),
+            read_ckpt(&ws_cut, run_cut, step),
+        );
+        assert!(
+            tensor_bits(&full) == tensor_bits(&cut),
+            "step {step}: parameters differ from the full run's"
+        );
+        assert_eq!(full.state, cut.state, "step {step}");
+    }
+    let last = read_ckpt(&ws_cut, run_cut, S);
+    assert_eq!((last.state.epoch, last.state.batch_in_epoch), (1, 5));
+
+    // The configuration records the limit; one without it has no such field.
+    assert_eq!(run_params(&ws_cut, run_cut)["max_steps"], S);
+    assert_eq!(last.config["max_steps"], S);
+    assert!(run_params(&ws_full, run_full).get("max_steps").is_none());
+
+    // Epoch 1 as in the full run; epoch 2 over its 5 steps; the run-end figures at S.
+    let elbo = metrics(&ws_cut, run_cut, "epoch_elbo");
+    assert_eq!(elbo.len(), 2, "{elbo:?}");
+    assert_eq!(elbo[0], metrics(&ws_full, run_full, "epoch_elbo")[0]);
+    assert_eq!(elbo[1], (2, (last.state.epoch_elbo_sum / 5.0).to_bits()));
+    assert_eq!(metrics(&ws_cut, run_cut, "elbo_exact").len(), 1);
+    assert_eq!(metrics(&ws_cut, run_cut, "elbo_exact")[0].0, S as i64);
+    let held_out: Vec<i64> = metrics(&ws_cut, run_cut, "P@1")
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(
+        held_out,
+        [2],
+        "held-out evaluation after the last, partial epoch"
+    );
+
+    // The same command again finds the finished run.
+    let again = pipeline(&ws_cut, &train_args(&["--max-steps", "21"]));
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already done"),
+        "{}",
+        stderr(&again)
+    );
+
+    // Crashes before and at the final checkpoint: --resume still stops at S, same bytes.
+    let expected = checkpoints(&ws_cut, run_cut);
+    for point in ["checkpoint-renamed:14", "checkpoint-renamed:21"] {
+        let ws = p.copy(&point.replace(':', "-"));
+        let out = Command::new(pipeline_bin())
+            .arg("--workspace")
+            .arg(&ws)
+            .args(train_args(&["--max-steps", "21"]))
+            .env("FSGP_FAILPOINT", point)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{point}: the failpoint did not fire");
+        let id = train_run_id(&ws);
+        let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
+        assert!(out.status.success(), "{point}: {}", stderr(&out));
+        assert_eq!(run_status(&ws, id), "ok", "{point}");
+        assert_eq!(checkpoints(&ws, id), expected, "{point}");
+    }
 }

@@ -207,6 +207,9 @@ pub struct Span {
     pub skip: u64,
     /// First epoch not produced.
     pub end_epoch: u64,
+    /// Minibatches produced at most (`u64::MAX`: to the end of `end_epoch - 1`); the
+    /// producer stops there without reading further chunks.
+    pub max_batches: u64,
 }
 
 /// Labels of one group's chunks, addressable by global row id.
@@ -252,6 +255,7 @@ fn produce(
     span: Span,
     send: &crossbeam_channel::Sender<Result<Batch>>,
 ) -> Result<()> {
+    let mut left = span.max_batches;
     for epoch in span.epoch..span.end_epoch {
         let groups = planner.groups(epoch);
         let n_batches = planner.batches_in_epoch(epoch);
@@ -262,6 +266,9 @@ fn produce(
             if index + in_group <= skip {
                 index += in_group;
                 continue;
+            }
+            if left == 0 {
+                return Ok(());
             }
             let spans: Vec<&ChunkSpan> = groups[g..(g + 2).min(groups.len())]
                 .iter()
@@ -276,6 +283,9 @@ fn produce(
                     index += 1;
                     continue;
                 }
+                if left == 0 {
+                    return Ok(());
+                }
                 let (kxx, sq_norms) = source.gather(batch_rows)?;
                 let batch = Batch {
                     epoch,
@@ -289,6 +299,7 @@ fn produce(
                 if send.send(Ok(batch)).is_err() {
                     return Ok(());
                 }
+                left -= 1;
                 index += 1;
             }
         }

@@ -102,6 +102,10 @@ pub struct TrainArgs {
     pub batch: usize,
     #[arg(long, default_value_t = 10)]
     pub epochs: u64,
+    /// Stop after S optimiser steps in all, counted from step 0 (or at the end of --epochs if
+    /// sooner); an epoch cut short is recorded like the others, over the steps it ran.
+    #[arg(long, value_name = "S")]
+    pub max_steps: Option<u64>,
     /// Adam's learning rate η.
     #[arg(long, default_value_t = 0.01)]
     pub lr: f64,
@@ -266,6 +270,11 @@ pub struct TrainConfig {
     pub freeze_hyper: bool,
     pub shuffle_chunks: usize,
     pub checkpoint_every: u64,
+    /// `--max-steps`: the run stops after this many optimiser steps, counted from step 0
+    /// (None: at the end of `epochs`). Absent from the JSON when None, so configurations
+    /// (and checkpoints) from before the option read and compare as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
 }
 
 impl TrainConfig {
@@ -642,11 +651,13 @@ pub fn run(workspace: &Path, args: &TrainArgs) -> Result<TrainOutcome> {
         freeze_hyper: args.freeze_hyper,
         shuffle_chunks: args.shuffle_chunks,
         checkpoint_every: args.checkpoint_every,
+        max_steps: args.max_steps,
     };
     ensure!(
         config.checkpoint_every >= 1,
         "--checkpoint-every must be ≥ 1"
     );
+    ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
     if let Some(done) = ws.catalog.find_ok_run("train", &config.to_json())? {
         eprintln!(
             "training of '{}' with these parameters is already done (run {}); nothing to do",
@@ -784,7 +795,11 @@ fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
         .build()?)
 }
 
-/// The optimisation loop from `ckpt` to the configured number of epochs.
+/// The optimisation loop from `ckpt` to the configured number of epochs, or to step
+/// `max_steps` if that comes first. A run cut short inside an epoch ends that epoch as the
+/// last epoch of a run ends: its figures (over the steps it ran), the held-out evaluation,
+/// a checkpoint at the final step (whose state is the position inside that epoch), and the
+/// exact bound.
 fn train_loop(
     ws: &Workspace,
     run: &StageRun<'_>,
@@ -802,7 +817,8 @@ fn train_loop(
         ..
     } = ckpt;
     let planner = Arc::new(setup.shuffled());
-    let total: u64 = (0..cfg.epochs).map(|e| planner.batches_in_epoch(e)).sum();
+    let epoch_steps: u64 = (0..cfg.epochs).map(|e| planner.batches_in_epoch(e)).sum();
+    let total = cfg.max_steps.map_or(epoch_steps, |s| s.min(epoch_steps));
     let pb = progress_bar(total, state.step);
     let mut queue = Prefetcher::spawn(
         setup.source.clone(),
@@ -811,6 +827,7 @@ fn train_loop(
             epoch: state.epoch,
             skip: state.batch_in_epoch,
             end_epoch: cfg.epochs,
+            max_batches: total.saturating_sub(state.step),
         },
         opts.prefetch,
     );
@@ -919,7 +936,10 @@ fn train_loop(
             cfg.epochs,
             ev.value
         ));
-        if batch.last_in_epoch {
+        // The step that reaches `total` ends the run; one inside an epoch (--max-steps)
+        // closes that epoch early, over the steps it ran.
+        let run_ends = state.step == total;
+        if batch.last_in_epoch || run_ends {
             let secs = epoch_started.elapsed().as_secs_f64();
             let mean = state.epoch_elbo_sum / state.batch_in_epoch as f64;
             let epoch_no = (state.epoch + 1) as i64;
@@ -932,17 +952,26 @@ fn train_loop(
                     metric("epoch_queue_wait", wait_fraction, Some(epoch_no)),
                 ],
             )?;
+            let cut = if batch.last_in_epoch {
+                String::new()
+            } else {
+                format!(
+                    " (stopped by --max-steps after {} of {} minibatches)",
+                    state.batch_in_epoch,
+                    planner.batches_in_epoch(state.epoch)
+                )
+            };
             log(
                 &pb,
                 &format!(
                     "epoch {epoch_no}/{}: mean minibatch ELBO {mean:.6e}, {secs:.1} s, \
-                     queue wait {:.1} %",
+                     queue wait {:.1} %{cut}",
                     cfg.epochs,
                     100.0 * wait_fraction
                 ),
             );
             if let Some(h) = &opts.held_out {
-                if epoch_no as u64 % h.every == 0 || epoch_no as u64 == cfg.epochs {
+                if epoch_no as u64 % h.every == 0 || run_ends {
                     let t = Instant::now();
                     let m = pool.install(|| h.evaluate(setup, &params))?;
                     ws.catalog.record_metrics(
@@ -964,9 +993,13 @@ fn train_loop(
                     );
                 }
             }
-            state.epoch += 1;
-            state.batch_in_epoch = 0;
-            state.epoch_elbo_sum = 0.0;
+            if batch.last_in_epoch {
+                // A cut-short epoch keeps its position, so the final checkpoint's state
+                // equals that of a longer run at the same step.
+                state.epoch += 1;
+                state.batch_in_epoch = 0;
+                state.epoch_elbo_sum = 0.0;
+            }
             epoch_started = Instant::now();
             epoch_wait = Duration::ZERO;
         }
@@ -1060,6 +1093,7 @@ fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
             epoch: 0,
             skip: 0,
             end_epoch: 1,
+            max_batches: u64::MAX,
         },
         prefetch,
     );
@@ -1131,4 +1165,52 @@ pub fn elbo(workspace: &Path, args: &ElboArgs) -> Result<f64> {
         t.elapsed().as_secs_f64()
     );
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max_steps: Option<u64>) -> TrainConfig {
+        TrainConfig {
+            dataset: "toy".into(),
+            dataset_checksum: "0123".into(),
+            svd_run: 2,
+            kernel: KernelArg::Linear,
+            inducing: 16,
+            factors: 3,
+            batch: 64,
+            epochs: 6,
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            negatives: Negatives::Sample(5),
+            quadrature: 20,
+            seed: 11,
+            threads: 2,
+            freeze_a: false,
+            freeze_hyper: false,
+            shuffle_chunks: 2,
+            checkpoint_every: 7,
+            max_steps,
+        }
+    }
+
+    #[test]
+    fn configurations_without_max_steps_read_and_compare_as_before() {
+        // Without a limit the field is left out, so the JSON is what it was before
+        // --max-steps existed (catalog lookups compare it as text).
+        let json = config(None).to_json();
+        assert!(json.get("max_steps").is_none(), "{json}");
+        // Configurations written before the option existed read as "no limit".
+        let old: TrainConfig = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(old, config(None));
+        assert_eq!(old.to_json().to_string(), json.to_string());
+        // A limit is stored and read back.
+        let limited = config(Some(21)).to_json();
+        assert_eq!(limited["max_steps"], 21);
+        let back: TrainConfig = serde_json::from_value(limited).unwrap();
+        assert_eq!(back.max_steps, Some(21));
+    }
 }
