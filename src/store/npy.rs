@@ -27,13 +27,28 @@ pub struct NpyRowWriter {
 impl NpyRowWriter {
     /// Creates `path` holding a zero rows×cols f32 matrix (a sparse file until written).
     pub fn create(path: &Path, rows: usize, cols: usize) -> Result<Self> {
+        Self::create_shaped(path, (rows, cols), rows, cols)
+    }
+
+    /// Creates `path` holding a zero f32 vector of `len` entries, filled through
+    /// [`NpyRowWriter::view_mut1`] (an N-vector written as it streams by, never held).
+    pub fn create_vector(path: &Path, len: usize) -> Result<Self> {
+        Self::create_shaped(path, len, len, 1)
+    }
+
+    fn create_shaped<Sh: ndarray::IntoDimension>(
+        path: &Path,
+        shape: Sh,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(path)
             .with_context(|| format!("creating {}", path.display()))?;
-        ndarray_npy::write_zeroed_npy::<f32, _>(&file, (rows, cols))
+        ndarray_npy::write_zeroed_npy::<f32, _>(&file, shape)
             .with_context(|| format!("sizing {}", path.display()))?;
         // SAFETY: the file was created by us (create_new) and no other process maps it.
         let map = unsafe { MmapMut::map_mut(&file) }
@@ -49,6 +64,12 @@ impl NpyRowWriter {
 
     pub fn view_mut(&mut self) -> Result<ArrayViewMut2<'_, f32>> {
         ArrayViewMut2::<f32>::view_mut_npy(&mut self.map)
+            .with_context(|| format!("viewing {}", self.path.display()))
+    }
+
+    /// The vector of a writer made by [`NpyRowWriter::create_vector`].
+    pub fn view_mut1(&mut self) -> Result<ndarray::ArrayViewMut1<'_, f32>> {
+        ndarray::ArrayViewMut1::<f32>::view_mut_npy(&mut self.map)
             .with_context(|| format!("viewing {}", self.path.display()))
     }
 

@@ -4,8 +4,8 @@
 //! `p·W .. min((p+1)·W, k)` as a contiguous row-major D×w block. A panel of the result
 //! depends only on the same panel of the input, so threads own disjoint panels: no locks,
 //! no per-thread D×k accumulators (memory stays 2·D·k·8 bytes), and results do not depend
-//! on the thread count. A panel row is W·8 = 512 bytes, so every gathered row of Q is a few
-//! whole cache lines and a panel (D·512 bytes) tends to stay in cache across a chunk.
+//! on the thread count. A panel row is W·8 = 128 bytes (two cache lines); the Gram kernel
+//! walks a panel in feature order (see [`accumulate_gram_times`]).
 
 use faer::{Mat, MatRef};
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use crate::store::chunks::CsrChunk;
 
 /// Panel width in columns.
-pub const PANEL: usize = 64;
+pub const PANEL: usize = 16;
 
 /// A rows×cols f64 matrix stored as column panels (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +69,27 @@ impl Panels {
         Mat::from_fn(self.rows, self.cols, |i, j| self.get(i, j))
     }
 
+    /// Bᵀ M for this matrix B (rows × cols) and M (rows × m), without converting B to a
+    /// dense matrix: one GEMM per panel, each a (w × rows)(rows × m) product with the
+    /// panel viewed in place (row-major, so its transpose is column-major).
+    pub fn t_times(&self, m: MatRef<'_, f64>) -> Mat<f64> {
+        assert_eq!(m.nrows(), self.rows);
+        let mut out = Mat::<f64>::zeros(self.cols, m.ncols());
+        for (p, (data, w)) in self.panels().into_iter().enumerate() {
+            // Row-major rows×w panel = column-major w×rows matrix with column stride w.
+            let panel_t = faer::MatRef::from_column_major_slice_with_stride(data, w, self.rows, w);
+            faer::linalg::matmul::matmul(
+                out.as_mut().subrows_mut(p * PANEL, w),
+                faer::Accum::Replace,
+                panel_t,
+                m,
+                1.0,
+                faer::Par::rayon(0),
+            );
+        }
+        out
+    }
+
     /// (panel data, width) for every panel.
     fn panels(&self) -> Vec<(&[f64], usize)> {
         let mut rest = &self.data[..];
@@ -97,41 +118,206 @@ impl Panels {
     }
 }
 
+/// Rows per block of the Gram kernel: a block's Y panel (rows × [`PANEL`] f64, 6 MiB)
+/// stays in cache while the block is processed.
+const GRAM_BLOCK_ROWS: usize = 48 * 1024;
+
+/// One block of rows of a chunk in compressed-column form: the features present, in
+/// increasing order, each with the (block-local row, value) pairs that use it.
+struct CscBlock {
+    /// Feature ids present in the block, increasing.
+    cols: Vec<u32>,
+    /// `ptr[c]..ptr[c + 1]` indexes `rows`/`vals` for feature `cols[c]`.
+    ptr: Vec<u32>,
+    /// Block-local row of each entry, increasing within a feature.
+    rows: Vec<u32>,
+    vals: Vec<f64>,
+}
+
+impl CscBlock {
+    /// Counting sort of the block's entries by feature; `counts` is D zeros on entry and
+    /// on return (a buffer reused across blocks so that nothing D-sized is allocated per
+    /// block).
+    fn build(chunk: &CsrChunk, rows: std::ops::Range<usize>, counts: &mut [u32]) -> Self {
+        let (f0, f1) = (
+            chunk.feature_offsets[rows.start] as usize,
+            chunk.feature_offsets[rows.end] as usize,
+        );
+        let entries = &chunk.indices[f0..f1];
+        for &j in entries {
+            counts[j as usize] += 1;
+        }
+        let mut cols = Vec::new();
+        let mut ptr = vec![0u32];
+        for (j, count) in counts.iter_mut().enumerate() {
+            if *count > 0 {
+                cols.push(j as u32);
+                let start = *ptr.last().unwrap();
+                ptr.push(start + *count);
+                // From here on `counts[j]` is the next free slot of feature j.
+                *count = start;
+            }
+        }
+        let nnz = entries.len();
+        let (mut out_rows, mut vals) = (vec![0u32; nnz], vec![0f64; nnz]);
+        for (local, i) in rows.clone().enumerate() {
+            let row = chunk.row(i);
+            for (&j, &v) in row.indices.iter().zip(row.values) {
+                let slot = &mut counts[j as usize];
+                out_rows[*slot as usize] = local as u32;
+                vals[*slot as usize] = f64::from(v);
+                *slot += 1;
+            }
+        }
+        for &j in &cols {
+            counts[j as usize] = 0;
+        }
+        CscBlock {
+            cols,
+            ptr,
+            rows: out_rows,
+            vals,
+        }
+    }
+
+    fn entries(&self, c: usize) -> std::ops::Range<usize> {
+        self.ptr[c] as usize..self.ptr[c + 1] as usize
+    }
+}
+
 /// B += X_cᵀ (X_c Q) for one chunk X_c (n_c × D), with Q and B D×k in panels.
+///
+/// Why compressed columns: with D in the hundreds of thousands a Q panel (D × 128 bytes)
+/// does not fit in cache, and gathering a random Q row for every non-zero is bound by
+/// memory latency. Sorting a block of rows by feature turns the reads of Q and the
+/// updates of B into forward streams (each present feature's panel row touched once per
+/// block), while the random accesses go to the block's Y = X_b Q panel, which is small
+/// enough to stay in cache.
 ///
 /// Flops: 4·nnz(X_c)·k.
 pub fn accumulate_gram_times(chunk: &CsrChunk, q: &Panels, b: &mut Panels) {
-    assert_eq!((q.rows, q.cols), (b.rows, b.cols));
-    let q_panels = q.panels();
-    b.panels_mut()
-        .into_par_iter()
-        .zip(q_panels.into_par_iter())
-        .for_each(|((b_panel, w), (q_panel, _))| gram_panel(chunk, q_panel, b_panel, w));
+    accumulate_gram_times_in_blocks(chunk, q, b, GRAM_BLOCK_ROWS)
 }
 
-fn gram_panel(chunk: &CsrChunk, q: &[f64], b: &mut [f64], w: usize) {
-    let mut y = [0.0f64; PANEL];
-    let y = &mut y[..w];
-    for i in 0..chunk.len() {
-        let row = chunk.row(i);
-        y.fill(0.0);
-        // y = x_i Q[:, panel]
-        for (&j, &v) in row.indices.iter().zip(row.values) {
-            let v = f64::from(v);
-            let q_row = &q[j as usize * w..(j as usize + 1) * w];
-            for (yc, &qc) in y.iter_mut().zip(q_row) {
-                *yc += v * qc;
-            }
-        }
-        // B[:, panel] += x_iᵀ y
-        for (&j, &v) in row.indices.iter().zip(row.values) {
-            let v = f64::from(v);
-            let b_row = &mut b[j as usize * w..(j as usize + 1) * w];
-            for (bc, &yc) in b_row.iter_mut().zip(y.iter()) {
-                *bc += v * yc;
+fn accumulate_gram_times_in_blocks(
+    chunk: &CsrChunk,
+    q: &Panels,
+    b: &mut Panels,
+    block_rows: usize,
+) {
+    assert_eq!((q.rows, q.cols), (b.rows, b.cols));
+    let q_panels = q.panels();
+    let mut b_panels = b.panels_mut();
+    let mut counts = vec![0u32; q.rows];
+    let mut start = 0;
+    while start < chunk.len() {
+        let end = (start + block_rows).min(chunk.len());
+        let block = CscBlock::build(chunk, start..end, &mut counts);
+        let n_rows = end - start;
+        b_panels
+            .par_iter_mut()
+            .zip(q_panels.par_iter())
+            .for_each_init(Vec::new, |y, ((b_panel, w), (q_panel, _))| {
+                if *w == PANEL {
+                    gram_panel::<PANEL>(&block, n_rows, q_panel, b_panel, y)
+                } else {
+                    gram_panel_ragged(&block, n_rows, q_panel, b_panel, *w, y)
+                }
+            });
+        start = end;
+    }
+}
+
+/// One full-width panel: Y = X_b Q[:, panel] (scatter in feature order), then
+/// B[:, panel] += X_bᵀ Y (gather in feature order). Each B entry is updated by the one task
+/// that owns its panel, in block order: the result does not depend on the thread count.
+fn gram_panel<const W: usize>(
+    block: &CscBlock,
+    n_rows: usize,
+    q: &[f64],
+    b: &mut [f64],
+    y: &mut Vec<f64>,
+) {
+    y.clear();
+    y.resize(n_rows * W, 0.0);
+    let y_rows: &mut [[f64; W]] = as_rows_mut(y);
+    let q_rows: &[[f64; W]] = as_rows(q);
+    for (c, &j) in block.cols.iter().enumerate() {
+        let q_row = &q_rows[j as usize];
+        for e in block.entries(c) {
+            let v = block.vals[e];
+            let y_row = &mut y_rows[block.rows[e] as usize];
+            for t in 0..W {
+                y_row[t] += v * q_row[t];
             }
         }
     }
+    let b_rows: &mut [[f64; W]] = as_rows_mut(b);
+    for (c, &j) in block.cols.iter().enumerate() {
+        let mut acc = [0.0f64; W];
+        for e in block.entries(c) {
+            let v = block.vals[e];
+            let y_row = &y_rows[block.rows[e] as usize];
+            for t in 0..W {
+                acc[t] += v * y_row[t];
+            }
+        }
+        let b_row = &mut b_rows[j as usize];
+        for t in 0..W {
+            b_row[t] += acc[t];
+        }
+    }
+}
+
+/// The last, narrower panel (k not a multiple of [`PANEL`]): same as [`gram_panel`].
+fn gram_panel_ragged(
+    block: &CscBlock,
+    n_rows: usize,
+    q: &[f64],
+    b: &mut [f64],
+    w: usize,
+    y: &mut Vec<f64>,
+) {
+    y.clear();
+    y.resize(n_rows * w, 0.0);
+    for (c, &j) in block.cols.iter().enumerate() {
+        let q_row = &q[j as usize * w..(j as usize + 1) * w];
+        for e in block.entries(c) {
+            let v = block.vals[e];
+            let i = block.rows[e] as usize;
+            for (yc, &qc) in y[i * w..(i + 1) * w].iter_mut().zip(q_row) {
+                *yc += v * qc;
+            }
+        }
+    }
+    let mut acc = vec![0.0f64; w];
+    for (c, &j) in block.cols.iter().enumerate() {
+        acc.fill(0.0);
+        for e in block.entries(c) {
+            let v = block.vals[e];
+            let i = block.rows[e] as usize;
+            for (a, &yc) in acc.iter_mut().zip(&y[i * w..(i + 1) * w]) {
+                *a += v * yc;
+            }
+        }
+        for (bc, &a) in b[j as usize * w..(j as usize + 1) * w].iter_mut().zip(&acc) {
+            *bc += a;
+        }
+    }
+}
+
+/// A row-major slice of W-wide rows viewed as fixed-size arrays (lets the compiler keep
+/// a whole panel row in registers).
+fn as_rows<const W: usize>(s: &[f64]) -> &[[f64; W]] {
+    let (rows, rest) = s.as_chunks::<W>();
+    debug_assert!(rest.is_empty());
+    rows
+}
+
+fn as_rows_mut<const W: usize>(s: &mut [f64]) -> &mut [[f64; W]] {
+    let (rows, rest) = s.as_chunks_mut::<W>();
+    debug_assert!(rest.is_empty());
+    rows
 }
 
 /// out = X_c Bᵀ-projection: row i of `out` (n_c × R) is x_i · basis_t, where `basis_t` is
@@ -215,6 +401,23 @@ mod tests {
         let x = dense(&c, 5);
         let expected = (x.transpose() * (&x * &q)) * 2.0;
         let got = b.to_mat();
+        assert!((got - &expected).norm_max() < 1e-12);
+        // Blocks of 2 rows (the second block holds one row): same sums.
+        let mut blocked = Panels::zeros(5, k);
+        for _ in 0..2 {
+            accumulate_gram_times_in_blocks(&c, &Panels::from_mat(q.as_ref()), &mut blocked, 2);
+        }
+        assert!((blocked.to_mat() - &expected).norm_max() < 1e-12);
+    }
+
+    #[test]
+    fn panels_transpose_times_matches_dense() {
+        let (rows, cols) = (37, 2 * PANEL + 5);
+        let b = Mat::<f64>::from_fn(rows, cols, |i, j| ((i * 17 + j * 5) % 11) as f64 - 5.0);
+        let m = Mat::<f64>::from_fn(rows, 9, |i, j| ((i * 3 + j * 7) % 13) as f64 * 0.25);
+        let got = Panels::from_mat(b.as_ref()).t_times(m.as_ref());
+        let expected = b.transpose() * &m;
+        assert_eq!((got.nrows(), got.ncols()), (cols, 9));
         assert!((got - expected).norm_max() < 1e-12);
     }
 

@@ -239,14 +239,19 @@ fn compute(
     let t = Instant::now();
     let kxx_path = out.join("kxx.npy");
     let mut kxx = NpyRowWriter::create(&kxx_path, n, r)?;
-    let mut sq_norms = Vec::with_capacity(n);
+    // Streamed to its file like K_XX̃: nothing N-sized is held in memory.
+    let sq_norms_path = out.join("sq_norms.npy");
+    let mut sq_norms = NpyRowWriter::create_vector(&sq_norms_path, n)?;
     let pb = progress_bar(src.files.len() as u64, "K_XX̃");
     let mut row = 0usize;
     src.for_each_chunk(&mut |chunk| {
         let mut view = kxx.view_mut()?;
         let block = view.slice_mut(ndarray::s![row..row + chunk.len(), ..]);
         project_chunk(chunk, basis_t.view(), block);
-        sq_norms.extend_from_slice(&chunk.sq_norms);
+        sq_norms
+            .view_mut1()?
+            .slice_mut(ndarray::s![row..row + chunk.len()])
+            .assign(&ndarray::ArrayView1::from(&chunk.sq_norms[..]));
         row += chunk.len();
         pb.inc(1);
         Ok(())
@@ -256,12 +261,7 @@ fn compute(
         bail!("read {row} rows of the train split, expected {n}");
     }
     arts.push(("kxx", "kxx.npy", n as u64, kxx.finish()?));
-    arts.push((
-        "sq_norms",
-        "sq_norms.npy",
-        n as u64,
-        write_array(&out.join("sq_norms.npy"), &Array1::from(sq_norms))?,
-    ));
+    arts.push(("sq_norms", "sq_norms.npy", n as u64, sq_norms.finish()?));
     let mut pass_seconds = svd.pass_seconds.clone();
     pass_seconds.push(t.elapsed().as_secs_f64());
 

@@ -182,17 +182,15 @@ pub fn randomized_svd(
 
 /// Top-R eigenpairs of G = Qᵀ(XᵀX Q) lifted back to D dimensions.
 fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> Result<SvdResult> {
-    // Convert and free one D×k matrix at a time: at most three exist at once.
+    // Convert and free one D×k matrix at a time, and form Qᵀ B from B's panels directly:
+    // at most two D×k matrices exist at once.
     let q = {
         let m = q.to_mat();
         drop(q);
         m
     };
-    let g = {
-        let b_mat = b.to_mat();
-        drop(b);
-        q.transpose() * b_mat
-    };
+    let g = b.t_times(q.as_ref()).transpose().to_owned();
+    drop(b);
     let g = Mat::from_fn(g.nrows(), g.ncols(), |i, j| 0.5 * (g[(i, j)] + g[(j, i)]));
     let eig = g
         .self_adjoint_eigen(Side::Lower)
