@@ -240,29 +240,26 @@ fn gram_panel<const W: usize>(
 ) {
     y.clear();
     y.resize(n_rows * W, 0.0);
-    let y_rows: &mut [[f64; W]] = as_rows_mut(y);
-    let q_rows: &[[f64; W]] = as_rows(q);
     for (c, &j) in block.cols.iter().enumerate() {
-        let q_row = &q_rows[j as usize];
+        let q_row: &[f64; W] = row_of(q, j as usize);
         for e in block.entries(c) {
             let v = block.vals[e];
-            let y_row = &mut y_rows[block.rows[e] as usize];
+            let y_row: &mut [f64; W] = row_of_mut(y, block.rows[e] as usize);
             for t in 0..W {
                 y_row[t] += v * q_row[t];
             }
         }
     }
-    let b_rows: &mut [[f64; W]] = as_rows_mut(b);
     for (c, &j) in block.cols.iter().enumerate() {
         let mut acc = [0.0f64; W];
         for e in block.entries(c) {
             let v = block.vals[e];
-            let y_row = &y_rows[block.rows[e] as usize];
+            let y_row: &[f64; W] = row_of(y, block.rows[e] as usize);
             for t in 0..W {
                 acc[t] += v * y_row[t];
             }
         }
-        let b_row = &mut b_rows[j as usize];
+        let b_row: &mut [f64; W] = row_of_mut(b, j as usize);
         for t in 0..W {
             b_row[t] += acc[t];
         }
@@ -306,18 +303,16 @@ fn gram_panel_ragged(
     }
 }
 
-/// A row-major slice of W-wide rows viewed as fixed-size arrays (lets the compiler keep
-/// a whole panel row in registers).
-fn as_rows<const W: usize>(s: &[f64]) -> &[[f64; W]] {
-    let (rows, rest) = s.as_chunks::<W>();
-    debug_assert!(rest.is_empty());
-    rows
+/// Row i of a row-major slice of W-wide rows, as a fixed-size array (lets the compiler
+/// keep a whole panel row in registers).
+#[inline(always)]
+fn row_of<const W: usize>(s: &[f64], i: usize) -> &[f64; W] {
+    s[i * W..(i + 1) * W].try_into().expect("W-wide row")
 }
 
-fn as_rows_mut<const W: usize>(s: &mut [f64]) -> &mut [[f64; W]] {
-    let (rows, rest) = s.as_chunks_mut::<W>();
-    debug_assert!(rest.is_empty());
-    rows
+#[inline(always)]
+fn row_of_mut<const W: usize>(s: &mut [f64], i: usize) -> &mut [f64; W] {
+    (&mut s[i * W..(i + 1) * W]).try_into().expect("W-wide row")
 }
 
 /// out = X_c Bᵀ-projection: row i of `out` (n_c × R) is x_i · basis_t, where `basis_t` is
