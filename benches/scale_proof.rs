@@ -14,7 +14,10 @@
 //! FSGP_SCALE_ROWS [1625000] training rows N; FSGP_SCALE_FACTORS ["1,4"] the sizes, as
 //! multiples of N; FSGP_SCALE_RANK [1000] R; FSGP_SCALE_STEPS [400] training steps at the
 //! sizes above N; FSGP_SCALE_NEGATIVES [1000] `--negatives`; FSGP_SCALE_DIR
-//! [target/scale-proof] scratch directory (each size's files are removed once measured).
+//! [target/scale-proof] scratch directory (each size's files are removed once measured);
+//! FSGP_SCALE_STAGES [all] the stages to measure after ingest, a comma-separated subset of
+//! svd,train,predict,evaluate (synth and ingest always run; each stage needs the ones
+//! before it).
 //! The free space of the scratch directory is checked before anything is written.
 
 mod common;
@@ -151,6 +154,12 @@ fn main() {
         );
         std::process::exit(2);
     }
+    let stages: Vec<String> = std::env::var("FSGP_SCALE_STAGES")
+        .unwrap_or_else(|_| "svd,train,predict,evaluate".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let wants = |stage: &str| stages.iter().any(|s| s == stage);
     let cores = threads();
     println!(
         "scale proof: AmazonCat shape, N = {n}, sizes {factors:?}×N, R = {rank}, M = 500, \
@@ -235,6 +244,10 @@ fn main() {
             m: ingest,
         });
         std::fs::remove_dir_all(&data).unwrap();
+        if !wants("svd") {
+            finish_size(&dir, &size, &rows_out, cache_dropped);
+            continue;
+        }
 
         cache_dropped &= drop_caches();
         let (svd, svd_log) = pipeline(
@@ -261,6 +274,10 @@ fn main() {
             m: svd,
         });
 
+        if !wants("train") {
+            finish_size(&dir, &size, &rows_out, cache_dropped);
+            continue;
+        }
         cache_dropped &= drop_caches();
         let steps_arg = steps.to_string();
         let mut train_args = vec![
@@ -309,6 +326,10 @@ fn main() {
             m: train,
         });
 
+        if !wants("predict") {
+            finish_size(&dir, &size, &rows_out, cache_dropped);
+            continue;
+        }
         cache_dropped &= drop_caches();
         let run = run_id.to_string();
         let (predict, _) = pipeline(
@@ -326,6 +347,10 @@ fn main() {
             m: predict,
         });
 
+        if !wants("evaluate") {
+            finish_size(&dir, &size, &rows_out, cache_dropped);
+            continue;
+        }
         let (evaluate, _) = pipeline(
             bin,
             &ws,
@@ -342,13 +367,18 @@ fn main() {
             notes: format!("P@1 {:.2}, P@5 {:.2}", 100.0 * p(1), 100.0 * p(5)),
             m: evaluate,
         });
-        eprintln!(
-            "   disk used by {size}: {:.1} GB",
-            dir_size(&dir) as f64 / 1e9
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-        print_table(&rows_out, cache_dropped);
+        finish_size(&dir, &size, &rows_out, cache_dropped);
     }
+}
+
+/// Reports the disk a size used, removes its files and prints the table so far.
+fn finish_size(dir: &Path, size: &str, rows: &[Row], cache_dropped: bool) {
+    eprintln!(
+        "   disk used by {size}: {:.1} GB",
+        dir_size(dir) as f64 / 1e9
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    print_table(rows, cache_dropped);
 }
 
 /// N from the `N D K` header of an XML-repository text file.

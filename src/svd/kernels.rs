@@ -16,49 +16,42 @@ use crate::store::chunks::CsrChunk;
 /// Panel width in columns.
 pub const PANEL: usize = 16;
 
-/// A rows×cols f64 matrix stored as column panels (see the module docs).
+/// A rows×cols f64 matrix stored as column panels (see the module docs), each panel its
+/// own allocation so that a conversion can free the panels as it goes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Panels {
     pub rows: usize,
     pub cols: usize,
-    data: Vec<f64>,
+    /// Panel p: row-major rows × width(p).
+    data: Vec<Vec<f64>>,
 }
 
 impl Panels {
     pub fn zeros(rows: usize, cols: usize) -> Self {
-        Panels {
-            rows,
-            cols,
-            data: vec![0.0; rows * cols],
-        }
-    }
-
-    fn n_panels(&self) -> usize {
-        self.cols.div_ceil(PANEL)
+        let data = (0..cols.div_ceil(PANEL))
+            .map(|p| vec![0.0; rows * PANEL.min(cols - p * PANEL)])
+            .collect();
+        Panels { rows, cols, data }
     }
 
     fn width(&self, p: usize) -> usize {
         PANEL.min(self.cols - p * PANEL)
     }
 
-    /// Offset of panel p: all earlier panels are full width.
-    fn offset(&self, p: usize) -> usize {
-        self.rows * p * PANEL
-    }
-
     pub fn get(&self, i: usize, j: usize) -> f64 {
         let p = j / PANEL;
-        self.data[self.offset(p) + i * self.width(p) + j % PANEL]
+        self.data[p][i * self.width(p) + j % PANEL]
     }
 
     pub fn from_mat(m: MatRef<'_, f64>) -> Self {
         let mut out = Panels::zeros(m.nrows(), m.ncols());
         let rows = out.rows;
-        for p in 0..out.n_panels() {
-            let (off, w) = (out.offset(p), out.width(p));
+        for p in 0..out.data.len() {
+            let w = out.width(p);
+            let panel = &mut out.data[p];
             for i in 0..rows {
                 for c in 0..w {
-                    out.data[off + i * w + c] = m[(i, p * PANEL + c)];
+                    panel[i * w + c] = m[(i, p * PANEL + c)];
                 }
             }
         }
@@ -67,6 +60,42 @@ impl Panels {
 
     pub fn to_mat(&self) -> Mat<f64> {
         Mat::from_fn(self.rows, self.cols, |i, j| self.get(i, j))
+    }
+
+    /// The dense matrix, freeing each panel once copied: the two representations together
+    /// never hold more than one matrix plus one panel.
+    pub fn into_mat(self) -> Mat<f64> {
+        let mut m = Mat::<f64>::zeros(self.rows, self.cols);
+        let (rows, cols) = (self.rows, self.cols);
+        for (p, panel) in self.data.into_iter().enumerate() {
+            let w = PANEL.min(cols - p * PANEL);
+            for c in 0..w {
+                let col = m.col_mut(p * PANEL + c);
+                for (i, x) in col.iter_mut().enumerate() {
+                    *x = panel[i * w + c];
+                }
+            }
+            debug_assert_eq!(panel.len(), rows * w);
+        }
+        m
+    }
+
+    /// (panel data, width) for every panel.
+    fn panels(&self) -> Vec<(&[f64], usize)> {
+        self.data
+            .iter()
+            .enumerate()
+            .map(|(p, d)| (&d[..], self.width(p)))
+            .collect()
+    }
+
+    fn panels_mut(&mut self) -> Vec<(&mut [f64], usize)> {
+        let cols = self.cols;
+        self.data
+            .iter_mut()
+            .enumerate()
+            .map(|(p, d)| (&mut d[..], PANEL.min(cols - p * PANEL)))
+            .collect()
     }
 
     /// Bᵀ M for this matrix B (rows × cols) and M (rows × m), without converting B to a
@@ -88,33 +117,6 @@ impl Panels {
             );
         }
         out
-    }
-
-    /// (panel data, width) for every panel.
-    fn panels(&self) -> Vec<(&[f64], usize)> {
-        let mut rest = &self.data[..];
-        (0..self.n_panels())
-            .map(|p| {
-                let w = self.width(p);
-                let (head, tail) = rest.split_at(self.rows * w);
-                rest = tail;
-                (head, w)
-            })
-            .collect()
-    }
-
-    fn panels_mut(&mut self) -> Vec<(&mut [f64], usize)> {
-        let widths: Vec<usize> = (0..self.n_panels()).map(|p| self.width(p)).collect();
-        let rows = self.rows;
-        let mut rest = &mut self.data[..];
-        widths
-            .into_iter()
-            .map(|w| {
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(rows * w);
-                rest = tail;
-                (head, w)
-            })
-            .collect()
     }
 }
 
@@ -410,7 +412,10 @@ mod tests {
         let (rows, cols) = (37, 2 * PANEL + 5);
         let b = Mat::<f64>::from_fn(rows, cols, |i, j| ((i * 17 + j * 5) % 11) as f64 - 5.0);
         let m = Mat::<f64>::from_fn(rows, 9, |i, j| ((i * 3 + j * 7) % 13) as f64 * 0.25);
-        let got = Panels::from_mat(b.as_ref()).t_times(m.as_ref());
+        let panels = Panels::from_mat(b.as_ref());
+        let got = panels.t_times(m.as_ref());
+        assert_eq!(panels.clone().into_mat(), b);
+        assert_eq!(panels.to_mat(), b);
         let expected = b.transpose() * &m;
         assert_eq!((got.nrows(), got.ncols()), (cols, 9));
         assert!((got - expected).norm_max() < 1e-12);

@@ -219,14 +219,11 @@ fn compute(
         ..svd
     };
     let basis = basis_t.t().as_standard_layout().into_owned();
+    let basis_file = write_array(&out.join("basis.npy"), &basis)?;
+    drop(basis);
     let sv = Array1::from(svd.singular_values.clone());
     let mut arts: Vec<LocalArtifact> = vec![
-        (
-            "basis",
-            "basis.npy",
-            r as u64,
-            write_array(&out.join("basis.npy"), &basis)?,
-        ),
+        ("basis", "basis.npy", r as u64, basis_file),
         (
             "singular_values",
             "singular_values.npy",

@@ -129,10 +129,10 @@ fn gram_pass(src: &dyn RowSource, q: &Panels) -> Result<Panels> {
 }
 
 /// Orthonormal basis of B's columns (Householder thin QR). Consumes B so that at most
-/// three D×k matrices exist at once (B copied into faer's layout, its QR factors, thin Q).
+/// two D×k matrices exist at once (B converted panel by panel into faer's layout, then its
+/// QR factors, then thin Q, then Q as panels).
 fn orthonormalise(b: Panels) -> Panels {
-    let b_mat = b.to_mat();
-    drop(b);
+    let b_mat = b.into_mat();
     let qr = b_mat.qr();
     drop(b_mat);
     let q = qr.compute_thin_Q();
@@ -182,13 +182,9 @@ pub fn randomized_svd(
 
 /// Top-R eigenpairs of G = Qᵀ(XᵀX Q) lifted back to D dimensions.
 fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> Result<SvdResult> {
-    // Convert and free one D×k matrix at a time, and form Qᵀ B from B's panels directly:
-    // at most two D×k matrices exist at once.
-    let q = {
-        let m = q.to_mat();
-        drop(q);
-        m
-    };
+    // Q converted panel by panel, Qᵀ B formed from B's panels directly: at most two D×k
+    // matrices exist at once.
+    let q = q.into_mat();
     let g = b.t_times(q.as_ref()).transpose().to_owned();
     drop(b);
     let g = Mat::from_fn(g.nrows(), g.ncols(), |i, j| 0.5 * (g[(i, j)] + g[(j, i)]));
