@@ -1,6 +1,7 @@
 //! One training step (bound + analytic gradients + Adam) of the model layer, and faer's
 //! dense f64 GEMM rate measured in the same run:
-//! - Delicious configuration: B=500, M=500, P=30, R=250, K=983, all negatives;
+//! - Delicious configuration: B=500, M=500, P=30, R=250, K=983, all negatives, on the
+//!   default path (the subspace factorisation, R ≤ ¾M) and, for comparison, through C_p;
 //! - AmazonCat-like: B=500, M=500, P=30, R=2000, K=13330, all negatives, and with 1000
 //!   sampled negatives per row.
 //!
@@ -14,10 +15,13 @@
 mod common;
 use common::threads;
 use faer::Mat;
-use fsgp::model::elbo::{evaluate_set, terms_sampled, EvalOptions, Params, PhaseTimes, TermSet};
+use fsgp::model::elbo::{
+    evaluate_set, terms_sampled, EvalOptions, Factorisation, Params, PhaseTimes, TermSet,
+};
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::optim::{AdamConfig, AdamState};
+use fsgp::model::subspace;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -46,6 +50,25 @@ struct Config {
     k: usize,
     /// Sampled negatives per row; None = all negatives (dense path).
     negatives: Option<usize>,
+    factorisation: Factorisation,
+}
+
+impl Config {
+    /// Whether the step takes the subspace path (linear kernel, as every row here).
+    fn subspace(&self) -> bool {
+        match self.factorisation {
+            Factorisation::Auto => subspace::worthwhile(self.m, self.r),
+            Factorisation::Inducing => false,
+            Factorisation::Subspace => true,
+        }
+    }
+
+    fn opts(&self) -> EvalOptions {
+        EvalOptions {
+            factorisation: self.factorisation,
+            ..EvalOptions::default()
+        }
+    }
 }
 
 /// Floating-point operations of one step as implemented (`docs/model.md`, "Algorithm as
@@ -53,12 +76,20 @@ struct Config {
 /// work is not counted. `terms` = number of likelihood terms for the list path.
 fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
     let (b, m, p, r, k) = (c.b as f64, c.m as f64, c.p as f64, c.r as f64, c.k as f64);
-    // Per GP: Cholesky M³/3, L⁻¹ M³/3, C⁻¹ = L⁻ᵀL⁻¹ M³/3, V and W M²B each, and the lower
-    // triangle of Y diag(d) Yᵀ with Y [M×(M+B)]: M²(M+B).
-    let per_gp = 2.0 * m.powi(3) + 3.0 * m * m * b;
     // Kernels: A K_X̃, G, H forward; (Ḡ+Ḡᵀ) A K_X̃ and Ḡ_bZᵀ Kxx back.
-    let kernels =
+    let mut kernels =
         2.0 * m * r * r + 2.0 * m * m * r + 2.0 * b * m * r + 2.0 * m * m * r + 2.0 * b * m * r;
+    let per_gp = if c.subspace() {
+        // Subspace path: F_sᵀF_s MR², Cholesky, L⁻¹, J⁻¹ R³/3 each, V and W R²B each, the
+        // lower triangle of Y diag(d) Yᵀ with Y [R×(R+B)]: R²(R+B), F Ḡ_J 2MR². Once per
+        // step: L_X̃ R³/3, F = σ A L_X̃ MR², G R²B, ∂A = σ ∂F L_X̃ᵀ MR².
+        kernels += r.powi(3) / 3.0 + 2.0 * m * r * r + r * r * b;
+        3.0 * m * r * r + 2.0 * r.powi(3) + 3.0 * r * r * b
+    } else {
+        // Per GP: Cholesky M³/3, L⁻¹ M³/3, C⁻¹ = L⁻ᵀL⁻¹ M³/3, V and W M²B each, and the
+        // lower triangle of Y diag(d) Yᵀ with Y [M×(M+B)]: M²(M+B).
+        2.0 * m.powi(3) + 3.0 * m * m * b
+    };
     // m, K_Z μ, ∂μ (two), G_m μᵀ, μμᵀ.
     let small = 2.0 * p * (3.0 * b * m + 3.0 * m * m);
     let likelihood = match terms {
@@ -119,15 +150,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             Some(l) => TermSet::List(l),
         };
-        let ev = evaluate_set(
-            KernelKind::Linear,
-            &params,
-            &x,
-            &terms,
-            &lik,
-            &EvalOptions::default(),
-        )
-        .unwrap();
+        let ev = evaluate_set(KernelKind::Linear, &params, &x, &terms, &lik, &c.opts()).unwrap();
         let t_adam = Instant::now();
         adam.step(&cfg, &mut params, &ev.grads, &|_| false);
         let adam_s = t_adam.elapsed().as_secs_f64();
@@ -143,8 +166,13 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         None => "all negatives".to_string(),
         Some(n) => format!("{n} sampled negatives/row"),
     };
+    let path = if c.subspace() {
+        "subspace J_p"
+    } else {
+        "C_p = K_Z + Σ_p"
+    };
     println!(
-        "| {} (B={b}, M={m}, P={p}, R={r}, K={k}, {negs}) | {secs:.3} | {:.1} | {:.1} | {gemm:.1} | {:.0} % | {:.3} / {:.3} / {:.3} / {:.3} / {:.3} / {adam_s:.3} |",
+        "| {} (B={b}, M={m}, P={p}, R={r}, K={k}, {negs}; {path}) | {secs:.3} | {:.1} | {:.1} | {gemm:.1} | {:.0} % | {:.3} / {:.3} / {:.3} / {:.3} / {:.3} / {adam_s:.3} |",
         c.name,
         flops / 1e9,
         flops / secs / 1e9,
@@ -180,17 +208,7 @@ fn same_bits_in_one_thread(
         None => TermSet::AllLabels { positives, scale },
         Some(l) => TermSet::List(l),
     };
-    let eval = || {
-        evaluate_set(
-            KernelKind::Linear,
-            params,
-            x,
-            &terms,
-            lik,
-            &EvalOptions::default(),
-        )
-        .unwrap()
-    };
+    let eval = || evaluate_set(KernelKind::Linear, params, x, &terms, lik, &c.opts()).unwrap();
     let many = eval();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -224,6 +242,17 @@ fn main() {
             r: 250,
             k: 983,
             negatives: None,
+            factorisation: Factorisation::Auto,
+        },
+        Config {
+            name: "Delicious",
+            b: 500,
+            m: 500,
+            p: 30,
+            r: 250,
+            k: 983,
+            negatives: None,
+            factorisation: Factorisation::Inducing,
         },
         Config {
             name: "AmazonCat-like",
@@ -233,6 +262,7 @@ fn main() {
             r: 2000,
             k: 13330,
             negatives: None,
+            factorisation: Factorisation::Auto,
         },
         Config {
             name: "AmazonCat-like",
@@ -242,6 +272,7 @@ fn main() {
             r: 2000,
             k: 13330,
             negatives: Some(1000),
+            factorisation: Factorisation::Auto,
         },
     ];
     for c in &configs {

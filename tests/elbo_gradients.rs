@@ -5,8 +5,8 @@
 
 use faer::Mat;
 use fsgp::model::elbo::{
-    evaluate, evaluate_set, expected_loglik, flat_entry, flat_len, kl_total, terms_all,
-    terms_sampled, EvalOptions, Evaluation, Params, Term, TermSet,
+    evaluate_set, expected_loglik, flat_entry, flat_len, kl_total, terms_all, terms_sampled,
+    EvalOptions, Evaluation, Factorisation, Params, Term, TermSet,
 };
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
@@ -44,17 +44,36 @@ fn problem(seed: u64) -> Problem {
         },
     };
     let positives = vec![vec![0, 3], vec![], vec![6], vec![1, 2, 5]];
+    // A general positive definite K_X̃ (the SVD basis gives ≈ I), so that the subspace
+    // path's Cholesky factor of K_X̃ is exercised.
+    let w = Mat::from_fn(r, r, |_, _| u(0.6));
+    let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
     Problem {
         kxx,
         norms,
-        kt: Mat::identity(r, r),
+        kt,
         positives,
         params,
     }
 }
 
+/// Every (kernel, factorisation) pair the model supports: the linear kernel through C_p and
+/// through the subspace J_p, the squared exponential through C_p.
+const SETUPS: [(KernelKind, Factorisation); 3] = [
+    (KernelKind::Linear, Factorisation::Inducing),
+    (KernelKind::Linear, Factorisation::Subspace),
+    (KernelKind::SquaredExponential, Factorisation::Inducing),
+];
+
+fn opts_for(factorisation: Factorisation) -> EvalOptions {
+    EvalOptions {
+        factorisation,
+        ..EvalOptions::default()
+    }
+}
+
 fn value(
-    kind: KernelKind,
+    (kind, fact): (KernelKind, Factorisation),
     pr: &Problem,
     params: &Params,
     terms: &[Term],
@@ -65,13 +84,23 @@ fn value(
         sq_norms: &pr.norms,
         k_tilde: pr.kt.as_ref(),
     };
-    evaluate(kind, params, &x, terms, lik).unwrap().value
+    evaluate_set(
+        kind,
+        params,
+        &x,
+        &TermSet::List(terms),
+        lik,
+        &opts_for(fact),
+    )
+    .unwrap()
+    .value
 }
 
 #[test]
 fn analytic_gradient_matches_central_differences_for_every_parameter() {
     let lik = BernoulliLogistic::new(20).unwrap();
-    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+    for setup in SETUPS {
+        let (kind, fact) = setup;
         for sampled in [false, true] {
             let pr = problem(if sampled { 11 } else { 12 });
             let mut rng = ChaCha8Rng::seed_from_u64(5);
@@ -85,7 +114,16 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
                 sq_norms: &pr.norms,
                 k_tilde: pr.kt.as_ref(),
             };
-            let mut grads = evaluate(kind, &pr.params, &x, &terms, &lik).unwrap().grads;
+            let mut grads = evaluate_set(
+                kind,
+                &pr.params,
+                &x,
+                &TermSet::List(&terms),
+                &lik,
+                &opts_for(fact),
+            )
+            .unwrap()
+            .grads;
             // h balances truncation (∝ h²) against the rounding of F (∝ ε|F|/h).
             let h = 2e-5;
             let mut worst = (0.0f64, "");
@@ -99,8 +137,8 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
                 let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
                 *flat_entry(&mut up, idx).1 += h;
                 *flat_entry(&mut dn, idx).1 -= h;
-                let fd = (value(kind, &pr, &up, &terms, &lik)
-                    - value(kind, &pr, &dn, &terms, &lik))
+                let fd = (value(setup, &pr, &up, &terms, &lik)
+                    - value(setup, &pr, &dn, &terms, &lik))
                     / (2.0 * h);
                 let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
                 if rel > worst.0 {
@@ -108,11 +146,11 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
                 }
                 assert!(
                     rel <= 1e-6,
-                    "{kind:?} sampled={sampled} {name}[{idx}]: analytic {analytic} vs fd {fd}"
+                    "{kind:?} {fact:?} sampled={sampled} {name}[{idx}]: analytic {analytic} vs fd {fd}"
                 );
             }
             eprintln!(
-                "{kind:?} sampled={sampled}: worst relative error {:.2e} ({})",
+                "{kind:?} {fact:?} sampled={sampled}: worst relative error {:.2e} ({})",
                 worst.0, worst.1
             );
         }
@@ -168,7 +206,7 @@ fn sampled_bound_is_unbiased() {
     let lik = BernoulliLogistic::new(20).unwrap();
     let pr = problem(21);
     let exact = value(
-        KernelKind::Linear,
+        (KernelKind::Linear, Factorisation::Auto),
         &pr,
         &pr.params,
         &terms_all(&pr.positives, K, 1.0),
@@ -179,7 +217,7 @@ fn sampled_bound_is_unbiased() {
     let samples: Vec<f64> = (0..n)
         .map(|_| {
             value(
-                KernelKind::Linear,
+                (KernelKind::Linear, Factorisation::Auto),
                 &pr,
                 &pr.params,
                 &terms_sampled(&pr.positives, K, 2, 1.0, &mut rng),
@@ -252,9 +290,9 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
 #[test]
 fn dense_all_labels_gradient_matches_central_differences() {
     let lik = BernoulliLogistic::new(20).unwrap();
-    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+    for (kind, fact) in SETUPS {
         let pr = problem(14);
-        let opts = EvalOptions::default();
+        let opts = opts_for(fact);
         let eval = |params: &Params| {
             evaluate_set(kind, params, &inputs(&pr), &dense(&pr, 2.0), &lik, &opts).unwrap()
         };
@@ -273,7 +311,7 @@ fn dense_all_labels_gradient_matches_central_differences() {
             let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
             assert!(
                 rel <= 1e-6,
-                "{kind:?} dense {name}[{idx}]: analytic {analytic} vs fd {fd}"
+                "{kind:?} {fact:?} dense {name}[{idx}]: analytic {analytic} vs fd {fd}"
             );
         }
     }
@@ -283,15 +321,15 @@ fn dense_all_labels_gradient_matches_central_differences() {
 fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
     let lik = BernoulliLogistic::new(20).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+    for (kind, fact) in SETUPS {
         let pr = problem(15);
         let x = inputs(&pr);
         let sampled = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
         for terms in [dense(&pr, 3.0), TermSet::List(&sampled)] {
-            let full =
-                evaluate_set(kind, &pr.params, &x, &terms, &lik, &EvalOptions::default()).unwrap();
+            let full = evaluate_set(kind, &pr.params, &x, &terms, &lik, &opts_for(fact)).unwrap();
             let skip = EvalOptions {
                 kernel_grads: false,
+                factorisation: fact,
             };
             let part = evaluate_set(kind, &pr.params, &x, &terms, &lik, &skip).unwrap();
             assert_eq!(part.value, full.value);
@@ -376,7 +414,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     let x = inputs(&pr);
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     let sampled = terms_sampled(&pr.positives, pr.params.phi.nrows(), 20, 2.0, &mut rng);
-    for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+    for (kind, fact) in SETUPS {
         for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
             let run = |threads: usize| {
                 let pool = rayon::ThreadPoolBuilder::new()
@@ -384,13 +422,90 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                     .build()
                     .unwrap();
                 pool.install(|| {
-                    evaluate_set(kind, &pr.params, &x, &terms, &lik, &EvalOptions::default())
-                        .unwrap()
+                    evaluate_set(kind, &pr.params, &x, &terms, &lik, &opts_for(fact)).unwrap()
                 })
             };
             let (one, two) = (run(1), run(2));
-            assert_eq!(one.value.to_bits(), two.value.to_bits(), "{kind:?}");
-            assert_eq!(one.grads, two.grads, "{kind:?}");
+            assert_eq!(
+                one.value.to_bits(),
+                two.value.to_bits(),
+                "{kind:?} {fact:?}"
+            );
+            assert_eq!(one.grads, two.grads, "{kind:?} {fact:?}");
         }
     }
+}
+
+#[test]
+fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    for (name, pr) in [("small", problem(17)), ("larger", larger_problem())] {
+        let x = inputs(&pr);
+        let k = pr.params.phi.nrows();
+        let sampled = terms_sampled(&pr.positives, k, 3, 2.0, &mut rng);
+        for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
+            let eval = |fact| {
+                evaluate_set(
+                    KernelKind::Linear,
+                    &pr.params,
+                    &x,
+                    &terms,
+                    &lik,
+                    &opts_for(fact),
+                )
+                .unwrap()
+            };
+            let (c, j) = (eval(Factorisation::Inducing), eval(Factorisation::Subspace));
+            let d = max_rel_diff(&c, &j);
+            assert!(d <= 1e-8, "{name}: relative difference {d:e}");
+            assert!((c.kl - j.kl).abs() <= 1e-10 * c.kl.abs());
+            // Auto takes the subspace path here (R ≤ ¾M), bit for bit.
+            let auto = eval(Factorisation::Auto);
+            assert_eq!(auto.value.to_bits(), j.value.to_bits(), "{name}");
+            assert_eq!(auto.grads, j.grads, "{name}");
+        }
+    }
+}
+
+#[test]
+fn subspace_path_is_refused_where_it_does_not_apply() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let mut pr = problem(18);
+    let x = inputs(&pr);
+    let terms = dense(&pr, 1.0);
+    let se = evaluate_set(
+        KernelKind::SquaredExponential,
+        &pr.params,
+        &x,
+        &terms,
+        &lik,
+        &opts_for(Factorisation::Subspace),
+    );
+    assert!(format!("{:#}", se.unwrap_err()).contains("linear kernel"));
+    // A singular K_X̃: refused when forced, the inducing path under Auto.
+    let r = pr.kt.nrows();
+    pr.kt = Mat::from_fn(
+        r,
+        r,
+        |i, j| if i == 0 || j == 0 { 0.0 } else { pr.kt[(i, j)] },
+    );
+    let x = inputs(&pr);
+    let terms = dense(&pr, 1.0);
+    let lin = |fact| {
+        evaluate_set(
+            KernelKind::Linear,
+            &pr.params,
+            &x,
+            &terms,
+            &lik,
+            &opts_for(fact),
+        )
+    };
+    assert!(format!("{:#}", lin(Factorisation::Subspace).unwrap_err()).contains("K_X̃"));
+    let (auto, inducing) = (
+        lin(Factorisation::Auto).unwrap(),
+        lin(Factorisation::Inducing).unwrap(),
+    );
+    assert_eq!(auto.value.to_bits(), inducing.value.to_bits());
 }

@@ -18,8 +18,9 @@ use rand::seq::index::sample;
 use rand::Rng;
 use rayon::prelude::*;
 
-use super::kernel::{BasisInputs, KernelKind, KernelParams};
+use super::kernel::{BasisInputs, KernelForward, KernelKind, KernelParams};
 use super::likelihood::BernoulliLogistic;
+use super::subspace::{self, Subspace};
 use super::variational;
 
 /// All trainable parameters.
@@ -140,12 +141,63 @@ pub struct EvalOptions {
     /// hyperparameters frozen), the backward pass through K_Z and K_bZ, O(M³) per latent
     /// GP, is skipped and those gradients are returned as zeros.
     pub kernel_grads: bool,
+    /// Which factorisation the per-GP work goes through (`docs/model.md`).
+    pub factorisation: Factorisation,
 }
 
 impl Default for EvalOptions {
     fn default() -> Self {
-        EvalOptions { kernel_grads: true }
+        EvalOptions {
+            kernel_grads: true,
+            factorisation: Factorisation::Auto,
+        }
     }
+}
+
+/// The per-GP algebra of q(u): through C_p = K_Z + Σ_p [M×M] (any kernel), or through
+/// J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (linear kernel only, `subspace.rs`). Both give the same bound
+/// and gradients up to rounding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Factorisation {
+    /// The subspace path for the linear kernel when it is cheaper
+    /// ([`subspace::worthwhile`]: R ≤ ¾M) and K_X̃ is positive definite; else C_p.
+    #[default]
+    Auto,
+    /// Always C_p = K_Z + Σ_p.
+    Inducing,
+    /// Always J_p (an error for the squared-exponential kernel or a singular K_X̃).
+    Subspace,
+}
+
+/// The subspace factors when `choice` selects that path for this kernel and shape.
+fn subspace_for(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    kf: &KernelForward,
+    choice: Factorisation,
+) -> Result<Option<Subspace>> {
+    let (m, r) = (params.a.nrows(), params.a.ncols());
+    let wanted = match choice {
+        Factorisation::Auto => kind == KernelKind::Linear && subspace::worthwhile(m, r),
+        Factorisation::Inducing => false,
+        Factorisation::Subspace => {
+            ensure!(
+                kind == KernelKind::Linear,
+                "the subspace factorisation needs the linear kernel"
+            );
+            true
+        }
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let sub = Subspace::new(&params.kernel, params.a.as_ref(), x, &kf.k_diag);
+    ensure!(
+        sub.is_some() || choice == Factorisation::Auto,
+        "the subspace factorisation needs a positive definite K_X̃"
+    );
+    Ok(sub)
 }
 
 /// Wall-clock seconds spent in each phase of one evaluation.
@@ -266,6 +318,7 @@ pub fn evaluate_set(
     let mut times = PhaseTimes::default();
     let clock = Instant::now();
     let kf = kind.forward(&params.kernel, params.a.as_ref(), x);
+    let sub = subspace_for(kind, params, x, &kf, opts.factorisation)?;
     times.kernel_fwd = lap(&clock, 0.0);
     let vf = variational::forward(
         kf.k_z.as_ref(),
@@ -273,6 +326,7 @@ pub fn evaluate_set(
         &kf.k_diag,
         params.mu.as_ref(),
         params.rho.as_ref(),
+        sub.as_ref(),
     )?;
     times.variational_fwd = lap(&clock, times.total());
     let lg = likelihood_part(params, vf.mean.as_ref(), vf.var.as_ref(), terms, lik);
@@ -286,6 +340,7 @@ pub fn evaluate_set(
         lg.mean.as_ref(),
         lg.var.as_ref(),
         opts.kernel_grads,
+        sub.as_ref(),
     );
     let (kl, jitter) = (vf.kl, vf.jitter);
     vf.recycle();
@@ -299,10 +354,16 @@ pub fn evaluate_set(
             vg.k_bz.as_ref(),
             &vg.k_diag,
         );
+        let (mut g_a, mut g_log_sf2) = (kg.a, kg.log_sf2);
+        if let Some(sub) = &sub {
+            let (a, log_sf2) = sub.chain(vg.f.as_ref(), vg.g.as_ref());
+            g_a += a;
+            g_log_sf2 += log_sf2;
+        }
         (
-            kg.a,
+            g_a,
             KernelParams {
-                log_sf2: kg.log_sf2,
+                log_sf2: g_log_sf2,
                 log_ell: kg.log_ell,
             },
         )
@@ -348,21 +409,35 @@ pub fn expected_loglik(
 ) -> Result<f64> {
     check_shapes(params, x, terms)?;
     let kf = kind.forward(&params.kernel, params.a.as_ref(), x);
+    let sub = subspace_for(kind, params, x, &kf, Factorisation::Auto)?;
     let (mean, var, _) = variational::marginals(
         kf.k_z.as_ref(),
         kf.k_bz.as_ref(),
         &kf.k_diag,
         params.mu.as_ref(),
         params.rho.as_ref(),
+        sub.as_ref(),
     )?;
     Ok(likelihood_part(params, mean.as_ref(), var.as_ref(), terms, lik).expected)
 }
 
 /// Σ_p KL_p, which depends on the data only through K_X̃ [R×R]: computed once for a
-/// full-data bound.
+/// full-data bound, on the path [`evaluate_set`] takes by default.
 pub fn kl_total(kind: KernelKind, params: &Params, k_tilde: MatRef<'_, f64>) -> Result<f64> {
-    let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
-    variational::kl_total(k_z.as_ref(), params.mu.as_ref(), params.rho.as_ref())
+    let no_rows = Mat::<f64>::zeros(0, k_tilde.nrows());
+    let x = BasisInputs {
+        kxx_b: no_rows.as_ref(),
+        sq_norms: &[],
+        k_tilde,
+    };
+    let kf = kind.forward(&params.kernel, params.a.as_ref(), &x);
+    let sub = subspace_for(kind, params, &x, &kf, Factorisation::Auto)?;
+    variational::kl_total(
+        kf.k_z.as_ref(),
+        params.mu.as_ref(),
+        params.rho.as_ref(),
+        sub.as_ref(),
+    )
 }
 
 fn likelihood_part(

@@ -159,6 +159,7 @@ mod tests {
                 &kf.k_diag,
                 params.mu.as_ref(),
                 params.rho.as_ref(),
+                None,
             )
             .unwrap();
             let predictor = Predictor::new(kind, &params, k_tilde.as_ref()).unwrap();

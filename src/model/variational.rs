@@ -27,6 +27,8 @@ use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 use std::sync::Mutex;
 
+use super::subspace::{self, Subspace};
+
 /// Smallest variance parameter σ_pm.
 pub const MIN_SIGMA: f64 = 1e-6;
 
@@ -48,7 +50,7 @@ static POOL: Mutex<Vec<Mat<f64>>> = Mutex::new(Vec::new());
 const POOL_CAP: usize = 256;
 
 /// An m×n matrix with unspecified contents (callers overwrite every entry they read).
-fn take_mat(m: usize, n: usize) -> Mat<f64> {
+pub(crate) fn take_mat(m: usize, n: usize) -> Mat<f64> {
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
     match pool.iter().rposition(|x| x.nrows() == m && x.ncols() == n) {
         Some(i) => pool.swap_remove(i),
@@ -60,7 +62,7 @@ fn take_mat(m: usize, n: usize) -> Mat<f64> {
 }
 
 /// Returns a buffer to the pool (dropped when the pool is full).
-fn give_mat(x: Mat<f64>) {
+pub(crate) fn give_mat(x: Mat<f64>) {
     if x.nrows() * x.ncols() == 0 {
         return;
     }
@@ -77,19 +79,21 @@ pub fn sigma_of(rho: f64) -> f64 {
 }
 
 /// dσ/dρ = logistic(ρ).
-fn dsigma_drho(rho: f64) -> f64 {
+pub(crate) fn dsigma_drho(rho: f64) -> f64 {
     1.0 / (1.0 + (-rho).exp())
 }
 
 /// Per-latent-GP factors kept for the backward pass.
+/// On the subspace path (`subspace.rs`) the same fields hold L_p⁻¹ and V_p = L_p⁻¹ G of
+/// J_p = I + Fᵀ Σ_p⁻¹ F = L_p L_pᵀ, [R×R] and [R×B].
 #[derive(Debug, Clone)]
-struct PerGp {
+pub(crate) struct PerGp {
     /// L_p⁻¹ [M×M] in the lower triangle (nothing meaningful above the diagonal).
-    l_inv: Mat<f64>,
+    pub l_inv: Mat<f64>,
     /// V_p = L_p⁻¹ K_bZᵀ [M×B].
-    v: Mat<f64>,
+    pub v: Mat<f64>,
     /// Σ_p actually used (σ plus any jitter) [M].
-    sigma: Vec<f64>,
+    pub sigma: Vec<f64>,
 }
 
 /// Forward results.
@@ -104,6 +108,8 @@ pub struct VariationalForward {
     /// Largest diagonal jitter that had to be added to some C_p (0 when none).
     pub jitter: f64,
     per_gp: Vec<PerGp>,
+    /// Whether the per-GP factors are the subspace path's (J_p rather than C_p).
+    subspace: bool,
 }
 
 impl VariationalForward {
@@ -125,6 +131,10 @@ pub struct VariationalGrads {
     pub k_z: Mat<f64>,
     pub k_bz: Mat<f64>,
     pub k_diag: Vec<f64>,
+    /// On the subspace path, ∂/∂F [M×R] and ∂/∂G [R×B] of the [`Subspace`] factors (the
+    /// μ terms still go through `k_z` and `k_bz`); empty otherwise.
+    pub f: Mat<f64>,
+    pub g: Mat<f64>,
 }
 
 /// Lower Cholesky factor L [M×M] (zeros above the diagonal) of K_Z + diag(σ), retried with
@@ -171,7 +181,7 @@ pub fn factorise(k_z: MatRef<'_, f64>, sigma: &mut [f64]) -> Result<(Mat<f64>, f
 }
 
 /// σ_p [M] for column p of ρ.
-fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
+pub(crate) fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
     (0..rho.nrows()).map(|i| sigma_of(rho[(i, p)])).collect()
 }
 
@@ -216,7 +226,7 @@ fn variances(v: MatRef<'_, f64>, k_diag: &[f64]) -> Vec<f64> {
 
 /// L⁻¹ [M×M] in the lower triangle (M³/3 flops); the entries above the diagonal are
 /// unspecified and never read (every use names the triangular structure).
-fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {
+pub(crate) fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {
     let m = l.nrows();
     let mut inv = take_mat(m, m);
     invert_lower_triangular(inv.as_mut(), l, Par::Seq);
@@ -256,11 +266,11 @@ fn chunk_count(p_count: usize) -> usize {
 }
 
 /// What one GP's forward task returns.
-struct GpForward {
-    state: Option<PerGp>,
-    var: Vec<f64>,
-    kl: f64,
-    jitter: f64,
+pub(crate) struct GpForward {
+    pub state: Option<PerGp>,
+    pub var: Vec<f64>,
+    pub kl: f64,
+    pub jitter: f64,
 }
 
 /// Forward for latent GP p: Cholesky, V, the variances and (if `with_kl`) KL_p. The
@@ -305,7 +315,9 @@ fn forward_one(
     })
 }
 
-/// Runs `forward_one` over all GPs in parallel chunks; results in GP order.
+/// Runs `forward_one` (or the subspace path's, given `sub`) over all GPs in parallel
+/// chunks; results in GP order.
+#[allow(clippy::too_many_arguments)]
 fn forward_all(
     k_z: MatRef<'_, f64>,
     k_bz: MatRef<'_, f64>,
@@ -313,15 +325,20 @@ fn forward_all(
     rho: MatRef<'_, f64>,
     quad: Option<&[f64]>,
     keep: bool,
+    sub: Option<&Subspace>,
 ) -> Result<Vec<GpForward>> {
     let p_count = rho.ncols();
-    let k_bz_t = k_bz.transpose().to_owned();
+    let k_bz_t = match sub {
+        Some(_) => Mat::new(),
+        None => k_bz.transpose().to_owned(),
+    };
     let chunks: Vec<Result<Vec<GpForward>>> = (0..chunk_count(p_count))
         .into_par_iter()
         .map(|c| {
             chunk_range(c, p_count)
-                .map(|p| {
-                    forward_one(
+                .map(|p| match sub {
+                    Some(sub) => subspace::forward_one(sub, rho, p, quad.map(|q| q[p]), keep),
+                    None => forward_one(
                         k_z,
                         k_bz_t.as_ref(),
                         k_diag,
@@ -329,7 +346,7 @@ fn forward_all(
                         p,
                         quad.map(|q| q[p]),
                         keep,
-                    )
+                    ),
                 })
                 .collect()
         })
@@ -342,17 +359,20 @@ fn forward_all(
 }
 
 /// Computes the marginals and the KL terms, keeping the per-GP factors for [`backward`].
+/// Given `sub` (the linear kernel's subspace factors of the same K_Z and K_bZ), the per-GP
+/// work runs in R×R matrices (`subspace.rs`); the results agree to rounding.
 pub fn forward(
     k_z: MatRef<'_, f64>,
     k_bz: MatRef<'_, f64>,
     k_diag: &[f64],
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
+    sub: Option<&Subspace>,
 ) -> Result<VariationalForward> {
     let (p_count, b) = (mu.ncols(), k_bz.nrows());
     let mean = k_bz * mu;
     let quad = quad_mu(k_z, mu);
-    let gps = forward_all(k_z, k_bz, k_diag, rho, Some(&quad), true)?;
+    let gps = forward_all(k_z, k_bz, k_diag, rho, Some(&quad), true, sub)?;
     let mut var = Mat::<f64>::zeros(b, p_count);
     let mut kl = 0.0;
     let mut jitter = 0.0f64;
@@ -371,21 +391,24 @@ pub fn forward(
         kl,
         jitter,
         per_gp,
+        subspace: sub.is_some(),
     })
 }
 
 /// Marginal means and variances only ([B×P] each) and the jitter: no KL, nothing kept
-/// (M³/3 + M²B flops per GP). For bounds evaluated without gradients.
+/// (M³/3 + M²B flops per GP; MR² + R³/3 + R²B given `sub`). For bounds evaluated without
+/// gradients.
 pub fn marginals(
     k_z: MatRef<'_, f64>,
     k_bz: MatRef<'_, f64>,
     k_diag: &[f64],
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
+    sub: Option<&Subspace>,
 ) -> Result<(Mat<f64>, Mat<f64>, f64)> {
     let (p_count, b) = (mu.ncols(), k_bz.nrows());
     let mean = k_bz * mu;
-    let gps = forward_all(k_z, k_bz, k_diag, rho, None, false)?;
+    let gps = forward_all(k_z, k_bz, k_diag, rho, None, false, sub)?;
     let mut var = Mat::<f64>::zeros(b, p_count);
     let mut jitter = 0.0f64;
     for (p, g) in gps.iter().enumerate() {
@@ -397,13 +420,19 @@ pub fn marginals(
     Ok((mean, var, jitter))
 }
 
-/// Σ_p KL_p alone (needs only K_Z; 2M³/3 flops per GP), in the same chunk order as
-/// [`forward`], so the two agree bit for bit.
-pub fn kl_total(k_z: MatRef<'_, f64>, mu: MatRef<'_, f64>, rho: MatRef<'_, f64>) -> Result<f64> {
+/// Σ_p KL_p alone (needs only K_Z; 2M³/3 flops per GP, or the subspace factors of a
+/// minibatch of no rows), in the same chunk order as [`forward`], so the two agree bit for
+/// bit when they take the same path.
+pub fn kl_total(
+    k_z: MatRef<'_, f64>,
+    mu: MatRef<'_, f64>,
+    rho: MatRef<'_, f64>,
+    sub: Option<&Subspace>,
+) -> Result<f64> {
     let m = k_z.nrows();
     let empty_t = Mat::<f64>::zeros(m, 0);
     let quad = quad_mu(k_z, mu);
-    let gps = forward_all(k_z, empty_t.transpose(), &[], rho, Some(&quad), false)?;
+    let gps = forward_all(k_z, empty_t.transpose(), &[], rho, Some(&quad), false, sub)?;
     Ok(gps.iter().map(|g| g.kl).sum())
 }
 
@@ -566,7 +595,8 @@ fn rho_gradient(
 
 /// Gradients of F = ⟨g_mean, m⟩ + ⟨g_var, s⟩ − Σ_p KL_p. Without `kernel_grads` the
 /// gradients with respect to K_Z, K_bZ and k_ii are left empty and their O(M³) and
-/// O(M²B) products skipped.
+/// O(M²B) products skipped. `sub` must be the subspace factors `fwd` was computed with
+/// (None if it took the inducing-point path).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     fwd: &VariationalForward,
@@ -577,8 +607,14 @@ pub fn backward(
     g_mean: MatRef<'_, f64>,
     g_var: MatRef<'_, f64>,
     kernel_grads: bool,
+    sub: Option<&Subspace>,
 ) -> VariationalGrads {
-    let (m, p_count, b) = (k_z.nrows(), mu.ncols(), k_bz.nrows());
+    assert_eq!(
+        fwd.subspace,
+        sub.is_some(),
+        "backward must take the forward pass's path"
+    );
+    let (m, p_count) = (k_z.nrows(), mu.ncols());
     // ∂F/∂μ = K_bZᵀ G_m − K_Z μ.
     let mut g_mu = Mat::<f64>::zeros(m, p_count);
     matmul(
@@ -590,6 +626,9 @@ pub fn backward(
         Par::rayon(0),
     );
     matmul(g_mu.as_mut(), Accum::Add, k_z, mu, -1.0, Par::rayon(0));
+    if let Some(sub) = sub {
+        return backward_subspace(fwd, sub, mu, rho, g_mean, g_var, kernel_grads, g_mu);
+    }
     let chunks: Vec<ChunkGrads> = (0..chunk_count(p_count))
         .into_par_iter()
         .map(|c| {
@@ -597,14 +636,7 @@ pub fn backward(
             backward_chunk(&fwd.per_gp[r.clone()], r.start, rho, g_var, kernel_grads)
         })
         .collect();
-    let mut g_rho = Mat::<f64>::zeros(m, p_count);
-    for (c, ch) in chunks.iter().enumerate() {
-        for (q, col) in ch.rho.iter().enumerate() {
-            for (j, v) in col.iter().enumerate() {
-                g_rho[(j, c * GP_CHUNK + q)] = *v;
-            }
-        }
-    }
+    let g_rho = gather_rho(chunks.iter().map(|ch| &ch.rho), m, p_count);
     if !kernel_grads {
         return VariationalGrads {
             mu: g_mu,
@@ -612,9 +644,58 @@ pub fn backward(
             k_z: Mat::new(),
             k_bz: Mat::new(),
             k_diag: Vec::new(),
+            f: Mat::new(),
+            g: Mat::new(),
         };
     }
     // ∂F/∂K_bZ = G_m μᵀ − 2 Σ_p D_p W_pᵀ; ∂F/∂K_Z = −½ μμᵀ + Σ_p (…), summed in chunk order.
+    let (mut g_kbz, mut g_kz) = mu_kernel_grads(mu, g_mean);
+    for ch in &chunks {
+        g_kbz += ch.k_bz_t.transpose();
+        for j in 0..m {
+            for i in j..m {
+                g_kz[(i, j)] += ch.k_z[(i, j)];
+            }
+        }
+    }
+    // The chunks formed lower triangles: mirror them.
+    for j in 0..m {
+        for i in j + 1..m {
+            g_kz[(j, i)] = g_kz[(i, j)];
+        }
+    }
+    VariationalGrads {
+        mu: g_mu,
+        rho: g_rho,
+        k_z: g_kz,
+        k_bz: g_kbz,
+        k_diag: k_diag_grad(g_var),
+        f: Mat::new(),
+        g: Mat::new(),
+    }
+}
+
+/// ∂F/∂ρ [M×P] from the chunks' per-GP columns, in chunk order.
+fn gather_rho<'a>(
+    chunks: impl Iterator<Item = &'a Vec<Vec<f64>>>,
+    m: usize,
+    p_count: usize,
+) -> Mat<f64> {
+    let mut g_rho = Mat::<f64>::zeros(m, p_count);
+    for (c, cols) in chunks.enumerate() {
+        for (q, col) in cols.iter().enumerate() {
+            for (j, v) in col.iter().enumerate() {
+                g_rho[(j, c * GP_CHUNK + q)] = *v;
+            }
+        }
+    }
+    g_rho
+}
+
+/// The μ terms' share of the kernel gradients: ∂F/∂K_bZ ∋ G_m μᵀ [B×M] (through m = K_bZ μ)
+/// and ∂F/∂K_Z ∋ −½ μμᵀ [M×M] (through −½ μᵀ K_Z μ in the KL).
+fn mu_kernel_grads(mu: MatRef<'_, f64>, g_mean: MatRef<'_, f64>) -> (Mat<f64>, Mat<f64>) {
+    let (m, b) = (mu.nrows(), g_mean.nrows());
     let mut g_kbz = Mat::<f64>::zeros(b, m);
     matmul(
         g_kbz.as_mut(),
@@ -633,29 +714,79 @@ pub fn backward(
         -0.5,
         Par::rayon(0),
     );
-    for ch in &chunks {
-        g_kbz += ch.k_bz_t.transpose();
-        for j in 0..m {
-            for i in j..m {
-                g_kz[(i, j)] += ch.k_z[(i, j)];
-            }
-        }
-    }
-    // The chunks formed lower triangles: mirror them.
-    for j in 0..m {
-        for i in j + 1..m {
-            g_kz[(j, i)] = g_kz[(i, j)];
-        }
-    }
-    let k_diag: Vec<f64> = (0..b)
-        .map(|i| (0..p_count).map(|p| g_var[(i, p)]).sum())
+    (g_kbz, g_kz)
+}
+
+/// ∂F/∂k_ii = Σ_p G_s,ip [B] (s_ip = k_ii − …).
+fn k_diag_grad(g_var: MatRef<'_, f64>) -> Vec<f64> {
+    (0..g_var.nrows())
+        .map(|i| (0..g_var.ncols()).map(|p| g_var[(i, p)]).sum())
+        .collect()
+}
+
+/// [`backward`] on the subspace path (`subspace.rs`): per-GP work in R×R matrices, the
+/// kernel gradients split into the μ terms (through K_Z and K_bZ) and ∂F, ∂G.
+#[allow(clippy::too_many_arguments)]
+fn backward_subspace(
+    fwd: &VariationalForward,
+    sub: &Subspace,
+    mu: MatRef<'_, f64>,
+    rho: MatRef<'_, f64>,
+    g_mean: MatRef<'_, f64>,
+    g_var: MatRef<'_, f64>,
+    kernel_grads: bool,
+    g_mu: Mat<f64>,
+) -> VariationalGrads {
+    let (m, p_count) = (mu.nrows(), mu.ncols());
+    let chunks: Vec<subspace::ChunkGrads> = (0..chunk_count(p_count))
+        .into_par_iter()
+        .map(|c| {
+            let r = chunk_range(c, p_count);
+            subspace::backward_chunk(
+                sub,
+                &fwd.per_gp[r.clone()],
+                r.start,
+                rho,
+                g_var,
+                kernel_grads,
+            )
+        })
         .collect();
+    let g_rho = gather_rho(chunks.iter().map(|ch| &ch.rho), m, p_count);
+    if !kernel_grads {
+        return VariationalGrads {
+            mu: g_mu,
+            rho: g_rho,
+            k_z: Mat::new(),
+            k_bz: Mat::new(),
+            k_diag: Vec::new(),
+            f: Mat::new(),
+            g: Mat::new(),
+        };
+    }
+    let (g_kbz, g_kz) = mu_kernel_grads(mu, g_mean);
+    let k_diag = k_diag_grad(g_var);
+    let mut g_f = Mat::<f64>::zeros(sub.f.nrows(), sub.f.ncols());
+    let mut g_g = Mat::<f64>::zeros(sub.g.nrows(), sub.g.ncols());
+    for ch in &chunks {
+        g_f += &ch.f;
+        g_g += &ch.g;
+    }
+    // c_i = k_ii − ‖g_i‖²: ∂G ∋ −2 g_i Σ_p G_s,ip.
+    for (i, &gs) in k_diag.iter().enumerate() {
+        let (dst, src) = (g_g.col_mut(i), sub.g.col(i));
+        for (o, x) in dst.iter_mut().zip(src.iter()) {
+            *o -= 2.0 * gs * x;
+        }
+    }
     VariationalGrads {
         mu: g_mu,
         rho: g_rho,
         k_z: g_kz,
         k_bz: g_kbz,
         k_diag,
+        f: g_f,
+        g: g_g,
     }
 }
 
@@ -686,6 +817,7 @@ mod tests {
             &[],
             mu.as_ref(),
             rho.as_ref(),
+            None,
         )
         .unwrap();
         let k_inv = k_z.llt(Side::Lower).unwrap().inverse();
@@ -755,6 +887,7 @@ mod tests {
             &kf.k_diag,
             mu.as_ref(),
             rho.as_ref(),
+            None,
         )
         .unwrap();
         let dot = |x: &Mat<f64>, y: &Mat<f64>| {
@@ -802,6 +935,7 @@ mod tests {
                 &kf.k_diag,
                 mu.as_ref(),
                 rho.as_ref(),
+                None,
             )
             .unwrap();
             assert_eq!(f.jitter, 0.0);
@@ -814,6 +948,7 @@ mod tests {
                 s.r_m.as_ref(),
                 s.r_s.as_ref(),
                 true,
+                None,
             );
             let kg = kind.backward(&kp, &x, &kf, g.k_z.as_ref(), g.k_bz.as_ref(), &g.k_diag);
             let h = 1e-6;
@@ -891,6 +1026,7 @@ mod tests {
             &[],
             Mat::<f64>::zeros(4, 1).as_ref(),
             rho.as_ref(),
+            None,
         )
         .unwrap();
         assert!(f.jitter > 0.0);

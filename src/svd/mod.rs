@@ -20,6 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array1, Array2};
 use serde_json::json;
 
+use crate::memtrace;
 use crate::store::catalog::{ArtifactRow, DatasetRow};
 use crate::store::chunks::{read_chunk, WrittenFile};
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
@@ -212,6 +213,7 @@ fn compute(
     );
     let svd = randomized_svd(src, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
     pb.finish_and_clear();
+    memtrace::mark("svd basis computed");
     let (n, d, r) = (src.n_rows as usize, src.n_cols, args.rank);
     let basis_t = Array2::from_shape_fn((d, r), |(j, k)| svd.basis_t[(j, k)] as f32);
     let svd = rsvd::SvdResult {
@@ -221,6 +223,7 @@ fn compute(
     let basis = basis_t.t().as_standard_layout().into_owned();
     let basis_file = write_array(&out.join("basis.npy"), &basis)?;
     drop(basis);
+    memtrace::mark("svd basis.npy written");
     let sv = Array1::from(svd.singular_values.clone());
     let mut arts: Vec<LocalArtifact> = vec![
         ("basis", "basis.npy", r as u64, basis_file),
@@ -257,6 +260,7 @@ fn compute(
     if row != n {
         bail!("read {row} rows of the train split, expected {n}");
     }
+    memtrace::mark("svd K_XX̃ pass");
     arts.push(("kxx", "kxx.npy", n as u64, kxx.finish()?));
     arts.push(("sq_norms", "sq_norms.npy", n as u64, sq_norms.finish()?));
     let mut pass_seconds = svd.pass_seconds.clone();
@@ -275,6 +279,7 @@ fn compute(
             ..KMeansConfig::default()
         },
     )?;
+    memtrace::mark("svd k-means");
     arts.push((
         "a_init",
         "a_init.npy",

@@ -26,6 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
 use super::kernels::{accumulate_gram_times, Panels};
+use crate::memtrace;
 use crate::store::chunks::{read_chunk, CsrChunk};
 
 /// Where the rows of X come from.
@@ -128,16 +129,77 @@ fn gram_pass(src: &dyn RowSource, q: &Panels) -> Result<Panels> {
     Ok(b)
 }
 
-/// Orthonormal basis of B's columns (Householder thin QR). Consumes B so that at most
-/// two D×k matrices exist at once (B converted panel by panel into faer's layout, then its
-/// QR factors, then thin Q, then Q as panels).
+/// Orthonormal basis of B's columns (Householder thin QR), with at most two D×k matrices
+/// alive at once: B converted panel by panel into faer's layout, factorised in place (its
+/// strictly lower part then holds the Householder vectors), thin Q formed by applying them
+/// to the first k columns of the identity, then Q converted to panels. faer's `Qr` type is
+/// not used: it copies its input and keeps both, a third D×k matrix.
+///
+/// The factorisation and the product run sequentially on a thread of their own (see
+/// [`on_own_thread`]): faer's GEMM kernel keeps per-thread packing buffers sized from the
+/// last-level cache, which this VM reports as 480 MiB, and a tall D×k product fills them
+/// on every thread that takes part; on a short-lived thread they are freed when it ends.
 fn orthonormalise(b: Panels) -> Panels {
-    let b_mat = b.into_mat();
-    let qr = b_mat.qr();
-    drop(b_mat);
-    let q = qr.compute_thin_Q();
-    drop(qr);
-    Panels::from_mat(q.as_ref())
+    let factors = b.into_mat();
+    memtrace::mark("svd orth: B as a matrix");
+    let q = on_own_thread(move || thin_q(factors));
+    memtrace::mark("svd orth: thin Q");
+    let panels = Panels::from_mat(q.as_ref());
+    memtrace::mark("svd orth: Q as panels");
+    panels
+}
+
+/// Runs `f` on a new thread and returns its result (see [`orthonormalise`]).
+fn on_own_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(f)
+            .join()
+            .expect("orthonormalisation thread panicked")
+    })
+}
+
+/// Thin Q [D×k] of `factors` [D×k] (consumed), sequentially.
+fn thin_q(mut factors: Mat<f64>) -> Mat<f64> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::householder::{
+        apply_block_householder_sequence_on_the_left_in_place_scratch,
+        apply_block_householder_sequence_on_the_left_in_place_with_conj,
+    };
+    use faer::linalg::qr::no_pivoting::factor::{
+        qr_in_place, qr_in_place_scratch, recommended_block_size,
+    };
+    let (d, k) = factors.shape();
+    let size = d.min(k);
+    let par = faer::Par::Seq;
+    let block = recommended_block_size::<f64>(d, k);
+    let mut coeff = Mat::<f64>::zeros(block, size);
+    qr_in_place(
+        factors.as_mut(),
+        coeff.as_mut(),
+        par,
+        MemStack::new(&mut MemBuffer::new(qr_in_place_scratch::<f64>(
+            d,
+            k,
+            block,
+            par,
+            Default::default(),
+        ))),
+        Default::default(),
+    );
+    memtrace::mark("svd orth: QR factors");
+    let mut q = Mat::<f64>::identity(d, size);
+    apply_block_householder_sequence_on_the_left_in_place_with_conj(
+        factors.as_ref(),
+        coeff.as_ref(),
+        faer::Conj::No,
+        q.as_mut(),
+        par,
+        MemStack::new(&mut MemBuffer::new(
+            apply_block_householder_sequence_on_the_left_in_place_scratch::<f64>(d, block, size),
+        )),
+    );
+    drop(factors);
+    q
 }
 
 /// Randomised truncated SVD of the rows of `src`; `on_pass(i, total)` is called before each
@@ -165,6 +227,7 @@ pub fn randomized_svd(
         on_pass(i, total);
         let t = Instant::now();
         let b = gram_pass(src, q)?;
+        memtrace::mark(&format!("svd pass {}", i + 1));
         pass_seconds.push(t.elapsed().as_secs_f64());
         Ok(b)
     };
@@ -185,6 +248,7 @@ fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> R
     // Q converted panel by panel, Qᵀ B formed from B's panels directly: at most two D×k
     // matrices exist at once.
     let q = q.into_mat();
+    memtrace::mark("svd Rayleigh-Ritz: Q as a matrix");
     let g = b.t_times(q.as_ref()).transpose().to_owned();
     drop(b);
     let g = Mat::from_fn(g.nrows(), g.ncols(), |i, j| 0.5 * (g[(i, j)] + g[(j, i)]));
@@ -197,8 +261,21 @@ fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> R
     let order: Vec<usize> = (k - rank..k).rev().collect();
     let v_top = Mat::from_fn(k, rank, |i, r| eig.U()[(i, order[r])]);
     let singular_values = order.iter().map(|&i| eig.S()[i].max(0.0).sqrt()).collect();
+    // The tall product on its own thread too (see `orthonormalise`).
+    let basis_t = on_own_thread(move || {
+        let mut out = Mat::<f64>::zeros(q.nrows(), v_top.ncols());
+        faer::linalg::matmul::matmul(
+            out.as_mut(),
+            faer::Accum::Replace,
+            q.as_ref(),
+            v_top.as_ref(),
+            1.0,
+            faer::Par::Seq,
+        );
+        out
+    });
     Ok(SvdResult {
-        basis_t: q * v_top,
+        basis_t,
         singular_values,
         pass_seconds,
     })

@@ -878,6 +878,7 @@ fn train_loop(
         // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper).
         let eval_opts = EvalOptions {
             kernel_grads: !(cfg.freeze_a && cfg.freeze_hyper),
+            ..EvalOptions::default()
         };
         let x = BasisInputs {
             kxx_b: batch.kxx.as_ref(),
