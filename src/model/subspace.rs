@@ -24,12 +24,12 @@ use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_s
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::reborrow::ReborrowMut;
 use faer::{Accum, Mat, MatRef, Par};
 
 use super::kernel::{BasisInputs, KernelParams};
 use super::variational::{
-    dsigma_drho, factorise, give_mat, lower_inverse, sigma_column, take_mat, GpForward, PerGp,
+    dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, sigma_column, take_mat,
+    GpForward, PerGp,
 };
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
@@ -292,38 +292,10 @@ pub(crate) fn backward_chunk(
     for (q, gp) in gps.iter().enumerate() {
         let p = first + q;
         let d = g_var.col(p);
-        let l_inv = gp.l_inv.as_ref();
         {
-            let (mut j_inv, mut w) = y.as_mut().split_at_col_mut(r);
-            // J⁻¹ = L⁻ᵀ L⁻¹: its lower triangle, then mirrored.
-            tri_matmul(
-                j_inv.rb_mut(),
-                BlockStructure::TriangularLower,
-                Accum::Replace,
-                l_inv.transpose(),
-                BlockStructure::TriangularUpper,
-                l_inv,
-                BlockStructure::TriangularLower,
-                1.0,
-                Par::Seq,
-            );
-            for j in 1..r {
-                for i in 0..j {
-                    j_inv[(i, j)] = j_inv[(j, i)];
-                }
-            }
-            // W = L⁻ᵀ V [R×B].
-            tri_matmul(
-                w.rb_mut(),
-                BlockStructure::Rectangular,
-                Accum::Replace,
-                l_inv.transpose(),
-                BlockStructure::TriangularUpper,
-                gp.v.as_ref(),
-                BlockStructure::Rectangular,
-                1.0,
-                Par::Seq,
-            );
+            // J⁻¹ and W = J⁻¹ G = L⁻ᵀ V [R×B].
+            let (j_inv, w) = y.as_mut().split_at_col_mut(r);
+            inverse_and_solve(gp.l_inv.as_ref(), gp.v.as_ref(), j_inv, w);
         }
         // Y diag(d), d = [½·1; −D].
         for j in 0..width {

@@ -137,6 +137,21 @@ pub struct VariationalGrads {
     pub g: Mat<f64>,
 }
 
+impl VariationalGrads {
+    /// ∂μ and ∂ρ only: the kernel blocks empty (A and the hyperparameters frozen).
+    fn without_kernel(mu: Mat<f64>, rho: Mat<f64>) -> Self {
+        VariationalGrads {
+            mu,
+            rho,
+            k_z: Mat::new(),
+            k_bz: Mat::new(),
+            k_diag: Vec::new(),
+            f: Mat::new(),
+            g: Mat::new(),
+        }
+    }
+}
+
 /// Lower Cholesky factor L [M×M] (zeros above the diagonal) of K_Z + diag(σ), retried with
 /// growing jitter on the diagonal when it fails; σ gets the jitter that was used. Sequential
 /// (it runs inside a per-GP task).
@@ -436,6 +451,44 @@ pub fn kl_total(
     Ok(gps.iter().map(|g| g.kl).sum())
 }
 
+/// From L⁻¹ [n×n] (lower triangle) and V = L⁻¹ X [n×B]: `inv` ← (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ (its
+/// lower triangle by a triangular product, half the flops of the full one, then mirrored)
+/// and `w` ← L⁻ᵀ V = (L Lᵀ)⁻¹ X. Shared by both paths: C_p (n = M) and J_p (n = R).
+pub(crate) fn inverse_and_solve(
+    l_inv: MatRef<'_, f64>,
+    v: MatRef<'_, f64>,
+    mut inv: faer::MatMut<'_, f64>,
+    w: faer::MatMut<'_, f64>,
+) {
+    tri_matmul(
+        inv.rb_mut(),
+        BlockStructure::TriangularLower,
+        Accum::Replace,
+        l_inv.transpose(),
+        BlockStructure::TriangularUpper,
+        l_inv,
+        BlockStructure::TriangularLower,
+        1.0,
+        Par::Seq,
+    );
+    for j in 1..inv.ncols() {
+        for i in 0..j {
+            inv[(i, j)] = inv[(j, i)];
+        }
+    }
+    tri_matmul(
+        w,
+        BlockStructure::Rectangular,
+        Accum::Replace,
+        l_inv.transpose(),
+        BlockStructure::TriangularUpper,
+        v,
+        BlockStructure::Rectangular,
+        1.0,
+        Par::Seq,
+    );
+}
+
 /// One chunk's contribution to the backward pass.
 struct ChunkGrads {
     /// Lower triangle of Σ_{p∈chunk} [−½ C_p⁻¹ + Y_p diag(d_p) Y_pᵀ] [M×M] (empty without
@@ -470,37 +523,8 @@ fn backward_chunk(
         let base = if kernel_grads { q * width } else { 0 };
         let mut y = y_cat.as_mut().submatrix_mut(0, base, m, width);
         let (mut c_inv, mut w) = y.rb_mut().split_at_col_mut(m);
-        // C⁻¹ = L⁻ᵀ L⁻¹ (upper × lower triangular): the lower triangle, then mirrored
-        // (forming only the lower triangle takes half the time of the full product).
-        let l_inv = gp.l_inv.as_ref();
-        tri_matmul(
-            c_inv.rb_mut(),
-            BlockStructure::TriangularLower,
-            Accum::Replace,
-            l_inv.transpose(),
-            BlockStructure::TriangularUpper,
-            l_inv,
-            BlockStructure::TriangularLower,
-            1.0,
-            Par::Seq,
-        );
-        for j in 1..m {
-            for i in 0..j {
-                c_inv[(i, j)] = c_inv[(j, i)];
-            }
-        }
-        // W = L⁻ᵀ V [M×B].
-        tri_matmul(
-            w.rb_mut(),
-            BlockStructure::Rectangular,
-            Accum::Replace,
-            l_inv.transpose(),
-            BlockStructure::TriangularUpper,
-            gp.v.as_ref(),
-            BlockStructure::Rectangular,
-            1.0,
-            Par::Seq,
-        );
+        // C⁻¹ = L⁻ᵀ L⁻¹ and W = C⁻¹ K_bZᵀ = L⁻ᵀ V.
+        inverse_and_solve(gp.l_inv.as_ref(), gp.v.as_ref(), c_inv.rb_mut(), w.rb_mut());
         let d: Vec<f64> = g_var.col(first + q).iter().copied().collect();
         rho_out.push(rho_gradient(
             c_inv.rb(),
@@ -638,15 +662,7 @@ pub fn backward(
         .collect();
     let g_rho = gather_rho(chunks.iter().map(|ch| &ch.rho), m, p_count);
     if !kernel_grads {
-        return VariationalGrads {
-            mu: g_mu,
-            rho: g_rho,
-            k_z: Mat::new(),
-            k_bz: Mat::new(),
-            k_diag: Vec::new(),
-            f: Mat::new(),
-            g: Mat::new(),
-        };
+        return VariationalGrads::without_kernel(g_mu, g_rho);
     }
     // ∂F/∂K_bZ = G_m μᵀ − 2 Σ_p D_p W_pᵀ; ∂F/∂K_Z = −½ μμᵀ + Σ_p (…), summed in chunk order.
     let (mut g_kbz, mut g_kz) = mu_kernel_grads(mu, g_mean);
@@ -754,15 +770,7 @@ fn backward_subspace(
         .collect();
     let g_rho = gather_rho(chunks.iter().map(|ch| &ch.rho), m, p_count);
     if !kernel_grads {
-        return VariationalGrads {
-            mu: g_mu,
-            rho: g_rho,
-            k_z: Mat::new(),
-            k_bz: Mat::new(),
-            k_diag: Vec::new(),
-            f: Mat::new(),
-            g: Mat::new(),
-        };
+        return VariationalGrads::without_kernel(g_mu, g_rho);
     }
     let (g_kbz, g_kz) = mu_kernel_grads(mu, g_mean);
     let k_diag = k_diag_grad(g_var);
