@@ -28,8 +28,8 @@ use faer::{Accum, Mat, MatRef, Par};
 
 use super::kernel::{BasisInputs, KernelParams};
 use super::variational::{
-    dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, sigma_column, take_mat,
-    GpForward, PerGp,
+    dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, sigma_column, solve_v,
+    take_mat, GpForward, PerGp,
 };
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
@@ -199,24 +199,11 @@ pub(crate) fn forward_one(
     give_mat(h);
     let (l, jitter) = factor?;
     let l_inv = quad_mu.map(|_| lower_inverse(l.as_ref()));
-    let mut v = take_mat(r, sub.g.ncols());
-    match &l_inv {
-        Some(l_inv) => tri_matmul(
-            v.as_mut(),
-            BlockStructure::Rectangular,
-            Accum::Replace,
-            l_inv.as_ref(),
-            BlockStructure::TriangularLower,
-            sub.g.as_ref(),
-            BlockStructure::Rectangular,
-            1.0,
-            Par::Seq,
-        ),
-        None => {
-            v.copy_from(&sub.g);
-            solve_lower_triangular_in_place(l.as_ref(), v.as_mut(), Par::Seq);
-        }
-    }
+    let v = solve_v(
+        l.as_ref(),
+        l_inv.as_ref().map(|x| x.as_ref()),
+        sub.g.as_ref(),
+    );
     let var = (0..v.ncols())
         .map(|i| sub.resid[i] + v.col(i).iter().map(|x| x * x).sum::<f64>())
         .collect();
@@ -231,22 +218,7 @@ pub(crate) fn forward_one(
         _ => 0.0,
     };
     give_mat(l);
-    let state = match (keep, l_inv) {
-        (true, Some(l_inv)) => Some(PerGp { l_inv, v, sigma }),
-        (_, l_inv) => {
-            give_mat(v);
-            if let Some(x) = l_inv {
-                give_mat(x);
-            }
-            None
-        }
-    };
-    Ok(GpForward {
-        state,
-        var,
-        kl,
-        jitter,
-    })
+    Ok(GpForward::new(keep, l_inv, v, sigma, var, kl, jitter))
 }
 
 /// One chunk's share of the subspace backward pass.

@@ -203,7 +203,7 @@ pub(crate) fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
 /// V = L⁻¹ K_bZᵀ [M×B] (M²B flops), from K_bZᵀ [M×B]: by a triangular solve with L, or,
 /// when L⁻¹ is at hand, by a triangular × dense product, which faer runs about 1.3× faster
 /// than the solve at M = B = 500.
-fn solve_v(
+pub(crate) fn solve_v(
     l: MatRef<'_, f64>,
     l_inv: Option<MatRef<'_, f64>>,
     k_bz_t: MatRef<'_, f64>,
@@ -288,6 +288,37 @@ pub(crate) struct GpForward {
     pub jitter: f64,
 }
 
+impl GpForward {
+    /// Keeps the factors L⁻¹ and V for the backward pass if `keep` (and L⁻¹ was formed);
+    /// otherwise hands them back to the pool.
+    pub(crate) fn new(
+        keep: bool,
+        l_inv: Option<Mat<f64>>,
+        v: Mat<f64>,
+        sigma: Vec<f64>,
+        var: Vec<f64>,
+        kl: f64,
+        jitter: f64,
+    ) -> Self {
+        let state = match (keep, l_inv) {
+            (true, Some(l_inv)) => Some(PerGp { l_inv, v, sigma }),
+            (_, l_inv) => {
+                give_mat(v);
+                if let Some(x) = l_inv {
+                    give_mat(x);
+                }
+                None
+            }
+        };
+        GpForward {
+            state,
+            var,
+            kl,
+            jitter,
+        }
+    }
+}
+
 /// Forward for latent GP p: Cholesky, V, the variances and (if `with_kl`) KL_p. The
 /// factors are kept only if `keep` (for the backward pass).
 #[allow(clippy::too_many_arguments)]
@@ -312,22 +343,7 @@ fn forward_one(
         _ => 0.0,
     };
     give_mat(l);
-    let state = match (keep, l_inv) {
-        (true, Some(l_inv)) => Some(PerGp { l_inv, v, sigma }),
-        (_, l_inv) => {
-            give_mat(v);
-            if let Some(x) = l_inv {
-                give_mat(x);
-            }
-            None
-        }
-    };
-    Ok(GpForward {
-        state,
-        var,
-        kl,
-        jitter,
-    })
+    Ok(GpForward::new(keep, l_inv, v, sigma, var, kl, jitter))
 }
 
 /// Runs `forward_one` (or the subspace path's, given `sub`) over all GPs in parallel
