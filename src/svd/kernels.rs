@@ -97,26 +97,175 @@ impl Panels {
             .map(|(p, d)| (&mut d[..], PANEL.min(cols - p * PANEL)))
             .collect()
     }
+}
 
-    /// Bᵀ M for this matrix B (rows × cols) and M (rows × m), without converting B to a
-    /// dense matrix: one GEMM per panel, each a (w × rows)(rows × m) product with the
-    /// panel viewed in place (row-major, so its transpose is column-major).
-    pub fn t_times(&self, m: MatRef<'_, f64>) -> Mat<f64> {
-        assert_eq!(m.nrows(), self.rows);
-        let mut out = Mat::<f64>::zeros(self.cols, m.ncols());
+/// Rows per fixed group of [`Panels::gram`] and [`Panels::solve_upper_right`]: the groups
+/// run in parallel, each its rows in blocks of [`ROW_BLOCK`], and the groups' partial Gram
+/// matrices are summed in group order, so the result does not depend on the thread count.
+const ROW_GROUP: usize = 16 * 1024;
+/// Rows gathered at a time into a dense k × rows block (k·1024·8 bytes, 8 MiB at k = 1020).
+const ROW_BLOCK: usize = 1024;
+
+impl Panels {
+    /// Rows `start..end` gathered into `dst` [cols × (end − start)], column j = row start + j.
+    fn gather_rows(&self, start: usize, end: usize, mut dst: faer::MatMut<'_, f64>) {
         for (p, (data, w)) in self.panels().into_iter().enumerate() {
-            // Row-major rows×w panel = column-major w×rows matrix with column stride w.
-            let panel_t = faer::MatRef::from_column_major_slice_with_stride(data, w, self.rows, w);
-            faer::linalg::matmul::matmul(
-                out.as_mut().subrows_mut(p * PANEL, w),
-                faer::Accum::Replace,
-                panel_t,
-                m,
-                1.0,
-                faer::Par::rayon(0),
-            );
+            for (j, i) in (start..end).enumerate() {
+                let row = &data[i * w..(i + 1) * w];
+                for (c, &x) in row.iter().enumerate() {
+                    dst[(p * PANEL + c, j)] = x;
+                }
+            }
+        }
+    }
+
+    /// Bᵀ C [cols × other.cols] for this matrix B and another C of the same rows, read in
+    /// blocks of rows (no D×k temporary; the products are k × k × 1024, so no large packing
+    /// buffers either). 2·rows·cols·other.cols flops.
+    pub fn cross(&self, other: &Panels) -> Mat<f64> {
+        assert_eq!(self.rows, other.rows);
+        let (k, m) = (self.cols, other.cols);
+        let groups = self.rows.div_ceil(ROW_GROUP);
+        let partial: Vec<Mat<f64>> = (0..groups)
+            .into_par_iter()
+            .map(|g| {
+                let (lo, hi) = (g * ROW_GROUP, ((g + 1) * ROW_GROUP).min(self.rows));
+                let mut acc = Mat::<f64>::zeros(k, m);
+                let mut mine = Mat::<f64>::zeros(k, ROW_BLOCK);
+                let mut theirs = Mat::<f64>::zeros(m, ROW_BLOCK);
+                let mut start = lo;
+                while start < hi {
+                    let end = (start + ROW_BLOCK).min(hi);
+                    let n = end - start;
+                    self.gather_rows(start, end, mine.as_mut().subcols_mut(0, n));
+                    other.gather_rows(start, end, theirs.as_mut().subcols_mut(0, n));
+                    faer::linalg::matmul::matmul(
+                        acc.as_mut(),
+                        faer::Accum::Add,
+                        mine.as_ref().subcols(0, n),
+                        theirs.as_ref().subcols(0, n).transpose(),
+                        1.0,
+                        faer::Par::Seq,
+                    );
+                    start = end;
+                }
+                acc
+            })
+            .collect();
+        let mut out = Mat::<f64>::zeros(k, m);
+        for part in &partial {
+            out += part;
         }
         out
+    }
+
+    /// B V [rows × v.ncols()] for a small V [cols × n], in blocks of rows.
+    pub fn times(&self, v: MatRef<'_, f64>) -> Mat<f64> {
+        assert_eq!(v.nrows(), self.cols);
+        let (k, n_out) = (self.cols, v.ncols());
+        let mut out = Mat::<f64>::zeros(self.rows, n_out);
+        let stride = out.col_stride();
+        let base = SendPtr(out.as_ptr_mut());
+        let groups = self.rows.div_ceil(ROW_GROUP);
+        (0..groups).into_par_iter().for_each(|g| {
+            let (lo, hi) = (g * ROW_GROUP, ((g + 1) * ROW_GROUP).min(self.rows));
+            let mut mine = Mat::<f64>::zeros(k, ROW_BLOCK);
+            let mut prod = Mat::<f64>::zeros(n_out, ROW_BLOCK);
+            let mut start = lo;
+            while start < hi {
+                let end = (start + ROW_BLOCK).min(hi);
+                let n = end - start;
+                self.gather_rows(start, end, mine.as_mut().subcols_mut(0, n));
+                // (B_rows V)ᵀ = Vᵀ B_rowsᵀ [n_out × n].
+                faer::linalg::matmul::matmul(
+                    prod.as_mut().subcols_mut(0, n),
+                    faer::Accum::Replace,
+                    v.transpose(),
+                    mine.as_ref().subcols(0, n),
+                    1.0,
+                    faer::Par::Seq,
+                );
+                for c in 0..n_out {
+                    for j in 0..n {
+                        // SAFETY: row start + j of `out`, written by this group only.
+                        unsafe {
+                            *base.at((start + j) as isize + c as isize * stride) = prod[(c, j)]
+                        };
+                    }
+                }
+                start = end;
+            }
+        });
+        out
+    }
+
+    /// B ← B L⁻ᵀ in place for a lower triangular L [cols × cols] (i.e. B R⁻¹ with R = Lᵀ),
+    /// row block by row block: each block's rows are gathered, solved with L and scattered
+    /// back. rows·cols² flops.
+    pub fn solve_upper_right(&mut self, l: MatRef<'_, f64>) {
+        let k = self.cols;
+        let rows = self.rows;
+        let groups = rows.div_ceil(ROW_GROUP);
+        // Each group writes only its own rows of every panel.
+        let widths: Vec<usize> = (0..self.data.len()).map(|p| self.width(p)).collect();
+        let ptrs: Vec<SendPtr> = self
+            .data
+            .iter_mut()
+            .map(|d| SendPtr(d.as_mut_ptr()))
+            .collect();
+        (0..groups).into_par_iter().for_each(|g| {
+            let (lo, hi) = (g * ROW_GROUP, ((g + 1) * ROW_GROUP).min(rows));
+            let mut block = Mat::<f64>::zeros(k, ROW_BLOCK);
+            let mut start = lo;
+            while start < hi {
+                let end = (start + ROW_BLOCK).min(hi);
+                let n = end - start;
+                let mut blk = block.as_mut().subcols_mut(0, n);
+                for (p, (&w, ptr)) in widths.iter().zip(&ptrs).enumerate() {
+                    // SAFETY: rows start..end of panel p, written by no other group.
+                    let src = unsafe { std::slice::from_raw_parts(ptr.0.add(start * w), n * w) };
+                    for j in 0..n {
+                        for c in 0..w {
+                            blk[(p * PANEL + c, j)] = src[j * w + c];
+                        }
+                    }
+                }
+                faer::linalg::triangular_solve::solve_lower_triangular_in_place(
+                    l,
+                    blk.as_mut(),
+                    faer::Par::Seq,
+                );
+                for (p, (&w, ptr)) in widths.iter().zip(&ptrs).enumerate() {
+                    // SAFETY: as above; the rows are disjoint between groups.
+                    let dst =
+                        unsafe { std::slice::from_raw_parts_mut(ptr.0.add(start * w), n * w) };
+                    for j in 0..n {
+                        for c in 0..w {
+                            dst[j * w + c] = blk[(p * PANEL + c, j)];
+                        }
+                    }
+                }
+                start = end;
+            }
+        });
+    }
+}
+
+/// A panel's base pointer, shared by the row groups of [`Panels::solve_upper_right`], which
+/// write disjoint rows.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f64);
+// SAFETY: used only for disjoint row ranges (see `solve_upper_right`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The pointer moved by `offset` elements.
+    ///
+    /// # Safety
+    /// As for `pointer::offset`.
+    unsafe fn at(self, offset: isize) -> *mut f64 {
+        self.0.offset(offset)
     }
 }
 
@@ -405,20 +554,6 @@ mod tests {
             accumulate_gram_times_in_blocks(&c, &Panels::from_mat(q.as_ref()), &mut blocked, 2);
         }
         assert!((blocked.to_mat() - &expected).norm_max() < 1e-12);
-    }
-
-    #[test]
-    fn panels_transpose_times_matches_dense() {
-        let (rows, cols) = (37, 2 * PANEL + 5);
-        let b = Mat::<f64>::from_fn(rows, cols, |i, j| ((i * 17 + j * 5) % 11) as f64 - 5.0);
-        let m = Mat::<f64>::from_fn(rows, 9, |i, j| ((i * 3 + j * 7) % 13) as f64 * 0.25);
-        let panels = Panels::from_mat(b.as_ref());
-        let got = panels.t_times(m.as_ref());
-        assert_eq!(panels.clone().into_mat(), b);
-        assert_eq!(panels.to_mat(), b);
-        let expected = b.transpose() * &m;
-        assert_eq!((got.nrows(), got.ncols()), (cols, 9));
-        assert!((got - expected).norm_max() < 1e-12);
     }
 
     #[test]

@@ -129,17 +129,77 @@ fn gram_pass(src: &dyn RowSource, q: &Panels) -> Result<Panels> {
     Ok(b)
 }
 
-/// Orthonormal basis of B's columns (Householder thin QR), with at most two D×k matrices
-/// alive at once: B converted panel by panel into faer's layout, factorised in place (its
-/// strictly lower part then holds the Householder vectors), thin Q formed by applying them
-/// to the first k columns of the identity, then Q converted to panels. faer's `Qr` type is
-/// not used: it copies its input and keeps both, a third D×k matrix.
+/// Orthonormal basis of B's columns, in place: CholeskyQR2 (Fukaya, Nakatsukasa, Yanagisawa
+/// and Yamamoto 2014) when B is well enough conditioned, else Householder QR.
+///
+/// CholeskyQR forms G = BᵀB [k×k] and R = chol(G), then Q = B R⁻¹; done twice, Q is
+/// orthonormal to working precision for cond(B) up to about u^{-1/2} ≈ 10⁸. Both steps read
+/// B's panels in blocks of rows, so it needs no second D×k matrix and no large GEMM
+/// packing buffers: only B itself lives in memory. The first Cholesky factor is checked: if
+/// the factorisation fails or its diagonal spans more than [`CQR_MAX_DIAG_RATIO`] (cond(B) is
+/// then at least that), the Householder path takes over (on B, or on B R⁻¹ after a first
+/// step, which spans the same space).
+fn orthonormalise(mut b: Panels) -> Panels {
+    if cholesky_qr_step(&mut b) && cholesky_qr_step(&mut b) {
+        memtrace::mark("svd orth: CholeskyQR2");
+        return b;
+    }
+    householder_orthonormalise(b)
+}
+
+/// Largest ratio between the diagonal entries of R in a CholeskyQR step; above it the
+/// Householder path is used. 10⁵ keeps a wide margin below CholeskyQR2's limit.
+const CQR_MAX_DIAG_RATIO: f64 = 1e5;
+
+/// One CholeskyQR step: B ← B R⁻¹ with RᵀR = BᵀB. Returns false, leaving B as it was, when
+/// the Cholesky factorisation fails or R is too ill-conditioned.
+fn cholesky_qr_step(b: &mut Panels) -> bool {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+    let mut l = b.cross(b);
+    let k = l.nrows();
+    let ok = cholesky_in_place(
+        l.as_mut(),
+        Default::default(),
+        faer::Par::Seq,
+        MemStack::new(&mut MemBuffer::new(cholesky_in_place_scratch::<f64>(
+            k,
+            faer::Par::Seq,
+            Default::default(),
+        ))),
+        Default::default(),
+    )
+    .is_ok();
+    if !ok {
+        return false;
+    }
+    let diag: Vec<f64> = (0..k).map(|i| l[(i, i)]).collect();
+    let (lo, hi) = diag.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &d| {
+        (lo.min(d), hi.max(d))
+    });
+    if !(lo > 0.0 && hi / lo <= CQR_MAX_DIAG_RATIO) {
+        return false;
+    }
+    for j in 1..k {
+        for i in 0..j {
+            l[(i, j)] = 0.0;
+        }
+    }
+    b.solve_upper_right(l.as_ref());
+    true
+}
+
+/// Householder thin QR, with at most two D×k matrices alive at once: B converted panel by
+/// panel into faer's layout, factorised in place (its strictly lower part then holds the
+/// Householder vectors), thin Q formed by applying them to the first k columns of the
+/// identity, then Q converted to panels. faer's `Qr` type is not used: it copies its input
+/// and keeps both, a third D×k matrix.
 ///
 /// The factorisation and the product run sequentially on a thread of their own (see
 /// [`on_own_thread`]): faer's GEMM kernel keeps per-thread packing buffers sized from the
 /// last-level cache, which this VM reports as 480 MiB, and a tall D×k product fills them
 /// on every thread that takes part; on a short-lived thread they are freed when it ends.
-fn orthonormalise(b: Panels) -> Panels {
+fn householder_orthonormalise(b: Panels) -> Panels {
     let factors = b.into_mat();
     memtrace::mark("svd orth: B as a matrix");
     let q = on_own_thread(move || thin_q(factors));
@@ -245,12 +305,11 @@ pub fn randomized_svd(
 
 /// Top-R eigenpairs of G = Qᵀ(XᵀX Q) lifted back to D dimensions.
 fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> Result<SvdResult> {
-    // Q converted panel by panel, Qᵀ B formed from B's panels directly: at most two D×k
-    // matrices exist at once.
-    let q = q.into_mat();
-    memtrace::mark("svd Rayleigh-Ritz: Q as a matrix");
-    let g = b.t_times(q.as_ref()).transpose().to_owned();
+    // G = Qᵀ B and later Q V_R, both from the panels in blocks of rows: no third D×k matrix
+    // and no tall GEMM.
+    let g = q.cross(&b);
     drop(b);
+    memtrace::mark("svd Rayleigh-Ritz: G");
     let g = Mat::from_fn(g.nrows(), g.ncols(), |i, j| 0.5 * (g[(i, j)] + g[(j, i)]));
     let eig = g
         .self_adjoint_eigen(Side::Lower)
@@ -261,22 +320,87 @@ fn rayleigh_ritz(q: Panels, b: Panels, rank: usize, pass_seconds: Vec<f64>) -> R
     let order: Vec<usize> = (k - rank..k).rev().collect();
     let v_top = Mat::from_fn(k, rank, |i, r| eig.U()[(i, order[r])]);
     let singular_values = order.iter().map(|&i| eig.S()[i].max(0.0).sqrt()).collect();
-    // The tall product on its own thread too (see `orthonormalise`).
-    let basis_t = on_own_thread(move || {
-        let mut out = Mat::<f64>::zeros(q.nrows(), v_top.ncols());
-        faer::linalg::matmul::matmul(
-            out.as_mut(),
-            faer::Accum::Replace,
-            q.as_ref(),
-            v_top.as_ref(),
-            1.0,
-            faer::Par::Seq,
-        );
-        out
-    });
+    let basis_t = q.times(v_top.as_ref());
+    drop(q);
     Ok(SvdResult {
         basis_t,
         singular_values,
         pass_seconds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ‖QᵀQ − I‖_max and ‖B − Q QᵀB‖_max / ‖B‖_max for panels Q and a dense B.
+    fn errors(q: &Panels, b: &Mat<f64>) -> (f64, f64) {
+        let qm = q.to_mat();
+        let k = qm.ncols();
+        let qtq = qm.transpose() * &qm;
+        let orth = (0..k)
+            .flat_map(|i| (0..k).map(move |j| (i, j)))
+            .map(|(i, j)| (qtq[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs())
+            .fold(0.0, f64::max);
+        let resid = b - &qm * (qm.transpose() * b);
+        (orth, resid.norm_max() / b.norm_max())
+    }
+
+    fn random(rows: usize, cols: usize, seed: u64) -> Mat<f64> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Mat::from_fn(rows, cols, |_, _| StandardNormal.sample(&mut rng))
+    }
+
+    #[test]
+    fn cholesky_qr2_orthonormalises_a_well_conditioned_block() {
+        // 20 000 rows spread over two row groups, 37 columns (a ragged last panel); columns
+        // scaled over four orders of magnitude.
+        let mut b = random(20_000, 37, 1);
+        for j in 0..37 {
+            let s = 10f64.powf(-4.0 * j as f64 / 36.0);
+            for i in 0..b.nrows() {
+                b[(i, j)] *= s;
+            }
+        }
+        let mut p = Panels::from_mat(b.as_ref());
+        assert!(cholesky_qr_step(&mut p) && cholesky_qr_step(&mut p));
+        let (orth, resid) = errors(&p, &b);
+        assert!(orth < 1e-13, "‖QᵀQ − I‖ = {orth:e}");
+        assert!(resid < 1e-12, "span residual {resid:e}");
+    }
+
+    #[test]
+    fn rank_deficient_block_falls_back_to_householder() {
+        // Column 5 repeats column 2: B is singular, CholeskyQR must refuse it, and the
+        // Householder path must still return an orthonormal basis of the column space.
+        let mut b = random(3000, 20, 2);
+        for i in 0..b.nrows() {
+            b[(i, 5)] = b[(i, 2)];
+        }
+        let mut p = Panels::from_mat(b.as_ref());
+        assert!(
+            !cholesky_qr_step(&mut p),
+            "a singular Gram matrix was accepted"
+        );
+        assert_eq!(p.to_mat(), b, "a refused step must leave B unchanged");
+        let q = orthonormalise(p);
+        let (orth, resid) = errors(&q, &b);
+        assert!(orth < 1e-13, "‖QᵀQ − I‖ = {orth:e}");
+        assert!(resid < 1e-12, "span residual {resid:e}");
+    }
+
+    #[test]
+    fn row_block_products_match_dense() {
+        let (b, c, v) = (
+            random(17_000, 21, 3),
+            random(17_000, 9, 4),
+            random(21, 6, 5),
+        );
+        let (pb, pc) = (Panels::from_mat(b.as_ref()), Panels::from_mat(c.as_ref()));
+        let cross = pb.cross(&pc);
+        let times = pb.times(v.as_ref());
+        let d1 = (&cross - b.transpose() * &c).norm_max();
+        let d2 = (&times - &b * &v).norm_max();
+        assert!(d1 < 1e-9 && d2 < 1e-12, "cross {d1:e}, times {d2:e}");
+    }
 }
