@@ -28,8 +28,8 @@ use faer::{Accum, Mat, MatRef, Par};
 
 use super::kernel::{BasisInputs, KernelParams};
 use super::variational::{
-    dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, sigma_column, solve_v,
-    take_mat, GpForward, PerGp,
+    dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, lower_product,
+    sigma_column, solve_v, take_mat, GpForward, PerGp,
 };
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
@@ -277,17 +277,7 @@ pub(crate) fn backward_chunk(
             }
         }
         // Ḡ_J = Y diag(d) Yᵀ − ½ J⁻¹ (lower triangle, then mirrored).
-        tri_matmul(
-            g_j.as_mut(),
-            BlockStructure::TriangularLower,
-            Accum::Replace,
-            y.as_ref(),
-            BlockStructure::Rectangular,
-            yd.transpose(),
-            BlockStructure::Rectangular,
-            1.0,
-            Par::Seq,
-        );
+        lower_product(g_j.as_mut(), y.as_ref(), yd.as_ref());
         for c in 0..r {
             for i in c..r {
                 g_j[(i, c)] -= 0.5 * y[(i, c)];

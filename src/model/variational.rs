@@ -505,6 +505,22 @@ pub(crate) fn inverse_and_solve(
     );
 }
 
+/// The lower triangle of Y (Y diag(d))ᵀ = Y diag(d) Yᵀ into `out`, given `yd` = Y diag(d)
+/// (half the flops of the full product; the upper triangle is left as it was).
+pub(crate) fn lower_product(out: faer::MatMut<'_, f64>, y: MatRef<'_, f64>, yd: MatRef<'_, f64>) {
+    tri_matmul(
+        out,
+        BlockStructure::TriangularLower,
+        Accum::Replace,
+        y,
+        BlockStructure::Rectangular,
+        yd.transpose(),
+        BlockStructure::Rectangular,
+        1.0,
+        Par::Seq,
+    );
+}
+
 /// One chunk's contribution to the backward pass.
 struct ChunkGrads {
     /// Lower triangle of Σ_{p∈chunk} [−½ C_p⁻¹ + Y_p diag(d_p) Y_pᵀ] [M×M] (empty without
@@ -577,17 +593,7 @@ fn backward_chunk(
         g_kbz_t -= yd_cat.as_ref().submatrix(0, base + m, m, b) * faer::Scale(2.0);
     }
     let mut g_kz = Mat::<f64>::zeros(m, m);
-    tri_matmul(
-        g_kz.as_mut(),
-        BlockStructure::TriangularLower,
-        Accum::Replace,
-        y_cat.as_ref(),
-        BlockStructure::Rectangular,
-        yd_cat.transpose(),
-        BlockStructure::Rectangular,
-        1.0,
-        Par::Seq,
-    );
+    lower_product(g_kz.as_mut(), y_cat.as_ref(), yd_cat.as_ref());
     for j in 0..m {
         for i in j..m {
             g_kz[(i, j)] -= half_cinv_sum[(i, j)];
