@@ -8,6 +8,7 @@ pub mod cli;
 pub mod error;
 pub mod evaluate;
 pub mod ingest;
+pub mod linalg;
 pub mod memtrace;
 pub mod model;
 pub mod predict;

@@ -19,8 +19,6 @@
 //! [`worthwhile`] decides when the path is used.
 
 use anyhow::Result;
-use faer::dyn_stack::{MemBuffer, MemStack};
-use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
@@ -31,6 +29,7 @@ use super::variational::{
     dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, lower_product,
     sigma_column, solve_v, take_mat, GpForward, PerGp,
 };
+use crate::linalg::cholesky_lower;
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
 /// and basis rank R: with B = M its per-GP cost 3MR² + 2R³ + 3R²B is below 2M³ + 3M²B up to
@@ -67,25 +66,7 @@ impl Subspace {
         k_diag: &[f64],
     ) -> Option<Subspace> {
         let (m, r, b) = (a.nrows(), a.ncols(), x.kxx_b.nrows());
-        let mut l_kt = x.k_tilde.to_owned();
-        let mut buf = MemBuffer::new(cholesky_in_place_scratch::<f64>(
-            r,
-            Par::Seq,
-            Default::default(),
-        ));
-        cholesky_in_place(
-            l_kt.as_mut(),
-            Default::default(),
-            Par::Seq,
-            MemStack::new(&mut buf),
-            Default::default(),
-        )
-        .ok()?;
-        for j in 1..r {
-            for i in 0..j {
-                l_kt[(i, j)] = 0.0;
-            }
-        }
+        let l_kt = cholesky_lower(x.k_tilde.to_owned())?;
         let sf = (0.5 * kp.log_sf2).exp();
         let mut f = Mat::<f64>::zeros(m, r);
         tri_matmul(

@@ -154,36 +154,16 @@ const CQR_MAX_DIAG_RATIO: f64 = 1e5;
 /// One CholeskyQR step: B ← B R⁻¹ with RᵀR = BᵀB. Returns false, leaving B as it was, when
 /// the Cholesky factorisation fails or R is too ill-conditioned.
 fn cholesky_qr_step(b: &mut Panels) -> bool {
-    use faer::dyn_stack::{MemBuffer, MemStack};
-    use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
-    let mut l = b.cross(b);
-    let k = l.nrows();
-    let ok = cholesky_in_place(
-        l.as_mut(),
-        Default::default(),
-        faer::Par::Seq,
-        MemStack::new(&mut MemBuffer::new(cholesky_in_place_scratch::<f64>(
-            k,
-            faer::Par::Seq,
-            Default::default(),
-        ))),
-        Default::default(),
-    )
-    .is_ok();
-    if !ok {
+    let Some(l) = crate::linalg::cholesky_lower(b.cross(b)) else {
         return false;
-    }
+    };
+    let k = l.nrows();
     let diag: Vec<f64> = (0..k).map(|i| l[(i, i)]).collect();
     let (lo, hi) = diag.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &d| {
         (lo.min(d), hi.max(d))
     });
     if !(lo > 0.0 && hi / lo <= CQR_MAX_DIAG_RATIO) {
         return false;
-    }
-    for j in 1..k {
-        for i in 0..j {
-            l[(i, j)] = 0.0;
-        }
     }
     b.solve_upper_right(l.as_ref());
     true
