@@ -1,8 +1,19 @@
 //! fsgp: fully scalable Gaussian processes for extreme multi-label classification.
 //!
-//! Data flows one way through the stages, each a module:
-//! text files → [`ingest`] → Parquet CSR chunks → (svd) → factors → (train) → parameters →
-//! (predict / evaluate). Every on-disk format and the SQLite catalog live in [`store`].
+//! Data flows one way: text files → [`ingest`] → Parquet CSR chunks → [`svd`] → factors →
+//! [`train`] → parameters → [`predict`] → predictions → [`evaluate`] → metrics.
+//!
+//! Layers, each importing only those below it (checked by `tests/architecture.rs`):
+//! - [`cli`]: the command line (the only user of clap) and `pipeline run` specs;
+//! - the stages [`synth`], [`ingest`], [`svd`], [`train`], [`predict`], [`evaluate`],
+//!   [`report`]: none imports another; each is a thin use of [`stage`], the one protocol
+//!   by which a stage memoises, computes, publishes and registers its outputs;
+//! - library modules the stages share: [`trained`] (a trained run's configuration, svd
+//!   files and checkpoints), [`scoring`] (ranking rows under a model), [`projection`]
+//!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`];
+//! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
+//!   catalog, the workspace directory);
+//! - [`linalg`], [`error`], [`memtrace`].
 
 pub mod cli;
 pub mod error;
@@ -10,12 +21,17 @@ pub mod evaluate;
 pub mod ingest;
 pub mod linalg;
 pub mod memtrace;
+pub mod metrics;
 pub mod model;
 pub mod predict;
+pub mod projection;
 pub mod report;
-pub mod runner;
+pub mod scoring;
+pub mod sparse;
+pub mod stage;
 pub mod store;
 pub mod svd;
 pub mod synth;
+pub mod topk;
 pub mod train;
-pub mod workspace;
+pub mod trained;

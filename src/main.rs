@@ -3,7 +3,7 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     tame_malloc();
     restore_sigpipe();
-    let cli = fsgp::cli::Cli::parse();
+    let cli = fsgp::cli::args::Cli::parse();
     match fsgp::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

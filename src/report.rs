@@ -13,19 +13,8 @@ use anyhow::{anyhow, ensure, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::store::catalog::{MetricRow, RunRow};
-use crate::workspace::Workspace;
-
-/// Arguments of `pipeline report`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ReportArgs {
-    /// Training run.
-    #[arg(long)]
-    pub run: i64,
-    /// Output directory (default: `<workspace>/reports/train-run<RUN>`).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-}
+use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
+use crate::store::workspace::Workspace;
 
 /// Where `pipeline report` put its files.
 #[derive(Debug, Clone)]
@@ -42,21 +31,19 @@ const ELBO_CHART: &str = "elbo";
 const METRICS_CHART: &str = "metrics";
 
 /// Runs `pipeline report`.
-pub fn run(workspace: &Path, args: &ReportArgs) -> Result<ReportOutcome> {
-    let ws = Workspace::open(workspace)?;
+/// `out` defaults to `<workspace>/reports/train-run<RUN>`.
+pub fn run(ws: &Workspace, run: i64, out: Option<&Path>) -> Result<ReportOutcome> {
     let train = ws
         .catalog
-        .run(args.run)?
-        .with_context(|| format!("no run {} in the catalog", args.run))?;
+        .run(run)?
+        .with_context(|| format!("no run {run} in the catalog"))?;
     ensure!(
-        train.stage == "train",
-        "run {} is a {} run; reports are of training runs",
-        args.run,
+        train.stage == StageKind::Train,
+        "run {run} is a {} run; reports are of training runs",
         train.stage
     );
-    let dir = args
-        .out
-        .clone()
+    let dir = out
+        .map(Path::to_path_buf)
         .unwrap_or_else(|| ws.resolve(&format!("reports/train-run{}", train.id)));
     let parent = dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
@@ -70,7 +57,7 @@ pub fn run(workspace: &Path, args: &ReportArgs) -> Result<ReportOutcome> {
         std::fs::remove_dir_all(&staged)?;
     }
     std::fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
-    let files = match write_report(&ws, &train, &staged) {
+    let files = match write_report(ws, &train, &staged) {
         Ok(files) => files,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staged);
@@ -449,26 +436,22 @@ type LinkedEvaluation = (i64, String, u64, Vec<MetricRow>);
 
 /// Completed evaluate runs of this training run's predictions, oldest first.
 fn linked_evaluations(ws: &Workspace, train_run: i64) -> Result<Vec<LinkedEvaluation>> {
-    let runs = ws.catalog.runs(usize::MAX >> 1)?;
     let mut checksums: BTreeMap<String, u64> = BTreeMap::new();
-    for r in runs
-        .iter()
-        .filter(|r| r.stage == "predict" && r.status == "ok")
-    {
-        if r.params["train_run"].as_i64() == Some(train_run) {
-            for a in ws.catalog.run_artifacts(r.id)? {
-                if a.kind == "predictions" {
-                    let step = r.params["checkpoint_step"].as_u64().unwrap_or(0);
-                    checksums.insert(a.checksum, step);
-                }
-            }
+    let predict_runs =
+        ws.catalog
+            .runs_with_param(StageKind::Predict, RunStatus::Ok, "train_run", train_run)?;
+    for r in predict_runs {
+        if let Some(a) = ws.catalog.run_artifact(r.id, ArtifactKind::Predictions)? {
+            let step = r.params["checkpoint_step"].as_u64().unwrap_or(0);
+            checksums.insert(a.checksum, step);
         }
     }
     let mut out = Vec::new();
-    for r in runs
+    for r in ws
+        .catalog
+        .runs_of(StageKind::Evaluate, RunStatus::Ok)?
         .iter()
         .rev()
-        .filter(|r| r.stage == "evaluate" && r.status == "ok")
     {
         let Some(sum) = r.params["predictions_checksum"].as_str() else {
             continue;

@@ -71,46 +71,35 @@ const MAX_TOPICS: u32 = 65_536;
 // Public API
 // ---------------------------------------------------------------------------------------------
 
-/// CLI arguments of `pipeline synth`. `--shape` gives defaults; explicit flags override.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SynthArgs {
+/// What `pipeline synth` is asked for. `shape` gives defaults; explicit values override.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SynthOptions {
     /// Output directory (created if missing); receives train.txt and test.txt.
-    #[arg(long)]
     pub out: PathBuf,
     /// Number of training rows N.
-    #[arg(long)]
     pub rows: Option<u64>,
     /// Number of test rows (default: the preset's test/train ratio, or rows/4).
-    #[arg(long = "test-rows")]
     pub test_rows: Option<u64>,
     /// Number of features D.
-    #[arg(long)]
     pub features: Option<u32>,
     /// Number of labels K (L).
-    #[arg(long)]
     pub labels: Option<u32>,
-    /// Mean number of non-zero features per row (default 20 without --shape).
-    #[arg(long = "nnz-per-row")]
+    /// Mean number of non-zero features per row (default 20 without a shape).
     pub nnz_per_row: Option<f64>,
-    /// Mean number of labels per row (default 3 without --shape).
-    #[arg(long = "labels-per-row")]
+    /// Mean number of labels per row (default 3 without a shape).
     pub labels_per_row: Option<f64>,
-    /// Number of planted topics (rank of the planted structure; default clamp(2*sqrt(K), 8, 256)).
-    #[arg(long)]
+    /// Number of planted topics (default clamp(2*sqrt(K), 8, 256)).
     pub topics: Option<u32>,
     /// Take defaults from one of the paper's data sets (Table 1).
-    #[arg(long, value_enum)]
     pub shape: Option<Shape>,
     /// Random seed; the output bytes are a function of the configuration and the seed only.
-    #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Worker threads (default: all available cores). Does not change the output.
-    #[arg(long)]
+    /// Worker threads (None: all available cores). Does not change the output.
     pub threads: Option<usize>,
 }
 
 /// Data-set shapes of the paper's Table 1.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     Bibtex,
     Delicious,
@@ -118,6 +107,39 @@ pub enum Shape {
     Eurlex,
     Rcv1,
     Amazoncat,
+}
+
+impl Shape {
+    /// Every shape's name, as `FromStr` accepts it.
+    pub const NAMES: [&'static str; 6] = [
+        "bibtex",
+        "delicious",
+        "mediamill",
+        "eurlex",
+        "rcv1",
+        "amazoncat",
+    ];
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "bibtex" => Shape::Bibtex,
+            "delicious" => Shape::Delicious,
+            "mediamill" => Shape::Mediamill,
+            "eurlex" => Shape::Eurlex,
+            "rcv1" => Shape::Rcv1,
+            "amazoncat" => Shape::Amazoncat,
+            _ => {
+                return Err(format!(
+                    "unknown shape {s:?} (expected one of: {})",
+                    Shape::NAMES.join(", ")
+                ))
+            }
+        })
+    }
 }
 
 /// A fully resolved, validated generator configuration.
@@ -183,7 +205,7 @@ impl SynthConfig {
     /// `--labels` recomputes the default topic count. Without a shape, `--rows`, `--features`
     /// and `--labels` are required; the means default to 20 non-zeros and 3 labels per row
     /// (capped at D and K) and the test split to `rows / 4`.
-    pub fn from_args(a: &SynthArgs) -> Result<Self> {
+    pub fn from_options(a: &SynthOptions) -> Result<Self> {
         let base = a.shape.map(Shape::preset);
         let missing =
             |flag: &str| anyhow::anyhow!("synth: {flag} is required when no --shape is given");
@@ -338,8 +360,8 @@ pub fn write_dataset(
 }
 
 /// Entry point for the CLI: prints a one-paragraph summary (paths, rows, bytes, MB/s) to stderr.
-pub fn run(args: &SynthArgs) -> Result<()> {
-    let cfg = SynthConfig::from_args(args)?;
+pub fn run(args: &SynthOptions) -> Result<()> {
+    let cfg = SynthConfig::from_options(args)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

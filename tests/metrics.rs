@@ -1,9 +1,9 @@
-//! Ranking metrics (`fsgp::evaluate::metrics`): hand-worked cases, an independent dense
+//! Ranking metrics (`fsgp::metrics`): hand-worked cases, an independent dense
 //! re-implementation on random data, exact chunking/merge invariance, propensities.
 
 use std::sync::Arc;
 
-use fsgp::evaluate::metrics::{
+use fsgp::metrics::{
     evaluate, inverse_propensity, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
 };
 use proptest::prelude::*;

@@ -132,7 +132,7 @@ fn delicious_kxx_equals_x_times_basis() {
         .collect();
     test_files.sort();
     let proj_path = ws.path().join("projected-test.npy");
-    fsgp::svd::project_split(&test_files, 3185, basis.view(), &proj_path).unwrap();
+    fsgp::projection::project_split(&test_files, 3185, basis.view(), &proj_path).unwrap();
     let proj: Array2<f32> = ndarray_npy::read_npy(&proj_path).unwrap();
     assert_eq!(proj.dim(), (3185, 250));
     let mut i = 0;

@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use clap::Parser;
-use fsgp::synth::{self, Shape, SynthArgs, SynthConfig};
+use fsgp::cli::args::SynthArgs;
+use fsgp::synth::{self, Shape, SynthConfig, SynthOptions};
 use xxhash_rust::xxh3::xxh3_64;
 
 fn cfg(rows: u64, test_rows: u64, d: u32, k: u32, nnz: f64, lpr: f64, seed: u64) -> SynthConfig {
@@ -327,7 +328,7 @@ fn dense_mediamill_shape() {
 #[test]
 fn delicious_shape_statistics() {
     let dir = tempfile::tempdir().unwrap();
-    let args = SynthArgs {
+    let args = SynthOptions {
         out: dir.path().to_path_buf(),
         rows: Some(3000),
         test_rows: None,
@@ -340,7 +341,7 @@ fn delicious_shape_statistics() {
         seed: 4,
         threads: Some(2),
     };
-    let c = SynthConfig::from_args(&args).unwrap();
+    let c = SynthConfig::from_options(&args).unwrap();
     assert_eq!(c.test_rows, (3000.0f64 * 3185.0 / 12920.0).round() as u64);
     let s = synth::write_dataset(&c, dir.path(), args.threads).unwrap();
     let avg_nnz = s.train_nnz as f64 / 3000.0;
@@ -384,7 +385,7 @@ struct Cli {
 fn resolve(argv: &[&str]) -> anyhow::Result<SynthConfig> {
     let mut full = vec!["synth", "--out", "/nonexistent"];
     full.extend_from_slice(argv);
-    SynthConfig::from_args(&Cli::try_parse_from(full)?.synth)
+    SynthConfig::from_options(&Cli::try_parse_from(full)?.synth.options())
 }
 
 #[test]
@@ -510,7 +511,7 @@ fn run_writes_files() {
         "2",
     ])
     .unwrap();
-    synth::run(&cli.synth).unwrap();
+    synth::run(&cli.synth.options()).unwrap();
     let p = parse_strict(&dir.path().join("train.txt"));
     assert_eq!((p.rows.len(), p.d, p.k), (500, 1836, 159));
     assert!(dir.path().join("test.txt").exists());

@@ -5,9 +5,7 @@
 //! row order, so they are merge-joined on `row_id` a block at a time; the training split's
 //! label counts give the inverse propensities. Memory: one chunk's labels plus one block of
 //! predictions, whatever the number of rows. The results go to the catalog (one metric row
-//! per measure and k) and print as a table or JSON.
-
-pub mod metrics;
+//! per measure and k) and to a `metrics.json` artifact.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -15,125 +13,44 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 
-use crate::store::catalog::{ArtifactRow, MetricRow};
+use crate::metrics::{
+    inverse_propensity, metric_rows, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
+};
+use crate::stage::{memoised, Outcome, Staged};
+use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::{checksum_file, label_counts, read_chunk_labels};
 use crate::store::predictions::PredictionReader;
-use crate::workspace::Workspace;
-use metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
+use crate::store::workspace::Workspace;
 
-/// Arguments of `pipeline evaluate`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct EvaluateArgs {
+/// What `pipeline evaluate` computes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvaluateOptions {
     /// A predictions file (workspace-relative or absolute), as written by `pipeline predict`.
-    #[arg(long, required_unless_present = "run", conflicts_with = "run")]
-    pub predictions: Option<String>,
-    /// A training run: evaluates its predictions on --split (predicting first if needed).
-    #[arg(long)]
-    pub run: Option<i64>,
-    /// With --run: the checkpoint step (default: the run's last).
-    #[arg(long, requires = "run")]
-    pub checkpoint: Option<u64>,
-    /// With --run: the split to predict and evaluate.
-    #[arg(long, default_value = "test", requires = "run")]
-    pub split: String,
+    pub predictions: String,
     /// Metrics at k = 1..K.
-    #[arg(long, default_value_t = 5)]
     pub k: usize,
-    /// Propensity model parameter A (0.55 generic, 0.6 Amazon, 0.5 Wikipedia).
-    #[arg(long, default_value_t = PropensityParams::GENERIC.a)]
-    pub propensity_a: f64,
-    /// Propensity model parameter B (1.5 generic, 2.6 Amazon, 0.4 Wikipedia).
-    #[arg(long, default_value_t = PropensityParams::GENERIC.b)]
-    pub propensity_b: f64,
-    /// Test rows without labels: count them (every metric 0 on them, as pyxclib does) or
-    /// leave them out.
-    #[arg(long, value_enum, default_value_t = LabellessArg::CountAsZero)]
-    pub labelless: LabellessArg,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// Propensity model parameters A and B.
+    pub propensity: PropensityParams,
+    /// Test rows without labels: counted (every metric 0 on them) or left out.
+    pub labelless: LabellessRows,
 }
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LabellessArg {
-    CountAsZero,
-    Skip,
-}
-
-impl From<LabellessArg> for LabellessRows {
-    fn from(a: LabellessArg) -> Self {
-        match a {
-            LabellessArg::CountAsZero => LabellessRows::CountAsZero,
-            LabellessArg::Skip => LabellessRows::Skip,
+impl EvaluateOptions {
+    /// The command line's defaults for `predictions`.
+    pub fn new(predictions: String) -> Self {
+        EvaluateOptions {
+            predictions,
+            k: 5,
+            propensity: PropensityParams::GENERIC,
+            labelless: LabellessRows::CountAsZero,
         }
     }
 }
 
-/// What an evaluate run produced (or found done).
-#[derive(Debug, Clone)]
-pub struct EvaluateOutcome {
-    pub run_id: i64,
-    pub computed: bool,
-    pub metrics: Metrics,
-}
-
-/// Runs `pipeline evaluate` and prints the result.
-pub fn run(workspace: &Path, args: &EvaluateArgs) -> Result<EvaluateOutcome> {
-    let out = evaluate_stage(workspace, args)?;
-    if args.json {
-        println!("{}", out.metrics.to_json());
-    } else {
-        println!("{}", out.metrics.to_table());
-    }
-    Ok(out)
-}
-
-/// The metric rows recorded for `m` (names like `P@1`, values as fractions).
-pub fn metric_rows(m: &Metrics, step: Option<i64>, split: &str) -> Vec<MetricRow> {
-    let mut rows = Vec::new();
-    for k in 1..=m.k_max {
-        for (name, values) in [
-            ("P", &m.p_at),
-            ("nDCG", &m.ndcg_at),
-            ("PSP", &m.psp_at),
-            ("PSnDCG", &m.psndcg_at),
-            ("coverage", &m.coverage_at),
-        ] {
-            rows.push(MetricRow {
-                name: format!("{name}@{k}"),
-                value: values[k - 1],
-                step,
-                split: Some(split.to_string()),
-            });
-        }
-    }
-    rows
-}
-
-/// Computes (or finds) the metrics without printing them.
-pub fn evaluate_stage(workspace: &Path, args: &EvaluateArgs) -> Result<EvaluateOutcome> {
-    ensure!((1..=254).contains(&args.k), "--k must be between 1 and 254");
-    let predictions_rel = match (&args.predictions, args.run) {
-        (Some(p), _) => p.clone(),
-        (None, Some(run)) => {
-            let predicted = crate::predict::run(
-                workspace,
-                &crate::predict::PredictArgs {
-                    run,
-                    checkpoint: args.checkpoint,
-                    split: args.split.clone(),
-                    top_k: args.k,
-                    block_rows: 1024,
-                    probabilities: false,
-                    threads: None,
-                },
-            )?;
-            predicted.path
-        }
-        (None, None) => bail!("give --predictions FILE or --run RUN"),
-    };
-    let ws = Workspace::open(workspace)?;
-    let path = resolve_predictions(&ws, &predictions_rel);
+/// Computes (or finds) the metrics of a predictions file.
+pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
+    ensure!((1..=254).contains(&opts.k), "--k must be between 1 and 254");
+    let path = resolve_predictions(ws, &opts.predictions);
     let reader = PredictionReader::open(&path)?;
     let meta = |key: &str| {
         reader
@@ -153,50 +70,103 @@ pub fn evaluate_stage(workspace: &Path, args: &EvaluateArgs) -> Result<EvaluateO
         )
     })?;
     let checksum = checksum_file(&path)?.checksum;
-    let policy: LabellessRows = args.labelless.into();
     let params = json!({
         "predictions_checksum": checksum,
         "dataset": dataset.name,
         "dataset_checksum": dataset.checksum,
         "split": split,
-        "k": args.k,
-        "propensity_a": args.propensity_a,
-        "propensity_b": args.propensity_b,
-        "labelless": format!("{policy:?}"),
+        "k": opts.k,
+        "propensity_a": opts.propensity.a,
+        "propensity_b": opts.propensity.b,
+        "labelless": format!("{:?}", opts.labelless),
     });
-    let train_chunks: Vec<PathBuf> = ws
-        .split_chunks(&dataset, "train")?
-        .into_iter()
-        .map(|c| c.0)
-        .collect();
-    let n_train: u64 = dataset.split("train").map_or(0, |s| s.n_rows);
-    let truth_chunks: Vec<PathBuf> = ws
-        .split_chunks(&dataset, &split)?
-        .into_iter()
-        .map(|c| c.0)
-        .collect();
-    let split_rows = dataset.split(&split).map_or(0, |s| s.n_rows);
-
-    if let Some(done) = ws.catalog.find_ok_run("evaluate", &params)? {
-        let metrics = load_metrics(&ws, done.id)?;
+    let cached = |done: &RunRow| {
+        let metrics = load_metrics(ws, done.id)?;
         eprintln!(
             "metrics of {} are already computed (run {}); nothing to do",
-            predictions_rel, done.id
+            opts.predictions, done.id
         );
-        return Ok(EvaluateOutcome {
-            run_id: done.id,
-            computed: false,
-            metrics,
-        });
+        Ok(metrics)
+    };
+    let job = Job {
+        opts,
+        dataset: &dataset,
+        split: &split,
+        path: &path,
+        train_chunks: chunk_paths(ws, &dataset, "train")?,
+        truth_chunks: chunk_paths(ws, &dataset, &split)?,
+    };
+    memoised(
+        ws,
+        StageKind::Evaluate,
+        &params,
+        None,
+        cached,
+        |scratch| job.compute(reader, scratch),
+        |published, (metrics, written): (Metrics, crate::store::chunks::WrittenFile)| {
+            let artifact = ArtifactRow {
+                kind: ArtifactKind::Metrics,
+                path: format!("{}/metrics.json", published.rel),
+                bytes: written.bytes,
+                rows: None,
+                checksum: written.checksum,
+                split: Some(split.clone()),
+            };
+            ws.catalog
+                .record_metrics(published.run_id, &metric_rows(&metrics, step, &split))?;
+            ws.catalog
+                .commit_artifacts(published.run_id, Some(dataset.id), &[artifact])?;
+            Ok(metrics)
+        },
+    )
+}
+
+fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: &str) -> Result<Vec<PathBuf>> {
+    Ok(ws
+        .split_chunks(dataset, split)?
+        .into_iter()
+        .map(|c| c.0)
+        .collect())
+}
+
+/// Everything one evaluate run reads.
+struct Job<'a> {
+    opts: &'a EvaluateOptions,
+    dataset: &'a DatasetRow,
+    split: &'a str,
+    path: &'a Path,
+    train_chunks: Vec<PathBuf>,
+    truth_chunks: Vec<PathBuf>,
+}
+
+impl Job<'_> {
+    /// Merge-joins the predictions with the split's labels, writes `metrics.json`.
+    fn compute(
+        &self,
+        reader: PredictionReader,
+        scratch: &Path,
+    ) -> Result<Staged<(Metrics, crate::store::chunks::WrittenFile)>> {
+        let metrics = self.measure(reader)?;
+        let staged = scratch.join("evaluation");
+        std::fs::create_dir_all(&staged)?;
+        let json_path = staged.join("metrics.json");
+        std::fs::write(&json_path, metrics.to_json())
+            .with_context(|| format!("writing {}", json_path.display()))?;
+        let written = checksum_file(&json_path)?;
+        Ok(Staged {
+            dir: "evaluation",
+            name: format!("{}-{}", self.dataset.name, self.split),
+            value: (metrics, written),
+        })
     }
 
-    let run = ws.start_run("evaluate", &params)?;
-    let result = (|| -> Result<Metrics> {
-        let counts = label_counts(&train_chunks, dataset.n_labels as usize)?;
-        let inv_prop =
-            metrics::inverse_propensity(&counts, n_train, args.propensity_a, args.propensity_b);
-        let mut acc = MetricsAccumulator::new(args.k, inv_prop, policy)?;
-        let mut truth = TruthRows::new(truth_chunks);
+    fn measure(&self, reader: PredictionReader) -> Result<Metrics> {
+        let (dataset, opts, path) = (self.dataset, self.opts, self.path);
+        let n_train: u64 = dataset.split("train").map_or(0, |s| s.n_rows);
+        let counts = label_counts(&self.train_chunks, dataset.n_labels as usize)?;
+        let inv_prop = inverse_propensity(&counts, n_train, opts.propensity.a, opts.propensity.b);
+        let mut acc = MetricsAccumulator::new(opts.k, inv_prop, opts.labelless)?;
+        let mut truth = TruthRows::new(self.truth_chunks.clone());
         let mut rows = 0u64;
         for block in reader {
             let block = block?;
@@ -208,47 +178,15 @@ pub fn evaluate_stage(workspace: &Path, args: &EvaluateArgs) -> Result<EvaluateO
                 rows += 1;
             }
         }
+        let split_rows = dataset.split(self.split).map_or(0, |s| s.n_rows);
         ensure!(
             rows == split_rows,
-            "{}: {rows} predicted rows, but split '{split}' holds {split_rows}",
-            path.display()
+            "{}: {rows} predicted rows, but split '{}' holds {split_rows}",
+            path.display(),
+            self.split
         );
         Ok(acc.finish())
-    })();
-    let metrics = match result {
-        Ok(m) => m,
-        Err(e) => {
-            run.failed(&e);
-            return Err(e);
-        }
-    };
-    let run_id = run.id;
-    let rel = run.output_rel("evaluations", &format!("{}-{split}", dataset.name));
-    let staged = run.tmp_dir().join("evaluation");
-    std::fs::create_dir_all(&staged)?;
-    let json_path = staged.join("metrics.json");
-    std::fs::write(&json_path, metrics.to_json())
-        .with_context(|| format!("writing {}", json_path.display()))?;
-    let written = checksum_file(&json_path)?;
-    let artifact = ArtifactRow {
-        kind: "metrics".into(),
-        path: format!("{rel}/metrics.json"),
-        bytes: written.bytes,
-        rows: None,
-        checksum: written.checksum,
-        split: Some(split.clone()),
-    };
-    run.publish_and_commit("evaluation", &rel, || {
-        ws.catalog
-            .record_metrics(run_id, &metric_rows(&metrics, step, &split))?;
-        ws.catalog
-            .commit_artifacts(run_id, Some(dataset.id), &[artifact])
-    })?;
-    Ok(EvaluateOutcome {
-        run_id,
-        computed: true,
-        metrics,
-    })
+    }
 }
 
 fn resolve_predictions(ws: &Workspace, p: &str) -> PathBuf {
@@ -264,9 +202,7 @@ fn resolve_predictions(ws: &Workspace, p: &str) -> PathBuf {
 fn load_metrics(ws: &Workspace, run_id: i64) -> Result<Metrics> {
     let art = ws
         .catalog
-        .run_artifacts(run_id)?
-        .into_iter()
-        .find(|a| a.kind == "metrics")
+        .run_artifact(run_id, ArtifactKind::Metrics)?
         .with_context(|| format!("evaluate run {run_id} registered no metrics"))?;
     let path = ws.resolve(&art.path);
     let text =

@@ -24,8 +24,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::error::InputError;
-use crate::store::catalog::{ArtifactRow, NewDataset, SourceRow, SplitRow};
-use crate::workspace::Workspace;
+use crate::stage::{self, Staged};
+use crate::store::catalog::StageKind;
+use crate::store::catalog::{ArtifactKind, ArtifactRow, NewDataset, SourceRow, SplitRow};
+use crate::store::workspace::Workspace;
 use parse::{parse_header, parse_u64, LineSyntax, RowRules};
 use sink::{Encoder, SplitSink, WrittenChunk};
 use source::{checksum_source, LineSource, SourceInfo};
@@ -223,7 +225,7 @@ pub struct IngestOutcome {
 }
 
 /// Runs `pipeline ingest`.
-pub fn run(workspace: &Path, args: &IngestArgs) -> Result<IngestOutcome> {
+pub fn run(ws: &Workspace, args: &IngestArgs) -> Result<IngestOutcome> {
     let layout = Layout::from_args(args)?;
     if args.name.is_empty()
         || !args
@@ -240,7 +242,6 @@ pub fn run(workspace: &Path, args: &IngestArgs) -> Result<IngestOutcome> {
         bail!("--chunk-rows and --chunk-mb must be positive");
     }
     let params = params_json(&layout, args)?;
-    let ws = Workspace::open(workspace)?;
     if let Some(existing) = ws.catalog.dataset(&args.name)? {
         if existing.params == params && sources_unchanged(&existing.sources)? {
             eprintln!(
@@ -266,21 +267,28 @@ pub fn run(workspace: &Path, args: &IngestArgs) -> Result<IngestOutcome> {
     }
 
     let started = Instant::now();
-    let run = ws.start_run("ingest", &params)?;
-    let result = ingest_into(&layout, args, run.tmp_dir());
-    let built = match result {
-        Ok(built) => built,
-        Err(e) => {
-            run.failed(&e);
-            return Err(e);
-        }
-    };
-    let final_rel = run.output_rel("datasets", &args.name);
-    let run_id = run.id;
-    let new = built.to_new_dataset(args, &layout, &final_rel, params.clone());
-    let replaced = run.publish_and_commit("dataset", &final_rel, || {
-        ws.catalog.commit_dataset(run_id, &new, args.replace)
-    })?;
+    let done = stage::execute(
+        ws,
+        StageKind::Ingest,
+        &params,
+        None,
+        |scratch| {
+            Ok(Staged {
+                dir: "dataset",
+                name: args.name.clone(),
+                value: ingest_into(&layout, args, scratch)?,
+            })
+        },
+        |published, built: Built| {
+            let new = built.to_new_dataset(args, &layout, &published.rel, params.clone());
+            let replaced = ws
+                .catalog
+                .commit_dataset(published.run_id, &new, args.replace)?;
+            Ok((built, replaced))
+        },
+    )?;
+    let run_id = done.run_id;
+    let (built, replaced) = done.value;
     if let Some(old) = replaced {
         // The old files are unreferenced now; failing to delete them only wastes space.
         if let Err(e) = std::fs::remove_dir_all(ws.resolve(&old)) {
@@ -339,7 +347,7 @@ impl Built {
                     .to_string_lossy();
                 hasher.update(format!("{split}\t{file}\t{}\n", c.file.checksum).as_bytes());
                 ArtifactRow {
-                    kind: "chunk".into(),
+                    kind: ArtifactKind::Chunk,
                     path: format!("{rel}/{split}/{file}"),
                     bytes: c.file.bytes,
                     rows: Some(c.rows),

@@ -14,6 +14,8 @@ use rusqlite::{
 };
 use serde::Serialize;
 
+pub use super::kinds::{ArtifactKind, RunStatus, StageKind};
+
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -109,9 +111,9 @@ const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunRow {
     pub id: i64,
-    pub stage: String,
+    pub stage: StageKind,
     pub params: serde_json::Value,
-    pub status: String,
+    pub status: RunStatus,
     pub started_at: String,
     pub ended_at: Option<String>,
     pub error: Option<String>,
@@ -148,7 +150,7 @@ pub struct SourceRow {
 /// A file produced by a stage run.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ArtifactRow {
-    pub kind: String,
+    pub kind: ArtifactKind,
     /// Relative to the workspace.
     pub path: String,
     pub bytes: u64,
@@ -344,7 +346,7 @@ impl Catalog {
     /// Records the start of a stage run and returns its id.
     pub fn begin_run(
         &self,
-        stage: &str,
+        stage: StageKind,
         params: &serde_json::Value,
         pid: u32,
         pid_start: &str,
@@ -361,8 +363,8 @@ impl Catalog {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// Marks a run ended with `status` ('ok', 'failed' or 'interrupted').
-    pub fn end_run(&self, id: i64, status: &str, error: Option<&str>) -> Result<()> {
+    /// Marks a run ended with `status` (ok, failed or interrupted).
+    pub fn end_run(&self, id: i64, status: RunStatus, error: Option<&str>) -> Result<()> {
         self.conn
             .execute(
                 &format!(
@@ -533,16 +535,20 @@ impl Catalog {
     }
 
     /// The newest successful run of `stage` with exactly these parameters.
-    pub fn find_ok_run(&self, stage: &str, params: &serde_json::Value) -> Result<Option<RunRow>> {
-        self.find_run_with_status(stage, params, "ok")
+    pub fn find_ok_run(
+        &self,
+        stage: StageKind,
+        params: &serde_json::Value,
+    ) -> Result<Option<RunRow>> {
+        self.find_run_with_status(stage, params, RunStatus::Ok)
     }
 
     /// The newest run of `stage` with exactly these parameters and this status.
     pub fn find_run_with_status(
         &self,
-        stage: &str,
+        stage: StageKind,
         params: &serde_json::Value,
-        status: &str,
+        status: RunStatus,
     ) -> Result<Option<RunRow>> {
         let sql = format!(
             "SELECT {} FROM stage_runs WHERE stage = ?1 AND params = ?2 AND status = ?3 \
@@ -557,6 +563,71 @@ impl Catalog {
             )
             .optional()
             .map_err(|e| explain(&self.path, e))
+    }
+
+    /// The newest successful run of `stage` whose parameters name this dataset and
+    /// ingest (`dataset`, `dataset_checksum` fields), e.g. the svd a training run uses.
+    pub fn newest_ok_run_of_dataset(
+        &self,
+        stage: StageKind,
+        dataset: &str,
+        dataset_checksum: &str,
+    ) -> Result<Option<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM stage_runs WHERE stage = ?1 AND status = ?2 \
+             AND json_extract(params, '$.dataset') = ?3 \
+             AND json_extract(params, '$.dataset_checksum') = ?4 \
+             ORDER BY id DESC LIMIT 1",
+            Self::RUN_COLUMNS
+        );
+        self.conn
+            .query_row(
+                &sql,
+                params![stage, RunStatus::Ok, dataset, dataset_checksum],
+                Self::run_from_row,
+            )
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Runs of `stage` with `status`, newest first.
+    pub fn runs_of(&self, stage: StageKind, status: RunStatus) -> Result<Vec<RunRow>> {
+        self.query_runs(
+            "WHERE stage = ?1 AND status = ?2 ORDER BY id DESC",
+            params![stage, status],
+        )
+    }
+
+    /// Runs of `stage` with `status` whose integer parameter `key` is `value` (e.g. the
+    /// predict runs of one training run), newest first.
+    pub fn runs_with_param(
+        &self,
+        stage: StageKind,
+        status: RunStatus,
+        key: &str,
+        value: i64,
+    ) -> Result<Vec<RunRow>> {
+        self.query_runs(
+            "WHERE stage = ?1 AND status = ?2 AND json_extract(params, '$.' || ?3) = ?4 \
+             ORDER BY id DESC",
+            params![stage, status, key, value],
+        )
+    }
+
+    fn query_runs(&self, tail: &str, args: impl rusqlite::Params) -> Result<Vec<RunRow>> {
+        let sql = format!("SELECT {} FROM stage_runs {tail}", Self::RUN_COLUMNS);
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self.conn.prepare(&sql).map_err(e)?;
+        let rows = stmt.query_map(args, Self::run_from_row).map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// The artifact of `kind` a run registered, if any (the first when there are several).
+    pub fn run_artifact(&self, run_id: i64, kind: ArtifactKind) -> Result<Option<ArtifactRow>> {
+        Ok(self
+            .run_artifacts(run_id)?
+            .into_iter()
+            .find(|a| a.kind == kind))
     }
 
     /// Artifacts produced by one run, in id order.
@@ -699,9 +770,16 @@ impl Catalog {
         let changed = self
             .conn
             .execute(
-                "UPDATE stage_runs SET status = 'running', ended_at = NULL, error = NULL, \
-                 pid = ?2, pid_start = ?3 WHERE id = ?1 AND status IN ('interrupted', 'failed')",
-                params![id, pid, pid_start],
+                "UPDATE stage_runs SET status = ?4, ended_at = NULL, error = NULL, \
+                 pid = ?2, pid_start = ?3 WHERE id = ?1 AND status IN (?5, ?6)",
+                params![
+                    id,
+                    pid,
+                    pid_start,
+                    RunStatus::Running,
+                    RunStatus::Interrupted,
+                    RunStatus::Failed
+                ],
             )
             .map_err(|e| explain(&self.path, e))?;
         if changed == 0 {

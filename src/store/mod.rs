@@ -3,5 +3,7 @@
 pub mod catalog;
 pub mod checkpoint;
 pub mod chunks;
+pub mod kinds;
 pub mod npy;
 pub mod predictions;
+pub mod workspace;

@@ -38,12 +38,32 @@ const CENTROID_TILE: usize = 1024;
 const SEED_CHUNK: usize = 1024;
 
 /// How the centroids are initialised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InitMethod {
     /// k-means++ (D² sampling) on a sample of the rows.
     KmeansPlusPlus,
     /// k distinct rows chosen uniformly at random.
     RandomRows,
+}
+
+impl InitMethod {
+    /// Every method's name, as `FromStr` accepts it.
+    pub const NAMES: [&'static str; 2] = ["kmeans-plus-plus", "random-rows"];
+}
+
+impl std::str::FromStr for InitMethod {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "kmeans-plus-plus" => Ok(InitMethod::KmeansPlusPlus),
+            "random-rows" => Ok(InitMethod::RandomRows),
+            _ => Err(format!(
+                "unknown initialisation {s:?} (expected one of: {})",
+                InitMethod::NAMES.join(", ")
+            )),
+        }
+    }
 }
 
 /// Parameters of [`kmeans`].

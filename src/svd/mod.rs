@@ -8,11 +8,10 @@
 //! - `a_init.npy` (M×R f32): the initial subspace inducing inputs A, k-means centroids of
 //!   the rows of K_XX̃ (or random rows).
 
-pub mod kernels;
 pub mod kmeans;
 pub mod rsvd;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -21,57 +20,64 @@ use ndarray::{Array1, Array2};
 use serde_json::json;
 
 use crate::memtrace;
-use crate::store::catalog::{ArtifactRow, DatasetRow};
-use crate::store::chunks::{read_chunk, WrittenFile};
+use crate::sparse::project_chunk;
+use crate::stage::{memoised, thread_pool, threads_or_all, Outcome, Staged};
+use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
+use crate::store::chunks::WrittenFile;
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
-use crate::workspace::Workspace;
-use kernels::project_chunk;
+use crate::store::workspace::Workspace;
 use kmeans::{InitMethod, KMeansConfig};
 use rsvd::{randomized_svd, ChunkFiles, RowSource, SvdConfig};
 
-/// Arguments of `pipeline svd`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SvdArgs {
+/// What `pipeline svd` computes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SvdOptions {
     /// Dataset (as named at ingest) whose training split is factorised.
-    #[arg(long)]
     pub dataset: String,
     /// R: number of singular vectors kept.
-    #[arg(long)]
     pub rank: usize,
     /// p: extra random directions beyond R (accuracy of the last singular values).
-    #[arg(long, default_value_t = 20)]
     pub oversample: usize,
     /// q: power iterations (each is one more pass over the data).
-    #[arg(long, default_value_t = 2)]
     pub power_iters: usize,
     /// M: number of subspace inducing inputs initialised (rows of a_init.npy).
-    #[arg(long, default_value_t = 500)]
     pub inducing: usize,
     /// How A is initialised.
-    #[arg(long, value_enum, default_value_t = InitMethod::KmeansPlusPlus)]
     pub init: InitMethod,
     /// Lloyd iterations of the k-means initialisation.
-    #[arg(long, default_value_t = 10)]
     pub kmeans_iters: usize,
     /// Run k-means on a uniform sample of at most this many rows of K_XX̃.
-    #[arg(long, default_value_t = 200_000)]
     pub kmeans_max_rows: usize,
-    #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
+    /// Worker threads (None: all cores).
     pub threads: Option<usize>,
+}
+
+impl SvdOptions {
+    /// The command line's defaults for `dataset` at rank `rank`.
+    pub fn new(dataset: &str, rank: usize) -> Self {
+        SvdOptions {
+            dataset: dataset.to_string(),
+            rank,
+            oversample: 20,
+            power_iters: 2,
+            inducing: 500,
+            init: InitMethod::KmeansPlusPlus,
+            kmeans_iters: 10,
+            kmeans_max_rows: 200_000,
+            seed: 0,
+            threads: None,
+        }
+    }
 }
 
 /// What an SVD run produced (or found already done).
 #[derive(Debug, Clone)]
-pub struct SvdOutcome {
-    pub run_id: i64,
-    /// False when an identical run was found in the catalog.
-    pub computed: bool,
+pub struct SvdOutput {
     /// Workspace-relative directory of the artifacts.
     pub dir: String,
     pub singular_values: Vec<f64>,
+    /// Seconds of each pass over the data (empty when found done).
     pub pass_seconds: Vec<f64>,
 }
 
@@ -97,45 +103,41 @@ fn progress_bar(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
-/// Runs `pipeline svd`.
-pub fn run(workspace: &Path, args: &SvdArgs) -> Result<SvdOutcome> {
-    let ws = Workspace::open(workspace)?;
-    let dataset = ws.catalog.dataset(&args.dataset)?.with_context(|| {
+/// Runs `pipeline svd` (memoised on the dataset's ingest and the options).
+pub fn run(ws: &Workspace, opts: &SvdOptions) -> Result<Outcome<SvdOutput>> {
+    let dataset = ws.catalog.dataset(&opts.dataset)?.with_context(|| {
         format!(
             "no dataset '{}' in {}; run `pipeline ingest` first",
-            args.dataset,
-            workspace.display()
+            opts.dataset,
+            ws.root().display()
         )
     })?;
-    if args.inducing == 0 {
+    if opts.inducing == 0 {
         bail!("--inducing must be at least 1");
     }
     let params = json!({
         "dataset": dataset.name,
         "dataset_checksum": dataset.checksum,
-        "rank": args.rank,
-        "oversample": args.oversample,
-        "power_iters": args.power_iters,
-        "inducing": args.inducing,
-        "init": format!("{:?}", args.init),
-        "kmeans_iters": args.kmeans_iters,
-        "kmeans_max_rows": args.kmeans_max_rows,
-        "seed": args.seed,
+        "rank": opts.rank,
+        "oversample": opts.oversample,
+        "power_iters": opts.power_iters,
+        "inducing": opts.inducing,
+        "init": format!("{:?}", opts.init),
+        "kmeans_iters": opts.kmeans_iters,
+        "kmeans_max_rows": opts.kmeans_max_rows,
+        "seed": opts.seed,
     });
-    if let Some(done) = ws.catalog.find_ok_run("svd", &params)? {
-        let arts = ws.catalog.run_artifacts(done.id)?;
-        let sv_path = arts
-            .iter()
-            .find(|a| a.kind == "singular_values")
+    let cached = |done: &RunRow| {
+        let sv_path = ws
+            .catalog
+            .run_artifact(done.id, ArtifactKind::SingularValues)?
             .context("completed svd run without singular values")?;
         let sv: Array1<f64> = ndarray_npy::read_npy(ws.resolve(&sv_path.path))?;
         eprintln!(
             "svd of '{}' with these parameters is already done (run {}); nothing to do",
             dataset.name, done.id
         );
-        return Ok(SvdOutcome {
-            run_id: done.id,
-            computed: false,
+        Ok(SvdOutput {
             dir: Path::new(&sv_path.path)
                 .parent()
                 .unwrap_or(Path::new(""))
@@ -143,60 +145,58 @@ pub fn run(workspace: &Path, args: &SvdArgs) -> Result<SvdOutcome> {
                 .to_string(),
             singular_values: sv.to_vec(),
             pass_seconds: Vec::new(),
-        });
-    }
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
-    let src = train_chunk_files(&ws, &dataset)?;
-    let run = ws.start_run("svd", &params)?;
-    let tmp = run.tmp_dir().to_path_buf();
-    let result = pool.install(|| compute(&src, &dataset, args, &tmp));
-    let (artifacts_local, singular_values, pass_seconds) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            run.failed(&e);
-            return Err(e);
-        }
-    };
-    let rel = run.output_rel("svd", &format!("{}-r{}", dataset.name, args.rank));
-    let run_id = run.id;
-    let artifacts: Vec<ArtifactRow> = artifacts_local
-        .iter()
-        .map(|(kind, file, rows, written)| ArtifactRow {
-            kind: kind.to_string(),
-            path: format!("{rel}/{file}"),
-            bytes: written.bytes,
-            rows: Some(*rows),
-            checksum: written.checksum.clone(),
-            split: Some("train".into()),
         })
-        .collect();
-    run.publish_and_commit("svd", &rel, || {
-        ws.catalog
-            .commit_artifacts(run_id, Some(dataset.id), &artifacts)
-    })?;
-    Ok(SvdOutcome {
-        run_id,
-        computed: true,
-        dir: rel,
-        singular_values,
-        pass_seconds,
-    })
+    };
+    let pool = thread_pool(threads_or_all(opts.threads))?;
+    let src = train_chunk_files(ws, &dataset)?;
+    memoised(
+        ws,
+        StageKind::Svd,
+        &params,
+        Some(&pool),
+        cached,
+        |scratch| compute(&src, &dataset, opts, scratch),
+        |published, computed: Computed| {
+            let artifacts: Vec<ArtifactRow> = computed
+                .artifacts
+                .iter()
+                .map(|(kind, file, rows, written)| ArtifactRow {
+                    kind: *kind,
+                    path: format!("{}/{file}", published.rel),
+                    bytes: written.bytes,
+                    rows: Some(*rows),
+                    checksum: written.checksum.clone(),
+                    split: Some("train".into()),
+                })
+                .collect();
+            ws.catalog
+                .commit_artifacts(published.run_id, Some(dataset.id), &artifacts)?;
+            Ok(SvdOutput {
+                dir: published.rel.clone(),
+                singular_values: computed.singular_values,
+                pass_seconds: computed.pass_seconds,
+            })
+        },
+    )
 }
 
-type LocalArtifact = (&'static str, &'static str, u64, WrittenFile);
+/// One file of an svd run: kind, file name, rows, what was written.
+type LocalArtifact = (ArtifactKind, &'static str, u64, WrittenFile);
+
+/// What [`compute`] leaves in the scratch directory, and the figures it measured.
+struct Computed {
+    artifacts: Vec<LocalArtifact>,
+    singular_values: Vec<f64>,
+    pass_seconds: Vec<f64>,
+}
 
 /// Computes every artifact into `tmp/svd/`.
 fn compute(
     src: &ChunkFiles,
     dataset: &DatasetRow,
-    args: &SvdArgs,
+    args: &SvdOptions,
     tmp: &Path,
-) -> Result<(Vec<LocalArtifact>, Vec<f64>, Vec<f64>)> {
+) -> Result<Staged<Computed>> {
     let out = tmp.join("svd");
     std::fs::create_dir_all(&out)?;
     let started = Instant::now();
@@ -226,9 +226,9 @@ fn compute(
     memtrace::mark("svd basis.npy written");
     let sv = Array1::from(svd.singular_values.clone());
     let mut arts: Vec<LocalArtifact> = vec![
-        ("basis", "basis.npy", r as u64, basis_file),
+        (ArtifactKind::Basis, "basis.npy", r as u64, basis_file),
         (
-            "singular_values",
+            ArtifactKind::SingularValues,
             "singular_values.npy",
             r as u64,
             write_array(&out.join("singular_values.npy"), &sv)?,
@@ -261,8 +261,13 @@ fn compute(
         bail!("read {row} rows of the train split, expected {n}");
     }
     memtrace::mark("svd K_XX̃ pass");
-    arts.push(("kxx", "kxx.npy", n as u64, kxx.finish()?));
-    arts.push(("sq_norms", "sq_norms.npy", n as u64, sq_norms.finish()?));
+    arts.push((ArtifactKind::Kxx, "kxx.npy", n as u64, kxx.finish()?));
+    arts.push((
+        ArtifactKind::SqNorms,
+        "sq_norms.npy",
+        n as u64,
+        sq_norms.finish()?,
+    ));
     let mut pass_seconds = svd.pass_seconds.clone();
     pass_seconds.push(t.elapsed().as_secs_f64());
 
@@ -281,7 +286,7 @@ fn compute(
     )?;
     memtrace::mark("svd k-means");
     arts.push((
-        "a_init",
+        ArtifactKind::AInit,
         "a_init.npy",
         args.inducing as u64,
         write_array(&out.join("a_init.npy"), &km.centroids)?,
@@ -294,12 +299,20 @@ fn compute(
         started.elapsed().as_secs_f64(),
         &km.objective,
     );
-    Ok((arts, svd.singular_values, pass_seconds))
+    Ok(Staged {
+        dir: "svd",
+        name: format!("{}-r{}", dataset.name, args.rank),
+        value: Computed {
+            artifacts: arts,
+            singular_values: svd.singular_values,
+            pass_seconds,
+        },
+    })
 }
 
 fn print_summary(
     d: &DatasetRow,
-    args: &SvdArgs,
+    args: &SvdOptions,
     sv: &[f64],
     passes: &[f64],
     total: f64,
@@ -327,34 +340,4 @@ fn print_summary(
             objective.len() - 1
         );
     }
-}
-
-/// Projects every row of a split onto a basis, chunk by chunk: writes `out` (n×R f32 .npy)
-/// with row i = x_i X̃ᵀ. `basis` is R×D as stored in `basis.npy`.
-pub fn project_split(
-    files: &[PathBuf],
-    n_rows: usize,
-    basis: ndarray::ArrayView2<'_, f32>,
-    out: &Path,
-) -> Result<WrittenFile> {
-    let basis_t = basis.t().as_standard_layout().into_owned();
-    let mut writer = NpyRowWriter::create(out, n_rows, basis.nrows())?;
-    let mut row = 0usize;
-    for path in files {
-        let chunk = read_chunk(path)?;
-        if row + chunk.len() > n_rows {
-            bail!("{}: more rows than the {n_rows} expected", path.display());
-        }
-        let mut view = writer.view_mut()?;
-        project_chunk(
-            &chunk,
-            basis_t.view(),
-            view.slice_mut(ndarray::s![row..row + chunk.len(), ..]),
-        );
-        row += chunk.len();
-    }
-    if row != n_rows {
-        bail!("projected {row} rows, expected {n_rows}");
-    }
-    writer.finish()
 }

@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Result};
 
+use crate::store::catalog::MetricRow;
+
 /// Largest supported `k_max` (coverage stores the best hit rank of a label in a byte).
 pub const MAX_K: usize = 254;
 
@@ -256,20 +258,11 @@ impl MetricsAccumulator {
 
     fn add_row_with(&mut self, pred: &[u32], truth: &[u32], sc: &mut Scratch) -> Result<()> {
         let k_max = self.k_max;
-        sc.truth.clear();
-        sc.truth.extend_from_slice(truth);
-        sc.truth.sort_unstable();
-        if let Some(w) = sc.truth.windows(2).find(|w| w[0] == w[1]) {
-            bail!("true label {} appears twice in the row", w[0]);
+        if let Some(l) = sorted_with_duplicate(&mut sc.truth, truth) {
+            bail!("true label {l} appears twice in the row");
         }
-        sc.pred.clear();
-        sc.pred.extend_from_slice(pred);
-        sc.pred.sort_unstable();
-        if let Some(w) = sc.pred.windows(2).find(|w| w[0] == w[1]) {
-            bail!(
-                "predicted label {} appears twice in the row's top {k_max}",
-                w[0]
-            );
+        if let Some(l) = sorted_with_duplicate(&mut sc.pred, pred) {
+            bail!("predicted label {l} appears twice in the row's top {k_max}");
         }
         let n_true = sc.truth.len();
 
@@ -605,4 +598,34 @@ impl fmt::Display for Metrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_table())
     }
+}
+
+/// Fills `dst` with `src` sorted; returns a label that appears twice, if any.
+fn sorted_with_duplicate(dst: &mut Vec<u32>, src: &[u32]) -> Option<u32> {
+    dst.clear();
+    dst.extend_from_slice(src);
+    dst.sort_unstable();
+    dst.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// The catalog rows recorded for `m` (names like `P@1`, values as fractions).
+pub fn metric_rows(m: &Metrics, step: Option<i64>, split: &str) -> Vec<MetricRow> {
+    let mut rows = Vec::new();
+    for k in 1..=m.k_max {
+        for (name, values) in [
+            ("P", &m.p_at),
+            ("nDCG", &m.ndcg_at),
+            ("PSP", &m.psp_at),
+            ("PSnDCG", &m.psndcg_at),
+            ("coverage", &m.coverage_at),
+        ] {
+            rows.push(MetricRow {
+                name: format!("{name}@{k}"),
+                value: values[k - 1],
+                step,
+                split: Some(split.to_string()),
+            });
+        }
+    }
+    rows
 }

@@ -24,17 +24,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
-
-/// Arguments of `pipeline run`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RunArgs {
-    /// The TOML spec of the run (see `pipelines/`).
-    pub spec: PathBuf,
-    /// Print the final metrics as JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
+use super::args::{Cli, Command, RunArgs, SynthArgs};
+use crate::store::workspace::Workspace;
 
 /// The stages a spec may hold, in execution order.
 const STAGES: [&str; 6] = ["synth", "ingest", "svd", "train", "predict", "evaluate"];
@@ -158,7 +149,7 @@ impl Spec {
     }
 
     /// Parses one stage's options with the command-line parser.
-    fn command(&self, stage: &str, linked: &[(&str, String)]) -> Result<Command> {
+    pub fn command(&self, stage: &str, linked: &[(&str, String)]) -> Result<Command> {
         let argv = self.argv(stage, linked)?;
         let cli = Cli::try_parse_from(&argv).map_err(|e| {
             anyhow::anyhow!(
@@ -184,7 +175,7 @@ struct StageLine {
 }
 
 /// Runs `pipeline run`.
-pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
+pub fn run(ws: &Workspace, args: &RunArgs) -> Result<()> {
     let spec = Spec::read(&args.spec)?;
     let mut lines = Vec::new();
     let mut timed = |stage: &'static str, f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>| {
@@ -211,7 +202,7 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
         unreachable!()
     };
     timed("ingest", &mut || {
-        let out = crate::ingest::run(workspace, &ingest)?;
+        let out = crate::ingest::run(ws, &ingest)?;
         Ok((out.run_id, !out.ingested))
     })?;
     let dataset = ingest.name.clone();
@@ -220,7 +211,7 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
     };
     let mut svd_run = 0;
     timed("svd", &mut || {
-        let out = crate::svd::run(workspace, &svd)?;
+        let out = crate::svd::run(ws, &svd.options())?;
         svd_run = out.run_id;
         Ok((Some(out.run_id), !out.computed))
     })?;
@@ -233,7 +224,7 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
     };
     let mut train_run = 0;
     timed("train", &mut || {
-        let out = crate::train::run(workspace, &train)?;
+        let out = crate::train::run(ws, &train.options())?;
         train_run = out.run_id;
         Ok((Some(out.run_id), !out.computed))
     })?;
@@ -243,8 +234,8 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
     };
     let mut predictions = String::new();
     timed("predict", &mut || {
-        let out = crate::predict::run(workspace, &predict)?;
-        predictions = out.path.clone();
+        let out = crate::predict::run(ws, &predict.options())?;
+        predictions = out.value.path.clone();
         Ok((Some(out.run_id), !out.computed))
     })?;
     let Command::Evaluate(evaluate) =
@@ -254,11 +245,9 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
     };
     let mut metrics = None;
     timed("evaluate", &mut || {
-        let out = crate::evaluate::evaluate_stage(workspace, &evaluate)?;
-        let id = out.run_id;
-        let cached = !out.computed;
-        metrics = Some(out.metrics);
-        Ok((Some(id), cached))
+        let out = crate::evaluate::run(ws, &evaluate.options(predictions.clone()))?;
+        metrics = Some(out.value);
+        Ok((Some(out.run_id), !out.computed))
     })?;
 
     eprintln!();
@@ -283,7 +272,7 @@ pub fn run(workspace: &Path, args: &RunArgs) -> Result<()> {
 
 /// Runs synth unless its output files exist and were made with the same options (a stamp
 /// file beside them records those options).
-fn synth_once(args: &crate::synth::SynthArgs) -> Result<(Option<i64>, bool)> {
+fn synth_once(args: &SynthArgs) -> Result<(Option<i64>, bool)> {
     let stamp = args.out.join("synth-options.txt");
     let wanted = format!("{args:?}");
     let present = ["train.txt", "test.txt"]
@@ -293,7 +282,7 @@ fn synth_once(args: &crate::synth::SynthArgs) -> Result<(Option<i64>, bool)> {
         eprintln!("synth: {} is up to date", args.out.display());
         return Ok((None, true));
     }
-    crate::synth::run(args)?;
+    crate::synth::run(&args.options())?;
     std::fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))?;
     Ok((None, false))
 }

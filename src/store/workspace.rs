@@ -10,21 +10,22 @@
 //!   train/<name>-<kernel>.run<id>/ checkpoints of one training run
 //!   predictions/<name>-<split>.run<id>/ top-k predictions of one predict run
 //! ```
-//! Training is the one stage that publishes while it runs: each checkpoint is renamed into
-//! its run's directory and registered on its own, so an interrupted run can be resumed.
-//! A stage writes only below its `tmp/run-<id>/`, renames the finished output into place
-//! and then commits the catalog rows. Opening a workspace collects what dead runs left:
-//! their scratch directories and any published directory that no catalog row references.
+//! How stages write here is the stage protocol's business (`crate::stage`): only below
+//! `tmp/run-<id>/`, then a rename into place, then the catalog rows. Opening a workspace
+//! collects what dead runs left: their scratch directories and any published directory
+//! that no catalog row references.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 
-use crate::store::catalog::{Catalog, DatasetRow};
+use super::catalog::{ArtifactKind, Catalog, DatasetRow, RunStatus, StageKind};
 
-/// Top-level directories that hold published stage outputs.
-const OUTPUT_DIRS: &[&str] = &["datasets", "svd", "train", "predictions", "evaluations"];
+/// Top-level directories that hold published stage outputs, one per stage.
+fn output_dirs() -> impl Iterator<Item = &'static str> {
+    StageKind::ALL.iter().map(|k| k.output_dir())
+}
 
 pub struct Workspace {
     root: PathBuf,
@@ -41,7 +42,8 @@ pub fn process_identity(pid: u32) -> Option<String> {
     rest.split_whitespace().nth(19).map(str::to_string)
 }
 
-fn run_is_live(pid: i64, pid_start: &str) -> bool {
+/// Whether the process that recorded `pid`/`pid_start` is still running.
+pub fn run_is_live(pid: i64, pid_start: &str) -> bool {
     u32::try_from(pid)
         .ok()
         .and_then(process_identity)
@@ -53,7 +55,7 @@ impl Workspace {
     pub fn open(root: &Path) -> Result<Self> {
         fs::create_dir_all(root.join("tmp"))
             .with_context(|| format!("creating workspace {}", root.display()))?;
-        for dir in OUTPUT_DIRS {
+        for dir in output_dirs() {
             fs::create_dir_all(root.join(dir))?;
         }
         let catalog = Catalog::open(&root.join("catalog.sqlite"))?;
@@ -92,7 +94,7 @@ impl Workspace {
             .catalog
             .artifacts(Some(d.id))?
             .into_iter()
-            .filter(|a| a.kind == "chunk" && a.split.as_deref() == Some(split))
+            .filter(|a| a.kind == ArtifactKind::Chunk && a.split.as_deref() == Some(split))
             .map(|a| {
                 let rows = a
                     .rows
@@ -123,7 +125,7 @@ impl Workspace {
             } else {
                 self.catalog.end_run(
                     run.id,
-                    "interrupted",
+                    RunStatus::Interrupted,
                     Some("the process ended without finishing (killed or crashed)"),
                 )?;
             }
@@ -139,7 +141,7 @@ impl Workspace {
             }
         }
         let referenced = self.catalog.referenced_paths()?;
-        for dir in OUTPUT_DIRS {
+        for dir in output_dirs() {
             for entry in fs::read_dir(self.root.join(dir))? {
                 let entry = entry?;
                 let rel = format!("{dir}/{}", entry.file_name().to_string_lossy());
@@ -156,38 +158,10 @@ impl Workspace {
         }
         Ok(())
     }
-
-    /// Records the start of a stage run and creates its scratch directory.
-    pub fn start_run(&self, stage: &str, params: &serde_json::Value) -> Result<StageRun<'_>> {
-        let pid = std::process::id();
-        let identity = process_identity(pid).unwrap_or_default();
-        let id = self.catalog.begin_run(stage, params, pid, &identity)?;
-        self.stage_run(id)
-    }
-
-    /// Takes over an interrupted or failed run (`pipeline train --resume`): it is marked
-    /// running under this process and gets a fresh scratch directory.
-    pub fn resume_run(&self, id: i64) -> Result<StageRun<'_>> {
-        let pid = std::process::id();
-        let identity = process_identity(pid).unwrap_or_default();
-        self.catalog.reopen_run(id, pid, &identity)?;
-        self.stage_run(id)
-    }
-
-    fn stage_run(&self, id: i64) -> Result<StageRun<'_>> {
-        let tmp_dir = self.root.join("tmp").join(format!("run-{id}"));
-        fs::create_dir_all(&tmp_dir)
-            .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
-        Ok(StageRun {
-            ws: self,
-            id,
-            tmp_dir,
-            ended: false,
-        })
-    }
 }
 
-fn remove_path(path: &Path) -> Result<()> {
+/// Removes a file or a directory tree; a path already gone is not an error.
+pub fn remove_path(path: &Path) -> Result<()> {
     let result = if path.is_dir() {
         fs::remove_dir_all(path)
     } else {
@@ -198,90 +172,5 @@ fn remove_path(path: &Path) -> Result<()> {
             Err(e).with_context(|| format!("removing {}", path.display()))
         }
         _ => Ok(()),
-    }
-}
-
-/// A stage run in progress. Dropping it without [`StageRun::succeeded`] records it as failed
-/// and deletes its scratch directory, so an error anywhere leaves nothing behind.
-pub struct StageRun<'a> {
-    ws: &'a Workspace,
-    pub id: i64,
-    tmp_dir: PathBuf,
-    ended: bool,
-}
-
-impl StageRun<'_> {
-    /// Scratch directory, private to this run.
-    pub fn tmp_dir(&self) -> &Path {
-        &self.tmp_dir
-    }
-
-    /// Name of a published output directory: `<dir>/<name>.run<id>` (workspace-relative).
-    pub fn output_rel(&self, dir: &str, name: &str) -> String {
-        format!("{dir}/{name}.run{}", self.id)
-    }
-
-    /// Renames `tmp_dir/<from>` to the workspace-relative `to` (same file system, atomic).
-    pub fn publish(&self, from: &str, to: &str) -> Result<PathBuf> {
-        let src = self.tmp_dir.join(from);
-        let dst = self.ws.resolve(to);
-        fs::rename(&src, &dst)
-            .with_context(|| format!("publishing {} as {}", src.display(), dst.display()))?;
-        Ok(dst)
-    }
-
-    /// The last step of every stage: renames `tmp_dir/<from>` to the workspace-relative `to`,
-    /// then runs `commit` (which registers the outputs in one catalog transaction). If
-    /// either fails, the published directory is removed and the run recorded as failed, so
-    /// nothing unregistered stays visible.
-    pub fn publish_and_commit<T>(
-        self,
-        from: &str,
-        to: &str,
-        commit: impl FnOnce() -> Result<T>,
-    ) -> Result<T> {
-        match self.publish(from, to).and_then(|_| commit()) {
-            Ok(value) => {
-                self.succeeded()?;
-                Ok(value)
-            }
-            Err(e) => {
-                let _ = remove_path(&self.ws.resolve(to));
-                self.failed(&e);
-                Err(e)
-            }
-        }
-    }
-
-    /// Call after the catalog rows naming the outputs were committed.
-    pub fn succeeded(mut self) -> Result<()> {
-        self.ended = true;
-        remove_path(&self.tmp_dir)
-    }
-
-    /// Marks the run 'ok' for stages that registered their outputs as they went (training).
-    pub fn finish_ok(self) -> Result<()> {
-        self.ws.catalog.end_run(self.id, "ok", None)?;
-        self.succeeded()
-    }
-
-    /// Records the failure with its message and removes the scratch space.
-    pub fn failed(mut self, error: &anyhow::Error) {
-        self.ended = true;
-        self.record_failure(&format!("{error:#}"));
-    }
-
-    fn record_failure(&self, msg: &str) {
-        // Best effort: the original error matters more than a cleanup failure.
-        let _ = remove_path(&self.tmp_dir);
-        let _ = self.ws.catalog.end_run(self.id, "failed", Some(msg));
-    }
-}
-
-impl Drop for StageRun<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            self.record_failure("the stage ended without finishing");
-        }
     }
 }

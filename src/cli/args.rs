@@ -1,0 +1,450 @@
+//! The command line's grammar: one clap struct per subcommand, each turned into the plain
+//! options struct of its stage (clap lives in this layer only). `pipeline run` parses a
+//! spec's tables with the same structs, so a spec means what the flags mean.
+
+use std::path::PathBuf;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Parser, Subcommand};
+
+use crate::evaluate::EvaluateOptions;
+use crate::ingest::IngestArgs;
+use crate::metrics::{LabellessRows, PropensityParams};
+use crate::predict::PredictOptions;
+use crate::svd::kmeans::InitMethod;
+use crate::svd::SvdOptions;
+use crate::synth::{Shape, SynthOptions};
+use crate::train::{ElboOptions, TrainOptions};
+use crate::trained::{KernelChoice, Negatives};
+
+/// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
+/// them, the enum's own parser turns the checked text into the value.
+fn one_of<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Debug,
+{
+    PossibleValuesParser::new(names).map(|s| s.parse::<T>().expect("a listed name parses"))
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pipeline",
+    version,
+    about = "fsgp: fully scalable Gaussian processes for extreme multi-label classification"
+)]
+pub struct Cli {
+    /// Workspace directory holding the catalog and every stage's output.
+    #[arg(
+        long,
+        global = true,
+        env = "FSGP_WORKSPACE",
+        default_value = "fsgp-workspace"
+    )]
+    pub workspace: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate Extreme Classification Repository text files with a planted structure.
+    Synth(SynthArgs),
+    /// Read XML-repository text files into Parquet CSR chunks and register the dataset.
+    Ingest(IngestArgs),
+    /// Out-of-core truncated SVD of a dataset's training matrix, K_XX̃ and A's initialisation.
+    Svd(SvdArgs),
+    /// Fit MLGPF by stochastic variational inference on a dataset's SVD factors.
+    Train(TrainArgs),
+    /// Exact full-data evidence lower bound of a training checkpoint.
+    Elbo(ElboArgs),
+    /// Top-k labels of every row of a split under a training checkpoint (Parquet).
+    Predict(PredictArgs),
+    /// P@k, nDCG@k, PSP@k, PSnDCG@k and coverage@k of predictions against the true labels.
+    Evaluate(EvaluateArgs),
+    /// A whole run from a TOML spec: (synth →) ingest → svd → train → predict → evaluate.
+    Run(RunArgs),
+    /// Charts (PNG, SVG) and a Markdown summary of a training run.
+    Report(ReportArgs),
+    /// Show what the workspace holds: datasets, artifacts, stage runs.
+    Status(StatusArgs),
+}
+
+/// Arguments of `pipeline synth`. `--shape` gives defaults; explicit flags override.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SynthArgs {
+    /// Output directory (created if missing); receives train.txt and test.txt.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Number of training rows N.
+    #[arg(long)]
+    pub rows: Option<u64>,
+    /// Number of test rows (default: the preset's test/train ratio, or rows/4).
+    #[arg(long = "test-rows")]
+    pub test_rows: Option<u64>,
+    /// Number of features D.
+    #[arg(long)]
+    pub features: Option<u32>,
+    /// Number of labels K (L).
+    #[arg(long)]
+    pub labels: Option<u32>,
+    /// Mean number of non-zero features per row (default 20 without --shape).
+    #[arg(long = "nnz-per-row")]
+    pub nnz_per_row: Option<f64>,
+    /// Mean number of labels per row (default 3 without --shape).
+    #[arg(long = "labels-per-row")]
+    pub labels_per_row: Option<f64>,
+    /// Number of planted topics (rank of the planted structure; default clamp(2*sqrt(K), 8, 256)).
+    #[arg(long)]
+    pub topics: Option<u32>,
+    /// Take defaults from one of the paper's data sets (Table 1).
+    #[arg(long, value_parser = one_of::<Shape>(&Shape::NAMES))]
+    pub shape: Option<Shape>,
+    /// Random seed; the output bytes are a function of the configuration and the seed only.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Worker threads (default: all available cores). Does not change the output.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl SynthArgs {
+    pub fn options(&self) -> SynthOptions {
+        SynthOptions {
+            out: self.out.clone(),
+            rows: self.rows,
+            test_rows: self.test_rows,
+            features: self.features,
+            labels: self.labels,
+            nnz_per_row: self.nnz_per_row,
+            labels_per_row: self.labels_per_row,
+            topics: self.topics,
+            shape: self.shape,
+            seed: self.seed,
+            threads: self.threads,
+        }
+    }
+}
+
+/// Arguments of `pipeline svd`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SvdArgs {
+    /// Dataset (as named at ingest) whose training split is factorised.
+    #[arg(long)]
+    pub dataset: String,
+    /// R: number of singular vectors kept.
+    #[arg(long)]
+    pub rank: usize,
+    /// p: extra random directions beyond R (accuracy of the last singular values).
+    #[arg(long, default_value_t = 20)]
+    pub oversample: usize,
+    /// q: power iterations (each is one more pass over the data).
+    #[arg(long, default_value_t = 2)]
+    pub power_iters: usize,
+    /// M: number of subspace inducing inputs initialised (rows of a_init.npy).
+    #[arg(long, default_value_t = 500)]
+    pub inducing: usize,
+    /// How A is initialised.
+    #[arg(long, default_value = "kmeans-plus-plus",
+          value_parser = one_of::<InitMethod>(&InitMethod::NAMES))]
+    pub init: InitMethod,
+    /// Lloyd iterations of the k-means initialisation.
+    #[arg(long, default_value_t = 10)]
+    pub kmeans_iters: usize,
+    /// Run k-means on a uniform sample of at most this many rows of K_XX̃.
+    #[arg(long, default_value_t = 200_000)]
+    pub kmeans_max_rows: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl SvdArgs {
+    pub fn options(&self) -> SvdOptions {
+        SvdOptions {
+            dataset: self.dataset.clone(),
+            rank: self.rank,
+            oversample: self.oversample,
+            power_iters: self.power_iters,
+            inducing: self.inducing,
+            init: self.init,
+            kmeans_iters: self.kmeans_iters,
+            kmeans_max_rows: self.kmeans_max_rows,
+            seed: self.seed,
+            threads: self.threads,
+        }
+    }
+}
+
+/// Arguments of `pipeline train`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// Dataset (as named at ingest); required unless --resume.
+    #[arg(long, required_unless_present = "resume")]
+    pub dataset: Option<String>,
+    /// SVD run whose factors to use (default: the newest one of the dataset).
+    #[arg(long)]
+    pub svd: Option<i64>,
+    #[arg(long, default_value = "linear",
+          value_parser = one_of::<KernelChoice>(&KernelChoice::NAMES))]
+    pub kernel: KernelChoice,
+    /// M: inducing inputs (at most the rows of the svd run's a_init.npy; default all).
+    #[arg(long)]
+    pub inducing: Option<usize>,
+    /// P: latent GPs.
+    #[arg(long, default_value_t = 30)]
+    pub factors: usize,
+    /// B: rows per minibatch.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 10)]
+    pub epochs: u64,
+    /// Stop after S optimiser steps in all, counted from step 0 (or at the end of --epochs if
+    /// sooner); an epoch cut short is recorded like the others, over the steps it ran.
+    #[arg(long, value_name = "S")]
+    pub max_steps: Option<u64>,
+    /// Adam's learning rate η.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 0.9)]
+    pub beta1: f64,
+    #[arg(long, default_value_t = 0.999)]
+    pub beta2: f64,
+    /// Negative labels per row: all, or a uniform sample of COUNT reweighted to stay unbiased.
+    #[arg(long, default_value = "all", value_parser = |s: &str| s.parse::<Negatives>())]
+    pub negatives: Negatives,
+    /// Gauss–Hermite points of the likelihood expectations.
+    #[arg(long, default_value_t = crate::model::likelihood::DEFAULT_POINTS)]
+    pub quadrature: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Worker threads (default: all cores). Results are bitwise reproducible for a fixed
+    /// thread count.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Continue an interrupted or failed run from its last checkpoint; every other option
+    /// is taken from that run.
+    #[arg(long)]
+    pub resume: Option<i64>,
+    /// Start a new run even when an interrupted run with exactly this configuration exists
+    /// (by default that run is resumed).
+    #[arg(long, conflicts_with = "resume")]
+    pub fresh: bool,
+    /// Write a checkpoint every this many steps (and always at the end).
+    #[arg(long, default_value_t = 500)]
+    pub checkpoint_every: u64,
+    /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants).
+    #[arg(long)]
+    pub freeze_a: bool,
+    /// Keep the kernel hyperparameters σ_f and ℓ at their initial values.
+    #[arg(long)]
+    pub freeze_hyper: bool,
+    /// Minibatches the prefetch queue holds.
+    #[arg(long, default_value_t = 4)]
+    pub prefetch: usize,
+    /// Chunks whose rows are shuffled together.
+    #[arg(long, default_value_t = 2)]
+    pub shuffle_chunks: usize,
+    /// Skip the exact full-data bound at the end (a full pass over all rows and labels).
+    #[arg(long)]
+    pub no_final_elbo: bool,
+    /// Every this many epochs (and after the last), rank the rows of --eval-split and
+    /// record P@k, nDCG@k, PSP@k, PSnDCG@k (k ≤ 5) per epoch; 0 = never. It reads the
+    /// parameters only, so the trained numbers do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// The held-out split --eval-every ranks.
+    #[arg(long, default_value = "test")]
+    pub eval_split: String,
+}
+
+impl TrainArgs {
+    pub fn options(&self) -> TrainOptions {
+        TrainOptions {
+            dataset: self.dataset.clone(),
+            svd: self.svd,
+            kernel: self.kernel,
+            inducing: self.inducing,
+            factors: self.factors,
+            batch: self.batch,
+            epochs: self.epochs,
+            max_steps: self.max_steps,
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            negatives: self.negatives,
+            quadrature: self.quadrature,
+            seed: self.seed,
+            threads: self.threads,
+            resume: self.resume,
+            fresh: self.fresh,
+            checkpoint_every: self.checkpoint_every,
+            freeze_a: self.freeze_a,
+            freeze_hyper: self.freeze_hyper,
+            prefetch: self.prefetch,
+            shuffle_chunks: self.shuffle_chunks,
+            final_elbo: !self.no_final_elbo,
+            eval_every: self.eval_every,
+            eval_split: self.eval_split.clone(),
+        }
+    }
+}
+
+/// Arguments of `pipeline elbo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ElboArgs {
+    /// Training run.
+    #[arg(long)]
+    pub run: i64,
+    /// Checkpoint step (default: the run's last checkpoint).
+    #[arg(long)]
+    pub checkpoint: Option<u64>,
+    /// Split whose bound is computed (only the training split has K_XX̃ factors).
+    #[arg(long, default_value = "train")]
+    pub split: String,
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl ElboArgs {
+    pub fn options(&self) -> ElboOptions {
+        ElboOptions {
+            run: self.run,
+            checkpoint: self.checkpoint,
+            split: self.split.clone(),
+            threads: self.threads,
+        }
+    }
+}
+
+/// Arguments of `pipeline predict`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PredictArgs {
+    /// Training run.
+    #[arg(long)]
+    pub run: i64,
+    /// Checkpoint step (default: the run's last).
+    #[arg(long)]
+    pub checkpoint: Option<u64>,
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// Labels kept per row.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: usize,
+    /// Rows scored together (memory: rows × labels f64 scores).
+    #[arg(long, default_value_t = 1024)]
+    pub block_rows: usize,
+    /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).
+    #[arg(long)]
+    pub probabilities: bool,
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl PredictArgs {
+    pub fn options(&self) -> PredictOptions {
+        PredictOptions {
+            run: self.run,
+            checkpoint: self.checkpoint,
+            split: self.split.clone(),
+            top_k: self.top_k,
+            block_rows: self.block_rows,
+            probabilities: self.probabilities,
+            threads: self.threads,
+        }
+    }
+}
+
+/// Arguments of `pipeline evaluate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EvaluateArgs {
+    /// A predictions file (workspace-relative or absolute), as written by `pipeline predict`.
+    #[arg(long, required_unless_present = "run", conflicts_with = "run")]
+    pub predictions: Option<String>,
+    /// A training run: evaluates its predictions on --split (predicting first if needed).
+    #[arg(long)]
+    pub run: Option<i64>,
+    /// With --run: the checkpoint step (default: the run's last).
+    #[arg(long, requires = "run")]
+    pub checkpoint: Option<u64>,
+    /// With --run: the split to predict and evaluate.
+    #[arg(long, default_value = "test", requires = "run")]
+    pub split: String,
+    /// Metrics at k = 1..K.
+    #[arg(long, default_value_t = 5)]
+    pub k: usize,
+    /// Propensity model parameter A (0.55 generic, 0.6 Amazon, 0.5 Wikipedia).
+    #[arg(long, default_value_t = PropensityParams::GENERIC.a)]
+    pub propensity_a: f64,
+    /// Propensity model parameter B (1.5 generic, 2.6 Amazon, 0.4 Wikipedia).
+    #[arg(long, default_value_t = PropensityParams::GENERIC.b)]
+    pub propensity_b: f64,
+    /// Test rows without labels: count them (every metric 0 on them, as pyxclib does) or
+    /// leave them out.
+    #[arg(long, default_value = "count-as-zero",
+          value_parser = PossibleValuesParser::new(["count-as-zero", "skip"]).map(|s| {
+              if s == "skip" { LabellessRows::Skip } else { LabellessRows::CountAsZero }
+          }))]
+    pub labelless: LabellessRows,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl EvaluateArgs {
+    /// The options for a predictions file (given, or made by predicting `--run` first).
+    pub fn options(&self, predictions: String) -> EvaluateOptions {
+        EvaluateOptions {
+            predictions,
+            k: self.k,
+            propensity: PropensityParams {
+                a: self.propensity_a,
+                b: self.propensity_b,
+            },
+            labelless: self.labelless,
+        }
+    }
+
+    /// With `--run`: the predictions to make first (the top `--k` labels of `--split`).
+    pub fn predict_first(&self) -> Option<PredictOptions> {
+        self.run.map(|run| PredictOptions {
+            checkpoint: self.checkpoint,
+            split: self.split.clone(),
+            top_k: self.k,
+            ..PredictOptions::new(run)
+        })
+    }
+}
+
+/// Arguments of `pipeline run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The TOML spec of the run (see `pipelines/`).
+    pub spec: PathBuf,
+    /// Print the final metrics as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `pipeline report`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Training run.
+    #[arg(long)]
+    pub run: i64,
+    /// Output directory (default: `<workspace>/reports/train-run<RUN>`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Print JSON for machines instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// How many recent stage runs to list.
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+}

@@ -1,0 +1,49 @@
+//! The `pipeline` command line, the one layer that knows clap: it parses the arguments
+//! ([`args`]), opens the workspace once, turns each subcommand's flags into its stage's
+//! options and runs the stage. `pipeline run` ([`spec`]) does the same from a TOML spec.
+
+pub mod args;
+pub mod spec;
+mod status;
+
+use anyhow::Result;
+
+use crate::store::workspace::Workspace;
+use args::{Cli, Command, EvaluateArgs};
+
+/// Runs one parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    if let Command::Synth(args) = &cli.command {
+        // The one command without a workspace.
+        return crate::synth::run(&args.options());
+    }
+    let ws = Workspace::open(&cli.workspace)?;
+    match cli.command {
+        Command::Synth(_) => unreachable!("handled above"),
+        Command::Ingest(args) => crate::ingest::run(&ws, &args).map(|_| ()),
+        Command::Svd(args) => crate::svd::run(&ws, &args.options()).map(|_| ()),
+        Command::Train(args) => crate::train::run(&ws, &args.options()).map(|_| ()),
+        Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),
+        Command::Predict(args) => crate::predict::run(&ws, &args.options()).map(|_| ()),
+        Command::Evaluate(args) => evaluate(&ws, &args),
+        Command::Run(args) => spec::run(&ws, &args),
+        Command::Report(args) => crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ()),
+        Command::Status(args) => status::print(&ws, &args),
+    }
+}
+
+/// `pipeline evaluate`: with `--run`, the run's predictions are made (or found) first.
+fn evaluate(ws: &Workspace, args: &EvaluateArgs) -> Result<()> {
+    let predictions = match (&args.predictions, args.predict_first()) {
+        (Some(p), _) => p.clone(),
+        (None, Some(predict)) => crate::predict::run(ws, &predict)?.value.path,
+        (None, None) => anyhow::bail!("give --predictions FILE or --run RUN"),
+    };
+    let out = crate::evaluate::run(ws, &args.options(predictions))?;
+    if args.json {
+        println!("{}", out.value.to_json());
+    } else {
+        println!("{}", out.value.to_table());
+    }
+    Ok(())
+}

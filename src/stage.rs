@@ -1,0 +1,280 @@
+//! The one stage protocol: how every stage turns parameters into registered outputs.
+//!
+//! A stage run is memoised on (stage, parameters): the catalog is asked for a finished run
+//! with exactly these parameters first, and only when there is none does the stage compute.
+//! Computing happens below the run's private scratch directory `tmp/run-<id>/`; the finished
+//! output is renamed into `<stage dir>/<name>.run<id>` and only then are the catalog rows
+//! committed, in one transaction. Any failure on the way records the run as failed and
+//! removes what it wrote, so the catalog never names a half-written file:
+//!
+//! ```text
+//! lookup ──done──▶ cached value
+//!    └──new──▶ start run ─▶ compute in tmp/run-<id>/ ─▶ rename into place ─▶ commit rows ─▶ ok
+//!                               └────────────── any error ──────────────▶ failed, cleaned
+//! ```
+//!
+//! Training publishes checkpoints while it runs and resumes interrupted runs; it uses the
+//! same pieces ([`lookup`], [`StageRun`]) without [`memoised`]'s single publish step.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::store::catalog::{RunRow, RunStatus, StageKind};
+use crate::store::workspace::{process_identity, remove_path, Workspace};
+
+/// What a stage returns: its value and whether it was computed now or found done.
+#[derive(Debug, Clone)]
+pub struct Outcome<T> {
+    pub run_id: i64,
+    /// False when a finished run with the same parameters was found in the catalog.
+    pub computed: bool,
+    pub value: T,
+}
+
+/// What the catalog holds for a stage with given parameters.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A finished run: its outputs can be reused.
+    Done(RunRow),
+    /// A run whose process died: it can be resumed (training).
+    Interrupted(RunRow),
+    /// Nothing: the stage must run.
+    New,
+}
+
+/// The newest run of `kind` with exactly `params` that finished, else one that was
+/// interrupted.
+pub fn lookup(ws: &Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Lookup> {
+    if let Some(done) = ws.catalog.find_ok_run(kind, params)? {
+        return Ok(Lookup::Done(done));
+    }
+    Ok(
+        match ws
+            .catalog
+            .find_run_with_status(kind, params, RunStatus::Interrupted)?
+        {
+            Some(run) => Lookup::Interrupted(run),
+            None => Lookup::New,
+        },
+    )
+}
+
+/// An output a stage finished in its scratch directory, ready to be published.
+pub struct Staged<C> {
+    /// Subdirectory of the scratch directory that holds the output.
+    pub dir: &'static str,
+    /// Published as `<stage output dir>/<name>.run<id>`.
+    pub name: String,
+    /// What the commit step needs (the artifact list, figures, ...).
+    pub value: C,
+}
+
+/// Where a stage's output was published.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub run_id: i64,
+    /// Workspace-relative directory of the output.
+    pub rel: String,
+}
+
+/// Runs a stage memoised on (`kind`, `params`): the cached value of a finished identical run,
+/// else [`execute`].
+pub fn memoised<T, C: Send>(
+    ws: &Workspace,
+    kind: StageKind,
+    params: &serde_json::Value,
+    pool: Option<&rayon::ThreadPool>,
+    cached: impl FnOnce(&RunRow) -> Result<T>,
+    compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
+    commit: impl FnOnce(&Published, C) -> Result<T>,
+) -> Result<Outcome<T>> {
+    if let Some(done) = ws.catalog.find_ok_run(kind, params)? {
+        return Ok(Outcome {
+            run_id: done.id,
+            computed: false,
+            value: cached(&done)?,
+        });
+    }
+    execute(ws, kind, params, pool, compute, commit)
+}
+
+/// Runs a stage unconditionally: starts a run, computes into its scratch directory (inside
+/// `pool` when given), renames the output into place and commits the catalog rows through
+/// `commit`; on any error the run is recorded as failed and its files are removed.
+pub fn execute<T, C: Send>(
+    ws: &Workspace,
+    kind: StageKind,
+    params: &serde_json::Value,
+    pool: Option<&rayon::ThreadPool>,
+    compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
+    commit: impl FnOnce(&Published, C) -> Result<T>,
+) -> Result<Outcome<T>> {
+    let run = StageRun::start(ws, kind, params)?;
+    let scratch = run.tmp_dir().to_path_buf();
+    let staged = match pool {
+        Some(pool) => pool.install(|| compute(&scratch)),
+        None => compute(&scratch),
+    };
+    let staged = match staged {
+        Ok(staged) => staged,
+        Err(e) => {
+            run.failed(&e);
+            return Err(e);
+        }
+    };
+    let published = Published {
+        run_id: run.id,
+        rel: run.output_rel(kind.output_dir(), &staged.name),
+    };
+    let value = run.publish_and_commit(staged.dir, &published.rel.clone(), || {
+        commit(&published, staged.value)
+    })?;
+    Ok(Outcome {
+        run_id: published.run_id,
+        computed: true,
+        value,
+    })
+}
+
+/// The number of worker threads: as asked, else every core.
+pub fn threads_or_all(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
+/// A rayon pool of `threads` workers for one stage (results are reproducible for a fixed
+/// count, so the count is part of a stage's configuration where it matters).
+pub fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("starting the worker threads")
+}
+
+/// A stage run in progress. Dropping it without [`StageRun::succeeded`] records it as failed
+/// and deletes its scratch directory, so an error anywhere leaves nothing behind.
+pub struct StageRun<'a> {
+    ws: &'a Workspace,
+    pub id: i64,
+    tmp_dir: PathBuf,
+    ended: bool,
+}
+
+impl<'a> StageRun<'a> {
+    /// Records the start of a run of `kind` and creates its scratch directory.
+    pub fn start(ws: &'a Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Self> {
+        let pid = std::process::id();
+        let identity = process_identity(pid).unwrap_or_default();
+        let id = ws.catalog.begin_run(kind, params, pid, &identity)?;
+        Self::with_scratch(ws, id)
+    }
+
+    /// Takes over an interrupted or failed run (`pipeline train --resume`): it is marked
+    /// running under this process and gets a fresh scratch directory.
+    pub fn resume(ws: &'a Workspace, id: i64) -> Result<Self> {
+        let pid = std::process::id();
+        let identity = process_identity(pid).unwrap_or_default();
+        ws.catalog.reopen_run(id, pid, &identity)?;
+        Self::with_scratch(ws, id)
+    }
+
+    fn with_scratch(ws: &'a Workspace, id: i64) -> Result<Self> {
+        let tmp_dir = ws.root().join("tmp").join(format!("run-{id}"));
+        fs::create_dir_all(&tmp_dir)
+            .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
+        Ok(StageRun {
+            ws,
+            id,
+            tmp_dir,
+            ended: false,
+        })
+    }
+
+    /// Scratch directory, private to this run.
+    pub fn tmp_dir(&self) -> &Path {
+        &self.tmp_dir
+    }
+
+    /// Name of a published output directory: `<dir>/<name>.run<id>` (workspace-relative).
+    pub fn output_rel(&self, dir: &str, name: &str) -> String {
+        format!("{dir}/{name}.run{}", self.id)
+    }
+
+    /// Renames `tmp_dir/<from>` to the workspace-relative `to` (same file system, atomic).
+    pub fn publish(&self, from: &str, to: &str) -> Result<PathBuf> {
+        let src = self.tmp_dir.join(from);
+        let dst = self.ws.resolve(to);
+        fs::rename(&src, &dst)
+            .with_context(|| format!("publishing {} as {}", src.display(), dst.display()))?;
+        Ok(dst)
+    }
+
+    /// The last step of every stage: renames `tmp_dir/<from>` to the workspace-relative `to`,
+    /// then runs `commit` (which registers the outputs in one catalog transaction). If
+    /// either fails, the published directory is removed and the run recorded as failed, so
+    /// nothing unregistered stays visible.
+    pub fn publish_and_commit<T>(
+        self,
+        from: &str,
+        to: &str,
+        commit: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        match self.publish(from, to).and_then(|_| commit()) {
+            Ok(value) => {
+                self.succeeded()?;
+                Ok(value)
+            }
+            Err(e) => {
+                let _ = remove_path(&self.ws.resolve(to));
+                self.failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Call after the catalog rows naming the outputs were committed.
+    pub fn succeeded(mut self) -> Result<()> {
+        self.ended = true;
+        remove_path(&self.tmp_dir)
+    }
+
+    /// Ends a stage that registered its outputs as it went (training): ok when `result` is,
+    /// failed with its message otherwise.
+    pub fn finish<T>(self, result: Result<T>) -> Result<T> {
+        match result {
+            Ok(value) => {
+                self.ws.catalog.end_run(self.id, RunStatus::Ok, None)?;
+                self.succeeded()?;
+                Ok(value)
+            }
+            Err(e) => {
+                self.failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Records the failure with its message and removes the scratch space.
+    pub fn failed(mut self, error: &anyhow::Error) {
+        self.ended = true;
+        self.record_failure(&format!("{error:#}"));
+    }
+
+    fn record_failure(&self, msg: &str) {
+        // Best effort: the original error matters more than a cleanup failure.
+        let _ = remove_path(&self.tmp_dir);
+        let _ = self
+            .ws
+            .catalog
+            .end_run(self.id, RunStatus::Failed, Some(msg));
+    }
+}
+
+impl Drop for StageRun<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.record_failure("the stage ended without finishing");
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The catalog's vocabulary as types: which stage ran, how it ended, what kind of file it
+//! registered. The database stores them as text (`'svd'`, `'ok'`, `'kxx'`) so that it stays
+//! readable with `sqlite3`; the Rust API never compares those strings.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use serde::Serialize;
+
+/// Declares a text-backed enum: `as_str`, `Display`, `FromStr`, serde and SQLite
+/// conversions, all from one table of (variant, text) pairs.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The text stored in the catalog.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!(
+                        "unknown {} '{s}' (expected one of: {})",
+                        stringify!($name),
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+
+        impl FromSql for $name {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                value
+                    .as_str()?
+                    .parse()
+                    .map_err(|e: String| FromSqlError::Other(e.into()))
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// A pipeline stage that records runs in the catalog.
+    StageKind {
+        Ingest = "ingest",
+        Svd = "svd",
+        Train = "train",
+        Predict = "predict",
+        Evaluate = "evaluate",
+    }
+}
+
+impl StageKind {
+    /// The top-level workspace directory holding this stage's published outputs.
+    pub fn output_dir(self) -> &'static str {
+        match self {
+            StageKind::Ingest => "datasets",
+            StageKind::Svd => "svd",
+            StageKind::Train => "train",
+            StageKind::Predict => "predictions",
+            StageKind::Evaluate => "evaluations",
+        }
+    }
+}
+
+text_enum! {
+    /// How a stage run stands.
+    RunStatus {
+        Running = "running",
+        Ok = "ok",
+        Failed = "failed",
+        /// The process died without saying so (found by the next `Workspace::open`).
+        Interrupted = "interrupted",
+    }
+}
+
+text_enum! {
+    /// What a registered file holds (`docs/formats.md` describes each).
+    ArtifactKind {
+        /// A Parquet CSR chunk of a dataset split.
+        Chunk = "chunk",
+        /// X̃ [R×D] (svd).
+        Basis = "basis",
+        /// σ_1..σ_R (svd).
+        SingularValues = "singular_values",
+        /// K_XX̃ [N×R] (svd).
+        Kxx = "kxx",
+        /// ‖x_i‖² [N] (svd).
+        SqNorms = "sq_norms",
+        /// A's initialisation [M×R] (svd).
+        AInit = "a_init",
+        /// Top-k labels of a split (predict).
+        Predictions = "predictions",
+        /// Metrics JSON (evaluate).
+        Metrics = "metrics",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_round_trips_through_its_text() {
+        for &k in StageKind::ALL {
+            assert_eq!(k.as_str().parse::<StageKind>(), Ok(k));
+        }
+        for &s in RunStatus::ALL {
+            assert_eq!(s.as_str().parse::<RunStatus>(), Ok(s));
+        }
+        for &a in ArtifactKind::ALL {
+            assert_eq!(a.as_str().parse::<ArtifactKind>(), Ok(a));
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+        let e = "svdd".parse::<StageKind>().unwrap_err();
+        assert!(e.contains("expected one of: ingest, svd"), "{e}");
+    }
+}

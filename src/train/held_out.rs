@@ -1,0 +1,75 @@
+//! `--eval-every`: ranking a held-out split during training and recording its metrics.
+//! It reads the parameters only, so the trained numbers do not depend on it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use super::setup::Setup;
+use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
+use crate::model::elbo::Params;
+use crate::scoring::Ranker;
+use crate::store::chunks::read_chunk;
+use crate::store::workspace::Workspace;
+use crate::trained::SvdFiles;
+
+/// Metrics at k = 1..HELD_OUT_K during training.
+const HELD_OUT_K: usize = 5;
+
+/// The held-out split `--eval-every` ranks, with the inverse propensities of the labels.
+pub struct HeldOut {
+    pub every: u64,
+    pub split: String,
+    files: Vec<PathBuf>,
+    basis: PathBuf,
+    n_features: u64,
+    inv_prop: Arc<[f64]>,
+}
+
+impl HeldOut {
+    pub fn open(ws: &Workspace, setup: &Setup, every: u64, split: &str) -> Result<Self> {
+        let dataset = setup.config.dataset_row(ws)?;
+        let files = ws
+            .split_chunks(&dataset, split)?
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
+        let counts = setup.label_counts()?;
+        let inv_prop = PropensityParams::GENERIC.inverse_propensity(&counts, setup.n_rows);
+        Ok(HeldOut {
+            every,
+            split: split.to_string(),
+            files,
+            basis: SvdFiles::of_run(ws, setup.config.svd_run)?.basis,
+            n_features: dataset.n_features,
+            inv_prop: inv_prop.into(),
+        })
+    }
+
+    /// Ranks every held-out row under `params` and returns the metrics.
+    pub fn evaluate(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
+        let ranker = Ranker::open(
+            &self.basis,
+            setup.k_tilde.clone(),
+            self.n_features,
+            setup.kind,
+            params,
+            false,
+        )?;
+        let mut acc =
+            MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
+        for path in &self.files {
+            let chunk = read_chunk(path)?;
+            for (start, block) in ranker.rank_chunk(&chunk, HELD_OUT_K, 1024) {
+                for i in 0..block.len() {
+                    let r = start + i;
+                    let truth = &chunk.labels
+                        [chunk.label_offsets[r] as usize..chunk.label_offsets[r + 1] as usize];
+                    acc.add_row(block.labels(i), truth)?;
+                }
+            }
+        }
+        Ok(acc.finish())
+    }
+}

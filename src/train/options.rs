@@ -1,0 +1,137 @@
+//! What a caller asks of `pipeline train` (the command line, or a spec's `[train]` table):
+//! the options that become a run's [`TrainConfig`] and those that only steer how it runs.
+
+use anyhow::{ensure, Context, Result};
+
+use crate::model::optim::AdamConfig;
+use crate::stage::threads_or_all;
+use crate::store::npy::NpyMap;
+use crate::store::workspace::Workspace;
+use crate::trained::{newest_svd_run, KernelChoice, Negatives, SvdFiles, TrainConfig};
+
+/// Options of a training run. The defaults are the command line's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOptions {
+    /// Dataset (as named at ingest); required unless `resume`.
+    pub dataset: Option<String>,
+    /// SVD run whose factors to use (None: the newest one of the dataset).
+    pub svd: Option<i64>,
+    pub kernel: KernelChoice,
+    /// M (None: every row of the svd run's a_init.npy).
+    pub inducing: Option<usize>,
+    /// P: latent GPs.
+    pub factors: usize,
+    /// B: rows per minibatch.
+    pub batch: usize,
+    pub epochs: u64,
+    /// Stop after this many optimiser steps in all, counted from step 0.
+    pub max_steps: Option<u64>,
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub negatives: Negatives,
+    /// Gauss–Hermite points of the likelihood expectations.
+    pub quadrature: usize,
+    pub seed: u64,
+    /// Worker threads (None: all cores); part of the configuration, since results are
+    /// bitwise reproducible for a fixed count only.
+    pub threads: Option<usize>,
+    /// Continue this interrupted or failed run; the other options are taken from it.
+    pub resume: Option<i64>,
+    /// Start a new run even when an interrupted one with this configuration exists.
+    pub fresh: bool,
+    pub checkpoint_every: u64,
+    pub freeze_a: bool,
+    pub freeze_hyper: bool,
+    /// Minibatches the prefetch queue holds.
+    pub prefetch: usize,
+    /// Chunks whose rows are shuffled together.
+    pub shuffle_chunks: usize,
+    /// Compute the exact full-data bound at the end.
+    pub final_elbo: bool,
+    /// Rank `eval_split` every this many epochs (0: never).
+    pub eval_every: u64,
+    pub eval_split: String,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            dataset: None,
+            svd: None,
+            kernel: KernelChoice::Linear,
+            inducing: None,
+            factors: 30,
+            batch: 500,
+            epochs: 10,
+            max_steps: None,
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            negatives: Negatives::All,
+            quadrature: crate::model::likelihood::DEFAULT_POINTS,
+            seed: 0,
+            threads: None,
+            resume: None,
+            fresh: false,
+            checkpoint_every: 500,
+            freeze_a: false,
+            freeze_hyper: false,
+            prefetch: 4,
+            shuffle_chunks: 2,
+            final_elbo: true,
+            eval_every: 0,
+            eval_split: "test".into(),
+        }
+    }
+}
+
+impl TrainOptions {
+    /// The configuration of a new run: the dataset's current ingest, its newest svd run
+    /// unless one is named, and M from that run's `a_init.npy` unless given.
+    pub fn config(&self, ws: &Workspace) -> Result<TrainConfig> {
+        let name = self.dataset.as_deref().context("--dataset is required")?;
+        let dataset = ws.catalog.dataset(name)?.with_context(|| {
+            format!(
+                "no dataset '{name}' in {}; run `pipeline ingest` first",
+                ws.root().display()
+            )
+        })?;
+        let svd_run = match self.svd {
+            Some(id) => id,
+            None => newest_svd_run(ws, &dataset)?,
+        };
+        let a_rows = NpyMap::open(&SvdFiles::of_run(ws, svd_run)?.a_init)?
+            .view2::<f32>()?
+            .nrows();
+        let config = TrainConfig {
+            dataset: dataset.name.clone(),
+            dataset_checksum: dataset.checksum.clone(),
+            svd_run,
+            kernel: self.kernel,
+            inducing: self.inducing.unwrap_or(a_rows),
+            factors: self.factors,
+            batch: self.batch,
+            epochs: self.epochs,
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: AdamConfig::default().eps,
+            negatives: self.negatives,
+            quadrature: self.quadrature,
+            seed: self.seed,
+            threads: threads_or_all(self.threads),
+            freeze_a: self.freeze_a,
+            freeze_hyper: self.freeze_hyper,
+            shuffle_chunks: self.shuffle_chunks,
+            checkpoint_every: self.checkpoint_every,
+            max_steps: self.max_steps,
+        };
+        ensure!(
+            config.checkpoint_every >= 1,
+            "--checkpoint-every must be ≥ 1"
+        );
+        ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
+        Ok(config)
+    }
+}

@@ -1,0 +1,408 @@
+//! The step loop: minibatches from the prefetch queue → the bound and its gradient →
+//! Adam, with per-epoch figures, held-out ranking and checkpoints on the way, and the exact
+//! bound at the end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::batches::{stream_seed, streams, Batch, Planner, Prefetcher, Span};
+use super::checkpoints::save_checkpoint;
+use super::exact::exact_bound;
+use super::held_out::HeldOut;
+use super::setup::{thread_pool, Setup};
+use crate::metrics::metric_rows;
+use crate::model::elbo::{evaluate_set, terms_sampled, EvalOptions, Evaluation, Params, TermSet};
+use crate::model::kernel::BasisInputs;
+use crate::model::optim::{AdamConfig, AdamState};
+use crate::stage::StageRun;
+use crate::store::catalog::MetricRow;
+use crate::store::checkpoint::{Checkpoint, TrainState};
+use crate::store::workspace::Workspace;
+use crate::trained::{KernelChoice, Negatives, TrainConfig};
+
+/// How a training loop runs, beyond the configuration that fixes its numbers.
+pub struct LoopOptions {
+    pub final_elbo: bool,
+    pub prefetch: usize,
+    pub held_out: Option<HeldOut>,
+}
+
+/// What a finished (or found finished) training run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    pub final_step: u64,
+    /// The exact full-data bound at the end, when it was computed now.
+    pub exact_elbo: Option<f64>,
+}
+
+/// Whether a parameter block stays at its initial value.
+fn frozen(cfg: &TrainConfig, block: &str) -> bool {
+    (cfg.freeze_a && block == "A")
+        || (cfg.freeze_hyper && (block == "log σ_f²" || block == "log ℓ"))
+        // ℓ means nothing to the linear kernel; keep it fixed rather than drifting.
+        || (cfg.kernel == KernelChoice::Linear && block == "log ℓ")
+}
+
+fn progress_bar(total: u64, done: u64) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "train {bar:30} {pos}/{len} steps {per_sec} {elapsed_precise} {msg}",
+        )
+        .expect("valid template"),
+    );
+    pb.set_position(done);
+    pb
+}
+
+fn metric(name: &str, value: f64, step: Option<i64>) -> MetricRow {
+    MetricRow {
+        name: name.into(),
+        value,
+        step,
+        split: None,
+    }
+}
+
+/// Whether every entry of every block is finite.
+fn params_finite(p: &Params) -> bool {
+    let mat_ok =
+        |m: &faer::Mat<f64>| (0..m.ncols()).all(|j| m.col(j).iter().all(|v| v.is_finite()));
+    [&p.a, &p.mu, &p.rho, &p.phi].into_iter().all(mat_ok)
+        && p.bias.iter().all(|v| v.is_finite())
+        && p.kernel.log_sf2.is_finite()
+        && p.kernel.log_ell.is_finite()
+}
+
+/// One training run's loop state: the parameters, the optimiser and where it stands.
+struct Trainer<'a> {
+    ws: &'a Workspace,
+    run: &'a StageRun<'a>,
+    out_rel: &'a str,
+    setup: &'a Setup,
+    opts: &'a LoopOptions,
+    pool: rayon::ThreadPool,
+    pb: ProgressBar,
+    planner: Arc<Planner>,
+    adam_cfg: AdamConfig,
+    params: Params,
+    adam: AdamState,
+    state: TrainState,
+    /// The step of the last checkpoint written.
+    last_saved: u64,
+    epoch_started: Instant,
+    epoch_wait: Duration,
+    max_jitter_logged: f64,
+}
+
+/// The optimisation loop from `ckpt` to the configured number of epochs, or to step
+/// `max_steps` if that comes first. A run cut short inside an epoch ends that epoch as the
+/// last epoch of a run ends: its figures (over the steps it ran), the held-out evaluation,
+/// a checkpoint at the final step (whose state is the position inside that epoch), and the
+/// exact bound.
+pub fn train_loop(
+    ws: &Workspace,
+    run: &StageRun<'_>,
+    out_rel: &str,
+    setup: &Setup,
+    ckpt: Checkpoint,
+    opts: &LoopOptions,
+) -> Result<TrainSummary> {
+    let cfg = &setup.config;
+    let planner = Arc::new(setup.shuffled());
+    let epoch_steps: u64 = (0..cfg.epochs).map(|e| planner.batches_in_epoch(e)).sum();
+    let total = cfg.max_steps.map_or(epoch_steps, |s| s.min(epoch_steps));
+    let mut t = Trainer {
+        ws,
+        run,
+        out_rel,
+        setup,
+        opts,
+        pool: thread_pool(cfg.threads)?,
+        pb: progress_bar(total, ckpt.state.step),
+        planner,
+        adam_cfg: cfg.adam(),
+        last_saved: ckpt.state.step,
+        params: ckpt.params,
+        adam: ckpt.adam,
+        state: ckpt.state,
+        epoch_started: Instant::now(),
+        epoch_wait: Duration::ZERO,
+        max_jitter_logged: 0.0,
+    };
+    let started = Instant::now();
+    let mut queue = Prefetcher::spawn(
+        setup.source.clone(),
+        t.planner.clone(),
+        Span {
+            epoch: t.state.epoch,
+            skip: t.state.batch_in_epoch,
+            end_epoch: cfg.epochs,
+            max_batches: total.saturating_sub(t.state.step),
+        },
+        opts.prefetch,
+    );
+    while let Some(batch) = queue.next_batch() {
+        let wait_before = queue.waited();
+        let batch = batch?;
+        t.step(&batch)?;
+        t.epoch_wait += queue.waited() - wait_before;
+        // The step that reaches `total` ends the run; one inside an epoch (--max-steps)
+        // closes that epoch early, over the steps it ran.
+        let run_ends = t.state.step == total;
+        if batch.last_in_epoch || run_ends {
+            t.end_epoch(batch.last_in_epoch, run_ends)?;
+        }
+        if t.state.step % cfg.checkpoint_every == 0 {
+            t.save()?;
+        }
+    }
+    drop(queue);
+    if t.last_saved != t.state.step || t.state.step == 0 {
+        t.save()?;
+    }
+    t.pb.finish_and_clear();
+    t.finish(started.elapsed().as_secs_f64())
+}
+
+impl Trainer<'_> {
+    /// "step S (epoch E): training stopped; the last good checkpoint is …" context.
+    fn stopped(&self) -> String {
+        format!(
+            "step {} (epoch {}): training stopped; the last good checkpoint is step {}",
+            self.state.step + 1,
+            self.state.epoch + 1,
+            self.last_saved
+        )
+    }
+
+    /// The terms of the bound for `batch`: every label, or the positives plus sampled
+    /// negatives (reweighted), drawn from the step's own random stream.
+    fn evaluate(&self, batch: &Batch) -> Result<Evaluation> {
+        let cfg = &self.setup.config;
+        let scale = self.setup.n_rows as f64;
+        let b = batch.rows.len() as f64;
+        let sampled = match cfg.negatives {
+            Negatives::All => None,
+            Negatives::Sample(count) => {
+                let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(
+                    cfg.seed,
+                    streams::NEGATIVES,
+                    &[self.state.step],
+                ));
+                Some(terms_sampled(
+                    &batch.positives,
+                    self.setup.n_labels,
+                    count,
+                    scale / b,
+                    &mut rng,
+                ))
+            }
+        };
+        let terms = match &sampled {
+            None => TermSet::AllLabels {
+                positives: &batch.positives,
+                scale: scale / b,
+            },
+            Some(list) => TermSet::List(list),
+        };
+        // Without trainable A or kernel hyperparameters their gradients are not needed
+        // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper).
+        let eval_opts = EvalOptions {
+            kernel_grads: !(cfg.freeze_a && cfg.freeze_hyper),
+            ..EvalOptions::default()
+        };
+        let x = BasisInputs {
+            kxx_b: batch.kxx.as_ref(),
+            sq_norms: &batch.sq_norms,
+            k_tilde: self.setup.k_tilde.as_ref(),
+        };
+        let (setup, params) = (self.setup, &self.params);
+        self.pool
+            .install(|| evaluate_set(setup.kind, params, &x, &terms, &setup.lik, &eval_opts))
+            .with_context(|| {
+                format!(
+                    "{} (if the parameters diverged, resume with a smaller --lr)",
+                    self.stopped()
+                )
+            })
+    }
+
+    /// One optimiser step on `batch`.
+    fn step(&mut self, batch: &Batch) -> Result<()> {
+        ensure!(
+            batch.epoch == self.state.epoch && batch.index == self.state.batch_in_epoch,
+            "internal: minibatch {}/{} arrived, expected {}/{}",
+            batch.epoch,
+            batch.index,
+            self.state.epoch,
+            self.state.batch_in_epoch
+        );
+        let ev = self.evaluate(batch)?;
+        if !(ev.value.is_finite() && params_finite(&ev.grads)) {
+            bail!(
+                "{}: the bound or its gradient is not finite (NaN or inf); resume with a \
+                 smaller --lr or inspect it with `pipeline elbo`",
+                self.stopped()
+            );
+        }
+        if ev.jitter > self.max_jitter_logged {
+            self.max_jitter_logged = ev.jitter;
+            self.log(&format!(
+                "step {}: Cholesky of K_Z + Σ failed; retried with {:.3e} added to the diagonal",
+                self.state.step + 1,
+                ev.jitter
+            ));
+        }
+        let cfg = &self.setup.config;
+        self.adam
+            .step(&self.adam_cfg, &mut self.params, &ev.grads, &|blk| {
+                frozen(cfg, blk)
+            });
+        if !params_finite(&self.params) {
+            bail!(
+                "{}: the Adam update made a parameter infinite or NaN; resume with a smaller --lr",
+                self.stopped()
+            );
+        }
+        self.state.step += 1;
+        self.state.batch_in_epoch += 1;
+        self.state.epoch_elbo_sum += ev.value;
+        self.pb.set_position(self.state.step);
+        self.pb.set_message(format!(
+            "epoch {}/{} ELBO≈{:.4e}",
+            self.state.epoch + 1,
+            cfg.epochs,
+            ev.value
+        ));
+        Ok(())
+    }
+
+    /// Records an epoch's figures (and the held-out metrics when due); a complete epoch
+    /// moves the state to the next one.
+    fn end_epoch(&mut self, complete: bool, run_ends: bool) -> Result<()> {
+        let secs = self.epoch_started.elapsed().as_secs_f64();
+        let mean = self.state.epoch_elbo_sum / self.state.batch_in_epoch as f64;
+        let epoch_no = (self.state.epoch + 1) as i64;
+        let wait_fraction = self.epoch_wait.as_secs_f64() / secs.max(1e-9);
+        self.ws.catalog.record_metrics(
+            self.run.id,
+            &[
+                metric("epoch_elbo", mean, Some(epoch_no)),
+                metric("epoch_seconds", secs, Some(epoch_no)),
+                metric("epoch_queue_wait", wait_fraction, Some(epoch_no)),
+            ],
+        )?;
+        let cut = if complete {
+            String::new()
+        } else {
+            format!(
+                " (stopped by --max-steps after {} of {} minibatches)",
+                self.state.batch_in_epoch,
+                self.planner.batches_in_epoch(self.state.epoch)
+            )
+        };
+        self.log(&format!(
+            "epoch {epoch_no}/{}: mean minibatch ELBO {mean:.6e}, {secs:.1} s, queue wait \
+             {:.1} %{cut}",
+            self.setup.config.epochs,
+            100.0 * wait_fraction
+        ));
+        if let Some(h) = &self.opts.held_out {
+            if epoch_no as u64 % h.every == 0 || run_ends {
+                self.evaluate_held_out(h, epoch_no)?;
+            }
+        }
+        if complete {
+            // A cut-short epoch keeps its position, so the final checkpoint's state
+            // equals that of a longer run at the same step.
+            self.state.epoch += 1;
+            self.state.batch_in_epoch = 0;
+            self.state.epoch_elbo_sum = 0.0;
+        }
+        self.epoch_started = Instant::now();
+        self.epoch_wait = Duration::ZERO;
+        Ok(())
+    }
+
+    fn evaluate_held_out(&self, h: &HeldOut, epoch_no: i64) -> Result<()> {
+        let t = Instant::now();
+        let (setup, params) = (self.setup, &self.params);
+        let m = self.pool.install(|| h.evaluate(setup, params))?;
+        self.ws
+            .catalog
+            .record_metrics(self.run.id, &metric_rows(&m, Some(epoch_no), &h.split))?;
+        self.log(&format!(
+            "epoch {epoch_no}: '{}' P@1 {:.2} P@3 {:.2} P@5 {:.2} PSP@5 {:.2} ({:.1} s)",
+            h.split,
+            100.0 * m.p_at[0],
+            100.0 * m.p_at[2],
+            100.0 * m.p_at[4],
+            100.0 * m.psp_at[4],
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    fn save(&mut self) -> Result<()> {
+        save_checkpoint(
+            self.ws,
+            self.run,
+            self.out_rel,
+            &Checkpoint {
+                params: self.params.clone(),
+                adam: self.adam.clone(),
+                state: self.state,
+                config: self.setup.config.to_json(),
+            },
+        )?;
+        self.last_saved = self.state.step;
+        Ok(())
+    }
+
+    /// The run's closing figures: its time and, unless switched off, the exact bound.
+    fn finish(self, secs: f64) -> Result<TrainSummary> {
+        let step = self.state.step;
+        let mut figures = vec![metric("train_seconds", secs, Some(step as i64))];
+        let exact = if self.opts.final_elbo {
+            let t = Instant::now();
+            let (setup, params) = (self.setup, &self.params);
+            let value = self.pool.install(|| exact_bound(setup, params, 4))?;
+            eprintln!(
+                "exact bound on all {} training rows and {} labels: {value:.6e} ({:.1} s)",
+                self.setup.n_rows,
+                self.setup.n_labels,
+                t.elapsed().as_secs_f64()
+            );
+            figures.push(MetricRow {
+                name: "elbo_exact".into(),
+                value,
+                step: Some(step as i64),
+                split: Some("train".into()),
+            });
+            Some(value)
+        } else {
+            None
+        };
+        self.ws.catalog.record_metrics(self.run.id, &figures)?;
+        eprintln!(
+            "trained run {}: {step} steps in {secs:.1} s; checkpoints in {}",
+            self.run.id,
+            self.ws.resolve(self.out_rel).display()
+        );
+        Ok(TrainSummary {
+            final_step: step,
+            exact_elbo: exact,
+        })
+    }
+
+    /// Prints a line above the progress bar (or plainly when it is hidden).
+    fn log(&self, msg: &str) {
+        self.pb.suspend(|| eprintln!("{msg}"));
+    }
+}

@@ -1,0 +1,304 @@
+//! A trained model as the workspace records it: the configuration that fixes its numbers,
+//! the svd run whose factors it was fitted on, and its checkpoints. Written by the train
+//! stage, read by train (resume), predict and `pipeline elbo`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::model::kernel::KernelKind;
+use crate::model::optim::AdamConfig;
+use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, StageKind};
+use crate::store::checkpoint::{read_checkpoint, Checkpoint};
+use crate::store::chunks::checksum_file;
+use crate::store::workspace::Workspace;
+
+/// The GP kernel a run trains with, as named in configurations and on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelChoice {
+    Linear,
+    Se,
+}
+
+impl KernelChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 2] = ["linear", "se"];
+
+    pub fn kind(self) -> KernelKind {
+        match self {
+            KernelChoice::Linear => KernelKind::Linear,
+            KernelChoice::Se => KernelKind::SquaredExponential,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelChoice::Linear => "linear",
+            KernelChoice::Se => "se",
+        }
+    }
+}
+
+impl FromStr for KernelChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "linear" => Ok(KernelChoice::Linear),
+            "se" => Ok(KernelChoice::Se),
+            _ => Err(format!("expected 'linear' or 'se', found {s:?}")),
+        }
+    }
+}
+
+/// `--negatives all|COUNT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Negatives {
+    All,
+    Sample(usize),
+}
+
+impl FromStr for Negatives {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(Negatives::All);
+        }
+        match s.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Negatives::Sample(n)),
+            _ => Err(format!("expected 'all' or a positive count, found {s:?}")),
+        }
+    }
+}
+
+/// Everything that determines a run's numbers: stored in the catalog and in every
+/// checkpoint. Nothing run-specific (ids, times, paths), so reruns write identical bytes.
+/// The field order is the JSON's, which the catalog compares as text: do not reorder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub dataset: String,
+    pub dataset_checksum: String,
+    pub svd_run: i64,
+    pub kernel: KernelChoice,
+    pub inducing: usize,
+    pub factors: usize,
+    pub batch: usize,
+    pub epochs: u64,
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub negatives: Negatives,
+    pub quadrature: usize,
+    pub seed: u64,
+    pub threads: usize,
+    pub freeze_a: bool,
+    pub freeze_hyper: bool,
+    pub shuffle_chunks: usize,
+    pub checkpoint_every: u64,
+    /// `--max-steps`: the run stops after this many optimiser steps, counted from step 0
+    /// (None: at the end of `epochs`). Absent from the JSON when None, so configurations
+    /// (and checkpoints) from before the option read and compare as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
+}
+
+impl TrainConfig {
+    pub fn adam(&self) -> AdamConfig {
+        AdamConfig {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("config serialises")
+    }
+
+    /// The configuration a train run was started with (its catalog parameters).
+    pub fn of_run(ws: &Workspace, run: i64) -> Result<Self> {
+        let row = ws
+            .catalog
+            .run(run)?
+            .with_context(|| format!("no run {run} in the catalog"))?;
+        ensure!(
+            row.stage == StageKind::Train,
+            "run {run} is a {} run, not train",
+            row.stage
+        );
+        serde_json::from_value(row.params)
+            .with_context(|| format!("run {run}: unreadable configuration"))
+    }
+
+    /// The dataset the run trained on, checked to be the same ingest.
+    pub fn dataset_row(&self, ws: &Workspace) -> Result<DatasetRow> {
+        let dataset = ws
+            .catalog
+            .dataset(&self.dataset)?
+            .with_context(|| format!("no dataset '{}' in the workspace", self.dataset))?;
+        ensure!(
+            dataset.checksum == self.dataset_checksum,
+            "dataset '{}' was re-ingested since this run started (checksum {} ≠ {})",
+            dataset.name,
+            dataset.checksum,
+            self.dataset_checksum
+        );
+        Ok(dataset)
+    }
+}
+
+/// The files of an svd run that training and prediction read.
+#[derive(Debug, Clone)]
+pub struct SvdFiles {
+    /// K_XX̃ [N×R] f32.
+    pub kxx: PathBuf,
+    /// ‖x_i‖² [N] f32.
+    pub sq_norms: PathBuf,
+    /// X̃ [R×D] f32.
+    pub basis: PathBuf,
+    /// A's initialisation [M×R] f32.
+    pub a_init: PathBuf,
+}
+
+impl SvdFiles {
+    pub fn of_run(ws: &Workspace, svd_run: i64) -> Result<Self> {
+        let find = |kind: ArtifactKind| -> Result<PathBuf> {
+            ws.catalog
+                .run_artifact(svd_run, kind)?
+                .map(|a| ws.resolve(&a.path))
+                .with_context(|| format!("svd run {svd_run} has no {kind} artifact"))
+        };
+        Ok(SvdFiles {
+            kxx: find(ArtifactKind::Kxx)?,
+            sq_norms: find(ArtifactKind::SqNorms)?,
+            basis: find(ArtifactKind::Basis)?,
+            a_init: find(ArtifactKind::AInit)?,
+        })
+    }
+}
+
+/// The newest successful svd run of `d` (of its current ingest).
+pub fn newest_svd_run(ws: &Workspace, d: &DatasetRow) -> Result<i64> {
+    ws.catalog
+        .newest_ok_run_of_dataset(StageKind::Svd, &d.name, &d.checksum)?
+        .map(|r| r.id)
+        .with_context(|| {
+            format!(
+                "dataset '{}' has no svd run; run `pipeline svd --dataset {}` first",
+                d.name, d.name
+            )
+        })
+}
+
+/// A training run's configuration and one of its checkpoints (the last by default),
+/// verified against the catalog's checksum.
+pub fn load_run_checkpoint(
+    ws: &Workspace,
+    run: i64,
+    step: Option<u64>,
+) -> Result<(TrainConfig, CheckpointRow, Checkpoint)> {
+    let config = TrainConfig::of_run(ws, run)?;
+    let ckpts = ws.catalog.checkpoints(run)?;
+    let ckpt_row = match step {
+        Some(step) => ckpts.iter().find(|c| c.step == step).with_context(|| {
+            format!(
+                "run {run} has no checkpoint at step {step} (it has: {})",
+                ckpts
+                    .iter()
+                    .map(|c| c.step.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?,
+        None => ckpts
+            .last()
+            .with_context(|| format!("run {run} has no checkpoint yet"))?,
+    }
+    .clone();
+    let ckpt = load_checkpoint(ws, &ckpt_row)?;
+    Ok((config, ckpt_row, ckpt))
+}
+
+/// Reads a registered checkpoint, verifying its checksum against the catalog.
+pub fn load_checkpoint(ws: &Workspace, row: &CheckpointRow) -> Result<Checkpoint> {
+    let path = ws.resolve(&row.path);
+    let found = checksum_file(&path)?;
+    ensure!(
+        found.checksum == row.checksum,
+        "{}: checksum {} differs from the catalog's {} (file changed or damaged)",
+        path.display(),
+        found.checksum,
+        row.checksum
+    );
+    read_checkpoint(&path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max_steps: Option<u64>) -> TrainConfig {
+        TrainConfig {
+            dataset: "toy".into(),
+            dataset_checksum: "0123".into(),
+            svd_run: 2,
+            kernel: KernelChoice::Linear,
+            inducing: 16,
+            factors: 3,
+            batch: 64,
+            epochs: 6,
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            negatives: Negatives::Sample(5),
+            quadrature: 20,
+            seed: 11,
+            threads: 2,
+            freeze_a: false,
+            freeze_hyper: false,
+            shuffle_chunks: 2,
+            checkpoint_every: 7,
+            max_steps,
+        }
+    }
+
+    #[test]
+    fn configurations_without_max_steps_read_and_compare_as_before() {
+        // Without a limit the field is left out, so the JSON is what it was before
+        // --max-steps existed (catalog lookups compare it as text).
+        let json = config(None).to_json();
+        assert!(json.get("max_steps").is_none(), "{json}");
+        // Configurations written before the option existed read as "no limit".
+        let old: TrainConfig = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(old, config(None));
+        assert_eq!(old.to_json().to_string(), json.to_string());
+        // A limit is stored and read back.
+        let limited = config(Some(21)).to_json();
+        assert_eq!(limited["max_steps"], 21);
+        let back: TrainConfig = serde_json::from_value(limited).unwrap();
+        assert_eq!(back.max_steps, Some(21));
+    }
+
+    #[test]
+    fn option_values_parse_with_clear_errors() {
+        assert_eq!("all".parse::<Negatives>(), Ok(Negatives::All));
+        assert_eq!("100".parse::<Negatives>(), Ok(Negatives::Sample(100)));
+        assert!("0"
+            .parse::<Negatives>()
+            .unwrap_err()
+            .contains("positive count"));
+        assert_eq!("se".parse::<KernelChoice>(), Ok(KernelChoice::Se));
+        assert!("rbf".parse::<KernelChoice>().is_err());
+        for name in KernelChoice::NAMES {
+            assert_eq!(name.parse::<KernelChoice>().unwrap().name(), name);
+        }
+    }
+}
