@@ -14,6 +14,7 @@ pub mod model;
 pub mod predict;
 pub mod report;
 pub mod runner;
+pub mod sparse;
 pub mod store;
 pub mod svd;
 pub mod synth;

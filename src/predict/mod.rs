@@ -20,11 +20,11 @@ use serde_json::json;
 use crate::model::elbo::Params;
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
+use crate::sparse::project_chunk;
 use crate::store::catalog::ArtifactRow;
 use crate::store::chunks::{read_chunk, CsrChunk};
 use crate::store::npy::NpyMap;
 use crate::store::predictions::{PredictionBlock, PredictionWriter};
-use crate::svd::kernels::project_chunk;
 use crate::train::{basis_gram, load_run_checkpoint, svd_basis_path};
 use crate::workspace::Workspace;
 

@@ -8,7 +8,6 @@
 //! - `a_init.npy` (M×R f32): the initial subspace inducing inputs A, k-means centroids of
 //!   the rows of K_XX̃ (or random rows).
 
-pub mod kernels;
 pub mod kmeans;
 pub mod rsvd;
 
@@ -21,11 +20,11 @@ use ndarray::{Array1, Array2};
 use serde_json::json;
 
 use crate::memtrace;
+use crate::sparse::project_chunk;
 use crate::store::catalog::{ArtifactRow, DatasetRow};
 use crate::store::chunks::{read_chunk, WrittenFile};
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
 use crate::workspace::Workspace;
-use kernels::project_chunk;
 use kmeans::{InitMethod, KMeansConfig};
 use rsvd::{randomized_svd, ChunkFiles, RowSource, SvdConfig};
 

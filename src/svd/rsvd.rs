@@ -25,8 +25,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::kernels::{accumulate_gram_times, Panels};
 use crate::memtrace;
+use crate::sparse::{accumulate_gram_times, Panels};
 use crate::store::chunks::{read_chunk, CsrChunk};
 
 /// Where the rows of X come from.
