@@ -114,29 +114,29 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
     Ok(files)
 }
 
-/// Registers a TrueType font for the charts' text: `FSGP_FONT` if set, else the first of
-/// a few common system paths. Returns the family name to ask for.
+/// The charts' font when `FSGP_FONT` is not set: Roboto Regular (Apache-2.0; the file and its
+/// licence are in `assets/fonts/`), compiled into the binary so that a fresh machine needs no
+/// system font to draw a report.
+const BUNDLED_FONT: &[u8] = include_bytes!("../assets/fonts/Roboto-Regular.ttf");
+
+/// Registers a TrueType font for the charts' text: the file named by `FSGP_FONT` if set, else
+/// the bundled Roboto Regular. Returns the family name to ask for.
 fn register_font() -> Result<&'static str> {
-    const CANDIDATES: [&str; 4] = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-        "/Library/Fonts/Arial.ttf",
-    ];
-    let chosen: Option<PathBuf> = std::env::var_os("FSGP_FONT")
-        .map(PathBuf::from)
-        .or_else(|| CANDIDATES.iter().map(PathBuf::from).find(|p| p.is_file()));
-    let path = chosen.ok_or_else(|| {
-        anyhow!(
-            "no TrueType font found for the charts (looked in {}); set FSGP_FONT=/path/to/font.ttf",
-            CANDIDATES.join(", ")
-        )
-    })?;
-    let bytes = std::fs::read(&path).with_context(|| format!("reading font {}", path.display()))?;
-    // plotters keeps registered fonts for the life of the process.
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    let (bytes, origin): (&'static [u8], String) = match std::env::var_os("FSGP_FONT") {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading font {}", path.display()))?;
+            // plotters keeps registered fonts for the life of the process.
+            (
+                Box::leak(bytes.into_boxed_slice()),
+                path.display().to_string(),
+            )
+        }
+        None => (BUNDLED_FONT, "the bundled Roboto Regular".to_string()),
+    };
     plotters::style::register_font("fsgp", FontStyle::Normal, bytes)
-        .map_err(|_| anyhow!("{}: not a usable TrueType font", path.display()))?;
+        .map_err(|_| anyhow!("{origin}: not a usable TrueType font"))?;
     Ok("fsgp")
 }
 

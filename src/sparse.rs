@@ -1,4 +1,5 @@
-//! Multi-threaded sparse × dense kernels over CSR chunks.
+//! Sparse × dense compute kernels over CSR chunks, multi-threaded: the SVD's Gram products
+//! Xᵀ(X Q) and the projection of rows onto the basis, used by svd and predict.
 //!
 //! Dense D×k operands of the SVD are stored in *column panels*: panel p holds columns
 //! `p·W .. min((p+1)·W, k)` as a contiguous row-major D×w block. A panel of the result
