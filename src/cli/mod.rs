@@ -17,10 +17,18 @@ pub fn run(cli: Cli) -> Result<()> {
         // The one command without a workspace.
         return crate::synth::run(&args.options());
     }
+    // Flags that name missing input files fail before the workspace is created.
+    let ingest = match &cli.command {
+        Command::Ingest(args) => Some(args.config()?),
+        _ => None,
+    };
     let ws = Workspace::open(&cli.workspace)?;
     match cli.command {
         Command::Synth(_) => unreachable!("handled above"),
-        Command::Ingest(args) => crate::ingest::run(&ws, &args).map(|_| ()),
+        Command::Ingest(_) => {
+            let config = ingest.expect("made above");
+            crate::ingest::run(&ws, &config).map(|_| ())
+        }
         Command::Svd(args) => crate::svd::run(&ws, &args.options()).map(|_| ()),
         Command::Train(args) => crate::train::run(&ws, &args.options()).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),

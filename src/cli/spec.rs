@@ -202,7 +202,7 @@ pub fn run(ws: &Workspace, args: &RunArgs) -> Result<()> {
         unreachable!()
     };
     timed("ingest", &mut || {
-        let out = crate::ingest::run(ws, &ingest)?;
+        let out = crate::ingest::run(ws, &ingest.config()?)?;
         Ok((out.run_id, !out.ingested))
     })?;
     let dataset = ingest.name.clone();

@@ -1,0 +1,110 @@
+//! What an ingest needs to know, independent of how it was asked for (flags, a spec table).
+
+use anyhow::{bail, Result};
+use serde_json::json;
+
+use super::input::{absolute, InputLayout};
+use super::parse::RowRules;
+
+/// Configuration of one ingest.
+#[derive(Debug)]
+pub struct IngestConfig {
+    /// Name of the dataset in the workspace (letters, digits, '-', '_' and '.').
+    pub name: String,
+    /// Where the rows come from.
+    pub layout: Box<dyn InputLayout>,
+    /// Scale each row's feature values to unit L2 norm.
+    pub normalize: bool,
+    /// Smallest feature and label id used in the files (0 or 1).
+    pub index_base: u32,
+    /// Drop rows without labels (they are always counted).
+    pub drop_unlabeled: bool,
+    /// Skip malformed rows (counting them) and accept CRLF line ends and a missing final
+    /// newline; file-level problems stay errors.
+    pub lenient: bool,
+    /// Rows per chunk file; `None`: sized so a chunk holds about `chunk_mb` MiB.
+    pub chunk_rows: Option<usize>,
+    /// Target uncompressed size of a chunk in MiB when `chunk_rows` is `None`.
+    pub chunk_mb: usize,
+    /// Worker threads; `None`: all cores.
+    pub threads: Option<usize>,
+    /// Replace an existing dataset of this name whose inputs or options differ.
+    pub replace: bool,
+}
+
+impl IngestConfig {
+    /// Checks the values no type rules out: the dataset name and the chunk sizes.
+    pub fn validate(&self) -> Result<()> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            bail!(
+                "dataset name '{}' is not allowed: use letters, digits, '-', '_' and '.'",
+                self.name
+            );
+        }
+        if self.chunk_rows == Some(0) || self.chunk_mb == 0 {
+            bail!("--chunk-rows and --chunk-mb must be positive");
+        }
+        Ok(())
+    }
+
+    /// The catalog's name of the normalisation.
+    pub fn normalization(&self) -> &'static str {
+        if self.normalize {
+            "l2"
+        } else {
+            "none"
+        }
+    }
+
+    /// Everything that decides the output, recorded with the run and the dataset.
+    pub fn params_json(&self) -> Result<serde_json::Value> {
+        let mut sources = serde_json::Map::new();
+        for (role, path) in self.layout.sources() {
+            sources.insert(role.into(), json!(absolute(&path)?.display().to_string()));
+        }
+        Ok(json!({
+            "format": self.layout.format(),
+            "sources": sources,
+            "split_column": self.layout.split_column(),
+            "normalization": self.normalization(),
+            "index_base": self.index_base,
+            "drop_unlabeled": self.drop_unlabeled,
+            "lenient": self.lenient,
+            "chunk_rows": self.chunk_rows,
+            "chunk_mb": self.chunk_mb,
+        }))
+    }
+
+    /// Worker threads to use (at least one).
+    pub fn worker_threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+            .max(1)
+    }
+
+    /// How rows of a dataset with `d` features and `l` labels are checked and transformed.
+    pub fn row_rules(&self, d: u32, l: u32) -> RowRules {
+        RowRules {
+            n_features: d,
+            n_labels: l,
+            index_base: self.index_base,
+            normalize: self.normalize,
+            lenient: self.lenient,
+        }
+    }
+
+    /// Parquet key-value metadata shared by every chunk of the dataset.
+    pub fn chunk_metadata(&self, d: u32, l: u32) -> Vec<(String, String)> {
+        vec![
+            ("fsgp.dataset".into(), self.name.clone()),
+            ("fsgp.n_features".into(), d.to_string()),
+            ("fsgp.n_labels".into(), l.to_string()),
+            ("fsgp.normalization".into(), self.normalization().into()),
+        ]
+    }
+}
