@@ -17,8 +17,8 @@ use ndarray::Array2;
 use rayon::prelude::*;
 use serde_json::json;
 
-use crate::model::elbo::Params;
 use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::params::Params;
 use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
 use crate::store::catalog::ArtifactRow;
 use crate::store::chunks::{read_chunk, CsrChunk};

@@ -22,12 +22,13 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::evaluate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
-use crate::model::elbo::{
-    evaluate_set, expected_loglik, kl_total, terms_sampled, EvalOptions, Params, TermSet,
-};
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::likelihood::BernoulliLogistic;
+use crate::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions};
 use crate::model::optim::{AdamConfig, AdamState};
+use crate::model::params::{Block, Params};
+use crate::model::scratch::Scratch;
+use crate::model::terms::{terms_sampled, TermSet};
 use crate::predict::Ranker;
 use crate::store::catalog::{CheckpointRow, DatasetRow, MetricRow};
 use crate::store::checkpoint::{read_checkpoint, write_checkpoint, Checkpoint, TrainState};
@@ -287,11 +288,11 @@ impl TrainConfig {
         }
     }
 
-    fn frozen(&self, block: &str) -> bool {
-        (self.freeze_a && block == "A")
-            || (self.freeze_hyper && (block == "log σ_f²" || block == "log ℓ"))
+    fn frozen(&self, block: Block) -> bool {
+        (self.freeze_a && block == Block::A)
+            || (self.freeze_hyper && (block == Block::LogSf2 || block == Block::LogEll))
             // ℓ means nothing to the linear kernel; keep it fixed rather than drifting.
-            || (self.kernel == KernelArg::Linear && block == "log ℓ")
+            || (self.kernel == KernelArg::Linear && block == Block::LogEll)
     }
 
     fn to_json(&self) -> serde_json::Value {
@@ -832,6 +833,7 @@ fn train_loop(
         opts.prefetch,
     );
     let adam_cfg = cfg.adam();
+    let scratch = Scratch::new();
     let scale = setup.n_rows as f64;
     let mut last_saved = state.step;
     let started = Instant::now();
@@ -886,7 +888,11 @@ fn train_loop(
             k_tilde: setup.k_tilde.as_ref(),
         };
         let ev = pool
-            .install(|| evaluate_set(setup.kind, &params, &x, &terms, &setup.lik, &eval_opts))
+            .install(|| {
+                evaluate_set(
+                    setup.kind, &params, &x, &terms, &setup.lik, &eval_opts, &scratch,
+                )
+            })
             .with_context(|| {
                 format!(
                     "step {} (epoch {}): training stopped; the last good checkpoint is step \
@@ -1098,6 +1104,7 @@ fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
         },
         prefetch,
     );
+    let scratch = Scratch::new();
     let mut expected = 0.0;
     while let Some(batch) = queue.next_batch() {
         let batch = batch?;
@@ -1110,9 +1117,9 @@ fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
             positives: &batch.positives,
             scale: 1.0,
         };
-        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik)?;
+        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik, &scratch)?;
     }
-    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref())?;
+    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref(), &scratch)?;
     Ok(expected - kl)
 }
 
