@@ -2,11 +2,11 @@
 //! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
 
 pub mod conditional;
-pub mod expected;
+pub(crate) mod expected;
 pub mod gp_factor;
-pub mod inducing;
+pub(crate) mod inducing;
 pub mod kernel;
-pub mod kl;
+pub(crate) mod kl;
 pub mod likelihood;
 pub mod objective;
 pub mod optim;

@@ -4,7 +4,7 @@
 //! exact full-data bound of a checkpoint.
 //!
 //! Data flow: `kxx.npy` + `sq_norms.npy` (memory maps) + the train split's label columns →
-//! [`batches::Prefetcher`] → `model::elbo` → Adam → `store::checkpoint`.
+//! [`batches::Prefetcher`] → `model::objective` → Adam → `store::checkpoint`.
 
 pub mod batches;
 pub mod init;
@@ -1024,7 +1024,7 @@ fn train_loop(
     let mut figures = vec![metric("train_seconds", secs, Some(state.step as i64))];
     let exact = if opts.final_elbo {
         let t = Instant::now();
-        let value = pool.install(|| exact_bound(setup, &params, 4))?;
+        let value = pool.install(|| exact_bound(setup, &params, 4, &scratch))?;
         eprintln!(
             "exact bound on all {} training rows and {} labels: {value:.6e} ({:.1} s)",
             setup.n_rows,
@@ -1091,7 +1091,7 @@ fn save(
 /// The exact bound on the whole training split: every row, every label (weight 1), minus
 /// Σ_p KL_p. Streams the rows in file order through the prefetch queue; each batch costs
 /// only the forward pass, and the KL is computed once.
-fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
+fn exact_bound(setup: &Setup, params: &Params, prefetch: usize, scratch: &Scratch) -> Result<f64> {
     let planner = Arc::new(setup.planner(Order::Sequential));
     let mut queue = Prefetcher::spawn(
         setup.source.clone(),
@@ -1104,7 +1104,6 @@ fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
         },
         prefetch,
     );
-    let scratch = Scratch::new();
     let mut expected = 0.0;
     while let Some(batch) = queue.next_batch() {
         let batch = batch?;
@@ -1117,9 +1116,9 @@ fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
             positives: &batch.positives,
             scale: 1.0,
         };
-        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik, &scratch)?;
+        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik, scratch)?;
     }
-    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref(), &scratch)?;
+    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref(), scratch)?;
     Ok(expected - kl)
 }
 
@@ -1154,7 +1153,7 @@ pub fn elbo(workspace: &Path, args: &ElboArgs) -> Result<f64> {
     let threads = args.threads.unwrap_or(setup.config.threads);
     let pool = thread_pool(threads)?;
     let t = Instant::now();
-    let value = pool.install(|| exact_bound(&setup, &ckpt.params, 4))?;
+    let value = pool.install(|| exact_bound(&setup, &ckpt.params, 4, &Scratch::new()))?;
     ws.catalog.record_metrics(
         args.run,
         &[MetricRow {
