@@ -15,13 +15,15 @@
 mod common;
 use common::threads;
 use faer::Mat;
-use fsgp::model::elbo::{
-    evaluate_set, terms_sampled, EvalOptions, Factorisation, Params, PhaseTimes, TermSet,
-};
+use fsgp::model::conditional::Factorisation;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
+use fsgp::model::objective::{evaluate_set, EvalOptions, PhaseTimes};
 use fsgp::model::optim::{AdamConfig, AdamState};
+use fsgp::model::params::Params;
+use fsgp::model::scratch::Scratch;
 use fsgp::model::subspace;
+use fsgp::model::terms::{terms_sampled, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -135,6 +137,8 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     };
     let mut adam = AdamState::new(&params);
     let cfg = AdamConfig::default();
+    // One arena for all steps, as the trainer keeps one.
+    let scratch = Scratch::new();
     let mut best = (f64::INFINITY, PhaseTimes::default(), 0.0, 0usize);
     for step in 0..steps {
         let t = Instant::now();
@@ -150,7 +154,16 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             Some(l) => TermSet::List(l),
         };
-        let ev = evaluate_set(KernelKind::Linear, &params, &x, &terms, &lik, &c.opts()).unwrap();
+        let ev = evaluate_set(
+            KernelKind::Linear,
+            &params,
+            &x,
+            &terms,
+            &lik,
+            &c.opts(),
+            &scratch,
+        )
+        .unwrap();
         let t_adam = Instant::now();
         adam.step(&cfg, &mut params, &ev.grads, &|_| false);
         let adam_s = t_adam.elapsed().as_secs_f64();
@@ -160,7 +173,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         }
     }
     let (secs, ph, adam_s, n_terms) = best;
-    let identical = same_bits_in_one_thread(c, &params, &x, &positives, scale, &lik);
+    let identical = same_bits_in_one_thread(c, &params, &x, &positives, scale, &lik, &scratch);
     let flops = step_flops(c, c.negatives.map(|_| n_terms));
     let negs = match c.negatives {
         None => "all negatives".to_string(),
@@ -199,6 +212,7 @@ fn same_bits_in_one_thread(
     positives: &[Vec<u32>],
     scale: f64,
     lik: &BernoulliLogistic,
+    scratch: &Scratch,
 ) -> bool {
     let list = c.negatives.map(|n| {
         let mut srng = ChaCha8Rng::seed_from_u64(7);
@@ -208,7 +222,18 @@ fn same_bits_in_one_thread(
         None => TermSet::AllLabels { positives, scale },
         Some(l) => TermSet::List(l),
     };
-    let eval = || evaluate_set(KernelKind::Linear, params, x, &terms, lik, &c.opts()).unwrap();
+    let eval = || {
+        evaluate_set(
+            KernelKind::Linear,
+            params,
+            x,
+            &terms,
+            lik,
+            &c.opts(),
+            scratch,
+        )
+        .unwrap()
+    };
     let many = eval();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)

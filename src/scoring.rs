@@ -9,8 +9,8 @@ use faer::Mat;
 use ndarray::Array2;
 use rayon::prelude::*;
 
-use crate::model::elbo::Params;
 use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::params::Params;
 use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
 use crate::projection::{load_basis_t, project_rows};
 use crate::store::chunks::CsrChunk;

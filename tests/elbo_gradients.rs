@@ -4,12 +4,13 @@
 //! from the thread count; and unbiasedness of the sampled bound.
 
 use faer::Mat;
-use fsgp::model::elbo::{
-    evaluate_set, expected_loglik, flat_entry, flat_len, kl_total, terms_all, terms_sampled,
-    EvalOptions, Evaluation, Factorisation, Params, Term, TermSet,
-};
+use fsgp::model::conditional::Factorisation;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
+use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
+use fsgp::model::params::{flat_entry, flat_len, Block, Params};
+use fsgp::model::scratch::Scratch;
+use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -91,6 +92,7 @@ fn value(
         &TermSet::List(terms),
         lik,
         &opts_for(fact),
+        &Scratch::new(),
     )
     .unwrap()
     .value
@@ -121,16 +123,17 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
                 &TermSet::List(&terms),
                 &lik,
                 &opts_for(fact),
+                &Scratch::new(),
             )
             .unwrap()
             .grads;
             // h balances truncation (∝ h²) against the rounding of F (∝ ε|F|/h).
             let h = 2e-5;
-            let mut worst = (0.0f64, "");
+            let mut worst = (0.0f64, Block::A);
             for idx in 0..flat_len(&pr.params) {
                 let (name, g) = flat_entry(&mut grads, idx);
                 let analytic = *g;
-                if kind == KernelKind::Linear && name == "log ℓ" {
+                if kind == KernelKind::Linear && name == Block::LogEll {
                     assert_eq!(analytic, 0.0);
                     continue;
                 }
@@ -276,8 +279,26 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
             let x = inputs(&pr);
             let list = terms_all(&pr.positives, K, 3.0);
             let opts = EvalOptions::default();
-            let a = evaluate_set(kind, &pr.params, &x, &TermSet::List(&list), &lik, &opts).unwrap();
-            let b = evaluate_set(kind, &pr.params, &x, &dense(&pr, 3.0), &lik, &opts).unwrap();
+            let a = evaluate_set(
+                kind,
+                &pr.params,
+                &x,
+                &TermSet::List(&list),
+                &lik,
+                &opts,
+                &Scratch::new(),
+            )
+            .unwrap();
+            let b = evaluate_set(
+                kind,
+                &pr.params,
+                &x,
+                &dense(&pr, 3.0),
+                &lik,
+                &opts,
+                &Scratch::new(),
+            )
+            .unwrap();
             let d = max_rel_diff(&a, &b);
             assert!(
                 d <= 1e-12,
@@ -294,14 +315,23 @@ fn dense_all_labels_gradient_matches_central_differences() {
         let pr = problem(14);
         let opts = opts_for(fact);
         let eval = |params: &Params| {
-            evaluate_set(kind, params, &inputs(&pr), &dense(&pr, 2.0), &lik, &opts).unwrap()
+            evaluate_set(
+                kind,
+                params,
+                &inputs(&pr),
+                &dense(&pr, 2.0),
+                &lik,
+                &opts,
+                &Scratch::new(),
+            )
+            .unwrap()
         };
         let mut grads = eval(&pr.params).grads;
         let h = 2e-5;
         for idx in 0..flat_len(&pr.params) {
             let (name, g) = flat_entry(&mut grads, idx);
             let analytic = *g;
-            if kind == KernelKind::Linear && name == "log ℓ" {
+            if kind == KernelKind::Linear && name == Block::LogEll {
                 continue;
             }
             let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
@@ -326,12 +356,22 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         let x = inputs(&pr);
         let sampled = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
         for terms in [dense(&pr, 3.0), TermSet::List(&sampled)] {
-            let full = evaluate_set(kind, &pr.params, &x, &terms, &lik, &opts_for(fact)).unwrap();
+            let full = evaluate_set(
+                kind,
+                &pr.params,
+                &x,
+                &terms,
+                &lik,
+                &opts_for(fact),
+                &Scratch::new(),
+            )
+            .unwrap();
             let skip = EvalOptions {
                 kernel_grads: false,
                 factorisation: fact,
             };
-            let part = evaluate_set(kind, &pr.params, &x, &terms, &lik, &skip).unwrap();
+            let part =
+                evaluate_set(kind, &pr.params, &x, &terms, &lik, &skip, &Scratch::new()).unwrap();
             assert_eq!(part.value, full.value);
             assert_eq!(part.grads.mu, full.grads.mu);
             assert_eq!(part.grads.rho, full.grads.rho);
@@ -353,10 +393,19 @@ fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
         let x = inputs(&pr);
         let sampled = terms_sampled(&pr.positives, K, 3, 1.5, &mut rng);
         for terms in [dense(&pr, 1.0), TermSet::List(&sampled)] {
-            let ev =
-                evaluate_set(kind, &pr.params, &x, &terms, &lik, &EvalOptions::default()).unwrap();
-            let expected = expected_loglik(kind, &pr.params, &x, &terms, &lik).unwrap();
-            let kl = kl_total(kind, &pr.params, pr.kt.as_ref()).unwrap();
+            let ev = evaluate_set(
+                kind,
+                &pr.params,
+                &x,
+                &terms,
+                &lik,
+                &EvalOptions::default(),
+                &Scratch::new(),
+            )
+            .unwrap();
+            let expected =
+                expected_loglik(kind, &pr.params, &x, &terms, &lik, &Scratch::new()).unwrap();
+            let kl = kl_total(kind, &pr.params, pr.kt.as_ref(), &Scratch::new()).unwrap();
             assert_eq!(kl, ev.kl, "{kind:?}: the KL is computed in the same order");
             let value = expected - kl;
             assert!(
@@ -422,7 +471,16 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                     .build()
                     .unwrap();
                 pool.install(|| {
-                    evaluate_set(kind, &pr.params, &x, &terms, &lik, &opts_for(fact)).unwrap()
+                    evaluate_set(
+                        kind,
+                        &pr.params,
+                        &x,
+                        &terms,
+                        &lik,
+                        &opts_for(fact),
+                        &Scratch::new(),
+                    )
+                    .unwrap()
                 })
             };
             let (one, two) = (run(1), run(2));
@@ -453,6 +511,7 @@ fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
                     &terms,
                     &lik,
                     &opts_for(fact),
+                    &Scratch::new(),
                 )
                 .unwrap()
             };
@@ -481,6 +540,7 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
         &terms,
         &lik,
         &opts_for(Factorisation::Subspace),
+        &Scratch::new(),
     );
     assert!(format!("{:#}", se.unwrap_err()).contains("linear kernel"));
     // A singular K_X̃: refused when forced, the inducing path under Auto.
@@ -500,6 +560,7 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
             &terms,
             &lik,
             &opts_for(fact),
+            &Scratch::new(),
         )
     };
     assert!(format!("{:#}", lin(Factorisation::Subspace).unwrap_err()).contains("K_X̃"));
@@ -508,4 +569,40 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
         lin(Factorisation::Inducing).unwrap(),
     );
     assert_eq!(auto.value.to_bits(), inducing.value.to_bits());
+}
+
+#[test]
+fn one_scratch_reused_across_shapes_gives_the_same_bits_as_fresh_ones() {
+    // The arena hands out buffers with stale contents from earlier calls (of other shapes
+    // too); every user overwrites what it reads, so reuse must not change a bit.
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let shared = Scratch::new();
+    let (small, large) = (problem(19), larger_problem());
+    let mut rng = ChaCha8Rng::seed_from_u64(10);
+    for round in 0..2 {
+        for pr in [&small, &large] {
+            let x = inputs(pr);
+            let k = pr.params.phi.nrows();
+            let sampled = terms_sampled(&pr.positives, k, 3, 2.0, &mut rng);
+            for (kind, fact) in SETUPS {
+                for terms in [dense(pr, 2.0), TermSet::List(&sampled)] {
+                    let opts = opts_for(fact);
+                    let eval = |scratch: &Scratch| {
+                        evaluate_set(kind, &pr.params, &x, &terms, &lik, &opts, scratch).unwrap()
+                    };
+                    let (reused, fresh) = (eval(&shared), eval(&Scratch::new()));
+                    assert_eq!(
+                        reused.value.to_bits(),
+                        fresh.value.to_bits(),
+                        "round {round}"
+                    );
+                    assert_eq!(reused.grads, fresh.grads, "{kind:?} {fact:?} round {round}");
+                    let el = |scratch: &Scratch| {
+                        expected_loglik(kind, &pr.params, &x, &terms, &lik, scratch).unwrap()
+                    };
+                    assert_eq!(el(&shared).to_bits(), el(&Scratch::new()).to_bits());
+                }
+            }
+        }
+    }
 }

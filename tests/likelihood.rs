@@ -6,6 +6,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use fsgp::model::likelihood::*;
+use fsgp::model::quadrature::GaussHermite;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

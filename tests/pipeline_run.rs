@@ -88,7 +88,7 @@ fn one_path(ws: &Path, sql: &str, run: i64) -> PathBuf {
 /// Scores of every label for one test row by plain loops in f64 (linear kernel):
 /// f_k = Σ_p Φ_kp Σ_m σ_f² (x·X̃ᵀ A ᵀ)_m μ_mp + b_k.
 fn brute_force_scores(
-    params: &fsgp::model::elbo::Params,
+    params: &fsgp::model::params::Params,
     basis: &ndarray::ArrayView2<'_, f32>,
     indices: &[u32],
     values: &[f32],

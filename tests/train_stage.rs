@@ -7,9 +7,10 @@
 mod common;
 use common::*;
 use faer::Mat;
-use fsgp::model::elbo::{evaluate, terms_all};
 use fsgp::model::kernel::{BasisInputs, KernelKind};
 use fsgp::model::likelihood::BernoulliLogistic;
+use fsgp::model::objective::evaluate;
+use fsgp::model::terms::terms_all;
 use fsgp::store::checkpoint::read_checkpoint;
 use fsgp::store::chunks::read_chunk_labels;
 use std::collections::BTreeMap;

@@ -1,5 +1,6 @@
-//! Kernels evaluated through the basis, never touching D-dimensional data (seed 000 §2.2,
-//! A.6; `docs/model.md`, section "Kernels through the basis").
+//! Kernels evaluated through the basis, never touching D-dimensional data (Panos,
+//! Dellaportas & Titsias, *Fully Scalable Gaussian Processes using Subspace Inducing Inputs*,
+//! §2.2 and A.6; `docs/model.md`, section "Kernels through the basis").
 //!
 //! With Z = A X̃: G = A K_X̃ Aᵀ = Z Zᵀ [M×M] and H = Kxx_b Aᵀ = X_b Zᵀ [B×M], where
 //! Kxx_b = X_b X̃ᵀ [B×R] are rows of `kxx.npy` and K_X̃ = X̃ X̃ᵀ [R×R].
@@ -12,6 +13,8 @@
 //! gradients with respect to A, log σ_f² and log ℓ (chain rule of `docs/model.md`).
 
 use faer::{Mat, MatRef};
+
+use crate::linalg::inner;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelKind {
@@ -57,17 +60,6 @@ pub struct KernelGrads {
     pub a: Mat<f64>,
     pub log_sf2: f64,
     pub log_ell: f64,
-}
-
-/// ⟨X, Y⟩ = Σ X∘Y.
-fn inner(x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> f64 {
-    let mut s = 0.0;
-    for j in 0..x.ncols() {
-        for i in 0..x.nrows() {
-            s += x[(i, j)] * y[(i, j)];
-        }
-    }
-    s
 }
 
 impl KernelKind {

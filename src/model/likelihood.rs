@@ -1,5 +1,8 @@
-//! The Bernoulli-logistic likelihood and its variational expectation (seed 000, §2.3 and
-//! appendix A): for a label y ∈ {−1, +1} and a Gaussian marginal q(f) = N(m, v),
+//! The likelihoods of a label given its utility, through their variational expectations.
+//! [`Likelihood`] is what the bound needs from one; [`BernoulliLogistic`] is the paper's
+//! (Panos, Dellaportas & Titsias, *Fully Scalable Gaussian Processes using Subspace Inducing
+//! Inputs*, §2.3 and appendix A): for a label y ∈ {−1, +1} and a Gaussian marginal
+//! q(f) = N(m, v),
 //!
 //! E(y, m, v) = E_{f ~ N(m, v)}[ log σ(y f) ],   σ(t) = 1 / (1 + e^{−t}),
 //!
@@ -11,8 +14,9 @@
 //! Pure math: no files, no allocation on the hot path. [`BernoulliLogistic::expect_lanes`]
 //! evaluates many (m, v) pairs at once with SIMD-friendly exp/log1p.
 
-use anyhow::{bail, Context, Result};
-use faer::{Mat, Side};
+use anyhow::Result;
+
+use super::quadrature::GaussHermite;
 
 /// The default number of quadrature points used by the trainer.
 pub const DEFAULT_POINTS: usize = 20;
@@ -23,112 +27,20 @@ pub const DEFAULT_POINTS: usize = 20;
 /// than the rounding error of either (`docs/likelihood.md`).
 pub const VAR_FLOOR: f64 = 1e-10;
 
-/// Gauss–Hermite rule of order q (physicists'): nodes ascending, weights; Σ w = √π.
-///
-/// ∫ e^{−t²} g(t) dt ≈ Σ_j w_j g(t_j), exact for polynomials g of degree ≤ 2q − 1.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GaussHermite {
-    pub nodes: Vec<f64>,
-    pub weights: Vec<f64>,
+/// A likelihood p(y | f) of labels y = ±1 that factorises over the (row, label) terms of the
+/// bound, seen through its Gaussian expectation E(y, m, v) = E_{f ~ N(m, v)}[log p(y | f)]:
+/// the bound (`objective.rs`) needs E and its derivatives for many terms at once. A new
+/// likelihood of this kind implements this trait (`docs/model.md`, "Code map").
+pub trait Likelihood: Sync {
+    /// Many expectations at once, in place: on entry `mean[j]`, `var[j]` hold (m_j, v_j) with
+    /// labels `y[j]` = ±1; on exit `mean[j]` = ∂E/∂m, `var[j]` = ∂E/∂v and `value[j]` = E.
+    /// The results must not depend on how the terms are split into calls.
+    fn expect_lanes(&self, y: &[f64], mean: &mut [f64], var: &mut [f64], value: &mut [f64]);
 }
 
-/// The orthonormal Hermite polynomials p̃_k (∫ e^{−t²} p̃_j p̃_k dt = δ_jk) at `t`:
-/// returns (p̃_q(t), p̃_{q−1}(t), Σ_{k<q} p̃_k(t)²).
-///
-/// Three-term recurrence t p̃_k = √((k+1)/2) p̃_{k+1} + √(k/2) p̃_{k−1}, p̃_0 = π^{−1/4}.
-fn orthonormal_hermite(q: usize, t: f64) -> (f64, f64, f64) {
-    let mut prev = 0.0;
-    let mut cur = std::f64::consts::PI.powf(-0.25);
-    let mut sum_sq = 0.0;
-    for k in 0..q {
-        sum_sq += cur * cur;
-        let kf = k as f64;
-        let next = (t * cur - (0.5 * kf).sqrt() * prev) / (0.5 * (kf + 1.0)).sqrt();
-        prev = cur;
-        cur = next;
-    }
-    (cur, prev, sum_sq)
-}
-
-impl GaussHermite {
-    /// Computes the rule: Golub–Welsch (the eigenvalues of the symmetric tridiagonal Jacobi
-    /// matrix with zero diagonal and off-diagonals √(k/2), k = 1..q−1, by faer's self-adjoint
-    /// eigensolver) for the nodes, each then polished by Newton steps on the orthonormal
-    /// Hermite recurrence; weights from the Christoffel function w_j = 1 / Σ_{k<q} p̃_k(t_j)²
-    /// (a sum of positive terms, so small weights keep full relative accuracy); finally the
-    /// rule is made exactly symmetric. Errors for q == 0, and for q > 370, where the
-    /// outermost weights (about e^{−t²} with t ≈ √(2q)) underflow.
-    pub fn new(q: usize) -> Result<Self> {
-        if q == 0 {
-            bail!("a Gauss–Hermite rule needs at least one point (got q = 0)");
-        }
-        let jacobi = Mat::from_fn(q, q, |i, j| {
-            if i.abs_diff(j) == 1 {
-                (0.5 * i.max(j) as f64).sqrt()
-            } else {
-                0.0
-            }
-        });
-        let mut nodes = jacobi
-            .self_adjoint_eigenvalues(Side::Lower)
-            .ok()
-            .context("eigenvalues of the Gauss–Hermite Jacobi matrix did not converge")?;
-        nodes.sort_by(f64::total_cmp);
-
-        let derivative_scale = (2.0 * q as f64).sqrt(); // p̃_q' = √(2q) p̃_{q−1}
-        let mut weights = Vec::with_capacity(q);
-        for t in &mut nodes {
-            for _ in 0..10 {
-                let (p, p_prev, _) = orthonormal_hermite(q, *t);
-                let step = p / (derivative_scale * p_prev);
-                if !step.is_finite() {
-                    break;
-                }
-                *t -= step;
-                if step.abs() <= 2.0 * f64::EPSILON * t.abs().max(1.0) {
-                    break;
-                }
-            }
-            let (_, _, sum_sq) = orthonormal_hermite(q, *t);
-            weights.push(1.0 / sum_sq);
-        }
-
-        // Exact symmetry: t_{q−1−j} = −t_j, w_{q−1−j} = w_j, and t = 0 in the middle.
-        for j in 0..q / 2 {
-            let k = q - 1 - j;
-            let t = 0.5 * (nodes[k] - nodes[j]);
-            let w = 0.5 * (weights[k] + weights[j]);
-            nodes[j] = -t;
-            nodes[k] = t;
-            weights[j] = w;
-            weights[k] = w;
-        }
-        if q % 2 == 1 {
-            nodes[q / 2] = 0.0;
-        }
-
-        let ascending = nodes.windows(2).all(|p| p[0] < p[1]);
-        let finite = nodes.iter().all(|t| t.is_finite());
-        let positive = weights.iter().all(|w| w.is_finite() && *w > 0.0);
-        if !(ascending && finite && positive) {
-            bail!("the Gauss–Hermite rule of order {q} is not representable in f64");
-        }
-        let total: f64 = weights.iter().sum();
-        let sqrt_pi = std::f64::consts::PI.sqrt();
-        if (total - sqrt_pi).abs() > 1e-12 * sqrt_pi {
-            bail!("Gauss–Hermite rule of order {q}: weights sum to {total}, expected √π");
-        }
-        Ok(Self { nodes, weights })
-    }
-
-    /// The order q (number of nodes).
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Never true for a constructed rule (q ≥ 1).
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+impl Likelihood for BernoulliLogistic {
+    fn expect_lanes(&self, y: &[f64], mean: &mut [f64], var: &mut [f64], value: &mut [f64]) {
+        BernoulliLogistic::expect_lanes(self, y, mean, var, value)
     }
 }
 

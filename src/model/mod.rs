@@ -1,7 +1,19 @@
-pub mod elbo;
+//! The model layer: MLGPF's parameters, kernels, q(u), likelihoods, bound, optimiser and
+//! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
+
+pub mod conditional;
+pub(crate) mod expected;
+pub mod gp_factor;
+pub(crate) mod inducing;
 pub mod kernel;
+pub(crate) mod kl;
 pub mod likelihood;
+pub mod objective;
 pub mod optim;
+pub mod params;
 pub mod predictive;
+pub mod quadrature;
+pub mod scratch;
 pub mod subspace;
+pub mod terms;
 pub mod variational;

@@ -6,8 +6,8 @@
 //! The state (m, v, t) is part of a checkpoint so a resumed run continues bit for bit.
 
 #[cfg(doc)]
-use super::elbo::flat_entry;
-use super::elbo::{flat_len, Params};
+use super::params::flat_entry;
+use super::params::{flat_len, Block, Params};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -47,8 +47,8 @@ impl AdamState {
         }
     }
 
-    /// One ascent step on `params` with gradient `grads`. Entries whose `frozen` returns
-    /// true for their block name ("A", "log σ_f²", …) are left unchanged.
+    /// One ascent step on `params` with gradient `grads`. Entries of the blocks for which
+    /// `frozen` returns true are left unchanged.
     ///
     /// Walks the blocks in the order of [`flat_entry`] (each matrix column by column), so
     /// the flat index of every entry, and the arithmetic, are those of a per-index loop.
@@ -57,7 +57,7 @@ impl AdamState {
         cfg: &AdamConfig,
         params: &mut Params,
         grads: &Params,
-        frozen: &dyn Fn(&str) -> bool,
+        frozen: &dyn Fn(Block) -> bool,
     ) {
         self.t += 1;
         let t = self.t as i32;
@@ -67,14 +67,14 @@ impl AdamState {
             c2: 1.0 - cfg.beta2.powi(t),
         };
         let mut idx = 0;
-        for (name, p, g) in [
-            ("A", &mut params.a, &grads.a),
-            ("μ", &mut params.mu, &grads.mu),
-            ("ρ", &mut params.rho, &grads.rho),
-            ("Φ", &mut params.phi, &grads.phi),
+        for (block, p, g) in [
+            (Block::A, &mut params.a, &grads.a),
+            (Block::Mu, &mut params.mu, &grads.mu),
+            (Block::Rho, &mut params.rho, &grads.rho),
+            (Block::Phi, &mut params.phi, &grads.phi),
         ] {
             let (rows, cols) = (p.nrows(), p.ncols());
-            if !frozen(name) {
+            if !frozen(block) {
                 for j in 0..cols {
                     let (pc, gc) = (p.col_mut(j), g.col(j));
                     for (i, theta) in pc.iter_mut().enumerate() {
@@ -84,17 +84,25 @@ impl AdamState {
             }
             idx += rows * cols;
         }
-        if !frozen("b") {
+        if !frozen(Block::Bias) {
             for (k, theta) in params.bias.iter_mut().enumerate() {
                 self.update(idx + k, grads.bias[k], theta, &coef);
             }
         }
         idx += params.bias.len();
-        for (name, theta, g) in [
-            ("log σ_f²", &mut params.kernel.log_sf2, grads.kernel.log_sf2),
-            ("log ℓ", &mut params.kernel.log_ell, grads.kernel.log_ell),
+        for (block, theta, g) in [
+            (
+                Block::LogSf2,
+                &mut params.kernel.log_sf2,
+                grads.kernel.log_sf2,
+            ),
+            (
+                Block::LogEll,
+                &mut params.kernel.log_ell,
+                grads.kernel.log_ell,
+            ),
         ] {
-            if !frozen(name) {
+            if !frozen(block) {
                 self.update(idx, g, theta, &coef);
             }
             idx += 1;
@@ -145,16 +153,16 @@ mod tests {
         cfg: &AdamConfig,
         params: &mut Params,
         grads: &Params,
-        frozen: &dyn Fn(&str) -> bool,
+        frozen: &dyn Fn(Block) -> bool,
     ) {
-        use crate::model::elbo::flat_entry;
+        use crate::model::params::flat_entry;
         st.t += 1;
         let t = st.t as i32;
         let (c1, c2) = (1.0 - cfg.beta1.powi(t), 1.0 - cfg.beta2.powi(t));
         let mut grads = grads.clone();
         for idx in 0..st.m.len() {
-            let (name, g) = flat_entry(&mut grads, idx);
-            if frozen(name) {
+            let (block, g) = flat_entry(&mut grads, idx);
+            if frozen(block) {
                 continue;
             }
             let g = *g;
@@ -201,7 +209,7 @@ mod tests {
             })
             .collect();
         let cfg = AdamConfig::default();
-        let frozen = |name: &str| name == "ρ" || name == "log ℓ";
+        let frozen = |block: Block| block == Block::Rho || block == Block::LogEll;
         let (mut p_ref, mut st_ref, mut st) = (p.clone(), AdamState::new(&p), AdamState::new(&p));
         for g in &grads {
             st.step(&cfg, &mut p, g, &frozen);
@@ -237,7 +245,7 @@ mod tests {
         for _ in 0..3000 {
             let mut g = params(-2.0 * (p.a[(0, 0)] - 3.0));
             g.bias[0] = -2.0 * (p.bias[0] + 1.0);
-            st.step(&cfg, &mut p, &g, &|name| name == "b");
+            st.step(&cfg, &mut p, &g, &|block| block == Block::Bias);
         }
         assert!((p.a[(0, 0)] - 3.0).abs() < 1e-3, "{}", p.a[(0, 0)]);
         assert_eq!(p.bias[0], 0.0);

@@ -1,8 +1,10 @@
-//! The predictive distribution of the utilities at new rows (seed 000 A.3):
+//! The predictive distribution of the utilities at new rows (Panos, Dellaportas & Titsias,
+//! *Fully Scalable Gaussian Processes using Subspace Inducing Inputs*, A.3):
 //! q(f_k(x*)) = N(f̄_k, v_k) with f̄_k = Σ_p Φ_kp m_p(x*) + b_k, m_p(x*) = k(x*, Z) μ_p,
 //! v_k = Σ_p Φ_kp² s_p(x*) and s_p(x*) = k(x*, x*) − k(x*, Z) (K_Z + Σ_p)⁻¹ k(Z, x*)
 //! (the same marginal as in training: K_Z⁻¹ S_p K_Z⁻¹ = K_Z⁻¹ − (K_Z + Σ_p)⁻¹ by Woodbury,
-//! so only K_Z + Σ_p is factorised).
+//! so only K_Z + Σ_p is factorised). The marginals come from the conditional
+//! (`conditional.rs`), with q(u) factorised once per predictor.
 //!
 //! Ranking uses the mean f̄. The predictive probability E_q[σ(f_k)] is reported with the
 //! probit approximation σ(f̄ / √(1 + π v / 8)) (`docs/model.md`, "Prediction").
@@ -10,15 +12,15 @@
 use anyhow::Result;
 use faer::Mat;
 
-use super::elbo::Params;
+use super::conditional::{Conditional, FactorisedQ};
 use super::kernel::{BasisInputs, KernelKind};
-use super::variational::{factorise, sigma_of};
+use super::params::Params;
+use super::scratch::Scratch;
 
 /// Mean utilities f̄ = (K_*Z μ) Φᵀ + 1 bᵀ [B×K] for the rows of `x` (their K_XX̃ rows
 /// projected with the training basis).
 pub fn mean_utilities(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Mat<f64> {
-    let kf = kind.forward(&params.kernel, params.a.as_ref(), x);
-    let m = &kf.k_bz * &params.mu;
+    let m = Conditional::through_inducing(kind, params, x).mean(params);
     add_bias(&m * params.phi.transpose(), &params.bias)
 }
 
@@ -32,15 +34,16 @@ fn add_bias(mut f: Mat<f64>, bias: &[f64]) -> Mat<f64> {
     f
 }
 
-/// Mean and variance of q(f) at many rows: factorises every K_Z + Σ_p once, then scores
-/// blocks of rows.
+/// Mean and variance of q(f) at many rows: factorises q(u) once, then scores blocks of rows.
 pub struct Predictor<'p> {
     kind: KernelKind,
     params: &'p Params,
-    /// Lower Cholesky factors L_p of K_Z + Σ_p, one per latent GP.
-    factors: Vec<Mat<f64>>,
+    /// q(u) factorised: one Cholesky factor of K_Z + Σ_p per latent GP.
+    q: FactorisedQ,
     /// Φ ∘ Φ [K×P].
     phi_sq: Mat<f64>,
+    /// The predictor's work buffers, reused from block to block.
+    scratch: Scratch,
     /// Largest diagonal jitter a factorisation needed (0 when none).
     pub jitter: f64,
 }
@@ -52,47 +55,29 @@ impl<'p> Predictor<'p> {
         params: &'p Params,
         k_tilde: faer::MatRef<'_, f64>,
     ) -> Result<Self> {
-        let (m, p_count) = (params.mu.nrows(), params.mu.ncols());
-        let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
-        let mut factors = Vec::with_capacity(p_count);
-        let mut jitter = 0.0f64;
-        for p in 0..p_count {
-            let mut sigma: Vec<f64> = (0..m).map(|i| sigma_of(params.rho[(i, p)])).collect();
-            let (l, j) = factorise(k_z.as_ref(), &mut sigma)?;
-            jitter = jitter.max(j);
-            factors.push(l);
-        }
-        let phi_sq = Mat::from_fn(params.phi.nrows(), p_count, |k, p| {
+        let scratch = Scratch::new();
+        let q = FactorisedQ::new(kind, params, k_tilde, &scratch)?;
+        let phi_sq = Mat::from_fn(params.phi.nrows(), params.phi.ncols(), |k, p| {
             params.phi[(k, p)] * params.phi[(k, p)]
         });
         Ok(Predictor {
             kind,
             params,
-            factors,
+            jitter: q.jitter(),
+            q,
             phi_sq,
-            jitter,
+            scratch,
         })
     }
 
     /// (f̄ [B×K], v [B×K]) for the rows of `x`.
     pub fn mean_and_variance(&self, x: &BasisInputs<'_>) -> (Mat<f64>, Mat<f64>) {
-        let kf = self
-            .kind
-            .forward(&self.params.kernel, self.params.a.as_ref(), x);
-        let b = kf.k_bz.nrows();
-        let m = &kf.k_bz * &self.params.mu;
-        // s_ip = k_ii − ‖L_p⁻¹ k_i‖²: one triangular solve with all B right-hand sides.
-        let mut s = Mat::<f64>::zeros(b, self.factors.len());
-        for (p, l) in self.factors.iter().enumerate() {
-            let mut w = kf.k_bz.transpose().to_owned();
-            faer::linalg::triangular_solve::solve_lower_triangular_in_place(
-                l.as_ref(),
-                w.as_mut(),
-                faer::Par::Seq,
-            );
-            for i in 0..b {
-                let quad: f64 = w.col(i).iter().map(|v| v * v).sum();
-                s[(i, p)] = (kf.k_diag[i] - quad).max(0.0);
+        let cond = Conditional::through_inducing(self.kind, self.params, x);
+        let (m, mut s) = cond.marginals_given(&self.q, self.params, &self.scratch);
+        // Rounding can make s_ip slightly negative.
+        for p in 0..s.ncols() {
+            for v in s.col_mut(p).iter_mut() {
+                *v = v.max(0.0);
             }
         }
         let mean = add_bias(&m * self.params.phi.transpose(), &self.params.bias);
@@ -112,7 +97,7 @@ pub fn probit_probability(mean: f64, var: f64) -> f64 {
 mod tests {
     use super::*;
     use crate::model::kernel::KernelParams;
-    use crate::model::likelihood::GaussHermite;
+    use crate::model::quadrature::GaussHermite;
     use crate::model::variational;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -160,6 +145,7 @@ mod tests {
                 params.mu.as_ref(),
                 params.rho.as_ref(),
                 None,
+                &Scratch::new(),
             )
             .unwrap();
             let predictor = Predictor::new(kind, &params, k_tilde.as_ref()).unwrap();

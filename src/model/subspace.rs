@@ -24,12 +24,15 @@ use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Accum, Mat, MatRef, Par};
 
-use super::kernel::{BasisInputs, KernelParams};
-use super::variational::{
-    dsigma_drho, factorise, give_mat, inverse_and_solve, lower_inverse, lower_product,
-    sigma_column, solve_v, take_mat, GpForward, PerGp,
+use super::gp_factor::{
+    dsigma_drho, factorise, lower_inverse, sigma_column, solve_v, GpForward, PerGp,
 };
-use crate::linalg::cholesky_lower;
+use super::kernel::{BasisInputs, KernelParams};
+use super::kl::kl_subspace;
+use super::scratch::Scratch;
+use crate::linalg::{
+    cholesky_lower, inner_by_columns, inverse_and_solve, lower_product, mirror_lower,
+};
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
 /// and basis rank R: with B = M its per-GP cost 3MR² + 2R³ + 3R²B is below 2M³ + 3M²B up to
@@ -111,31 +114,9 @@ impl Subspace {
             self.sf,
             Par::rayon(0),
         );
-        let g_log_sf2 = 0.5 * (inner(g_f, self.f.as_ref()) + inner(g_g, self.g.as_ref()));
+        let g_log_sf2 =
+            0.5 * (inner_by_columns(g_f, self.f.as_ref()) + inner_by_columns(g_g, self.g.as_ref()));
         (g_a, g_log_sf2)
-    }
-}
-
-/// ⟨X, Y⟩ = Σ X∘Y.
-fn inner(x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> f64 {
-    let mut s = 0.0;
-    for j in 0..x.ncols() {
-        s += x
-            .col(j)
-            .iter()
-            .zip(y.col(j).iter())
-            .map(|(a, b)| a * b)
-            .sum::<f64>();
-    }
-    s
-}
-
-/// Mirrors the lower triangle of a square matrix into its upper triangle.
-fn mirror_lower(x: &mut Mat<f64>) {
-    for j in 1..x.ncols() {
-        for i in 0..j {
-            x[(i, j)] = x[(j, i)];
-        }
     }
 }
 
@@ -148,18 +129,19 @@ pub(crate) fn forward_one(
     p: usize,
     quad_mu: Option<f64>,
     keep: bool,
+    scratch: &Scratch,
 ) -> Result<GpForward> {
     let (m, r) = (sub.f.nrows(), sub.f.ncols());
     let sigma = sigma_column(rho, p);
     // F_s = Σ^{-1/2} F, so that Fᵀ Σ⁻¹ F = F_sᵀ F_s.
-    let mut fs = take_mat(m, r);
+    let mut fs = scratch.take_mat(m, r);
     for j in 0..r {
         let (src, dst) = (sub.f.col(j), fs.col_mut(j));
         for ((d, s), sg) in dst.iter_mut().zip(src.iter()).zip(&sigma) {
             *d = s / sg.sqrt();
         }
     }
-    let mut h = take_mat(r, r);
+    let mut h = scratch.take_mat(r, r);
     tri_matmul(
         h.as_mut(),
         BlockStructure::TriangularLower,
@@ -171,35 +153,32 @@ pub(crate) fn forward_one(
         1.0,
         Par::Seq,
     );
-    give_mat(fs);
-    mirror_lower(&mut h);
+    scratch.give_mat(fs);
+    mirror_lower(h.as_mut());
     // J = H + I; `factorise` retries with jitter on the diagonal, which J ⪰ I never needs
     // unless the parameters are not finite.
     let mut unit = vec![1.0; r];
-    let factor = factorise(h.as_ref(), &mut unit);
-    give_mat(h);
+    let factor = factorise(h.as_ref(), &mut unit, scratch);
+    scratch.give_mat(h);
     let (l, jitter) = factor?;
-    let l_inv = quad_mu.map(|_| lower_inverse(l.as_ref()));
+    let l_inv = quad_mu.map(|_| lower_inverse(l.as_ref(), scratch));
     let v = solve_v(
         l.as_ref(),
         l_inv.as_ref().map(|x| x.as_ref()),
         sub.g.as_ref(),
+        scratch,
     );
     let var = (0..v.ncols())
         .map(|i| sub.resid[i] + v.col(i).iter().map(|x| x * x).sum::<f64>())
         .collect();
     let kl = match (quad_mu, &l_inv) {
-        (Some(q), Some(l_inv)) => {
-            let tr_j_inv: f64 = (0..r)
-                .map(|c| (c..r).map(|i| l_inv[(i, c)] * l_inv[(i, c)]).sum::<f64>())
-                .sum();
-            let logdet_j = 2.0 * (0..r).map(|i| l[(i, i)].ln()).sum::<f64>();
-            0.5 * (q - r as f64 + tr_j_inv + logdet_j)
-        }
+        (Some(q), Some(l_inv)) => kl_subspace(l.as_ref(), l_inv.as_ref(), q),
         _ => 0.0,
     };
-    give_mat(l);
-    Ok(GpForward::new(keep, l_inv, v, sigma, var, kl, jitter))
+    scratch.give_mat(l);
+    Ok(GpForward::new(
+        keep, l_inv, v, sigma, var, kl, jitter, scratch,
+    ))
 }
 
 /// One chunk's share of the subspace backward pass.
@@ -228,6 +207,7 @@ pub(crate) fn backward_chunk(
     rho: MatRef<'_, f64>,
     g_var: MatRef<'_, f64>,
     kernel_grads: bool,
+    scratch: &Scratch,
 ) -> ChunkGrads {
     let (m, r) = (sub.f.nrows(), sub.f.ncols());
     let b = g_var.nrows();
@@ -238,10 +218,10 @@ pub(crate) fn backward_chunk(
         (Mat::new(), Mat::new())
     };
     let mut rho_out = Vec::with_capacity(gps.len());
-    let mut y = take_mat(r, width);
-    let mut yd = take_mat(r, width);
-    let mut g_j = take_mat(r, r);
-    let mut f_gj = take_mat(m, r);
+    let mut y = scratch.take_mat(r, width);
+    let mut yd = scratch.take_mat(r, width);
+    let mut g_j = scratch.take_mat(r, r);
+    let mut f_gj = scratch.take_mat(m, r);
     for (q, gp) in gps.iter().enumerate() {
         let p = first + q;
         let d = g_var.col(p);
@@ -264,7 +244,7 @@ pub(crate) fn backward_chunk(
                 g_j[(i, c)] -= 0.5 * y[(i, c)];
             }
         }
-        mirror_lower(&mut g_j);
+        mirror_lower(g_j.as_mut());
         // F Ḡ_J [M×R].
         matmul(
             f_gj.as_mut(),
@@ -303,7 +283,7 @@ pub(crate) fn backward_chunk(
         }
     }
     for x in [y, yd, g_j, f_gj] {
-        give_mat(x);
+        scratch.give_mat(x);
     }
     ChunkGrads {
         f: g_f,

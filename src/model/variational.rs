@@ -1,11 +1,12 @@
-//! q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹): marginals of h_p at the minibatch rows, the KL
-//! terms, and their gradients (`docs/model.md`, sections "q(u) and marginals", "Gradients"
-//! and "Algorithm as implemented").
+//! The paper's q(u) over all latent GPs (Panos, Dellaportas & Titsias, *Fully Scalable
+//! Gaussian Processes using Subspace Inducing Inputs*): q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹)
+//! with Σ_p = diag(softplus(ρ_p) + 10⁻⁶). Marginals of h_p at a set of rows, the KL terms,
+//! and their gradients (`docs/model.md`, sections "q(u) and marginals", "Gradients" and
+//! "Algorithm as implemented").
 //!
-//! Only C_p = K_Z + Σ_p = L_p L_pᵀ is ever factorised: K_Z itself may be singular (R < M,
-//! linear kernel). Σ_p = diag(softplus(ρ_p) + 10⁻⁶). Every product with C_p⁻¹ goes through
-//! L_p⁻¹ (triangular solves and triangular products), about 2M³ + 3M²B flops per latent GP
-//! for the forward and backward passes together.
+//! The per-GP algebra takes one of two paths: through C_p = K_Z + Σ_p [M×M]
+//! (`inducing.rs`, any kernel) or through J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (`subspace.rs`, the
+//! linear kernel); this file runs either over all GPs and assembles the results.
 //!
 //! The P latent GPs are independent given K_Z and K_bZ: they are processed by rayon in
 //! fixed chunks of [`GP_CHUNK`] GPs, each chunk sequential inside (faer `Par::Seq`), and the
@@ -15,22 +16,17 @@
 //! Shapes: K_Z [M×M], K_bZ [B×M], k_ii [B], μ and ρ [M×P], marginal means and variances
 //! [B×P].
 
-use anyhow::{bail, Result};
-use faer::dyn_stack::{MemBuffer, MemStack};
-use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+use anyhow::Result;
 use faer::linalg::matmul::matmul;
-use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
-use faer::linalg::triangular_inverse::invert_lower_triangular;
-use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
-use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
-use std::sync::Mutex;
 
+use super::gp_factor::{GpForward, PerGp};
+use super::inducing;
+use super::kl::quad_mu;
+use super::scratch::Scratch;
 use super::subspace::{self, Subspace};
-
-/// Smallest variance parameter σ_pm.
-pub const MIN_SIGMA: f64 = 1e-6;
+use crate::linalg::mirror_lower;
 
 /// Latent GPs per parallel task. Fixed (not derived from the thread count) so that the
 /// order of every floating-point reduction, hence every result, is the same for any number
@@ -38,63 +34,6 @@ pub const MIN_SIGMA: f64 = 1e-6;
 /// and large enough that the chunk's concatenated product (see [`backward`]) is an
 /// efficient GEMM.
 pub const GP_CHUNK: usize = 3;
-
-/// Recycled M×M and M×B work matrices. The per-GP factors and the chunks' products are
-/// 10⁸ bytes and more per step; freshly allocated, they would be new zero pages every step
-/// (the pipeline fixes glibc's mmap threshold at 1 MiB), and their page faults a
-/// noticeable part of the step. Buffers come back through [`VariationalForward::recycle`]
-/// and at the end of each backward chunk.
-static POOL: Mutex<Vec<Mat<f64>>> = Mutex::new(Vec::new());
-
-/// Most buffers kept in [`POOL`] (enough for P = 64 latent GPs and their chunks).
-const POOL_CAP: usize = 256;
-
-/// An m×n matrix with unspecified contents (callers overwrite every entry they read).
-pub(crate) fn take_mat(m: usize, n: usize) -> Mat<f64> {
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    match pool.iter().rposition(|x| x.nrows() == m && x.ncols() == n) {
-        Some(i) => pool.swap_remove(i),
-        None => {
-            drop(pool);
-            Mat::zeros(m, n)
-        }
-    }
-}
-
-/// Returns a buffer to the pool (dropped when the pool is full).
-pub(crate) fn give_mat(x: Mat<f64>) {
-    if x.nrows() * x.ncols() == 0 {
-        return;
-    }
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    if pool.len() < POOL_CAP {
-        pool.push(x);
-    }
-}
-
-/// σ = softplus(ρ) + 10⁻⁶ (stable for large |ρ|).
-pub fn sigma_of(rho: f64) -> f64 {
-    let softplus = if rho > 30.0 { rho } else { rho.exp().ln_1p() };
-    softplus + MIN_SIGMA
-}
-
-/// dσ/dρ = logistic(ρ).
-pub(crate) fn dsigma_drho(rho: f64) -> f64 {
-    1.0 / (1.0 + (-rho).exp())
-}
-
-/// Per-latent-GP factors kept for the backward pass.
-/// On the subspace path (`subspace.rs`) the same fields hold L_p⁻¹ and V_p = L_p⁻¹ G of
-/// J_p = I + Fᵀ Σ_p⁻¹ F = L_p L_pᵀ, [R×R] and [R×B].
-#[derive(Debug, Clone)]
-pub(crate) struct PerGp {
-    /// L_p⁻¹ [M×M] in the lower triangle (nothing meaningful above the diagonal).
-    pub l_inv: Mat<f64>,
-    /// V_p = L_p⁻¹ K_bZᵀ [M×B].
-    pub v: Mat<f64>,
-    /// Σ_p actually used (σ plus any jitter) [M].
-    pub sigma: Vec<f64>,
-}
 
 /// Forward results.
 #[derive(Debug, Clone)]
@@ -113,11 +52,11 @@ pub struct VariationalForward {
 }
 
 impl VariationalForward {
-    /// Hands the per-GP factors back for reuse by later steps (see [`POOL`]).
-    pub fn recycle(self) {
+    /// Hands the per-GP factors back to `scratch` for reuse by later steps.
+    pub fn recycle(self, scratch: &Scratch) {
         for gp in self.per_gp {
-            give_mat(gp.l_inv);
-            give_mat(gp.v);
+            scratch.give_mat(gp.l_inv);
+            scratch.give_mat(gp.v);
         }
     }
 }
@@ -152,125 +91,6 @@ impl VariationalGrads {
     }
 }
 
-/// Lower Cholesky factor L [M×M] (zeros above the diagonal) of K_Z + diag(σ), retried with
-/// growing jitter on the diagonal when it fails; σ gets the jitter that was used. Sequential
-/// (it runs inside a per-GP task).
-pub fn factorise(k_z: MatRef<'_, f64>, sigma: &mut [f64]) -> Result<(Mat<f64>, f64)> {
-    let m = k_z.nrows();
-    let mean_diag = (0..m).map(|i| k_z[(i, i)] + sigma[i]).sum::<f64>() / m.max(1) as f64;
-    let mut buf = MemBuffer::new(cholesky_in_place_scratch::<f64>(
-        m,
-        Par::Seq,
-        Default::default(),
-    ));
-    let mut jitter = 0.0;
-    for attempt in 0..8 {
-        let mut c = take_mat(m, m);
-        c.copy_from(k_z);
-        for i in 0..m {
-            c[(i, i)] += sigma[i] + jitter;
-        }
-        let ok = cholesky_in_place(
-            c.as_mut(),
-            Default::default(),
-            Par::Seq,
-            MemStack::new(&mut buf),
-            Default::default(),
-        )
-        .is_ok();
-        if ok {
-            for j in 1..m {
-                for i in 0..j {
-                    c[(i, j)] = 0.0;
-                }
-            }
-            for s in sigma.iter_mut() {
-                *s += jitter;
-            }
-            return Ok((c, jitter));
-        }
-        give_mat(c);
-        jitter = mean_diag.max(1e-300) * 1e-10 * 10f64.powi(attempt);
-    }
-    bail!("Cholesky of K_Z + Σ failed even with jitter {jitter:.3e} on the diagonal")
-}
-
-/// σ_p [M] for column p of ρ.
-pub(crate) fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
-    (0..rho.nrows()).map(|i| sigma_of(rho[(i, p)])).collect()
-}
-
-/// V = L⁻¹ K_bZᵀ [M×B] (M²B flops), from K_bZᵀ [M×B]: by a triangular solve with L, or,
-/// when L⁻¹ is at hand, by a triangular × dense product, which faer runs about 1.3× faster
-/// than the solve at M = B = 500.
-pub(crate) fn solve_v(
-    l: MatRef<'_, f64>,
-    l_inv: Option<MatRef<'_, f64>>,
-    k_bz_t: MatRef<'_, f64>,
-) -> Mat<f64> {
-    let mut v = take_mat(k_bz_t.nrows(), k_bz_t.ncols());
-    match l_inv {
-        Some(l_inv) => tri_matmul(
-            v.as_mut(),
-            BlockStructure::Rectangular,
-            Accum::Replace,
-            l_inv,
-            BlockStructure::TriangularLower,
-            k_bz_t,
-            BlockStructure::Rectangular,
-            1.0,
-            Par::Seq,
-        ),
-        None => {
-            v.copy_from(k_bz_t);
-            solve_lower_triangular_in_place(l, v.as_mut(), Par::Seq);
-        }
-    }
-    v
-}
-
-/// s_i = k_ii − ‖V e_i‖² for every column i of V [M×B].
-fn variances(v: MatRef<'_, f64>, k_diag: &[f64]) -> Vec<f64> {
-    (0..v.ncols())
-        .map(|i| {
-            let col = v.col(i);
-            k_diag[i] - (0..v.nrows()).map(|j| col[j] * col[j]).sum::<f64>()
-        })
-        .collect()
-}
-
-/// L⁻¹ [M×M] in the lower triangle (M³/3 flops); the entries above the diagonal are
-/// unspecified and never read (every use names the triangular structure).
-pub(crate) fn lower_inverse(l: MatRef<'_, f64>) -> Mat<f64> {
-    let m = l.nrows();
-    let mut inv = take_mat(m, m);
-    invert_lower_triangular(inv.as_mut(), l, Par::Seq);
-    inv
-}
-
-/// KL_p = ½ [μᵀK_Zμ − tr(C⁻¹K_Z) + log|C| − log|Σ|], with tr(C⁻¹K_Z) = M − tr(C⁻¹Σ) and
-/// (C⁻¹)_mm = ‖L⁻¹ e_m‖², so only L and L⁻¹ are needed. `quad_mu` is μ_pᵀ K_Z μ_p.
-fn kl_one(l: MatRef<'_, f64>, l_inv: MatRef<'_, f64>, sigma: &[f64], quad_mu: f64) -> f64 {
-    let m = l.nrows();
-    let tr_cinv_sigma: f64 = (0..m)
-        .map(|c| {
-            let col = l_inv.col(c);
-            sigma[c] * (c..m).map(|j| col[j] * col[j]).sum::<f64>()
-        })
-        .sum();
-    let logdet_c = 2.0 * (0..m).map(|i| l[(i, i)].ln()).sum::<f64>();
-    let logdet_sigma: f64 = sigma.iter().map(|s| s.ln()).sum();
-    0.5 * (quad_mu - (m as f64 - tr_cinv_sigma) + logdet_c - logdet_sigma)
-}
-
-/// μ_pᵀ K_Z μ_p for every p, from K_Z μ [M×P].
-fn quad_mu(k_z: MatRef<'_, f64>, mu: MatRef<'_, f64>) -> Vec<f64> {
-    let k_mu = k_z * mu;
-    (0..mu.ncols())
-        .map(|p| (0..mu.nrows()).map(|i| mu[(i, p)] * k_mu[(i, p)]).sum())
-        .collect()
-}
-
 /// The GP indices of chunk `c` of P GPs.
 fn chunk_range(c: usize, p_count: usize) -> std::ops::Range<usize> {
     c * GP_CHUNK..((c + 1) * GP_CHUNK).min(p_count)
@@ -280,74 +100,8 @@ fn chunk_count(p_count: usize) -> usize {
     p_count.div_ceil(GP_CHUNK)
 }
 
-/// What one GP's forward task returns.
-pub(crate) struct GpForward {
-    pub state: Option<PerGp>,
-    pub var: Vec<f64>,
-    pub kl: f64,
-    pub jitter: f64,
-}
-
-impl GpForward {
-    /// Keeps the factors L⁻¹ and V for the backward pass if `keep` (and L⁻¹ was formed);
-    /// otherwise hands them back to the pool.
-    pub(crate) fn new(
-        keep: bool,
-        l_inv: Option<Mat<f64>>,
-        v: Mat<f64>,
-        sigma: Vec<f64>,
-        var: Vec<f64>,
-        kl: f64,
-        jitter: f64,
-    ) -> Self {
-        let state = match (keep, l_inv) {
-            (true, Some(l_inv)) => Some(PerGp { l_inv, v, sigma }),
-            (_, l_inv) => {
-                give_mat(v);
-                if let Some(x) = l_inv {
-                    give_mat(x);
-                }
-                None
-            }
-        };
-        GpForward {
-            state,
-            var,
-            kl,
-            jitter,
-        }
-    }
-}
-
-/// Forward for latent GP p: Cholesky, V, the variances and (if `with_kl`) KL_p. The
-/// factors are kept only if `keep` (for the backward pass).
-#[allow(clippy::too_many_arguments)]
-fn forward_one(
-    k_z: MatRef<'_, f64>,
-    k_bz_t: MatRef<'_, f64>,
-    k_diag: &[f64],
-    rho: MatRef<'_, f64>,
-    p: usize,
-    quad_mu: Option<f64>,
-    keep: bool,
-) -> Result<GpForward> {
-    let mut sigma = sigma_column(rho, p);
-    let (l, jitter) = factorise(k_z, &mut sigma)?;
-    // L⁻¹ is needed for the KL (and kept for the backward pass); without it, V comes from a
-    // solve.
-    let l_inv = quad_mu.map(|_| lower_inverse(l.as_ref()));
-    let v = solve_v(l.as_ref(), l_inv.as_ref().map(|x| x.as_ref()), k_bz_t);
-    let var = variances(v.as_ref(), k_diag);
-    let kl = match (quad_mu, &l_inv) {
-        (Some(q), Some(l_inv)) => kl_one(l.as_ref(), l_inv.as_ref(), &sigma, q),
-        _ => 0.0,
-    };
-    give_mat(l);
-    Ok(GpForward::new(keep, l_inv, v, sigma, var, kl, jitter))
-}
-
-/// Runs `forward_one` (or the subspace path's, given `sub`) over all GPs in parallel
-/// chunks; results in GP order.
+/// Runs `inducing::forward_one` (or the subspace path's, given `sub`) over all GPs in
+/// parallel chunks; results in GP order.
 #[allow(clippy::too_many_arguments)]
 fn forward_all(
     k_z: MatRef<'_, f64>,
@@ -357,6 +111,7 @@ fn forward_all(
     quad: Option<&[f64]>,
     keep: bool,
     sub: Option<&Subspace>,
+    scratch: &Scratch,
 ) -> Result<Vec<GpForward>> {
     let p_count = rho.ncols();
     let k_bz_t = match sub {
@@ -368,8 +123,10 @@ fn forward_all(
         .map(|c| {
             chunk_range(c, p_count)
                 .map(|p| match sub {
-                    Some(sub) => subspace::forward_one(sub, rho, p, quad.map(|q| q[p]), keep),
-                    None => forward_one(
+                    Some(sub) => {
+                        subspace::forward_one(sub, rho, p, quad.map(|q| q[p]), keep, scratch)
+                    }
+                    None => inducing::forward_one(
                         k_z,
                         k_bz_t.as_ref(),
                         k_diag,
@@ -377,6 +134,7 @@ fn forward_all(
                         p,
                         quad.map(|q| q[p]),
                         keep,
+                        scratch,
                     ),
                 })
                 .collect()
@@ -399,11 +157,12 @@ pub fn forward(
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
     sub: Option<&Subspace>,
+    scratch: &Scratch,
 ) -> Result<VariationalForward> {
     let (p_count, b) = (mu.ncols(), k_bz.nrows());
     let mean = k_bz * mu;
     let quad = quad_mu(k_z, mu);
-    let gps = forward_all(k_z, k_bz, k_diag, rho, Some(&quad), true, sub)?;
+    let gps = forward_all(k_z, k_bz, k_diag, rho, Some(&quad), true, sub, scratch)?;
     let mut var = Mat::<f64>::zeros(b, p_count);
     let mut kl = 0.0;
     let mut jitter = 0.0f64;
@@ -436,10 +195,11 @@ pub fn marginals(
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
     sub: Option<&Subspace>,
+    scratch: &Scratch,
 ) -> Result<(Mat<f64>, Mat<f64>, f64)> {
     let (p_count, b) = (mu.ncols(), k_bz.nrows());
     let mean = k_bz * mu;
-    let gps = forward_all(k_z, k_bz, k_diag, rho, None, false, sub)?;
+    let gps = forward_all(k_z, k_bz, k_diag, rho, None, false, sub, scratch)?;
     let mut var = Mat::<f64>::zeros(b, p_count);
     let mut jitter = 0.0f64;
     for (p, g) in gps.iter().enumerate() {
@@ -459,184 +219,93 @@ pub fn kl_total(
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
     sub: Option<&Subspace>,
+    scratch: &Scratch,
 ) -> Result<f64> {
     let m = k_z.nrows();
     let empty_t = Mat::<f64>::zeros(m, 0);
     let quad = quad_mu(k_z, mu);
-    let gps = forward_all(k_z, empty_t.transpose(), &[], rho, Some(&quad), false, sub)?;
+    let gps = forward_all(
+        k_z,
+        empty_t.transpose(),
+        &[],
+        rho,
+        Some(&quad),
+        false,
+        sub,
+        scratch,
+    )?;
     Ok(gps.iter().map(|g| g.kl).sum())
 }
 
-/// From L⁻¹ [n×n] (lower triangle) and V = L⁻¹ X [n×B]: `inv` ← (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ (its
-/// lower triangle by a triangular product, half the flops of the full one, then mirrored)
-/// and `w` ← L⁻ᵀ V = (L Lᵀ)⁻¹ X. Shared by both paths: C_p (n = M) and J_p (n = R).
-pub(crate) fn inverse_and_solve(
-    l_inv: MatRef<'_, f64>,
-    v: MatRef<'_, f64>,
-    mut inv: faer::MatMut<'_, f64>,
-    w: faer::MatMut<'_, f64>,
-) {
-    tri_matmul(
-        inv.rb_mut(),
-        BlockStructure::TriangularLower,
-        Accum::Replace,
-        l_inv.transpose(),
-        BlockStructure::TriangularUpper,
-        l_inv,
-        BlockStructure::TriangularLower,
-        1.0,
-        Par::Seq,
-    );
-    for j in 1..inv.ncols() {
-        for i in 0..j {
-            inv[(i, j)] = inv[(j, i)];
-        }
-    }
-    tri_matmul(
-        w,
-        BlockStructure::Rectangular,
-        Accum::Replace,
-        l_inv.transpose(),
-        BlockStructure::TriangularUpper,
-        v,
-        BlockStructure::Rectangular,
-        1.0,
-        Par::Seq,
-    );
+/// The Cholesky factors L_p of every C_p = K_Z + Σ_p, for the marginals at many sets of
+/// rows under the same parameters: prediction factorises once per run (P·M³/3 flops).
+#[derive(Debug, Clone)]
+pub struct Factors {
+    /// L_p [M×M], one per latent GP.
+    l: Vec<Mat<f64>>,
+    /// Largest diagonal jitter a factorisation needed (0 when none).
+    pub jitter: f64,
 }
 
-/// The lower triangle of Y (Y diag(d))ᵀ = Y diag(d) Yᵀ into `out`, given `yd` = Y diag(d)
-/// (half the flops of the full product; the upper triangle is left as it was).
-pub(crate) fn lower_product(out: faer::MatMut<'_, f64>, y: MatRef<'_, f64>, yd: MatRef<'_, f64>) {
-    tri_matmul(
-        out,
-        BlockStructure::TriangularLower,
-        Accum::Replace,
-        y,
-        BlockStructure::Rectangular,
-        yd.transpose(),
-        BlockStructure::Rectangular,
-        1.0,
-        Par::Seq,
-    );
-}
-
-/// One chunk's contribution to the backward pass.
-struct ChunkGrads {
-    /// Lower triangle of Σ_{p∈chunk} [−½ C_p⁻¹ + Y_p diag(d_p) Y_pᵀ] [M×M] (empty without
-    /// kernel gradients).
-    k_z: Mat<f64>,
-    /// −2 Σ_{p∈chunk} W_p D_p [M×B], the transpose of the chunk's part of ∂F/∂K_bZ
-    /// (empty without kernel gradients).
-    k_bz_t: Mat<f64>,
-    /// ∂F/∂ρ for the chunk's GPs, each [M].
-    rho: Vec<Vec<f64>>,
-}
-
-/// Backward for one chunk of GPs (sequential inside). For GP p with D = diag(G_s[:, p]):
-/// - C⁻¹ = L⁻ᵀ L⁻¹ (triangular product), W = C⁻¹ K_bZᵀ = L⁻ᵀ V (triangular product);
-/// - ∂F/∂σ_m = −(C⁻¹)_mm + ½ Σ_j (C⁻¹)_mj² σ_j + Σ_i D_ii W_mi² + 1/(2σ_m);
-/// - with kernel gradients: −½ C⁻¹ K_Z C⁻¹ + W D Wᵀ = −½ C⁻¹ + Y diag(d) Yᵀ with
-///   Y = [C⁻¹ W] [M×(M+B)] and d = [½σ; D], using C⁻¹K_Z C⁻¹ = C⁻¹ − C⁻¹ΣC⁻¹. The chunk's
-///   Y's are concatenated into one product whose lower triangle alone is formed.
-fn backward_chunk(
-    gps: &[PerGp],
-    first: usize,
-    rho: MatRef<'_, f64>,
-    g_var: MatRef<'_, f64>,
-    kernel_grads: bool,
-) -> ChunkGrads {
-    let (m, b, n) = (rho.nrows(), g_var.nrows(), gps.len());
-    let width = m + b;
-    // Y_cat = [Y_1 … Y_n] [M × n(M+B)]; without kernel gradients one Y at a time suffices.
-    let mut y_cat = take_mat(m, if kernel_grads { n } else { 1 } * width);
-    let mut rho_out = Vec::with_capacity(n);
-    for (q, gp) in gps.iter().enumerate() {
-        let base = if kernel_grads { q * width } else { 0 };
-        let mut y = y_cat.as_mut().submatrix_mut(0, base, m, width);
-        let (mut c_inv, mut w) = y.rb_mut().split_at_col_mut(m);
-        // C⁻¹ = L⁻ᵀ L⁻¹ and W = C⁻¹ K_bZᵀ = L⁻ᵀ V.
-        inverse_and_solve(gp.l_inv.as_ref(), gp.v.as_ref(), c_inv.rb_mut(), w.rb_mut());
-        let d: Vec<f64> = g_var.col(first + q).iter().copied().collect();
-        rho_out.push(rho_gradient(
-            c_inv.rb(),
-            w.rb(),
-            &d,
-            &gp.sigma,
-            rho,
-            first + q,
-        ));
-    }
-    if !kernel_grads {
-        give_mat(y_cat);
-        return ChunkGrads {
-            k_z: Mat::new(),
-            k_bz_t: Mat::new(),
-            rho: rho_out,
-        };
-    }
-    // Y_cat diag(d_cat), d_p = [½σ_p; D_p]; −½ Σ C_p⁻¹; −2 Σ W_p D_p.
-    let mut yd_cat = take_mat(m, n * width);
-    yd_cat.copy_from(&y_cat);
-    let mut half_cinv_sum = Mat::<f64>::zeros(m, m);
-    let mut g_kbz_t = Mat::<f64>::zeros(m, b);
-    for (q, gp) in gps.iter().enumerate() {
-        let base = q * width;
-        let d = g_var.col(first + q);
-        for j in 0..width {
-            let f = if j < m { 0.5 * gp.sigma[j] } else { d[j - m] };
-            for x in yd_cat.col_mut(base + j).iter_mut() {
-                *x *= f;
+impl Factors {
+    /// Factorises C_p for every column p of ρ [M×P], in parallel chunks of GPs.
+    pub fn new(k_z: MatRef<'_, f64>, rho: MatRef<'_, f64>, scratch: &Scratch) -> Result<Self> {
+        let p_count = rho.ncols();
+        // (L_p, jitter) per GP, in chunks.
+        type Chunk = Result<Vec<(Mat<f64>, f64)>>;
+        let chunks: Vec<Chunk> = (0..chunk_count(p_count))
+            .into_par_iter()
+            .map(|c| {
+                chunk_range(c, p_count)
+                    .map(|p| inducing::factor(k_z, rho, p, scratch))
+                    .collect()
+            })
+            .collect();
+        let (mut l, mut jitter) = (Vec::with_capacity(p_count), 0.0f64);
+        for c in chunks {
+            for (factor, j) in c? {
+                jitter = jitter.max(j);
+                l.push(factor);
             }
         }
-        half_cinv_sum += y_cat.as_ref().submatrix(0, base, m, m) * faer::Scale(0.5);
-        g_kbz_t -= yd_cat.as_ref().submatrix(0, base + m, m, b) * faer::Scale(2.0);
+        Ok(Factors { l, jitter })
     }
-    let mut g_kz = Mat::<f64>::zeros(m, m);
-    lower_product(g_kz.as_mut(), y_cat.as_ref(), yd_cat.as_ref());
-    for j in 0..m {
-        for i in j..m {
-            g_kz[(i, j)] -= half_cinv_sum[(i, j)];
-        }
-    }
-    give_mat(y_cat);
-    give_mat(yd_cat);
-    ChunkGrads {
-        k_z: g_kz,
-        k_bz_t: g_kbz_t,
-        rho: rho_out,
-    }
-}
 
-/// ∂F/∂ρ_p [M] (see [`backward_chunk`]): the diagonal of −½C⁻¹K_ZC⁻¹ − ½C⁻¹ + W D Wᵀ
-/// plus 1/(2σ), times dσ/dρ.
-fn rho_gradient(
-    c_inv: MatRef<'_, f64>,
-    w: MatRef<'_, f64>,
-    d: &[f64],
-    sigma: &[f64],
-    rho: MatRef<'_, f64>,
-    p: usize,
-) -> Vec<f64> {
-    let (m, b) = (c_inv.nrows(), w.ncols());
-    // ½ (C⁻¹ΣC⁻¹)_mm = ½ Σ_j (C⁻¹)_jm² σ_j, column by column (C⁻¹ is symmetric).
-    let mut out: Vec<f64> = (0..m)
-        .map(|c| {
-            let col = c_inv.col(c);
-            let cs: f64 = (0..m).map(|j| col[j] * col[j] * sigma[j]).sum();
-            -col[c] + 0.5 * cs + 0.5 / sigma[c]
-        })
-        .collect();
-    for (i, &di) in d.iter().enumerate().take(b) {
-        let col = w.col(i);
-        for (j, o) in out.iter_mut().enumerate() {
-            *o += di * col[j] * col[j];
+    /// Marginal means m = K_bZ μ and variances s_ip = k_ii − ‖L_p⁻¹ k_i‖² [B×P] (not
+    /// clamped at 0) at the rows of K_bZ [B×M] and k_ii [B].
+    pub fn marginals(
+        &self,
+        k_bz: MatRef<'_, f64>,
+        k_diag: &[f64],
+        mu: MatRef<'_, f64>,
+        scratch: &Scratch,
+    ) -> (Mat<f64>, Mat<f64>) {
+        let (p_count, b) = (self.l.len(), k_bz.nrows());
+        let mean = k_bz * mu;
+        let k_bz_t = k_bz.transpose().to_owned();
+        let chunks: Vec<Vec<Vec<f64>>> = (0..chunk_count(p_count))
+            .into_par_iter()
+            .map(|c| {
+                chunk_range(c, p_count)
+                    .map(|p| {
+                        inducing::variances_given_factor(
+                            self.l[p].as_ref(),
+                            k_bz_t.as_ref(),
+                            k_diag,
+                            scratch,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut var = Mat::<f64>::zeros(b, p_count);
+        for (p, col) in chunks.into_iter().flatten().enumerate() {
+            for (i, s) in col.into_iter().enumerate() {
+                var[(i, p)] = s;
+            }
         }
+        (mean, var)
     }
-    for (j, o) in out.iter_mut().enumerate() {
-        *o *= dsigma_drho(rho[(j, p)]);
-    }
-    out
 }
 
 /// Gradients of F = ⟨g_mean, m⟩ + ⟨g_var, s⟩ − Σ_p KL_p. Without `kernel_grads` the
@@ -654,6 +323,7 @@ pub fn backward(
     g_var: MatRef<'_, f64>,
     kernel_grads: bool,
     sub: Option<&Subspace>,
+    scratch: &Scratch,
 ) -> VariationalGrads {
     assert_eq!(
         fwd.subspace,
@@ -673,13 +343,30 @@ pub fn backward(
     );
     matmul(g_mu.as_mut(), Accum::Add, k_z, mu, -1.0, Par::rayon(0));
     if let Some(sub) = sub {
-        return backward_subspace(fwd, sub, mu, rho, g_mean, g_var, kernel_grads, g_mu);
+        return backward_subspace(
+            fwd,
+            sub,
+            mu,
+            rho,
+            g_mean,
+            g_var,
+            kernel_grads,
+            g_mu,
+            scratch,
+        );
     }
-    let chunks: Vec<ChunkGrads> = (0..chunk_count(p_count))
+    let chunks: Vec<inducing::ChunkGrads> = (0..chunk_count(p_count))
         .into_par_iter()
         .map(|c| {
             let r = chunk_range(c, p_count);
-            backward_chunk(&fwd.per_gp[r.clone()], r.start, rho, g_var, kernel_grads)
+            inducing::backward_chunk(
+                &fwd.per_gp[r.clone()],
+                r.start,
+                rho,
+                g_var,
+                kernel_grads,
+                scratch,
+            )
         })
         .collect();
     let g_rho = gather_rho(chunks.iter().map(|ch| &ch.rho), m, p_count);
@@ -697,11 +384,7 @@ pub fn backward(
         }
     }
     // The chunks formed lower triangles: mirror them.
-    for j in 0..m {
-        for i in j + 1..m {
-            g_kz[(j, i)] = g_kz[(i, j)];
-        }
-    }
+    mirror_lower(g_kz.as_mut());
     VariationalGrads {
         mu: g_mu,
         rho: g_rho,
@@ -774,6 +457,7 @@ fn backward_subspace(
     g_var: MatRef<'_, f64>,
     kernel_grads: bool,
     g_mu: Mat<f64>,
+    scratch: &Scratch,
 ) -> VariationalGrads {
     let (m, p_count) = (mu.nrows(), mu.ncols());
     let chunks: Vec<subspace::ChunkGrads> = (0..chunk_count(p_count))
@@ -787,6 +471,7 @@ fn backward_subspace(
                 rho,
                 g_var,
                 kernel_grads,
+                scratch,
             )
         })
         .collect();
@@ -823,6 +508,7 @@ fn backward_subspace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gp_factor::sigma_of;
     use crate::model::kernel::{BasisInputs, KernelKind, KernelParams};
     use faer::linalg::solvers::DenseSolveCore;
     use faer::Side;
@@ -848,6 +534,7 @@ mod tests {
             mu.as_ref(),
             rho.as_ref(),
             None,
+            &Scratch::new(),
         )
         .unwrap();
         let k_inv = k_z.llt(Side::Lower).unwrap().inverse();
@@ -918,6 +605,7 @@ mod tests {
             mu.as_ref(),
             rho.as_ref(),
             None,
+            &Scratch::new(),
         )
         .unwrap();
         let dot = |x: &Mat<f64>, y: &Mat<f64>| {
@@ -966,6 +654,7 @@ mod tests {
                 mu.as_ref(),
                 rho.as_ref(),
                 None,
+                &Scratch::new(),
             )
             .unwrap();
             assert_eq!(f.jitter, 0.0);
@@ -979,6 +668,7 @@ mod tests {
                 s.r_s.as_ref(),
                 true,
                 None,
+                &Scratch::new(),
             );
             let kg = kind.backward(&kp, &x, &kf, g.k_z.as_ref(), g.k_bz.as_ref(), &g.k_diag);
             let h = 1e-6;
@@ -1057,6 +747,7 @@ mod tests {
             Mat::<f64>::zeros(4, 1).as_ref(),
             rho.as_ref(),
             None,
+            &Scratch::new(),
         )
         .unwrap();
         assert!(f.jitter > 0.0);

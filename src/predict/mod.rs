@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 
-use crate::model::elbo::Params;
+use crate::model::params::Params;
 use crate::projection::basis_gram;
 use crate::scoring::Ranker;
 use crate::stage::{memoised, thread_pool, Outcome, Staged};

@@ -31,9 +31,9 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use super::chunks::{checksum_file, WrittenFile};
-use crate::model::elbo::Params;
 use crate::model::kernel::KernelParams;
 use crate::model::optim::AdamState;
+use crate::model::params::Params;
 
 /// Value of `fsgp.format` in every checkpoint.
 pub const CHECKPOINT_FORMAT: &str = "fsgp-checkpoint/1";
@@ -287,7 +287,7 @@ pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
         v: vector("adam_v")?,
         t: parse_kv(&meta, "fsgp.adam_t", path)?,
     };
-    let n = crate::model::elbo::flat_len(&params);
+    let n = crate::model::params::flat_len(&params);
     ensure!(
         adam.m.len() == n && adam.v.len() == n,
         "{}: Adam state length differs from the parameters ({n})",
@@ -355,9 +355,9 @@ mod tests {
         let back = read_checkpoint(&p1).unwrap();
         let bits = |p: &Params| {
             let mut q = p.clone();
-            let n = crate::model::elbo::flat_len(p);
+            let n = crate::model::params::flat_len(p);
             (0..n)
-                .map(|i| crate::model::elbo::flat_entry(&mut q, i).1.to_bits())
+                .map(|i| crate::model::params::flat_entry(&mut q, i).1.to_bits())
                 .collect::<Vec<_>>()
         };
         assert_eq!(bits(&back.params), bits(&c.params));

@@ -8,15 +8,23 @@ use anyhow::{ensure, Result};
 
 use super::batches::{Order, Prefetcher, Span};
 use super::setup::{thread_pool, Setup};
-use crate::model::elbo::{expected_loglik, kl_total, Params, TermSet};
 use crate::model::kernel::BasisInputs;
+use crate::model::objective::{expected_loglik, kl_total};
+use crate::model::params::Params;
+use crate::model::scratch::Scratch;
+use crate::model::terms::TermSet;
 use crate::store::catalog::MetricRow;
 use crate::store::workspace::Workspace;
 use crate::trained::load_run_checkpoint;
 
 /// Streams the rows in file order through the prefetch queue; each batch costs only the
 /// forward pass, and the KL is computed once.
-pub fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f64> {
+pub fn exact_bound(
+    setup: &Setup,
+    params: &Params,
+    prefetch: usize,
+    scratch: &Scratch,
+) -> Result<f64> {
     let planner = Arc::new(setup.planner(Order::Sequential));
     let mut queue = Prefetcher::spawn(
         setup.source.clone(),
@@ -41,9 +49,9 @@ pub fn exact_bound(setup: &Setup, params: &Params, prefetch: usize) -> Result<f6
             positives: &batch.positives,
             scale: 1.0,
         };
-        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik)?;
+        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik, scratch)?;
     }
-    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref())?;
+    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref(), scratch)?;
     Ok(expected - kl)
 }
 
@@ -73,7 +81,7 @@ pub fn elbo(ws: &Workspace, opts: &ElboOptions) -> Result<f64> {
     let setup = Setup::open(ws, config)?;
     let pool = thread_pool(opts.threads.unwrap_or(setup.config.threads))?;
     let t = Instant::now();
-    let value = pool.install(|| exact_bound(&setup, &ckpt.params, 4))?;
+    let value = pool.install(|| exact_bound(&setup, &ckpt.params, 4, &Scratch::new()))?;
     ws.catalog.record_metrics(
         opts.run,
         &[MetricRow {

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
-use crate::model::elbo::Params;
+use crate::model::params::Params;
 use crate::scoring::Ranker;
 use crate::store::chunks::read_chunk;
 use crate::store::workspace::Workspace;

@@ -8,8 +8,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
-use crate::model::elbo::Params;
 use crate::model::kernel::{KernelKind, KernelParams};
+use crate::model::params::Params;
 
 /// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
 pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
@@ -119,7 +119,7 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::variational::sigma_of;
+    use crate::model::gp_factor::sigma_of;
 
     #[test]
     fn rho_init_gives_unit_sigma() {

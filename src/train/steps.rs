@@ -16,9 +16,12 @@ use super::exact::exact_bound;
 use super::held_out::HeldOut;
 use super::setup::{thread_pool, Setup};
 use crate::metrics::metric_rows;
-use crate::model::elbo::{evaluate_set, terms_sampled, EvalOptions, Evaluation, Params, TermSet};
 use crate::model::kernel::BasisInputs;
+use crate::model::objective::{evaluate_set, EvalOptions, Evaluation};
 use crate::model::optim::{AdamConfig, AdamState};
+use crate::model::params::{Block, Params};
+use crate::model::scratch::Scratch;
+use crate::model::terms::{terms_sampled, TermSet};
 use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
@@ -41,11 +44,11 @@ pub struct TrainSummary {
 }
 
 /// Whether a parameter block stays at its initial value.
-fn frozen(cfg: &TrainConfig, block: &str) -> bool {
-    (cfg.freeze_a && block == "A")
-        || (cfg.freeze_hyper && (block == "log σ_f²" || block == "log ℓ"))
+fn frozen(cfg: &TrainConfig, block: Block) -> bool {
+    (cfg.freeze_a && block == Block::A)
+        || (cfg.freeze_hyper && (block == Block::LogSf2 || block == Block::LogEll))
         // ℓ means nothing to the linear kernel; keep it fixed rather than drifting.
-        || (cfg.kernel == KernelChoice::Linear && block == "log ℓ")
+        || (cfg.kernel == KernelChoice::Linear && block == Block::LogEll)
 }
 
 fn progress_bar(total: u64, done: u64) -> ProgressBar {
@@ -92,6 +95,8 @@ struct Trainer<'a> {
     adam_cfg: AdamConfig,
     params: Params,
     adam: AdamState,
+    /// Buffers recycled across steps (and by the exact bound at the end).
+    scratch: Scratch,
     state: TrainState,
     /// The step of the last checkpoint written.
     last_saved: u64,
@@ -130,6 +135,7 @@ pub fn train_loop(
         last_saved: ckpt.state.step,
         params: ckpt.params,
         adam: ckpt.adam,
+        scratch: Scratch::new(),
         state: ckpt.state,
         epoch_started: Instant::now(),
         epoch_wait: Duration::ZERO,
@@ -222,9 +228,13 @@ impl Trainer<'_> {
             sq_norms: &batch.sq_norms,
             k_tilde: self.setup.k_tilde.as_ref(),
         };
-        let (setup, params) = (self.setup, &self.params);
+        let (setup, params, scratch) = (self.setup, &self.params, &self.scratch);
         self.pool
-            .install(|| evaluate_set(setup.kind, params, &x, &terms, &setup.lik, &eval_opts))
+            .install(|| {
+                evaluate_set(
+                    setup.kind, params, &x, &terms, &setup.lik, &eval_opts, scratch,
+                )
+            })
             .with_context(|| {
                 format!(
                     "{} (if the parameters diverged, resume with a smaller --lr)",
@@ -371,8 +381,10 @@ impl Trainer<'_> {
         let mut figures = vec![metric("train_seconds", secs, Some(step as i64))];
         let exact = if self.opts.final_elbo {
             let t = Instant::now();
-            let (setup, params) = (self.setup, &self.params);
-            let value = self.pool.install(|| exact_bound(setup, params, 4))?;
+            let (setup, params, scratch) = (self.setup, &self.params, &self.scratch);
+            let value = self
+                .pool
+                .install(|| exact_bound(setup, params, 4, scratch))?;
             eprintln!(
                 "exact bound on all {} training rows and {} labels: {value:.6e} ({:.1} s)",
                 self.setup.n_rows,

@@ -1,0 +1,278 @@
+//! The conditional: from q(u) to the marginals q(h_p(x_i)) = N(m_ip, s_ip) of the latent GPs
+//! at a set of rows, and back for the gradients. This is the one place where "kernel forward
+//! → the factorisation path → the q(u) form's forward pass" is written; the minibatch bound,
+//! the exact bound (`objective.rs`) and prediction (`predictive.rs`) all go through it.
+//!
+//! Each q(u) form ([`QForm`]) is one match arm below; the paper's form is in
+//! `variational.rs`, its per-GP algebra in `inducing.rs` (C_p) and `subspace.rs` (J_p).
+
+use anyhow::{ensure, Result};
+use faer::{Mat, MatRef};
+
+use super::kernel::{BasisInputs, KernelForward, KernelKind, KernelParams};
+use super::params::{Params, QForm};
+use super::scratch::Scratch;
+use super::subspace::{self, Subspace};
+use super::variational::{self, Factors, VariationalForward, VariationalGrads};
+
+/// The per-GP algebra of q(u): through C_p = K_Z + Σ_p [M×M] (any kernel), or through
+/// J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (linear kernel only, `subspace.rs`). Both give the same bound
+/// and gradients up to rounding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Factorisation {
+    /// The subspace path for the linear kernel when it is cheaper
+    /// ([`subspace::worthwhile`]: R ≤ ¾M) and K_X̃ is positive definite; else C_p.
+    #[default]
+    Auto,
+    /// Always C_p = K_Z + Σ_p.
+    Inducing,
+    /// Always J_p (an error for the squared-exponential kernel or a singular K_X̃).
+    Subspace,
+}
+
+/// Marginal means and variances of the latent GPs at a set of rows.
+#[derive(Debug, Clone)]
+pub struct Marginals {
+    /// m [B×P].
+    pub mean: Mat<f64>,
+    /// s [B×P].
+    pub var: Mat<f64>,
+    /// Largest diagonal jitter a Cholesky factorisation needed (0 when none).
+    pub jitter: f64,
+}
+
+/// The kernel matrices at a set of rows and the path the per-GP algebra takes there.
+#[derive(Debug, Clone)]
+pub struct Conditional {
+    kind: KernelKind,
+    form: QForm,
+    /// K_Z, K_bZ and k_ii at the rows.
+    pub kernel: KernelForward,
+    /// The linear kernel's subspace factors when the J_p path was chosen.
+    subspace: Option<Subspace>,
+}
+
+impl Conditional {
+    /// The kernel's forward pass at the rows of `x` (no rows for the KL alone), then the
+    /// factorisation path `choice` selects for this kernel and shape.
+    pub fn new(
+        kind: KernelKind,
+        params: &Params,
+        x: &BasisInputs<'_>,
+        choice: Factorisation,
+    ) -> Result<Self> {
+        let mut cond = Self::through_inducing(kind, params, x);
+        cond.subspace = subspace_for(kind, params, x, &cond.kernel, choice)?;
+        Ok(cond)
+    }
+
+    /// As [`Conditional::new`] with [`Factorisation::Inducing`], which cannot fail.
+    pub fn through_inducing(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Self {
+        Conditional {
+            kind,
+            form: params.q_form(),
+            kernel: kind.forward(&params.kernel, params.a.as_ref(), x),
+            subspace: None,
+        }
+    }
+
+    /// m = K_bZ μ [B×P] alone (ranking needs no variances).
+    pub fn mean(&self, params: &Params) -> Mat<f64> {
+        match self.form {
+            QForm::SiteDiagonal => &self.kernel.k_bz * &params.mu,
+        }
+    }
+
+    /// Marginals, Σ_p KL_p and the per-GP factors [`Conditional::backward`] needs.
+    pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<VariationalForward> {
+        let kf = &self.kernel;
+        match self.form {
+            QForm::SiteDiagonal => variational::forward(
+                kf.k_z.as_ref(),
+                kf.k_bz.as_ref(),
+                &kf.k_diag,
+                params.mu.as_ref(),
+                params.rho.as_ref(),
+                self.subspace.as_ref(),
+                scratch,
+            ),
+        }
+    }
+
+    /// Marginals only: no KL, nothing kept for a backward pass.
+    pub fn marginals(&self, params: &Params, scratch: &Scratch) -> Result<Marginals> {
+        let kf = &self.kernel;
+        match self.form {
+            QForm::SiteDiagonal => {
+                let (mean, var, jitter) = variational::marginals(
+                    kf.k_z.as_ref(),
+                    kf.k_bz.as_ref(),
+                    &kf.k_diag,
+                    params.mu.as_ref(),
+                    params.rho.as_ref(),
+                    self.subspace.as_ref(),
+                    scratch,
+                )?;
+                Ok(Marginals { mean, var, jitter })
+            }
+        }
+    }
+
+    /// Σ_p KL_p alone, in the same order as [`Conditional::forward`].
+    pub fn kl_total(&self, params: &Params, scratch: &Scratch) -> Result<f64> {
+        match self.form {
+            QForm::SiteDiagonal => variational::kl_total(
+                self.kernel.k_z.as_ref(),
+                params.mu.as_ref(),
+                params.rho.as_ref(),
+                self.subspace.as_ref(),
+                scratch,
+            ),
+        }
+    }
+
+    /// Gradients with respect to q(u)'s parameters and the kernel matrices, given ∂F/∂m
+    /// `g_mean` and ∂F/∂s `g_var` [B×P] (`fwd` from [`Conditional::forward`]). Without
+    /// `kernel_grads` the kernel blocks are left empty.
+    pub fn backward(
+        &self,
+        fwd: &VariationalForward,
+        params: &Params,
+        g_mean: MatRef<'_, f64>,
+        g_var: MatRef<'_, f64>,
+        kernel_grads: bool,
+        scratch: &Scratch,
+    ) -> VariationalGrads {
+        let kf = &self.kernel;
+        match self.form {
+            QForm::SiteDiagonal => variational::backward(
+                fwd,
+                kf.k_z.as_ref(),
+                kf.k_bz.as_ref(),
+                params.mu.as_ref(),
+                params.rho.as_ref(),
+                g_mean,
+                g_var,
+                kernel_grads,
+                self.subspace.as_ref(),
+                scratch,
+            ),
+        }
+    }
+
+    /// The kernel's chain rule from the gradients of [`Conditional::backward`] (with kernel
+    /// blocks) to ∂A [M×R] and ∂(log σ_f², log ℓ), through the subspace factors too when
+    /// that path was taken.
+    pub fn kernel_backward(
+        &self,
+        params: &Params,
+        x: &BasisInputs<'_>,
+        vg: &VariationalGrads,
+    ) -> (Mat<f64>, KernelParams) {
+        let kg = self.kind.backward(
+            &params.kernel,
+            x,
+            &self.kernel,
+            vg.k_z.as_ref(),
+            vg.k_bz.as_ref(),
+            &vg.k_diag,
+        );
+        let (mut g_a, mut g_log_sf2) = (kg.a, kg.log_sf2);
+        if let Some(sub) = &self.subspace {
+            let (a, log_sf2) = sub.chain(vg.f.as_ref(), vg.g.as_ref());
+            g_a += a;
+            g_log_sf2 += log_sf2;
+        }
+        (
+            g_a,
+            KernelParams {
+                log_sf2: g_log_sf2,
+                log_ell: kg.log_ell,
+            },
+        )
+    }
+
+    /// Marginals at these rows given q(u) factorised once ([`FactorisedQ`]).
+    pub fn marginals_given(
+        &self,
+        q: &FactorisedQ,
+        params: &Params,
+        scratch: &Scratch,
+    ) -> (Mat<f64>, Mat<f64>) {
+        let kf = &self.kernel;
+        match &q.factors {
+            QFactors::SiteDiagonal(factors) => {
+                factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, params.mu.as_ref(), scratch)
+            }
+        }
+    }
+}
+
+/// q(u) factorised once for marginals at many sets of rows (prediction), through C_p.
+#[derive(Debug, Clone)]
+pub struct FactorisedQ {
+    factors: QFactors,
+}
+
+/// The factors of each q(u) form.
+#[derive(Debug, Clone)]
+enum QFactors {
+    SiteDiagonal(Factors),
+}
+
+impl FactorisedQ {
+    /// Factorises q(u) for `params`; `k_tilde` [R×R] is the basis Gram K_X̃ the model was
+    /// trained with.
+    pub fn new(
+        kind: KernelKind,
+        params: &Params,
+        k_tilde: MatRef<'_, f64>,
+        scratch: &Scratch,
+    ) -> Result<Self> {
+        let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
+        let factors = match params.q_form() {
+            QForm::SiteDiagonal => {
+                QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), params.rho.as_ref(), scratch)?)
+            }
+        };
+        Ok(FactorisedQ { factors })
+    }
+
+    /// Largest diagonal jitter a factorisation needed (0 when none).
+    pub fn jitter(&self) -> f64 {
+        match &self.factors {
+            QFactors::SiteDiagonal(f) => f.jitter,
+        }
+    }
+}
+
+/// The subspace factors when `choice` selects that path for this kernel and shape.
+fn subspace_for(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    kf: &KernelForward,
+    choice: Factorisation,
+) -> Result<Option<Subspace>> {
+    let (m, r) = (params.a.nrows(), params.a.ncols());
+    let wanted = match choice {
+        Factorisation::Auto => kind == KernelKind::Linear && subspace::worthwhile(m, r),
+        Factorisation::Inducing => false,
+        Factorisation::Subspace => {
+            ensure!(
+                kind == KernelKind::Linear,
+                "the subspace factorisation needs the linear kernel"
+            );
+            true
+        }
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let sub = Subspace::new(&params.kernel, params.a.as_ref(), x, &kf.k_diag);
+    ensure!(
+        sub.is_some() || choice == Factorisation::Auto,
+        "the subspace factorisation needs a positive definite K_X̃"
+    );
+    Ok(sub)
+}

@@ -1,0 +1,210 @@
+//! The likelihood phase of the bound: from the marginals m, s [B×P] of the latent GPs to the
+//! utilities' moments f̄_ik = Σ_p Φ_kp m_ip + b_k and v_ik = Σ_p Φ_kp² s_ip, the expected
+//! log-likelihood Σ_terms w E(y, f̄, v), and its gradients with respect to m, s, Φ and b
+//! (`docs/model.md`, "Algorithm as implemented", step 3).
+
+use faer::{Mat, MatMut, MatRef};
+use rayon::prelude::*;
+
+use super::likelihood::Likelihood;
+use super::params::Params;
+use super::scratch::Scratch;
+use super::terms::{Term, TermSet};
+use crate::linalg::{product, product_into};
+
+/// The likelihood part's results: Σ w E and the gradients with respect to m, s, Φ, b.
+pub(crate) struct LikelihoodGrads {
+    pub expected: f64,
+    /// ∂/∂m [B×P].
+    pub mean: Mat<f64>,
+    /// ∂/∂s [B×P].
+    pub var: Mat<f64>,
+    /// ∂/∂Φ [K×P].
+    pub phi: Mat<f64>,
+    /// ∂/∂b [K].
+    pub bias: Vec<f64>,
+}
+
+/// Σ_terms w E and the gradients with respect to m, s, Φ and b, for the marginals `mean` and
+/// `var` [B×P] of the rows the terms refer to.
+pub(crate) fn likelihood_part(
+    params: &Params,
+    mean: MatRef<'_, f64>,
+    var: MatRef<'_, f64>,
+    terms: &TermSet<'_>,
+    lik: &dyn Likelihood,
+    scratch: &Scratch,
+) -> LikelihoodGrads {
+    match terms {
+        TermSet::List(list) => likelihood_list(params, mean, var, list, lik),
+        TermSet::AllLabels { positives, scale } => {
+            likelihood_dense(params, mean, var, positives, *scale, lik, scratch)
+        }
+    }
+}
+
+/// Terms per parallel task of the list path.
+const TERM_BLOCK: usize = 4096;
+
+/// The list path: per term, f̄ = Φ_k·m_i + b_k and v = (Φ_k∘Φ_k)·s_i, the quadrature in
+/// parallel blocks of terms, then the gradients accumulated sequentially in term order (so
+/// the result is independent of the thread count).
+fn likelihood_list(
+    params: &Params,
+    m: MatRef<'_, f64>,
+    s: MatRef<'_, f64>,
+    terms: &[Term],
+    lik: &dyn Likelihood,
+) -> LikelihoodGrads {
+    let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
+    let phi = params.phi.as_ref();
+    // Row-major copies so each term reads contiguous P-vectors.
+    let phi_rows: Vec<f64> = (0..k_count)
+        .flat_map(|k| (0..p_count).map(move |p| phi[(k, p)]))
+        .collect();
+    let m_rows: Vec<f64> = (0..b)
+        .flat_map(|i| (0..p_count).map(move |p| m[(i, p)]))
+        .collect();
+    let s_rows: Vec<f64> = (0..b)
+        .flat_map(|i| (0..p_count).map(move |p| s[(i, p)]))
+        .collect();
+    // (value, ∂E/∂f̄, ∂E/∂v) per term.
+    let per_term: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = terms
+        .par_chunks(TERM_BLOCK)
+        .map(|block| {
+            let n = block.len();
+            let (mut y, mut fm, mut fv, mut val) =
+                (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+            for (j, t) in block.iter().enumerate() {
+                let (i, k) = (t.row as usize, t.label as usize);
+                let f = &phi_rows[k * p_count..(k + 1) * p_count];
+                let mi = &m_rows[i * p_count..(i + 1) * p_count];
+                let si = &s_rows[i * p_count..(i + 1) * p_count];
+                let mut mean = params.bias[k];
+                let mut var = 0.0;
+                for p in 0..p_count {
+                    mean += f[p] * mi[p];
+                    var += f[p] * f[p] * si[p];
+                }
+                y[j] = t.y;
+                fm[j] = mean;
+                fv[j] = var.max(0.0);
+            }
+            lik.expect_lanes(&y, &mut fm, &mut fv, &mut val);
+            (val, fm, fv)
+        })
+        .collect();
+    let mut g_mean_rows = vec![0.0; b * p_count];
+    let mut g_var_rows = vec![0.0; b * p_count];
+    let mut g_phi_rows = vec![0.0; k_count * p_count];
+    let mut g_bias = vec![0.0; k_count];
+    let mut expected = 0.0;
+    for (block, (val, dm, dv)) in terms.chunks(TERM_BLOCK).zip(&per_term) {
+        for (j, t) in block.iter().enumerate() {
+            let (i, k) = (t.row as usize, t.label as usize);
+            expected += t.weight * val[j];
+            let (alpha, beta) = (t.weight * dm[j], t.weight * dv[j]);
+            g_bias[k] += alpha;
+            let f = &phi_rows[k * p_count..(k + 1) * p_count];
+            let mi = &m_rows[i * p_count..(i + 1) * p_count];
+            let si = &s_rows[i * p_count..(i + 1) * p_count];
+            let gm = &mut g_mean_rows[i * p_count..(i + 1) * p_count];
+            for p in 0..p_count {
+                gm[p] += alpha * f[p];
+            }
+            let gv = &mut g_var_rows[i * p_count..(i + 1) * p_count];
+            for p in 0..p_count {
+                gv[p] += beta * f[p] * f[p];
+            }
+            let gf = &mut g_phi_rows[k * p_count..(k + 1) * p_count];
+            for p in 0..p_count {
+                gf[p] += alpha * mi[p] + 2.0 * beta * f[p] * si[p];
+            }
+        }
+    }
+    LikelihoodGrads {
+        expected,
+        mean: Mat::from_fn(b, p_count, |i, p| g_mean_rows[i * p_count + p]),
+        var: Mat::from_fn(b, p_count, |i, p| g_var_rows[i * p_count + p]),
+        phi: Mat::from_fn(k_count, p_count, |k, p| g_phi_rows[k * p_count + p]),
+        bias: g_bias,
+    }
+}
+
+/// The dense all-labels path, every step a GEMM or an elementwise pass over [K×B] buffers
+/// (the transposes of f̄, v, α, β, so each minibatch row is a contiguous column):
+/// f̄ᵀ = Φ mᵀ + b1ᵀ, vᵀ = (Φ∘Φ) sᵀ; the quadrature in place, per row in parallel, turns
+/// them into αᵀ = scale ∂E/∂f̄ and βᵀ = scale ∂E/∂v; then G_m = α Φ, G_s = β (Φ∘Φ),
+/// ∂Φ = αᵀ m + 2 Φ ∘ (βᵀ s), ∂b = Σ_i α_i.
+fn likelihood_dense(
+    params: &Params,
+    m: MatRef<'_, f64>,
+    s: MatRef<'_, f64>,
+    positives: &[Vec<u32>],
+    scale: f64,
+    lik: &dyn Likelihood,
+    scratch: &Scratch,
+) -> LikelihoodGrads {
+    let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
+    let phi = params.phi.as_ref();
+    let phi2 = Mat::from_fn(k_count, p_count, |k, p| phi[(k, p)] * phi[(k, p)]);
+    // The two [K×B] buffers come from the arena: at AmazonCat sizes they are 2 × 53 MB.
+    let (mut alpha, mut beta) = scratch.take_dense(k_count * b);
+    {
+        let f_t = MatMut::from_column_major_slice_mut(&mut alpha, k_count, b);
+        product_into(f_t, phi, m.transpose());
+        let v_t = MatMut::from_column_major_slice_mut(&mut beta, k_count, b);
+        product_into(v_t, phi2.as_ref(), s.transpose());
+    }
+    let row_values: Vec<f64> = alpha
+        .par_chunks_mut(k_count)
+        .zip(beta.par_chunks_mut(k_count))
+        .zip(positives.par_iter())
+        .map(|((f_row, v_row), pos)| {
+            let mut y = vec![-1.0; k_count];
+            for &k in pos {
+                y[k as usize] = 1.0;
+            }
+            for (f, bias) in f_row.iter_mut().zip(&params.bias) {
+                *f += bias;
+            }
+            for v in v_row.iter_mut() {
+                *v = v.max(0.0);
+            }
+            let mut val = vec![0.0; k_count];
+            lik.expect_lanes(&y, f_row, v_row, &mut val);
+            for (a, bt) in f_row.iter_mut().zip(v_row.iter_mut()) {
+                *a *= scale;
+                *bt *= scale;
+            }
+            val.iter().sum::<f64>()
+        })
+        .collect();
+    let expected = scale * row_values.iter().sum::<f64>();
+    let alpha_t = MatRef::from_column_major_slice(&alpha, k_count, b);
+    let beta_t = MatRef::from_column_major_slice(&beta, k_count, b);
+    let g_mean = product(alpha_t.transpose(), phi);
+    let g_var = product(beta_t.transpose(), phi2.as_ref());
+    let mut g_phi = product(alpha_t, m);
+    let bt_s = product(beta_t, s);
+    for p in 0..p_count {
+        for k in 0..k_count {
+            g_phi[(k, p)] += 2.0 * phi[(k, p)] * bt_s[(k, p)];
+        }
+    }
+    // ∂b_k = Σ_i α_ik, summed over rows in order.
+    let mut g_bias = vec![0.0; k_count];
+    for row in alpha.chunks(k_count) {
+        for (g, a) in g_bias.iter_mut().zip(row) {
+            *g += a;
+        }
+    }
+    scratch.give_dense(alpha, beta);
+    LikelihoodGrads {
+        expected,
+        mean: g_mean,
+        var: g_var,
+        phi: g_phi,
+        bias: g_bias,
+    }
+}

@@ -1,0 +1,251 @@
+//! The objective: the stochastic evidence lower bound of MLGPF on one minibatch (Panos,
+//! Dellaportas & Titsias, *Fully Scalable Gaussian Processes using Subspace Inducing
+//! Inputs*, eq. 23) and its exact analytic gradient with respect to every parameter block,
+//! and the forward-only pieces of the exact full-data bound (`docs/model.md`).
+//!
+//! F = Σ_{(i,k,y,w) ∈ terms} w · E_q[log p(y | f_ik)] − Σ_p KL_p, with
+//! f̄_ik = Σ_p Φ_kp m_ip + b_k and v_ik = Σ_p Φ_kp² s_ip.
+//!
+//! The caller chooses the terms (`terms.rs`): every label of every row (exact bound on the
+//! rows), or the positives plus a uniform sample of negatives reweighted by |N_i|/|L_i|; the
+//! N/|B| scaling is part of each term's weight.
+
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use faer::{Mat, MatRef};
+
+use super::conditional::{Conditional, Factorisation};
+use super::expected::likelihood_part;
+use super::kernel::{BasisInputs, KernelKind, KernelParams};
+use super::likelihood::Likelihood;
+use super::params::{Grads, Params};
+use super::scratch::Scratch;
+use super::terms::{Term, TermSet};
+
+/// What [`evaluate_set`] computes besides the bound.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalOptions {
+    /// Gradients with respect to A, log σ_f² and log ℓ. When false (A and the kernel
+    /// hyperparameters frozen), the backward pass through K_Z and K_bZ, O(M³) per latent
+    /// GP, is skipped and those gradients are returned as zeros.
+    pub kernel_grads: bool,
+    /// Which factorisation the per-GP work goes through (`docs/model.md`).
+    pub factorisation: Factorisation,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            kernel_grads: true,
+            factorisation: Factorisation::Auto,
+        }
+    }
+}
+
+/// Wall-clock seconds spent in each phase of one evaluation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PhaseTimes {
+    /// K_Z, K_bZ, k_ii.
+    pub kernel_fwd: f64,
+    /// Cholesky factors, marginals m and s, KL.
+    pub variational_fwd: f64,
+    /// Utilities f̄ and v, quadrature, and the gradients with respect to m, s, Φ and b.
+    pub likelihood: f64,
+    /// Gradients with respect to μ, ρ, K_Z, K_bZ and k_ii.
+    pub variational_bwd: f64,
+    /// Chain rule to A, log σ_f², log ℓ.
+    pub kernel_bwd: f64,
+}
+
+impl PhaseTimes {
+    pub fn total(&self) -> f64 {
+        self.kernel_fwd
+            + self.variational_fwd
+            + self.likelihood
+            + self.variational_bwd
+            + self.kernel_bwd
+    }
+}
+
+/// Value of the bound and its gradient.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    pub value: f64,
+    /// Σ_p KL_p (part of `value`, reported separately).
+    pub kl: f64,
+    /// Diagonal jitter the Cholesky factorisations needed (0 when none).
+    pub jitter: f64,
+    pub grads: Grads,
+    pub times: PhaseTimes,
+}
+
+fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Result<()> {
+    let (p_count, k_count) = (params.mu.ncols(), params.phi.nrows());
+    ensure!(
+        params.phi.ncols() == p_count && params.bias.len() == k_count,
+        "Φ, b and μ disagree in shape"
+    );
+    let b = x.kxx_b.nrows();
+    match terms {
+        TermSet::List(list) => {
+            for t in list.iter() {
+                let (i, k) = (t.row as usize, t.label as usize);
+                ensure!(
+                    i < b && k < k_count,
+                    "term ({i}, {k}) outside the {b}×{k_count} minibatch"
+                );
+            }
+        }
+        TermSet::AllLabels { positives, .. } => {
+            ensure!(
+                positives.len() == b,
+                "{} rows of labels for a minibatch of {b} rows",
+                positives.len()
+            );
+            for pos in positives.iter() {
+                for &k in pos {
+                    ensure!(
+                        (k as usize) < k_count,
+                        "label {k} outside the {k_count} labels"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates F and ∂F on a minibatch: `x` holds its Kxx rows and squared norms. A one-off
+/// evaluation with its own [`Scratch`] (repeated evaluations use [`evaluate_set`] with one
+/// arena).
+pub fn evaluate(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &[Term],
+    lik: &dyn Likelihood,
+) -> Result<Evaluation> {
+    evaluate_set(
+        kind,
+        params,
+        x,
+        &TermSet::List(terms),
+        lik,
+        &EvalOptions::default(),
+        &Scratch::new(),
+    )
+}
+
+/// Evaluates F and ∂F on a minibatch for any [`TermSet`] (`docs/model.md`, "Algorithm as
+/// implemented"), with work buffers from `scratch`. Runs in the current rayon pool; the
+/// result does not depend on its size.
+pub fn evaluate_set(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &dyn Likelihood,
+    opts: &EvalOptions,
+    scratch: &Scratch,
+) -> Result<Evaluation> {
+    check_shapes(params, x, terms)?;
+    let mut times = PhaseTimes::default();
+    let clock = Instant::now();
+    let cond = Conditional::new(kind, params, x, opts.factorisation)?;
+    times.kernel_fwd = lap(&clock, 0.0);
+    let vf = cond.forward(params, scratch)?;
+    times.variational_fwd = lap(&clock, times.total());
+    let lg = likelihood_part(
+        params,
+        vf.mean.as_ref(),
+        vf.var.as_ref(),
+        terms,
+        lik,
+        scratch,
+    );
+    times.likelihood = lap(&clock, times.total());
+    let vg = cond.backward(
+        &vf,
+        params,
+        lg.mean.as_ref(),
+        lg.var.as_ref(),
+        opts.kernel_grads,
+        scratch,
+    );
+    let (kl, jitter) = (vf.kl, vf.jitter);
+    vf.recycle(scratch);
+    times.variational_bwd = lap(&clock, times.total());
+    let (g_a, g_kernel) = if opts.kernel_grads {
+        cond.kernel_backward(params, x, &vg)
+    } else {
+        (
+            Mat::zeros(params.a.nrows(), params.a.ncols()),
+            KernelParams {
+                log_sf2: 0.0,
+                log_ell: 0.0,
+            },
+        )
+    };
+    times.kernel_bwd = lap(&clock, times.total());
+    Ok(Evaluation {
+        value: lg.expected - kl,
+        kl,
+        jitter,
+        grads: Params {
+            a: g_a,
+            mu: vg.mu,
+            rho: vg.rho,
+            phi: lg.phi,
+            bias: lg.bias,
+            kernel: g_kernel,
+        },
+        times,
+    })
+}
+
+/// Seconds since `clock` minus what earlier phases already took.
+fn lap(clock: &Instant, before: f64) -> f64 {
+    clock.elapsed().as_secs_f64() - before
+}
+
+/// Σ_terms w E only (no KL, no gradients): one batch's share of the exact bound. Costs the
+/// kernels, a Cholesky and a triangular solve per GP, and the quadrature.
+pub fn expected_loglik(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &dyn Likelihood,
+    scratch: &Scratch,
+) -> Result<f64> {
+    check_shapes(params, x, terms)?;
+    let marginals =
+        Conditional::new(kind, params, x, Factorisation::Auto)?.marginals(params, scratch)?;
+    let lg = likelihood_part(
+        params,
+        marginals.mean.as_ref(),
+        marginals.var.as_ref(),
+        terms,
+        lik,
+        scratch,
+    );
+    Ok(lg.expected)
+}
+
+/// Σ_p KL_p, which depends on the data only through K_X̃ [R×R]: computed once for a
+/// full-data bound, on the path [`evaluate_set`] takes by default.
+pub fn kl_total(
+    kind: KernelKind,
+    params: &Params,
+    k_tilde: MatRef<'_, f64>,
+    scratch: &Scratch,
+) -> Result<f64> {
+    let no_rows = Mat::<f64>::zeros(0, k_tilde.nrows());
+    let x = BasisInputs {
+        kxx_b: no_rows.as_ref(),
+        sq_norms: &[],
+        k_tilde,
+    };
+    Conditional::new(kind, params, &x, Factorisation::Auto)?.kl_total(params, scratch)
+}
