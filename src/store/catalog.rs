@@ -3,7 +3,7 @@
 //!
 //! Invariant: a row that names files is committed only after those files are complete and
 //! renamed into place, so anything the catalog lists is whole. Files without a row are
-//! garbage from an interrupted run and are collected by [`crate::workspace::Workspace::open`].
+//! garbage from an interrupted run and are collected by [`super::workspace::Workspace::open`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
