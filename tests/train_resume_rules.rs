@@ -204,7 +204,7 @@ fn resume_applies_max_steps_records_it_and_ends_as_an_uninterrupted_run_would() 
     assert!(
         stderr(&original).contains(&format!(
             "run {id} started with these parameters but was resumed with other options \
-             (--max-steps 21 → 35, --eval-every 0 → 1)"
+             (--max-steps 21 → 35), so it is not reused"
         )),
         "{}",
         stderr(&original)

@@ -33,6 +33,14 @@ pub const CHANGEABLE: [&str; 9] = [
     "no_final_elbo",
 ];
 
+/// Whether a change is one of the run's configuration (which lookups match on), not only of
+/// how it is steered.
+pub fn changes_configuration(c: &OptionChange) -> bool {
+    ["epochs", "max_steps", "threads", "checkpoint_every"]
+        .map(flag)
+        .contains(&c.option)
+}
+
 /// A resume, checked: the run's record with this resume's changes applied.
 #[derive(Debug, Clone)]
 pub struct ResumePlan {

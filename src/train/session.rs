@@ -82,13 +82,13 @@ fn lookup(ws: &Workspace, config: &TrainConfig) -> Result<Lookup> {
         return Ok(Lookup::Interrupted(run));
     }
     for run in ws.catalog.runs_started_with(StageKind::Train, &params)? {
-        let record = RunRecord::of_run(ws, run.id)?;
-        if !record.changes.is_empty() {
-            let changes: Vec<String> = record
-                .changes
-                .iter()
-                .map(|c| format!("{} {} → {}", c.option, c.old, c.new))
-                .collect();
+        let changes: Vec<String> = RunRecord::of_run(ws, run.id)?
+            .changes
+            .iter()
+            .filter(|c| resume::changes_configuration(c))
+            .map(|c| format!("{} {} → {}", c.option, c.old, c.new))
+            .collect();
+        if !changes.is_empty() {
             eprintln!(
                 "run {} started with these parameters but was resumed with other options \
                  ({}), so it is not reused (its checkpoints serve `--run {}` of predict and \
