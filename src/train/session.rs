@@ -13,8 +13,8 @@ use super::options::TrainOptions;
 use super::resume;
 use super::setup::Setup;
 use super::steps::{train_loop, LoopOptions, TrainSummary};
-use crate::stage::{Lookup, Outcome, StageRun};
-use crate::store::catalog::{RunStatus, StageKind};
+use crate::stage::{self, Lookup, Outcome, StageRun};
+use crate::store::catalog::StageKind;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_checkpoint, RunRecord, Steering, TrainConfig};
@@ -66,20 +66,13 @@ pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>>
     finish(run, result)
 }
 
-/// The newest reusable train run whose configuration in force is `config`: finished, else
-/// interrupted. A run that started with `config` but was changed on resume is not one; it
-/// is named, so that a person looking for it finds it.
+/// The stage's lookup on the configuration in force. A run that started with `config` but
+/// was changed on resume is not found; it is named, so that a person looking for it does.
 fn lookup(ws: &Workspace, config: &TrainConfig) -> Result<Lookup> {
     let params = config.to_json();
-    let find = |status| {
-        ws.catalog
-            .find_run_in_force(StageKind::Train, &params, status)
-    };
-    if let Some(done) = find(RunStatus::Ok)? {
-        return Ok(Lookup::Done(done));
-    }
-    if let Some(run) = find(RunStatus::Interrupted)? {
-        return Ok(Lookup::Interrupted(run));
+    let found = stage::lookup(ws, StageKind::Train, &params)?;
+    if !matches!(found, Lookup::New) {
+        return Ok(found);
     }
     for run in ws.catalog.runs_started_with(StageKind::Train, &params)? {
         let changes: Vec<String> = RunRecord::of_run(ws, run.id)?
