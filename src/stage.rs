@@ -44,21 +44,18 @@ pub enum Lookup {
     New,
 }
 
-/// The newest run of `kind` with exactly `params` that finished, else one that was
-/// interrupted.
+/// The newest run of `kind` with exactly `params` in force that finished, else one that was
+/// interrupted. The parameters in force are those a run started with unless a resume
+/// changed them (training; `run_options` in the catalog).
 pub fn lookup(ws: &Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Lookup> {
-    if let Some(done) = ws.catalog.find_ok_run(kind, params)? {
+    let find = |status| ws.catalog.find_run_in_force(kind, params, status);
+    if let Some(done) = find(RunStatus::Ok)? {
         return Ok(Lookup::Done(done));
     }
-    Ok(
-        match ws
-            .catalog
-            .find_run_with_status(kind, params, RunStatus::Interrupted)?
-        {
-            Some(run) => Lookup::Interrupted(run),
-            None => Lookup::New,
-        },
-    )
+    Ok(match find(RunStatus::Interrupted)? {
+        Some(run) => Lookup::Interrupted(run),
+        None => Lookup::New,
+    })
 }
 
 /// An output a stage finished in its scratch directory, ready to be published.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::kernel::KernelKind;
 use crate::model::optim::AdamConfig;
-use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, StageKind};
+use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
 use crate::store::checkpoint::{read_checkpoint, Checkpoint};
 use crate::store::chunks::checksum_file;
 use crate::store::workspace::Workspace;
@@ -74,6 +74,92 @@ impl FromStr for Negatives {
             _ => Err(format!("expected 'all' or a positive count, found {s:?}")),
         }
     }
+}
+
+impl std::fmt::Display for Negatives {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Negatives::All => f.write_str("all"),
+            Negatives::Sample(count) => write!(f, "{count}"),
+        }
+    }
+}
+
+/// `--keep-checkpoints all|N`: which checkpoints of a training run stay on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Retention {
+    /// Every checkpoint.
+    All,
+    /// The newest N + 1: the last N before the newest, and the newest, which is the final
+    /// checkpoint once the run has ended and the one it resumes from while it runs.
+    Last(u64),
+}
+
+impl Retention {
+    /// Six checkpoints per run whatever its length. A 200-epoch run on AmazonCat-13K
+    /// (B = 500, `--checkpoint-every 500`) writes about 950 checkpoints of ~13 MB (12 GB);
+    /// kept, they would fill a small disk, while the last few are all that resuming,
+    /// `pipeline elbo` on recent steps and a look back need.
+    pub const DEFAULT: Retention = Retention::Last(5);
+
+    /// How many of `count` checkpoints, the oldest, go.
+    pub fn excess(self, count: usize) -> usize {
+        match self {
+            Retention::All => 0,
+            Retention::Last(n) => {
+                count.saturating_sub(usize::try_from(n).unwrap_or(usize::MAX).saturating_add(1))
+            }
+        }
+    }
+}
+
+impl FromStr for Retention {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(Retention::All);
+        }
+        s.parse::<u64>()
+            .map(Retention::Last)
+            .map_err(|_| format!("expected 'all' or a count, found {s:?}"))
+    }
+}
+
+impl std::fmt::Display for Retention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Retention::All => f.write_str("all"),
+            Retention::Last(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// How a training run is steered without changing its numbers. Recorded with the run
+/// (`run_options.options`) and taken from there on resume unless given again; not part of
+/// [`TrainConfig`], so it changes neither the run's identity nor its checkpoints' bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Steering {
+    pub keep_checkpoints: Retention,
+    /// Minibatches the prefetch queue holds.
+    pub prefetch: usize,
+    /// Rank `eval_split` every this many epochs (0: never).
+    pub eval_every: u64,
+    pub eval_split: String,
+    /// Compute the exact full-data bound at the end.
+    pub final_elbo: bool,
+}
+
+/// One option changed when a run was resumed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OptionChange {
+    /// The step the run resumed from.
+    pub step: u64,
+    /// The command-line flag, e.g. `--max-steps`.
+    pub option: String,
+    pub old: String,
+    pub new: String,
 }
 
 /// Everything that determines a run's numbers: stored in the catalog and in every
@@ -151,6 +237,75 @@ impl TrainConfig {
             self.dataset_checksum
         );
         Ok(dataset)
+    }
+}
+
+/// What the catalog records of a training run: the configuration it started with (its
+/// `params`, never rewritten), the one in force now (with the changes made on resume), how
+/// it is steered, and those changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run_id: i64,
+    pub started: TrainConfig,
+    /// What checkpoints written from now on embed, and what lookups match the run on.
+    pub in_force: TrainConfig,
+    /// None for runs from before steering options were recorded.
+    pub steering: Option<Steering>,
+    pub changes: Vec<OptionChange>,
+    /// False once a change made the run's numbers differ from an uninterrupted run with
+    /// the configuration in force (a new thread count); such a run answers no lookup.
+    pub reusable: bool,
+}
+
+impl RunRecord {
+    /// The record of a run just started with `config`.
+    pub fn new(run_id: i64, config: TrainConfig, steering: Steering) -> Self {
+        RunRecord {
+            run_id,
+            started: config.clone(),
+            in_force: config,
+            steering: Some(steering),
+            changes: Vec::new(),
+            reusable: true,
+        }
+    }
+
+    pub fn of_run(ws: &Workspace, run: i64) -> Result<Self> {
+        let started = TrainConfig::of_run(ws, run)?;
+        let Some(row) = ws.catalog.run_options(run)? else {
+            return Ok(RunRecord {
+                run_id: run,
+                in_force: started.clone(),
+                started,
+                steering: None,
+                changes: Vec::new(),
+                reusable: true,
+            });
+        };
+        let unreadable = || format!("run {run}: unreadable run options");
+        Ok(RunRecord {
+            run_id: run,
+            started,
+            in_force: serde_json::from_value(row.params).with_context(unreadable)?,
+            steering: Some(serde_json::from_value(row.options).with_context(unreadable)?),
+            changes: serde_json::from_value(row.changes).with_context(unreadable)?,
+            reusable: row.reusable,
+        })
+    }
+
+    /// Writes the record to the catalog (replacing the previous one).
+    pub fn save(&self, ws: &Workspace) -> Result<()> {
+        let steering = self
+            .steering
+            .as_ref()
+            .context("internal: a run record is saved with its steering options")?;
+        ws.catalog.set_run_options(&RunOptionsRow {
+            run_id: self.run_id,
+            params: self.in_force.to_json(),
+            options: serde_json::to_value(steering)?,
+            changes: serde_json::to_value(&self.changes)?,
+            reusable: self.reusable,
+        })
     }
 }
 

@@ -19,9 +19,9 @@ pub use super::kinds::{ArtifactKind, RunStatus, StageKind};
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`. Every statement of
-/// [`SCHEMA`] is idempotent, so upgrading runs it again.
-const SCHEMA_VERSION: i64 = 2;
+/// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`.
+/// Every statement of [`SCHEMA`] is idempotent, so upgrading runs it again.
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS stage_runs (
@@ -103,6 +103,14 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     created_at    TEXT NOT NULL,
     PRIMARY KEY (stage_run_id, step)
 );
+CREATE TABLE IF NOT EXISTS run_options (
+    stage_run_id  INTEGER PRIMARY KEY REFERENCES stage_runs(id),
+    params        TEXT NOT NULL,
+    options       TEXT NOT NULL,
+    changes       TEXT NOT NULL,
+    reusable      INTEGER NOT NULL,
+    updated_at    TEXT NOT NULL
+);
 "#;
 
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
@@ -178,6 +186,23 @@ pub struct CheckpointRow {
     pub path: String,
     pub bytes: u64,
     pub checksum: String,
+}
+
+/// How a run is steered beyond the parameters it started with (training: options changed
+/// on resume, checkpoint retention). `stage_runs.params` stays what the run started with.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunOptionsRow {
+    pub run_id: i64,
+    /// The parameters in force now: the run's `params` with the changes applied. Lookups
+    /// match a run on these.
+    pub params: serde_json::Value,
+    /// Options that steer the run without changing its numbers.
+    pub options: serde_json::Value,
+    /// Every change made on resume, oldest first.
+    pub changes: serde_json::Value,
+    /// False once a change made the run's numbers differ from those of an uninterrupted run
+    /// with `params`; such a run answers no lookup.
+    pub reusable: bool,
 }
 
 /// A dataset with everything recorded about it.
@@ -903,5 +928,103 @@ impl Catalog {
             .map_err(e)?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(e)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// Records (or replaces) how a run is steered.
+    pub fn set_run_options(&self, o: &RunOptionsRow) -> Result<()> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        tx.execute(
+            &format!(
+                "INSERT OR REPLACE INTO run_options (stage_run_id, params, options, changes, \
+                 reusable, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+            ),
+            params![
+                o.run_id,
+                o.params.to_string(),
+                o.options.to_string(),
+                o.changes.to_string(),
+                o.reusable
+            ],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)
+    }
+
+    /// How a run is steered, if it recorded it (runs from before schema 3 did not).
+    pub fn run_options(&self, run_id: i64) -> Result<Option<RunOptionsRow>> {
+        let json = |text: String| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        self.conn
+            .query_row(
+                "SELECT params, options, changes, reusable FROM run_options \
+                 WHERE stage_run_id = ?1",
+                [run_id],
+                |r| {
+                    Ok(RunOptionsRow {
+                        run_id,
+                        params: json(r.get(0)?),
+                        options: json(r.get(1)?),
+                        changes: json(r.get(2)?),
+                        reusable: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// The newest reusable run of `stage` with `status` whose parameters in force (its
+    /// `run_options.params`, else its `params`) are exactly `params`.
+    pub fn find_run_in_force(
+        &self,
+        stage: StageKind,
+        params: &serde_json::Value,
+        status: RunStatus,
+    ) -> Result<Option<RunRow>> {
+        let sql = format!(
+            "SELECT {} FROM stage_runs WHERE stage = ?1 AND status = ?3 \
+             AND coalesce((SELECT o.params FROM run_options o \
+                           WHERE o.stage_run_id = stage_runs.id), params) = ?2 \
+             AND coalesce((SELECT o.reusable FROM run_options o \
+                           WHERE o.stage_run_id = stage_runs.id), 1) = 1 \
+             ORDER BY id DESC LIMIT 1",
+            Self::RUN_COLUMNS
+        );
+        self.conn
+            .query_row(
+                &sql,
+                params![stage, params.to_string(), status],
+                Self::run_from_row,
+            )
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Runs of `stage` that started with exactly `params`, whatever their status, newest
+    /// first.
+    pub fn runs_started_with(
+        &self,
+        stage: StageKind,
+        params: &serde_json::Value,
+    ) -> Result<Vec<RunRow>> {
+        self.query_runs(
+            "WHERE stage = ?1 AND params = ?2 ORDER BY id DESC",
+            params![stage, params.to_string()],
+        )
+    }
+
+    /// Unregisters checkpoints of a run, in one transaction. The caller deletes the files
+    /// afterwards: a file without a row is garbage, a row without a file would be damage.
+    pub fn remove_checkpoint_rows(&self, run_id: i64, steps: &[u64]) -> Result<()> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        for &step in steps {
+            tx.execute(
+                "DELETE FROM checkpoints WHERE stage_run_id = ?1 AND step = ?2",
+                params![run_id, step as i64],
+            )
+            .map_err(e)?;
+        }
+        tx.commit().map_err(e)
     }
 }

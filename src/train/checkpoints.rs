@@ -1,7 +1,8 @@
 //! Checkpoints of a running training: written to the run's scratch space, renamed into
 //! the run's published directory and registered one by one, so a killed run resumes from
-//! the last one registered.
+//! the last one registered; the oldest are deleted as `--keep-checkpoints` says.
 
+use std::collections::BTreeSet;
 use std::fs;
 
 use anyhow::{Context, Result};
@@ -9,7 +10,8 @@ use anyhow::{Context, Result};
 use crate::stage::StageRun;
 use crate::store::catalog::CheckpointRow;
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
-use crate::store::workspace::Workspace;
+use crate::store::workspace::{remove_path, Workspace};
+use crate::trained::Retention;
 
 /// Writes a checkpoint into the run's directory `out_rel` (temp file, fsync, rename) and
 /// registers it.
@@ -38,6 +40,38 @@ pub fn save_checkpoint(
         bytes: written.bytes,
         checksum: written.checksum,
     })
+}
+
+/// Deletes the checkpoints of `run` that `keep` lets go (the oldest), then every checkpoint
+/// file in the run's directory `out_rel` that no catalog row names.
+///
+/// The rows go first, in one transaction, and the files after: a crash in between leaves
+/// files without rows, never rows without files. Such a file is garbage; the next prune of
+/// this run (each resume prunes before its first step) removes it. Only the process that
+/// holds the run calls this, so no file in the directory is a checkpoint being registered.
+pub fn prune_checkpoints(
+    ws: &Workspace,
+    run: &StageRun<'_>,
+    out_rel: &str,
+    keep: Retention,
+) -> Result<()> {
+    let rows = ws.catalog.checkpoints(run.id)?;
+    let (old, kept) = rows.split_at(keep.excess(rows.len()));
+    if !old.is_empty() {
+        let steps: Vec<u64> = old.iter().map(|c| c.step).collect();
+        ws.catalog.remove_checkpoint_rows(run.id, &steps)?;
+        failpoint("checkpoints-unregistered", steps[steps.len() - 1]);
+    }
+    let registered: BTreeSet<&str> = kept.iter().map(|c| c.path.as_str()).collect();
+    let dir = ws.resolve(out_rel);
+    for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let is_checkpoint = name.starts_with("ckpt-") && name.ends_with(".parquet");
+        if is_checkpoint && !registered.contains(format!("{out_rel}/{name}").as_str()) {
+            remove_path(&dir.join(&name))?;
+        }
+    }
+    Ok(())
 }
 
 /// Crash injection for the kill/resume tests: `FSGP_FAILPOINT=NAME:STEP` aborts the process

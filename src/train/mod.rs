@@ -7,7 +7,8 @@
 //! [`batches::Prefetcher`] → `model` (bound and gradient) → Adam → `store::checkpoint`.
 //!
 //! Files: `options` (what a caller asks), `setup` (what is fixed for a run),
-//! `session` (start, memoise or resume a run), `steps` (the step loop), `checkpoints` (writing and registering them),
+//! `session` (start, memoise or resume a run), `resume` (what `--resume` may change),
+//! `steps` (the step loop), `checkpoints` (writing, registering and pruning them),
 //! `held_out` (`--eval-every`), `exact` (the full-data bound, `pipeline elbo`), `batches`
 //! (planner and prefetch queue), `init` (initial parameters).
 
@@ -17,6 +18,7 @@ mod exact;
 mod held_out;
 pub mod init;
 mod options;
+mod resume;
 mod session;
 mod setup;
 mod steps;

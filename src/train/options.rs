@@ -1,13 +1,17 @@
 //! What a caller asks of `pipeline train` (the command line, or a spec's `[train]` table):
 //! the options that become a run's [`TrainConfig`] and those that only steer how it runs.
 
+use std::collections::BTreeSet;
+
 use anyhow::{ensure, Context, Result};
 
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
-use crate::trained::{newest_svd_run, KernelChoice, Negatives, SvdFiles, TrainConfig};
+use crate::trained::{
+    newest_svd_run, KernelChoice, Negatives, Retention, Steering, SvdFiles, TrainConfig,
+};
 
 /// Options of a training run. The defaults are the command line's.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +40,8 @@ pub struct TrainOptions {
     /// Worker threads (None: all cores); part of the configuration, since results are
     /// bitwise reproducible for a fixed count only.
     pub threads: Option<usize>,
-    /// Continue this interrupted or failed run; the other options are taken from it.
+    /// Continue this interrupted or failed run; the options not in `given` are taken from
+    /// it (see `train::resume` for those that may change).
     pub resume: Option<i64>,
     /// Start a new run even when an interrupted one with this configuration exists.
     pub fresh: bool,
@@ -52,6 +57,12 @@ pub struct TrainOptions {
     /// Rank `eval_split` every this many epochs (0: never).
     pub eval_every: u64,
     pub eval_split: String,
+    /// Which checkpoints stay on disk.
+    pub keep_checkpoints: Retention,
+    /// The options the caller set explicitly, by their command-line names with `_` for `-`
+    /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
+    /// come from the run. Empty: everything comes from the run.
+    pub given: BTreeSet<String>,
 }
 
 impl Default for TrainOptions {
@@ -82,6 +93,8 @@ impl Default for TrainOptions {
             final_elbo: true,
             eval_every: 0,
             eval_split: "test".into(),
+            keep_checkpoints: Retention::DEFAULT,
+            given: BTreeSet::new(),
         }
     }
 }
@@ -127,11 +140,28 @@ impl TrainOptions {
             checkpoint_every: self.checkpoint_every,
             max_steps: self.max_steps,
         };
-        ensure!(
-            config.checkpoint_every >= 1,
-            "--checkpoint-every must be ≥ 1"
-        );
-        ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
+        check_limits(&config)?;
         Ok(config)
     }
+
+    /// The steering options these options ask for.
+    pub fn steering(&self) -> Steering {
+        Steering {
+            keep_checkpoints: self.keep_checkpoints,
+            prefetch: self.prefetch,
+            eval_every: self.eval_every,
+            eval_split: self.eval_split.clone(),
+            final_elbo: self.final_elbo,
+        }
+    }
+}
+
+/// The checks of a configuration's step options (of a new run, or after a resume changed them).
+pub fn check_limits(config: &TrainConfig) -> Result<()> {
+    ensure!(
+        config.checkpoint_every >= 1,
+        "--checkpoint-every must be ≥ 1"
+    );
+    ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
+    Ok(())
 }

@@ -1,19 +1,23 @@
 //! A training session: how a run starts — from the memoised result of an identical
-//! finished run, resumed from the last checkpoint of an interrupted one, or anew.
+//! finished run, resumed from the last checkpoint of an interrupted one, or anew. Runs are
+//! matched on their configuration in force (`trained::RunRecord`), which differs from the
+//! one they started with only after a resume changed it (`resume`).
 
 use std::fs;
 
 use anyhow::{ensure, Result};
 
+use super::checkpoints::prune_checkpoints;
 use super::held_out::HeldOut;
 use super::options::TrainOptions;
+use super::resume;
 use super::setup::Setup;
 use super::steps::{train_loop, LoopOptions, TrainSummary};
-use crate::stage::{lookup, Lookup, Outcome, StageRun};
+use crate::stage::{self, Lookup, Outcome, StageRun};
 use crate::store::catalog::StageKind;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::workspace::Workspace;
-use crate::trained::{load_checkpoint, TrainConfig};
+use crate::trained::{load_checkpoint, RunRecord, Steering, TrainConfig};
 
 /// Runs `pipeline train`: the memoised result of an identical finished run, else the
 /// interrupted run with this configuration resumed (unless `fresh`), else a new run.
@@ -22,7 +26,7 @@ pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>>
         return resume(ws, id, opts);
     }
     let config = opts.config(ws)?;
-    match lookup(ws, StageKind::Train, &config.to_json())? {
+    match lookup(ws, &config)? {
         Lookup::Done(done) => {
             eprintln!(
                 "training of '{}' with these parameters is already done (run {}); nothing to do",
@@ -54,26 +58,69 @@ pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>>
     let setup = Setup::open(ws, config)?;
     let run = StageRun::start(ws, StageKind::Train, &setup.config.to_json())?;
     let result = (|| {
+        let steering = opts.steering();
+        RunRecord::new(run.id, setup.config.clone(), steering.clone()).save(ws)?;
         let start = setup.initial_checkpoint()?;
-        drive(ws, &run, &setup, start, opts)
+        drive(ws, &run, &setup, start, &steering)
     })();
     finish(run, result)
 }
 
-/// Continues run `id` from its last registered checkpoint (or from step 0 if it wrote none).
+/// The stage's lookup on the configuration in force. A run that started with `config` but
+/// was changed on resume is not found; it is named, so that a person looking for it does.
+fn lookup(ws: &Workspace, config: &TrainConfig) -> Result<Lookup> {
+    let params = config.to_json();
+    let found = stage::lookup(ws, StageKind::Train, &params)?;
+    if !matches!(found, Lookup::New) {
+        return Ok(found);
+    }
+    for run in ws.catalog.runs_started_with(StageKind::Train, &params)? {
+        let changes: Vec<String> = RunRecord::of_run(ws, run.id)?
+            .changes
+            .iter()
+            .filter(|c| resume::changes_configuration(c))
+            .map(|c| format!("{} {} → {}", c.option, c.old, c.new))
+            .collect();
+        if !changes.is_empty() {
+            eprintln!(
+                "run {} started with these parameters but was resumed with other options \
+                 ({}), so it is not reused (its checkpoints serve `--run {}` of predict and \
+                 evaluate)",
+                run.id,
+                changes.join(", "),
+                run.id
+            );
+            break;
+        }
+    }
+    Ok(Lookup::New)
+}
+
+/// Continues run `id` from its last registered checkpoint (or from step 0 if it wrote none),
+/// with the options `opts` gives applied as `resume::plan` allows. Refusals come before
+/// the run is touched.
 fn resume(ws: &Workspace, id: i64, opts: &TrainOptions) -> Result<Outcome<TrainSummary>> {
-    let config = TrainConfig::of_run(ws, id)?;
-    let setup = Setup::open(ws, config)?;
+    let record = RunRecord::of_run(ws, id)?;
+    let last = ws.catalog.checkpoints(id)?.last().cloned();
+    let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step))?;
+    let setup = Setup::open(ws, plan.record.in_force.clone())?;
+    let checkpoint = match &last {
+        Some(row) => {
+            let c = load_checkpoint(ws, row)?;
+            ensure!(
+                resume::same_run(&c.config, &setup.config),
+                "{}: configuration differs from run {id}'s",
+                row.path
+            );
+            plan.check_position(&setup, &c.state)?;
+            Some(c)
+        }
+        None => None,
+    };
     let run = StageRun::resume(ws, id)?;
     let result = (|| {
-        let start = match ws.catalog.checkpoints(id)?.last() {
-            Some(row) => {
-                let c = load_checkpoint(ws, row)?;
-                ensure!(
-                    c.config == setup.config.to_json(),
-                    "{}: configuration differs from run {id}'s",
-                    row.path
-                );
+        let start = match checkpoint {
+            Some(c) => {
                 eprintln!(
                     "resuming run {id} from step {} (epoch {})",
                     c.state.step, c.state.epoch
@@ -85,29 +132,36 @@ fn resume(ws: &Workspace, id: i64, opts: &TrainOptions) -> Result<Outcome<TrainS
                 setup.initial_checkpoint()?
             }
         };
-        drive(ws, &run, &setup, start, opts)
+        plan.announce();
+        plan.record.save(ws)?;
+        let steering = plan.record.steering.clone().expect("a plan sets steering");
+        drive(ws, &run, &setup, start, &steering)
     })();
     finish(run, result)
 }
 
-/// Runs the step loop of `run` from `start` into the run's published directory.
+/// Runs the step loop of `run` from `start` into the run's published directory, after
+/// pruning its checkpoints as `steering` says (a resume may have lowered the count, and a
+/// crash may have left unregistered files).
 fn drive(
     ws: &Workspace,
     run: &StageRun<'_>,
     setup: &Setup,
     start: Checkpoint,
-    opts: &TrainOptions,
+    steering: &Steering,
 ) -> Result<TrainSummary> {
     let out_rel = setup.out_rel(run);
     fs::create_dir_all(ws.resolve(&out_rel))?;
-    let held_out = match opts.eval_every {
+    prune_checkpoints(ws, run, &out_rel, steering.keep_checkpoints)?;
+    let held_out = match steering.eval_every {
         0 => None,
-        every => Some(HeldOut::open(ws, setup, every, &opts.eval_split)?),
+        every => Some(HeldOut::open(ws, setup, every, &steering.eval_split)?),
     };
     let loop_opts = LoopOptions {
-        final_elbo: opts.final_elbo,
-        prefetch: opts.prefetch,
+        final_elbo: steering.final_elbo,
+        prefetch: steering.prefetch,
         held_out,
+        keep: steering.keep_checkpoints,
     };
     train_loop(ws, run, &out_rel, setup, start, &loop_opts)
 }

@@ -100,6 +100,17 @@ impl Setup {
         })
     }
 
+    /// Steps the run makes in all, counted from step 0: every minibatch of `epochs` epochs,
+    /// or `max_steps` if that is fewer.
+    pub fn total_steps(&self, planner: &Planner) -> u64 {
+        let epoch_steps: u64 = (0..self.config.epochs)
+            .map(|e| planner.batches_in_epoch(e))
+            .sum();
+        self.config
+            .max_steps
+            .map_or(epoch_steps, |s| s.min(epoch_steps))
+    }
+
     /// Counts of every label over the training rows (one pass over the label columns).
     pub fn label_counts(&self) -> Result<Vec<u64>> {
         let paths: Vec<PathBuf> = self.spans.iter().map(|s| s.path.clone()).collect();

@@ -11,7 +11,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::batches::{stream_seed, streams, Batch, Planner, Prefetcher, Span};
-use super::checkpoints::save_checkpoint;
+use super::checkpoints::{prune_checkpoints, save_checkpoint};
 use super::exact::exact_bound;
 use super::held_out::HeldOut;
 use super::setup::{thread_pool, Setup};
@@ -26,13 +26,15 @@ use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
-use crate::trained::{KernelChoice, Negatives, TrainConfig};
+use crate::trained::{KernelChoice, Negatives, Retention, TrainConfig};
 
 /// How a training loop runs, beyond the configuration that fixes its numbers.
 pub struct LoopOptions {
     pub final_elbo: bool,
     pub prefetch: usize,
     pub held_out: Option<HeldOut>,
+    /// Which checkpoints stay on disk.
+    pub keep: Retention,
 }
 
 /// What a finished (or found finished) training run reports.
@@ -120,8 +122,7 @@ pub fn train_loop(
 ) -> Result<TrainSummary> {
     let cfg = &setup.config;
     let planner = Arc::new(setup.shuffled());
-    let epoch_steps: u64 = (0..cfg.epochs).map(|e| planner.batches_in_epoch(e)).sum();
-    let total = cfg.max_steps.map_or(epoch_steps, |s| s.min(epoch_steps));
+    let total = setup.total_steps(&planner);
     let mut t = Trainer {
         ws,
         run,
@@ -372,7 +373,7 @@ impl Trainer<'_> {
             },
         )?;
         self.last_saved = self.state.step;
-        Ok(())
+        prune_checkpoints(self.ws, self.run, self.out_rel, self.opts.keep)
     }
 
     /// The run's closing figures: its time and, unless switched off, the exact bound.

@@ -2,6 +2,8 @@
 //! workspace from the outside.
 #![allow(dead_code)]
 
+pub mod toy;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,0 +1,236 @@
+//! A toy training workspace for the train-stage tests: a small generated dataset ingested
+//! in 5 chunks and factorised, the training command line every test starts from, and ways
+//! to look at a run's checkpoints, figures and catalog rows from the outside.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fsgp::store::checkpoint::read_checkpoint;
+
+/// Synthesises, ingests (5 chunks) and factorises a toy dataset in `ws`.
+pub fn prepare(ws: &Path) {
+    let src = ws.join("src");
+    let out = pipeline(
+        ws,
+        &[
+            "synth",
+            "--out",
+            src.to_str().unwrap(),
+            "--rows",
+            "900",
+            "--test-rows",
+            "100",
+            "--features",
+            "60",
+            "--labels",
+            "30",
+            "--seed",
+            "3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = pipeline(
+        ws,
+        &[
+            "ingest",
+            "--name",
+            "toy",
+            "--train",
+            src.join("train.txt").to_str().unwrap(),
+            "--test",
+            src.join("test.txt").to_str().unwrap(),
+            "--chunk-rows",
+            "200",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = pipeline(
+        ws,
+        &[
+            "svd",
+            "--dataset",
+            "toy",
+            "--rank",
+            "8",
+            "--inducing",
+            "16",
+            "--threads",
+            "2",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// 6 epochs of 16 minibatches (chunk groups of 400, 400 and 100 rows; B = 64).
+pub const TRAIN: &[&str] = &[
+    "train",
+    "--dataset",
+    "toy",
+    "--factors",
+    "3",
+    "--batch",
+    "64",
+    "--epochs",
+    "6",
+    "--checkpoint-every",
+    "7",
+    "--negatives",
+    "5",
+    "--threads",
+    "2",
+    "--seed",
+    "11",
+    // Every checkpoint stays, so the tests can compare each one (retention has its own
+    // tests in train_resume_rules.rs).
+    "--keep-checkpoints",
+    "all",
+];
+pub const STEPS: u64 = 96;
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+pub fn catalog(ws: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap()
+}
+
+/// step → checkpoint bytes, for the registered checkpoints of `run`.
+pub fn checkpoints(ws: &Path, run: i64) -> BTreeMap<u64, Vec<u8>> {
+    let conn = catalog(ws);
+    let mut stmt = conn
+        .prepare("SELECT step, path FROM checkpoints WHERE stage_run_id = ?1 ORDER BY step")
+        .unwrap();
+    stmt.query_map([run], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .unwrap()
+        .map(|r| {
+            let (step, path) = r.unwrap();
+            (step as u64, std::fs::read(ws.join(path)).unwrap())
+        })
+        .collect()
+}
+
+pub fn metrics(ws: &Path, run: i64, name: &str) -> Vec<(i64, u64)> {
+    let conn = catalog(ws);
+    let mut stmt = conn
+        .prepare(
+            "SELECT step, value FROM metrics WHERE stage_run_id = ?1 AND name = ?2 ORDER BY step",
+        )
+        .unwrap();
+    stmt.query_map(rusqlite::params![run, name], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)?.to_bits()))
+    })
+    .unwrap()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+pub fn train_run_id(ws: &Path) -> i64 {
+    catalog(ws)
+        .query_row(
+            "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+pub fn run_status(ws: &Path, id: i64) -> String {
+    // Opening the workspace (status) marks dead runs interrupted first.
+    let _ = status_json(ws);
+    catalog(ws)
+        .query_row("SELECT status FROM stage_runs WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+/// TRAIN with `overrides` ("--flag", "value" pairs, or a lone "--switch") applied.
+pub fn train_args<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
+    let mut args: Vec<&str> = TRAIN.to_vec();
+    let mut i = 0;
+    while i < overrides.len() {
+        let flag = overrides[i];
+        let value = overrides.get(i + 1).filter(|v| !v.starts_with("--"));
+        match (args.iter().position(|a| *a == flag), value) {
+            (Some(at), Some(v)) => args[at + 1] = v,
+            (None, Some(v)) => args.extend([flag, v]),
+            (_, None) => args.push(flag),
+        }
+        i += if value.is_some() { 2 } else { 1 };
+    }
+    args
+}
+
+pub fn train_ok(ws: &Path, overrides: &[&str]) -> i64 {
+    let out = pipeline(ws, &train_args(overrides));
+    assert!(out.status.success(), "{}", stderr(&out));
+    train_run_id(ws)
+}
+
+pub struct Prepared {
+    _dir: tempfile::TempDir,
+    base: PathBuf,
+}
+
+pub fn prepared() -> Prepared {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base");
+    prepare(&base);
+    Prepared { _dir: dir, base }
+}
+
+impl Prepared {
+    pub fn copy(&self, name: &str) -> PathBuf {
+        let to = self.base.parent().unwrap().join(name);
+        copy_dir(&self.base, &to);
+        to
+    }
+}
+
+/// Every parameter and Adam moment of a checkpoint, as bits.
+pub fn tensor_bits(c: &fsgp::store::checkpoint::Checkpoint) -> Vec<u64> {
+    let p = &c.params;
+    let mut bits = Vec::new();
+    for m in [&p.a, &p.mu, &p.rho, &p.phi] {
+        bits.extend([m.nrows() as u64, m.ncols() as u64]);
+        for j in 0..m.ncols() {
+            bits.extend((0..m.nrows()).map(|i| m[(i, j)].to_bits()));
+        }
+    }
+    bits.extend(p.bias.iter().map(|v| v.to_bits()));
+    bits.extend([p.kernel.log_sf2.to_bits(), p.kernel.log_ell.to_bits()]);
+    bits.extend(c.adam.m.iter().chain(&c.adam.v).map(|v| v.to_bits()));
+    bits.push(c.adam.t);
+    bits
+}
+
+pub fn read_ckpt(ws: &Path, run: i64, step: u64) -> fsgp::store::checkpoint::Checkpoint {
+    let path: String = catalog(ws)
+        .query_row(
+            "SELECT path FROM checkpoints WHERE stage_run_id = ?1 AND step = ?2",
+            rusqlite::params![run, step as i64],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| panic!("run {run}: no checkpoint at step {step}: {e}"));
+    read_checkpoint(&ws.join(path)).unwrap()
+}
+
+pub fn run_params(ws: &Path, run: i64) -> serde_json::Value {
+    let text: String = catalog(ws)
+        .query_row("SELECT params FROM stage_runs WHERE id = ?1", [run], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
