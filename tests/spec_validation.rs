@@ -120,6 +120,24 @@ fn names_not_found_suggest_the_closest_and_point_to_status() {
         );
     }
 
+    let svd_run: i64 = rusqlite::Connection::open(ws.join("catalog.sqlite"))
+        .unwrap()
+        .query_row(
+            "SELECT max(id) FROM stage_runs WHERE stage = 'svd'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let typo = format!("{svd_run}1");
+    let out = pipeline(&ws, &["train", "--dataset", "toy", "--svd", &typo]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("no run {typo} in"))
+            && err.contains(&format!("did you mean '{svd_run}'? svd runs: {svd_run};")),
+        "{err}"
+    );
+
     let run = train_run.to_string();
     let out = pipeline(&ws, &["predict", "--run", &run, "--split", "tset"]);
     assert!(!out.status.success());

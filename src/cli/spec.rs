@@ -380,6 +380,16 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_specs_pass_the_check() {
+        for name in ["quickstart.toml", "delicious.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("pipelines")
+                .join(name);
+            Spec::read(&path).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+    }
+
+    #[test]
     fn every_problem_is_reported_with_its_key() {
         let text = MINIMAL
             .replace("lr = 0.5", "lerning_rate = 0.5")

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
+use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{newest_svd_run, KernelChoice, Negatives, SvdFiles, TrainConfig};
@@ -94,7 +95,7 @@ impl TrainOptions {
         let name = self.dataset.as_deref().context("--dataset is required")?;
         let dataset = ws.dataset_named(name)?;
         let svd_run = match self.svd {
-            Some(id) => id,
+            Some(id) => ws.run_numbered(id, StageKind::Svd)?.id,
             None => newest_svd_run(ws, &dataset)?,
         };
         let a_rows = NpyMap::open(&SvdFiles::of_run(ws, svd_run)?.a_init)?
