@@ -33,10 +33,7 @@ const METRICS_CHART: &str = "metrics";
 /// Runs `pipeline report`.
 /// `out` defaults to `<workspace>/reports/train-run<RUN>`.
 pub fn run(ws: &Workspace, run: i64, out: Option<&Path>) -> Result<ReportOutcome> {
-    let train = ws
-        .catalog
-        .run(run)?
-        .with_context(|| format!("no run {run} in the catalog"))?;
+    let train = ws.run_numbered(run, StageKind::Train)?;
     ensure!(
         train.stage == StageKind::Train,
         "run {run} is a {} run; reports are of training runs",

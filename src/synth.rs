@@ -20,10 +20,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
+
+use crate::error::InvalidOptions;
 
 // ---------------------------------------------------------------------------------------------
 // Parameters of the generative process (documented in docs/synth.md).
@@ -261,43 +263,50 @@ impl SynthConfig {
         Ok(cfg)
     }
 
-    /// Checks the configuration; [`write_dataset`] calls this too.
-    pub fn validate(&self) -> Result<()> {
-        ensure!(self.rows > 0, "synth: --rows must be at least 1");
-        ensure!(self.features > 0, "synth: --features must be at least 1");
-        ensure!(self.labels > 0, "synth: --labels must be at least 1");
-        ensure!(
-            self.features <= MAX_FEATURES,
-            "synth: --features {} exceeds the supported maximum {MAX_FEATURES}",
-            self.features
-        );
-        ensure!(
-            self.labels <= MAX_LABELS,
-            "synth: --labels {} exceeds the supported maximum {MAX_LABELS}",
-            self.labels
-        );
-        ensure!(
+    /// Checks the configuration, every problem at once; [`write_dataset`] calls this too.
+    pub fn validate(&self) -> Result<(), InvalidOptions> {
+        let mut c = InvalidOptions::new("synth: ");
+        let at_least_1 = || "must be at least 1".to_string();
+        c.check(self.rows > 0, "rows", at_least_1);
+        c.check(self.features > 0, "features", at_least_1);
+        c.check(self.labels > 0, "labels", at_least_1);
+        c.check(self.features <= MAX_FEATURES, "features", || {
+            format!(
+                "{} exceeds the supported maximum {MAX_FEATURES}",
+                self.features
+            )
+        });
+        c.check(self.labels <= MAX_LABELS, "labels", || {
+            format!("{} exceeds the supported maximum {MAX_LABELS}", self.labels)
+        });
+        c.check(
             self.nnz_per_row.is_finite()
                 && self.nnz_per_row >= 1.0
                 && self.nnz_per_row <= f64::from(self.features),
-            "synth: --nnz-per-row must be between 1 and --features ({}), got {}",
-            self.features,
-            self.nnz_per_row
+            "nnz-per-row",
+            || {
+                format!(
+                    "must be between 1 and --features ({}), got {}",
+                    self.features, self.nnz_per_row
+                )
+            },
         );
-        ensure!(
+        c.check(
             self.labels_per_row.is_finite()
                 && self.labels_per_row >= 0.0
                 && self.labels_per_row <= f64::from(self.labels),
-            "synth: --labels-per-row must be between 0 and --labels ({}), got {}",
-            self.labels,
-            self.labels_per_row
+            "labels-per-row",
+            || {
+                format!(
+                    "must be between 0 and --labels ({}), got {}",
+                    self.labels, self.labels_per_row
+                )
+            },
         );
-        ensure!(
-            (1..=MAX_TOPICS).contains(&self.topics),
-            "synth: --topics must be between 1 and {MAX_TOPICS}, got {}",
-            self.topics
-        );
-        Ok(())
+        c.check((1..=MAX_TOPICS).contains(&self.topics), "topics", || {
+            format!("must be between 1 and {MAX_TOPICS}, got {}", self.topics)
+        });
+        c.into_result()
     }
 
     /// Rough mean size of a row in bytes (`id:d.dddddd ` per feature, `id,` per label).

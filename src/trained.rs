@@ -210,10 +210,7 @@ impl TrainConfig {
 
     /// The configuration a train run was started with (its catalog parameters).
     pub fn of_run(ws: &Workspace, run: i64) -> Result<Self> {
-        let row = ws
-            .catalog
-            .run(run)?
-            .with_context(|| format!("no run {run} in the catalog"))?;
+        let row = ws.run_numbered(run, StageKind::Train)?;
         ensure!(
             row.stage == StageKind::Train,
             "run {run} is a {} run, not train",

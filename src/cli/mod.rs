@@ -22,6 +22,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Ingest(args) => Some(args.config()?),
         _ => None,
     };
+    // So does a spec with mistakes: it is checked whole before anything is touched.
+    let run_spec = match &cli.command {
+        Command::Run(args) => Some(spec::Spec::read(&args.spec)?),
+        _ => None,
+    };
     let ws = Workspace::open(&cli.workspace)?;
     match cli.command {
         Command::Synth(_) => unreachable!("handled above"),
@@ -34,7 +39,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),
         Command::Predict(args) => crate::predict::run(&ws, &args.options()).map(|_| ()),
         Command::Evaluate(args) => evaluate(&ws, &args),
-        Command::Run(args) => spec::run(&ws, &args),
+        Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
         Command::Report(args) => crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ()),
         Command::Status(args) => status::print(&ws, &args),
     }

@@ -17,6 +17,20 @@
 //! a spec must not set those. Every stage skips work whose inputs and parameters match a
 //! completed catalog entry, and an interrupted training run with the same configuration is
 //! resumed, so re-invoking a spec after a crash or a kill finishes the job.
+//!
+//! A spec is checked whole when it is read, before any stage runs: every table and key
+//! (unknown keys with the closest valid one), every value's type, and the ranges each
+//! stage's options `validate()` (the same checks the stage itself makes). The linked
+//! options get placeholders for the check and their real values when the stage runs. All
+//! problems are reported together, one line each:
+//!
+//! ```text
+//! spec.toml: [train] unknown key 'lerning_rate' (did you mean 'lr'?)
+//! spec.toml: [train] epochs: expected an integer, found a string "ten"
+//! spec.toml: [svd] rank must be at least 1
+//! ```
+
+mod check;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -68,37 +82,46 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// Reads a spec and checks it whole (tables, keys, types, ranges): the error lists
+    /// every problem found, one per line.
     pub fn read(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading spec {}", path.display()))?;
         let tables: toml::Table =
             toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        for (key, value) in &tables {
-            if !STAGES.contains(&key.as_str()) {
-                bail!(
-                    "{}: unknown table [{key}] (expected some of: {})",
-                    path.display(),
-                    STAGES.join(", ")
-                );
-            }
-            if !value.is_table() {
-                bail!("{}: `{key}` must be a table ([{key}])", path.display());
-            }
-        }
-        for required in ["ingest", "svd", "train", "predict"] {
-            if !tables.contains_key(required) {
-                bail!("{}: missing table [{required}]", path.display());
-            }
-        }
-        Ok(Spec {
+        let spec = Spec {
             path: path.to_path_buf(),
             tables,
-        })
+        };
+        let problems = spec.problems();
+        match problems.len() {
+            0 => Ok(spec),
+            1 => bail!("{}: {}", path.display(), problems[0]),
+            n => bail!(
+                "{}\n{n} problems in {}; no stage was run",
+                problems
+                    .iter()
+                    .map(|p| format!("{}: {p}", path.display()))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                path.display()
+            ),
+        }
     }
 
     /// The command line `pipeline STAGE --flag value ...` for one stage, with `linked`
     /// (flag, value) pairs appended by the runner.
     pub fn argv(&self, stage: &str, linked: &[(&str, String)]) -> Result<Vec<String>> {
+        self.argv_of(stage, &|_| true, linked)
+    }
+
+    /// [`Spec::argv`] of the keys of the stage's table that `keep` selects.
+    fn argv_of(
+        &self,
+        stage: &str,
+        keep: &dyn Fn(&str) -> bool,
+        linked: &[(&str, String)],
+    ) -> Result<Vec<String>> {
         let mut argv = vec!["pipeline".to_string(), stage.to_string()];
         let empty = toml::Table::new();
         let table = match self.tables.get(stage) {
@@ -106,7 +129,7 @@ impl Spec {
             None => &empty,
         };
         let base = self.path.parent().unwrap_or(Path::new("."));
-        for (key, value) in table {
+        for (key, value) in table.iter().filter(|(key, _)| keep(key)) {
             let at = || format!("{}: [{stage}] {key}", self.path.display());
             if linked_options(stage).contains(&key.as_str()) {
                 bail!(
@@ -122,18 +145,9 @@ impl Spec {
                     argv.push(flag);
                     argv.push(base.join(s).display().to_string());
                 }
-                toml::Value::String(s) => {
-                    argv.push(flag);
-                    argv.push(s.clone());
-                }
-                toml::Value::Integer(i) => {
-                    argv.push(flag);
-                    argv.push(i.to_string());
-                }
-                toml::Value::Float(f) => {
-                    argv.push(flag);
-                    argv.push(f.to_string());
-                }
+                toml::Value::String(s) => push_option(&mut argv, flag, s.clone()),
+                toml::Value::Integer(i) => push_option(&mut argv, flag, i.to_string()),
+                toml::Value::Float(f) => push_option(&mut argv, flag, f.to_string()),
                 other => bail!(
                     "{}: expected a string, number or boolean, found {}",
                     at(),
@@ -166,6 +180,17 @@ impl Spec {
     }
 }
 
+/// Appends `--flag value`, or `--flag=value` when the value starts with '-' (a negative
+/// number), which the parser would otherwise take for a flag.
+fn push_option(argv: &mut Vec<String>, flag: String, value: String) {
+    if value.starts_with('-') {
+        argv.push(format!("{flag}={value}"));
+    } else {
+        argv.push(flag);
+        argv.push(value);
+    }
+}
+
 /// One stage's line in the run summary.
 struct StageLine {
     stage: &'static str,
@@ -174,9 +199,8 @@ struct StageLine {
     seconds: f64,
 }
 
-/// Runs `pipeline run`.
-pub fn run(ws: &Workspace, args: &RunArgs) -> Result<()> {
-    let spec = Spec::read(&args.spec)?;
+/// Runs `pipeline run` of a spec [`Spec::read`] has checked.
+pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
     let mut lines = Vec::new();
     let mut timed = |stage: &'static str, f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>| {
         eprintln!("== {stage}");
@@ -339,16 +363,76 @@ mod tests {
         assert!(e.to_string().contains("unknown table [trian]"), "{e}");
         let e = spec("[ingest\n").unwrap_err();
         assert!(e.to_string().contains("s.toml"), "{e}");
-        let s = spec(&MINIMAL.replace("lr = 0.5", "lr = 'fast'")).unwrap();
-        let e = s.command("train", &[("dataset", "d".into())]).unwrap_err();
+        // Keys, types and ranges are checked when the spec is read, before any stage.
+        let e = spec(&MINIMAL.replace("lr = 0.5", "lr = 'fast'")).unwrap_err();
         assert!(
             e.to_string().contains("[train]") && e.to_string().contains("fast"),
             "{e}"
         );
-        let s = spec(&MINIMAL.replace("epochs = 3", "dataset = 'other'")).unwrap();
-        let e = s.argv("train", &[]).unwrap_err();
+        let e = spec(&MINIMAL.replace("epochs = 3", "dataset = 'other'")).unwrap_err();
         assert!(e.to_string().contains("set by the runner"), "{e}");
-        let s = spec(&MINIMAL.replace("top_k = 7", "top_kk = 7")).unwrap();
-        assert!(s.command("predict", &[("run", "1".into())]).is_err());
+        let e = spec(&MINIMAL.replace("top_k = 7", "top_kk = 7")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("[predict] unknown key 'top_kk' (did you mean 'top_k'?)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_shipped_specs_pass_the_check() {
+        for name in ["quickstart.toml", "delicious.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("pipelines")
+                .join(name);
+            Spec::read(&path).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_key() {
+        let text = MINIMAL
+            .replace("lr = 0.5", "lerning_rate = 0.5")
+            .replace("epochs = 3", "epochs = 'ten'")
+            .replace("rank = 4", "rank = 0\nseed = -1")
+            .replace("top_k = 7", "top_k = 0\nkernel = 'se'\nblock_rows = 1.5");
+        let e = spec(&format!("{text}[evaluate]\nlabelless = 'drop'\n"))
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "[train] unknown key 'lerning_rate' (did you mean 'lr'?)",
+            "[train] epochs: expected an integer, found a string \"ten\"",
+            "[svd] rank must be at least 1",
+            "[svd] seed must be ≥ 0, not -1",
+            "[predict] unknown key 'kernel' (it is an option of [train])",
+            "[predict] block_rows: expected an integer, found a number 1.5",
+            "[predict] top_k must be at least 1",
+            "[evaluate] labelless: invalid value 'drop' (expected one of: count-as-zero, skip)",
+            "8 problems in",
+        ] {
+            assert!(e.contains(expected), "missing {expected:?} in:\n{e}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_the_stages_own_checks() {
+        let e = spec(&MINIMAL.replace("lr = 0.5", "lr = -0.5\nbeta2 = 1.0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[train] lr must be > 0"), "{e}");
+        assert!(e.contains("[train] beta2 must be in [0, 1), not 1"), "{e}");
+        let e = spec(&format!(
+            "[synth]\nout = 'x'\nrows = 0\nfeatures = 5\nlabels = 3\n{MINIMAL}"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[synth] rows must be at least 1"), "{e}");
+        let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"a b\"\nchunk_mb = 0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[ingest] name 'a b' is not allowed"), "{e}");
+        assert!(e.contains("[ingest] chunk_mb must be positive"), "{e}");
+        let e = spec(&MINIMAL.replace("[svd]\nrank = 4\n", "[svd]\n")).unwrap_err();
+        assert!(e.to_string().contains("[svd] missing key: rank"), "{e}");
     }
 }

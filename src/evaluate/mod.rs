@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 
+use crate::error::InvalidOptions;
 use crate::metrics::{
     inverse_propensity, metric_rows, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
 };
@@ -45,11 +46,20 @@ impl EvaluateOptions {
             labelless: LabellessRows::CountAsZero,
         }
     }
+
+    /// Checks the values no type rules out; `run` and `pipeline run`'s spec check call it.
+    pub fn validate(&self) -> Result<(), InvalidOptions> {
+        let mut c = InvalidOptions::new("");
+        c.check((1..=254).contains(&self.k), "k", || {
+            "must be between 1 and 254".into()
+        });
+        c.into_result()
+    }
 }
 
 /// Computes (or finds) the metrics of a predictions file.
 pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
-    ensure!((1..=254).contains(&opts.k), "--k must be between 1 and 254");
+    opts.validate()?;
     let path = resolve_predictions(ws, &opts.predictions);
     let reader = PredictionReader::open(&path)?;
     let meta = |key: &str| {

@@ -1,10 +1,11 @@
 //! What an ingest needs to know, independent of how it was asked for (flags, a spec table).
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde_json::json;
 
 use super::input::{absolute, InputLayout};
 use super::parse::RowRules;
+use crate::error::InvalidOptions;
 
 /// Configuration of one ingest.
 #[derive(Debug)]
@@ -33,23 +34,26 @@ pub struct IngestConfig {
 }
 
 impl IngestConfig {
-    /// Checks the values no type rules out: the dataset name and the chunk sizes.
-    pub fn validate(&self) -> Result<()> {
-        if self.name.is_empty()
-            || !self
+    /// Checks the values no type rules out: the dataset name and the chunk sizes (the
+    /// command line and `pipeline run`'s spec check call it).
+    pub fn validate(&self) -> Result<(), InvalidOptions> {
+        let mut c = InvalidOptions::new("");
+        let name_ok = !self.name.is_empty()
+            && self
                 .name
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            bail!(
-                "dataset name '{}' is not allowed: use letters, digits, '-', '_' and '.'",
+                .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
+        c.check(name_ok, "name", || {
+            format!(
+                "'{}' is not allowed: use letters, digits, '-', '_' and '.'",
                 self.name
-            );
-        }
-        if self.chunk_rows == Some(0) || self.chunk_mb == 0 {
-            bail!("--chunk-rows and --chunk-mb must be positive");
-        }
-        Ok(())
+            )
+        });
+        c.check(self.chunk_rows != Some(0), "chunk-rows", || {
+            "must be positive".into()
+        });
+        c.check(self.chunk_mb != 0, "chunk-mb", || "must be positive".into());
+        c.into_result()
     }
 
     /// The catalog's name of the normalisation.

@@ -27,7 +27,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 
 use crate::stage::{self, Staged};
-use crate::store::catalog::{SourceRow, StageKind};
+use crate::store::catalog::{DatasetRow, SourceRow, StageKind};
 use crate::store::workspace::Workspace;
 use built::{print_summary, Built};
 use config::IngestConfig;
@@ -48,6 +48,7 @@ pub struct IngestOutcome {
 /// options, an error when the name is taken by other inputs (unless `replace`), else the
 /// pipeline into the run's scratch directory, published under `datasets/` and registered.
 pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
+    config.validate()?;
     let params = config.params_json()?;
     if let Some(existing) = ws.catalog.dataset(&config.name)? {
         if existing.params == params && sources_unchanged(&existing.sources)? {
@@ -66,9 +67,10 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
         }
         if !config.replace {
             bail!(
-                "dataset '{}' already exists with other inputs or options; pass --replace to \
-                 re-ingest it, or choose another --name",
-                config.name
+                "dataset '{}' already exists with other inputs or options:\n  {}\npass \
+                 --replace to re-ingest it, or choose another --name",
+                config.name,
+                differences(&existing, &params).join("\n  ")
             );
         }
     }
@@ -119,4 +121,85 @@ fn sources_unchanged(sources: &[SourceRow]) -> Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// What differs between a dataset's recorded ingest and the one asked for now, one line
+/// per option (`chunk_rows: 1000 → 2000`) or input file (a new path, or the same path whose
+/// bytes changed since the ingest).
+fn differences(existing: &DatasetRow, params: &serde_json::Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let old = existing.params.as_object().unwrap_or(&empty);
+    let new = params.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut lines = Vec::new();
+    for key in keys {
+        let (was, now) = (old.get(key), new.get(key));
+        if key == "sources" {
+            lines.extend(source_differences(was, now, &existing.sources));
+        } else if was != now {
+            lines.push(format!("{key}: {} → {}", shown(was), shown(now)));
+        }
+    }
+    if lines.is_empty() {
+        lines.push("the stored parameters could not be compared".into());
+    }
+    lines
+}
+
+/// The input files by role: renamed, added or removed roles, and files whose bytes changed.
+fn source_differences(
+    was: Option<&serde_json::Value>,
+    now: Option<&serde_json::Value>,
+    recorded: &[SourceRow],
+) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let was = was.and_then(|v| v.as_object()).unwrap_or(&empty);
+    let now = now.and_then(|v| v.as_object()).unwrap_or(&empty);
+    let mut roles: Vec<&String> = was.keys().chain(now.keys()).collect();
+    roles.sort();
+    roles.dedup();
+    let mut lines = Vec::new();
+    for role in roles {
+        let (a, b) = (was.get(role), now.get(role));
+        if a != b {
+            lines.push(format!("sources.{role}: {} → {}", shown(a), shown(b)));
+            continue;
+        }
+        let changed = recorded
+            .iter()
+            .find(|s| &s.role == role)
+            .and_then(source_change);
+        if let Some(change) = changed {
+            lines.push(format!(
+                "sources.{role}: {} (changed since ingest: {change})",
+                shown(b)
+            ));
+        }
+    }
+    lines
+}
+
+/// How a recorded input file differs from what is on disk now, if it does.
+fn source_change(recorded: &SourceRow) -> Option<String> {
+    match checksum_source(Path::new(&recorded.path)) {
+        Err(e) => Some(format!("{e:#}")),
+        Ok(now) if now.checksum != recorded.checksum || now.bytes != recorded.bytes => {
+            Some(format!(
+                "checksum {} → {}, {} → {} bytes",
+                recorded.checksum, now.checksum, recorded.bytes, now.bytes
+            ))
+        }
+        Ok(_) => None,
+    }
+}
+
+/// A parameter's value as a person reads it: strings bare, absent or null as `none`.
+fn shown(value: Option<&serde_json::Value>) -> String {
+    match value {
+        None | Some(serde_json::Value::Null) => "none".into(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    }
 }

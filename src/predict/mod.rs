@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 
+use crate::error::InvalidOptions;
 use crate::model::params::Params;
 use crate::projection::basis_gram;
 use crate::scoring::Ranker;
@@ -53,6 +54,16 @@ impl PredictOptions {
             threads: None,
         }
     }
+
+    /// Checks the values no type rules out; `run` and `pipeline run`'s spec check call it.
+    pub fn validate(&self) -> Result<(), InvalidOptions> {
+        let mut c = InvalidOptions::new("");
+        c.check(self.top_k >= 1, "top-k", || "must be at least 1".into());
+        c.check(self.block_rows >= 1, "block-rows", || {
+            "must be at least 1".into()
+        });
+        c.into_result()
+    }
 }
 
 /// A predictions file.
@@ -65,8 +76,7 @@ pub struct PredictedFile {
 
 /// Runs `pipeline predict` (memoised on the checkpoint, split and options).
 pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFile>> {
-    ensure!(opts.top_k >= 1, "--top-k must be at least 1");
-    ensure!(opts.block_rows >= 1, "--block-rows must be at least 1");
+    opts.validate()?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
     let files: Vec<PathBuf> = ws

@@ -18,9 +18,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
-use super::catalog::{ArtifactKind, Catalog, DatasetRow, RunStatus, StageKind};
+use super::catalog::{ArtifactKind, Catalog, DatasetRow, RunRow, RunStatus, StageKind};
+use crate::error::did_you_mean;
 
 /// Top-level directories that hold published stage outputs, one per stage.
 fn output_dirs() -> impl Iterator<Item = &'static str> {
@@ -80,14 +81,12 @@ impl Workspace {
     /// checked against the split's registered chunk and row counts.
     pub fn split_chunks(&self, d: &DatasetRow, split: &str) -> Result<Vec<(PathBuf, u64)>> {
         let row = d.split(split).with_context(|| {
+            let names = d.splits.iter().map(|s| s.split.as_str());
             format!(
-                "dataset '{}' has no split '{split}' (it has: {})",
+                "dataset '{}' has no split '{split}' ({}it has: {}; see 'pipeline status')",
                 d.name,
-                d.splits
-                    .iter()
-                    .map(|s| s.split.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                did_you_mean(split, names.clone()),
+                names.collect::<Vec<_>>().join(", ")
             )
         })?;
         let files = self
@@ -157,6 +156,64 @@ impl Workspace {
             }
         }
         Ok(())
+    }
+}
+
+/// Looking up what a person named on the command line or in a spec: a name not found is
+/// answered with the closest one there is and a pointer to `pipeline status`.
+impl Workspace {
+    /// The dataset named `name` (as named at ingest).
+    pub fn dataset_named(&self, name: &str) -> Result<DatasetRow> {
+        if let Some(d) = self.catalog.dataset(name)? {
+            return Ok(d);
+        }
+        let datasets = self.catalog.datasets()?;
+        if datasets.is_empty() {
+            bail!(
+                "no dataset '{name}' in {}: it holds none yet; run `pipeline ingest` first",
+                self.root.display()
+            );
+        }
+        let names = datasets.iter().map(|d| d.name.as_str());
+        bail!(
+            "no dataset '{name}' in {} ({}datasets: {}; see 'pipeline status')",
+            self.root.display(),
+            did_you_mean(name, names.clone()),
+            names.collect::<Vec<_>>().join(", ")
+        )
+    }
+
+    /// Stage run `id`, of any stage; when there is none, the error suggests the runs of
+    /// `stage` (the kind the caller wants).
+    pub fn run_numbered(&self, id: i64, stage: StageKind) -> Result<RunRow> {
+        if let Some(run) = self.catalog.run(id)? {
+            return Ok(run);
+        }
+        /// Runs listed in the hint, the newest ones.
+        const LISTED: usize = 12;
+        let mut ids: Vec<String> = self
+            .catalog
+            .runs(usize::MAX >> 1)?
+            .into_iter()
+            .filter(|r| r.stage == stage)
+            .map(|r| r.id.to_string())
+            .collect();
+        if ids.is_empty() {
+            bail!(
+                "no run {id} in {}: it holds no {stage} runs yet (see 'pipeline status')",
+                self.root.display()
+            );
+        }
+        let wanted = id.to_string();
+        let hint = did_you_mean(&wanted, ids.iter().map(String::as_str));
+        let more = if ids.len() > LISTED { "…, " } else { "" };
+        ids.truncate(LISTED);
+        ids.reverse();
+        bail!(
+            "no run {id} in {} ({hint}{stage} runs: {more}{}; see 'pipeline status')",
+            self.root.display(),
+            ids.join(", ")
+        )
     }
 }
 

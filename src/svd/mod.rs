@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array1, Array2};
 use serde_json::json;
 
+use crate::error::InvalidOptions;
 use crate::memtrace;
 use crate::sparse::project_chunk;
 use crate::stage::{memoised, thread_pool, threads_or_all, Outcome, Staged};
@@ -69,6 +70,19 @@ impl SvdOptions {
             threads: None,
         }
     }
+
+    /// Checks the values no type rules out; `run` and `pipeline run`'s spec check call it.
+    pub fn validate(&self) -> Result<(), InvalidOptions> {
+        let mut c = InvalidOptions::new("");
+        c.check(self.rank >= 1, "rank", || "must be at least 1".into());
+        c.check(self.inducing >= 1, "inducing", || {
+            "must be at least 1".into()
+        });
+        c.check(self.kmeans_max_rows >= 1, "kmeans-max-rows", || {
+            "must be at least 1".into()
+        });
+        c.into_result()
+    }
 }
 
 /// What an SVD run produced (or found already done).
@@ -105,16 +119,8 @@ fn progress_bar(len: u64, what: &str) -> ProgressBar {
 
 /// Runs `pipeline svd` (memoised on the dataset's ingest and the options).
 pub fn run(ws: &Workspace, opts: &SvdOptions) -> Result<Outcome<SvdOutput>> {
-    let dataset = ws.catalog.dataset(&opts.dataset)?.with_context(|| {
-        format!(
-            "no dataset '{}' in {}; run `pipeline ingest` first",
-            opts.dataset,
-            ws.root().display()
-        )
-    })?;
-    if opts.inducing == 0 {
-        bail!("--inducing must be at least 1");
-    }
+    opts.validate()?;
+    let dataset = ws.dataset_named(&opts.dataset)?;
     let params = json!({
         "dataset": dataset.name,
         "dataset_checksum": dataset.checksum,

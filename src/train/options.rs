@@ -5,8 +5,10 @@ use std::collections::BTreeSet;
 
 use anyhow::{ensure, Context, Result};
 
+use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
+use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
@@ -104,14 +106,9 @@ impl TrainOptions {
     /// unless one is named, and M from that run's `a_init.npy` unless given.
     pub fn config(&self, ws: &Workspace) -> Result<TrainConfig> {
         let name = self.dataset.as_deref().context("--dataset is required")?;
-        let dataset = ws.catalog.dataset(name)?.with_context(|| {
-            format!(
-                "no dataset '{name}' in {}; run `pipeline ingest` first",
-                ws.root().display()
-            )
-        })?;
+        let dataset = ws.dataset_named(name)?;
         let svd_run = match self.svd {
-            Some(id) => id,
+            Some(id) => ws.run_numbered(id, StageKind::Svd)?.id,
             None => newest_svd_run(ws, &dataset)?,
         };
         let a_rows = NpyMap::open(&SvdFiles::of_run(ws, svd_run)?.a_init)?
@@ -153,6 +150,34 @@ impl TrainOptions {
             eval_split: self.eval_split.clone(),
             final_elbo: self.final_elbo,
         }
+    }
+
+    /// Checks the values no type rules out; `run` and `pipeline run`'s spec check call it.
+    pub fn validate(&self) -> Result<(), InvalidOptions> {
+        let mut c = InvalidOptions::new("");
+        let at_least_1 = || "must be at least 1".to_string();
+        c.check(self.inducing != Some(0), "inducing", at_least_1);
+        c.check(self.factors >= 1, "factors", at_least_1);
+        c.check(self.batch >= 1, "batch", at_least_1);
+        c.check(self.max_steps != Some(0), "max-steps", || {
+            "must be ≥ 1".into()
+        });
+        c.check(self.lr.is_finite(), "lr", || {
+            format!("must be finite, not {}", self.lr)
+        });
+        c.check(!self.lr.is_finite() || self.lr > 0.0, "lr", || {
+            "must be > 0".into()
+        });
+        for (option, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            c.check((0.0..1.0).contains(&beta), option, || {
+                format!("must be in [0, 1), not {beta}")
+            });
+        }
+        c.check(self.quadrature >= 1, "quadrature", at_least_1);
+        c.check(self.checkpoint_every >= 1, "checkpoint-every", || {
+            "must be ≥ 1".into()
+        });
+        c.into_result()
     }
 }
 

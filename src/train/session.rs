@@ -22,6 +22,7 @@ use crate::trained::{load_checkpoint, RunRecord, Steering, TrainConfig};
 /// Runs `pipeline train`: the memoised result of an identical finished run, else the
 /// interrupted run with this configuration resumed (unless `fresh`), else a new run.
 pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>> {
+    opts.validate()?;
     if let Some(id) = opts.resume {
         return resume(ws, id, opts);
     }

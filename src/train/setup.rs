@@ -70,7 +70,6 @@ impl Setup {
             config.svd_run,
             source.n_rows,
         );
-        ensure!(config.batch >= 1, "--batch must be at least 1");
         let k_tilde = basis_gram(&files.basis)?;
         Ok(Setup {
             kind: config.kernel.kind(),

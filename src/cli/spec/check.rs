@@ -1,0 +1,359 @@
+//! Checking a spec whole before any stage runs: its tables, every key (unknown keys with
+//! the closest valid one), every value's type, what the command-line parser finds in the
+//! keys together, and the ranges each stage's options `validate()`: the same checks the
+//! stage itself makes, so a spec cannot pass here and fail on its options later.
+
+use std::any::TypeId;
+
+use anyhow::Result;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, Parser};
+
+use super::{linked_options, Spec, STAGES};
+use crate::cli::args::{Cli, Command};
+use crate::error::{closest, InvalidOptions};
+use crate::synth::SynthConfig;
+
+/// Stand-ins for the linked options while the spec is checked, before any stage has run.
+fn placeholder_links(stage: &str) -> Vec<(&'static str, String)> {
+    match stage {
+        "svd" => vec![("dataset", "spec-check".into())],
+        "train" => vec![("dataset", "spec-check".into()), ("svd", "0".into())],
+        "predict" => vec![("run", "0".into())],
+        "evaluate" => vec![("predictions", "spec-check".into())],
+        _ => Vec::new(),
+    }
+}
+
+/// Names other tools give some options (spec key → ours), so that a key spelt after them
+/// is pointed to the option it means.
+const KNOWN_AS: [(&str, &str); 6] = [
+    ("learning_rate", "lr"),
+    ("batch_size", "batch"),
+    ("num_epochs", "epochs"),
+    ("n_epochs", "epochs"),
+    ("num_inducing", "inducing"),
+    ("num_factors", "factors"),
+];
+
+impl Spec {
+    /// Every problem of the spec, each prefixed by its table.
+    pub(super) fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (key, value) in &self.tables {
+            if !STAGES.contains(&key.as_str()) {
+                let hint =
+                    closest(key, STAGES).map_or(String::new(), |t| format!("did you mean [{t}]? "));
+                problems.push(format!(
+                    "unknown table [{key}] ({hint}expected some of: {})",
+                    STAGES.join(", ")
+                ));
+            } else if !value.is_table() {
+                problems.push(format!("`{key}` must be a table ([{key}])"));
+            }
+        }
+        for required in ["ingest", "svd", "train", "predict"] {
+            if !self.tables.contains_key(required) {
+                problems.push(format!("missing table [{required}]"));
+            }
+        }
+        for stage in STAGES {
+            if let Some(toml::Value::Table(table)) = self.tables.get(stage) {
+                problems.extend(self.stage_problems(stage, table));
+            }
+        }
+        problems
+    }
+
+    /// The problems of one stage's table: its keys one by one, then what the command-line
+    /// parser finds in them together, then the ranges the stage's options check.
+    fn stage_problems(&self, stage: &str, table: &toml::Table) -> Vec<String> {
+        let command = stage_command(stage);
+        let mut problems = Vec::new();
+        let mut parsed_keys = Vec::new();
+        for (key, value) in table {
+            match key_problem(stage, &command, key, value) {
+                Some(problem) => problems.push(format!("[{stage}] {problem}")),
+                None => parsed_keys.push(key.clone()),
+            }
+        }
+        let (parsed, parse_problems) = self.parse_keys(stage, parsed_keys);
+        problems.extend(parse_problems);
+        if let Some(parsed) = parsed {
+            problems.extend(range_problems(stage, &parsed));
+        }
+        problems
+    }
+
+    /// Parses `keys` of a stage's table with placeholder links. The parser stops at its
+    /// first error, so the key it names is set aside and the rest parsed again, until they
+    /// parse or the error names no key of the table.
+    fn parse_keys(&self, stage: &str, mut keys: Vec<String>) -> (Option<Command>, Vec<String>) {
+        let links = placeholder_links(stage);
+        let mut problems = Vec::new();
+        loop {
+            let argv = match self.argv_of(stage, &|k| keys.contains(&k.to_string()), &links) {
+                Ok(argv) => argv,
+                Err(e) => {
+                    problems.push(format!("[{stage}] {e:#}"));
+                    return (None, problems);
+                }
+            };
+            let e = match Cli::try_parse_from(&argv) {
+                Ok(cli) => return (Some(cli.command), problems),
+                Err(e) => e,
+            };
+            let (problem, key) = parse_problem(&e);
+            problems.push(format!("[{stage}] {problem}"));
+            let before = keys.len();
+            keys.retain(|k| Some(k.replace('-', "_")) != key);
+            if keys.len() == before {
+                return (None, problems);
+            }
+        }
+    }
+}
+
+/// The command-line grammar of one stage (a subcommand of `pipeline`).
+fn stage_command(stage: &str) -> clap::Command {
+    Cli::command()
+        .find_subcommand(stage)
+        .expect("every spec stage is a subcommand")
+        .clone()
+}
+
+/// The option a spec key names (`top_k` or `top-k` is `--top-k`).
+fn option_arg<'c>(command: &'c clap::Command, key: &str) -> Option<&'c clap::Arg> {
+    let flag = key.replace('_', "-");
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(flag.as_str()))
+}
+
+/// The spec keys of a stage: its options' names with '_', without the linked ones.
+fn stage_keys(stage: &str) -> Vec<String> {
+    stage_command(stage)
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|long| long.replace('-', "_"))
+        .filter(|key| !linked_options(stage).contains(&key.as_str()))
+        .collect()
+}
+
+/// What is wrong with one key of a stage's table on its own, if anything: set by the
+/// runner, unknown, or a value of the wrong type.
+fn key_problem(
+    stage: &str,
+    command: &clap::Command,
+    key: &str,
+    value: &toml::Value,
+) -> Option<String> {
+    if linked_options(stage).contains(&key.replace('-', "_").as_str()) {
+        return Some(format!(
+            "{key}: set by the runner from the previous stage; remove it"
+        ));
+    }
+    let Some(arg) = option_arg(command, key) else {
+        return Some(unknown_key(stage, key));
+    };
+    let kind = ValueKind::of(arg);
+    if !kind.accepts(value) {
+        return Some(format!(
+            "{key}: expected {}, found {}",
+            kind.expected(),
+            described(value)
+        ));
+    }
+    match (kind, value) {
+        (ValueKind::Integer { signed: false }, toml::Value::Integer(i)) if *i < 0 => {
+            Some(format!("{key} must be ≥ 0, not {i}"))
+        }
+        _ => None,
+    }
+}
+
+/// `unknown key 'k'`, with the closest valid key of the stage when one is close (or the
+/// option a well-known other name means), else the table the key belongs to if another.
+fn unknown_key(stage: &str, key: &str) -> String {
+    let keys = stage_keys(stage);
+    let mut spellings: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), k.as_str())).collect();
+    spellings.extend(
+        KNOWN_AS
+            .iter()
+            .filter(|(_, ours)| keys.iter().any(|k| k == ours))
+            .copied(),
+    );
+    let normalised = key.replace('-', "_");
+    let exact = spellings.iter().find(|s| s.0 == normalised).map(|s| s.0);
+    let hint = exact
+        .or_else(|| closest(&normalised, spellings.iter().map(|s| s.0)))
+        .and_then(|spelling| spellings.iter().find(|s| s.0 == spelling))
+        .map(|s| format!(" (did you mean '{}'?)", s.1));
+    let elsewhere = || {
+        STAGES
+            .iter()
+            .find(|&&other| other != stage && stage_keys(other).contains(&normalised))
+            .map(|other| format!(" (it is an option of [{other}])"))
+    };
+    format!(
+        "unknown key '{key}'{}",
+        hint.or_else(elsewhere).unwrap_or_default()
+    )
+}
+
+/// What an option takes, as a TOML value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    /// A flag: true or false.
+    Flag,
+    Integer {
+        signed: bool,
+    },
+    /// A real number (an integer is accepted too).
+    Number,
+    /// Text, parsed by the option (a name, a path; an integer is accepted too, as in
+    /// `negatives = 100`).
+    Text,
+}
+
+impl ValueKind {
+    fn of(arg: &clap::Arg) -> Self {
+        if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+            return ValueKind::Flag;
+        }
+        let parsed = arg.get_value_parser().type_id();
+        let unsigned = [
+            TypeId::of::<u64>(),
+            TypeId::of::<u32>(),
+            TypeId::of::<usize>(),
+        ];
+        if unsigned.iter().any(|t| parsed == *t) {
+            ValueKind::Integer { signed: false }
+        } else if parsed == TypeId::of::<i64>() {
+            ValueKind::Integer { signed: true }
+        } else if parsed == TypeId::of::<f64>() {
+            ValueKind::Number
+        } else {
+            ValueKind::Text
+        }
+    }
+
+    fn accepts(self, value: &toml::Value) -> bool {
+        use toml::Value as V;
+        matches!(
+            (self, value),
+            (ValueKind::Flag, V::Boolean(_))
+                | (ValueKind::Integer { .. }, V::Integer(_))
+                | (ValueKind::Number, V::Integer(_) | V::Float(_))
+                | (ValueKind::Text, V::String(_) | V::Integer(_))
+        )
+    }
+
+    fn expected(self) -> &'static str {
+        match self {
+            ValueKind::Flag => "true or false",
+            ValueKind::Integer { .. } => "an integer",
+            ValueKind::Number => "a number",
+            ValueKind::Text => "a string",
+        }
+    }
+}
+
+/// A TOML value's type with the value, for messages (`a string "ten"`).
+fn described(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => format!("a string {s:?}"),
+        toml::Value::Integer(i) => format!("an integer {i}"),
+        toml::Value::Float(f) => format!("a number {f}"),
+        toml::Value::Boolean(b) => format!("a boolean {b}"),
+        toml::Value::Datetime(d) => format!("a date {d}"),
+        toml::Value::Array(_) => "an array".into(),
+        toml::Value::Table(_) => "a table".into(),
+    }
+}
+
+/// The spec key of a flag as the parser shows it (`--top-k <TOP_K>` → `top_k`).
+fn key_of_flag(shown: &str) -> String {
+    let flag = shown.split_whitespace().next().unwrap_or(shown);
+    flag.trim_start_matches('-').replace('-', "_")
+}
+
+/// The parser's error in the spec's terms, and the key it is about when it names one.
+fn parse_problem(e: &clap::Error) -> (String, Option<String>) {
+    let key = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(shown)) => Some(key_of_flag(shown)),
+        _ => None,
+    };
+    match (e.kind(), key) {
+        (ErrorKind::InvalidValue | ErrorKind::ValueValidation, Some(key)) => {
+            let value = match e.get(ContextKind::InvalidValue) {
+                Some(ContextValue::String(v)) => v.clone(),
+                _ => String::new(),
+            };
+            let mut problem = format!("{key}: invalid value '{value}'");
+            if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
+                problem += &format!(" (expected one of: {})", valid.join(", "));
+            }
+            if let Some(source) = std::error::Error::source(e) {
+                problem += &format!(": {source}");
+            }
+            (problem, Some(key))
+        }
+        (ErrorKind::MissingRequiredArgument, _) => {
+            let missing = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(shown)) => shown
+                    .iter()
+                    .map(|s| key_of_flag(s))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                _ => String::new(),
+            };
+            (format!("missing key: {missing}"), None)
+        }
+        (_, key) => (in_spec_terms(&e.to_string()), key),
+    }
+}
+
+/// The first line of a parser message with `'--flag <VALUE>'` written as `'flag'`.
+fn in_spec_terms(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    let mut rest = line.strip_prefix("error: ").unwrap_or(line);
+    let mut out = String::new();
+    while let Some(start) = rest.find("'--") {
+        out.push_str(&rest[..start]);
+        let quoted = &rest[start + 1..];
+        let Some(end) = quoted.find('\'') else {
+            rest = &rest[start..];
+            break;
+        };
+        out.push_str(&format!("'{}'", key_of_flag(&quoted[..end])));
+        rest = &quoted[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The ranges a parsed stage's options check (the same `validate` the stage calls),
+/// each problem as `[stage] key problem`.
+fn range_problems(stage: &str, parsed: &Command) -> Vec<String> {
+    let checked: Result<()> = match parsed {
+        Command::Synth(a) => SynthConfig::from_options(&a.options()).map(drop),
+        Command::Ingest(a) => a.config().map(drop),
+        Command::Svd(a) => a.options().validate().map_err(Into::into),
+        Command::Train(a) => a.options().validate().map_err(Into::into),
+        Command::Predict(a) => a.options().validate().map_err(Into::into),
+        Command::Evaluate(a) => a.options(String::new()).validate().map_err(Into::into),
+        _ => Ok(()),
+    };
+    let Err(e) = checked else {
+        return Vec::new();
+    };
+    match e.downcast_ref::<InvalidOptions>() {
+        Some(invalid) => invalid
+            .problems
+            .iter()
+            .map(|p| format!("[{stage}] {} {}", p.option.replace('-', "_"), p.problem))
+            .collect(),
+        None => vec![format!("[{stage}] {e:#}")],
+    }
+}
