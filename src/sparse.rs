@@ -7,6 +7,11 @@
 //! no per-thread D×k accumulators (memory stays 2·D·k·8 bytes), and results do not depend
 //! on the thread count. A panel row is W·8 = 128 bytes (two cache lines); the Gram kernel
 //! walks a panel in feature order (see [`accumulate_gram_times`]).
+//!
+//! Both products stay hand-written although chunks have a zero-copy sprs view
+//! ([`CsrChunk::csr_view`]): sprs's projection gives the same bits but is slower, and its
+//! Xᵀ(X Q) is 1.8–2.9× slower and sums B's entries in another order, so its bits differ
+//! (`BENCHMARKS.md`, "Sparse kernels: sprs against the hand-written ones").
 
 use faer::{Mat, MatRef};
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -469,6 +474,11 @@ fn row_of_mut<const W: usize>(s: &mut [f64], i: usize) -> &mut [f64; W] {
 
 /// out = X_c Bᵀ-projection: row i of `out` (n_c × R) is x_i · basis_t, where `basis_t` is
 /// D×R (the transposed basis X̃ᵀ). Rows are independent: parallel over blocks of rows.
+///
+/// Hand-written rather than sprs's `csr_mulacc_dense_rowmaj` over the chunk's
+/// [`CsrChunk::csr_view`]: sprs gives the same bits (it sums each row in stored order too)
+/// but takes up to 1.2× the time on one thread and gains nothing from a second
+/// (`BENCHMARKS.md`, "Sparse kernels: sprs against the hand-written ones").
 ///
 /// Flops: 2·nnz(X_c)·R.
 pub fn project_chunk(

@@ -17,7 +17,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, Float32Array, ListArray, RecordBatch, UInt32Array, UInt64Array};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -26,6 +26,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use sprs::CsMatViewI;
 
 /// Value of the `fsgp.format` key in every chunk's key-value metadata.
 pub const CHUNK_FORMAT: &str = "fsgp-csr-chunk/1";
@@ -116,6 +117,22 @@ impl CsrChunk {
 
     pub fn rows(&self) -> impl Iterator<Item = RowRef<'_>> {
         (0..self.len()).map(move |i| self.row(i))
+    }
+
+    /// The chunk's features as a sprs CSR matrix [len() × `n_features`] that borrows the
+    /// chunk's arrays (no copy): row offsets `i32` and feature ids `u32` as stored, values
+    /// `f32`. sprs checks the structure (O(nnz)): fails if a feature id is ≥ `n_features`
+    /// or a row's ids are not strictly increasing (ingest writes them sorted and unique).
+    pub fn csr_view(&self, n_features: usize) -> Result<CsMatViewI<'_, f32, u32, i32>> {
+        CsMatViewI::try_new(
+            (self.len(), n_features),
+            &self.feature_offsets[..],
+            &self.indices[..],
+            &self.values[..],
+        )
+        .map_err(|(_, _, _, e)| {
+            anyhow!("chunk is not a valid CSR matrix of {n_features} columns: {e}")
+        })
     }
 }
 
@@ -443,6 +460,23 @@ mod tests {
             sq_norm: 0.0,
         });
         c
+    }
+
+    #[test]
+    fn csr_view_borrows_the_chunk_arrays() {
+        let c = sample();
+        let x = c.csr_view(10).unwrap();
+        assert_eq!((x.rows(), x.cols(), x.nnz()), (3, 10, 4));
+        // Zero-copy: the view's arrays are the chunk's.
+        assert!(std::ptr::eq(x.indices(), &c.indices[..]));
+        assert!(std::ptr::eq(x.data(), &c.values[..]));
+        for (i, row) in x.outer_iterator().enumerate() {
+            let expected = c.row(i);
+            assert_eq!(row.indices(), expected.indices);
+            assert_eq!(row.data(), expected.values);
+        }
+        // A feature id past the column count is refused.
+        assert!(c.csr_view(9).is_err());
     }
 
     #[test]
