@@ -45,10 +45,14 @@ pub enum Lookup {
 }
 
 /// The newest run of `kind` with exactly `params` that finished, else one that was
-/// interrupted.
+/// interrupted, else one whose damaged outputs `pipeline verify --repair` removed (resumed
+/// like an interrupted run, from what it still has).
 pub fn lookup(ws: &Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Lookup> {
     if let Some(done) = ws.catalog.find_ok_run(kind, params)? {
         return Ok(Lookup::Done(done));
+    }
+    if let Some(repaired) = ws.catalog.find_repaired_run(kind, params)? {
+        return Ok(Lookup::Interrupted(repaired));
     }
     Ok(
         match ws
@@ -103,6 +107,10 @@ pub fn memoised<T, C: Send>(
 /// Runs a stage unconditionally: starts a run, computes into its scratch directory (inside
 /// `pool` when given), renames the output into place and commits the catalog rows through
 /// `commit`; on any error the run is recorded as failed and its files are removed.
+///
+/// A run with the same parameters whose damaged outputs `pipeline verify --repair` removed
+/// is recomputed under its own id (into the same directory), so every later run that names
+/// it (a training run's svd run, ...) stays valid and nothing else is recomputed.
 pub fn execute<T, C: Send>(
     ws: &Workspace,
     kind: StageKind,
@@ -111,7 +119,16 @@ pub fn execute<T, C: Send>(
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
-    let run = StageRun::start(ws, kind, params)?;
+    let run = match ws.catalog.find_repaired_run(kind, params)? {
+        Some(damaged) => {
+            eprintln!(
+                "{kind} run {} was found damaged by 'pipeline verify --repair'; recomputing it",
+                damaged.id
+            );
+            StageRun::resume(ws, damaged.id)?
+        }
+        None => StageRun::start(ws, kind, params)?,
+    };
     let scratch = run.tmp_dir().to_path_buf();
     let staged = match pool {
         Some(pool) => pool.install(|| compute(&scratch)),

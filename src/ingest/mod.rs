@@ -50,7 +50,11 @@ pub struct IngestOutcome {
 pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
     let params = config.params_json()?;
     if let Some(existing) = ws.catalog.dataset(&config.name)? {
-        if existing.params == params && sources_unchanged(&existing.sources)? {
+        let same = existing.params == params && sources_unchanged(&existing.sources)?;
+        // Chunks found damaged by `pipeline verify --repair`: the same ingest is run again
+        // under its own id (`stage::execute`) and the dataset's row refreshed in place.
+        let damaged = ws.catalog.damaged_since(existing.stage_run_id)?.is_some();
+        if same && !damaged {
             eprintln!(
                 "dataset '{}' is already ingested from the same files with the same options \
                  (run {}); nothing to do",
@@ -64,7 +68,7 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
                 input_bytes: 0,
             });
         }
-        if !config.replace {
+        if !config.replace && !(same && damaged) {
             bail!(
                 "dataset '{}' already exists with other inputs or options; pass --replace to \
                  re-ingest it, or choose another --name",
