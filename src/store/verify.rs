@@ -343,10 +343,16 @@ fn walk(
         }
         let is_referenced = if entry.file_type()?.is_dir() {
             // A dataset's row names its directory, its artifacts the files inside: look
-            // inside every directory.
+            // inside every directory. One holding a registered path is not an orphan even
+            // when that file is missing (reported as damage instead).
             let mut below = Vec::new();
-            let any =
-                walk(ws, &child, referenced, live, &mut below)? || referenced.contains(&child);
+            let prefix = format!("{child}/");
+            let any = walk(ws, &child, referenced, live, &mut below)?
+                || referenced.contains(&child)
+                || referenced
+                    .range(prefix.clone()..)
+                    .next()
+                    .is_some_and(|p| p.starts_with(&prefix));
             if any {
                 found.extend(below);
             }
