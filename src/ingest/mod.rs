@@ -68,7 +68,8 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
                 input_bytes: 0,
             });
         }
-        if !config.replace && !(same && damaged) {
+        let recompute_damaged = same && damaged;
+        if !config.replace && !recompute_damaged {
             bail!(
                 "dataset '{}' already exists with other inputs or options; pass --replace to \
                  re-ingest it, or choose another --name",

@@ -172,7 +172,7 @@ impl Job<'_> {
             &metadata,
             opts.probabilities,
         )?;
-        let basis = NpyMap::open_registered(&self.basis)?;
+        let basis = NpyMap::open_registered(self.basis)?;
         let ranker = Ranker::open(
             &basis,
             basis_gram(&basis)?,
