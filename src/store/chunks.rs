@@ -494,4 +494,38 @@ mod tests {
         assert_eq!(labels.labels, chunk.labels);
         assert_eq!(labels.row(0), &[1, 5]);
     }
+
+    #[test]
+    fn registered_chunks_read_the_same_and_refuse_other_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part-00000.parquet");
+        let written = write_chunk(&path, sample(), &[]).unwrap();
+        let file = Registered {
+            kind: "chunk",
+            owner: "dataset 'd', ingest run 1".into(),
+            rel: "datasets/d.run1/train/part-00000.parquet".into(),
+            path: path.clone(),
+            bytes: written.bytes,
+            checksum: written.checksum,
+            artifact_id: Some(1),
+            verified_at: None,
+        };
+        assert_eq!(
+            read_registered_chunk(&file).unwrap(),
+            read_chunk(&path).unwrap()
+        );
+        assert_eq!(
+            read_registered_chunk_labels(&file).unwrap(),
+            read_chunk_labels(&path).unwrap()
+        );
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let e = format!("{:#}", read_registered_chunk_labels(&file).unwrap_err());
+        assert!(
+            e.starts_with("chunk (dataset 'd', ingest run 1, datasets/d.run1/train/part-00000.parquet): checksum mismatch"),
+            "{e}"
+        );
+    }
 }

@@ -112,6 +112,29 @@ pub fn run(ws: &Workspace, opts: VerifyOptions) -> Result<VerifyReport> {
         .filter(|r| r.status == RunStatus::Running && run_is_live(r.pid, &r.pid_start))
         .map(|r| r.id)
         .collect();
+    let damaged = hash_registered(ws, &mut report)?;
+    for r in &runs {
+        if r.status == RunStatus::Ok && !damaged.contains_key(&r.id) {
+            report.problems.extend(missing_inputs(ws, r, &damaged)?);
+        }
+    }
+    let orphans = orphans(ws, &live)?;
+    report.problems.extend(orphans.iter().map(|rel| Problem {
+        subject: format!("orphan {rel}"),
+        run: None,
+        path: Some(rel.clone()),
+        problem: "no catalog row references it".into(),
+    }));
+    if opts.repair {
+        repair(ws, &damaged, &orphans, &live, &mut report)?;
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Hashes every registered artifact and checkpoint; reports each damaged one and returns
+/// the runs they belong to.
+fn hash_registered(ws: &Workspace, report: &mut VerifyReport) -> Result<BTreeMap<i64, DamagedRun>> {
     let mut damaged: BTreeMap<i64, DamagedRun> = BTreeMap::new();
     let mut record = |report: &mut VerifyReport, file: &Registered, run: i64, step: Option<u64>| {
         let inspection = file.inspect()?;
@@ -132,43 +155,38 @@ pub fn run(ws: &Workspace, opts: VerifyOptions) -> Result<VerifyReport> {
         anyhow::Ok(())
     };
     for a in ws.catalog.stored_artifacts(None)? {
-        record(&mut report, &ws.registered(&a), a.run_id, None)?;
+        record(report, &ws.registered(&a), a.run_id, None)?;
         report.artifacts += 1;
     }
-    let checkpoints = ws.catalog.all_checkpoints()?;
-    for c in &checkpoints {
-        record(&mut report, &ws.checkpoint_file(c), c.run_id, Some(c.step))?;
+    for c in &ws.catalog.all_checkpoints()? {
+        record(report, &ws.checkpoint_file(c), c.run_id, Some(c.step))?;
         report.checkpoints += 1;
     }
-    for r in &runs {
-        if r.status == RunStatus::Ok && !damaged.contains_key(&r.id) {
-            report.problems.extend(missing_inputs(ws, r, &damaged)?);
+    Ok(damaged)
+}
+
+/// `--repair`: every damaged run not running now, then the orphans.
+fn repair(
+    ws: &Workspace,
+    damaged: &BTreeMap<i64, DamagedRun>,
+    orphans: &[String],
+    live: &BTreeSet<i64>,
+    report: &mut VerifyReport,
+) -> Result<()> {
+    for (&id, d) in damaged {
+        if live.contains(&id) {
+            report
+                .repaired
+                .push(format!("run {id} is running: not repaired (stop it first)"));
+            continue;
         }
+        report.repaired.push(repair_run(ws, id, d)?);
     }
-    let orphans = orphans(ws, &live)?;
-    report.problems.extend(orphans.iter().map(|rel| Problem {
-        subject: format!("orphan {rel}"),
-        run: None,
-        path: Some(rel.clone()),
-        problem: "no catalog row references it".into(),
-    }));
-    if opts.repair {
-        for (&id, d) in &damaged {
-            if live.contains(&id) {
-                report
-                    .repaired
-                    .push(format!("run {id} is running: not repaired (stop it first)"));
-                continue;
-            }
-            report.repaired.push(repair_run(ws, id, d)?);
-        }
-        for rel in &orphans {
-            remove_path(&ws.resolve(rel))?;
-            report.repaired.push(format!("removed orphan {rel}"));
-        }
+    for rel in orphans {
+        remove_path(&ws.resolve(rel))?;
+        report.repaired.push(format!("removed orphan {rel}"));
     }
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(())
 }
 
 /// Marks run `id` damaged in the catalog, then removes the files it no longer vouches for.
