@@ -12,10 +12,9 @@ use crate::sparse::project_chunk;
 use crate::store::chunks::{read_chunk, CsrChunk, WrittenFile};
 use crate::store::npy::{NpyMap, NpyRowWriter};
 
-/// K_X̃ = X̃X̃ᵀ [R×R] from `basis.npy` [R×D], accumulated over blocks of columns so the
-/// f64 copy never exceeds a few tens of MiB whatever D is.
-pub fn basis_gram(path: &Path) -> Result<Mat<f64>> {
-    let map = NpyMap::open(path)?;
+/// K_X̃ = X̃X̃ᵀ [R×R] from `basis.npy` [R×D] (mapped), accumulated over blocks of columns
+/// so the f64 copy never exceeds a few tens of MiB whatever D is.
+pub fn basis_gram(map: &NpyMap) -> Result<Mat<f64>> {
     let basis = map.view2::<f32>()?;
     let (r, d) = basis.dim();
     let block = (4 << 20) / r.max(1);
@@ -32,13 +31,12 @@ pub fn basis_gram(path: &Path) -> Result<Mat<f64>> {
 
 /// X̃ᵀ [D×R] of `basis.npy` [R×D], contiguous for the sparse × dense projection; checked to
 /// have `n_features` columns.
-pub fn load_basis_t(path: &Path, n_features: u64) -> Result<Array2<f32>> {
-    let map = NpyMap::open(path)?;
+pub fn load_basis_t(map: &NpyMap, n_features: u64) -> Result<Array2<f32>> {
     let basis = map.view2::<f32>()?;
     ensure!(
         basis.ncols() as u64 == n_features,
         "{}: basis has {} columns, the dataset {n_features} features",
-        path.display(),
+        map.path().display(),
         basis.ncols()
     );
     Ok(basis.t().as_standard_layout().into_owned())

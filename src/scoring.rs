@@ -2,8 +2,6 @@
 //! moments, partial selection of each row's best labels. Shared by the predict stage and
 //! the trainer's held-out evaluation.
 
-use std::path::Path;
-
 use anyhow::Result;
 use faer::Mat;
 use ndarray::Array2;
@@ -14,6 +12,7 @@ use crate::model::params::Params;
 use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
 use crate::projection::{load_basis_t, project_rows};
 use crate::store::chunks::CsrChunk;
+use crate::store::npy::NpyMap;
 use crate::store::predictions::PredictionBlock;
 use crate::topk;
 
@@ -31,17 +30,17 @@ pub struct Ranker<'p> {
 }
 
 impl<'p> Ranker<'p> {
-    /// `basis_path` is the svd run's `basis.npy` [R×D] the model was trained with and
+    /// `basis` is the svd run's `basis.npy` [R×D] the model was trained with (mapped) and
     /// `k_tilde` its Gram K_X̃ [R×R] ([`crate::projection::basis_gram`]).
     pub fn open(
-        basis_path: &Path,
+        basis: &NpyMap,
         k_tilde: Mat<f64>,
         n_features: u64,
         kind: KernelKind,
         params: &'p Params,
         probabilities: bool,
     ) -> Result<Self> {
-        let basis_t = load_basis_t(basis_path, n_features)?;
+        let basis_t = load_basis_t(basis, n_features)?;
         let predictor = if probabilities {
             let p = Predictor::new(kind, params, k_tilde.as_ref())?;
             if p.jitter > 0.0 {

@@ -45,15 +45,19 @@ pub enum Lookup {
 }
 
 /// The newest run of `kind` with exactly `params` in force that finished, else one that was
-/// interrupted. The parameters in force are those a run started with unless a resume
-/// changed them (training; `run_options` in the catalog).
+/// interrupted, else one whose damaged outputs `pipeline verify --repair` removed (resumed
+/// like an interrupted run, from what it still has). The parameters in force are those a
+/// run started with unless a resume changed them (training; `run_options` in the catalog).
 pub fn lookup(ws: &Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Lookup> {
     let find = |status| ws.catalog.find_run_in_force(kind, params, status);
     if let Some(done) = find(RunStatus::Ok)? {
         return Ok(Lookup::Done(done));
     }
-    Ok(match find(RunStatus::Interrupted)? {
-        Some(run) => Lookup::Interrupted(run),
+    if let Some(run) = find(RunStatus::Interrupted)? {
+        return Ok(Lookup::Interrupted(run));
+    }
+    Ok(match ws.catalog.find_repaired_run(kind, params)? {
+        Some(repaired) => Lookup::Interrupted(repaired),
         None => Lookup::New,
     })
 }
@@ -100,6 +104,10 @@ pub fn memoised<T, C: Send>(
 /// Runs a stage unconditionally: starts a run, computes into its scratch directory (inside
 /// `pool` when given), renames the output into place and commits the catalog rows through
 /// `commit`; on any error the run is recorded as failed and its files are removed.
+///
+/// A run with the same parameters whose damaged outputs `pipeline verify --repair` removed
+/// is recomputed under its own id (into the same directory), so every later run that names
+/// it (a training run's svd run, ...) stays valid and nothing else is recomputed.
 pub fn execute<T, C: Send>(
     ws: &Workspace,
     kind: StageKind,
@@ -108,7 +116,16 @@ pub fn execute<T, C: Send>(
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
-    let run = StageRun::start(ws, kind, params)?;
+    let run = match ws.catalog.find_repaired_run(kind, params)? {
+        Some(damaged) => {
+            eprintln!(
+                "{kind} run {} was found damaged by 'pipeline verify --repair'; recomputing it",
+                damaged.id
+            );
+            StageRun::resume(ws, damaged.id)?
+        }
+        None => StageRun::start(ws, kind, params)?,
+    };
     let scratch = run.tmp_dir().to_path_buf();
     let staged = match pool {
         Some(pool) => pool.install(|| compute(&scratch)),

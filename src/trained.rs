@@ -2,7 +2,6 @@
 //! the svd run whose factors it was fitted on, and its checkpoints. Written by the train
 //! stage, read by train (resume), predict and `pipeline elbo`.
 
-use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::{ensure, Context, Result};
@@ -11,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::kernel::KernelKind;
 use crate::model::optim::AdamConfig;
 use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
-use crate::store::checkpoint::{read_checkpoint, Checkpoint};
-use crate::store::chunks::checksum_file;
+use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
+use crate::store::integrity::Registered;
 use crate::store::workspace::Workspace;
 
 /// The GP kernel a run trains with, as named in configurations and on the command line.
@@ -306,26 +305,32 @@ impl RunRecord {
     }
 }
 
-/// The files of an svd run that training and prediction read.
+/// The files of an svd run that training and prediction read, as registered (read them
+/// through [`Registered::map_npy`], K_XX̃ through `Workspace::map_large`).
 #[derive(Debug, Clone)]
 pub struct SvdFiles {
     /// K_XX̃ [N×R] f32.
-    pub kxx: PathBuf,
+    pub kxx: Registered,
     /// ‖x_i‖² [N] f32.
-    pub sq_norms: PathBuf,
+    pub sq_norms: Registered,
     /// X̃ [R×D] f32.
-    pub basis: PathBuf,
+    pub basis: Registered,
     /// A's initialisation [M×R] f32.
-    pub a_init: PathBuf,
+    pub a_init: Registered,
 }
 
 impl SvdFiles {
     pub fn of_run(ws: &Workspace, svd_run: i64) -> Result<Self> {
-        let find = |kind: ArtifactKind| -> Result<PathBuf> {
-            ws.catalog
-                .run_artifact(svd_run, kind)?
-                .map(|a| ws.resolve(&a.path))
-                .with_context(|| format!("svd run {svd_run} has no {kind} artifact"))
+        let repaired = ws.catalog.damaged_since(svd_run)?;
+        let find = |kind: ArtifactKind| -> Result<Registered> {
+            ws.run_file(svd_run, kind)?
+                .with_context(|| match &repaired {
+                    Some(when) => format!(
+                        "svd run {svd_run} was found damaged by 'pipeline verify --repair' \
+                     ({when}); run the same 'pipeline svd' (or 'pipeline run') to recompute it"
+                    ),
+                    None => format!("svd run {svd_run} has no {kind} artifact"),
+                })
         };
         Ok(SvdFiles {
             kxx: find(ArtifactKind::Kxx)?,
@@ -378,18 +383,9 @@ pub fn load_run_checkpoint(
     Ok((config, ckpt_row, ckpt))
 }
 
-/// Reads a registered checkpoint, verifying its checksum against the catalog.
+/// Reads a registered checkpoint, verifying its size and checksum against the catalog.
 pub fn load_checkpoint(ws: &Workspace, row: &CheckpointRow) -> Result<Checkpoint> {
-    let path = ws.resolve(&row.path);
-    let found = checksum_file(&path)?;
-    ensure!(
-        found.checksum == row.checksum,
-        "{}: checksum {} differs from the catalog's {} (file changed or damaged)",
-        path.display(),
-        found.checksum,
-        row.checksum
-    );
-    read_checkpoint(&path)
+    read_registered_checkpoint(&ws.checkpoint_file(row))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, XcSingle, XcSplit};
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::PredictOptions;
+use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
@@ -73,6 +74,10 @@ pub enum Command {
     Report(ReportArgs),
     /// Show what the workspace holds: datasets, artifacts, stage runs.
     Status(StatusArgs),
+    /// Check the workspace (fsck): every file against its checksum, every run's inputs,
+    /// orphan files, the catalog's integrity; --repair makes the next run recompute what
+    /// was damaged.
+    Verify(VerifyArgs),
 }
 
 /// Arguments of `pipeline synth`. `--shape` gives defaults; explicit flags override.
@@ -631,6 +636,26 @@ pub struct StatusArgs {
     /// How many recent stage runs to list.
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
+}
+
+/// Arguments of `pipeline verify`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// Mark runs with damaged files failed and drop their rows and files, remove orphan
+    /// files: the next `pipeline run` recomputes exactly what was lost.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print the report as JSON (on stdout) instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl VerifyArgs {
+    pub fn options(&self) -> VerifyOptions {
+        VerifyOptions {
+            repair: self.repair,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,17 +5,22 @@
 pub mod args;
 pub mod spec;
 mod status;
+mod verify;
 
 use anyhow::Result;
 
 use crate::store::workspace::Workspace;
-use args::{Cli, Command, EvaluateArgs};
+use args::{Cli, Command, EvaluateArgs, VerifyArgs};
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
     if let Command::Synth(args) = &cli.command {
         // The one command without a workspace.
         return crate::synth::run(&args.options());
+    }
+    if let Command::Verify(args) = &cli.command {
+        // Checks the catalog before opening the workspace trusts it.
+        return verify(&cli.workspace, args);
     }
     // Flags that name missing input files fail before the workspace is created.
     let ingest = match &cli.command {
@@ -42,7 +47,15 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
         Command::Report(args) => crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ()),
         Command::Status(args) => status::print(&ws, &args),
+        Command::Verify(_) => unreachable!("handled above"),
     }
+}
+
+/// `pipeline verify`: the report, then an error (exit status 1) if anything was wrong.
+fn verify(root: &std::path::Path, args: &VerifyArgs) -> Result<()> {
+    let report = verify::run(root, args)?;
+    verify::print(&report, args.json)?;
+    verify::outcome(&report, args.repair)
 }
 
 /// `pipeline evaluate`: with `--run`, the run's predictions are made (or found) first.

@@ -19,7 +19,8 @@ use crate::metrics::{
 };
 use crate::stage::{memoised, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
-use crate::store::chunks::{checksum_file, label_counts, read_chunk_labels};
+use crate::store::chunks::{checksum_file, label_counts, read_registered_chunk_labels};
+use crate::store::integrity::Registered;
 use crate::store::predictions::PredictionReader;
 use crate::store::workspace::Workspace;
 
@@ -61,7 +62,15 @@ impl EvaluateOptions {
 pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
     opts.validate()?;
     let path = resolve_predictions(ws, &opts.predictions);
-    let reader = PredictionReader::open(&path)?;
+    // A file the workspace registered is checked against the catalog as it is read; any
+    // other predictions file (`--predictions FILE`) is taken as it is.
+    let (reader, checksum) = match ws.registered_at(&path)? {
+        Some(file) => (PredictionReader::open_registered(&file)?, file.checksum),
+        None => (
+            PredictionReader::open(&path)?,
+            checksum_file(&path)?.checksum,
+        ),
+    };
     let meta = |key: &str| {
         reader
             .metadata
@@ -79,7 +88,6 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
             path.display()
         )
     })?;
-    let checksum = checksum_file(&path)?.checksum;
     let params = json!({
         "predictions_checksum": checksum,
         "dataset": dataset.name,
@@ -131,7 +139,7 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
     )
 }
 
-fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: &str) -> Result<Vec<PathBuf>> {
+fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: &str) -> Result<Vec<Registered>> {
     Ok(ws
         .split_chunks(dataset, split)?
         .into_iter()
@@ -145,8 +153,8 @@ struct Job<'a> {
     dataset: &'a DatasetRow,
     split: &'a str,
     path: &'a Path,
-    train_chunks: Vec<PathBuf>,
-    truth_chunks: Vec<PathBuf>,
+    train_chunks: Vec<Registered>,
+    truth_chunks: Vec<Registered>,
 }
 
 impl Job<'_> {
@@ -210,25 +218,21 @@ fn resolve_predictions(ws: &Workspace, p: &str) -> PathBuf {
 
 /// The metrics of a completed evaluate run, from the JSON file it registered.
 fn load_metrics(ws: &Workspace, run_id: i64) -> Result<Metrics> {
-    let art = ws
-        .catalog
-        .run_artifact(run_id, ArtifactKind::Metrics)?
+    let file = ws
+        .run_file(run_id, ArtifactKind::Metrics)?
         .with_context(|| format!("evaluate run {run_id} registered no metrics"))?;
-    let path = ws.resolve(&art.path);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    serde_json::from_slice(&file.read()?).with_context(|| format!("parsing {}", file.name()))
 }
 
 /// The true labels of a split's rows, read chunk by chunk as the row ids advance.
 struct TruthRows {
-    chunks: VecDeque<PathBuf>,
+    chunks: VecDeque<Registered>,
     /// (row id, labels) of the current chunk not yet consumed.
     pending: VecDeque<(u64, Vec<u32>)>,
 }
 
 impl TruthRows {
-    fn new(chunks: Vec<PathBuf>) -> Self {
+    fn new(chunks: Vec<Registered>) -> Self {
         TruthRows {
             chunks: chunks.into(),
             pending: VecDeque::new(),
@@ -251,7 +255,7 @@ impl TruthRows {
             let Some(next) = self.chunks.pop_front() else {
                 bail!("row {row_id} is beyond the split's last row");
             };
-            let c = read_chunk_labels(&next)?;
+            let c = read_registered_chunk_labels(&next)?;
             for (i, &id) in c.row_ids.iter().enumerate() {
                 let labels = c.labels[c.offsets[i] as usize..c.offsets[i + 1] as usize].to_vec();
                 self.pending.push_back((id, labels));

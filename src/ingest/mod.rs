@@ -51,7 +51,11 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
     config.validate()?;
     let params = config.params_json()?;
     if let Some(existing) = ws.catalog.dataset(&config.name)? {
-        if existing.params == params && sources_unchanged(&existing.sources)? {
+        let same = existing.params == params && sources_unchanged(&existing.sources)?;
+        // Chunks found damaged by `pipeline verify --repair`: the same ingest is run again
+        // under its own id (`stage::execute`) and the dataset's row refreshed in place.
+        let damaged = ws.catalog.damaged_since(existing.stage_run_id)?.is_some();
+        if same && !damaged {
             eprintln!(
                 "dataset '{}' is already ingested from the same files with the same options \
                  (run {}); nothing to do",
@@ -65,7 +69,8 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
                 input_bytes: 0,
             });
         }
-        if !config.replace {
+        let recompute_damaged = same && damaged;
+        if !config.replace && !recompute_damaged {
             bail!(
                 "dataset '{}' already exists with other inputs or options:\n  {}\npass \
                  --replace to re-ingest it, or choose another --name",

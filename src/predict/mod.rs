@@ -6,7 +6,7 @@
 //! one row group of the predictions file. Memory: one chunk plus a block of B×K scores,
 //! whatever the number of rows. The scoring itself is [`crate::scoring::Ranker`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
@@ -18,7 +18,9 @@ use crate::projection::basis_gram;
 use crate::scoring::Ranker;
 use crate::stage::{memoised, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
-use crate::store::chunks::read_chunk;
+use crate::store::chunks::read_registered_chunk;
+use crate::store::integrity::Registered;
+use crate::store::npy::NpyMap;
 use crate::store::predictions::PredictionWriter;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
@@ -79,7 +81,7 @@ pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFil
     opts.validate()?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
-    let files: Vec<PathBuf> = ws
+    let files: Vec<Registered> = ws
         .split_chunks(&dataset, &opts.split)?
         .into_iter()
         .map(|c| c.0)
@@ -112,7 +114,7 @@ pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFil
             rows: art.rows.unwrap_or(0),
         })
     };
-    let basis_path = SvdFiles::of_run(ws, config.svd_run)?.basis;
+    let basis = SvdFiles::of_run(ws, config.svd_run)?.basis;
     let pool = thread_pool(opts.threads.unwrap_or(config.threads))?;
     let job = Job {
         opts,
@@ -120,7 +122,7 @@ pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFil
         dataset: &dataset,
         checkpoint_step: ckpt_row.step,
         params: &ckpt.params,
-        basis_path: &basis_path,
+        basis: &basis,
         files: &files,
     };
     memoised(
@@ -154,8 +156,9 @@ struct Job<'a> {
     dataset: &'a DatasetRow,
     checkpoint_step: u64,
     params: &'a Params,
-    basis_path: &'a Path,
-    files: &'a [PathBuf],
+    /// X̃ [R×D].
+    basis: &'a Registered,
+    files: &'a [Registered],
 }
 
 impl Job<'_> {
@@ -179,9 +182,10 @@ impl Job<'_> {
             &metadata,
             opts.probabilities,
         )?;
+        let basis = NpyMap::open_registered(self.basis)?;
         let ranker = Ranker::open(
-            self.basis_path,
-            basis_gram(self.basis_path)?,
+            &basis,
+            basis_gram(&basis)?,
             dataset.n_features,
             self.config.kernel.kind(),
             self.params,
@@ -189,8 +193,8 @@ impl Job<'_> {
         )?;
         let started = Instant::now();
         let mut rows = 0u64;
-        for path in self.files {
-            let chunk = read_chunk(path)?;
+        for file in self.files {
+            let chunk = read_registered_chunk(file)?;
             for (_, block) in ranker.rank_chunk(&chunk, opts.top_k, opts.block_rows) {
                 writer.write(&block)?;
                 rows += block.len() as u64;

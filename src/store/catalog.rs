@@ -19,9 +19,20 @@ pub use super::kinds::{ArtifactKind, RunStatus, StageKind};
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`.
-/// Every statement of [`SCHEMA`] is idempotent, so upgrading runs it again.
+/// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`,
+/// `artifacts.verified_at` and `stage_runs.repaired_at` ([`ADDED_COLUMNS`]). Every statement
+/// of [`SCHEMA`] is idempotent, so upgrading runs it again, then adds the columns a table
+/// created by an older version lacks.
 const SCHEMA_VERSION: i64 = 3;
+
+/// Columns added after their table was first created: (table, column, declaration).
+/// `verified_at`: when a large artifact (K_XX̃) was last hashed in full after registration
+/// (`Workspace::map_large`); `repaired_at`: when `pipeline verify --repair` marked the run
+/// failed because its outputs were damaged (the run is then recomputed under its own id).
+const ADDED_COLUMNS: [(&str, &str, &str); 2] = [
+    ("artifacts", "verified_at", "TEXT"),
+    ("stage_runs", "repaired_at", "TEXT"),
+];
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS stage_runs (
@@ -167,6 +178,21 @@ pub struct ArtifactRow {
     pub split: Option<String>,
 }
 
+/// A registered artifact with who registered it (the catalog's view for reading and
+/// checking it: `Workspace::registered`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct StoredArtifact {
+    pub id: i64,
+    /// The run that registered it.
+    pub run_id: i64,
+    pub stage: StageKind,
+    /// The dataset it belongs to, if any.
+    pub dataset: Option<String>,
+    /// When it was last hashed in full after registration (large files only).
+    pub verified_at: Option<String>,
+    pub artifact: ArtifactRow,
+}
+
 /// One recorded figure of a run (`step` and `split` when they apply).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct MetricRow {
@@ -293,6 +319,49 @@ fn insert_artifacts_and_finish(
     Ok(())
 }
 
+/// Inserts a dataset's row (inside the caller's transaction) and returns its id.
+fn insert_dataset(tx: &Transaction<'_>, path: &Path, run_id: i64, d: &NewDataset) -> Result<i64> {
+    tx.execute(
+        &format!(
+            "INSERT INTO datasets (name, format, normalization, index_base, n_features, \
+             n_labels, path, checksum, params, stage_run_id, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+        ),
+        params![
+            d.name,
+            d.format,
+            d.normalization,
+            d.index_base,
+            d.n_features as i64,
+            d.n_labels as i64,
+            d.path,
+            d.checksum,
+            d.params.to_string(),
+            run_id
+        ],
+    )
+    .map_err(|e| explain(path, e))?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// `ALTER TABLE ... ADD COLUMN` unless the column exists (SQLite has no IF NOT EXISTS for
+/// columns), so the migration stays idempotent.
+fn add_column_if_missing(
+    tx: &Transaction<'_>,
+    table: &str,
+    column: &str,
+    decl: &str,
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
+    let columns = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if !columns.iter().any(|c| c == column) {
+        tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+    }
+    Ok(())
+}
+
 pub struct Catalog {
     conn: Connection,
     path: PathBuf,
@@ -362,6 +431,9 @@ impl Catalog {
         }
         if version < SCHEMA_VERSION {
             tx.execute_batch(SCHEMA).map_err(|e| explain(&path, e))?;
+            for (table, column, decl) in ADDED_COLUMNS {
+                add_column_if_missing(&tx, table, column, decl).map_err(|e| explain(&path, e))?;
+            }
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(|e| explain(&path, e))?;
         }
@@ -465,47 +537,54 @@ impl Catalog {
     ) -> Result<Option<String>> {
         let path = self.path.clone();
         let tx = self.write_tx()?;
-        let existing: Option<(i64, String)> = tx
+        let existing: Option<(i64, String, i64)> = tx
             .query_row(
-                "SELECT id, path FROM datasets WHERE name = ?1",
+                "SELECT id, path, stage_run_id FROM datasets WHERE name = ?1",
                 [&d.name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
             .map_err(|e| explain(&path, e))?;
-        let replaced = match existing {
-            Some((id, old_path)) if replace => {
+        let (dataset_id, replaced) = match existing {
+            // The dataset's own ingest run recomputed after `pipeline verify --repair`: the
+            // row keeps its id, so the artifacts of later stages stay attached to it.
+            Some((id, _, owner)) if owner == run_id => {
+                for table in ["dataset_splits", "sources"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE dataset_id = ?1"), [id])
+                        .map_err(|e| explain(&path, e))?;
+                }
+                tx.execute("DELETE FROM artifacts WHERE stage_run_id = ?1", [run_id])
+                    .map_err(|e| explain(&path, e))?;
+                tx.execute(
+                    "UPDATE datasets SET format = ?2, normalization = ?3, index_base = ?4, \
+                     n_features = ?5, n_labels = ?6, path = ?7, checksum = ?8, params = ?9 \
+                     WHERE id = ?1",
+                    params![
+                        id,
+                        d.format,
+                        d.normalization,
+                        d.index_base,
+                        d.n_features as i64,
+                        d.n_labels as i64,
+                        d.path,
+                        d.checksum,
+                        d.params.to_string()
+                    ],
+                )
+                .map_err(|e| explain(&path, e))?;
+                (id, None)
+            }
+            Some((id, old_path, _)) if replace => {
                 tx.execute("DELETE FROM datasets WHERE id = ?1", [id])
                     .map_err(|e| explain(&path, e))?;
-                Some(old_path)
+                (insert_dataset(&tx, &path, run_id, d)?, Some(old_path))
             }
             Some(_) => anyhow::bail!(
                 "dataset '{}' was registered by another process while this one ran",
                 d.name
             ),
-            None => None,
+            None => (insert_dataset(&tx, &path, run_id, d)?, None),
         };
-        tx.execute(
-            &format!(
-                "INSERT INTO datasets (name, format, normalization, index_base, n_features, \
-                 n_labels, path, checksum, params, stage_run_id, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
-            ),
-            params![
-                d.name,
-                d.format,
-                d.normalization,
-                d.index_base,
-                d.n_features as i64,
-                d.n_labels as i64,
-                d.path,
-                d.checksum,
-                d.params.to_string(),
-                run_id
-            ],
-        )
-        .map_err(|e| explain(&path, e))?;
-        let dataset_id = tx.last_insert_rowid();
         for s in &d.splits {
             tx.execute(
                 "INSERT INTO dataset_splits (dataset_id, split, n_rows, nnz, label_nnz, \
@@ -1026,5 +1105,172 @@ impl Catalog {
             .map_err(e)?;
         }
         tx.commit().map_err(e)
+    }
+
+    /// Artifacts with who registered them, in id order: all of them, or those of one run.
+    pub fn stored_artifacts(&self, run_id: Option<i64>) -> Result<Vec<StoredArtifact>> {
+        self.query_stored(
+            "WHERE ?1 IS NULL OR a.stage_run_id = ?1 ORDER BY a.id",
+            [run_id],
+        )
+    }
+
+    /// The chunk artifacts of one split of a dataset, in id (chunk) order.
+    pub fn stored_chunks(&self, dataset_id: i64, split: &str) -> Result<Vec<StoredArtifact>> {
+        self.query_stored(
+            "WHERE a.dataset_id = ?1 AND a.kind = ?2 AND a.split = ?3 ORDER BY a.id",
+            params![dataset_id, ArtifactKind::Chunk, split],
+        )
+    }
+
+    /// The artifact registered at a workspace-relative path, if any.
+    pub fn stored_artifact_at(&self, rel: &str) -> Result<Option<StoredArtifact>> {
+        Ok(self.query_stored("WHERE a.path = ?1", [rel])?.pop())
+    }
+
+    fn query_stored(&self, tail: &str, args: impl rusqlite::Params) -> Result<Vec<StoredArtifact>> {
+        let sql = format!(
+            "SELECT a.id, a.stage_run_id, r.stage, d.name, a.verified_at, a.kind, a.path, \
+             a.bytes, a.rows, a.checksum, a.split FROM artifacts a \
+             JOIN stage_runs r ON r.id = a.stage_run_id \
+             LEFT JOIN datasets d ON d.id = a.dataset_id {tail}"
+        );
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self.conn.prepare(&sql).map_err(e)?;
+        let rows = stmt
+            .query_map(args, |r| {
+                Ok(StoredArtifact {
+                    id: r.get(0)?,
+                    run_id: r.get(1)?,
+                    stage: r.get(2)?,
+                    dataset: r.get(3)?,
+                    verified_at: r.get(4)?,
+                    artifact: ArtifactRow {
+                        kind: r.get(5)?,
+                        path: r.get(6)?,
+                        bytes: r.get::<_, i64>(7)? as u64,
+                        rows: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
+                        checksum: r.get(9)?,
+                        split: r.get(10)?,
+                    },
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// Records that artifact `id` was hashed in full and found as registered.
+    pub fn mark_verified(&self, id: i64) -> Result<()> {
+        self.conn
+            .execute(
+                &format!("UPDATE artifacts SET verified_at = {NOW} WHERE id = ?1"),
+                [id],
+            )
+            .map_err(|e| explain(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Every registered checkpoint, by run and step.
+    pub fn all_checkpoints(&self) -> Result<Vec<CheckpointRow>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints \
+                 ORDER BY stage_run_id, step",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(CheckpointRow {
+                    run_id: r.get(0)?,
+                    step: r.get::<_, i64>(1)? as u64,
+                    epoch: r.get::<_, i64>(2)? as u64,
+                    path: r.get(3)?,
+                    bytes: r.get::<_, i64>(4)? as u64,
+                    checksum: r.get(5)?,
+                })
+            })
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
+    /// Every stage run, oldest first.
+    pub fn all_runs(&self) -> Result<Vec<RunRow>> {
+        self.query_runs("ORDER BY id", [])
+    }
+
+    /// When `pipeline verify --repair` marked run `id` damaged, if the run still awaits its
+    /// recomputation (None: never damaged, recomputed since, or no such run).
+    pub fn damaged_since(&self, id: i64) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT repaired_at FROM stage_runs WHERE id = ?1 AND status = ?2",
+                params![id, RunStatus::Failed],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// The newest run of `stage` with exactly these parameters that `pipeline verify
+    /// --repair` marked failed because its outputs were damaged: it is recomputed under
+    /// its own id, so every later run naming it stays valid.
+    pub fn find_repaired_run(
+        &self,
+        stage: StageKind,
+        params: &serde_json::Value,
+    ) -> Result<Option<RunRow>> {
+        Ok(self
+            .query_runs(
+                "WHERE stage = ?1 AND params = ?2 AND status = ?3 AND repaired_at IS NOT NULL \
+                 ORDER BY id DESC LIMIT 1",
+                params![stage, params.to_string(), RunStatus::Failed],
+            )?
+            .pop())
+    }
+
+    /// `pipeline verify --repair` on a run whose outputs are damaged, in one transaction:
+    /// the run is marked failed (and repaired), and the rows that vouch for its damaged
+    /// files are removed so nothing trusts them: its checkpoints from step `from_step` on
+    /// (a training run, resumed from the one before), else all its artifacts.
+    pub fn mark_damaged(&self, run_id: i64, reason: &str, from_step: Option<u64>) -> Result<()> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        tx.execute(
+            &format!(
+                "UPDATE stage_runs SET status = ?2, error = ?3, ended_at = {NOW}, \
+                 repaired_at = {NOW} WHERE id = ?1"
+            ),
+            params![run_id, RunStatus::Failed, reason],
+        )
+        .map_err(e)?;
+        match from_step {
+            Some(step) => tx.execute(
+                "DELETE FROM checkpoints WHERE stage_run_id = ?1 AND step >= ?2",
+                params![run_id, step as i64],
+            ),
+            None => tx.execute("DELETE FROM artifacts WHERE stage_run_id = ?1", [run_id]),
+        }
+        .map_err(e)?;
+        tx.commit().map_err(e)
+    }
+
+    /// SQLite's `PRAGMA integrity_check` of the catalog file at `path`, without migrating
+    /// or otherwise writing it: an empty list when the database is sound, else SQLite's
+    /// findings (an unreadable file is one finding).
+    pub fn integrity_check(path: &Path) -> Vec<String> {
+        let check = || -> rusqlite::Result<Vec<String>> {
+            let conn = Connection::open(path)?;
+            let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            rows.collect()
+        };
+        match check() {
+            Ok(lines) if lines == ["ok"] => Vec::new(),
+            Ok(lines) => lines,
+            Err(e) => vec![e.to_string()],
+        }
     }
 }

@@ -29,8 +29,10 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
+use super::integrity::Registered;
 use crate::model::kernel::KernelParams;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
@@ -192,11 +194,21 @@ fn parse_kv<T: std::str::FromStr>(meta: &[(String, String)], key: &str, path: &P
         .with_context(|| format!("{}: bad value {v:?} for {key}", path.display()))
 }
 
-/// Reads a checkpoint written by [`write_checkpoint`], checking every shape.
+/// Reads a checkpoint written by [`write_checkpoint`], checking every shape (an
+/// unregistered file: tests, tools).
 pub fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
     let file =
         File::open(path).with_context(|| format!("opening checkpoint {}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+    decode_checkpoint(file, path)
+}
+
+/// Reads a registered checkpoint: the whole file, checked against the catalog, decoded.
+pub fn read_registered_checkpoint(file: &Registered) -> Result<Checkpoint> {
+    decode_checkpoint(bytes::Bytes::from(file.read()?), file.path())
+}
+
+fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<Checkpoint> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
         .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
     let meta: Vec<(String, String)> = builder
         .metadata()

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -26,7 +26,10 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::reader::ChunkReader;
 use sprs::CsMatViewI;
+
+use super::integrity::Registered;
 
 /// Value of the `fsgp.format` key in every chunk's key-value metadata.
 pub const CHUNK_FORMAT: &str = "fsgp-csr-chunk/1";
@@ -254,10 +257,19 @@ pub fn checksum_file(path: &Path) -> Result<WrittenFile> {
     })
 }
 
-/// Reads a whole chunk file back, checking its schema.
+/// Reads a whole chunk file back, checking its schema (an unregistered file: tests, tools).
 pub fn read_chunk(path: &Path) -> Result<CsrChunk> {
     let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+    decode_chunk(file, path)
+}
+
+/// Reads a registered chunk: the whole file, checked against the catalog, then decoded.
+pub fn read_registered_chunk(file: &Registered) -> Result<CsrChunk> {
+    decode_chunk(bytes::Bytes::from(file.read()?), file.path())
+}
+
+fn decode_chunk<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<CsrChunk> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
         .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
     if builder.schema().fields() != chunk_schema().fields() {
         bail!(
@@ -301,13 +313,13 @@ impl ChunkLabels {
 
 /// How many rows of the given chunks carry each label (`n_labels` slots), reading only the
 /// label columns; a label id ≥ `n_labels` is an error naming the chunk.
-pub fn label_counts(paths: &[PathBuf], n_labels: usize) -> Result<Vec<u64>> {
+pub fn label_counts(files: &[Registered], n_labels: usize) -> Result<Vec<u64>> {
     let mut counts = vec![0u64; n_labels];
-    for path in paths {
-        for &l in &read_chunk_labels(path)?.labels {
+    for file in files {
+        for &l in &read_registered_chunk_labels(file)?.labels {
             let slot = counts
                 .get_mut(l as usize)
-                .with_context(|| format!("{}: label {l} ≥ L = {n_labels}", path.display()))?;
+                .with_context(|| format!("{}: label {l} ≥ L = {n_labels}", file.name()))?;
             *slot += 1;
         }
     }
@@ -315,10 +327,20 @@ pub fn label_counts(paths: &[PathBuf], n_labels: usize) -> Result<Vec<u64>> {
 }
 
 /// Reads only the `row_id` and `labels` columns of a chunk (Parquet column projection), so
-/// the trainer's label pass costs a fraction of a full read.
+/// the trainer's label pass costs a fraction of a full read (an unregistered file).
 pub fn read_chunk_labels(path: &Path) -> Result<ChunkLabels> {
     let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+    decode_chunk_labels(file, path)
+}
+
+/// The labels of a registered chunk: the whole file is read and checked against the
+/// catalog, only the label columns are decoded.
+pub fn read_registered_chunk_labels(file: &Registered) -> Result<ChunkLabels> {
+    decode_chunk_labels(bytes::Bytes::from(file.read()?), file.path())
+}
+
+fn decode_chunk_labels<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<ChunkLabels> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
         .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
     if builder.schema().fields() != chunk_schema().fields() {
         bail!(
@@ -505,5 +527,39 @@ mod tests {
         assert_eq!(labels.offsets, chunk.label_offsets);
         assert_eq!(labels.labels, chunk.labels);
         assert_eq!(labels.row(0), &[1, 5]);
+    }
+
+    #[test]
+    fn registered_chunks_read_the_same_and_refuse_other_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part-00000.parquet");
+        let written = write_chunk(&path, sample(), &[]).unwrap();
+        let file = Registered {
+            kind: "chunk",
+            owner: "dataset 'd', ingest run 1".into(),
+            rel: "datasets/d.run1/train/part-00000.parquet".into(),
+            path: path.clone(),
+            bytes: written.bytes,
+            checksum: written.checksum,
+            artifact_id: Some(1),
+            verified_at: None,
+        };
+        assert_eq!(
+            read_registered_chunk(&file).unwrap(),
+            read_chunk(&path).unwrap()
+        );
+        assert_eq!(
+            read_registered_chunk_labels(&file).unwrap(),
+            read_chunk_labels(&path).unwrap()
+        );
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let e = format!("{:#}", read_registered_chunk_labels(&file).unwrap_err());
+        assert!(
+            e.starts_with("chunk (dataset 'd', ingest run 1, datasets/d.run1/train/part-00000.parquet): checksum mismatch"),
+            "{e}"
+        );
     }
 }

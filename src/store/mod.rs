@@ -3,7 +3,9 @@
 pub mod catalog;
 pub mod checkpoint;
 pub mod chunks;
+pub mod integrity;
 pub mod kinds;
 pub mod npy;
 pub mod predictions;
+pub mod verify;
 pub mod workspace;

@@ -14,6 +14,7 @@ use ndarray::{ArrayView1, ArrayView2, ArrayViewMut2};
 use ndarray_npy::{ViewMutNpyExt, ViewNpyExt, WritableElement, WriteNpyExt};
 
 use super::chunks::{checksum_file, WrittenFile};
+use super::integrity::Registered;
 
 /// An N×C f32 `.npy` file being filled row block by row block through a writable map.
 pub struct NpyRowWriter {
@@ -133,6 +134,32 @@ impl NpyMap {
             path: path.to_path_buf(),
             map,
         })
+    }
+
+    /// A registered `.npy` file, mapped and hashed once in full against the catalog.
+    pub fn open_registered(file: &Registered) -> Result<Self> {
+        file.ensure_present()?;
+        let map = Self::open(file.path())?;
+        file.check_bytes(map.bytes())?;
+        Ok(map)
+    }
+
+    /// A registered `.npy` file checked for its size only: a matrix too large to hash on
+    /// every open, hashed once since registration (`Workspace::map_large`).
+    pub fn open_registered_size_checked(file: &Registered) -> Result<Self> {
+        file.ensure_present()?;
+        let map = Self::open(file.path())?;
+        file.check_size(map.bytes().len() as u64)?;
+        Ok(map)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The whole file as mapped (header and data), e.g. to hash it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
     }
 
     pub fn view2<T: WritableElement + ndarray_npy::ViewElement>(

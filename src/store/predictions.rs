@@ -22,8 +22,10 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
+use super::integrity::Registered;
 
 /// Value of `fsgp.format` in every predictions file.
 pub const PREDICTIONS_FORMAT: &str = "fsgp-predictions/1";
@@ -230,9 +232,20 @@ pub struct PredictionReader {
 }
 
 impl PredictionReader {
+    /// Opens a predictions file that is not registered (given by path).
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        Self::decode_from(file, path)
+    }
+
+    /// Opens a registered predictions file: read whole, checked against the catalog (the
+    /// file is one row group per chunk of the split, a few MB per million rows at k = 5).
+    pub fn open_registered(file: &Registered) -> Result<Self> {
+        Self::decode_from(bytes::Bytes::from(file.read()?), file.path())
+    }
+
+    fn decode_from<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<Self> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
             .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
         let metadata: BTreeMap<String, String> = builder
             .metadata()

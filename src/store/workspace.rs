@@ -20,7 +20,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::catalog::{ArtifactKind, Catalog, DatasetRow, RunRow, RunStatus, StageKind};
+use super::catalog::{
+    ArtifactKind, Catalog, CheckpointRow, DatasetRow, RunRow, RunStatus, StageKind, StoredArtifact,
+};
+use super::integrity::Registered;
+use super::npy::NpyMap;
 use crate::error::did_you_mean;
 
 /// Top-level directories that hold published stage outputs, one per stage.
@@ -79,7 +83,7 @@ impl Workspace {
 
     /// The chunk files of one split of a dataset with their row counts, in chunk order;
     /// checked against the split's registered chunk and row counts.
-    pub fn split_chunks(&self, d: &DatasetRow, split: &str) -> Result<Vec<(PathBuf, u64)>> {
+    pub fn split_chunks(&self, d: &DatasetRow, split: &str) -> Result<Vec<(Registered, u64)>> {
         let row = d.split(split).with_context(|| {
             let names = d.splits.iter().map(|s| s.split.as_str());
             format!(
@@ -89,16 +93,23 @@ impl Workspace {
                 names.collect::<Vec<_>>().join(", ")
             )
         })?;
+        if let Some(when) = self.catalog.damaged_since(d.stage_run_id)? {
+            anyhow::bail!(
+                "dataset '{}' was found damaged by 'pipeline verify --repair' ({when}); ingest \
+                 it again (the same 'pipeline ingest' or 'pipeline run')",
+                d.name
+            );
+        }
         let files = self
             .catalog
-            .artifacts(Some(d.id))?
+            .stored_chunks(d.id, split)?
             .into_iter()
-            .filter(|a| a.kind == ArtifactKind::Chunk && a.split.as_deref() == Some(split))
             .map(|a| {
                 let rows = a
+                    .artifact
                     .rows
-                    .with_context(|| format!("chunk {} has no row count", a.path))?;
-                Ok((self.resolve(&a.path), rows))
+                    .with_context(|| format!("chunk {} has no row count", a.artifact.path))?;
+                Ok((self.registered(&a), rows))
             })
             .collect::<Result<Vec<_>>>()?;
         let rows: u64 = files.iter().map(|f| f.1).sum();
@@ -112,6 +123,78 @@ impl Workspace {
             row.n_rows
         );
         Ok(files)
+    }
+
+    /// A registered artifact, to be read through its checks.
+    pub fn registered(&self, a: &StoredArtifact) -> Registered {
+        let owner = match (&a.dataset, a.stage) {
+            (Some(name), StageKind::Ingest) => format!("dataset '{name}', ingest run {}", a.run_id),
+            _ => format!("{} run {}", a.stage, a.run_id),
+        };
+        Registered {
+            kind: a.artifact.kind.as_str(),
+            owner,
+            rel: a.artifact.path.clone(),
+            path: self.resolve(&a.artifact.path),
+            bytes: a.artifact.bytes,
+            checksum: a.artifact.checksum.clone(),
+            artifact_id: Some(a.id),
+            verified_at: a.verified_at.clone(),
+        }
+    }
+
+    /// A registered checkpoint, to be read through its checks.
+    pub fn checkpoint_file(&self, c: &CheckpointRow) -> Registered {
+        Registered {
+            kind: "checkpoint",
+            owner: format!("train run {}, step {}", c.run_id, c.step),
+            rel: c.path.clone(),
+            path: self.resolve(&c.path),
+            bytes: c.bytes,
+            checksum: c.checksum.clone(),
+            artifact_id: None,
+            verified_at: None,
+        }
+    }
+
+    /// The artifact of `kind` that run `run_id` registered (the first if several).
+    pub fn run_file(&self, run_id: i64, kind: ArtifactKind) -> Result<Option<Registered>> {
+        Ok(self
+            .catalog
+            .stored_artifacts(Some(run_id))?
+            .iter()
+            .find(|a| a.artifact.kind == kind)
+            .map(|a| self.registered(a)))
+    }
+
+    /// The registered artifact at `path` (absolute, or relative to the current directory),
+    /// if the file lies in the workspace and the catalog lists it.
+    pub fn registered_at(&self, path: &Path) -> Result<Option<Registered>> {
+        let (Ok(path), Ok(root)) = (std::path::absolute(path), std::path::absolute(&self.root))
+        else {
+            return Ok(None);
+        };
+        let Some(rel) = path.strip_prefix(&root).ok().and_then(Path::to_str) else {
+            return Ok(None);
+        };
+        Ok(self
+            .catalog
+            .stored_artifact_at(rel)?
+            .map(|a| self.registered(&a)))
+    }
+
+    /// A memory map of a matrix too large to hash on every open (K_XX̃, possibly GBs): hashed
+    /// in full on its first use after registration, which the catalog records; later opens
+    /// check its size only. `pipeline verify` hashes it every time.
+    pub fn map_large(&self, file: &Registered) -> Result<NpyMap> {
+        match (file.artifact_id, &file.verified_at) {
+            (Some(id), None) => {
+                let map = NpyMap::open_registered(file)?;
+                self.catalog.mark_verified(id)?;
+                Ok(map)
+            }
+            _ => NpyMap::open_registered_size_checked(file),
+        }
     }
 
     /// Marks runs whose process died as 'interrupted' and removes their scratch space and

@@ -134,17 +134,17 @@ pub fn run(ws: &Workspace, opts: &SvdOptions) -> Result<Outcome<SvdOutput>> {
         "seed": opts.seed,
     });
     let cached = |done: &RunRow| {
-        let sv_path = ws
-            .catalog
-            .run_artifact(done.id, ArtifactKind::SingularValues)?
+        let sv_file = ws
+            .run_file(done.id, ArtifactKind::SingularValues)?
             .context("completed svd run without singular values")?;
-        let sv: Array1<f64> = ndarray_npy::read_npy(ws.resolve(&sv_path.path))?;
+        let sv = <Array1<f64> as ndarray_npy::ReadNpyExt>::read_npy(&sv_file.read()?[..])
+            .with_context(|| format!("reading {}", sv_file.name()))?;
         eprintln!(
             "svd of '{}' with these parameters is already done (run {}); nothing to do",
             dataset.name, done.id
         );
         Ok(SvdOutput {
-            dir: Path::new(&sv_path.path)
+            dir: Path::new(&sv_file.rel)
                 .parent()
                 .unwrap_or(Path::new(""))
                 .display()

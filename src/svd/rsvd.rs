@@ -16,7 +16,6 @@
 //! Memory: Q and B, 2·D·k·8 bytes, plus the chunk being read and the one prefetched.
 //! See docs/svd.md for the derivation and the error behaviour.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -27,7 +26,8 @@ use rand_distr::{Distribution, StandardNormal};
 
 use crate::memtrace;
 use crate::sparse::{accumulate_gram_times, Panels};
-use crate::store::chunks::{read_chunk, CsrChunk};
+use crate::store::chunks::{read_registered_chunk, CsrChunk};
+use crate::store::integrity::Registered;
 
 /// Where the rows of X come from.
 pub trait RowSource: Sync {
@@ -58,9 +58,10 @@ impl RowSource for MemoryRows {
 }
 
 /// Chunk files of an ingested split, read in order with the next file prefetched by a
-/// background thread (so decoding overlaps the compute of the current chunk).
+/// background thread (so reading, checking and decoding overlap the compute of the current
+/// chunk).
 pub struct ChunkFiles {
-    pub files: Vec<PathBuf>,
+    pub files: Vec<Registered>,
     pub n_rows: u64,
     pub n_cols: usize,
 }
@@ -79,8 +80,8 @@ impl RowSource for ChunkFiles {
             let (tx, rx) = crossbeam_channel::bounded::<Result<CsrChunk>>(1);
             let files = &self.files;
             scope.spawn(move || {
-                for path in files {
-                    let chunk = read_chunk(path);
+                for file in files {
+                    let chunk = read_registered_chunk(file);
                     let failed = chunk.is_err();
                     if tx.send(chunk).is_err() || failed {
                         break;

@@ -13,7 +13,6 @@
 //! Every random choice derives from (seed, epoch, group) through [`stream_seed`], so a
 //! resumed run can skip to any minibatch without replaying the random stream.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,7 +24,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::store::chunks::{read_chunk_labels, ChunkLabels};
+use crate::store::chunks::{read_registered_chunk_labels, ChunkLabels};
+use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 
 /// Stream tags of [`stream_seed`], one per use of randomness.
@@ -48,7 +48,7 @@ pub fn stream_seed(seed: u64, tag: u64, indices: &[u64]) -> u64 {
 /// One chunk file of the training split and the rows it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkSpan {
-    pub path: PathBuf,
+    pub file: Registered,
     pub first_row: u64,
     pub n_rows: u64,
 }
@@ -131,9 +131,8 @@ pub struct Source {
 }
 
 impl Source {
-    pub fn open(kxx: &std::path::Path, sq_norms: &std::path::Path) -> Result<Self> {
-        let kxx = NpyMap::open(kxx)?;
-        let sq_norms = NpyMap::open(sq_norms)?;
+    /// From the mapped (and checked) `kxx.npy` and `sq_norms.npy` of an svd run.
+    pub fn new(kxx: NpyMap, sq_norms: NpyMap) -> Result<Self> {
         let (n_rows, rank) = kxx.view2::<f32>()?.dim();
         let n_norms = sq_norms.view1::<f32>()?.len();
         ensure!(
@@ -222,12 +221,12 @@ impl GroupLabels {
         let mut chunks = Vec::with_capacity(group.len());
         for &c in group {
             let span = &planner.chunks[c];
-            let labels = read_chunk_labels(&span.path)?;
+            let labels = read_registered_chunk_labels(&span.file)?;
             ensure!(
                 labels.len() as u64 == span.n_rows
                     && labels.row_ids.first().copied().unwrap_or(span.first_row) == span.first_row,
                 "{}: holds {} rows starting at {:?}, the catalog says {} from {}",
-                span.path.display(),
+                span.file.name(),
                 labels.len(),
                 labels.row_ids.first(),
                 span.n_rows,
@@ -364,7 +363,7 @@ pub fn check_spans(chunks: &[ChunkSpan], n_rows: u64) -> Result<()> {
         ensure!(
             c.first_row == next,
             "{}: starts at row {}, expected {next}",
-            c.path.display(),
+            c.file.name(),
             c.first_row
         );
         next += c.n_rows;
@@ -377,13 +376,13 @@ pub fn check_spans(chunks: &[ChunkSpan], n_rows: u64) -> Result<()> {
 }
 
 /// Chunk spans from the chunk files in order, each with its row count.
-pub fn spans_from_rows(files: Vec<(PathBuf, u64)>) -> Vec<ChunkSpan> {
+pub fn spans_from_rows(files: Vec<(Registered, u64)>) -> Vec<ChunkSpan> {
     let mut first = 0u64;
     files
         .into_iter()
-        .map(|(path, n)| {
+        .map(|(file, n)| {
             let s = ChunkSpan {
-                path,
+                file,
                 first_row: first,
                 n_rows: n,
             };
@@ -396,6 +395,7 @@ pub fn spans_from_rows(files: Vec<(PathBuf, u64)>) -> Vec<ChunkSpan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn planner(sizes: &[u64], batch: usize, window: usize) -> Planner {
         let mut first = 0;
@@ -404,7 +404,16 @@ mod tests {
             .enumerate()
             .map(|(i, &n)| {
                 let s = ChunkSpan {
-                    path: PathBuf::from(format!("c{i}")),
+                    file: Registered {
+                        kind: "chunk",
+                        owner: "a test".into(),
+                        rel: format!("c{i}"),
+                        path: PathBuf::from(format!("c{i}")),
+                        bytes: 0,
+                        checksum: String::new(),
+                        artifact_id: None,
+                        verified_at: None,
+                    },
                     first_row: first,
                     n_rows: n,
                 };

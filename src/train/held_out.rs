@@ -1,7 +1,6 @@
 //! `--eval-every`: ranking a held-out split during training and recording its metrics.
 //! It reads the parameters only, so the trained numbers do not depend on it.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -10,7 +9,9 @@ use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
 use crate::model::params::Params;
 use crate::scoring::Ranker;
-use crate::store::chunks::read_chunk;
+use crate::store::chunks::read_registered_chunk;
+use crate::store::integrity::Registered;
+use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::SvdFiles;
 
@@ -21,8 +22,9 @@ const HELD_OUT_K: usize = 5;
 pub struct HeldOut {
     pub every: u64,
     pub split: String,
-    files: Vec<PathBuf>,
-    basis: PathBuf,
+    files: Vec<Registered>,
+    /// X̃ [R×D], mapped and checked once.
+    basis: NpyMap,
     n_features: u64,
     inv_prop: Arc<[f64]>,
 }
@@ -41,7 +43,7 @@ impl HeldOut {
             every,
             split: split.to_string(),
             files,
-            basis: SvdFiles::of_run(ws, setup.config.svd_run)?.basis,
+            basis: NpyMap::open_registered(&SvdFiles::of_run(ws, setup.config.svd_run)?.basis)?,
             n_features: dataset.n_features,
             inv_prop: inv_prop.into(),
         })
@@ -59,8 +61,8 @@ impl HeldOut {
         )?;
         let mut acc =
             MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
-        for path in &self.files {
-            let chunk = read_chunk(path)?;
+        for file in &self.files {
+            let chunk = read_registered_chunk(file)?;
             for (start, block) in ranker.rank_chunk(&chunk, HELD_OUT_K, 1024) {
                 for i in 0..block.len() {
                     let r = start + i;

@@ -111,9 +111,8 @@ impl TrainOptions {
             Some(id) => ws.run_numbered(id, StageKind::Svd)?.id,
             None => newest_svd_run(ws, &dataset)?,
         };
-        let a_rows = NpyMap::open(&SvdFiles::of_run(ws, svd_run)?.a_init)?
-            .view2::<f32>()?
-            .nrows();
+        let a_init = SvdFiles::of_run(ws, svd_run)?.a_init;
+        let a_rows = NpyMap::open_registered(&a_init)?.view2::<f32>()?.nrows();
         let config = TrainConfig {
             dataset: dataset.name.clone(),
             dataset_checksum: dataset.checksum.clone(),

@@ -1,7 +1,6 @@
 //! What is fixed for the duration of a training run: its configuration, the svd factors
 //! (memory-mapped), the training chunks, K_X̃, the likelihood; and the worker pool.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context, Result};
@@ -19,6 +18,7 @@ use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, StageKind};
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::chunks::label_counts;
+use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{SvdFiles, TrainConfig};
@@ -45,7 +45,7 @@ pub struct Setup {
     pub k_tilde: Mat<f64>,
     pub n_labels: usize,
     pub n_rows: u64,
-    a_init: PathBuf,
+    a_init: Registered,
 }
 
 /// Training chunk files of a dataset with their row counts, in chunk order.
@@ -61,7 +61,10 @@ impl Setup {
     pub fn open(ws: &Workspace, config: TrainConfig) -> Result<Self> {
         let dataset = config.dataset_row(ws)?;
         let files = SvdFiles::of_run(ws, config.svd_run)?;
-        let source = Source::open(&files.kxx, &files.sq_norms)?;
+        let source = Source::new(
+            ws.map_large(&files.kxx)?,
+            NpyMap::open_registered(&files.sq_norms)?,
+        )?;
         let spans = train_spans(ws, &dataset)?;
         let train_rows = dataset.split("train").map_or(0, |s| s.n_rows);
         ensure!(
@@ -70,7 +73,7 @@ impl Setup {
             config.svd_run,
             source.n_rows,
         );
-        let k_tilde = basis_gram(&files.basis)?;
+        let k_tilde = basis_gram(&NpyMap::open_registered(&files.basis)?)?;
         Ok(Setup {
             kind: config.kernel.kind(),
             lik: BernoulliLogistic::new(config.quadrature)?,
@@ -112,12 +115,12 @@ impl Setup {
 
     /// Counts of every label over the training rows (one pass over the label columns).
     pub fn label_counts(&self) -> Result<Vec<u64>> {
-        let paths: Vec<PathBuf> = self.spans.iter().map(|s| s.path.clone()).collect();
-        label_counts(&paths, self.n_labels)
+        let files: Vec<Registered> = self.spans.iter().map(|s| s.file.clone()).collect();
+        label_counts(&files, self.n_labels)
     }
 
     fn initial_params(&self) -> Result<Params> {
-        let a_init = NpyMap::open(&self.a_init)?;
+        let a_init = NpyMap::open_registered(&self.a_init)?;
         let lengthscale = match self.kind {
             KernelKind::Linear => 1.0,
             KernelKind::SquaredExponential => init::median_distance(
