@@ -292,3 +292,43 @@ fn run_json(ws: &Path, run: i64) -> serde_json::Value {
     assert!(out.status.success(), "{}", stderr(&out));
     serde_json::from_slice(&out.stdout).expect("status --run --json prints JSON")
 }
+
+/// `pipeline --help` and the main commands' `--help` end with examples, and every example
+/// is a command line the parser accepts (so the examples cannot drift from the flags).
+#[test]
+fn help_shows_examples_that_parse() {
+    use clap::Parser;
+    use fsgp::cli::args::Cli;
+    let dir = tempfile::tempdir().unwrap();
+    let commands = [
+        "", "ingest", "svd", "train", "predict", "evaluate", "run", "report", "status",
+    ];
+    for command in commands {
+        let mut args: Vec<&str> = command.split_whitespace().collect();
+        args.push("--help");
+        let out = pipeline(dir.path(), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let help = stdout(&out);
+        let examples = help
+            .split("Examples:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no examples in `pipeline {command} --help`:\n{help}"));
+        // Join continuation lines, drop comments, keep the command lines.
+        let joined = examples.replace("\\\n", " ");
+        let lines: Vec<&str> = joined
+            .lines()
+            .map(|l| l.split(" # ").next().unwrap().trim())
+            .filter(|l| l.starts_with("pipeline "))
+            .collect();
+        assert!(!lines.is_empty(), "no example lines for {command:?}");
+        for line in lines {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if !command.is_empty() {
+                assert_eq!(words[1], command, "{line}");
+            }
+            if let Err(e) = Cli::try_parse_from(&words) {
+                panic!("example `{line}` does not parse: {e}");
+            }
+        }
+    }
+}
