@@ -461,6 +461,7 @@ pub struct PredictArgs {
     #[arg(long, default_value_t = 1024)]
     pub block_rows: usize,
     /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).
+    /// Labels stay ranked by the mean f̄, so the probabilities need not decrease along a row.
     #[arg(long)]
     pub probabilities: bool,
     #[arg(long)]
