@@ -628,7 +628,9 @@ fn print_metrics(metrics: &[MetricRow]) {
     if metrics.is_empty() {
         return;
     }
-    let mut lines: Vec<((Option<i64>, Option<&str>), Vec<String>)> = Vec::new();
+    // (step, split) → the figures recorded there.
+    type Group<'a> = ((Option<i64>, Option<&'a str>), Vec<String>);
+    let mut lines: Vec<Group<'_>> = Vec::new();
     for m in metrics {
         let key = (m.step, m.split.as_deref());
         let figure = format!("{}={}", m.name, format_value(m.value));
