@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use parquet::file::metadata::ParquetMetaDataReader;
 
 /// Key–value pairs of a Parquet file's footer, in the order written (`fsgp.format` first in
-/// every fsgp file). A key written without a value reads as the empty string.
+/// every fsgp file, the Arrow writer's `ARROW:schema` last). A key written without a value
+/// reads as the empty string.
 pub fn parquet_key_values(path: &Path) -> Result<Vec<(String, String)>> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let metadata = ParquetMetaDataReader::new()
@@ -39,13 +40,17 @@ mod tests {
         block.push(0, &[1], &[0.5]);
         w.write(&block).unwrap();
         w.finish().unwrap();
+        let kv = parquet_key_values(&path).unwrap();
         assert_eq!(
-            parquet_key_values(&path).unwrap(),
-            vec![
+            kv[..2],
+            [
                 ("fsgp.format".to_string(), PREDICTIONS_FORMAT.to_string()),
                 ("fsgp.split".to_string(), "test".to_string()),
             ]
         );
+        // The Arrow writer adds its own copy of the schema after ours.
+        assert_eq!(kv.len(), 3);
+        assert_eq!(kv[2].0, "ARROW:schema");
         std::fs::write(&path, b"not parquet").unwrap();
         let err = parquet_key_values(&path).unwrap_err();
         assert!(format!("{err:#}").contains("p.parquet"), "{err:#}");
