@@ -1,6 +1,6 @@
 //! `pipeline report --run RUN`: charts (PNG and SVG) of a training run's ELBO per epoch and
-//! of the held-out metrics it recorded per epoch (`pipeline train --eval-every`), and a
-//! Markdown summary of the run (data, parameters, timings, metrics) beside them.
+//! of the held-out metrics and coverage@k it recorded per epoch (`pipeline train
+//! --eval-every`), and a Markdown summary of the run (data, parameters, timings, metrics) beside them.
 //!
 //! Everything comes from the catalog; the report is a view, rebuilt on every call and
 //! swapped in whole (written to a scratch directory, then renamed over the old one).
@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, ensure, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
 use crate::store::workspace::Workspace;
@@ -29,6 +30,27 @@ type Series = (String, Vec<(f64, f64)>);
 /// Files this report writes a chart to, without extension.
 const ELBO_CHART: &str = "elbo";
 const METRICS_CHART: &str = "metrics";
+const COVERAGE_CHART: &str = "coverage";
+
+/// The held-out measures the metrics chart draws, in legend order.
+const METRICS_CHART_SERIES: [&str; 7] = ["P@1", "P@3", "P@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@5"];
+/// The measures the coverage chart draws.
+const COVERAGE_CHART_SERIES: [&str; 3] = ["coverage@1", "coverage@3", "coverage@5"];
+
+/// Line colours: the Okabe–Ito palette (Okabe & Ito, *Color Universal Design*, 2002), told
+/// apart under the common colour-vision deficiencies, without its yellow (too pale on white).
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0x00, 0x72, 0xB2), // blue
+    RGBColor(0xD5, 0x5E, 0x00), // vermillion
+    RGBColor(0x00, 0x9E, 0x73), // bluish green
+    RGBColor(0xCC, 0x79, 0xA7), // reddish purple
+    RGBColor(0xE6, 0x9F, 0x00), // orange
+    RGBColor(0x56, 0xB4, 0xE9), // sky blue
+    RGBColor(0x00, 0x00, 0x00), // black
+];
+
+/// Width in pixels of the legend column right of the plotting area.
+const LEGEND_WIDTH: u32 = 150;
 
 /// Runs `pipeline report`.
 /// `out` defaults to `<workspace>/reports/train-run<RUN>`.
@@ -94,9 +116,10 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
         )
     })?;
     files.extend([format!("{ELBO_CHART}.png"), format!("{ELBO_CHART}.svg")]);
-    let per_epoch = metric_series(&metrics);
+    let per_epoch = metric_series(&metrics, &METRICS_CHART_SERIES);
+    let split = per_epoch_split(&metrics);
     if !per_epoch.is_empty() {
-        let title = format!("Held-out metrics per epoch ({})", per_epoch_split(&metrics));
+        let title = format!("Held-out metrics per epoch ({split})");
         draw_both(dir, METRICS_CHART, |area| {
             line_chart(area, font, &title, "epoch", "%", &per_epoch)
         })?;
@@ -105,7 +128,22 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
             format!("{METRICS_CHART}.svg"),
         ]);
     }
-    let summary = summary_markdown(ws, train, &metrics, !per_epoch.is_empty())?;
+    let coverage = metric_series(&metrics, &COVERAGE_CHART_SERIES);
+    if !coverage.is_empty() {
+        let title = format!("Held-out coverage@k per epoch ({split})");
+        draw_both(dir, COVERAGE_CHART, |area| {
+            line_chart(area, font, &title, "epoch", "% of labels", &coverage)
+        })?;
+        files.extend([
+            format!("{COVERAGE_CHART}.png"),
+            format!("{COVERAGE_CHART}.svg"),
+        ]);
+    }
+    let charts = Charts {
+        metrics: !per_epoch.is_empty(),
+        coverage: !coverage.is_empty(),
+    };
+    let summary = summary_markdown(ws, train, &metrics, charts)?;
     std::fs::write(dir.join("README.md"), summary)?;
     files.push("README.md".into());
     Ok(files)
@@ -177,8 +215,9 @@ fn line_chart(
     }
 }
 
-/// A line chart of `series` with axes fitted to the data, a legend when there are several
-/// series, and every point marked (short runs have few epochs).
+/// A line chart of `series` with axes fitted to the data, every point marked (short runs
+/// have few epochs), and, when there are several series, a legend in a column of its own
+/// right of the plotting area so that it never hides a curve.
 fn plot_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     font: &str,
@@ -192,6 +231,13 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing {title}: {e:?}");
     area.fill(&WHITE).map_err(err)?;
+    let (plot_area, legend_area) = if series.len() > 1 {
+        let width = area.dim_in_pixel().0;
+        let (plot, legend) = area.split_horizontally(width.saturating_sub(LEGEND_WIDTH));
+        (plot, Some(legend))
+    } else {
+        (area.clone(), None)
+    };
     let points = series.iter().flat_map(|s| s.1.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in points {
@@ -205,7 +251,7 @@ where
     }
     let pad = ((y1 - y0).abs() * 0.05).max(1e-9 * y1.abs().max(1.0));
     let (y0, y1) = (y0 - pad, y1 + pad);
-    let mut chart = ChartBuilder::on(area)
+    let mut chart = ChartBuilder::on(&plot_area)
         .caption(title, (font, 26))
         .margin(16)
         .x_label_area_size(48)
@@ -222,28 +268,49 @@ where
         .y_label_formatter(&|v| format_tick(*v))
         .draw()
         .map_err(err)?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+    for (i, (_, pts)) in series.iter().enumerate() {
+        let color = series_color(i);
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .map_err(err)?;
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(err)?;
     }
-    if series.len() > 1 {
-        chart
-            .configure_series_labels()
-            .label_font((font, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(err)?;
+    if let Some(legend) = legend_area {
+        draw_legend(&legend, font, series).map_err(err)?;
+    }
+    Ok(())
+}
+
+fn series_color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// One legend entry per series (a stroke with its marker, then the name), top to bottom,
+/// starting level with the top of the plotting area.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    font: &str,
+    series: &[Series],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (top, row_height) = (72, 26);
+    for (i, (name, _)) in series.iter().enumerate() {
+        let color = series_color(i);
+        let y = top + row_height * i as i32;
+        area.draw(&PathElement::new(
+            vec![(4, y), (36, y)],
+            color.stroke_width(2),
+        ))?;
+        area.draw(&Circle::new((20, y), 3, color.filled()))?;
+        area.draw(&Text::new(
+            name.as_str(),
+            (44, y),
+            (font, 15)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
     }
     Ok(())
 }
@@ -271,12 +338,11 @@ fn elbo_series(metrics: &[MetricRow]) -> Series {
     ("mean minibatch ELBO".into(), pts)
 }
 
-/// The held-out metrics train recorded per epoch (P@k, nDCG@k, PSP@k for k = 1, 3, 5), in
-/// percent.
-fn metric_series(metrics: &[MetricRow]) -> Vec<Series> {
+/// The held-out measures train recorded per epoch among `wanted`, in percent, in the order
+/// of `wanted` (measures never recorded are left out).
+fn metric_series(metrics: &[MetricRow], wanted: &[&str]) -> Vec<Series> {
     let mut by_name: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
     for m in metrics {
-        let wanted = ["P@1", "P@3", "P@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@5"];
         if wanted.contains(&m.name.as_str()) {
             if let Some(step) = m.step {
                 by_name
@@ -286,11 +352,12 @@ fn metric_series(metrics: &[MetricRow]) -> Vec<Series> {
             }
         }
     }
-    by_name
-        .into_iter()
-        .map(|(name, mut pts)| {
+    wanted
+        .iter()
+        .filter_map(|name| {
+            let mut pts = by_name.remove(name)?;
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (name.to_string(), pts)
+            Some((name.to_string(), pts))
         })
         .collect()
 }
@@ -311,12 +378,19 @@ fn value_of(metrics: &[MetricRow], name: &str) -> Option<f64> {
         .map(|m| m.value)
 }
 
+/// Which per-epoch charts a report has.
+#[derive(Debug, Clone, Copy)]
+struct Charts {
+    metrics: bool,
+    coverage: bool,
+}
+
 /// The Markdown summary: data, parameters, timings, metrics.
 fn summary_markdown(
     ws: &Workspace,
     train: &RunRow,
     metrics: &[MetricRow],
-    has_metric_chart: bool,
+    charts: Charts,
 ) -> Result<String> {
     let mut md = String::new();
     let p = &train.params;
@@ -393,8 +467,11 @@ fn summary_markdown(
     }
     writeln!(md, "\n![ELBO per epoch]({ELBO_CHART}.png)\n")?;
     writeln!(md, "## Metrics\n")?;
-    if has_metric_chart {
+    if charts.metrics {
         writeln!(md, "![metrics per epoch]({METRICS_CHART}.png)\n")?;
+        if charts.coverage {
+            writeln!(md, "![coverage per epoch]({COVERAGE_CHART}.png)\n")?;
+        }
     } else {
         writeln!(
             md,
@@ -412,14 +489,16 @@ fn summary_markdown(
         )?;
         writeln!(
             md,
-            "| k | P@k | nDCG@k | PSP@k | PSnDCG@k |\n|---:|---:|---:|---:|---:|"
+            "| k | P@k | nDCG@k | PSP@k | PSnDCG@k | coverage@k |\n\
+             |---:|---:|---:|---:|---:|---:|"
         )?;
         for k in 1..=5 {
             let get = |n: &str| value_of(&rows, &format!("{n}@{k}")).map(|v| 100.0 * v);
             if let (Some(p), Some(n), Some(ps), Some(psn)) =
                 (get("P"), get("nDCG"), get("PSP"), get("PSnDCG"))
             {
-                writeln!(md, "| {k} | {p:.2} | {n:.2} | {ps:.2} | {psn:.2} |")?;
+                let cov = get("coverage").map_or("-".to_string(), |c| format!("{c:.2}"));
+                writeln!(md, "| {k} | {p:.2} | {n:.2} | {ps:.2} | {psn:.2} | {cov} |")?;
             }
         }
         writeln!(md)?;

@@ -168,7 +168,8 @@ fn spec_runs_end_to_end_then_is_cached_and_checks_out() {
     assert_eq!(stdout(&second), table);
     assert!(t.elapsed() < Duration::from_secs(20));
 
-    // Predictions against a brute-force full scoring and full sort.
+    // Predictions against a brute-force full scoring and full sort by the mean (the order
+    // also with probabilities, as docs/formats.md says).
     let train_run = newest_run(&ws, "train");
     let predict_run = newest_run(&ws, "predict");
     let ckpt_path = one_path(
@@ -299,7 +300,7 @@ fn spec_runs_end_to_end_then_is_cached_and_checks_out() {
     let out = pipeline(&ws, &["report", "--run", &train_run.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report = ws.join(format!("reports/train-run{train_run}"));
-    for chart in ["elbo", "metrics"] {
+    for chart in ["elbo", "metrics", "coverage"] {
         let png = std::fs::read(report.join(format!("{chart}.png"))).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         assert!(png.len() > 5_000, "{chart}.png is only {} bytes", png.len());
@@ -309,8 +310,65 @@ fn spec_runs_end_to_end_then_is_cached_and_checks_out() {
             "{chart}.svg"
         );
     }
+    let svg = |chart: &str| std::fs::read_to_string(report.join(format!("{chart}.svg"))).unwrap();
+    legend_beside_curves_in_safe_colours(&svg("metrics"), &["P@1", "P@5", "nDCG@5", "PSP@5"]);
+    legend_beside_curves_in_safe_colours(&svg("coverage"), &["coverage@1", "coverage@5"]);
     let md = std::fs::read_to_string(report.join("README.md")).unwrap();
     assert!(md.contains("| 1 |") && md.contains("elbo.png"), "{md}");
+    assert!(
+        md.contains("coverage.png") && md.contains("coverage@k |"),
+        "{md}"
+    );
+}
+
+/// The Okabe–Ito colours the charts draw their series in.
+const OKABE_ITO: [&str; 8] = [
+    "#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
+];
+
+/// In a chart's SVG: every curve (a 2-px polyline of more than 2 points) is drawn in an
+/// Okabe–Ito colour other than its pale yellow, and the legend entries `names` stand right
+/// of every point of every curve, so the legend hides none of them.
+fn legend_beside_curves_in_safe_colours(svg: &str, names: &[&str]) {
+    let attr = |line: &str, key: &str| -> Option<String> {
+        let at = line.find(&format!(" {key}=\""))? + key.len() + 3;
+        let len = line[at..].find('"')?;
+        Some(line[at..at + len].to_string())
+    };
+    let lines: Vec<&str> = svg.lines().collect();
+    let mut rightmost = f64::MIN;
+    let mut curves = 0;
+    for l in lines.iter().filter(|l| l.starts_with("<polyline")) {
+        if attr(l, "stroke-width").as_deref() != Some("2") {
+            continue;
+        }
+        let xs: Vec<f64> = attr(l, "points")
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        if xs.len() > 2 {
+            curves += 1;
+            let colour = attr(l, "stroke").unwrap();
+            assert!(
+                OKABE_ITO.contains(&colour.as_str()) && colour != "#F0E442",
+                "curve colour {colour}"
+            );
+            rightmost = xs.iter().fold(rightmost, |m, &x| m.max(x));
+        }
+    }
+    assert!(curves >= names.len(), "{curves} curves");
+    for name in names {
+        let at = lines
+            .iter()
+            .position(|l| l.trim() == *name)
+            .unwrap_or_else(|| panic!("no legend entry {name}"));
+        let x: f64 = attr(lines[at - 1], "x").unwrap().parse().unwrap();
+        assert!(
+            x > rightmost,
+            "legend entry {name} at x = {x}, a curve reaches {rightmost}"
+        );
+    }
 }
 
 /// Kills `pipeline run` once training has written a checkpoint, re-invokes it, and compares

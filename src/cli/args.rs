@@ -37,7 +37,8 @@ where
 #[command(
     name = "pipeline",
     version,
-    about = "fsgp: fully scalable Gaussian processes for extreme multi-label classification"
+    about = "fsgp: fully scalable Gaussian processes for extreme multi-label classification",
+    after_help = examples::PIPELINE
 )]
 pub struct Cli {
     /// Workspace directory holding the catalog and every stage's output.
@@ -57,22 +58,30 @@ pub enum Command {
     /// Generate Extreme Classification Repository text files with a planted structure.
     Synth(SynthArgs),
     /// Read XML-repository text files into Parquet CSR chunks and register the dataset.
+    #[command(after_help = examples::INGEST)]
     Ingest(IngestArgs),
     /// Out-of-core truncated SVD of a dataset's training matrix, K_XX̃ and A's initialisation.
+    #[command(after_help = examples::SVD)]
     Svd(SvdArgs),
     /// Fit MLGPF by stochastic variational inference on a dataset's SVD factors.
+    #[command(after_help = examples::TRAIN)]
     Train(TrainArgs),
     /// Exact full-data evidence lower bound of a training checkpoint.
     Elbo(ElboArgs),
     /// Top-k labels of every row of a split under a training checkpoint (Parquet).
+    #[command(after_help = examples::PREDICT)]
     Predict(PredictArgs),
     /// P@k, nDCG@k, PSP@k, PSnDCG@k and coverage@k of predictions against the true labels.
+    #[command(after_help = examples::EVALUATE)]
     Evaluate(EvaluateArgs),
     /// A whole run from a TOML spec: (synth →) ingest → svd → train → predict → evaluate.
+    #[command(after_help = examples::RUN)]
     Run(RunArgs),
     /// Charts (PNG, SVG) and a Markdown summary of a training run.
+    #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
-    /// Show what the workspace holds: datasets, artifacts, stage runs.
+    /// Show what the workspace holds: datasets, artifacts, training runs, stage runs.
+    #[command(after_help = examples::STATUS)]
     Status(StatusArgs),
     /// Check the workspace (fsck): every file against its checksum, every run's inputs,
     /// orphan files, the catalog's integrity; --repair makes the next run recompute what
@@ -526,6 +535,7 @@ pub struct PredictArgs {
     #[arg(long, default_value_t = 1024)]
     pub block_rows: usize,
     /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).
+    /// Labels stay ranked by the mean f̄, so the probabilities need not decrease along a row.
     #[arg(long)]
     pub probabilities: bool,
     #[arg(long)]
@@ -633,9 +643,80 @@ pub struct StatusArgs {
     /// Print JSON for machines instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// How many recent stage runs to list.
+    /// How many recent stage runs (and training runs) to list.
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
+    /// Show one run in full: parameters, status, times, error, artifacts with the key–value
+    /// metadata of their Parquet files, checkpoints, metrics.
+    #[arg(long, value_name = "N")]
+    pub run: Option<i64>,
+}
+
+/// The examples `--help` prints after the options (clap `after_help`).
+mod examples {
+    pub const PIPELINE: &str = "\
+Examples:
+  pipeline run pipelines/quickstart.toml      # a small generated dataset, text to metrics
+  pipeline ingest --name delicious --train train.txt --test test.txt
+  pipeline svd --dataset delicious --rank 250 --inducing 500
+  pipeline train --dataset delicious --inducing 500 --factors 30 --epochs 200 --eval-every 20
+  pipeline evaluate --run 3 --split test      # predicts first if needed
+  pipeline report --run 3                     # charts and a summary of training run 3
+  pipeline status                             # what the workspace holds; --run N: one run
+
+Every command takes --workspace DIR (default ./fsgp-workspace, or $FSGP_WORKSPACE).
+'pipeline COMMAND --help' shows a command's options and examples.";
+
+    pub const INGEST: &str = "\
+Examples:
+  pipeline ingest --name delicious --train Delicious/train.txt --test Delicious/test.txt
+  pipeline ingest --name eurlex --data Eurlex_data.txt --train-split eurlex_trSplit.txt \\
+      --test-split eurlex_tstSplit.txt --split-column 0
+  pipeline ingest --name amazoncat --train-features trn_X.txt.gz --train-labels trn_Y.txt.gz \\
+      --test-features tst_X.txt.gz --test-labels tst_Y.txt.gz
+Rerunning with the same files and options does nothing; other ones need --replace.";
+
+    pub const SVD: &str = "\
+Examples:
+  pipeline svd --dataset delicious --rank 250 --inducing 500
+  pipeline svd --dataset eurlex --rank 300 --inducing 1000 --power-iters 3 --seed 1";
+
+    pub const TRAIN: &str = "\
+Examples:
+  # The paper's s-LINEAR settings on Delicious (prints the run id):
+  pipeline train --dataset delicious --kernel linear --inducing 500 --factors 30 --batch 500 \\
+      --epochs 200 --lr 0.01 --negatives all --seed 0 --eval-every 20
+  pipeline train --dataset delicious --max-steps 1000      # a short run
+  pipeline train --resume 3                                # continue an interrupted run
+'pipeline status' lists training runs with their progress; 'pipeline report --run N' charts one.";
+
+    pub const PREDICT: &str = "\
+Examples:
+  pipeline predict --run 3 --split test --top-k 5
+  pipeline predict --run 3 --checkpoint 2600 --probabilities";
+
+    pub const EVALUATE: &str = "\
+Examples:
+  pipeline evaluate --run 3 --split test          # predicts the top --k labels first if needed
+  pipeline evaluate --predictions predictions/delicious-test.run4/predictions.parquet --json
+  pipeline evaluate --run 3 --propensity-a 0.6 --propensity-b 2.6   # Amazon's propensities";
+
+    pub const RUN: &str = "\
+Examples:
+  pipeline run pipelines/quickstart.toml
+  pipeline run pipelines/delicious.toml --json
+A second invocation skips every stage already done and resumes one that was cut.";
+
+    pub const REPORT: &str = "\
+Examples:
+  pipeline report --run 3                         # into <workspace>/reports/train-run3/
+  pipeline report --run 3 --out /tmp/run3-report";
+
+    pub const STATUS: &str = "\
+Examples:
+  pipeline status                 # datasets, derived artifacts, training runs, recent runs
+  pipeline status --json          # the same for machines
+  pipeline status --run 3         # one run in full, with its Parquet files' metadata";
 }
 
 /// Arguments of `pipeline verify`.

@@ -1,10 +1,19 @@
-//! `pipeline status`: what the workspace holds, as tables or JSON.
+//! `pipeline status`: what the workspace holds, as tables or JSON: datasets, derived
+//! artifacts, training runs with their configuration, progress, bound and precision, and
+//! recent stage runs. `pipeline status --run N` shows one run in full, with the key–value
+//! metadata of its Parquet files.
 
-use anyhow::Result;
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
 
 use super::args::StatusArgs;
-use crate::store::catalog::ArtifactKind;
+use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
+use crate::store::footer::parquet_key_values;
 use crate::store::workspace::Workspace;
+use crate::train::batches::{spans_from_rows, Order, Planner};
+use crate::trained::TrainConfig;
 
 fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -21,17 +30,23 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Prints the workspace's datasets, derived artifacts and recent stage runs.
+/// Prints the workspace's datasets, derived artifacts, training runs and recent stage runs,
+/// or with `--run N` that one run in full.
 pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
+    if let Some(id) = args.run {
+        return print_run(ws, id, args.json);
+    }
     let datasets = ws.catalog.datasets()?;
     let runs = ws.catalog.runs(args.runs)?;
     let artifacts = ws.catalog.artifacts(None)?;
+    let train_runs = train_summaries(ws, args.runs)?;
     if args.json {
         let doc = serde_json::json!({
             "workspace": ws.root().display().to_string(),
             "datasets": datasets,
             "runs": runs,
             "artifacts": { "count": artifacts.len(), "bytes": artifacts.iter().map(|a| a.bytes).sum::<u64>() },
+            "train_runs": train_runs,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -100,6 +115,7 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
             );
         }
     }
+    print_train_table(&train_runs);
     println!();
     println!("recent stage runs ({})", runs.len());
     for r in &runs {
@@ -114,4 +130,539 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A training run as `pipeline status` summarises it.
+#[derive(Debug, Serialize)]
+struct TrainRunSummary {
+    id: i64,
+    status: RunStatus,
+    dataset: String,
+    kernel: &'static str,
+    svd_run: i64,
+    /// M: inducing inputs.
+    inducing: usize,
+    /// P: latent GPs.
+    factors: usize,
+    /// R: the svd run's rank (None when that run is gone).
+    rank: Option<u64>,
+    batch: usize,
+    epochs: u64,
+    max_steps: Option<u64>,
+    /// The step of the run's last checkpoint (0 before the first).
+    steps_done: u64,
+    /// The steps the run plans in all (None when its dataset is gone or was re-ingested).
+    steps_total: Option<u64>,
+    /// Checkpoints registered (kept on disk) and their total size.
+    checkpoints: usize,
+    checkpoint_bytes: u64,
+    /// The exact full-data bound at the end of the run (`elbo_exact`).
+    final_elbo: Option<f64>,
+    /// The last epoch recorded and its mean minibatch ELBO.
+    last_epoch: Option<EpochElbo>,
+    /// `pipeline evaluate` runs of this run's predictions, oldest first.
+    evaluations: Vec<Precision>,
+    /// The held-out metrics of the last `--eval-every` evaluation.
+    held_out: Option<Precision>,
+}
+
+#[derive(Debug, Serialize)]
+struct EpochElbo {
+    /// 1-based.
+    epoch: i64,
+    mean_elbo: f64,
+}
+
+/// P@1, P@3 and P@5 (fractions) of one evaluation of a training run.
+#[derive(Debug, Serialize)]
+struct Precision {
+    /// `evaluate` (a `pipeline evaluate` run of the run's predictions) or `held_out`
+    /// (`pipeline train --eval-every`).
+    source: &'static str,
+    /// The evaluate run, for source `evaluate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evaluate_run: Option<i64>,
+    split: String,
+    /// The training checkpoint evaluated, for source `evaluate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint_step: Option<u64>,
+    /// The epoch evaluated, for source `held_out`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<i64>,
+    p_at_1: Option<f64>,
+    p_at_3: Option<f64>,
+    p_at_5: Option<f64>,
+}
+
+impl Precision {
+    fn from_metrics(
+        source: &'static str,
+        split: String,
+        metrics: &[MetricRow],
+        step: Option<i64>,
+    ) -> Self {
+        let value = |name: &str| {
+            metrics
+                .iter()
+                .rev()
+                .find(|m| m.name == name && m.step == step && m.split.as_ref() == Some(&split))
+                .map(|m| m.value)
+        };
+        Precision {
+            source,
+            evaluate_run: None,
+            p_at_1: value("P@1"),
+            p_at_3: value("P@3"),
+            p_at_5: value("P@5"),
+            split,
+            checkpoint_step: None,
+            epoch: None,
+        }
+    }
+
+    /// `P@1/P@3/P@5` in percent.
+    fn percentages(&self) -> String {
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}", 100.0 * v));
+        format!(
+            "{}/{}/{}",
+            pct(self.p_at_1),
+            pct(self.p_at_3),
+            pct(self.p_at_5)
+        )
+    }
+
+    /// Where the figures come from, in a few words.
+    fn origin(&self) -> String {
+        match (self.evaluate_run, self.checkpoint_step, self.epoch) {
+            (Some(run), step, _) => format!(
+                "evaluate #{run} on {} at step {}",
+                self.split,
+                step.map_or("?".into(), |s| s.to_string())
+            ),
+            (None, _, Some(epoch)) => format!("held-out {} at epoch {epoch}", self.split),
+            _ => self.split.clone(),
+        }
+    }
+}
+
+/// The newest training runs, newest first.
+fn train_summaries(ws: &Workspace, limit: usize) -> Result<Vec<TrainRunSummary>> {
+    ws.catalog
+        .runs_of_stage(StageKind::Train, limit)?
+        .iter()
+        .map(|r| train_summary(ws, r))
+        .collect()
+}
+
+fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
+    let config: TrainConfig = serde_json::from_value(run.params.clone())
+        .with_context(|| format!("train run {}: unreadable configuration", run.id))?;
+    let checkpoints = ws.catalog.checkpoints(run.id)?;
+    let metrics = ws.catalog.metrics(run.id)?;
+    let last_epoch = metrics
+        .iter()
+        .filter(|m| m.name == "epoch_elbo")
+        .filter_map(|m| Some((m.step?, m.value)))
+        .max_by_key(|&(epoch, _)| epoch)
+        .map(|(epoch, mean_elbo)| EpochElbo { epoch, mean_elbo });
+    let final_elbo = metrics
+        .iter()
+        .rev()
+        .find(|m| m.name == "elbo_exact")
+        .map(|m| m.value);
+    let rank = ws
+        .catalog
+        .run(config.svd_run)?
+        .and_then(|svd| svd.params["rank"].as_u64());
+    Ok(TrainRunSummary {
+        id: run.id,
+        status: run.status,
+        dataset: config.dataset.clone(),
+        kernel: config.kernel.name(),
+        svd_run: config.svd_run,
+        inducing: config.inducing,
+        factors: config.factors,
+        rank,
+        batch: config.batch,
+        epochs: config.epochs,
+        max_steps: config.max_steps,
+        steps_done: checkpoints.last().map_or(0, |c| c.step),
+        steps_total: planned_steps(ws, &config)?,
+        checkpoints: checkpoints.len(),
+        checkpoint_bytes: checkpoints.iter().map(|c| c.bytes).sum(),
+        final_elbo,
+        last_epoch,
+        evaluations: evaluations(ws, run.id)?,
+        held_out: held_out(&metrics),
+    })
+}
+
+/// The optimiser steps a run takes in all: the minibatches of its epochs (as the trainer's
+/// planner cuts them, chunk group by chunk group), or `max_steps` if fewer — the same total
+/// as `train_loop`'s progress bar.
+fn planned_steps(ws: &Workspace, config: &TrainConfig) -> Result<Option<u64>> {
+    let Some(dataset) = ws.catalog.dataset(&config.dataset)? else {
+        return Ok(None);
+    };
+    if dataset.checksum != config.dataset_checksum {
+        return Ok(None);
+    }
+    let planner = Planner {
+        chunks: spans_from_rows(ws.split_chunks(&dataset, "train")?),
+        batch: config.batch,
+        order: Order::Shuffled {
+            seed: config.seed,
+            window: config.shuffle_chunks,
+        },
+    };
+    let epoch_steps: u64 = (0..config.epochs)
+        .map(|e| planner.batches_in_epoch(e))
+        .sum();
+    Ok(Some(
+        config.max_steps.map_or(epoch_steps, |s| s.min(epoch_steps)),
+    ))
+}
+
+/// P@k of every `pipeline evaluate` run of the training run's predictions.
+fn evaluations(ws: &Workspace, train_run: i64) -> Result<Vec<Precision>> {
+    let mut out = Vec::new();
+    for link in ws.catalog.evaluations_of_train_run(train_run)? {
+        let metrics = ws.catalog.metrics(link.evaluate_run)?;
+        // Evaluate records its figures at the checkpoint step (`fsgp.checkpoint_step`).
+        let step = link.checkpoint_step.map(|s| s as i64);
+        let mut p = Precision::from_metrics("evaluate", link.split, &metrics, step);
+        p.evaluate_run = Some(link.evaluate_run);
+        p.checkpoint_step = link.checkpoint_step;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// The held-out P@k of the last epoch `--eval-every` evaluated.
+fn held_out(metrics: &[MetricRow]) -> Option<Precision> {
+    let last = metrics
+        .iter()
+        .filter(|m| m.name == "P@1" && m.step.is_some())
+        .max_by_key(|m| m.step)?;
+    let split = last.split.clone().unwrap_or_default();
+    let mut p = Precision::from_metrics("held_out", split, metrics, last.step);
+    p.epoch = last.step;
+    Some(p)
+}
+
+impl TrainRunSummary {
+    /// The precision the table shows: the newest `pipeline evaluate` run, else the
+    /// held-out figures of the last evaluated epoch.
+    fn shown_precision(&self) -> Option<&Precision> {
+        self.evaluations.last().or(self.held_out.as_ref())
+    }
+
+    fn table_row(&self) -> String {
+        let mpr = format!(
+            "{}/{}/{}",
+            self.inducing,
+            self.factors,
+            self.rank.map_or("?".into(), |r| r.to_string())
+        );
+        let steps = format!(
+            "{}/{}",
+            self.steps_done,
+            self.steps_total.map_or("?".into(), |t| t.to_string())
+        );
+        let elbo = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4e}"));
+        let (p, origin) = self
+            .shown_precision()
+            .map_or(("-".to_string(), String::new()), |p| {
+                (p.percentages(), p.origin())
+            });
+        format!(
+            "  #{:<5} {:<14} {:<6} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  {}",
+            self.id,
+            self.dataset,
+            self.kernel,
+            mpr,
+            self.batch,
+            self.epochs,
+            self.status,
+            steps,
+            self.checkpoints,
+            elbo(self.final_elbo),
+            elbo(self.last_epoch.as_ref().map(|e| e.mean_elbo)),
+            p,
+            origin
+        )
+    }
+}
+
+/// The "training runs" section of the status tables.
+fn print_train_table(train_runs: &[TrainRunSummary]) {
+    if train_runs.is_empty() {
+        return;
+    }
+    println!();
+    println!("training runs ({})", train_runs.len());
+    println!(
+        "  {:<6} {:<14} {:<6} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  from",
+        "run",
+        "dataset",
+        "kernel",
+        "M/P/R",
+        "B",
+        "epochs",
+        "state",
+        "steps",
+        "ckpts",
+        "final ELBO",
+        "epoch ELBO",
+        "P@1/3/5 (%)"
+    );
+    for t in train_runs {
+        println!("{}", t.table_row());
+    }
+    println!(
+        "  (final ELBO: the exact full-data bound at the end; epoch ELBO: the mean minibatch \
+         bound of the last epoch)"
+    );
+}
+
+/// A file of a run, with the key–value metadata of its footer when it is Parquet.
+#[derive(Debug, Serialize)]
+struct FileDetail {
+    /// The artifact kind, or `checkpoint`.
+    kind: String,
+    /// Relative to the workspace.
+    path: String,
+    bytes: u64,
+    checksum: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rows: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split: Option<String>,
+    /// Checkpoints: the step and epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<u64>,
+    /// Parquet files: the footer's key–value metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<BTreeMap<String, String>>,
+    /// Parquet files whose footer could not be read (missing, damaged): why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata_error: Option<String>,
+}
+
+impl FileDetail {
+    /// Reads the footer of a Parquet file; a file that cannot be read is reported, not
+    /// fatal, so `status` still describes a damaged workspace.
+    fn with_metadata(mut self, ws: &Workspace) -> Self {
+        if self.path.ends_with(".parquet") {
+            match parquet_key_values(&ws.resolve(&self.path)) {
+                Ok(kv) => self.metadata = Some(kv.into_iter().collect()),
+                Err(e) => self.metadata_error = Some(format!("{e:#}")),
+            }
+        }
+        self
+    }
+}
+
+/// One run in full.
+#[derive(Debug, Serialize)]
+struct RunDetail {
+    run: RunRow,
+    artifacts: Vec<FileDetail>,
+    checkpoints: Vec<FileDetail>,
+    metrics: Vec<MetricRow>,
+    /// For a training run: the summary line of the status table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    train: Option<TrainRunSummary>,
+}
+
+fn run_detail(ws: &Workspace, id: i64) -> Result<RunDetail> {
+    let run = ws.catalog.run(id)?.with_context(|| {
+        format!("no run {id} in the catalog ('pipeline status' lists the runs)")
+    })?;
+    let artifacts = ws
+        .catalog
+        .run_artifacts(id)?
+        .into_iter()
+        .map(|a| {
+            FileDetail {
+                kind: a.kind.as_str().to_string(),
+                path: a.path,
+                bytes: a.bytes,
+                checksum: a.checksum,
+                rows: a.rows,
+                split: a.split,
+                step: None,
+                epoch: None,
+                metadata: None,
+                metadata_error: None,
+            }
+            .with_metadata(ws)
+        })
+        .collect();
+    let checkpoints = ws
+        .catalog
+        .checkpoints(id)?
+        .into_iter()
+        .map(|c| {
+            FileDetail {
+                kind: "checkpoint".into(),
+                path: c.path,
+                bytes: c.bytes,
+                checksum: c.checksum,
+                rows: None,
+                split: None,
+                step: Some(c.step),
+                epoch: Some(c.epoch),
+                metadata: None,
+                metadata_error: None,
+            }
+            .with_metadata(ws)
+        })
+        .collect();
+    let train = match run.stage {
+        StageKind::Train => Some(train_summary(ws, &run)?),
+        _ => None,
+    };
+    Ok(RunDetail {
+        metrics: ws.catalog.metrics(id)?,
+        run,
+        artifacts,
+        checkpoints,
+        train,
+    })
+}
+
+/// `pipeline status --run N`.
+fn print_run(ws: &Workspace, id: i64, json: bool) -> Result<()> {
+    let d = run_detail(ws, id)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&d)?);
+        return Ok(());
+    }
+    let r = &d.run;
+    println!("run #{} ({}): {}", r.id, r.stage, r.status);
+    println!(
+        "  started {}, ended {}, pid {}",
+        r.started_at,
+        r.ended_at.as_deref().unwrap_or("-"),
+        r.pid
+    );
+    if let Some(e) = &r.error {
+        println!("  error:");
+        for line in e.lines() {
+            println!("    {line}");
+        }
+    }
+    if let Some(t) = &d.train {
+        print_train_table(std::slice::from_ref(t));
+        for p in &t.evaluations {
+            println!("  P@1/3/5 {} % ({})", p.percentages(), p.origin());
+        }
+        if let Some(p) = &t.held_out {
+            println!("  P@1/3/5 {} % ({})", p.percentages(), p.origin());
+        }
+    }
+    println!();
+    println!("params");
+    match r.params.as_object() {
+        Some(obj) => {
+            for (k, v) in obj {
+                println!("  {k} = {v}");
+            }
+        }
+        None => println!("  {}", r.params),
+    }
+    print_files("artifacts", &d.artifacts);
+    print_files("checkpoints", &d.checkpoints);
+    print_metrics(&d.metrics);
+    Ok(())
+}
+
+/// The footer key under which the Arrow writer stores its schema (IPC, base64).
+const ARROW_SCHEMA_KEY: &str = "ARROW:schema";
+
+fn print_files(title: &str, files: &[FileDetail]) {
+    if files.is_empty() {
+        return;
+    }
+    println!();
+    println!("{title} ({})", files.len());
+    for f in files {
+        let mut what = f.kind.clone();
+        if let (Some(step), Some(epoch)) = (f.step, f.epoch) {
+            what = format!("step {step} (epoch {epoch})");
+        }
+        let rows = f.rows.map_or(String::new(), |r| format!("  {r} rows"));
+        let split = f
+            .split
+            .as_deref()
+            .map_or(String::new(), |s| format!("  split {s}"));
+        println!(
+            "  {what:<18} {}  {} ({} B)  xxh3 {}{rows}{split}",
+            f.path,
+            human_bytes(f.bytes),
+            f.bytes,
+            f.checksum
+        );
+        if let Some(kv) = &f.metadata {
+            for (k, v) in kv {
+                if k == ARROW_SCHEMA_KEY {
+                    // The Arrow writer's own copy of the schema: opaque, and long.
+                    println!("      {k} = ({} characters of base64)", v.len());
+                } else {
+                    println!("      {k} = {v}");
+                }
+            }
+        }
+        if let Some(e) = &f.metadata_error {
+            println!("      (metadata unreadable: {e})");
+        }
+    }
+}
+
+/// The run's figures grouped by (step, split) in the order first recorded, a few to a
+/// line. The step is an epoch for per-epoch figures, an optimiser step for the others.
+fn print_metrics(metrics: &[MetricRow]) {
+    if metrics.is_empty() {
+        return;
+    }
+    // (step, split) → the figures recorded there.
+    type Group<'a> = ((Option<i64>, Option<&'a str>), Vec<String>);
+    let mut lines: Vec<Group<'_>> = Vec::new();
+    for m in metrics {
+        let key = (m.step, m.split.as_deref());
+        let figure = format!("{}={}", m.name, format_value(m.value));
+        match lines.iter_mut().find(|l| l.0 == key) {
+            Some(l) => l.1.push(figure),
+            None => lines.push((key, vec![figure])),
+        }
+    }
+    println!();
+    println!("metrics ({})", metrics.len());
+    for ((step, split), figures) in lines {
+        let at = format!(
+            "{}{}",
+            step.map_or("-".into(), |s| format!("at {s}")),
+            split.map_or(String::new(), |s| format!(" {s}"))
+        );
+        for (i, group) in figures.chunks(FIGURES_PER_LINE).enumerate() {
+            let label = if i == 0 { at.as_str() } else { "" };
+            println!("  {label:<14} {}", group.join("  "));
+        }
+    }
+}
+
+/// Metric figures per line of `status --run` (the five measures of one k for held-out and
+/// evaluate figures).
+const FIGURES_PER_LINE: usize = 5;
+
+/// A figure with enough digits to compare: ELBOs are large, fractions small.
+fn format_value(v: f64) -> String {
+    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
+        format!("{v:.6e}")
+    } else {
+        format!("{v:.6}")
+    }
 }

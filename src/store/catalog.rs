@@ -1273,4 +1273,65 @@ impl Catalog {
             Err(e) => vec![e.to_string()],
         }
     }
+
+    /// Runs of `stage` in any status, newest first, at most `limit` of them.
+    pub fn runs_of_stage(&self, stage: StageKind, limit: usize) -> Result<Vec<RunRow>> {
+        self.query_runs(
+            "WHERE stage = ?1 ORDER BY id DESC LIMIT ?2",
+            params![stage, limit as i64],
+        )
+    }
+
+    /// Completed evaluate runs of the predictions of training run `train_run`, oldest first:
+    /// an evaluate run names its predictions by checksum, the predictions artifact names
+    /// the predict run that wrote it, and that run's parameters name the training run.
+    pub fn evaluations_of_train_run(&self, train_run: i64) -> Result<Vec<EvaluationLink>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT ev.id, min(pr.id), json_extract(ev.params, '$.split'), \
+                 json_extract(pr.params, '$.checkpoint_step') \
+                 FROM stage_runs ev \
+                 JOIN artifacts a ON a.kind = ?2 \
+                      AND a.checksum = json_extract(ev.params, '$.predictions_checksum') \
+                 JOIN stage_runs pr ON pr.id = a.stage_run_id \
+                 WHERE ev.stage = ?3 AND ev.status = ?5 AND pr.stage = ?4 AND pr.status = ?5 \
+                 AND json_extract(pr.params, '$.train_run') = ?1 \
+                 GROUP BY ev.id ORDER BY ev.id",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map(
+                params![
+                    train_run,
+                    ArtifactKind::Predictions,
+                    StageKind::Evaluate,
+                    StageKind::Predict,
+                    RunStatus::Ok
+                ],
+                |r| {
+                    Ok(EvaluationLink {
+                        evaluate_run: r.get(0)?,
+                        predict_run: r.get(1)?,
+                        split: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                        checkpoint_step: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                    })
+                },
+            )
+            .map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+}
+
+/// A completed evaluation of a training run's predictions
+/// ([`Catalog::evaluations_of_train_run`]).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct EvaluationLink {
+    pub evaluate_run: i64,
+    /// The predict run whose file was evaluated.
+    pub predict_run: i64,
+    pub split: String,
+    /// The training checkpoint the predictions were made with.
+    pub checkpoint_step: Option<u64>,
 }

@@ -4,9 +4,12 @@
 //! | column | type      | meaning                                              |
 //! |--------|-----------|------------------------------------------------------|
 //! | row_id | u64       | row of the split                                     |
-//! | labels | list<u32> | the k best labels, best first (ties: smaller id first) |
-//! | scores | list<f32> | their scores, same order                             |
-//! | probabilities | list<f32> | optional: E_q[σ(f)] of the same labels (`--probabilities`) |
+//! | labels | list<u32> | the k best labels by mean f̄, best first (ties: smaller id first) |
+//! | scores | list<f32> | their means f̄, same order                            |
+//! | probabilities | list<f32> | optional: E_q[σ(f)] of the same labels, same order (`--probabilities`) |
+//!
+//! The order is the mean's even when probabilities are stored, so probabilities need not
+//! decrease along a row (`docs/formats.md`, "Predictions", has the measurement behind it).
 
 use std::collections::BTreeMap;
 use std::fs::File;
