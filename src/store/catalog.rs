@@ -654,19 +654,12 @@ impl Catalog {
         params: &serde_json::Value,
         status: RunStatus,
     ) -> Result<Option<RunRow>> {
-        let sql = format!(
-            "SELECT {} FROM stage_runs WHERE stage = ?1 AND params = ?2 AND status = ?3 \
-             ORDER BY id DESC LIMIT 1",
-            Self::RUN_COLUMNS
-        );
-        self.conn
-            .query_row(
-                &sql,
+        Ok(self
+            .query_runs(
+                "WHERE stage = ?1 AND params = ?2 AND status = ?3 ORDER BY id DESC LIMIT 1",
                 params![stage, params.to_string(), status],
-                Self::run_from_row,
-            )
-            .optional()
-            .map_err(|e| explain(&self.path, e))
+            )?
+            .pop())
     }
 
     /// The newest successful run of `stage` whose parameters name this dataset and
@@ -677,21 +670,15 @@ impl Catalog {
         dataset: &str,
         dataset_checksum: &str,
     ) -> Result<Option<RunRow>> {
-        let sql = format!(
-            "SELECT {} FROM stage_runs WHERE stage = ?1 AND status = ?2 \
-             AND json_extract(params, '$.dataset') = ?3 \
-             AND json_extract(params, '$.dataset_checksum') = ?4 \
-             ORDER BY id DESC LIMIT 1",
-            Self::RUN_COLUMNS
-        );
-        self.conn
-            .query_row(
-                &sql,
+        Ok(self
+            .query_runs(
+                "WHERE stage = ?1 AND status = ?2 \
+                 AND json_extract(params, '$.dataset') = ?3 \
+                 AND json_extract(params, '$.dataset_checksum') = ?4 \
+                 ORDER BY id DESC LIMIT 1",
                 params![stage, RunStatus::Ok, dataset, dataset_checksum],
-                Self::run_from_row,
-            )
-            .optional()
-            .map_err(|e| explain(&self.path, e))
+            )?
+            .pop())
     }
 
     /// Runs of `stage` with `status`, newest first.
@@ -1060,23 +1047,17 @@ impl Catalog {
         params: &serde_json::Value,
         status: RunStatus,
     ) -> Result<Option<RunRow>> {
-        let sql = format!(
-            "SELECT {} FROM stage_runs WHERE stage = ?1 AND status = ?3 \
-             AND coalesce((SELECT o.params FROM run_options o \
-                           WHERE o.stage_run_id = stage_runs.id), params) = ?2 \
-             AND coalesce((SELECT o.reusable FROM run_options o \
-                           WHERE o.stage_run_id = stage_runs.id), 1) = 1 \
-             ORDER BY id DESC LIMIT 1",
-            Self::RUN_COLUMNS
-        );
-        self.conn
-            .query_row(
-                &sql,
+        Ok(self
+            .query_runs(
+                "WHERE stage = ?1 AND status = ?3 \
+                 AND coalesce((SELECT o.params FROM run_options o \
+                               WHERE o.stage_run_id = stage_runs.id), params) = ?2 \
+                 AND coalesce((SELECT o.reusable FROM run_options o \
+                               WHERE o.stage_run_id = stage_runs.id), 1) = 1 \
+                 ORDER BY id DESC LIMIT 1",
                 params![stage, params.to_string(), status],
-                Self::run_from_row,
-            )
-            .optional()
-            .map_err(|e| explain(&self.path, e))
+            )?
+            .pop())
     }
 
     /// Runs of `stage` that started with exactly `params`, whatever their status, newest
