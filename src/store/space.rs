@@ -75,7 +75,10 @@ mod tests {
     fn human_bytes_uses_binary_units() {
         assert_eq!(human_bytes(1000), "1000 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(24 * 1024 * 1024 * 1024 + 200 * 1024 * 1024), "24.2 GiB");
+        assert_eq!(
+            human_bytes(24 * 1024 * 1024 * 1024 + 200 * 1024 * 1024),
+            "24.2 GiB"
+        );
     }
 
     #[test]
