@@ -19,7 +19,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::store::catalog::{RunRow, RunStatus, StageKind};
 use crate::store::workspace::{process_identity, remove_path, Workspace};
@@ -134,6 +134,7 @@ pub fn execute<T, C: Send>(
     let staged = match staged {
         Ok(staged) => staged,
         Err(e) => {
+            let e = run.locate(e);
             run.failed(&e);
             return Err(e);
         }
@@ -171,6 +172,7 @@ pub fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
 pub struct StageRun<'a> {
     ws: &'a Workspace,
     pub id: i64,
+    kind: StageKind,
     tmp_dir: PathBuf,
     ended: bool,
 }
@@ -181,7 +183,7 @@ impl<'a> StageRun<'a> {
         let pid = std::process::id();
         let identity = process_identity(pid).unwrap_or_default();
         let id = ws.catalog.begin_run(kind, params, pid, &identity)?;
-        Self::with_scratch(ws, id)
+        Self::with_scratch(ws, kind, id)
     }
 
     /// Takes over an interrupted or failed run (`pipeline train --resume`): it is marked
@@ -189,20 +191,31 @@ impl<'a> StageRun<'a> {
     pub fn resume(ws: &'a Workspace, id: i64) -> Result<Self> {
         let pid = std::process::id();
         let identity = process_identity(pid).unwrap_or_default();
+        let kind = match ws.catalog.run(id)? {
+            Some(row) => row.stage,
+            None => bail!("there is no run {id} in the catalog"),
+        };
         ws.catalog.reopen_run(id, pid, &identity)?;
-        Self::with_scratch(ws, id)
+        Self::with_scratch(ws, kind, id)
     }
 
-    fn with_scratch(ws: &'a Workspace, id: i64) -> Result<Self> {
+    fn with_scratch(ws: &'a Workspace, kind: StageKind, id: i64) -> Result<Self> {
         let tmp_dir = ws.root().join("tmp").join(format!("run-{id}"));
         fs::create_dir_all(&tmp_dir)
             .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
         Ok(StageRun {
             ws,
             id,
+            kind,
             tmp_dir,
             ended: false,
         })
+    }
+
+    /// Adds where an error happened, `"{stage} run {id}: "`, to an error of this run's work,
+    /// so every failure a person reads (and the catalog records) names the run it ended.
+    pub fn locate(&self, error: anyhow::Error) -> anyhow::Error {
+        error.context(format!("{} run {}", self.kind, self.id))
     }
 
     /// Scratch directory, private to this run.
@@ -241,6 +254,7 @@ impl<'a> StageRun<'a> {
             }
             Err(e) => {
                 let _ = remove_path(&self.ws.resolve(to));
+                let e = self.locate(e);
                 self.failed(&e);
                 Err(e)
             }
@@ -263,6 +277,7 @@ impl<'a> StageRun<'a> {
                 Ok(value)
             }
             Err(e) => {
+                let e = self.locate(e);
                 self.failed(&e);
                 Err(e)
             }

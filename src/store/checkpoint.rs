@@ -171,9 +171,10 @@ pub fn write_checkpoint(path: &Path, c: &Checkpoint) -> Result<WrittenFile> {
         .set_key_value_metadata(Some(metadata(c)))
         .build();
     let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut writer = ArrowWriter::try_new(file, schema(), Some(props))?;
-    writer.write(&batch)?;
-    let file = writer.into_inner()?;
+    let writing = || format!("writing {}", path.display());
+    let mut writer = ArrowWriter::try_new(file, schema(), Some(props)).with_context(writing)?;
+    writer.write(&batch).with_context(writing)?;
+    let file = writer.into_inner().with_context(writing)?;
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);

@@ -225,9 +225,12 @@ pub fn write_chunk(
         .set_key_value_metadata(Some(kv))
         .build();
     let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut writer = ArrowWriter::try_new(file, chunk_schema(), Some(props))?;
-    writer.write(&into_record_batch(chunk)?)?;
-    let file = writer.into_inner()?;
+    let writing = || format!("writing {}", path.display());
+    let mut writer =
+        ArrowWriter::try_new(file, chunk_schema(), Some(props)).with_context(writing)?;
+    let batch = into_record_batch(chunk)?;
+    writer.write(&batch).with_context(writing)?;
+    let file = writer.into_inner().with_context(writing)?;
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);

@@ -8,5 +8,6 @@ pub mod integrity;
 pub mod kinds;
 pub mod npy;
 pub mod predictions;
+pub mod space;
 pub mod verify;
 pub mod workspace;

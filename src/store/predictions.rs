@@ -208,15 +208,20 @@ impl PredictionWriter {
                 self.path.display()
             );
         }
-        self.writer.write(&block.to_batch()?)?;
+        let writing = || format!("writing {}", self.path.display());
+        let batch = block.to_batch()?;
+        self.writer.write(&batch).with_context(writing)?;
         // One row group per block keeps the writer's buffers bounded by a block.
-        self.writer.flush()?;
+        self.writer.flush().with_context(writing)?;
         Ok(())
     }
 
     /// Closes and fsyncs the file; returns its size and checksum.
     pub fn finish(self) -> Result<WrittenFile> {
-        let file = self.writer.into_inner()?;
+        let file = self
+            .writer
+            .into_inner()
+            .with_context(|| format!("writing {}", self.path.display()))?;
         file.sync_all()
             .with_context(|| format!("syncing {}", self.path.display()))?;
         drop(file);

@@ -26,6 +26,7 @@ use crate::stage::{memoised, thread_pool, threads_or_all, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::WrittenFile;
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
+use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
 use kmeans::{InitMethod, KMeansConfig};
 use rsvd::{randomized_svd, ChunkFiles, RowSource, SvdConfig};
@@ -197,6 +198,14 @@ struct Computed {
 }
 
 /// Computes every artifact into `tmp/svd/`.
+/// Bytes of the stage's f32 outputs for N rows, D features and rank R: K_XX̃ [N×R], the
+/// basis [R×D] and the squared norms [N] (the npy headers and the R singular values are
+/// negligible).
+fn output_bytes(n_rows: u64, n_cols: usize, rank: usize) -> u64 {
+    let (d, r) = (n_cols as u64, rank as u64);
+    4 * (n_rows * r + r * d + n_rows)
+}
+
 fn compute(
     src: &ChunkFiles,
     dataset: &DatasetRow,
@@ -205,6 +214,12 @@ fn compute(
 ) -> Result<Staged<Computed>> {
     let out = tmp.join("svd");
     std::fs::create_dir_all(&out)?;
+    // Refused before the passes over the data, not after them with a half-written K_XX̃.
+    ensure_free(
+        &out,
+        output_bytes(src.n_rows, src.n_cols, args.rank),
+        "kxx.npy, basis.npy and sq_norms.npy",
+    )?;
     let started = Instant::now();
     let cfg = SvdConfig {
         rank: args.rank,

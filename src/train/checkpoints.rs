@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use crate::stage::StageRun;
 use crate::store::catalog::CheckpointRow;
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
+use crate::store::space::ensure_free;
 use crate::store::workspace::{remove_path, Workspace};
 use crate::trained::Retention;
 
@@ -21,9 +22,15 @@ pub fn save_checkpoint(
     out_rel: &str,
     ckpt: &Checkpoint,
 ) -> Result<()> {
-    let name = format!("ckpt-{:09}.parquet", ckpt.state.step);
+    let step = ckpt.state.step;
+    let name = format!("ckpt-{step:09}.parquet");
     let tmp = run.tmp_dir().join(&name);
-    let written = write_checkpoint(&tmp, ckpt)?;
+    let what = format!("the checkpoint at step {step}");
+    ensure_free(run.tmp_dir(), uncompressed_bytes(ckpt), &what)?;
+    let written = write_failpoint("checkpoint-write-enospc", step)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| write_checkpoint(&tmp, ckpt))
+        .with_context(|| format!("writing checkpoint at step {step} to {}", tmp.display()))?;
     failpoint("checkpoint-written", ckpt.state.step);
     let dir = ws.resolve(out_rel);
     fs::rename(&tmp, dir.join(&name))
@@ -40,6 +47,13 @@ pub fn save_checkpoint(
         bytes: written.bytes,
         checksum: written.checksum,
     })
+}
+
+/// The checkpoint's tensors as raw f64 (the parameters and Adam's two moments, each as
+/// long as the flat parameter vector): its file, zstd-compressed, is no larger.
+fn uncompressed_bytes(ckpt: &Checkpoint) -> u64 {
+    let floats = 2 * ckpt.adam.m.len() + ckpt.adam.v.len();
+    (floats * std::mem::size_of::<f64>()) as u64
 }
 
 /// Deletes the checkpoints of `run` that `keep` lets go (the oldest), then every checkpoint
@@ -82,5 +96,17 @@ fn failpoint(name: &str, step: u64) {
             eprintln!("failpoint {spec}: aborting");
             std::process::abort();
         }
+    }
+}
+
+/// Write-failure injection for the disk-full tests: `FSGP_FAILPOINT=NAME:STEP` makes the
+/// named write fail at that step with the operating system's "No space left on device"
+/// (ENOSPC), as a full disk would, instead of aborting the process.
+fn write_failpoint(name: &str, step: u64) -> std::io::Result<()> {
+    match std::env::var("FSGP_FAILPOINT") {
+        Ok(spec) if spec == format!("{name}:{step}") => {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        _ => Ok(()),
     }
 }
