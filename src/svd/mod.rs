@@ -235,7 +235,7 @@ fn compute(
     let svd = randomized_svd(src, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
     pb.finish_and_clear();
     memtrace::mark("svd basis computed");
-    let (n, d, r) = (src.n_rows as usize, src.n_cols, args.rank);
+    let (d, r) = (src.n_cols, args.rank);
     let basis_t = Array2::from_shape_fn((d, r), |(j, k)| svd.basis_t[(j, k)] as f32);
     let svd = rsvd::SvdResult {
         basis_t: faer::Mat::new(),
@@ -259,36 +259,7 @@ fn compute(
     // The K_XX̃ pass: one more read of the chunks, rows projected onto the basis.
     let t = Instant::now();
     let kxx_path = out.join("kxx.npy");
-    let mut kxx = NpyRowWriter::create(&kxx_path, n, r)?;
-    // Streamed to its file like K_XX̃: nothing N-sized is held in memory.
-    let sq_norms_path = out.join("sq_norms.npy");
-    let mut sq_norms = NpyRowWriter::create_vector(&sq_norms_path, n)?;
-    let pb = progress_bar(src.files.len() as u64, "K_XX̃");
-    let mut row = 0usize;
-    src.for_each_chunk(&mut |chunk| {
-        let mut view = kxx.view_mut()?;
-        let block = view.slice_mut(ndarray::s![row..row + chunk.len(), ..]);
-        project_chunk(chunk, basis_t.view(), block);
-        sq_norms
-            .view_mut1()?
-            .slice_mut(ndarray::s![row..row + chunk.len()])
-            .assign(&ndarray::ArrayView1::from(&chunk.sq_norms[..]));
-        row += chunk.len();
-        pb.inc(1);
-        Ok(())
-    })?;
-    pb.finish_and_clear();
-    if row != n {
-        bail!("read {row} rows of the train split, expected {n}");
-    }
-    memtrace::mark("svd K_XX̃ pass");
-    arts.push((ArtifactKind::Kxx, "kxx.npy", n as u64, kxx.finish()?));
-    arts.push((
-        ArtifactKind::SqNorms,
-        "sq_norms.npy",
-        n as u64,
-        sq_norms.finish()?,
-    ));
+    arts.extend(write_projection(src, basis_t.view(), &out)?);
     let mut pass_seconds = svd.pass_seconds.clone();
     pass_seconds.push(t.elapsed().as_secs_f64());
 
@@ -329,6 +300,47 @@ fn compute(
             pass_seconds,
         },
     })
+}
+
+/// The K_XX̃ pass: every training row projected onto the basis, streamed into `kxx.npy`
+/// [N×R] and its squared norm into `sq_norms.npy` [N] in `out`; nothing N-sized is held in
+/// memory. `basis_t` is X̃ᵀ [D×R].
+fn write_projection(
+    src: &ChunkFiles,
+    basis_t: ndarray::ArrayView2<'_, f32>,
+    out: &Path,
+) -> Result<[LocalArtifact; 2]> {
+    let (n, r) = (src.n_rows as usize, basis_t.ncols());
+    let mut kxx = NpyRowWriter::create(&out.join("kxx.npy"), n, r)?;
+    let mut sq_norms = NpyRowWriter::create_vector(&out.join("sq_norms.npy"), n)?;
+    let pb = progress_bar(src.files.len() as u64, "K_XX̃");
+    let mut row = 0usize;
+    src.for_each_chunk(&mut |chunk| {
+        let mut view = kxx.view_mut()?;
+        let block = view.slice_mut(ndarray::s![row..row + chunk.len(), ..]);
+        project_chunk(chunk, basis_t, block);
+        sq_norms
+            .view_mut1()?
+            .slice_mut(ndarray::s![row..row + chunk.len()])
+            .assign(&ndarray::ArrayView1::from(&chunk.sq_norms[..]));
+        row += chunk.len();
+        pb.inc(1);
+        Ok(())
+    })?;
+    pb.finish_and_clear();
+    if row != n {
+        bail!("read {row} rows of the train split, expected {n}");
+    }
+    memtrace::mark("svd K_XX̃ pass");
+    Ok([
+        (ArtifactKind::Kxx, "kxx.npy", n as u64, kxx.finish()?),
+        (
+            ArtifactKind::SqNorms,
+            "sq_norms.npy",
+            n as u64,
+            sq_norms.finish()?,
+        ),
+    ])
 }
 
 fn print_summary(
