@@ -14,42 +14,9 @@ use std::sync::OnceLock;
 
 /// The spec every workspace here is built from: ingest 1, svd 2, train 3, predict 4,
 /// evaluate 5.
-const SPEC: &str = r#"
-[synth]
-out = "data"
-rows = 900
-test_rows = 150
-features = 60
-labels = 30
-seed = 3
-
-[ingest]
-name = "toy"
-train = "data/train.txt"
-test = "data/test.txt"
-chunk_rows = 200
-
-[svd]
-rank = 8
-inducing = 16
-threads = 2
-
-[train]
-factors = 3
-batch = 64
-epochs = 2
-lr = 0.05
-checkpoint_every = 10
-threads = 2
-seed = 5
-
-[predict]
-top_k = 5
-probabilities = true
-
-[evaluate]
-k = 5
-"#;
+fn spec() -> String {
+    toy_spec(2, "", "top_k = 5\nprobabilities = true\n")
+}
 
 /// What an undisturbed run leaves: every registered file with its checksum, and the runs
 /// that finished.
@@ -98,7 +65,7 @@ fn baseline() -> &'static Baseline {
         let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("integrity-baseline");
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
-        let spec = write(&root, "toy.toml", SPEC);
+        let spec = write(&root, "toy.toml", &spec());
         let ws = root.join("ws");
         let out = run_spec(&ws, &spec);
         assert!(out.status.success(), "{}", stderr(&out));

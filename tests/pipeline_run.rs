@@ -16,44 +16,10 @@ use std::time::{Duration, Instant};
 
 /// A spec for a small generated dataset; `epochs` sets the length of training.
 fn spec(dir: &Path, epochs: u32) -> PathBuf {
-    let text = format!(
-        r#"
-[synth]
-out = "data"
-rows = 900
-test_rows = 150
-features = 60
-labels = 30
-seed = 3
-
-[ingest]
-name = "toy"
-train = "data/train.txt"
-test = "data/test.txt"
-chunk_rows = 200
-
-[svd]
-rank = 8
-inducing = 16
-threads = 2
-
-[train]
-factors = 3
-batch = 64
-epochs = {epochs}
-lr = 0.05
-checkpoint_every = 10
-threads = 2
-seed = 5
-eval_every = 2
-
-[predict]
-top_k = 7
-probabilities = true
-
-[evaluate]
-k = 5
-"#
+    let text = toy_spec(
+        epochs.into(),
+        "eval_every = 2\n",
+        "top_k = 7\nprobabilities = true\n",
     );
     let path = dir.join("toy.toml");
     std::fs::write(&path, text).unwrap();

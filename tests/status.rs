@@ -18,44 +18,7 @@ const EPOCHS: u64 = 4;
 /// Synthesises, ingests, factorises, trains (held-out metrics every 2 epochs), predicts and
 /// evaluates a toy dataset in `dir/ws`; returns the workspace.
 fn trained_workspace(dir: &Path) -> std::path::PathBuf {
-    let spec = format!(
-        r#"
-[synth]
-out = "data"
-rows = 900
-test_rows = 150
-features = 60
-labels = 30
-seed = 3
-
-[ingest]
-name = "toy"
-train = "data/train.txt"
-test = "data/test.txt"
-chunk_rows = 200
-
-[svd]
-rank = 8
-inducing = 16
-threads = 2
-
-[train]
-factors = 3
-batch = 64
-epochs = {EPOCHS}
-lr = 0.05
-checkpoint_every = 10
-threads = 2
-seed = 5
-eval_every = 2
-
-[predict]
-top_k = 5
-
-[evaluate]
-k = 5
-"#
-    );
+    let spec = toy_spec(EPOCHS, "eval_every = 2\n", "top_k = 5\n");
     let spec_path = dir.join("toy.toml");
     std::fs::write(&spec_path, spec).unwrap();
     let ws = dir.join("ws");

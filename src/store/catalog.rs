@@ -959,16 +959,21 @@ impl Catalog {
 
     /// Checkpoints of a run, by step.
     pub fn checkpoints(&self, run_id: i64) -> Result<Vec<CheckpointRow>> {
+        self.query_checkpoints("WHERE stage_run_id = ?1 ORDER BY step", [run_id])
+    }
+
+    fn query_checkpoints(
+        &self,
+        tail: &str,
+        args: impl rusqlite::Params,
+    ) -> Result<Vec<CheckpointRow>> {
+        let sql = format!(
+            "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints {tail}"
+        );
         let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints \
-                 WHERE stage_run_id = ?1 ORDER BY step",
-            )
-            .map_err(e)?;
+        let mut stmt = self.conn.prepare(&sql).map_err(e)?;
         let rows = stmt
-            .query_map([run_id], |r| {
+            .query_map(args, |r| {
                 Ok(CheckpointRow {
                     run_id: r.get(0)?,
                     step: r.get::<_, i64>(1)? as u64,
@@ -1153,27 +1158,7 @@ impl Catalog {
 
     /// Every registered checkpoint, by run and step.
     pub fn all_checkpoints(&self) -> Result<Vec<CheckpointRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints \
-                 ORDER BY stage_run_id, step",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(CheckpointRow {
-                    run_id: r.get(0)?,
-                    step: r.get::<_, i64>(1)? as u64,
-                    epoch: r.get::<_, i64>(2)? as u64,
-                    path: r.get(3)?,
-                    bytes: r.get::<_, i64>(4)? as u64,
-                    checksum: r.get(5)?,
-                })
-            })
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+        self.query_checkpoints("ORDER BY stage_run_id, step", [])
     }
 
     /// Every stage run, oldest first.

@@ -78,3 +78,45 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// The spec of the small generated dataset several tests build a workspace from (900 rows,
+/// D = 60, L = 30; svd R = 8, M = 16; 3 factors, B = 64, η = 0.05, a checkpoint every 10
+/// steps). `train_extra` and `predict` are the lines added to `[train]` and `[predict]`.
+pub fn toy_spec(epochs: u64, train_extra: &str, predict: &str) -> String {
+    format!(
+        r#"
+[synth]
+out = "data"
+rows = 900
+test_rows = 150
+features = 60
+labels = 30
+seed = 3
+
+[ingest]
+name = "toy"
+train = "data/train.txt"
+test = "data/test.txt"
+chunk_rows = 200
+
+[svd]
+rank = 8
+inducing = 16
+threads = 2
+
+[train]
+factors = 3
+batch = 64
+epochs = {epochs}
+lr = 0.05
+checkpoint_every = 10
+threads = 2
+seed = 5
+{train_extra}
+[predict]
+{predict}
+[evaluate]
+k = 5
+"#
+    )
+}
