@@ -15,6 +15,21 @@
 //!
 //! Training publishes checkpoints while it runs and resumes interrupted runs; it uses the
 //! same pieces ([`lookup`], [`StageRun`]) without [`memoised`]'s single publish step.
+//!
+//! Concurrency: a [`StageRun`] holds the workspace's lock of its stage and parameters
+//! ([`Workspace::lock_stage`]) from before its row is written until its outcome is, so a
+//! second process asking for the same computation is refused, naming the running run and
+//! its pid; [`memoised`] asks the catalog again once it holds the lock, so a run finished
+//! meanwhile is reused rather than repeated. A run that did not finish (killed, failed,
+//! or damaged and repaired) is recomputed under its own id when the same parameters are
+//! asked for again, so the ids and paths of a rerun are those of an undisturbed run.
+//!
+//! Crash injection ([`failpoint`]): `FSGP_FAILPOINT=stage-computed:STAGE` kills the process
+//! once the outputs are complete in scratch, `stage-renamed:STAGE` once they are renamed
+//! into place but before the catalog commit; `stage-pause:STAGE` pauses it at the first of
+//! these points until a file appears.
+
+pub mod failpoint;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,7 +37,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::store::catalog::{RunRow, RunStatus, StageKind};
-use crate::store::workspace::{process_identity, remove_path, Workspace};
+use crate::store::workspace::{process_identity, remove_path, StageLock, Workspace};
 
 /// What a stage returns: its value and whether it was computed now or found done.
 #[derive(Debug, Clone)]
@@ -91,23 +106,34 @@ pub fn memoised<T, C: Send>(
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
-    if let Some(done) = ws.catalog.find_ok_run(kind, params)? {
-        return Ok(Outcome {
+    let find_done = || ws.catalog.find_ok_run(kind, params);
+    let mut done = find_done()?;
+    let mut lock = None;
+    if done.is_none() {
+        lock = Some(ws.lock_stage(kind, params)?);
+        // Another process may have finished the same run between the lookup and the lock.
+        done = find_done()?;
+    }
+    match (done, lock) {
+        (Some(done), _) => Ok(Outcome {
             run_id: done.id,
             computed: false,
             value: cached(&done)?,
-        });
+        }),
+        (None, Some(lock)) => execute_locked(ws, lock, kind, params, pool, compute, commit),
+        (None, None) => unreachable!("the lock is taken when no finished run was found"),
     }
-    execute(ws, kind, params, pool, compute, commit)
 }
 
 /// Runs a stage unconditionally: starts a run, computes into its scratch directory (inside
 /// `pool` when given), renames the output into place and commits the catalog rows through
-/// `commit`; on any error the run is recorded as failed and its files are removed.
+/// `commit`; on any error the run is recorded as failed and its files are removed. Refused
+/// while another process runs the same stage with the same parameters.
 ///
-/// A run with the same parameters whose damaged outputs `pipeline verify --repair` removed
-/// is recomputed under its own id (into the same directory), so every later run that names
-/// it (a training run's svd run, ...) stays valid and nothing else is recomputed.
+/// A run with the same parameters that did not finish (its process was killed, it failed,
+/// or `pipeline verify --repair` removed its damaged outputs) is recomputed under its own
+/// id, into the same directory, so every later run that names it (a training run's svd
+/// run, ...) stays valid and nothing else is recomputed.
 pub fn execute<T, C: Send>(
     ws: &Workspace,
     kind: StageKind,
@@ -116,15 +142,26 @@ pub fn execute<T, C: Send>(
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
-    let run = match ws.catalog.find_repaired_run(kind, params)? {
-        Some(damaged) => {
-            eprintln!(
-                "{kind} run {} was found damaged by 'pipeline verify --repair'; recomputing it",
-                damaged.id
-            );
-            StageRun::resume(ws, damaged.id)?
+    let lock = ws.lock_stage(kind, params)?;
+    execute_locked(ws, lock, kind, params, pool, compute, commit)
+}
+
+/// [`execute`] once this process holds the stage's lock.
+fn execute_locked<T, C: Send>(
+    ws: &Workspace,
+    lock: StageLock,
+    kind: StageKind,
+    params: &serde_json::Value,
+    pool: Option<&rayon::ThreadPool>,
+    compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
+    commit: impl FnOnce(&Published, C) -> Result<T>,
+) -> Result<Outcome<T>> {
+    let run = match unfinished_run(ws, kind, params)? {
+        Some(unfinished) => {
+            eprintln!("{}; recomputing it", why_unfinished(ws, &unfinished)?);
+            StageRun::resume_locked(ws, lock, unfinished.id)?
         }
-        None => StageRun::start(ws, kind, params)?,
+        None => StageRun::start_locked(ws, lock, kind, params)?,
     };
     let scratch = run.tmp_dir().to_path_buf();
     let staged = match pool {
@@ -139,6 +176,8 @@ pub fn execute<T, C: Send>(
             return Err(e);
         }
     };
+    failpoint::pause_at("stage-pause", kind, &scratch);
+    failpoint::kill_at("stage-computed", kind);
     let published = Published {
         run_id: run.id,
         rel: run.output_rel(kind.output_dir(), &staged.name),
@@ -150,6 +189,35 @@ pub fn execute<T, C: Send>(
         run_id: published.run_id,
         computed: true,
         value,
+    })
+}
+
+/// The newest run of `kind` with exactly `params` that did not finish: interrupted (its
+/// process died), failed, or marked damaged by `pipeline verify --repair`.
+fn unfinished_run(
+    ws: &Workspace,
+    kind: StageKind,
+    params: &serde_json::Value,
+) -> Result<Option<RunRow>> {
+    let interrupted = ws
+        .catalog
+        .find_run_with_status(kind, params, RunStatus::Interrupted)?;
+    let failed = ws
+        .catalog
+        .find_run_with_status(kind, params, RunStatus::Failed)?;
+    Ok(interrupted.into_iter().chain(failed).max_by_key(|r| r.id))
+}
+
+/// Why `run` is recomputed, as printed before it is.
+fn why_unfinished(ws: &Workspace, run: &RunRow) -> Result<String> {
+    let (kind, id) = (run.stage, run.id);
+    let error = run.error.as_deref().unwrap_or("no message");
+    Ok(if ws.catalog.damaged_since(id)?.is_some() {
+        format!("{kind} run {id} was found damaged by 'pipeline verify --repair'")
+    } else if run.status == RunStatus::Failed {
+        format!("{kind} run {id} with these parameters failed ({error})")
+    } else {
+        format!("{kind} run {id} with these parameters was interrupted ({error})")
     })
 }
 
@@ -168,27 +236,54 @@ pub fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
 }
 
 /// A stage run in progress. Dropping it without [`StageRun::succeeded`] records it as failed
-/// and deletes its scratch directory, so an error anywhere leaves nothing behind.
+/// and deletes its scratch directory, so an error anywhere leaves nothing behind. It holds
+/// the lock of its stage and parameters until its outcome is recorded.
 pub struct StageRun<'a> {
     ws: &'a Workspace,
     pub id: i64,
     kind: StageKind,
     tmp_dir: PathBuf,
     ended: bool,
+    /// Released after `Drop` has recorded the outcome (fields drop after `drop` runs).
+    _lock: StageLock,
 }
 
 impl<'a> StageRun<'a> {
-    /// Records the start of a run of `kind` and creates its scratch directory.
+    /// Records the start of a run of `kind` and creates its scratch directory; refused
+    /// while another process runs `kind` with `params`.
     pub fn start(ws: &'a Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Self> {
+        let lock = ws.lock_stage(kind, params)?;
+        Self::start_locked(ws, lock, kind, params)
+    }
+
+    fn start_locked(
+        ws: &'a Workspace,
+        lock: StageLock,
+        kind: StageKind,
+        params: &serde_json::Value,
+    ) -> Result<Self> {
         let pid = std::process::id();
         let identity = process_identity(pid).unwrap_or_default();
         let id = ws.catalog.begin_run(kind, params, pid, &identity)?;
-        Self::with_scratch(ws, kind, id)
+        Self::with_scratch(ws, lock, kind, id)
     }
 
     /// Takes over an interrupted or failed run (`pipeline train --resume`): it is marked
-    /// running under this process and gets a fresh scratch directory.
+    /// running under this process and gets a fresh scratch directory. Refused while another
+    /// process runs the same stage with the run's parameters in force.
     pub fn resume(ws: &'a Workspace, id: i64) -> Result<Self> {
+        let Some(row) = ws.catalog.run(id)? else {
+            bail!("there is no run {id} in the catalog");
+        };
+        let in_force = match ws.catalog.run_options(id)? {
+            Some(options) => options.params,
+            None => row.params,
+        };
+        let lock = ws.lock_stage(row.stage, &in_force)?;
+        Self::resume_locked(ws, lock, id)
+    }
+
+    fn resume_locked(ws: &'a Workspace, lock: StageLock, id: i64) -> Result<Self> {
         let pid = std::process::id();
         let identity = process_identity(pid).unwrap_or_default();
         let kind = match ws.catalog.run(id)? {
@@ -196,10 +291,10 @@ impl<'a> StageRun<'a> {
             None => bail!("there is no run {id} in the catalog"),
         };
         ws.catalog.reopen_run(id, pid, &identity)?;
-        Self::with_scratch(ws, kind, id)
+        Self::with_scratch(ws, lock, kind, id)
     }
 
-    fn with_scratch(ws: &'a Workspace, kind: StageKind, id: i64) -> Result<Self> {
+    fn with_scratch(ws: &'a Workspace, lock: StageLock, kind: StageKind, id: i64) -> Result<Self> {
         let tmp_dir = ws.root().join("tmp").join(format!("run-{id}"));
         fs::create_dir_all(&tmp_dir)
             .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
@@ -209,6 +304,7 @@ impl<'a> StageRun<'a> {
             kind,
             tmp_dir,
             ended: false,
+            _lock: lock,
         })
     }
 
@@ -247,7 +343,10 @@ impl<'a> StageRun<'a> {
         to: &str,
         commit: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        match self.publish(from, to).and_then(|_| commit()) {
+        let published = self.publish(from, to).map(|_| {
+            failpoint::kill_at("stage-renamed", self.kind);
+        });
+        match published.and_then(|()| commit()) {
             Ok(value) => {
                 self.succeeded()?;
                 Ok(value)

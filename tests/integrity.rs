@@ -6,8 +6,8 @@
 //! to the undisturbed run's. `docs/reliability.md` lists these rows.
 
 mod common;
+use common::registered::*;
 use common::*;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
@@ -15,41 +15,11 @@ use std::sync::OnceLock;
 /// The spec every workspace here is built from: ingest 1, svd 2, train 3, predict 4,
 /// evaluate 5.
 fn spec() -> String {
-    toy_spec(2, "", "top_k = 5\nprobabilities = true\n")
-}
-
-/// What an undisturbed run leaves: every registered file with its checksum, and the runs
-/// that finished.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Outputs {
-    files: BTreeSet<(String, String)>,
-    ok_runs: BTreeSet<(i64, String)>,
+    pipeline_spec()
 }
 
 fn catalog(ws: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap()
-}
-
-fn outputs(ws: &Path) -> Outputs {
-    let db = catalog(ws);
-    let pairs = |sql: &str| -> BTreeSet<(String, String)> {
-        let mut stmt = db.prepare(sql).unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
-    let mut files = pairs("SELECT path, checksum FROM artifacts");
-    files.extend(pairs("SELECT path, checksum FROM checkpoints"));
-    let mut stmt = db
-        .prepare("SELECT id, stage FROM stage_runs WHERE status = 'ok'")
-        .unwrap();
-    let ok_runs = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    Outputs { files, ok_runs }
 }
 
 /// The undisturbed workspace, built once per test binary.
@@ -154,14 +124,6 @@ fn verify_json(ws: &Path) -> (Output, serde_json::Value) {
     let out = verify(ws, &["--json"]);
     let json = serde_json::from_slice(&out.stdout).expect("verify --json prints JSON");
     (out, json)
-}
-
-/// The stages a spec invocation ran (not found cached), from its summary table.
-fn stages_ran(log: &str) -> Vec<String> {
-    log.lines()
-        .filter(|l| l.split_whitespace().nth(2) == Some("ran"))
-        .map(|l| l.split_whitespace().next().unwrap().to_string())
-        .collect()
 }
 
 /// One fault on one registered file: `probe` (a command reading the file) fails naming it,

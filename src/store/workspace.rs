@@ -9,13 +9,24 @@
 //!   svd/<name>-r<R>.run<id>/ basis, singular values, K_XX̃ and A init of one SVD run
 //!   train/<name>-<kernel>.run<id>/ checkpoints of one training run
 //!   predictions/<name>-<split>.run<id>/ top-k predictions of one predict run
+//!   locks/<stage>-<hash>.lock  held (flock) by the process running a stage with the
+//!                            parameters hashed; removed when it ends
 //! ```
 //! How stages write here is the stage protocol's business (`crate::stage`): only below
 //! `tmp/run-<id>/`, then a rename into place, then the catalog rows. Opening a workspace
 //! collects what dead runs left: their scratch directories and any published directory
 //! that no catalog row references.
+//!
+//! Two processes never compute the same stage with the same parameters at once: the run
+//! holds [`StageLock`] (an exclusive `flock` on a file named after the stage and a hash of
+//! its parameters) from before its catalog row is written until after its outcome is, and
+//! a second process is refused with the running run's id and pid. The kernel releases the
+//! lock when its process ends, however it ends, so a killed run never blocks the next one.
 
 use std::fs;
+use std::io::{Seek, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -31,6 +42,9 @@ use crate::error::did_you_mean;
 fn output_dirs() -> impl Iterator<Item = &'static str> {
     StageKind::ALL.iter().map(|k| k.output_dir())
 }
+
+/// Directory of the workspace that holds the stage locks.
+const LOCK_DIR: &str = "locks";
 
 pub struct Workspace {
     root: PathBuf,
@@ -58,8 +72,10 @@ pub fn run_is_live(pid: i64, pid_start: &str) -> bool {
 impl Workspace {
     /// Opens the workspace at `root`, creating it if needed, and cleans up after dead runs.
     pub fn open(root: &Path) -> Result<Self> {
-        fs::create_dir_all(root.join("tmp"))
-            .with_context(|| format!("creating workspace {}", root.display()))?;
+        for dir in ["tmp", LOCK_DIR] {
+            fs::create_dir_all(root.join(dir))
+                .with_context(|| format!("creating workspace {}", root.display()))?;
+        }
         for dir in output_dirs() {
             fs::create_dir_all(root.join(dir))?;
         }
@@ -199,12 +215,13 @@ impl Workspace {
 
     /// Marks runs whose process died as 'interrupted' and removes their scratch space and
     /// any published directory no catalog row references.
+    ///
+    /// Another process may be starting a run meanwhile: the directories are listed before
+    /// the live runs are asked for, and a run's row is written before its directories, so
+    /// every directory listed belongs to a run the catalog already shows as running.
     fn collect_garbage(&self) -> Result<()> {
-        let mut live = Vec::new();
         for run in self.catalog.running_runs()? {
-            if run_is_live(run.pid, &run.pid_start) {
-                live.push(run.id);
-            } else {
+            if !run_is_live(run.pid, &run.pid_start) {
                 self.catalog.end_run(
                     run.id,
                     RunStatus::Interrupted,
@@ -212,33 +229,159 @@ impl Workspace {
                 )?;
             }
         }
-        for entry in fs::read_dir(self.root.join("tmp"))? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        let scratch = list_dir(&self.root.join("tmp"))?;
+        let mut published = Vec::new();
+        for dir in output_dirs() {
+            for name in list_dir(&self.root.join(dir))? {
+                published.push((format!("{dir}/{name}"), self.root.join(dir).join(&name)));
+            }
+        }
+        let live: Vec<i64> = self
+            .catalog
+            .running_runs()?
+            .into_iter()
+            .filter(|run| run_is_live(run.pid, &run.pid_start))
+            .map(|run| run.id)
+            .collect();
+        for name in scratch {
             let owner = name
                 .strip_prefix("run-")
                 .and_then(|s| s.parse::<i64>().ok());
             if owner.is_some_and(|id| !live.contains(&id)) {
-                remove_path(&entry.path())?;
+                remove_path(&self.root.join("tmp").join(&name))?;
             }
         }
         let referenced = self.catalog.referenced_paths()?;
-        for dir in output_dirs() {
-            for entry in fs::read_dir(self.root.join(dir))? {
-                let entry = entry?;
-                let rel = format!("{dir}/{}", entry.file_name().to_string_lossy());
-                let owner = rel
-                    .rsplit_once(".run")
-                    .and_then(|(_, id)| id.parse::<i64>().ok());
-                let is_referenced = referenced
-                    .iter()
-                    .any(|p| p == &rel || p.starts_with(&format!("{rel}/")));
-                if !is_referenced && owner.is_some_and(|id| !live.contains(&id)) {
-                    remove_path(&entry.path())?;
-                }
+        for (rel, path) in published {
+            let owner = rel
+                .rsplit_once(".run")
+                .and_then(|(_, id)| id.parse::<i64>().ok());
+            let is_referenced = referenced
+                .iter()
+                .any(|p| p == &rel || p.starts_with(&format!("{rel}/")));
+            if !is_referenced && owner.is_some_and(|id| !live.contains(&id)) {
+                remove_path(&path)?;
             }
         }
         Ok(())
+    }
+
+    /// Takes the lock of `kind` with `params` for this process, or refuses, naming the run
+    /// that holds it, its pid and what to do. Held until the [`StageLock`] is dropped (or
+    /// the process ends).
+    pub fn lock_stage(&self, kind: StageKind, params: &serde_json::Value) -> Result<StageLock> {
+        let hash = xxhash_rust::xxh3::xxh3_64(params.to_string().as_bytes());
+        let path = self
+            .root
+            .join(LOCK_DIR)
+            .join(format!("{kind}-{hash:016x}.lock"));
+        match StageLock::try_take(&path)? {
+            Some(lock) => Ok(lock),
+            None => Err(self.lock_refusal(kind, &path)),
+        }
+    }
+
+    /// The refusal when another process holds the lock of `kind` at `path`.
+    fn lock_refusal(&self, kind: StageKind, path: &Path) -> anyhow::Error {
+        let holder: Option<i64> = fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        let run = holder.and_then(|pid| {
+            let runs = self.catalog.running_runs().ok()?;
+            runs.into_iter()
+                .rev()
+                .find(|r| r.stage == kind && r.pid == pid)
+        });
+        let pid = holder.map_or("unknown".to_string(), |p| p.to_string());
+        let who = match &run {
+            Some(r) => format!(
+                "{kind} run {} is already running with these parameters in {} (pid {pid}, \
+                 started {})",
+                r.id,
+                self.root.display(),
+                r.started_at
+            ),
+            None => format!(
+                "another pipeline process (pid {pid}) is starting {kind} with these \
+                 parameters in {}",
+                self.root.display()
+            ),
+        };
+        anyhow::anyhow!(
+            "{who}; wait for it to finish and run this again (its outputs are then reused), \
+             or stop it (kill {pid}): a run whose process is gone counts as interrupted and \
+             the next run takes it up (lock file {})",
+            path.display()
+        )
+    }
+}
+
+/// The names in directory `dir`.
+fn list_dir(dir: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    Ok(names)
+}
+
+/// The exclusive lock of one stage with one set of parameters ([`Workspace::lock_stage`]):
+/// an advisory `flock` on a file in `locks/` that holds the owner's pid. Dropping it
+/// removes the file, while still holding the lock, then releases it.
+#[derive(Debug)]
+pub struct StageLock {
+    /// The open file the flock is on; closing it releases the lock.
+    _file: fs::File,
+    path: PathBuf,
+}
+
+impl StageLock {
+    /// The lock at `path`, or None when another process holds it.
+    ///
+    /// A holder removes the file before it lets go, so a process that opened the file
+    /// just before may get a lock on a file no longer in the directory, while a third
+    /// process creates and locks a new one: the lock only counts if `path` still names
+    /// the locked file, else this tries again.
+    fn try_take(path: &Path) -> Result<Option<StageLock>> {
+        let context = || format!("taking the stage lock {}", path.display());
+        loop {
+            let mut file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .with_context(context)?;
+            // SAFETY: flock(2) on a descriptor `file` owns; no memory is passed.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Ok(None);
+                }
+                return Err(e).with_context(context);
+            }
+            let locked = file.metadata().with_context(context)?;
+            let same = fs::metadata(path)
+                .is_ok_and(|now| now.dev() == locked.dev() && now.ino() == locked.ino());
+            if !same {
+                continue;
+            }
+            file.set_len(0).with_context(context)?;
+            file.rewind().with_context(context)?;
+            writeln!(file, "{}", std::process::id()).with_context(context)?;
+            return Ok(Some(StageLock {
+                _file: file,
+                path: path.to_path_buf(),
+            }));
+        }
+    }
+}
+
+impl Drop for StageLock {
+    fn drop(&mut self) {
+        // Removed while held; the lock itself goes with the descriptor, closed after this.
+        let _ = fs::remove_file(&self.path);
     }
 }
 

@@ -7,6 +7,7 @@ use std::fs;
 
 use anyhow::{Context, Result};
 
+use crate::stage::failpoint::{enospc_at, kill_at};
 use crate::stage::StageRun;
 use crate::store::catalog::CheckpointRow;
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
@@ -27,18 +28,18 @@ pub fn save_checkpoint(
     let tmp = run.tmp_dir().join(&name);
     let what = format!("the checkpoint at step {step}");
     ensure_free(run.tmp_dir(), uncompressed_bytes(ckpt), &what)?;
-    let written = write_failpoint("checkpoint-write-enospc", step)
+    let written = enospc_at("checkpoint-write-enospc", step)
         .map_err(anyhow::Error::from)
         .and_then(|()| write_checkpoint(&tmp, ckpt))
         .with_context(|| format!("writing checkpoint at step {step} to {}", tmp.display()))?;
-    failpoint("checkpoint-written", ckpt.state.step);
+    kill_at("checkpoint-written", ckpt.state.step);
     let dir = ws.resolve(out_rel);
     fs::rename(&tmp, dir.join(&name))
         .with_context(|| format!("moving checkpoint into {}", dir.display()))?;
     fs::File::open(&dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("syncing {}", dir.display()))?;
-    failpoint("checkpoint-renamed", ckpt.state.step);
+    kill_at("checkpoint-renamed", ckpt.state.step);
     ws.catalog.commit_checkpoint(&CheckpointRow {
         run_id: run.id,
         step: ckpt.state.step,
@@ -74,7 +75,7 @@ pub fn prune_checkpoints(
     if !old.is_empty() {
         let steps: Vec<u64> = old.iter().map(|c| c.step).collect();
         ws.catalog.remove_checkpoint_rows(run.id, &steps)?;
-        failpoint("checkpoints-unregistered", steps[steps.len() - 1]);
+        kill_at("checkpoints-unregistered", steps[steps.len() - 1]);
     }
     let registered: BTreeSet<&str> = kept.iter().map(|c| c.path.as_str()).collect();
     let dir = ws.resolve(out_rel);
@@ -86,27 +87,4 @@ pub fn prune_checkpoints(
         }
     }
     Ok(())
-}
-
-/// Crash injection for the kill/resume tests: `FSGP_FAILPOINT=NAME:STEP` aborts the process
-/// (as a crash would) when the named point is reached at that step.
-fn failpoint(name: &str, step: u64) {
-    if let Ok(spec) = std::env::var("FSGP_FAILPOINT") {
-        if spec == format!("{name}:{step}") {
-            eprintln!("failpoint {spec}: aborting");
-            std::process::abort();
-        }
-    }
-}
-
-/// Write-failure injection for the disk-full tests: `FSGP_FAILPOINT=NAME:STEP` makes the
-/// named write fail at that step with the operating system's "No space left on device"
-/// (ENOSPC), as a full disk would, instead of aborting the process.
-fn write_failpoint(name: &str, step: u64) -> std::io::Result<()> {
-    match std::env::var("FSGP_FAILPOINT") {
-        Ok(spec) if spec == format!("{name}:{step}") => {
-            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
-        }
-        _ => Ok(()),
-    }
 }

@@ -2,6 +2,7 @@
 //! workspace from the outside.
 #![allow(dead_code)]
 
+pub mod registered;
 pub mod toy;
 
 use std::path::{Path, PathBuf};
