@@ -1,0 +1,183 @@
+//! Two processes running the same stage with the same parameters on one workspace at
+//! once. The first is paused inside its run by `FSGP_FAILPOINT=stage-pause:STAGE` (its
+//! outputs complete in scratch, not yet published), which it signals by writing
+//! `tmp/run-<id>/paused`; so the second starts while the first is known to hold the run,
+//! whatever the timing. The second is refused before it writes anything, naming the
+//! running run, its pid and what to do; once the first finishes, the second finds its
+//! outputs and reuses them. A first process that is killed instead no longer counts: the
+//! second takes its run up as interrupted. `docs/reliability.md` lists these rows.
+
+mod common;
+use common::registered::*;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The undisturbed run of the spec, once per test binary.
+fn baseline() -> &'static Outputs {
+    static BASELINE: OnceLock<Outputs> = OnceLock::new();
+    BASELINE.get_or_init(|| {
+        let (_dir, spec) = spec_dir("baseline");
+        let ws = spec.parent().unwrap().join("ws");
+        let out = run_spec_with(&ws, &spec, &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        outputs(&ws)
+    })
+}
+
+fn spec_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let spec = write(dir.path(), "toy.toml", &pipeline_spec());
+    (dir, spec)
+}
+
+/// A `pipeline run` paused at `stage-pause:STAGE`; killed if the test ends before it does.
+struct Paused {
+    child: Child,
+    /// The paused run's scratch directory.
+    scratch: PathBuf,
+    log: PathBuf,
+}
+
+impl Paused {
+    fn start(ws: &Path, spec: &Path, stage: &str) -> Paused {
+        let log = spec.with_file_name(format!("first-{stage}.log"));
+        let mut child = Command::new(pipeline_bin())
+            .arg("--workspace")
+            .arg(ws)
+            .args(["run", spec.to_str().unwrap()])
+            .env_remove("FSGP_WORKSPACE")
+            .env("FSGP_FAILPOINT", format!("stage-pause:{stage}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let paused = std::fs::read_dir(ws.join("tmp")).ok().and_then(|rd| {
+                rd.map(|e| e.unwrap().path())
+                    .find(|p| p.join("paused").exists())
+            });
+            if let Some(scratch) = paused {
+                return Paused {
+                    child,
+                    scratch,
+                    log,
+                };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "the first process ended ({status}) before pausing: {}",
+                    std::fs::read_to_string(&log).unwrap()
+                );
+            }
+            assert!(Instant::now() < deadline, "the first process never paused");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets it go on; it must then finish the whole spec.
+    fn release(mut self) {
+        std::fs::write(self.scratch.join("resume"), b"").unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{}",
+            std::fs::read_to_string(&self.log).unwrap()
+        );
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn count(ws: &Path, table: &str) -> i64 {
+    query(ws, &format!("SELECT count(*) FROM {table}"))
+}
+
+fn second_process_is_refused_then_reuses(stage: &str, run_id: i64) {
+    let (_dir, spec) = spec_dir(stage);
+    let ws = spec.parent().unwrap().join("ws");
+    let first = Paused::start(&ws, &spec, stage);
+    let (runs, artifacts) = (count(&ws, "stage_runs"), count(&ws, "artifacts"));
+
+    let out = run_spec_with(&ws, &spec, &[]);
+    let log = stderr(&out);
+    assert!(!out.status.success(), "{stage}: the second process ran: {log}");
+    let pid = first.pid();
+    for part in [
+        format!("stage {stage} of "),
+        format!("{stage} run {run_id} is already running with these parameters in "),
+        format!("(pid {pid}, started "),
+        "wait for it to finish and run this again".to_string(),
+        format!("stop it (kill {pid})"),
+    ] {
+        assert!(log.contains(&part), "{stage}: {part:?} missing from: {log}");
+    }
+    assert!(!log.contains("panicked"), "{log}");
+    // Nothing written by the second process: no run row, no artifact.
+    assert_eq!(count(&ws, "stage_runs"), runs, "{stage}");
+    assert_eq!(count(&ws, "artifacts"), artifacts, "{stage}");
+
+    first.release();
+    let out = run_spec_with(&ws, &spec, &[]);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{stage}: {log}");
+    assert!(stages_ran(&log).is_empty(), "{stage}: {log}");
+    assert_eq!(&outputs(&ws), baseline(), "{stage}");
+    let out = pipeline(&ws, &["verify"]);
+    assert!(out.status.success(), "{stage}: {}", stderr(&out));
+}
+
+#[test]
+fn a_second_ingest_is_refused_while_the_first_runs() {
+    second_process_is_refused_then_reuses("ingest", 1);
+}
+
+#[test]
+fn a_second_svd_is_refused_while_the_first_runs() {
+    second_process_is_refused_then_reuses("svd", 2);
+}
+
+#[test]
+fn a_second_predict_is_refused_while_the_first_runs() {
+    second_process_is_refused_then_reuses("predict", 4);
+}
+
+#[test]
+fn a_second_evaluate_is_refused_while_the_first_runs() {
+    second_process_is_refused_then_reuses("evaluate", 5);
+}
+
+#[test]
+fn a_run_whose_process_is_gone_is_taken_up_as_interrupted() {
+    let (_dir, spec) = spec_dir("dead");
+    let ws = spec.parent().unwrap().join("ws");
+    let mut first = Paused::start(&ws, &spec, "svd");
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let out = run_spec_with(&ws, &spec, &[]);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("svd run 2 with these parameters was interrupted"),
+        "{log}"
+    );
+    assert_eq!(&outputs(&ws), baseline());
+    assert!(pipeline(&ws, &["verify"]).status.success());
+}
