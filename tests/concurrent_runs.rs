@@ -118,7 +118,10 @@ fn second_process_is_refused_then_reuses(stage: &str, run_id: i64) {
 
     let out = run_spec_with(&ws, &spec, &[]);
     let log = stderr(&out);
-    assert!(!out.status.success(), "{stage}: the second process ran: {log}");
+    assert!(
+        !out.status.success(),
+        "{stage}: the second process ran: {log}"
+    );
     let pid = first.pid();
     for part in [
         format!("stage {stage} of "),

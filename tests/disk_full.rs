@@ -1,7 +1,10 @@
 //! A full disk, injected: a checkpoint write failing with "No space left on device" names
 //! the stage, run, step and path, keeps the last good checkpoint and resumes to the bytes
 //! of an undisturbed run; a stage whose outputs do not fit (free space from the test hook
-//! `FSGP_FREE_SPACE_BYTES`) is refused before it writes, with both figures.
+//! `FSGP_FREE_SPACE_BYTES`: svd's factors, an ingest chunk, predictions) is refused before
+//! it writes, with both figures, and after room is made the rerun ends bitwise equal. And
+//! a real full file system: the workspace on a small tmpfs, where the machine allows
+//! mounting one.
 
 mod common;
 use common::toy::*;
@@ -102,4 +105,210 @@ fn svd_refuses_outputs_that_do_not_fit_and_registers_nothing() {
         .count();
     assert_eq!(published, 0);
     assert!(!ws.join(format!("tmp/run-{id}")).exists());
+}
+
+/// The whole pipeline's spec in its own directory (its generated data go beside it), with
+/// its workspace path.
+fn spec_in(name: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let spec = write(dir.path(), "toy.toml", text);
+    let ws = dir.path().join("ws");
+    (dir, spec, ws)
+}
+
+/// The registered outputs of an undisturbed run of `text` (a spec).
+fn undisturbed(text: &str) -> registered::Outputs {
+    let (_dir, spec, ws) = spec_in("reference", text);
+    let out = registered::run_spec_with(&ws, &spec, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    registered::outputs(&ws)
+}
+
+/// Asserts that `err` is a free-space refusal naming the stage run, the file, both figures
+/// (`free`: how the free figure starts) and a path below the run's scratch directory.
+fn assert_refusal(err: &str, run: &str, what: &str, free: &str, below: &str) {
+    for part in [
+        format!("{run}: {what} needs "),
+        format!(", the workspace's file system has {free}"),
+        below.to_string(),
+    ] {
+        assert!(err.contains(&part), "{part:?} missing from: {err}");
+    }
+}
+
+#[test]
+fn ingest_refuses_a_chunk_that_does_not_fit_and_registers_nothing() {
+    let text = registered::pipeline_spec();
+    let (_dir, spec, ws) = spec_in("ingest-full", &text);
+    let out = registered::run_spec_with(&ws, &spec, &[("FSGP_FREE_SPACE_BYTES", "1000")]);
+    assert!(!out.status.success(), "ingest ran on a full file system");
+    // Chunk 0 of the training split (200 rows) holds 34.9 KiB of CSR arrays.
+    assert!(stderr(&out).contains("stage ingest of "));
+    assert_refusal(
+        &stderr(&out),
+        "ingest run 1",
+        "chunk part-00000.parquet of split 'train'",
+        "1000 B free (",
+        "tmp/run-1/dataset/train)",
+    );
+    assert_eq!(run_status(&ws, 1), "failed");
+    assert_eq!(count(&ws, "SELECT count(*) FROM artifacts"), 0);
+    assert_eq!(count(&ws, "SELECT count(*) FROM datasets"), 0);
+    assert!(!ws.join("tmp/run-1").exists());
+    assert_eq!(std::fs::read_dir(ws.join("datasets")).unwrap().count(), 0);
+
+    // With room, the same spec recomputes the failed ingest under its id: bitwise equal.
+    let out = registered::run_spec_with(&ws, &spec, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(registered::outputs(&ws), undisturbed(&text));
+    assert!(pipeline(&ws, &["verify"]).status.success());
+}
+
+#[test]
+fn predict_refuses_predictions_that_do_not_fit_and_registers_nothing() {
+    let text = registered::pipeline_spec();
+    let (_dir, spec, ws) = spec_in("predict-full", &text);
+    let out = registered::run_spec_with(&ws, &spec, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reference = ws.with_file_name("reference");
+    copy_dir(&ws, &reference);
+    let predict = [
+        "predict",
+        "--run",
+        "3",
+        "--split",
+        "train",
+        "--top-k",
+        "7",
+        "--probabilities",
+    ];
+    let out = pipeline(&reference, &predict);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let before = registered::outputs(&ws);
+    let out = Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(predict)
+        .env_remove("FSGP_WORKSPACE")
+        .env("FSGP_FREE_SPACE_BYTES", "4096")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "predict ran on a full file system");
+    // 900 rows × (8 + 3 lists × (4 + 7 × 4)) bytes + 4 KiB for the footer.
+    let err = stderr(&out);
+    assert_refusal(
+        &err,
+        "predict run 6",
+        "predictions.parquet",
+        "4.0 KiB free (",
+        "tmp/run-6/predictions)",
+    );
+    assert!(err.contains("needs 95.4 KiB"), "{err}");
+    assert_eq!(run_status(&ws, 6), "failed");
+    assert_eq!(registered::outputs(&ws), before);
+    assert!(!ws.join("tmp/run-6").exists());
+
+    let out = pipeline(&ws, &predict);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(registered::outputs(&ws), registered::outputs(&reference));
+    assert!(pipeline(&ws, &["verify"]).status.success());
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (mount(8) syntax) or says why it cannot.
+    fn mount(size: &str) -> Result<Tmpfs, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("tmpfs")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                stderr(&out).trim()
+            ));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).output();
+    }
+}
+
+#[test]
+fn a_real_full_file_system_refuses_an_ingest_chunk_then_reruns_to_identical_outputs() {
+    // One chunk of the training split (900 rows, 169.4 KiB of CSR arrays), so the refusal
+    // comes at the first chunk and the catalog's own writes fit beside the filler.
+    let text = registered::pipeline_spec().replace("chunk_rows = 200", "chunk_rows = 2000");
+    let fs = match Tmpfs::mount("1m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!(
+                "skipped: the real-file-system test needs to mount a tmpfs (root or \
+                 CAP_SYS_ADMIN): {why}"
+            );
+            return;
+        }
+    };
+    let (_dir, spec, _) = spec_in("tmpfs", &text);
+    let ws = fs.path().join("ws");
+    let out = pipeline(&ws, &["status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Leave 96 KiB free: room for the catalog's WAL and shared memory, not for the chunk.
+    let free = fsgp::store::space::free_bytes(fs.path()).unwrap();
+    let filler = fs.path().join("filler");
+    std::fs::write(&filler, vec![0x5au8; (free - 96 * 1024) as usize]).unwrap();
+
+    let out = registered::run_spec_with(&ws, &spec, &[]);
+    assert!(!out.status.success(), "ingest ran on a full file system");
+    let err = stderr(&out);
+    assert_refusal(
+        &err,
+        "ingest run 1",
+        "chunk part-00000.parquet of split 'train'",
+        "",
+        "tmp/run-1/dataset/train)",
+    );
+    assert!(err.contains("stage ingest of "), "{err}");
+    // The chunk's CSR arrays; the free figure is what statvfs says (the catalog's files
+    // took some of the 96 KiB), and less.
+    assert!(err.contains("needs 169.4 KiB, "), "{err}");
+    let free_kib: f64 = err
+        .split("file system has ")
+        .nth(1)
+        .and_then(|t| t.split(" KiB free (").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no free figure in KiB: {err}"));
+    assert!(free_kib > 0.0 && free_kib <= 96.0, "{err}");
+    assert_eq!(run_status(&ws, 1), "failed");
+    assert_eq!(count(&ws, "SELECT count(*) FROM artifacts"), 0);
+    assert_eq!(count(&ws, "SELECT count(*) FROM datasets"), 0);
+    assert!(!ws.join("tmp/run-1").exists());
+
+    std::fs::remove_file(&filler).unwrap();
+    let out = registered::run_spec_with(&ws, &spec, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(registered::outputs(&ws), undisturbed(&text));
+    assert!(pipeline(&ws, &["verify"]).status.success());
 }

@@ -82,13 +82,19 @@ fn killed_at_point_then_rerun(stage: &str, point: &str) {
     // As the kill left it: the run still 'running', nothing of it registered, its output
     // complete in scratch (computed) or in place under its final name (renamed).
     let id = run_id_of(stage);
-    let status: String = query(&ws, &format!("SELECT status FROM stage_runs WHERE id = {id}"));
+    let status: String = query(
+        &ws,
+        &format!("SELECT status FROM stage_runs WHERE id = {id}"),
+    );
     assert_eq!(status, "running", "{context}");
     let registered: i64 = query(
         &ws,
         &format!("SELECT count(*) FROM artifacts WHERE stage_run_id = {id}"),
     );
-    assert_eq!(registered, 0, "{context}: a half-committed run registered files");
+    assert_eq!(
+        registered, 0,
+        "{context}: a half-committed run registered files"
+    );
     let output_dir = match stage {
         "ingest" => "datasets",
         "evaluate" => "evaluations",

@@ -11,6 +11,7 @@ use anyhow::{anyhow, Context, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::store::chunks::{write_chunk, CsrChunk, RowRef, WrittenFile};
+use crate::store::space::ensure_free;
 
 /// Smallest and largest automatic chunk sizes, in rows.
 const MIN_CHUNK_ROWS: usize = 1024;
@@ -217,10 +218,18 @@ impl SplitSink {
                 self.chunk_rows.unwrap_or(chunk.len()).to_string(),
             ),
         ]);
+        // The chunk's CSR arrays as they are in memory: zstd Parquet of them is no larger
+        // (but for tiny chunks' footers). Refused before the file is started, not halfway.
+        let name = format!("part-{index:05}.parquet");
+        ensure_free(
+            &self.dir,
+            chunk.heap_bytes() as u64,
+            &format!("chunk {name} of split '{}'", self.name),
+        )?;
         encoder.submit(Job {
             split: self.index,
             index,
-            path: self.dir.join(format!("part-{index:05}.parquet")),
+            path: self.dir.join(name),
             rows: chunk.len() as u64,
             chunk,
             metadata,

@@ -21,7 +21,8 @@ use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Stage
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
-use crate::store::predictions::PredictionWriter;
+use crate::store::predictions::{uncompressed_bytes, PredictionWriter};
+use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
 
@@ -167,6 +168,13 @@ impl Job<'_> {
         let (opts, dataset) = (self.opts, self.dataset);
         let out = scratch.join("predictions");
         std::fs::create_dir_all(&out)?;
+        // Refused before any row is scored, not after with a half-written file.
+        let split_rows = dataset.split(&opts.split).map_or(0, |s| s.n_rows);
+        ensure_free(
+            &out,
+            uncompressed_bytes(split_rows, opts.top_k, opts.probabilities),
+            "predictions.parquet",
+        )?;
         let metadata = vec![
             ("fsgp.dataset".to_string(), dataset.name.clone()),
             ("fsgp.split".to_string(), opts.split.clone()),
@@ -200,7 +208,6 @@ impl Job<'_> {
                 rows += block.len() as u64;
             }
         }
-        let split_rows = dataset.split(&opts.split).map_or(0, |s| s.n_rows);
         ensure!(
             rows == split_rows,
             "predicted {rows} rows, the split holds {split_rows}"

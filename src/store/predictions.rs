@@ -162,6 +162,17 @@ impl PredictionBlock {
     }
 }
 
+/// Bytes of the predictions of `rows` rows with `top_k` labels each, as Arrow holds them
+/// before Parquet encodes them (row id u64; labels u32 and scores f32, probabilities f32
+/// when written, each list with an i32 offset): zstd Parquet of these is no larger, but for
+/// its footer, which this allows for. The free-space check before predicting uses it.
+pub fn uncompressed_bytes(rows: u64, top_k: usize, with_probabilities: bool) -> u64 {
+    const FOOTER: u64 = 4096;
+    let lists = if with_probabilities { 3 } else { 2 };
+    let per_row = 8 + lists * (4 + 4 * top_k as u64);
+    rows * per_row + FOOTER
+}
+
 /// Streams blocks into one Parquet file; each block becomes a row group.
 pub struct PredictionWriter {
     writer: ArrowWriter<File>,
