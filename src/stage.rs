@@ -26,8 +26,9 @@
 //!
 //! Crash injection ([`failpoint`]): `FSGP_FAILPOINT=stage-computed:STAGE` kills the process
 //! once the outputs are complete in scratch, `stage-renamed:STAGE` once they are renamed
-//! into place but before the catalog commit; `stage-pause:STAGE` pauses it at the first of
-//! these points until a file appears.
+//! into place but before the catalog commit (ingest, svd, predict, evaluate);
+//! `stage-pause:STAGE` pauses it, any stage, once its run is recorded as running and its
+//! scratch directory exists, until a file appears there.
 
 pub mod failpoint;
 
@@ -176,7 +177,6 @@ fn execute_locked<T, C: Send>(
             return Err(e);
         }
     };
-    failpoint::pause_at("stage-pause", kind, &scratch);
     failpoint::kill_at("stage-computed", kind);
     let published = Published {
         run_id: run.id,
@@ -298,6 +298,7 @@ impl<'a> StageRun<'a> {
         let tmp_dir = ws.root().join("tmp").join(format!("run-{id}"));
         fs::create_dir_all(&tmp_dir)
             .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
+        failpoint::pause_at("stage-pause", kind, &tmp_dir);
         Ok(StageRun {
             ws,
             id,

@@ -1,6 +1,6 @@
 //! Two processes running the same stage with the same parameters on one workspace at
 //! once. The first is paused inside its run by `FSGP_FAILPOINT=stage-pause:STAGE` (its
-//! outputs complete in scratch, not yet published), which it signals by writing
+//! run recorded as running, its scratch directory created), which it signals by writing
 //! `tmp/run-<id>/paused`; so the second starts while the first is known to hold the run,
 //! whatever the timing. The second is refused before it writes anything, naming the
 //! running run, its pid and what to do; once the first finishes, the second finds its
@@ -155,6 +155,11 @@ fn a_second_ingest_is_refused_while_the_first_runs() {
 #[test]
 fn a_second_svd_is_refused_while_the_first_runs() {
     second_process_is_refused_then_reuses("svd", 2);
+}
+
+#[test]
+fn a_second_training_is_refused_while_the_first_runs() {
+    second_process_is_refused_then_reuses("train", 3);
 }
 
 #[test]
