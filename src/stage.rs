@@ -107,23 +107,37 @@ pub fn memoised<T, C: Send>(
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
-    let find_done = || ws.catalog.find_ok_run(kind, params);
-    let mut done = find_done()?;
-    let mut lock = None;
-    if done.is_none() {
-        lock = Some(ws.lock_stage(kind, params)?);
-        // Another process may have finished the same run between the lookup and the lock.
-        done = find_done()?;
-    }
-    match (done, lock) {
-        (Some(done), _) => Ok(Outcome {
+    match done_or_locked(ws, kind, params)? {
+        DoneOrLocked::Done(done) => Ok(Outcome {
             run_id: done.id,
             computed: false,
             value: cached(&done)?,
         }),
-        (None, Some(lock)) => execute_locked(ws, lock, kind, params, pool, compute, commit),
-        (None, None) => unreachable!("the lock is taken when no finished run was found"),
+        DoneOrLocked::Locked(lock) => execute_locked(ws, lock, kind, params, pool, compute, commit),
     }
+}
+
+/// A finished run to reuse, or the lock to compute one.
+enum DoneOrLocked {
+    Done(RunRow),
+    Locked(StageLock),
+}
+
+/// The finished run of `kind` with `params`, else this process's lock on computing it.
+fn done_or_locked(
+    ws: &Workspace,
+    kind: StageKind,
+    params: &serde_json::Value,
+) -> Result<DoneOrLocked> {
+    if let Some(done) = ws.catalog.find_ok_run(kind, params)? {
+        return Ok(DoneOrLocked::Done(done));
+    }
+    let lock = ws.lock_stage(kind, "", params)?;
+    // Another process may have finished the same run between the lookup and the lock.
+    Ok(match ws.catalog.find_ok_run(kind, params)? {
+        Some(done) => DoneOrLocked::Done(done),
+        None => DoneOrLocked::Locked(lock),
+    })
 }
 
 /// Runs a stage unconditionally: starts a run, computes into its scratch directory (inside
@@ -135,15 +149,19 @@ pub fn memoised<T, C: Send>(
 /// or `pipeline verify --repair` removed its damaged outputs) is recomputed under its own
 /// id, into the same directory, so every later run that names it (a training run's svd
 /// run, ...) stays valid and nothing else is recomputed.
+///
+/// `subject` names the output when `params` do not (an ingest's dataset name): only runs
+/// with the same subject and parameters exclude each other.
 pub fn execute<T, C: Send>(
     ws: &Workspace,
     kind: StageKind,
+    subject: &str,
     params: &serde_json::Value,
     pool: Option<&rayon::ThreadPool>,
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
-    let lock = ws.lock_stage(kind, params)?;
+    let lock = ws.lock_stage(kind, subject, params)?;
     execute_locked(ws, lock, kind, params, pool, compute, commit)
 }
 
@@ -252,7 +270,7 @@ impl<'a> StageRun<'a> {
     /// Records the start of a run of `kind` and creates its scratch directory; refused
     /// while another process runs `kind` with `params`.
     pub fn start(ws: &'a Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Self> {
-        let lock = ws.lock_stage(kind, params)?;
+        let lock = ws.lock_stage(kind, "", params)?;
         Self::start_locked(ws, lock, kind, params)
     }
 
@@ -279,7 +297,7 @@ impl<'a> StageRun<'a> {
             Some(options) => options.params,
             None => row.params,
         };
-        let lock = ws.lock_stage(row.stage, &in_force)?;
+        let lock = ws.lock_stage(row.stage, "", &in_force)?;
         Self::resume_locked(ws, lock, id)
     }
 

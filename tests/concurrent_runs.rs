@@ -125,8 +125,10 @@ fn second_process_is_refused_then_reuses(stage: &str, run_id: i64) {
     let pid = first.pid();
     for part in [
         format!("stage {stage} of "),
-        format!("{stage} run {run_id} is already running with these parameters in "),
-        format!("(pid {pid}, started "),
+        format!(
+            "another process (pid {pid}) is running {stage} run {run_id} with these parameters in "
+        ),
+        " (started ".to_string(),
         "wait for it to finish and run this again".to_string(),
         format!("stop it (kill {pid})"),
     ] {

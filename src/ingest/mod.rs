@@ -83,6 +83,7 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
     let done = stage::execute(
         ws,
         StageKind::Ingest,
+        &config.name,
         &params,
         None,
         |scratch| {

@@ -268,9 +268,17 @@ impl Workspace {
 
     /// Takes the lock of `kind` with `params` for this process, or refuses, naming the run
     /// that holds it, its pid and what to do. Held until the [`StageLock`] is dropped (or
-    /// the process ends).
-    pub fn lock_stage(&self, kind: StageKind, params: &serde_json::Value) -> Result<StageLock> {
-        let hash = xxhash_rust::xxh3::xxh3_64(params.to_string().as_bytes());
+    /// the process ends). `subject` names what the run writes when `params` do not (an
+    /// ingest's dataset name; empty for the other stages), so the same inputs ingested
+    /// under two names at once do not exclude each other.
+    pub fn lock_stage(
+        &self,
+        kind: StageKind,
+        subject: &str,
+        params: &serde_json::Value,
+    ) -> Result<StageLock> {
+        let key = format!("{subject}\n{params}");
+        let hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
         let path = self
             .root
             .join(LOCK_DIR)
@@ -295,15 +303,14 @@ impl Workspace {
         let pid = holder.map_or("unknown".to_string(), |p| p.to_string());
         let who = match &run {
             Some(r) => format!(
-                "{kind} run {} is already running with these parameters in {} (pid {pid}, \
-                 started {})",
+                "another process (pid {pid}) is running {kind} run {} with these parameters \
+                 in {} (started {})",
                 r.id,
                 self.root.display(),
                 r.started_at
             ),
             None => format!(
-                "another pipeline process (pid {pid}) is starting {kind} with these \
-                 parameters in {}",
+                "another process (pid {pid}) is starting {kind} with these parameters in {}",
                 self.root.display()
             ),
         };
