@@ -114,10 +114,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         rho: Mat::from_fn(m, p, |_, _| u(1.0)),
         phi: Mat::from_fn(k, p, |_, _| u(0.4)),
         bias: (0..k).map(|_| -3.0).collect(),
-        kernel: KernelParams {
-            log_sf2: 0.0,
-            log_ell: 0.0,
-        },
+        kernel: KernelParams::new(0.0, 0.0),
     };
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
     let positives: Vec<Vec<u32>> = (0..b)

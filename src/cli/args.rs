@@ -21,7 +21,7 @@ use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
-use crate::trained::{KernelChoice, Negatives, Retention};
+use crate::trained::{ArdChoice, KernelChoice, Negatives, Retention};
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
 /// them, the enum's own parser turns the checked text into the value.
@@ -372,9 +372,15 @@ pub struct TrainFlags {
     /// SVD run whose factors to use (default: the newest one of the dataset).
     #[arg(long)]
     pub svd: Option<i64>,
+    /// The GP kernel: linear, squared exponential, or their sum (se+linear).
     #[arg(long, default_value = "linear",
           value_parser = one_of::<KernelChoice>(&KernelChoice::NAMES))]
     pub kernel: KernelChoice,
+    /// Automatic relevance determination: none, or one trained weight per basis direction
+    /// (subspace, R weights; docs/model.md "Subspace ARD").
+    #[arg(long, default_value = "none",
+          value_parser = one_of::<ArdChoice>(&ArdChoice::NAMES))]
+    pub ard: ArdChoice,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy; default all).
     #[arg(long)]
     pub inducing: Option<usize>,
@@ -426,9 +432,14 @@ pub struct TrainFlags {
     /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants).
     #[arg(long)]
     pub freeze_a: bool,
-    /// Keep the kernel hyperparameters σ_f and ℓ at their initial values.
+    /// Keep the kernel hyperparameters (σ's, ℓ, ARD weights) at their initial values.
     #[arg(long)]
     pub freeze_hyper: bool,
+    /// Keep the kernel hyperparameters at their initial values for the first E0 epochs,
+    /// then train them (Hensman, Matthews & Ghahramani, Scalable Variational Gaussian
+    /// Process Classification, §5).
+    #[arg(long, value_name = "E0")]
+    pub release_hyper_after: Option<u64>,
     /// Minibatches the prefetch queue holds.
     #[arg(long, default_value_t = 4)]
     pub prefetch: usize,
@@ -485,6 +496,8 @@ impl TrainFlags {
             eval_every: self.eval_every,
             eval_split: self.eval_split.clone(),
             keep_checkpoints: self.keep_checkpoints,
+            ard: self.ard,
+            release_hyper_after: self.release_hyper_after,
             given: BTreeSet::new(),
         }
     }
