@@ -435,4 +435,33 @@ mod tests {
         let e = spec(&MINIMAL.replace("[svd]\nrank = 4\n", "[svd]\n")).unwrap_err();
         assert!(e.to_string().contains("[svd] missing key: rank"), "{e}");
     }
+
+    #[test]
+    fn kernel_ard_and_schedule_keys_are_checked() {
+        let ok = MINIMAL.replace(
+            "lr = 0.5",
+            "lr = 0.5\nkernel = 'se+linear'\nard = 'subspace'\nrelease_hyper_after = 2",
+        );
+        spec(&ok).unwrap();
+        let e = spec(&MINIMAL.replace(
+            "lr = 0.5",
+            "lr = 0.5\nkernel = 'se+lin'\nard = 'features'\nrelease_hyper_after = 0",
+        ))
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "[train] kernel: invalid value 'se+lin'",
+            "[train] ard: invalid value 'features' (expected one of: none, subspace)",
+        ] {
+            assert!(e.contains(expected), "missing {expected:?} in:\n{e}");
+        }
+        let e = spec(&MINIMAL.replace(
+            "freeze_hyper = false",
+            "freeze_hyper = true\nrelease_hyper_after = 0",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[train] release_hyper_after must be ≥ 1"), "{e}");
+        assert!(e.contains("cannot be combined with --freeze-hyper"), "{e}");
+    }
 }
