@@ -177,16 +177,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             Some(l) => TermSet::List(l),
         };
-        let ev = evaluate_set(
-            c.kind,
-            &params,
-            &x,
-            &terms,
-            &lik,
-            &c.opts(),
-            &scratch,
-        )
-        .unwrap();
+        let ev = evaluate_set(c.kind, &params, &x, &terms, &lik, &c.opts(), &scratch).unwrap();
         let t_adam = Instant::now();
         adam.step(&cfg, &mut params, &ev.grads, &|_| false);
         let adam_s = t_adam.elapsed().as_secs_f64();
@@ -253,18 +244,7 @@ fn same_bits_in_one_thread(
         None => TermSet::AllLabels { positives, scale },
         Some(l) => TermSet::List(l),
     };
-    let eval = || {
-        evaluate_set(
-            c.kind,
-            params,
-            x,
-            &terms,
-            lik,
-            &c.opts(),
-            scratch,
-        )
-        .unwrap()
-    };
+    let eval = || evaluate_set(c.kind, params, x, &terms, lik, &c.opts(), scratch).unwrap();
     let many = eval();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)

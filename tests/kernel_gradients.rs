@@ -212,7 +212,13 @@ fn subspace_and_inducing_paths_agree_under_ard() {
         let d = max_rel_diff(&c, &j);
         assert!(d <= 1e-8, "relative difference {d:e}");
         // Auto still takes the subspace path under ARD (R ≤ ¾M), bit for bit.
-        let auto = eval(KernelKind::Linear, Factorisation::Auto, &pr, &pr.params, &dense);
+        let auto = eval(
+            KernelKind::Linear,
+            Factorisation::Auto,
+            &pr,
+            &pr.params,
+            &dense,
+        );
         assert_eq!(auto.value.to_bits(), j.value.to_bits());
         assert_eq!(auto.grads, j.grads);
     }
@@ -293,4 +299,3 @@ fn exact_bound_pieces_and_prediction_serve_every_kernel_and_ard_mode() {
         .unwrap();
     assert!(format!("{e:#}").contains("σ_lin²"), "{e:#}");
 }
-

@@ -74,7 +74,10 @@ fn release_schedule_freezes_exactly_the_hyperparameters_then_trains_them() {
     }
     let released = hyper(&read_ckpt(&ws, id, RELEASE_STEP + 8));
     for (i, (after, before)) in released.iter().zip(&initial).enumerate() {
-        assert_ne!(after, before, "hyperparameter {i} not trained after the release");
+        assert_ne!(
+            after, before,
+            "hyperparameter {i} not trained after the release"
+        );
     }
 
     // The first released step moves each hyperparameter by lr · g/(|g| + ε) ≈ lr: its Adam
@@ -142,13 +145,19 @@ fn crashes_around_the_release_resume_to_the_bytes_of_an_uninterrupted_run() {
                     ["--release-hyper-after", "3"],
                     format!("--release-hyper-after 3: run {id} has 2"),
                 ),
-                (["--ard", "none"], format!("--ard none: run {id} has subspace")),
+                (
+                    ["--ard", "none"],
+                    format!("--ard none: run {id} has subspace"),
+                ),
                 (
                     ["--kernel", "se"],
                     format!("--kernel se: run {id} has se+linear"),
                 ),
             ] {
-                let out = pipeline(&ws, &["train", "--resume", &id.to_string(), args[0], args[1]]);
+                let out = pipeline(
+                    &ws,
+                    &["train", "--resume", &id.to_string(), args[0], args[1]],
+                );
                 assert!(!out.status.success(), "{args:?} was accepted");
                 assert!(stderr(&out).contains(&message), "{}", stderr(&out));
             }
@@ -231,7 +240,17 @@ fn one_batch_bound(ws: &Path, c: &Checkpoint) -> f64 {
 fn se_plus_linear_with_ard_trains_predicts_and_gives_its_exact_bound() {
     let p = prepared();
     let ws = p.copy("e2e");
-    let id = train_ok(&ws, &["--kernel", "se+linear", "--ard", "subspace", "--epochs", "3"]);
+    let id = train_ok(
+        &ws,
+        &[
+            "--kernel",
+            "se+linear",
+            "--ard",
+            "subspace",
+            "--epochs",
+            "3",
+        ],
+    );
     let elbo = metrics(&ws, id, "epoch_elbo");
     let (first, last) = (f64::from_bits(elbo[0].1), f64::from_bits(elbo[2].1));
     assert!(last > first, "bound fell from {first} to {last}");
@@ -241,7 +260,10 @@ fn se_plus_linear_with_ard_trains_predicts_and_gives_its_exact_bound() {
     assert_eq!(c.params.kernel.log_ard.len(), 8);
     assert!(c.params.kernel.log_ard.iter().all(|w| *w != 0.0));
 
-    let out = pipeline(&ws, &["elbo", "--run", &id.to_string(), "--checkpoint", "14"]);
+    let out = pipeline(
+        &ws,
+        &["elbo", "--run", &id.to_string(), "--checkpoint", "14"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let recorded = metrics(&ws, id, "elbo_exact");
     let streamed = f64::from_bits(recorded.iter().find(|m| m.0 == 14).unwrap().1);

@@ -68,7 +68,11 @@ impl Warp {
         let (t, sqrt_w) = shifts(log_ard);
         let a_kt = a * x.k_tilde;
         let a_w = add_scaled_columns(a.to_owned(), &a_kt, &t);
-        let kxx_t = add_scaled_columns(Mat::zeros(x.kxx_b.nrows(), t.len()), &x.kxx_b.to_owned(), &t);
+        let kxx_t = add_scaled_columns(
+            Mat::zeros(x.kxx_b.nrows(), t.len()),
+            &x.kxx_b.to_owned(),
+            &t,
+        );
         let kxx_w = x.kxx_b.to_owned() + &kxx_t * x.k_tilde;
         let sq_norms = (0..x.kxx_b.nrows())
             .map(|i| {

@@ -122,11 +122,12 @@ mod tests {
             bias: (0..k).map(|_| u(1.0)).collect(),
             kernel: KernelParams {
                 log_lin2: (kind == KernelKind::SePlusLinear).then_some(-0.3),
-                log_ard: if ard { vec![0.4, -0.6, 0.1, 0.9] } else { Vec::new() },
-                ..KernelParams::new(
-                    u(0.5),
-                    if kind == KernelKind::Linear { 0.0 } else { 0.7 },
-                )
+                log_ard: if ard {
+                    vec![0.4, -0.6, 0.1, 0.9]
+                } else {
+                    Vec::new()
+                },
+                ..KernelParams::new(u(0.5), if kind == KernelKind::Linear { 0.0 } else { 0.7 })
             },
         };
         (params, k_tilde, kxx, sq)

@@ -12,8 +12,7 @@ use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
-    newest_svd_run, ArdChoice, KernelChoice, Negatives, Retention, Steering, SvdFiles,
-    TrainConfig,
+    newest_svd_run, ArdChoice, KernelChoice, Negatives, Retention, Steering, SvdFiles, TrainConfig,
 };
 
 /// Options of a training run. The defaults are the command line's.
@@ -185,9 +184,11 @@ impl TrainOptions {
         c.check(self.checkpoint_every >= 1, "checkpoint-every", || {
             "must be ≥ 1".into()
         });
-        c.check(self.release_hyper_after != Some(0), "release-hyper-after", || {
-            "must be ≥ 1 (epochs with the hyperparameters frozen)".into()
-        });
+        c.check(
+            self.release_hyper_after != Some(0),
+            "release-hyper-after",
+            || "must be ≥ 1 (epochs with the hyperparameters frozen)".into(),
+        );
         c.check(
             !(self.freeze_hyper && self.release_hyper_after.is_some()),
             "release-hyper-after",
