@@ -311,6 +311,9 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         "{}: parameter shapes disagree",
         path.display()
     );
+    let config: serde_json::Value = serde_json::from_str(kv(&meta, "fsgp.config", path)?)
+        .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?;
+    check_kernel_tensors(&params, &config, path)?;
     let adam = AdamState {
         m: vector("adam_m")?,
         v: vector("adam_v")?,
@@ -331,9 +334,30 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             batch_in_epoch: parse_kv(&meta, "fsgp.batch_in_epoch", path)?,
             epoch_elbo_sum: parse_kv(&meta, "fsgp.epoch_elbo_sum", path)?,
         },
-        config: serde_json::from_str(kv(&meta, "fsgp.config", path)?)
-            .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?,
+        config,
     })
+}
+
+/// The optional kernel tensors agree with the embedded configuration: a 1×3 `kernel` for
+/// `"kernel": "se+linear"` only, an `ard` tensor for `"ard": "subspace"` only.
+fn check_kernel_tensors(params: &Params, config: &serde_json::Value, path: &Path) -> Result<()> {
+    let field = |key: &str| config.get(key).and_then(|v| v.as_str()).unwrap_or("");
+    let k = &params.kernel;
+    ensure!(
+        k.log_lin2.is_some() == (field("kernel") == "se+linear"),
+        "{}: the kernel tensor holds {} values but the configuration's kernel is {:?}",
+        path.display(),
+        2 + usize::from(k.log_lin2.is_some()),
+        field("kernel")
+    );
+    ensure!(
+        k.log_ard.is_empty() != (field("ard") == "subspace"),
+        "{}: {} ARD weights but the configuration's ard is {:?}",
+        path.display(),
+        k.log_ard.len(),
+        field("ard")
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -414,6 +438,7 @@ mod tests {
         assert!(tensors(&plain).iter().all(|t| t.name != "ard"));
         assert_eq!(tensors(&plain)[5].cols, 2);
         let mut c = sample();
+        c.config = serde_json::json!({"kernel": "se+linear", "ard": "subspace", "seed": 5});
         c.params.kernel.log_lin2 = Some(-0.7);
         c.params.kernel.log_ard = vec![0.25, -1.5, 3.0];
         c.adam = AdamState::new(&c.params);
@@ -424,5 +449,14 @@ mod tests {
         let path = dir.path().join("k.parquet");
         write_checkpoint(&path, &c).unwrap();
         assert_eq!(read_checkpoint(&path).unwrap(), c);
+        // Tensors that disagree with the configuration are refused, naming both.
+        c.config = serde_json::json!({"kernel": "se", "ard": "subspace"});
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("holds 3 values") && e.contains("\"se\""), "{e}");
+        c.config = serde_json::json!({"kernel": "se+linear"});
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("3 ARD weights"), "{e}");
     }
 }
