@@ -590,8 +590,9 @@ impl SeedSummary {
         }
     }
 
-    /// One line per metric: `P@1  66.81 ± 0.12 %  (n = 3)` (metrics are fractions, shown in
-    /// percent).
+    /// The metrics as a grid like `pipeline evaluate`'s table: one line per measure
+    /// (`P`, `nDCG`, ...), one column per k, each cell `mean ± sd` in percent (metrics are
+    /// fractions), then the number of seeds the line's values come from.
     pub fn to_table(&self) -> String {
         let seeds: Vec<String> = self.seeds.iter().map(u64::to_string).collect();
         let mut s = format!(
@@ -599,27 +600,82 @@ impl SeedSummary {
             self.seeds.len(),
             seeds.join(", ")
         );
-        for m in &self.metrics {
-            let _ = writeln!(
-                s,
-                "{:<14} {:>8.2} ± {:<6} (n = {})",
-                m.name,
-                100.0 * m.mean,
-                m.sd.map_or("-".into(), |sd| format!("{:.2}", 100.0 * sd)),
-                m.n
-            );
+        let (measures, k_max) = self.grid();
+        let _ = write!(s, "{:<10}", "metric");
+        for k in 1..=k_max {
+            let _ = write!(s, "{:>15}", format!("@{k}"));
+        }
+        let _ = writeln!(s, "    n");
+        for (measure, cells) in &measures {
+            let _ = write!(s, "{measure:<10}");
+            for cell in cells {
+                let _ = write!(s, "{:>15}", cell.map_or("-".into(), cell_text));
+            }
+            let _ = writeln!(s, "    {}", counts(cells));
         }
         s
     }
 
-    /// The same as a Markdown table.
+    /// The same grid as a Markdown table.
     pub fn to_markdown(&self) -> String {
-        let mut s = String::from("| metric | mean (%) | sd (%) | n |\n|---|---:|---:|---:|\n");
-        for m in &self.metrics {
-            let sd = m.sd.map_or("-".into(), |sd| format!("{:.2}", 100.0 * sd));
-            let _ = writeln!(s, "| {} | {:.2} | {sd} | {} |", m.name, 100.0 * m.mean, m.n);
+        let (measures, k_max) = self.grid();
+        let mut s = String::from("| metric (%) |");
+        for k in 1..=k_max {
+            let _ = write!(s, " @{k} |");
+        }
+        s.push_str(" n |\n|---|");
+        s.push_str(&"---:|".repeat(k_max + 1));
+        s.push('\n');
+        for (measure, cells) in &measures {
+            let _ = write!(s, "| {measure} |");
+            for cell in cells {
+                let _ = write!(s, " {} |", cell.map_or("-".into(), cell_text));
+            }
+            let _ = writeln!(s, " {} |", counts(cells));
         }
         s
+    }
+
+    /// The metrics `NAME@k` by measure (in first-recorded order) and k (index k − 1), with
+    /// the largest k; other names are left out.
+    fn grid(&self) -> (Vec<(&str, Vec<Option<&MetricOverSeeds>>)>, usize) {
+        let parsed: Vec<(&str, usize, &MetricOverSeeds)> = self
+            .metrics
+            .iter()
+            .filter_map(|m| {
+                let (measure, k) = m.name.rsplit_once('@')?;
+                Some((measure, k.parse().ok().filter(|&k| k >= 1)?, m))
+            })
+            .collect();
+        let k_max = parsed.iter().map(|p| p.1).max().unwrap_or(0);
+        let mut measures: Vec<(&str, Vec<Option<&MetricOverSeeds>>)> = Vec::new();
+        for (measure, k, m) in parsed {
+            let at = match measures.iter().position(|(name, _)| *name == measure) {
+                Some(at) => at,
+                None => {
+                    measures.push((measure, vec![None; k_max]));
+                    measures.len() - 1
+                }
+            };
+            measures[at].1[k - 1] = Some(m);
+        }
+        (measures, k_max)
+    }
+}
+
+/// A grid cell: `66.81 ± 0.12` in percent (`66.81 ± -` for a single value).
+fn cell_text(m: &MetricOverSeeds) -> String {
+    let sd = m.sd.map_or("-".into(), |sd| format!("{:.2}", 100.0 * sd));
+    format!("{:.2} ± {sd}", 100.0 * m.mean)
+}
+
+/// The seed counts of a grid line: `3`, or `2–3` when its metrics differ in theirs.
+fn counts(cells: &[Option<&MetricOverSeeds>]) -> String {
+    let ns = cells.iter().flatten().map(|m| m.n);
+    match (ns.clone().min(), ns.max()) {
+        (Some(lo), Some(hi)) if lo < hi => format!("{lo}–{hi}"),
+        (Some(n), _) => n.to_string(),
+        _ => "0".into(),
     }
 }
 
@@ -677,8 +733,10 @@ fn seeds_markdown(ws: &Workspace, train: &RunRow) -> Result<String> {
             .map(|(seed, run, eval, _)| format!("run {run} (seed {seed}, evaluate run {eval})"))
             .collect();
         writeln!(md, "Split `{split}`: {}.\n", listed.join(", "))?;
-        let pairs: Vec<(u64, Vec<MetricRow>)> =
-            runs.into_iter().map(|(seed, _, _, rows)| (seed, rows)).collect();
+        let pairs: Vec<(u64, Vec<MetricRow>)> = runs
+            .into_iter()
+            .map(|(seed, _, _, rows)| (seed, rows))
+            .collect();
         writeln!(md, "{}", SeedSummary::of(&pairs).to_markdown())?;
     }
     Ok(md)
@@ -743,8 +801,11 @@ mod tests {
         assert!((cov.mean - 0.15).abs() < 1e-15);
         assert!((cov.sd.unwrap() - 0.5f64.sqrt() / 10.0).abs() < 1e-15);
         let table = s.to_table();
-        assert!(table.contains("P@1               64.00 ± 4.00   (n = 3)"), "{table}");
-        assert!(s.to_markdown().contains("| coverage@1 | 15.00 | 7.07 | 2 |"));
+        assert!(table.contains("P            64.00 ± 4.00    3"), "{table}");
+        assert!(table.contains("coverage     15.00 ± 7.07    2"), "{table}");
+        let md = s.to_markdown();
+        assert!(md.contains("| P | 64.00 ± 4.00 | 3 |"), "{md}");
+        assert!(md.contains("| coverage | 15.00 ± 7.07 | 2 |"), "{md}");
     }
 
     #[test]
@@ -752,6 +813,6 @@ mod tests {
         let s = SeedSummary::of(&[(4, rows(&[("P@1", 0.5)]))]);
         assert_eq!(s.metrics[0].sd, None);
         assert_eq!(s.metrics[0].n, 1);
-        assert!(s.to_table().contains("50.00 ± -"), "{}", s.to_table());
+        assert!(s.to_table().contains("50.00 ± -    1"), "{}", s.to_table());
     }
 }

@@ -291,7 +291,10 @@ impl Runner<'_> {
     /// Train → predict → evaluate, with `seed` linked in when the spec sweeps seeds.
     fn model(&mut self, dataset: &str, svd_run: i64, seed: Option<u64>) -> Result<Evaluated> {
         let spec = self.spec;
-        let mut linked = vec![("dataset", dataset.to_string()), ("svd", svd_run.to_string())];
+        let mut linked = vec![
+            ("dataset", dataset.to_string()),
+            ("svd", svd_run.to_string()),
+        ];
         linked.extend(seed.map(|s| ("seed", s.to_string())));
         let tag = seed.map_or(String::new(), |s| format!(" (seed {s})"));
         let Command::Train(train) = spec.command("train", &linked)? else {
@@ -304,7 +307,8 @@ impl Runner<'_> {
             train_run = out.run_id;
             Ok((Some(out.run_id), !out.computed))
         })?;
-        let Command::Predict(predict) = spec.command("predict", &[("run", train_run.to_string())])?
+        let Command::Predict(predict) =
+            spec.command("predict", &[("run", train_run.to_string())])?
         else {
             unreachable!()
         };
@@ -337,8 +341,17 @@ impl Runner<'_> {
     /// The table of stages: run id, cached or ran, seconds.
     fn print_lines(&self) {
         eprintln!();
-        let width = self.lines.iter().map(|l| l.stage.len()).max().unwrap_or(0).max(9);
-        eprintln!("{:<width$} {:>6} {:>7} {:>10}", "stage", "run", "", "seconds");
+        let width = self
+            .lines
+            .iter()
+            .map(|l| l.stage.len())
+            .max()
+            .unwrap_or(0)
+            .max(9);
+        eprintln!(
+            "{:<width$} {:>6} {:>7} {:>10}",
+            "stage", "run", "", "seconds"
+        );
         for l in &self.lines {
             eprintln!(
                 "{:<width$} {:>6} {:>7} {:>10.1}",
@@ -509,7 +522,11 @@ mod tests {
 
     #[test]
     fn the_shipped_specs_pass_the_check() {
-        for name in ["quickstart.toml", "delicious.toml", "delicious-validation.toml"] {
+        for name in [
+            "quickstart.toml",
+            "delicious.toml",
+            "delicious-validation.toml",
+        ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("pipelines")
                 .join(name);
@@ -570,7 +587,11 @@ mod tests {
         let s = spec(&sweep).unwrap();
         assert_eq!(s.seeds(), Some(vec![0, 1, 2]));
         // Not a flag of train: the runner links `--seed S` per seed instead.
-        assert!(!s.argv("train", &[]).unwrap().iter().any(|a| a.contains("seeds")));
+        assert!(!s
+            .argv("train", &[])
+            .unwrap()
+            .iter()
+            .any(|a| a.contains("seeds")));
         assert_eq!(spec(MINIMAL).unwrap().seeds(), None);
         let carved = MINIMAL.replace(
             "train = \"a/train.txt\"",
@@ -621,11 +642,17 @@ mod tests {
             .to_string();
         assert!(e.contains("unknown key 'seedz' (did you mean 'seed"), "{e}");
         let e = spec(&carved.replace("0.2", "1.5")).unwrap_err().to_string();
-        assert!(e.contains("[ingest] validation_fraction must be in (0, 1), not 1.5"), "{e}");
+        assert!(
+            e.contains("[ingest] validation_fraction must be in (0, 1), not 1.5"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"d\"\nvalidation_seed = 3"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("[ingest]") && e.contains("validation_fraction"), "{e}");
+        assert!(
+            e.contains("[ingest]") && e.contains("validation_fraction"),
+            "{e}"
+        );
         let e = spec(&carved.replace("validation_seed = 4", "validation_sed = 4"))
             .unwrap_err()
             .to_string();

@@ -101,7 +101,9 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
             println!(
                 "  {:<20} validation carved from the training rows: fraction {f}, seed {}",
                 "",
-                d.params.get("validation_seed").unwrap_or(&serde_json::json!(0))
+                d.params
+                    .get("validation_seed")
+                    .unwrap_or(&serde_json::json!(0))
             );
         }
     }
