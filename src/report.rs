@@ -638,7 +638,7 @@ impl SeedSummary {
 
     /// The metrics `NAME@k` by measure (in first-recorded order) and k (index k − 1), with
     /// the largest k; other names are left out.
-    fn grid(&self) -> (Vec<(&str, Vec<Option<&MetricOverSeeds>>)>, usize) {
+    fn grid(&self) -> (Vec<GridLine<'_>>, usize) {
         let parsed: Vec<(&str, usize, &MetricOverSeeds)> = self
             .metrics
             .iter()
@@ -648,7 +648,7 @@ impl SeedSummary {
             })
             .collect();
         let k_max = parsed.iter().map(|p| p.1).max().unwrap_or(0);
-        let mut measures: Vec<(&str, Vec<Option<&MetricOverSeeds>>)> = Vec::new();
+        let mut measures: Vec<GridLine<'_>> = Vec::new();
         for (measure, k, m) in parsed {
             let at = match measures.iter().position(|(name, _)| *name == measure) {
                 Some(at) => at,
@@ -662,6 +662,12 @@ impl SeedSummary {
         (measures, k_max)
     }
 }
+
+/// One line of [`SeedSummary`]'s grid: a measure (`P`) and its metric at each k.
+type GridLine<'a> = (&'a str, Vec<Option<&'a MetricOverSeeds>>);
+
+/// One evaluated run of a seed sweep: (seed, training run, evaluate run, metric rows).
+type SeedEvaluation = (u64, i64, i64, Vec<MetricRow>);
 
 /// A grid cell: `66.81 ± 0.12` in percent (`66.81 ± -` for a single value).
 fn cell_text(m: &MetricOverSeeds) -> String {
@@ -702,7 +708,7 @@ fn over_values(name: &str, values: &[f64]) -> MetricOverSeeds {
 fn seeds_markdown(ws: &Workspace, train: &RunRow) -> Result<String> {
     let siblings = seed_siblings(ws, train)?;
     // split → (seed, training run, evaluate run, metric rows).
-    let mut by_split: BTreeMap<String, Vec<(u64, i64, i64, Vec<MetricRow>)>> = BTreeMap::new();
+    let mut by_split: BTreeMap<String, Vec<SeedEvaluation>> = BTreeMap::new();
     for run in &siblings {
         let seed = run.params["seed"].as_u64().unwrap_or(0);
         let mut newest: BTreeMap<String, (u64, i64)> = BTreeMap::new();

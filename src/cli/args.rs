@@ -686,6 +686,8 @@ Examples:
       --test-split eurlex_tstSplit.txt --split-column 0
   pipeline ingest --name amazoncat --train-features trn_X.txt.gz --train-labels trn_Y.txt.gz \\
       --test-features tst_X.txt.gz --test-labels tst_Y.txt.gz
+  pipeline ingest --name delicious-val --train Delicious/train.txt --test Delicious/test.txt \\
+      --validation-fraction 0.2 --validation-seed 0    # + a 'validation' split for selection
 Rerunning with the same files and options does nothing; other ones need --replace.";
 
     pub const SVD: &str = "\

@@ -14,7 +14,11 @@
 //! ```
 //!
 //! The runner links the stages itself (`--dataset`, `--svd`, `--run`, `--predictions`), so
-//! a spec must not set those. Every stage skips work whose inputs and parameters match a
+//! a spec must not set those. One key is the runner's own: `[train] seeds = [0, 1, 2]`
+//! (instead of `seed`) runs train → predict → evaluate once per seed, with `--seed S`
+//! linked in, and ends with each metric's mean ± sample standard deviation over the seeds
+//! (`report::SeedSummary`). `[ingest] validation_fraction` carves the `validation` split
+//! that `[train] eval_split` and `[predict] split` may then name. Every stage skips work whose inputs and parameters match a
 //! completed catalog entry, and an interrupted training run with the same configuration is
 //! resumed, so re-invoking a spec after a crash or a kill finishes the job.
 //!
