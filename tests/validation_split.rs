@@ -589,3 +589,56 @@ fn a_spec_with_bad_sweep_or_validation_keys_runs_no_stage() {
     assert!(!dir.path().join("data").exists(), "synth ran");
     assert!(!ws.join("catalog.sqlite").exists() || dataset_names(&ws).is_empty());
 }
+
+/// The same rows as separate feature and label files (BoW layout, 0-based ids).
+fn to_bow(xc: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let text = std::fs::read_to_string(xc).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    let mut x = format!("{} {}\n", header[0], header[1]);
+    let mut y = format!("{} {}\n", header[0], header[2]);
+    for line in lines {
+        let mut tokens = line.split(' ').filter(|t| !t.is_empty()).peekable();
+        let labels: Vec<&str> = match tokens.peek() {
+            Some(t) if !t.contains(':') => tokens.next().unwrap().split(',').collect(),
+            _ => Vec::new(),
+        };
+        x.push_str(&tokens.collect::<Vec<_>>().join(" "));
+        x.push('\n');
+        let labels: Vec<String> = labels.iter().map(|l| format!("{l}:1")).collect();
+        y.push_str(&labels.join(" "));
+        y.push('\n');
+    }
+    (write(dir, "X.txt", &x), write(dir, "Y.txt", &y))
+}
+
+#[test]
+fn the_bow_layout_carves_the_same_rows_as_the_single_file_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = synth(dir.path(), 800, 10);
+    let (x, y) = to_bow(&src.join("train.txt"), dir.path());
+    let carve = ["--validation-fraction", "0.3", "--validation-seed", "5"];
+    let single = dir.path().join("single");
+    ingest_ok(&single, &src.join("train.txt"), &carve);
+    let bow = dir.path().join("bow");
+    let mut args = vec![
+        "ingest",
+        "--name",
+        "d",
+        "--train-features",
+        x.to_str().unwrap(),
+        "--train-labels",
+        y.to_str().unwrap(),
+    ];
+    args.extend(carve);
+    let o = pipeline(&bow, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for split in ["train", "validation"] {
+        let a = rows(&single, "d", split);
+        assert!(!a.is_empty());
+        assert!(
+            a == rows(&bow, "d", split),
+            "{split} differs between layouts"
+        );
+    }
+}
