@@ -14,6 +14,7 @@ use crate::evaluate::EvaluateOptions;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, XcSingle, XcSplit};
+use crate::ingest::validation::ValidationSplit;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::PredictOptions;
 use crate::store::verify::VerifyOptions;
@@ -206,6 +207,13 @@ pub struct IngestArgs {
     /// Replace an existing dataset of this name whose inputs or options differ.
     #[arg(long)]
     pub replace: bool,
+    /// Carve a validation split out of the training rows: each goes to `validation` with
+    /// this probability, decided by a seeded hash of its row index (in (0, 1), e.g. 0.2).
+    #[arg(long)]
+    pub validation_fraction: Option<f64>,
+    /// Seed of the validation carve's row hash.
+    #[arg(long, requires = "validation_fraction", default_value_t = 0)]
+    pub validation_seed: u64,
 }
 
 impl IngestArgs {
@@ -222,6 +230,10 @@ impl IngestArgs {
             chunk_mb: self.chunk_mb,
             threads: self.threads,
             replace: self.replace,
+            validation: self.validation_fraction.map(|fraction| ValidationSplit {
+                fraction,
+                seed: self.validation_seed,
+            }),
         };
         config.validate()?;
         Ok(config)
@@ -687,6 +699,8 @@ Examples:
       --test-split eurlex_tstSplit.txt --split-column 0
   pipeline ingest --name amazoncat --train-features trn_X.txt.gz --train-labels trn_Y.txt.gz \\
       --test-features tst_X.txt.gz --test-labels tst_Y.txt.gz
+  pipeline ingest --name delicious-val --train Delicious/train.txt --test Delicious/test.txt \\
+      --validation-fraction 0.2 --validation-seed 0    # + a 'validation' split for selection
 Rerunning with the same files and options does nothing; other ones need --replace.";
 
     pub const SVD: &str = "\
