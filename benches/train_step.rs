@@ -3,14 +3,18 @@
 //! - Delicious configuration: B=500, M=500, P=30, R=250, K=983, all negatives, on the
 //!   default path (the subspace factorisation, R ≤ ¾M) and, for comparison, through C_p;
 //! - AmazonCat-like: B=500, M=500, P=30, R=2000, K=13330, all negatives, and with 1000
-//!   sampled negatives per row.
+//!   sampled negatives per row;
+//! - the Delicious configuration with the other kernels and subspace ARD: SE and SE + linear
+//!   (through C_p), linear with subspace ARD (still the subspace path), SE + linear with
+//!   subspace ARD.
 //!
-//! Data and parameters are random of the right shapes (linear kernel, everything
-//! trainable); the cost of a step does not depend on the values. The step runs like the
+//! Data and parameters are random of the right shapes (everything trainable); the cost of a
+//! step does not depend on the values. The step runs like the
 //! trainer's: faer's global parallelism on the rayon pool, all cores.
 //!
 //! Run: `cargo bench --bench train_step` (FSGP_BENCH_STEPS: steps timed per configuration,
-//! default 3; the best is reported, with the phase times of that step).
+//! default 3; the best is reported, with the phase times of that step;
+//! FSGP_BENCH_KERNELS_ONLY=1: only the Delicious kernel and ARD rows).
 
 mod common;
 use common::threads;
@@ -53,13 +57,18 @@ struct Config {
     /// Sampled negatives per row; None = all negatives (dense path).
     negatives: Option<usize>,
     factorisation: Factorisation,
+    kind: KernelKind,
+    /// Subspace ARD (R weights).
+    ard: bool,
 }
 
 impl Config {
-    /// Whether the step takes the subspace path (linear kernel, as every row here).
+    /// Whether the step takes the subspace path (linear kernel only).
     fn subspace(&self) -> bool {
         match self.factorisation {
-            Factorisation::Auto => subspace::worthwhile(self.m, self.r),
+            Factorisation::Auto => {
+                self.kind == KernelKind::Linear && subspace::worthwhile(self.m, self.r)
+            }
             Factorisation::Inducing => false,
             Factorisation::Subspace => true,
         }
@@ -79,8 +88,17 @@ impl Config {
 fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
     let (b, m, p, r, k) = (c.b as f64, c.m as f64, c.p as f64, c.r as f64, c.k as f64);
     // Kernels: A K_X̃, G, H forward; (Ḡ+Ḡᵀ) A K_X̃ and Ḡ_bZᵀ Kxx back.
+    // The same GEMMs for every kernel (the SE part's exponentials are not counted).
     let mut kernels =
         2.0 * m * r * r + 2.0 * m * m * r + 2.0 * b * m * r + 2.0 * m * m * r + 2.0 * b * m * r;
+    if c.ard {
+        // ARD's map: A K_X̃, (Kxx T) K_X̃ forward, (∂A' T) K_X̃, ∂Kxx' K_X̃ back, and the
+        // kernel's ∂Kxx' = (∂F/∂H) A'; on the subspace path also ∂Kxx' from ∂G (R²B).
+        kernels += 4.0 * m * r * r + 4.0 * b * r * r + 2.0 * b * m * r;
+        if c.subspace() {
+            kernels += r * r * b;
+        }
+    }
     let per_gp = if c.subspace() {
         // Subspace path: F_sᵀF_s MR², Cholesky, L⁻¹, J⁻¹ R³/3 each, V and W R²B each, the
         // lower triangle of Y diag(d) Yᵀ with Y [R×(R+B)]: R²(R+B), F Ḡ_J 2MR². Once per
@@ -115,8 +133,13 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         phi: Mat::from_fn(k, p, |_, _| u(0.4)),
         bias: (0..k).map(|_| -3.0).collect(),
         kernel: KernelParams {
-            log_sf2: 0.0,
-            log_ell: 0.0,
+            log_lin2: (c.kind == KernelKind::SePlusLinear).then_some(-0.7),
+            log_ard: if c.ard {
+                (0..r).map(|_| u(0.5)).collect()
+            } else {
+                Vec::new()
+            },
+            ..KernelParams::new(0.0, 0.0)
         },
     };
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
@@ -154,16 +177,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             Some(l) => TermSet::List(l),
         };
-        let ev = evaluate_set(
-            KernelKind::Linear,
-            &params,
-            &x,
-            &terms,
-            &lik,
-            &c.opts(),
-            &scratch,
-        )
-        .unwrap();
+        let ev = evaluate_set(c.kind, &params, &x, &terms, &lik, &c.opts(), &scratch).unwrap();
         let t_adam = Instant::now();
         adam.step(&cfg, &mut params, &ev.grads, &|_| false);
         let adam_s = t_adam.elapsed().as_secs_f64();
@@ -184,8 +198,16 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     } else {
         "C_p = K_Z + Σ_p"
     };
+    let kernel = match (c.kind, c.ard) {
+        (KernelKind::Linear, false) => "linear",
+        (KernelKind::Linear, true) => "linear + subspace ARD",
+        (KernelKind::SquaredExponential, false) => "SE",
+        (KernelKind::SquaredExponential, true) => "SE + subspace ARD",
+        (KernelKind::SePlusLinear, false) => "SE+linear",
+        (KernelKind::SePlusLinear, true) => "SE+linear + subspace ARD",
+    };
     println!(
-        "| {} (B={b}, M={m}, P={p}, R={r}, K={k}, {negs}; {path}) | {secs:.3} | {:.1} | {:.1} | {gemm:.1} | {:.0} % | {:.3} / {:.3} / {:.3} / {:.3} / {:.3} / {adam_s:.3} |",
+        "| {} {kernel} (B={b}, M={m}, P={p}, R={r}, K={k}, {negs}; {path}) | {secs:.3} | {:.1} | {:.1} | {gemm:.1} | {:.0} % | {:.3} / {:.3} / {:.3} / {:.3} / {:.3} / {adam_s:.3} |",
         c.name,
         flops / 1e9,
         flops / secs / 1e9,
@@ -222,18 +244,7 @@ fn same_bits_in_one_thread(
         None => TermSet::AllLabels { positives, scale },
         Some(l) => TermSet::List(l),
     };
-    let eval = || {
-        evaluate_set(
-            KernelKind::Linear,
-            params,
-            x,
-            &terms,
-            lik,
-            &c.opts(),
-            scratch,
-        )
-        .unwrap()
-    };
+    let eval = || evaluate_set(c.kind, params, x, &terms, lik, &c.opts(), scratch).unwrap();
     let many = eval();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -252,7 +263,7 @@ fn main() {
     faer::set_global_parallelism(faer::Par::rayon(0));
     let gemm = gemm_gflops(1000);
     println!(
-        "train step (bound + gradients + Adam), linear kernel, best of {steps}, {} cores",
+        "train step (bound + gradients + Adam), best of {steps}, {} cores",
         threads()
     );
     println!("targets: Delicious ≤ 0.25 s, AmazonCat-like ≤ 0.5 s, ≥ 50 % of the GEMM rate");
@@ -268,6 +279,8 @@ fn main() {
             k: 983,
             negatives: None,
             factorisation: Factorisation::Auto,
+            kind: KernelKind::Linear,
+            ard: false,
         },
         Config {
             name: "Delicious",
@@ -278,6 +291,8 @@ fn main() {
             k: 983,
             negatives: None,
             factorisation: Factorisation::Inducing,
+            kind: KernelKind::Linear,
+            ard: false,
         },
         Config {
             name: "AmazonCat-like",
@@ -288,6 +303,8 @@ fn main() {
             k: 13330,
             negatives: None,
             factorisation: Factorisation::Auto,
+            kind: KernelKind::Linear,
+            ard: false,
         },
         Config {
             name: "AmazonCat-like",
@@ -298,9 +315,31 @@ fn main() {
             k: 13330,
             negatives: Some(1000),
             factorisation: Factorisation::Auto,
+            kind: KernelKind::Linear,
+            ard: false,
         },
     ];
-    for c in &configs {
+    let delicious = |kind, ard| Config {
+        name: "Delicious",
+        b: 500,
+        m: 500,
+        p: 30,
+        r: 250,
+        k: 983,
+        negatives: None,
+        factorisation: Factorisation::Auto,
+        kind,
+        ard,
+    };
+    let kernel_rows = [
+        delicious(KernelKind::SquaredExponential, false),
+        delicious(KernelKind::SePlusLinear, false),
+        delicious(KernelKind::Linear, true),
+        delicious(KernelKind::SePlusLinear, true),
+    ];
+    let only_kernels = std::env::var("FSGP_BENCH_KERNELS_ONLY").is_ok_and(|v| v == "1");
+    let all = configs.iter().filter(|_| !only_kernels).chain(&kernel_rows);
+    for c in all {
         run(c, steps, gemm);
     }
 }

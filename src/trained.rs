@@ -20,16 +20,20 @@ use crate::store::workspace::Workspace;
 pub enum KernelChoice {
     Linear,
     Se,
+    /// The SE + linear sum (two free variances, `docs/model.md`).
+    #[serde(rename = "se+linear")]
+    SePlusLinear,
 }
 
 impl KernelChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 2] = ["linear", "se"];
+    pub const NAMES: [&'static str; 3] = ["linear", "se", "se+linear"];
 
     pub fn kind(self) -> KernelKind {
         match self {
             KernelChoice::Linear => KernelKind::Linear,
             KernelChoice::Se => KernelKind::SquaredExponential,
+            KernelChoice::SePlusLinear => KernelKind::SePlusLinear,
         }
     }
 
@@ -37,6 +41,7 @@ impl KernelChoice {
         match self {
             KernelChoice::Linear => "linear",
             KernelChoice::Se => "se",
+            KernelChoice::SePlusLinear => "se+linear",
         }
     }
 }
@@ -48,7 +53,50 @@ impl FromStr for KernelChoice {
         match s {
             "linear" => Ok(KernelChoice::Linear),
             "se" => Ok(KernelChoice::Se),
-            _ => Err(format!("expected 'linear' or 'se', found {s:?}")),
+            "se+linear" => Ok(KernelChoice::SePlusLinear),
+            _ => Err(format!(
+                "expected 'linear', 'se' or 'se+linear', found {s:?}"
+            )),
+        }
+    }
+}
+
+/// `--ard none|subspace`: automatic relevance determination of the kernel's inputs.
+/// `subspace` learns one weight per basis direction (R weights, `docs/model.md`, "Subspace
+/// ARD"); ARD over the D input features needs the rows' features in every minibatch and
+/// will be a further variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArdChoice {
+    #[default]
+    None,
+    Subspace,
+}
+
+impl ArdChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 2] = ["none", "subspace"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ArdChoice::None => "none",
+            ArdChoice::Subspace => "subspace",
+        }
+    }
+
+    pub fn is_none(&self) -> bool {
+        *self == ArdChoice::None
+    }
+}
+
+impl FromStr for ArdChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(ArdChoice::None),
+            "subspace" => Ok(ArdChoice::Subspace),
+            _ => Err(format!("expected 'none' or 'subspace', found {s:?}")),
         }
     }
 }
@@ -191,6 +239,13 @@ pub struct TrainConfig {
     /// (and checkpoints) from before the option read and compare as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// `--ard` (absent from the JSON when none).
+    #[serde(default, skip_serializing_if = "ArdChoice::is_none")]
+    pub ard: ArdChoice,
+    /// `--release-hyper-after E0`: the kernel hyperparameters stay at their initial values
+    /// for the first E0 epochs, then train (absent from the JSON when None).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_hyper_after: Option<u64>,
 }
 
 impl TrainConfig {
@@ -415,7 +470,29 @@ mod tests {
             shuffle_chunks: 2,
             checkpoint_every: 7,
             max_steps,
+            ard: ArdChoice::None,
+            release_hyper_after: None,
         }
+    }
+
+    #[test]
+    fn new_kernel_options_are_omitted_at_their_defaults() {
+        let json = config(None).to_json();
+        assert!(json.get("ard").is_none() && json.get("release_hyper_after").is_none());
+        let mut c = config(None);
+        c.kernel = KernelChoice::SePlusLinear;
+        c.ard = ArdChoice::Subspace;
+        c.release_hyper_after = Some(3);
+        let json = c.to_json();
+        assert_eq!(json["kernel"], "se+linear");
+        assert_eq!(json["ard"], "subspace");
+        assert_eq!(json["release_hyper_after"], 3);
+        let back: TrainConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, c);
+        for name in ArdChoice::NAMES {
+            assert_eq!(name.parse::<ArdChoice>().unwrap().name(), name);
+        }
+        assert!("features".parse::<ArdChoice>().is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::evaluate::EvaluateOptions;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, XcSingle, XcSplit};
+use crate::ingest::validation::ValidationSplit;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::PredictOptions;
 use crate::store::verify::VerifyOptions;
@@ -21,7 +22,7 @@ use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
-use crate::trained::{KernelChoice, Negatives, Retention};
+use crate::trained::{ArdChoice, KernelChoice, Negatives, Retention};
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
 /// them, the enum's own parser turns the checked text into the value.
@@ -206,6 +207,13 @@ pub struct IngestArgs {
     /// Replace an existing dataset of this name whose inputs or options differ.
     #[arg(long)]
     pub replace: bool,
+    /// Carve a validation split out of the training rows: each goes to `validation` with
+    /// this probability, decided by a seeded hash of its row index (in (0, 1), e.g. 0.2).
+    #[arg(long)]
+    pub validation_fraction: Option<f64>,
+    /// Seed of the validation carve's row hash.
+    #[arg(long, requires = "validation_fraction", default_value_t = 0)]
+    pub validation_seed: u64,
 }
 
 impl IngestArgs {
@@ -222,6 +230,10 @@ impl IngestArgs {
             chunk_mb: self.chunk_mb,
             threads: self.threads,
             replace: self.replace,
+            validation: self.validation_fraction.map(|fraction| ValidationSplit {
+                fraction,
+                seed: self.validation_seed,
+            }),
         };
         config.validate()?;
         Ok(config)
@@ -372,9 +384,15 @@ pub struct TrainFlags {
     /// SVD run whose factors to use (default: the newest one of the dataset).
     #[arg(long)]
     pub svd: Option<i64>,
+    /// The GP kernel: linear, squared exponential, or their sum (se+linear).
     #[arg(long, default_value = "linear",
           value_parser = one_of::<KernelChoice>(&KernelChoice::NAMES))]
     pub kernel: KernelChoice,
+    /// Automatic relevance determination: none, or one trained weight per basis direction
+    /// (subspace, R weights; docs/model.md "Subspace ARD").
+    #[arg(long, default_value = "none",
+          value_parser = one_of::<ArdChoice>(&ArdChoice::NAMES))]
+    pub ard: ArdChoice,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy; default all).
     #[arg(long)]
     pub inducing: Option<usize>,
@@ -426,9 +444,14 @@ pub struct TrainFlags {
     /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants).
     #[arg(long)]
     pub freeze_a: bool,
-    /// Keep the kernel hyperparameters σ_f and ℓ at their initial values.
+    /// Keep the kernel hyperparameters (σ's, ℓ, ARD weights) at their initial values.
     #[arg(long)]
     pub freeze_hyper: bool,
+    /// Keep the kernel hyperparameters at their initial values for the first E0 epochs,
+    /// then train them (Hensman, Matthews & Ghahramani, Scalable Variational Gaussian
+    /// Process Classification, §5).
+    #[arg(long, value_name = "E0")]
+    pub release_hyper_after: Option<u64>,
     /// Minibatches the prefetch queue holds.
     #[arg(long, default_value_t = 4)]
     pub prefetch: usize,
@@ -485,6 +508,8 @@ impl TrainFlags {
             eval_every: self.eval_every,
             eval_split: self.eval_split.clone(),
             keep_checkpoints: self.keep_checkpoints,
+            ard: self.ard,
+            release_hyper_after: self.release_hyper_after,
             given: BTreeSet::new(),
         }
     }
@@ -674,6 +699,8 @@ Examples:
       --test-split eurlex_tstSplit.txt --split-column 0
   pipeline ingest --name amazoncat --train-features trn_X.txt.gz --train-labels trn_Y.txt.gz \\
       --test-features tst_X.txt.gz --test-labels tst_Y.txt.gz
+  pipeline ingest --name delicious-val --train Delicious/train.txt --test Delicious/test.txt \\
+      --validation-fraction 0.2 --validation-seed 0    # + a 'validation' split for selection
 Rerunning with the same files and options does nothing; other ones need --replace.";
 
     pub const SVD: &str = "\

@@ -14,7 +14,11 @@
 //! ```
 //!
 //! The runner links the stages itself (`--dataset`, `--svd`, `--run`, `--predictions`), so
-//! a spec must not set those. Every stage skips work whose inputs and parameters match a
+//! a spec must not set those. One key is the runner's own: `[train] seeds = [0, 1, 2]`
+//! (instead of `seed`) runs train → predict → evaluate once per seed, with `--seed S`
+//! linked in, and ends with each metric's mean ± sample standard deviation over the seeds
+//! (`report::SeedSummary`). `[ingest] validation_fraction` carves the `validation` split
+//! that `[train] eval_split` and `[predict] split` may then name. Every stage skips work whose inputs and parameters match a
 //! completed catalog entry, and an interrupted training run with the same configuration is
 //! resumed, so re-invoking a spec after a crash or a kill finishes the job.
 //!
@@ -39,6 +43,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 
 use super::args::{Cli, Command, RunArgs, SynthArgs};
+use crate::metrics::{metric_rows, Metrics};
+use crate::report::SeedSummary;
+use crate::store::catalog::MetricRow;
 use crate::store::workspace::Workspace;
 
 /// The stages a spec may hold, in execution order.
@@ -129,7 +136,11 @@ impl Spec {
             None => &empty,
         };
         let base = self.path.parent().unwrap_or(Path::new("."));
-        for (key, value) in table.iter().filter(|(key, _)| keep(key)) {
+        let runner_keys = spec_only_keys(stage);
+        for (key, value) in table
+            .iter()
+            .filter(|(key, _)| keep(key) && !runner_keys.contains(&key.as_str()))
+        {
             let at = || format!("{}: [{stage}] {key}", self.path.display());
             if linked_options(stage).contains(&key.as_str()) {
                 bail!(
@@ -178,6 +189,18 @@ impl Spec {
     pub fn has(&self, stage: &str) -> bool {
         self.tables.contains_key(stage)
     }
+
+    /// `[train] seeds`, when the spec sweeps seeds (checked in [`Spec::read`]: a non-empty
+    /// array of distinct non-negative integers).
+    pub fn seeds(&self) -> Option<Vec<u64>> {
+        let seeds = self.tables.get("train")?.get("seeds")?.as_array()?;
+        Some(
+            seeds
+                .iter()
+                .filter_map(|s| s.as_integer().and_then(|i| u64::try_from(i).ok()))
+                .collect(),
+        )
+    }
 }
 
 /// Appends `--flag value`, or `--flag=value` when the value starts with '-' (a negative
@@ -191,107 +214,229 @@ fn push_option(argv: &mut Vec<String>, flag: String, value: String) {
     }
 }
 
+/// Keys of a spec that are not flags of their stage but tell the runner what to do.
+fn spec_only_keys(stage: &str) -> &'static [&'static str] {
+    match stage {
+        // `seeds = [0, 1, 2]`: train → predict → evaluate once per seed (`--seed S`).
+        "train" => &["seeds"],
+        _ => &[],
+    }
+}
+
 /// One stage's line in the run summary.
 struct StageLine {
-    stage: &'static str,
+    stage: String,
     run: Option<i64>,
     cached: bool,
     seconds: f64,
 }
 
-/// Runs `pipeline run` of a spec [`Spec::read`] has checked.
-pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
-    let mut lines = Vec::new();
-    let mut timed = |stage: &'static str, f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>| {
+/// The stage lines of a run so far, and the spec they come from.
+struct Runner<'a> {
+    ws: &'a Workspace,
+    spec: &'a Spec,
+    lines: Vec<StageLine>,
+}
+
+impl Runner<'_> {
+    /// Runs one stage (`f` returns its run id and whether it was cached) and records its line.
+    fn timed(
+        &mut self,
+        stage: String,
+        f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>,
+    ) -> Result<()> {
         eprintln!("== {stage}");
         let started = Instant::now();
         let (run, cached) =
-            f().with_context(|| format!("stage {stage} of {}", spec.path.display()))?;
-        lines.push(StageLine {
+            f().with_context(|| format!("stage {stage} of {}", self.spec.path.display()))?;
+        self.lines.push(StageLine {
             stage,
             run,
             cached,
             seconds: started.elapsed().as_secs_f64(),
         });
-        anyhow::Ok(())
-    };
+        Ok(())
+    }
 
-    if spec.has("synth") {
-        let Command::Synth(synth) = spec.command("synth", &[])? else {
+    /// Synth (when the spec has it) and ingest; returns the dataset's name.
+    fn ingest(&mut self) -> Result<String> {
+        let spec = self.spec;
+        if spec.has("synth") {
+            let Command::Synth(synth) = spec.command("synth", &[])? else {
+                unreachable!()
+            };
+            self.timed("synth".into(), &mut || synth_once(&synth))?;
+        }
+        let Command::Ingest(ingest) = spec.command("ingest", &[])? else {
             unreachable!()
         };
-        timed("synth", &mut || synth_once(&synth))?;
+        let ws = self.ws;
+        self.timed("ingest".into(), &mut || {
+            let out = crate::ingest::run(ws, &ingest.config()?)?;
+            Ok((out.run_id, !out.ingested))
+        })?;
+        Ok(ingest.name.clone())
     }
-    let Command::Ingest(ingest) = spec.command("ingest", &[])? else {
-        unreachable!()
-    };
-    timed("ingest", &mut || {
-        let out = crate::ingest::run(ws, &ingest.config()?)?;
-        Ok((out.run_id, !out.ingested))
-    })?;
-    let dataset = ingest.name.clone();
-    let Command::Svd(svd) = spec.command("svd", &[("dataset", dataset.clone())])? else {
-        unreachable!()
-    };
-    let mut svd_run = 0;
-    timed("svd", &mut || {
-        let out = crate::svd::run(ws, &svd.options())?;
-        svd_run = out.run_id;
-        Ok((Some(out.run_id), !out.computed))
-    })?;
-    let Command::Train(train) = spec.command(
-        "train",
-        &[("dataset", dataset.clone()), ("svd", svd_run.to_string())],
-    )?
-    else {
-        unreachable!()
-    };
-    let mut train_run = 0;
-    timed("train", &mut || {
-        let out = crate::train::run(ws, &train.options())?;
-        train_run = out.run_id;
-        Ok((Some(out.run_id), !out.computed))
-    })?;
-    let Command::Predict(predict) = spec.command("predict", &[("run", train_run.to_string())])?
-    else {
-        unreachable!()
-    };
-    let mut predictions = String::new();
-    timed("predict", &mut || {
-        let out = crate::predict::run(ws, &predict.options())?;
-        predictions = out.value.path.clone();
-        Ok((Some(out.run_id), !out.computed))
-    })?;
-    let Command::Evaluate(evaluate) =
-        spec.command("evaluate", &[("predictions", predictions.clone())])?
-    else {
-        unreachable!()
-    };
-    let mut metrics = None;
-    timed("evaluate", &mut || {
-        let out = crate::evaluate::run(ws, &evaluate.options(predictions.clone()))?;
-        metrics = Some(out.value);
-        Ok((Some(out.run_id), !out.computed))
-    })?;
 
-    eprintln!();
-    eprintln!("{:<9} {:>6} {:>7} {:>10}", "stage", "run", "", "seconds");
-    for l in &lines {
+    /// The svd of the dataset; returns its run id.
+    fn svd(&mut self, dataset: &str) -> Result<i64> {
+        let Command::Svd(svd) = self.spec.command("svd", &[("dataset", dataset.into())])? else {
+            unreachable!()
+        };
+        let (ws, mut svd_run) = (self.ws, 0);
+        self.timed("svd".into(), &mut || {
+            let out = crate::svd::run(ws, &svd.options())?;
+            svd_run = out.run_id;
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        Ok(svd_run)
+    }
+
+    /// Train → predict → evaluate, with `seed` linked in when the spec sweeps seeds.
+    fn model(&mut self, dataset: &str, svd_run: i64, seed: Option<u64>) -> Result<Evaluated> {
+        let spec = self.spec;
+        let mut linked = vec![
+            ("dataset", dataset.to_string()),
+            ("svd", svd_run.to_string()),
+        ];
+        linked.extend(seed.map(|s| ("seed", s.to_string())));
+        let tag = seed.map_or(String::new(), |s| format!(" (seed {s})"));
+        let Command::Train(train) = spec.command("train", &linked)? else {
+            unreachable!()
+        };
+        let ws = self.ws;
+        let mut train_run = 0;
+        self.timed(format!("train{tag}"), &mut || {
+            let out = crate::train::run(ws, &train.options())?;
+            train_run = out.run_id;
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        let Command::Predict(predict) =
+            spec.command("predict", &[("run", train_run.to_string())])?
+        else {
+            unreachable!()
+        };
+        let mut predictions = String::new();
+        self.timed(format!("predict{tag}"), &mut || {
+            let out = crate::predict::run(ws, &predict.options())?;
+            predictions = out.value.path.clone();
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        let Command::Evaluate(evaluate) =
+            spec.command("evaluate", &[("predictions", predictions.clone())])?
+        else {
+            unreachable!()
+        };
+        let mut done = None;
+        self.timed(format!("evaluate{tag}"), &mut || {
+            let out = crate::evaluate::run(ws, &evaluate.options(predictions.clone()))?;
+            done = Some((out.run_id, out.value));
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        let (evaluate_run, metrics) = done.expect("evaluate ran");
+        Ok(Evaluated {
+            seed: seed.unwrap_or(train.flags.seed),
+            train_run,
+            evaluate_run,
+            metrics,
+        })
+    }
+
+    /// The table of stages: run id, cached or ran, seconds.
+    fn print_lines(&self) {
+        eprintln!();
+        let width = self
+            .lines
+            .iter()
+            .map(|l| l.stage.len())
+            .max()
+            .unwrap_or(0)
+            .max(9);
         eprintln!(
-            "{:<9} {:>6} {:>7} {:>10.1}",
-            l.stage,
-            l.run.map_or("-".to_string(), |r| format!("#{r}")),
-            if l.cached { "cached" } else { "ran" },
-            l.seconds
+            "{:<width$} {:>6} {:>7} {:>10}",
+            "stage", "run", "", "seconds"
+        );
+        for l in &self.lines {
+            eprintln!(
+                "{:<width$} {:>6} {:>7} {:>10.1}",
+                l.stage,
+                l.run.map_or("-".to_string(), |r| format!("#{r}")),
+                if l.cached { "cached" } else { "ran" },
+                l.seconds
+            );
+        }
+    }
+}
+
+/// One train → predict → evaluate of a spec.
+struct Evaluated {
+    seed: u64,
+    train_run: i64,
+    evaluate_run: i64,
+    metrics: Metrics,
+}
+
+/// Runs `pipeline run` of a spec [`Spec::read`] has checked.
+pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
+    let mut runner = Runner {
+        ws,
+        spec,
+        lines: Vec::new(),
+    };
+    let dataset = runner.ingest()?;
+    let svd_run = runner.svd(&dataset)?;
+    let Some(seeds) = spec.seeds() else {
+        let one = runner.model(&dataset, svd_run, None)?;
+        runner.print_lines();
+        if args.json {
+            println!("{}", one.metrics.to_json());
+        } else {
+            println!("{}", one.metrics.to_table());
+        }
+        return Ok(());
+    };
+    let mut sweep = Vec::new();
+    for seed in seeds {
+        sweep.push(runner.model(&dataset, svd_run, Some(seed))?);
+    }
+    runner.print_lines();
+    print_sweep(&sweep, args.json);
+    Ok(())
+}
+
+/// Each seed's metrics, then their summary over the seeds (`--json`: one object).
+fn print_sweep(sweep: &[Evaluated], json: bool) {
+    let pairs: Vec<(u64, Vec<MetricRow>)> = sweep
+        .iter()
+        .map(|e| (e.seed, metric_rows(&e.metrics, None, "")))
+        .collect();
+    let summary = SeedSummary::of(&pairs);
+    if json {
+        let runs: Vec<serde_json::Value> = sweep
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "seed": e.seed,
+                    "train_run": e.train_run,
+                    "evaluate_run": e.evaluate_run,
+                    "metrics": e.metrics,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({ "runs": runs, "summary": summary });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+        return;
+    }
+    for e in sweep {
+        println!(
+            "seed {} (train run #{}, evaluate run #{}):\n{}",
+            e.seed,
+            e.train_run,
+            e.evaluate_run,
+            e.metrics.to_table()
         );
     }
-    let metrics = metrics.expect("evaluate ran");
-    if args.json {
-        println!("{}", metrics.to_json());
-    } else {
-        println!("{}", metrics.to_table());
-    }
-    Ok(())
+    print!("{}", summary.to_table());
 }
 
 /// Runs synth unless its output files exist and were made with the same options (a stamp
@@ -381,7 +526,11 @@ mod tests {
 
     #[test]
     fn the_shipped_specs_pass_the_check() {
-        for name in ["quickstart.toml", "delicious.toml"] {
+        for name in [
+            "quickstart.toml",
+            "delicious.toml",
+            "delicious-validation.toml",
+        ] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("pipelines")
                 .join(name);
@@ -434,5 +583,112 @@ mod tests {
         assert!(e.contains("[ingest] chunk_mb must be positive"), "{e}");
         let e = spec(&MINIMAL.replace("[svd]\nrank = 4\n", "[svd]\n")).unwrap_err();
         assert!(e.to_string().contains("[svd] missing key: rank"), "{e}");
+    }
+
+    #[test]
+    fn kernel_ard_and_schedule_keys_are_checked() {
+        let ok = MINIMAL.replace(
+            "lr = 0.5",
+            "lr = 0.5\nkernel = 'se+linear'\nard = 'subspace'\nrelease_hyper_after = 2",
+        );
+        spec(&ok).unwrap();
+        let e = spec(&MINIMAL.replace(
+            "lr = 0.5",
+            "lr = 0.5\nkernel = 'se+lin'\nard = 'features'\nrelease_hyper_after = 0",
+        ))
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "[train] kernel: invalid value 'se+lin'",
+            "[train] ard: invalid value 'features' (expected one of: none, subspace)",
+        ] {
+            assert!(e.contains(expected), "missing {expected:?} in:\n{e}");
+        }
+        let e = spec(&MINIMAL.replace(
+            "freeze_hyper = false",
+            "freeze_hyper = true\nrelease_hyper_after = 0",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[train] release_hyper_after must be ≥ 1"), "{e}");
+        assert!(e.contains("cannot be combined with --freeze-hyper"), "{e}");
+    }
+
+    #[test]
+    fn seeds_and_the_validation_split_are_checked_before_any_stage() {
+        let sweep = MINIMAL.replace("epochs = 3", "epochs = 3\nseeds = [0, 1, 2]");
+        let s = spec(&sweep).unwrap();
+        assert_eq!(s.seeds(), Some(vec![0, 1, 2]));
+        // Not a flag of train: the runner links `--seed S` per seed instead.
+        assert!(!s
+            .argv("train", &[])
+            .unwrap()
+            .iter()
+            .any(|a| a.contains("seeds")));
+        assert_eq!(spec(MINIMAL).unwrap().seeds(), None);
+        let carved = MINIMAL.replace(
+            "train = \"a/train.txt\"",
+            "train = \"a/train.txt\"\nvalidation_fraction = 0.2\nvalidation_seed = 4",
+        );
+        let s = spec(&carved.replace("top_k = 7", "top_k = 7\nsplit = 'validation'")).unwrap();
+        let argv = s.argv("ingest", &[]).unwrap();
+        assert!(argv.ends_with(&[
+            "--validation-fraction".into(),
+            "0.2".into(),
+            "--validation-seed".into(),
+            "4".into()
+        ]));
+        let bad = MINIMAL
+            .replace("epochs = 3", "seeds = [0, 0]")
+            .replace("lr = 0.5", "lr = 0.5\neval_split = 'validation'")
+            .replace("top_k = 7", "top_k = 7\nsplit = 'validation'");
+        let e = spec(&bad).unwrap_err().to_string();
+        for expected in [
+            "[train] seeds: seed 0 is given twice",
+            "[train] eval_split = \"validation\": the dataset has no validation split; carve \
+             one from the training rows with [ingest] validation_fraction = 0.2",
+            "[predict] split = \"validation\": the dataset has no validation split",
+        ] {
+            assert!(e.contains(expected), "missing {expected:?} in:\n{e}");
+        }
+        let e = spec(&MINIMAL.replace("epochs = 3", "seeds = [1]\nseed = 2"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[train] seeds and seed: give one"), "{e}");
+        for (value, found) in [
+            ("[]", "found an empty array"),
+            ("3", "found an integer 3"),
+            ("[1, -2]", "found an integer -2"),
+            ("['a']", "found a string \"a\""),
+        ] {
+            let e = spec(&MINIMAL.replace("epochs = 3", &format!("seeds = {value}")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("[train] seeds: expected a non-empty array of distinct integers ≥ 0")
+                    && e.contains(found),
+                "{value}: {e}"
+            );
+        }
+        let e = spec(&MINIMAL.replace("epochs = 3", "seedz = [1]"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown key 'seedz' (did you mean 'seed"), "{e}");
+        let e = spec(&carved.replace("0.2", "1.5")).unwrap_err().to_string();
+        assert!(
+            e.contains("[ingest] validation_fraction must be in (0, 1), not 1.5"),
+            "{e}"
+        );
+        let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"d\"\nvalidation_seed = 3"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[ingest]") && e.contains("validation_fraction"),
+            "{e}"
+        );
+        let e = spec(&carved.replace("validation_seed = 4", "validation_sed = 4"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(did you mean 'validation_seed'?)"), "{e}");
     }
 }

@@ -54,9 +54,16 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
     println!("workspace {}", ws.root().display());
     println!();
     println!("datasets ({})", datasets.len());
+    // "validation" is wider than the column of "train" and "test".
+    let sw = datasets
+        .iter()
+        .flat_map(|d| d.splits.iter().map(|s| s.split.len()))
+        .max()
+        .unwrap_or(0)
+        .max(6);
     if !datasets.is_empty() {
         println!(
-            "  {:<20} {:<8} {:>6} {:>8} {:<6} {:>10} {:>12} {:>7} {:>10}",
+            "  {:<20} {:<8} {:>6} {:>8} {:<sw$} {:>10} {:>12} {:>7} {:>10}",
             "name", "format", "D", "L", "split", "rows", "nnz", "chunks", "size"
         );
     }
@@ -78,7 +85,7 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
                 ("", "", String::new(), String::new())
             };
             println!(
-                "  {:<20} {:<8} {:>6} {:>8} {:<6} {:>10} {:>12} {:>7} {:>10}",
+                "  {:<20} {:<8} {:>6} {:>8} {:<sw$} {:>10} {:>12} {:>7} {:>10}",
                 name,
                 format,
                 dd,
@@ -88,6 +95,15 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
                 s.nnz,
                 s.n_chunks,
                 human_bytes(bytes)
+            );
+        }
+        if let Some(f) = d.params.get("validation_fraction") {
+            println!(
+                "  {:<20} validation carved from the training rows: fraction {f}, seed {}",
+                "",
+                d.params
+                    .get("validation_seed")
+                    .unwrap_or(&serde_json::json!(0))
             );
         }
     }

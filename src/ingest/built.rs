@@ -107,13 +107,20 @@ pub fn print_summary(name: &str, built: &Built, seconds: f64) {
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / seconds.max(1e-9)
     );
+    let width = built
+        .splits
+        .iter()
+        .map(|s| s.0.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     eprintln!(
-        "{:<6} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
+        "{:<width$} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
         "split", "rows", "nnz", "positives", "unlabeled", "dropped", "skipped", "chunks"
     );
     for (split, c, _) in &built.splits {
         eprintln!(
-            "{:<6} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
+            "{:<width$} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
             split,
             c.n_rows,
             c.nnz,

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::input::{absolute, InputLayout};
 use super::parse::RowRules;
+use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
 
 /// Configuration of one ingest.
@@ -31,6 +32,8 @@ pub struct IngestConfig {
     pub threads: Option<usize>,
     /// Replace an existing dataset of this name whose inputs or options differ.
     pub replace: bool,
+    /// Carve a validation split out of the training rows (`--validation-fraction`).
+    pub validation: Option<ValidationSplit>,
 }
 
 impl IngestConfig {
@@ -53,6 +56,19 @@ impl IngestConfig {
             "must be positive".into()
         });
         c.check(self.chunk_mb != 0, "chunk-mb", || "must be positive".into());
+        if let Some(v) = &self.validation {
+            c.check(
+                ValidationSplit::fraction_ok(v.fraction),
+                "validation-fraction",
+                || {
+                    format!(
+                        "must be in (0, 1), not {}: the expected share of the training rows \
+                         that go to the validation split",
+                        v.fraction
+                    )
+                },
+            );
+        }
         c.into_result()
     }
 
@@ -71,7 +87,7 @@ impl IngestConfig {
         for (role, path) in self.layout.sources() {
             sources.insert(role.into(), json!(absolute(&path)?.display().to_string()));
         }
-        Ok(json!({
+        let mut params = json!({
             "format": self.layout.format(),
             "sources": sources,
             "split_column": self.layout.split_column(),
@@ -81,7 +97,13 @@ impl IngestConfig {
             "lenient": self.lenient,
             "chunk_rows": self.chunk_rows,
             "chunk_mb": self.chunk_mb,
-        }))
+        });
+        // Only when carving: datasets ingested without it keep their parameters as before.
+        if let Some(v) = &self.validation {
+            params["validation_fraction"] = json!(v.fraction);
+            params["validation_seed"] = json!(v.seed);
+        }
+        Ok(params)
     }
 
     /// Worker threads to use (at least one).

@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod sink;
 pub mod source;
 pub mod stream;
+pub mod validation;
 
 use std::path::Path;
 use std::time::Instant;

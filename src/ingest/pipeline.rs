@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::built::Built;
@@ -15,6 +15,7 @@ use super::parse::RowRules;
 use super::sink::{Encoder, SplitSink};
 use super::source::SourceInfo;
 use super::stream::{stream_rows, Parsed};
+use super::validation::{ValidationSplit, CARVED_FROM, VALIDATION};
 use crate::store::chunks::CsrChunk;
 
 /// Skip reasons kept for the summary (the counts are always exact).
@@ -111,15 +112,36 @@ fn write_dataset(
         let mut reasons = Vec::new();
         for stream in streams {
             let first = sinks.len();
+            let mut targets = Vec::new();
             for split in stream.route.splits() {
+                let sink = sinks.len() - first;
                 sinks.push(shared.sink(split, sinks.len())?);
+                // The validation split's chunks come right after the split it is carved from.
+                let carve = match config.validation {
+                    Some(v) if split == CARVED_FROM => {
+                        sinks.push(shared.sink(VALIDATION, sinks.len())?);
+                        Some((sink + 1, v))
+                    }
+                    _ => None,
+                };
+                targets.push(Target { sink, carve });
             }
             let roles = stream.roles.clone();
-            let infos = stream_into(stream, &shared, &mut sinks[first..], &encoder, &mut reasons)?;
+            let infos = stream_into(
+                stream,
+                &shared,
+                &targets,
+                &mut sinks[first..],
+                &encoder,
+                &mut reasons,
+            )?;
             sources.extend(roles.into_iter().zip(infos));
         }
         sources.extend(read_sources);
         let chunks = encoder.finish()?;
+        if let Some(v) = &config.validation {
+            check_carved(&sinks, v)?;
+        }
         Ok(Built {
             n_features: u64::from(d),
             n_labels: u64::from(l),
@@ -137,11 +159,51 @@ fn write_dataset(
     })
 }
 
-/// Streams one row stream into `sinks` (the sinks of its splits, in route order), checks
-/// its row count against the header, and closes the sinks. Returns the files read through.
+/// Where the rows a stream's route sends to one of its splits are written: the split's
+/// sink (an index into the stream's sinks) or, for the rows the carve selects, the
+/// validation sink.
+struct Target {
+    sink: usize,
+    carve: Option<(usize, ValidationSplit)>,
+}
+
+/// Refuses a carve that left the validation or the training split without rows (known only
+/// once every row has streamed: `--drop-unlabeled` and `--lenient` remove rows too).
+fn check_carved(sinks: &[SplitSink], v: &ValidationSplit) -> Result<()> {
+    let rows = |name: &str| {
+        sinks
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.counts.n_rows)
+            .sum::<u64>()
+    };
+    let (train, validation) = (rows(CARVED_FROM), rows(VALIDATION));
+    if validation == 0 {
+        bail!(
+            "--validation-fraction {} --validation-seed {}: the validation split would be \
+             empty (none of the {train} training rows was selected); pass a larger fraction",
+            v.fraction,
+            v.seed
+        );
+    }
+    if train == 0 {
+        bail!(
+            "--validation-fraction {} --validation-seed {}: the train split would be empty \
+             (all {validation} training rows were selected); pass a smaller fraction",
+            v.fraction,
+            v.seed
+        );
+    }
+    Ok(())
+}
+
+/// Streams one row stream into `sinks` (the sinks of its splits, in route order, each
+/// followed by its validation sink when carved; `targets` says which is which), checks its
+/// row count against the header, and closes the sinks. Returns the files read through.
 fn stream_into(
     stream: RowStream,
     shared: &Shared<'_>,
+    targets: &[Target],
     sinks: &mut [SplitSink],
     encoder: &Encoder<'_>,
     reasons: &mut Vec<String>,
@@ -165,7 +227,14 @@ fn stream_into(
             // Skipped rows are counted against the stream's first split (under a row
             // table: the training split).
             collect_skips(&mut sinks[0], &parsed, &path, reasons);
-            route_rows(&route, &parsed.block.rows, sinks, encoder, &mut unassigned)
+            route_rows(
+                &route,
+                targets,
+                &parsed.block.rows,
+                sinks,
+                encoder,
+                &mut unassigned,
+            )
         },
     )?;
     check_row_total(&path, declared_rows, lines)?;
@@ -185,30 +254,42 @@ fn stream_into(
 /// rows a row table assigns to no split in `unassigned`.
 fn route_rows(
     route: &Route,
+    targets: &[Target],
     rows: &CsrChunk,
     sinks: &mut [SplitSink],
     encoder: &Encoder<'_>,
     unassigned: &mut u64,
 ) -> Result<()> {
-    match route {
-        Route::Whole(_) => sinks[0].push_rows(rows, 0..rows.len(), encoder),
-        Route::ByRow { assign, .. } => {
-            let mut picked: Vec<Vec<usize>> = vec![Vec::new(); sinks.len()];
-            for (i, &line) in rows.row_ids.iter().enumerate() {
-                // Data rows start at line 2, after the header.
-                match assign[(line - 2) as usize] {
-                    0 => *unassigned += 1,
-                    m => picked[usize::from(m - 1)].push(i),
-                }
-            }
-            // Every sink sees every block, even with no rows picked: the first block fixes
-            // each split's automatic chunk size.
-            for (sink, which) in sinks.iter_mut().zip(picked) {
-                sink.push_rows(rows, which.into_iter(), encoder)?;
-            }
-            Ok(())
-        }
+    if let (Route::Whole(_), [Target { carve: None, .. }]) = (route, targets) {
+        return sinks[0].push_rows(rows, 0..rows.len(), encoder);
     }
+    let mut picked: Vec<Vec<usize>> = vec![Vec::new(); sinks.len()];
+    for (i, &line) in rows.row_ids.iter().enumerate() {
+        // Data rows start at line 2, after the header.
+        let index = line - 2;
+        let position = match route {
+            Route::Whole(_) => 0,
+            Route::ByRow { assign, .. } => match assign[index as usize] {
+                0 => {
+                    *unassigned += 1;
+                    continue;
+                }
+                m => usize::from(m - 1),
+            },
+        };
+        let target = &targets[position];
+        let sink = match target.carve {
+            Some((validation, carve)) if carve.selects(index) => validation,
+            _ => target.sink,
+        };
+        picked[sink].push(i);
+    }
+    // Every sink sees every block, even with no rows picked: the first block fixes each
+    // split's automatic chunk size.
+    for (sink, which) in sinks.iter_mut().zip(picked) {
+        sink.push_rows(rows, which.into_iter(), encoder)?;
+    }
+    Ok(())
 }
 
 /// Adds a block's skipped rows and CRLF lines to `sink`'s counts and keeps the first reasons.

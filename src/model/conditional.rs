@@ -9,6 +9,7 @@
 use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
+use super::ard::{warp_inducing, Warp};
 use super::kernel::{BasisInputs, KernelForward, KernelKind, KernelParams};
 use super::params::{Params, QForm};
 use super::scratch::Scratch;
@@ -50,6 +51,9 @@ pub struct Conditional {
     pub kernel: KernelForward,
     /// The linear kernel's subspace factors when the J_p path was chosen.
     subspace: Option<Subspace>,
+    /// The inputs after subspace ARD's map (`ard.rs`) when the parameters carry weights;
+    /// the kernel and the subspace factors were evaluated at them.
+    warp: Option<Warp>,
 }
 
 impl Conditional {
@@ -61,18 +65,46 @@ impl Conditional {
         x: &BasisInputs<'_>,
         choice: Factorisation,
     ) -> Result<Self> {
+        check_kernel_params(kind, params, x.k_tilde.nrows())?;
         let mut cond = Self::through_inducing(kind, params, x);
-        cond.subspace = subspace_for(kind, params, x, &cond.kernel, choice)?;
+        let a = cond.kernel_a(params);
+        let xk = cond.kernel_inputs(x);
+        let subspace = subspace_for(kind, params, a, &xk, &cond.kernel, choice)?;
+        cond.subspace = subspace;
         Ok(cond)
     }
 
-    /// As [`Conditional::new`] with [`Factorisation::Inducing`], which cannot fail.
+    /// The inducing coordinates the kernel was evaluated at: A, or A' under ARD.
+    fn kernel_a<'s>(&'s self, params: &'s Params) -> MatRef<'s, f64> {
+        match &self.warp {
+            Some(w) => w.a.as_ref(),
+            None => params.a.as_ref(),
+        }
+    }
+
+    /// The data inputs the kernel was evaluated at: `x`, or its transform under ARD.
+    fn kernel_inputs<'s>(&'s self, x: &BasisInputs<'s>) -> BasisInputs<'s> {
+        match &self.warp {
+            Some(w) => w.inputs(x.k_tilde),
+            None => *x,
+        }
+    }
+
+    /// As [`Conditional::new`] with [`Factorisation::Inducing`], for parameters already
+    /// checked against the kernel (by [`FactorisedQ::new`] or a [`Conditional::new`]).
     pub fn through_inducing(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Self {
+        let log_ard = &params.kernel.log_ard;
+        let warp = (!log_ard.is_empty()).then(|| Warp::new(log_ard, params.a.as_ref(), x));
+        let kernel = match &warp {
+            Some(w) => kind.forward(&params.kernel, w.a.as_ref(), &w.inputs(x.k_tilde)),
+            None => kind.forward(&params.kernel, params.a.as_ref(), x),
+        };
         Conditional {
             kind,
             form: params.q_form(),
-            kernel: kind.forward(&params.kernel, params.a.as_ref(), x),
+            kernel,
             subspace: None,
+            warp,
         }
     }
 
@@ -161,17 +193,18 @@ impl Conditional {
     }
 
     /// The kernel's chain rule from the gradients of [`Conditional::backward`] (with kernel
-    /// blocks) to ∂A [M×R] and ∂(log σ_f², log ℓ), through the subspace factors too when
-    /// that path was taken.
+    /// blocks) to ∂A [M×R] and the hyperparameters, through the subspace factors too when
+    /// that path was taken, and through the ARD map to A and log ω when there is one.
     pub fn kernel_backward(
         &self,
         params: &Params,
         x: &BasisInputs<'_>,
         vg: &VariationalGrads,
     ) -> (Mat<f64>, KernelParams) {
+        let xk = self.kernel_inputs(x);
         let kg = self.kind.backward(
             &params.kernel,
-            x,
+            &xk,
             &self.kernel,
             vg.k_z.as_ref(),
             vg.k_bz.as_ref(),
@@ -183,11 +216,30 @@ impl Conditional {
             g_a += a;
             g_log_sf2 += log_sf2;
         }
+        let mut g_log_ard = Vec::new();
+        if let Some(w) = &self.warp {
+            let ig = self.kind.input_grads(
+                &params.kernel,
+                w.a.as_ref(),
+                &self.kernel,
+                vg.k_z.as_ref(),
+                vg.k_bz.as_ref(),
+                &vg.k_diag,
+                false,
+            );
+            let mut g_kxx = ig.kxx_b;
+            if let Some(sub) = &self.subspace {
+                g_kxx += sub.kxx_grad(vg.g.as_ref());
+            }
+            (g_a, g_log_ard) = w.backward(x, g_a.as_ref(), g_kxx.as_ref(), &ig.sq_norms);
+        }
         (
             g_a,
             KernelParams {
                 log_sf2: g_log_sf2,
                 log_ell: kg.log_ell,
+                log_lin2: params.kernel.log_lin2.map(|_| kg.log_lin2),
+                log_ard: g_log_ard,
             },
         )
     }
@@ -229,7 +281,14 @@ impl FactorisedQ {
         k_tilde: MatRef<'_, f64>,
         scratch: &Scratch,
     ) -> Result<Self> {
-        let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
+        check_kernel_params(kind, params, k_tilde.nrows())?;
+        let k_z = match params.kernel.log_ard.is_empty() {
+            true => kind.k_z(&params.kernel, params.a.as_ref(), k_tilde),
+            false => {
+                let a = warp_inducing(&params.kernel.log_ard, params.a.as_ref(), k_tilde);
+                kind.k_z(&params.kernel, a.as_ref(), k_tilde)
+            }
+        };
         let factors = match params.q_form() {
             QForm::SiteDiagonal => {
                 QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), params.rho.as_ref(), scratch)?)
@@ -246,15 +305,31 @@ impl FactorisedQ {
     }
 }
 
-/// The subspace factors when `choice` selects that path for this kernel and shape.
+/// An error unless the parameters hold this kernel's optional hyperparameters and, with
+/// ARD, one weight per basis direction (R = `rank`).
+fn check_kernel_params(kind: KernelKind, params: &Params, rank: usize) -> Result<()> {
+    kind.check(&params.kernel)?;
+    let n = params.kernel.log_ard.len();
+    ensure!(
+        n == 0 || (n == rank && params.a.ncols() == rank),
+        "{n} subspace ARD weights for a basis of rank {rank}"
+    );
+    Ok(())
+}
+
+/// The subspace factors when `choice` selects that path for this kernel and shape, at the
+/// kernel's inducing coordinates `a` [M×R] and inputs `x` (after ARD's map, if any: K_Z
+/// still factors through the basis then, as A' K_X̃ A'ᵀ). Only the linear kernel's K_Z and
+/// K_bZ factor through the basis; the SE part of SE and SE + linear does not.
 fn subspace_for(
     kind: KernelKind,
     params: &Params,
+    a: MatRef<'_, f64>,
     x: &BasisInputs<'_>,
     kf: &KernelForward,
     choice: Factorisation,
 ) -> Result<Option<Subspace>> {
-    let (m, r) = (params.a.nrows(), params.a.ncols());
+    let (m, r) = (a.nrows(), a.ncols());
     let wanted = match choice {
         Factorisation::Auto => kind == KernelKind::Linear && subspace::worthwhile(m, r),
         Factorisation::Inducing => false,
@@ -269,7 +344,7 @@ fn subspace_for(
     if !wanted {
         return Ok(None);
     }
-    let sub = Subspace::new(&params.kernel, params.a.as_ref(), x, &kf.k_diag);
+    let sub = Subspace::new(&params.kernel, a, x, &kf.k_diag);
     ensure!(
         sub.is_some() || choice == Factorisation::Auto,
         "the subspace factorisation needs a positive definite K_X̃"

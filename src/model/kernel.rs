@@ -7,10 +7,14 @@
 //!
 //! - linear: K_Z = σ_f² G, K_bZ = σ_f² H, k_ii = σ_f² ‖x_i‖²;
 //! - squared exponential: K = σ_f² exp(−D/2ℓ²) with D_Z = g1ᵀ + 1gᵀ − 2G (g = diag G) and
-//!   D_bZ = n1ᵀ + 1gᵀ − 2H (n_i = ‖x_i‖²); k_ii = σ_f².
+//!   D_bZ = n1ᵀ + 1gᵀ − 2H (n_i = ‖x_i‖²); k_ii = σ_f²;
+//! - SE + linear: the sum of the two, K = σ_f² exp(−D/2ℓ²) + σ_lin² ⟨x, z⟩ with two free
+//!   variances (σ_f² is the SE part's).
 //!
 //! `backward` maps the gradients of any objective with respect to K_Z, K_bZ and k_ii to
-//! gradients with respect to A, log σ_f² and log ℓ (chain rule of `docs/model.md`).
+//! gradients with respect to A and the hyperparameters (chain rule of `docs/model.md`);
+//! `input_grads` maps them to the kernel's data inputs Kxx_b, n and K_X̃, which input
+//! transforms (ARD, `ard.rs`) chain further.
 
 use faer::{Mat, MatRef};
 
@@ -20,13 +24,58 @@ use crate::linalg::inner;
 pub enum KernelKind {
     Linear,
     SquaredExponential,
+    /// σ_f² exp(−D/2ℓ²) + σ_lin² ⟨x, z⟩.
+    SePlusLinear,
 }
 
-/// Unconstrained kernel hyperparameters: σ_f² = exp(log_sf2), ℓ = exp(log_ell).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Unconstrained kernel hyperparameters: σ_f² = exp(log_sf2), ℓ = exp(log_ell), and the
+/// optional ones, which are parameters (in the flat index, the optimiser, checkpoints) only
+/// when present.
+#[derive(Debug, Clone, PartialEq)]
 pub struct KernelParams {
     pub log_sf2: f64,
     pub log_ell: f64,
+    /// log σ_lin², the linear part's variance of SE + linear; None for the other kernels.
+    pub log_lin2: Option<f64>,
+    /// log ω [R]: subspace ARD weights (`ard.rs`); empty without ARD.
+    pub log_ard: Vec<f64>,
+}
+
+impl KernelParams {
+    /// σ_f² and ℓ alone (the linear and SE kernels without ARD).
+    pub fn new(log_sf2: f64, log_ell: f64) -> Self {
+        KernelParams {
+            log_sf2,
+            log_ell,
+            log_lin2: None,
+            log_ard: Vec::new(),
+        }
+    }
+
+    /// Zeros in the same shape (the gradient of frozen hyperparameters).
+    pub fn zeros_like(&self) -> Self {
+        KernelParams {
+            log_sf2: 0.0,
+            log_ell: 0.0,
+            log_lin2: self.log_lin2.map(|_| 0.0),
+            log_ard: vec![0.0; self.log_ard.len()],
+        }
+    }
+
+    /// Whether every entry is finite.
+    pub fn is_finite(&self) -> bool {
+        self.log_sf2.is_finite()
+            && self.log_ell.is_finite()
+            && self.log_lin2.is_none_or(f64::is_finite)
+            && self.log_ard.iter().all(|v| v.is_finite())
+    }
+
+    /// σ_lin² of SE + linear. Callers check [`KernelKind::check`] first.
+    fn lin2(&self) -> f64 {
+        self.log_lin2
+            .expect("SE + linear parameters carry log σ_lin² (KernelKind::check)")
+            .exp()
+    }
 }
 
 /// The minibatch's view of the data: Kxx_b [B×R], ‖x_i‖² [B], and K_X̃ [R×R].
@@ -48,9 +97,14 @@ pub struct KernelForward {
     pub k_diag: Vec<f64>,
     /// A K_X̃ [M×R], reused by the gradient.
     a_kt: Mat<f64>,
-    /// Squared distances D_Z [M×M] and D_bZ [B×M] (SE only; empty for linear).
+    /// Squared distances D_Z [M×M] and D_bZ [B×M] (SE and SE + linear; empty for linear).
     d_z: Mat<f64>,
     d_bz: Mat<f64>,
+    /// SE + linear only (empty otherwise): the SE parts of K_Z and K_bZ, and G and H.
+    se_z: Mat<f64>,
+    se_bz: Mat<f64>,
+    gram_z: Mat<f64>,
+    gram_bz: Mat<f64>,
 }
 
 /// Gradients with respect to the kernel's trainable inputs.
@@ -60,9 +114,119 @@ pub struct KernelGrads {
     pub a: Mat<f64>,
     pub log_sf2: f64,
     pub log_ell: f64,
+    /// ∂/∂log σ_lin² (0 unless SE + linear).
+    pub log_lin2: f64,
+}
+
+/// Gradients with respect to the kernel's data inputs (`KernelKind::input_grads`).
+#[derive(Debug, Clone)]
+pub struct InputGrads {
+    /// ∂/∂Kxx_b [B×R].
+    pub kxx_b: Mat<f64>,
+    /// ∂/∂n [B].
+    pub sq_norms: Vec<f64>,
+    /// ∂/∂K_X̃ [R×R] (entries as independent; empty unless asked for).
+    pub k_tilde: Mat<f64>,
+}
+
+/// The SE kernel's matrices from the Gram matrices: (K_Z, K_bZ, D_Z, D_bZ).
+fn se_parts(
+    sf2: f64,
+    log_ell: f64,
+    g: &Mat<f64>,
+    h: &Mat<f64>,
+    sq_norms: &[f64],
+) -> (Mat<f64>, Mat<f64>, Mat<f64>, Mat<f64>) {
+    let inv_2l2 = 0.5 * (-2.0 * log_ell).exp();
+    let m = g.nrows();
+    let diag: Vec<f64> = (0..m).map(|i| g[(i, i)]).collect();
+    // Clamped at 0: rounding can make a squared distance slightly negative.
+    let d_z = Mat::from_fn(m, m, |i, j| (diag[i] + diag[j] - 2.0 * g[(i, j)]).max(0.0));
+    let d_bz = Mat::from_fn(h.nrows(), m, |i, j| {
+        (sq_norms[i] + diag[j] - 2.0 * h[(i, j)]).max(0.0)
+    });
+    let k_z = Mat::from_fn(m, m, |i, j| sf2 * (-d_z[(i, j)] * inv_2l2).exp());
+    let k_bz = Mat::from_fn(h.nrows(), m, |i, j| sf2 * (-d_bz[(i, j)] * inv_2l2).exp());
+    (k_z, k_bz, d_z, d_bz)
+}
+
+/// ∂F/∂log ℓ of an SE part K_se with distances D: ⟨Ḡ, K_se ∘ D⟩ / ℓ² over both blocks.
+fn se_log_ell(
+    log_ell: f64,
+    (g_z, g_bz): (MatRef<'_, f64>, MatRef<'_, f64>),
+    (k_z, k_bz): (&Mat<f64>, &Mat<f64>),
+    (d_z, d_bz): (&Mat<f64>, &Mat<f64>),
+) -> f64 {
+    let inv_2l2 = 0.5 * (-2.0 * log_ell).exp();
+    let (m, b) = (k_z.nrows(), k_bz.nrows());
+    // ∂K/∂log ℓ = K ∘ D / ℓ² (from exp(−D e^{−2 log ℓ}/2)).
+    let two_inv_2l2 = 2.0 * inv_2l2;
+    two_inv_2l2
+        * (inner(
+            g_z,
+            Mat::from_fn(m, m, |i, j| k_z[(i, j)] * d_z[(i, j)]).as_ref(),
+        ) + inner(
+            g_bz,
+            Mat::from_fn(b, m, |i, j| k_bz[(i, j)] * d_bz[(i, j)]).as_ref(),
+        ))
+}
+
+/// The SE part's gradients with respect to G [M×M], H [B×M] and n [B], added to `acc`.
+fn se_gram_grads(
+    log_ell: f64,
+    (g_z, g_bz): (MatRef<'_, f64>, MatRef<'_, f64>),
+    (k_z, k_bz): (&Mat<f64>, &Mat<f64>),
+    acc: &mut GramGrads,
+) {
+    let inv_2l2 = 0.5 * (-2.0 * log_ell).exp();
+    let (m, b) = (k_z.nrows(), k_bz.nrows());
+    // Gradients with respect to the squared distances.
+    let e_z = Mat::from_fn(m, m, |i, j| -g_z[(i, j)] * k_z[(i, j)] * inv_2l2);
+    let e_b = Mat::from_fn(b, m, |i, j| -g_bz[(i, j)] * k_bz[(i, j)] * inv_2l2);
+    // D_Z = g1ᵀ + 1gᵀ − 2G, D_bZ = n1ᵀ + 1gᵀ − 2H with g = diag G.
+    for j in 0..m {
+        let mut s = 0.0;
+        for i in 0..m {
+            s += e_z[(j, i)] + e_z[(i, j)];
+            acc.g[(i, j)] -= 2.0 * e_z[(i, j)];
+        }
+        for i in 0..b {
+            s += e_b[(i, j)];
+            acc.h[(i, j)] -= 2.0 * e_b[(i, j)];
+            acc.n[i] += e_b[(i, j)];
+        }
+        acc.g[(j, j)] += s;
+    }
+}
+
+/// Gradients with respect to the Gram matrices G = A K_X̃ Aᵀ [M×M], H = Kxx_b Aᵀ [B×M] and
+/// the squared norms n [B], through which every kernel here sees its inputs.
+struct GramGrads {
+    g: Mat<f64>,
+    h: Mat<f64>,
+    n: Vec<f64>,
 }
 
 impl KernelKind {
+    /// An error unless `p` holds exactly this kernel's optional hyperparameters.
+    pub fn check(self, p: &KernelParams) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            p.log_lin2.is_some() == (self == KernelKind::SePlusLinear),
+            "the {self:?} kernel {} log σ_lin², but the parameters {}",
+            if self == KernelKind::SePlusLinear {
+                "needs"
+            } else {
+                "has no"
+            },
+            if p.log_lin2.is_some() {
+                "hold one"
+            } else {
+                "hold none"
+            }
+        );
+        Ok(())
+    }
+
     /// K_Z [M×M] alone: it depends on the data only through K_X̃ [R×R].
     pub fn k_z(self, p: &KernelParams, a: MatRef<'_, f64>, k_tilde: MatRef<'_, f64>) -> Mat<f64> {
         let none = Mat::<f64>::zeros(0, k_tilde.nrows());
@@ -85,31 +249,49 @@ impl KernelKind {
         let a_kt = a * x.k_tilde;
         let g = &a_kt * a.transpose();
         let h = x.kxx_b * a.transpose();
+        let empty = || Mat::new();
         match self {
             KernelKind::Linear => KernelForward {
                 k_z: &g * faer::Scale(sf2),
                 k_bz: &h * faer::Scale(sf2),
                 k_diag: x.sq_norms.iter().map(|n| sf2 * n).collect(),
                 a_kt,
-                d_z: Mat::new(),
-                d_bz: Mat::new(),
+                d_z: empty(),
+                d_bz: empty(),
+                se_z: empty(),
+                se_bz: empty(),
+                gram_z: empty(),
+                gram_bz: empty(),
             },
             KernelKind::SquaredExponential => {
-                let inv_2l2 = 0.5 * (-2.0 * p.log_ell).exp();
-                let m = g.nrows();
-                let diag: Vec<f64> = (0..m).map(|i| g[(i, i)]).collect();
-                // Clamped at 0: rounding can make a squared distance slightly negative.
-                let d_z = Mat::from_fn(m, m, |i, j| (diag[i] + diag[j] - 2.0 * g[(i, j)]).max(0.0));
-                let d_bz = Mat::from_fn(h.nrows(), m, |i, j| {
-                    (x.sq_norms[i] + diag[j] - 2.0 * h[(i, j)]).max(0.0)
-                });
+                let (k_z, k_bz, d_z, d_bz) = se_parts(sf2, p.log_ell, &g, &h, x.sq_norms);
                 KernelForward {
-                    k_z: Mat::from_fn(m, m, |i, j| sf2 * (-d_z[(i, j)] * inv_2l2).exp()),
-                    k_bz: Mat::from_fn(h.nrows(), m, |i, j| sf2 * (-d_bz[(i, j)] * inv_2l2).exp()),
                     k_diag: vec![sf2; h.nrows()],
+                    k_z,
+                    k_bz,
                     a_kt,
                     d_z,
                     d_bz,
+                    se_z: empty(),
+                    se_bz: empty(),
+                    gram_z: empty(),
+                    gram_bz: empty(),
+                }
+            }
+            KernelKind::SePlusLinear => {
+                let lin2 = p.lin2();
+                let (se_z, se_bz, d_z, d_bz) = se_parts(sf2, p.log_ell, &g, &h, x.sq_norms);
+                KernelForward {
+                    k_z: &se_z + &g * faer::Scale(lin2),
+                    k_bz: &se_bz + &h * faer::Scale(lin2),
+                    k_diag: x.sq_norms.iter().map(|n| sf2 + lin2 * n).collect(),
+                    a_kt,
+                    d_z,
+                    d_bz,
+                    se_z,
+                    se_bz,
+                    gram_z: g,
+                    gram_bz: h,
                 }
             }
         }
@@ -126,14 +308,29 @@ impl KernelKind {
         g_diag: &[f64],
     ) -> KernelGrads {
         let sf2 = p.log_sf2.exp();
+        let diag_dot = |k: &[f64]| g_diag.iter().zip(k).map(|(g, k)| g * k).sum::<f64>();
+        if self == KernelKind::SePlusLinear {
+            let gg = self.gram_grads(p, fwd, g_z, g_bz, g_diag);
+            return KernelGrads {
+                a: (&gg.g + gg.g.transpose()) * &fwd.a_kt + gg.h.transpose() * x.kxx_b,
+                log_sf2: inner(g_z, fwd.se_z.as_ref())
+                    + inner(g_bz, fwd.se_bz.as_ref())
+                    + sf2 * g_diag.iter().sum::<f64>(),
+                log_ell: se_log_ell(
+                    p.log_ell,
+                    (g_z, g_bz),
+                    (&fwd.se_z, &fwd.se_bz),
+                    (&fwd.d_z, &fwd.d_bz),
+                ),
+                log_lin2: p.lin2()
+                    * (inner(g_z, fwd.gram_z.as_ref())
+                        + inner(g_bz, fwd.gram_bz.as_ref())
+                        + diag_dot(x.sq_norms)),
+            };
+        }
         // Every kernel entry is proportional to σ_f²: ∂F/∂log σ_f² = Σ ∂F/∂K · K.
-        let log_sf2 = inner(g_z, fwd.k_z.as_ref())
-            + inner(g_bz, fwd.k_bz.as_ref())
-            + g_diag
-                .iter()
-                .zip(&fwd.k_diag)
-                .map(|(g, k)| g * k)
-                .sum::<f64>();
+        let log_sf2 =
+            inner(g_z, fwd.k_z.as_ref()) + inner(g_bz, fwd.k_bz.as_ref()) + diag_dot(&fwd.k_diag);
         match self {
             KernelKind::Linear => {
                 // K_Z = σ_f² A K_X̃ Aᵀ, K_bZ = σ_f² Kxx_b Aᵀ.
@@ -143,6 +340,7 @@ impl KernelKind {
                     a,
                     log_sf2,
                     log_ell: 0.0,
+                    log_lin2: 0.0,
                 }
             }
             KernelKind::SquaredExponential => {
@@ -166,22 +364,85 @@ impl KernelKind {
                 }
                 let d_h = &e_b * faer::Scale(-2.0);
                 let a = (&d_g + d_g.transpose()) * &fwd.a_kt + d_h.transpose() * x.kxx_b;
-                // ∂K/∂log ℓ = K ∘ D / ℓ² (from exp(−D e^{−2 log ℓ}/2)).
-                let two_inv_2l2 = 2.0 * inv_2l2;
-                let log_ell = two_inv_2l2
-                    * (inner(
-                        g_z,
-                        Mat::from_fn(m, m, |i, j| fwd.k_z[(i, j)] * fwd.d_z[(i, j)]).as_ref(),
-                    ) + inner(
-                        g_bz,
-                        Mat::from_fn(b, m, |i, j| fwd.k_bz[(i, j)] * fwd.d_bz[(i, j)]).as_ref(),
-                    ));
+                let log_ell = se_log_ell(
+                    p.log_ell,
+                    (g_z, g_bz),
+                    (&fwd.k_z, &fwd.k_bz),
+                    (&fwd.d_z, &fwd.d_bz),
+                );
                 KernelGrads {
                     a,
                     log_sf2,
                     log_ell,
+                    log_lin2: 0.0,
                 }
             }
+            KernelKind::SePlusLinear => unreachable!("handled above"),
+        }
+    }
+
+    /// ∂F/∂G, ∂F/∂H and ∂F/∂n for this kernel (`docs/model.md`, "Kernel chain").
+    fn gram_grads(
+        self,
+        p: &KernelParams,
+        fwd: &KernelForward,
+        g_z: MatRef<'_, f64>,
+        g_bz: MatRef<'_, f64>,
+        g_diag: &[f64],
+    ) -> GramGrads {
+        let (m, b) = (g_z.nrows(), g_bz.nrows());
+        let mut acc = GramGrads {
+            g: Mat::zeros(m, m),
+            h: Mat::zeros(b, m),
+            n: vec![0.0; b],
+        };
+        let linear_scale = match self {
+            KernelKind::Linear => Some(p.log_sf2.exp()),
+            KernelKind::SePlusLinear => Some(p.lin2()),
+            KernelKind::SquaredExponential => None,
+        };
+        if let Some(s) = linear_scale {
+            acc.g += g_z * faer::Scale(s);
+            acc.h += g_bz * faer::Scale(s);
+            for (n, g) in acc.n.iter_mut().zip(g_diag) {
+                *n += s * g;
+            }
+        }
+        match self {
+            KernelKind::Linear => {}
+            KernelKind::SquaredExponential => {
+                se_gram_grads(p.log_ell, (g_z, g_bz), (&fwd.k_z, &fwd.k_bz), &mut acc)
+            }
+            KernelKind::SePlusLinear => {
+                se_gram_grads(p.log_ell, (g_z, g_bz), (&fwd.se_z, &fwd.se_bz), &mut acc)
+            }
+        }
+        acc
+    }
+
+    /// Chain rule from ∂F/∂K_Z, ∂F/∂K_bZ, ∂F/∂k_ii to the kernel's data inputs, given the
+    /// inducing coordinates `a` [M×R] it was evaluated at: ∂Kxx_b = (∂F/∂H) A,
+    /// ∂n = ∂F/∂n and, if `with_k_tilde`, ∂K_X̃ = Aᵀ (∂F/∂G) A.
+    #[allow(clippy::too_many_arguments)]
+    pub fn input_grads(
+        self,
+        p: &KernelParams,
+        a: MatRef<'_, f64>,
+        fwd: &KernelForward,
+        g_z: MatRef<'_, f64>,
+        g_bz: MatRef<'_, f64>,
+        g_diag: &[f64],
+        with_k_tilde: bool,
+    ) -> InputGrads {
+        let gg = self.gram_grads(p, fwd, g_z, g_bz, g_diag);
+        InputGrads {
+            kxx_b: &gg.h * a,
+            k_tilde: if with_k_tilde {
+                a.transpose() * &gg.g * a
+            } else {
+                Mat::new()
+            },
+            sq_norms: gg.n,
         }
     }
 }
@@ -229,7 +490,7 @@ mod tests {
     }
 
     /// F = ⟨G_Z, K_Z⟩ + ⟨G_bZ, K_bZ⟩ + Σ g_i k_ii: its gradient is what `backward` computes.
-    fn objective(kind: KernelKind, p: &KernelParams, a: &Mat<f64>, pr: &Problem) -> f64 {
+    fn objective_at(kind: KernelKind, p: &KernelParams, a: &Mat<f64>, pr: &Problem) -> f64 {
         let x = BasisInputs {
             kxx_b: pr.kxx.as_ref(),
             sq_norms: &pr.norms,
@@ -249,15 +510,31 @@ mod tests {
         (a - b).abs() / a.abs().max(b.abs()).max(1e-8)
     }
 
+    fn params_for(kind: KernelKind) -> KernelParams {
+        KernelParams {
+            log_lin2: (kind == KernelKind::SePlusLinear).then_some(-0.4),
+            ..KernelParams::new(0.3, -0.2)
+        }
+    }
+
+    const KINDS: [KernelKind; 3] = [
+        KernelKind::Linear,
+        KernelKind::SquaredExponential,
+        KernelKind::SePlusLinear,
+    ];
+
+    /// Central difference of F along a perturbation of the problem or parameters.
+    fn central(f: &dyn Fn(f64) -> f64) -> f64 {
+        let h = 1e-6;
+        (f(h) - f(-h)) / (2.0 * h)
+    }
+
     #[test]
     fn gradients_match_central_differences() {
-        for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
+        for kind in KINDS {
             for seed in 0..3 {
                 let pr = problem(seed);
-                let p = KernelParams {
-                    log_sf2: 0.3,
-                    log_ell: -0.2,
-                };
+                let p = params_for(kind);
                 let x = BasisInputs {
                     kxx_b: pr.kxx.as_ref(),
                     sq_norms: &pr.norms,
@@ -265,14 +542,13 @@ mod tests {
                 };
                 let fwd = kind.forward(&p, pr.a.as_ref(), &x);
                 let g = kind.backward(&p, &x, &fwd, pr.g_z.as_ref(), pr.g_bz.as_ref(), &pr.g_diag);
-                let h = 1e-6;
                 for i in 0..pr.a.nrows() {
                     for j in 0..pr.a.ncols() {
-                        let (mut ap, mut am) = (pr.a.clone(), pr.a.clone());
-                        ap[(i, j)] += h;
-                        am[(i, j)] -= h;
-                        let fd = (objective(kind, &p, &ap, &pr) - objective(kind, &p, &am, &pr))
-                            / (2.0 * h);
+                        let fd = central(&|h| {
+                            let mut a = pr.a.clone();
+                            a[(i, j)] += h;
+                            objective_at(kind, &p, &a, &pr)
+                        });
                         assert!(
                             rel(g.a[(i, j)], fd) < 1e-6,
                             "{kind:?} A[{i},{j}]: {} vs {fd}",
@@ -280,52 +556,141 @@ mod tests {
                         );
                     }
                 }
-                let fd_sf = (objective(
-                    kind,
-                    &KernelParams {
-                        log_sf2: p.log_sf2 + h,
-                        ..p
-                    },
-                    &pr.a,
-                    &pr,
-                ) - objective(
-                    kind,
-                    &KernelParams {
-                        log_sf2: p.log_sf2 - h,
-                        ..p
-                    },
-                    &pr.a,
-                    &pr,
-                )) / (2.0 * h);
+                let shifted = |f: &dyn Fn(&mut KernelParams, f64)| {
+                    central(&|h| {
+                        let mut q = p.clone();
+                        f(&mut q, h);
+                        objective_at(kind, &q, &pr.a, &pr)
+                    })
+                };
+                let fd_sf = shifted(&|q, h| q.log_sf2 += h);
                 assert!(
                     rel(g.log_sf2, fd_sf) < 1e-6,
                     "{kind:?} log σ_f²: {} vs {fd_sf}",
                     g.log_sf2
                 );
-                let fd_l = (objective(
-                    kind,
-                    &KernelParams {
-                        log_ell: p.log_ell + h,
-                        ..p
-                    },
-                    &pr.a,
-                    &pr,
-                ) - objective(
-                    kind,
-                    &KernelParams {
-                        log_ell: p.log_ell - h,
-                        ..p
-                    },
-                    &pr.a,
-                    &pr,
-                )) / (2.0 * h);
+                let fd_l = shifted(&|q, h| q.log_ell += h);
                 assert!(
                     rel(g.log_ell, fd_l) < 1e-6 || (g.log_ell.abs() < 1e-12 && fd_l.abs() < 1e-8),
                     "{kind:?} log ℓ: {} vs {fd_l}",
                     g.log_ell
                 );
+                if kind == KernelKind::SePlusLinear {
+                    let fd_lin = shifted(&|q, h| *q.log_lin2.as_mut().unwrap() += h);
+                    assert!(
+                        rel(g.log_lin2, fd_lin) < 1e-6,
+                        "log σ_lin²: {} vs {fd_lin}",
+                        g.log_lin2
+                    );
+                } else {
+                    assert_eq!(g.log_lin2, 0.0);
+                }
             }
         }
+    }
+
+    /// F as a function of the data inputs Kxx_b, n and K_X̃.
+    fn objective_of_inputs(
+        kind: KernelKind,
+        p: &KernelParams,
+        pr: &Problem,
+        (kxx, norms, kt): (&Mat<f64>, &[f64], &Mat<f64>),
+    ) -> f64 {
+        let pr2 = Problem {
+            a: pr.a.clone(),
+            kxx: kxx.clone(),
+            norms: norms.to_vec(),
+            kt: kt.clone(),
+            g_z: pr.g_z.clone(),
+            g_bz: pr.g_bz.clone(),
+            g_diag: pr.g_diag.clone(),
+        };
+        objective_at(kind, p, &pr.a, &pr2)
+    }
+
+    #[test]
+    fn input_gradients_match_central_differences() {
+        for kind in KINDS {
+            let pr = problem(4);
+            let p = params_for(kind);
+            let x = BasisInputs {
+                kxx_b: pr.kxx.as_ref(),
+                sq_norms: &pr.norms,
+                k_tilde: pr.kt.as_ref(),
+            };
+            let fwd = kind.forward(&p, pr.a.as_ref(), &x);
+            let ig = kind.input_grads(
+                &p,
+                pr.a.as_ref(),
+                &fwd,
+                pr.g_z.as_ref(),
+                pr.g_bz.as_ref(),
+                &pr.g_diag,
+                true,
+            );
+            let at = |kxx: &Mat<f64>, norms: &[f64], kt: &Mat<f64>| {
+                objective_of_inputs(kind, &p, &pr, (kxx, norms, kt))
+            };
+            for i in 0..pr.kxx.nrows() {
+                for r in 0..pr.kxx.ncols() {
+                    let fd = central(&|h| {
+                        let mut k = pr.kxx.clone();
+                        k[(i, r)] += h;
+                        at(&k, &pr.norms, &pr.kt)
+                    });
+                    assert!(rel(ig.kxx_b[(i, r)], fd) < 1e-6, "{kind:?} Kxx[{i},{r}]");
+                }
+                let fd = central(&|h| {
+                    let mut n = pr.norms.clone();
+                    n[i] += h;
+                    at(&pr.kxx, &n, &pr.kt)
+                });
+                assert!(
+                    rel(ig.sq_norms[i], fd) < 1e-6 || (ig.sq_norms[i] == 0.0 && fd.abs() < 1e-8),
+                    "{kind:?} n[{i}]: {} vs {fd}",
+                    ig.sq_norms[i]
+                );
+            }
+            for r in 0..pr.kt.nrows() {
+                for s in 0..pr.kt.ncols() {
+                    // Entries as independent (K_X̃ is not symmetrised).
+                    let fd = central(&|h| {
+                        let mut k = pr.kt.clone();
+                        k[(r, s)] += h;
+                        at(&pr.kxx, &pr.norms, &k)
+                    });
+                    assert!(rel(ig.k_tilde[(r, s)], fd) < 1e-6, "{kind:?} K_X̃[{r},{s}]");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn se_plus_linear_is_the_sum_of_its_parts() {
+        let pr = problem(7);
+        let x = BasisInputs {
+            kxx_b: pr.kxx.as_ref(),
+            sq_norms: &pr.norms,
+            k_tilde: pr.kt.as_ref(),
+        };
+        let p = params_for(KernelKind::SePlusLinear);
+        let sum = KernelKind::SePlusLinear.forward(&p, pr.a.as_ref(), &x);
+        let se = KernelKind::SquaredExponential.forward(&p, pr.a.as_ref(), &x);
+        let lin = KernelKind::Linear.forward(
+            &KernelParams::new(p.log_lin2.unwrap(), 0.0),
+            pr.a.as_ref(),
+            &x,
+        );
+        assert!((&sum.k_z - (&se.k_z + &lin.k_z)).norm_max() < 1e-14);
+        assert!((&sum.k_bz - (&se.k_bz + &lin.k_bz)).norm_max() < 1e-14);
+        for i in 0..sum.k_diag.len() {
+            assert!((sum.k_diag[i] - se.k_diag[i] - lin.k_diag[i]).abs() < 1e-14);
+        }
+        assert!(KernelKind::SePlusLinear.check(&p).is_ok());
+        assert!(KernelKind::SePlusLinear
+            .check(&KernelParams::new(0.0, 0.0))
+            .is_err());
+        assert!(KernelKind::Linear.check(&p).is_err());
     }
 
     #[test]
@@ -348,10 +713,7 @@ mod tests {
             sq_norms: &norms,
             k_tilde: kt.as_ref(),
         };
-        let p = KernelParams {
-            log_sf2: 0.7,
-            log_ell: 0.0,
-        };
+        let p = KernelParams::new(0.7, 0.0);
         let sf2 = 0.7f64.exp();
         let lin = KernelKind::Linear.forward(&p, a.as_ref(), &x);
         assert!((&lin.k_z - (&z * z.transpose()) * faer::Scale(sf2)).norm_max() < 1e-12);

@@ -17,7 +17,7 @@ use faer::{Mat, MatRef};
 
 use super::conditional::{Conditional, Factorisation};
 use super::expected::likelihood_part;
-use super::kernel::{BasisInputs, KernelKind, KernelParams};
+use super::kernel::{BasisInputs, KernelKind};
 use super::likelihood::Likelihood;
 use super::params::{Grads, Params};
 use super::scratch::Scratch;
@@ -26,7 +26,7 @@ use super::terms::{Term, TermSet};
 /// What [`evaluate_set`] computes besides the bound.
 #[derive(Debug, Clone, Copy)]
 pub struct EvalOptions {
-    /// Gradients with respect to A, log σ_f² and log ℓ. When false (A and the kernel
+    /// Gradients with respect to A and the kernel hyperparameters. When false (A and the kernel
     /// hyperparameters frozen), the backward pass through K_Z and K_bZ, O(M³) per latent
     /// GP, is skipped and those gradients are returned as zeros.
     pub kernel_grads: bool,
@@ -181,10 +181,7 @@ pub fn evaluate_set(
     } else {
         (
             Mat::zeros(params.a.nrows(), params.a.ncols()),
-            KernelParams {
-                log_sf2: 0.0,
-                log_ell: 0.0,
-            },
+            params.kernel.zeros_like(),
         )
     };
     times.kernel_bwd = lap(&clock, times.total());

@@ -49,9 +49,6 @@ impl AdamState {
 
     /// One ascent step on `params` with gradient `grads`. Entries of the blocks for which
     /// `frozen` returns true are left unchanged.
-    ///
-    /// Walks the blocks in the order of [`flat_entry`] (each matrix column by column), so
-    /// the flat index of every entry, and the arithmetic, are those of a per-index loop.
     pub fn step(
         &mut self,
         cfg: &AdamConfig,
@@ -59,12 +56,34 @@ impl AdamState {
         grads: &Params,
         frozen: &dyn Fn(Block) -> bool,
     ) {
+        self.step_scheduled(cfg, params, grads, &|block| (!frozen(block)).then_some(0));
+    }
+
+    /// One ascent step where `start(block)` is None for a block left unchanged and Some(t₀)
+    /// for a block trained since step t₀ (0: from the start). A block released at t₀ has
+    /// moments that were never updated (zero) and gets the bias corrections of an Adam
+    /// started then, c = 1 − βᵗ⁻ᵗ⁰, so its first steps are as large as a fresh start's.
+    ///
+    /// Walks the blocks in the order of [`flat_entry`] (each matrix column by column), so
+    /// the flat index of every entry, and the arithmetic, are those of a per-index loop.
+    pub fn step_scheduled(
+        &mut self,
+        cfg: &AdamConfig,
+        params: &mut Params,
+        grads: &Params,
+        start: &dyn Fn(Block) -> Option<u64>,
+    ) {
         self.t += 1;
-        let t = self.t as i32;
-        let coef = Coefficients {
-            cfg: *cfg,
-            c1: 1.0 - cfg.beta1.powi(t),
-            c2: 1.0 - cfg.beta2.powi(t),
+        let t = self.t;
+        let coef_of = |block: Block| {
+            start(block).map(|t0| {
+                let steps = t.saturating_sub(t0) as i32;
+                Coefficients {
+                    cfg: *cfg,
+                    c1: 1.0 - cfg.beta1.powi(steps),
+                    c2: 1.0 - cfg.beta2.powi(steps),
+                }
+            })
         };
         let mut idx = 0;
         for (block, p, g) in [
@@ -74,7 +93,7 @@ impl AdamState {
             (Block::Phi, &mut params.phi, &grads.phi),
         ] {
             let (rows, cols) = (p.nrows(), p.ncols());
-            if !frozen(block) {
+            if let Some(coef) = coef_of(block) {
                 for j in 0..cols {
                     let (pc, gc) = (p.col_mut(j), g.col(j));
                     for (i, theta) in pc.iter_mut().enumerate() {
@@ -84,25 +103,25 @@ impl AdamState {
             }
             idx += rows * cols;
         }
-        if !frozen(Block::Bias) {
+        if let Some(coef) = coef_of(Block::Bias) {
             for (k, theta) in params.bias.iter_mut().enumerate() {
                 self.update(idx + k, grads.bias[k], theta, &coef);
             }
         }
         idx += params.bias.len();
-        for (block, theta, g) in [
-            (
-                Block::LogSf2,
-                &mut params.kernel.log_sf2,
-                grads.kernel.log_sf2,
-            ),
-            (
-                Block::LogEll,
-                &mut params.kernel.log_ell,
-                grads.kernel.log_ell,
-            ),
-        ] {
-            if !frozen(block) {
+        let (pk, gk) = (&mut params.kernel, &grads.kernel);
+        let mut scalars = vec![
+            (Block::LogSf2, &mut pk.log_sf2, gk.log_sf2),
+            (Block::LogEll, &mut pk.log_ell, gk.log_ell),
+        ];
+        if let (Some(theta), Some(g)) = (pk.log_lin2.as_mut(), gk.log_lin2) {
+            scalars.push((Block::LogLin2, theta, g));
+        }
+        for (theta, &g) in pk.log_ard.iter_mut().zip(&gk.log_ard) {
+            scalars.push((Block::LogArd, theta, g));
+        }
+        for (block, theta, g) in scalars {
+            if let Some(coef) = coef_of(block) {
                 self.update(idx, g, theta, &coef);
             }
             idx += 1;
@@ -140,10 +159,7 @@ mod tests {
             rho: Mat::zeros(1, 1),
             phi: Mat::zeros(1, 1),
             bias: vec![0.0],
-            kernel: KernelParams {
-                log_sf2: 0.0,
-                log_ell: 0.0,
-            },
+            kernel: KernelParams::new(0.0, 0.0),
         }
     }
 
@@ -191,8 +207,9 @@ mod tests {
             phi: random(5, 4),
             bias: vec![0.1, -0.2, 0.3, 0.0, 0.5],
             kernel: KernelParams {
-                log_sf2: 0.2,
-                log_ell: -0.1,
+                log_lin2: Some(0.05),
+                log_ard: vec![0.3, -0.2],
+                ..KernelParams::new(0.2, -0.1)
             },
         };
         let grads: Vec<Params> = (0..4)
@@ -203,13 +220,15 @@ mod tests {
                 phi: random(5, 4),
                 bias: vec![0.4, 0.1, -0.3, 0.2, -0.5],
                 kernel: KernelParams {
-                    log_sf2: -0.3,
-                    log_ell: 0.7,
+                    log_lin2: Some(0.9),
+                    log_ard: vec![-0.6, 0.25],
+                    ..KernelParams::new(-0.3, 0.7)
                 },
             })
             .collect();
         let cfg = AdamConfig::default();
         let frozen = |block: Block| block == Block::Rho || block == Block::LogEll;
+        assert_eq!(flat_len(&p), 6 + 12 + 12 + 20 + 5 + 2 + 1 + 2);
         let (mut p_ref, mut st_ref, mut st) = (p.clone(), AdamState::new(&p), AdamState::new(&p));
         for g in &grads {
             st.step(&cfg, &mut p, g, &frozen);
@@ -249,5 +268,35 @@ mod tests {
         }
         assert!((p.a[(0, 0)] - 3.0).abs() < 1e-3, "{}", p.a[(0, 0)]);
         assert_eq!(p.bias[0], 0.0);
+    }
+
+    #[test]
+    fn a_block_released_later_starts_like_a_fresh_adam() {
+        // Frozen for 5 steps, then released: its first step is lr·g/(|g|+ε), as at step 1
+        // of a fresh run, while A (trained throughout) has its own corrections.
+        let cfg = AdamConfig::default();
+        let mut p = params(1.0);
+        let mut g = params(-3.0);
+        g.bias[0] = 0.5;
+        let mut st = AdamState::new(&p);
+        let release = 5;
+        for step in 0..release + 1 {
+            let before = p.bias[0];
+            st.step_scheduled(&cfg, &mut p, &g, &|b| match b {
+                Block::Bias => (step >= release).then_some(release),
+                _ => Some(0),
+            });
+            if step < release {
+                assert_eq!(p.bias[0], before);
+            }
+        }
+        assert!((p.bias[0] - cfg.lr * 0.5 / (0.5 + cfg.eps)).abs() < 1e-15);
+        // The same as a global-corrections step would not be: the moments started at zero.
+        let mut q = params(1.0);
+        let mut st2 = AdamState::new(&q);
+        for _ in 0..release + 1 {
+            st2.step(&cfg, &mut q, &g, &|_| false);
+        }
+        assert_eq!(q.a, p.a, "A's corrections do not depend on the schedule");
     }
 }

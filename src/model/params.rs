@@ -61,11 +61,16 @@ pub enum Block {
     LogSf2,
     /// log ℓ.
     LogEll,
+    /// log σ_lin² (SE + linear only).
+    LogLin2,
+    /// log ω [R], subspace ARD weights (only with ARD).
+    LogArd,
 }
 
 impl Block {
-    /// Every block, in the order of the flat index ([`flat_entry`]).
-    pub const ALL: [Block; 7] = [
+    /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2` and `LogArd`
+    /// hold entries only for the kernels and ARD modes that have them.
+    pub const ALL: [Block; 9] = [
         Block::A,
         Block::Mu,
         Block::Rho,
@@ -73,9 +78,21 @@ impl Block {
         Block::Bias,
         Block::LogSf2,
         Block::LogEll,
+        Block::LogLin2,
+        Block::LogArd,
     ];
 
-    /// The display name ("A", "μ", "ρ", "Φ", "b", "log σ_f²", "log ℓ"), for messages only.
+    /// Whether the block is a kernel hyperparameter (σ's, ℓ, ARD weights; not A): what
+    /// `--freeze-hyper` and `--release-hyper-after` hold.
+    pub fn is_kernel_hyper(self) -> bool {
+        matches!(
+            self,
+            Block::LogSf2 | Block::LogEll | Block::LogLin2 | Block::LogArd
+        )
+    }
+
+    /// The display name ("A", "μ", "ρ", "Φ", "b", "log σ_f²", "log ℓ", "log σ_lin²",
+    /// "log ω"), for messages only.
     pub fn name(self) -> &'static str {
         match self {
             Block::A => "A",
@@ -85,6 +102,8 @@ impl Block {
             Block::Bias => "b",
             Block::LogSf2 => "log σ_f²",
             Block::LogEll => "log ℓ",
+            Block::LogLin2 => "log σ_lin²",
+            Block::LogArd => "log ω",
         }
     }
 }
@@ -98,7 +117,15 @@ impl fmt::Display for Block {
 /// The number of scalar parameters (see [`flat_entry`]).
 pub fn flat_len(p: &Params) -> usize {
     let mat = |m: &Mat<f64>| m.nrows() * m.ncols();
-    mat(&p.a) + mat(&p.mu) + mat(&p.rho) + mat(&p.phi) + p.bias.len() + 2
+    let k = &p.kernel;
+    mat(&p.a)
+        + mat(&p.mu)
+        + mat(&p.rho)
+        + mat(&p.phi)
+        + p.bias.len()
+        + 2
+        + usize::from(k.log_lin2.is_some())
+        + k.log_ard.len()
 }
 
 /// A mutable reference to a parameter by flat index (for finite-difference checks and the
@@ -121,8 +148,14 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
     if idx < p.bias.len() {
         return (Block::Bias, &mut p.bias[idx]);
     }
+    let k = &mut p.kernel;
     match idx - p.bias.len() {
-        0 => (Block::LogSf2, &mut p.kernel.log_sf2),
-        _ => (Block::LogEll, &mut p.kernel.log_ell),
+        0 => (Block::LogSf2, &mut k.log_sf2),
+        1 => (Block::LogEll, &mut k.log_ell),
+        i => match k.log_lin2.as_mut() {
+            Some(lin2) if i == 2 => (Block::LogLin2, lin2),
+            Some(_) => (Block::LogArd, &mut k.log_ard[i - 3]),
+            None => (Block::LogArd, &mut k.log_ard[i - 2]),
+        },
     }
 }

@@ -96,13 +96,14 @@ pub fn probit_probability(mean: f64, var: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ard::Warp;
     use crate::model::kernel::KernelParams;
     use crate::model::quadrature::GaussHermite;
     use crate::model::variational;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    fn problem(kind: KernelKind) -> (Params, Mat<f64>, Mat<f64>, Vec<f64>) {
+    fn problem(kind: KernelKind, ard: bool) -> (Params, Mat<f64>, Mat<f64>, Vec<f64>) {
         let (m, r, p, k, b) = (6, 4, 3, 5, 7);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
@@ -120,8 +121,13 @@ mod tests {
             phi: Mat::from_fn(k, p, |_, _| u(2.0)),
             bias: (0..k).map(|_| u(1.0)).collect(),
             kernel: KernelParams {
-                log_sf2: u(0.5),
-                log_ell: if kind == KernelKind::Linear { 0.0 } else { 0.7 },
+                log_lin2: (kind == KernelKind::SePlusLinear).then_some(-0.3),
+                log_ard: if ard {
+                    vec![0.4, -0.6, 0.1, 0.9]
+                } else {
+                    Vec::new()
+                },
+                ..KernelParams::new(u(0.5), if kind == KernelKind::Linear { 0.0 } else { 0.7 })
             },
         };
         (params, k_tilde, kxx, sq)
@@ -130,14 +136,27 @@ mod tests {
     /// Mean and variance equal the training-time marginals pushed through Φ and b.
     #[test]
     fn moments_match_training_marginals() {
-        for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
-            let (params, k_tilde, kxx, sq) = problem(kind);
+        for (kind, ard) in [
+            (KernelKind::Linear, false),
+            (KernelKind::SquaredExponential, false),
+            (KernelKind::SePlusLinear, false),
+            (KernelKind::Linear, true),
+            (KernelKind::SquaredExponential, true),
+            (KernelKind::SePlusLinear, true),
+        ] {
+            let (params, k_tilde, kxx, sq) = problem(kind, ard);
             let x = BasisInputs {
                 kxx_b: kxx.as_ref(),
                 sq_norms: &sq,
                 k_tilde: k_tilde.as_ref(),
             };
-            let kf = kind.forward(&params.kernel, params.a.as_ref(), &x);
+            // The training-time kernel: on the inputs after ARD's map when there is one.
+            let kf = if ard {
+                let warp = Warp::new(&params.kernel.log_ard, params.a.as_ref(), &x);
+                kind.forward(&params.kernel, warp.a.as_ref(), &warp.inputs(x.k_tilde))
+            } else {
+                kind.forward(&params.kernel, params.a.as_ref(), &x)
+            };
             let vf = variational::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),

@@ -21,7 +21,9 @@
 use anyhow::Result;
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{matmul as tri_matmul, BlockStructure};
-use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::linalg::triangular_solve::{
+    solve_lower_triangular_in_place, solve_upper_triangular_in_place,
+};
 use faer::{Accum, Mat, MatRef, Par};
 
 use super::gp_factor::{
@@ -117,6 +119,15 @@ impl Subspace {
         let g_log_sf2 =
             0.5 * (inner_by_columns(g_f, self.f.as_ref()) + inner_by_columns(g_g, self.g.as_ref()));
         (g_a, g_log_sf2)
+    }
+
+    /// ∂/∂Kxx_b [B×R] from ∂/∂G [R×B]: G = σ_f L_X̃⁻¹ Kxx_bᵀ, so ∂Kxx_bᵀ = σ_f L_X̃⁻ᵀ ∂G
+    /// (for input transforms such as ARD, `ard.rs`).
+    pub fn kxx_grad(&self, g_g: MatRef<'_, f64>) -> Mat<f64> {
+        let mut t = g_g.to_owned();
+        solve_upper_triangular_in_place(self.l_kt.transpose(), t.as_mut(), Par::rayon(0));
+        t *= faer::Scale(self.sf);
+        t.transpose().to_owned()
     }
 }
 

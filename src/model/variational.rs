@@ -637,10 +637,7 @@ mod tests {
         let mu = rand_mat(&mut rng, m, p, 1.0);
         let rho = rand_mat(&mut rng, m, p, 2.0);
         for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
-            let kp = KernelParams {
-                log_sf2: 0.2,
-                log_ell: 0.1,
-            };
+            let kp = KernelParams::new(0.2, 0.1);
             let x = BasisInputs {
                 kxx_b: s.kxx.as_ref(),
                 sq_norms: &s.norms,
@@ -713,10 +710,8 @@ mod tests {
                     );
                 }
             }
-            let shift = |d_sf: f64, d_l: f64| KernelParams {
-                log_sf2: kp.log_sf2 + d_sf,
-                log_ell: kp.log_ell + d_l,
-            };
+            let shift =
+                |d_sf: f64, d_l: f64| KernelParams::new(kp.log_sf2 + d_sf, kp.log_ell + d_l);
             check(
                 "log σ_f²",
                 kg.log_sf2,

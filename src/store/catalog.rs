@@ -786,7 +786,9 @@ impl Catalog {
             .prepare(
                 "SELECT split, n_rows, nnz, label_nnz, unlabeled_rows, dropped_unlabeled, \
                  skipped_rows, chunk_rows, n_chunks, path FROM dataset_splits \
-                 WHERE dataset_id = ?1 ORDER BY split DESC",
+                 WHERE dataset_id = ?1 \
+                 ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'validation' THEN 1 ELSE 2 END, \
+                 split DESC",
             )
             .map_err(e)?;
         let rows = stmt

@@ -6,7 +6,7 @@
 //!
 //! | column | type      | meaning                                           |
 //! |--------|-----------|---------------------------------------------------|
-//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v` |
+//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`, then `ard` when present |
 //! | rows   | u64       | first dimension                                   |
 //! | cols   | u64       | second dimension                                  |
 //! | values | list<f64> | the entries in row-major (C) order                |
@@ -108,16 +108,24 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
         cols: v.len(),
         values: v.to_vec(),
     };
-    vec![
+    // [log σ_f², log ℓ], and log σ_lin² third for SE + linear.
+    let mut kernel = vec![p.kernel.log_sf2, p.kernel.log_ell];
+    kernel.extend(p.kernel.log_lin2);
+    let mut all = vec![
         row_major("A", &p.a),
         row_major("mu", &p.mu),
         row_major("rho", &p.rho),
         row_major("phi", &p.phi),
         vector("bias", &p.bias),
-        vector("kernel", &[p.kernel.log_sf2, p.kernel.log_ell]),
+        vector("kernel", &kernel),
         vector("adam_m", &c.adam.m),
         vector("adam_v", &c.adam.v),
-    ]
+    ];
+    // Subspace ARD's log ω [1×R], written only when the model has it.
+    if !p.kernel.log_ard.is_empty() {
+        all.push(vector("ard", &p.kernel.log_ard));
+    }
+    all
 }
 
 fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
@@ -270,10 +278,15 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
     let vector = |name: &str| -> Result<Vec<f64>> { Ok(take(name)?.2) };
     let kernel = vector("kernel")?;
     ensure!(
-        kernel.len() == 2,
-        "{}: kernel tensor must hold 2 values",
-        path.display()
+        kernel.len() == 2 || kernel.len() == 3,
+        "{}: kernel tensor must hold 2 values (3 for SE + linear), not {}",
+        path.display(),
+        kernel.len()
     );
+    let log_ard = match found.iter().any(|t| t.0 == "ard") {
+        true => vector("ard")?,
+        false => Vec::new(),
+    };
     let params = Params {
         a: mat("A")?,
         mu: mat("mu")?,
@@ -281,8 +294,9 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         phi: mat("phi")?,
         bias: vector("bias")?,
         kernel: KernelParams {
-            log_sf2: kernel[0],
-            log_ell: kernel[1],
+            log_lin2: kernel.get(2).copied(),
+            log_ard,
+            ..KernelParams::new(kernel[0], kernel[1])
         },
     };
     let (m, p) = (params.mu.nrows(), params.mu.ncols());
@@ -291,10 +305,15 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             && params.rho.nrows() == m
             && params.rho.ncols() == p
             && params.phi.ncols() == p
-            && params.bias.len() == params.phi.nrows(),
+            && params.bias.len() == params.phi.nrows()
+            && (params.kernel.log_ard.is_empty()
+                || params.kernel.log_ard.len() == params.a.ncols()),
         "{}: parameter shapes disagree",
         path.display()
     );
+    let config: serde_json::Value = serde_json::from_str(kv(&meta, "fsgp.config", path)?)
+        .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?;
+    check_kernel_tensors(&params, &config, path)?;
     let adam = AdamState {
         m: vector("adam_m")?,
         v: vector("adam_v")?,
@@ -315,9 +334,30 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             batch_in_epoch: parse_kv(&meta, "fsgp.batch_in_epoch", path)?,
             epoch_elbo_sum: parse_kv(&meta, "fsgp.epoch_elbo_sum", path)?,
         },
-        config: serde_json::from_str(kv(&meta, "fsgp.config", path)?)
-            .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?,
+        config,
     })
+}
+
+/// The optional kernel tensors agree with the embedded configuration: a 1×3 `kernel` for
+/// `"kernel": "se+linear"` only, an `ard` tensor for `"ard": "subspace"` only.
+fn check_kernel_tensors(params: &Params, config: &serde_json::Value, path: &Path) -> Result<()> {
+    let field = |key: &str| config.get(key).and_then(|v| v.as_str()).unwrap_or("");
+    let k = &params.kernel;
+    ensure!(
+        k.log_lin2.is_some() == (field("kernel") == "se+linear"),
+        "{}: the kernel tensor holds {} values but the configuration's kernel is {:?}",
+        path.display(),
+        2 + usize::from(k.log_lin2.is_some()),
+        field("kernel")
+    );
+    ensure!(
+        k.log_ard.is_empty() != (field("ard") == "subspace"),
+        "{}: {} ARD weights but the configuration's ard is {:?}",
+        path.display(),
+        k.log_ard.len(),
+        field("ard")
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -334,10 +374,7 @@ mod tests {
             rho: f(4, 2, -2.0),
             phi: f(5, 2, 0.7),
             bias: vec![-1.0, f64::MIN_POSITIVE, 3.5, -0.0, 1e300],
-            kernel: KernelParams {
-                log_sf2: 0.1,
-                log_ell: -1.0 / 3.0,
-            },
+            kernel: KernelParams::new(0.1, -1.0 / 3.0),
         };
         let mut adam = AdamState::new(&params);
         for (i, x) in adam.m.iter_mut().enumerate() {
@@ -392,5 +429,34 @@ mod tests {
         bytes.truncate(n - 9);
         std::fs::write(&path, &bytes).unwrap();
         assert!(read_checkpoint(&path).is_err());
+    }
+
+    #[test]
+    fn se_plus_linear_and_ard_round_trip_and_stay_out_of_other_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = sample();
+        assert!(tensors(&plain).iter().all(|t| t.name != "ard"));
+        assert_eq!(tensors(&plain)[5].cols, 2);
+        let mut c = sample();
+        c.config = serde_json::json!({"kernel": "se+linear", "ard": "subspace", "seed": 5});
+        c.params.kernel.log_lin2 = Some(-0.7);
+        c.params.kernel.log_ard = vec![0.25, -1.5, 3.0];
+        c.adam = AdamState::new(&c.params);
+        c.adam.v[0] = 0.5;
+        let t = tensors(&c);
+        assert_eq!(t[5].cols, 3);
+        assert_eq!(t.last().unwrap().name, "ard");
+        let path = dir.path().join("k.parquet");
+        write_checkpoint(&path, &c).unwrap();
+        assert_eq!(read_checkpoint(&path).unwrap(), c);
+        // Tensors that disagree with the configuration are refused, naming both.
+        c.config = serde_json::json!({"kernel": "se", "ard": "subspace"});
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("holds 3 values") && e.contains("\"se\""), "{e}");
+        c.config = serde_json::json!({"kernel": "se+linear"});
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("3 ARD weights"), "{e}");
     }
 }

@@ -102,8 +102,16 @@ impl Workspace {
     pub fn split_chunks(&self, d: &DatasetRow, split: &str) -> Result<Vec<(Registered, u64)>> {
         let row = d.split(split).with_context(|| {
             let names = d.splits.iter().map(|s| s.split.as_str());
+            // The one split an option creates: say which.
+            let how = if split == "validation" {
+                "; carve one from the training rows with 'pipeline ingest ... \
+                 --validation-fraction 0.2 --replace' (in a spec: [ingest] \
+                 validation_fraction = 0.2)"
+            } else {
+                ""
+            };
             format!(
-                "dataset '{}' has no split '{split}' ({}it has: {}; see 'pipeline status')",
+                "dataset '{}' has no split '{split}' ({}it has: {}; see 'pipeline status'){how}",
                 d.name,
                 did_you_mean(split, names.clone()),
                 names.collect::<Vec<_>>().join(", ")

@@ -77,13 +77,20 @@ pub struct InitInputs<'a> {
     pub factors: usize,
     pub label_counts: &'a [u64],
     pub n_rows: u64,
-    /// ℓ's initial value (SE only).
+    /// ℓ's initial value (SE and SE + linear).
     pub lengthscale: f64,
+    /// Subspace ARD: one weight per basis direction, all starting at ω = 1.
+    pub ard: bool,
     pub seed: u64,
 }
 
+/// σ_f² = σ_lin² = ½ of SE + linear: the two parts equal and their variances summing to one
+/// (the normalised start of the journal version of Panos, Dellaportas & Titsias).
+pub const SE_PLUS_LINEAR_LOG_VAR: f64 = -std::f64::consts::LN_2;
+
 /// A = first M rows of a_init, μ = 0, ρ = softplus⁻¹(1), Φ ~ N(0, 1/P), b = logit of the
-/// label frequencies, σ_f² = 1, ℓ = the median distance (SE).
+/// label frequencies, σ_f² = 1, ℓ = the median distance (SE); for SE + linear
+/// σ_f² = σ_lin² = ½; ARD weights ω = 1 (the kernel without ARD).
 pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     let (rows, rank) = x.a_init.dim();
     ensure!(
@@ -106,14 +113,22 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
         rho: Mat::from_fn(x.inducing, x.factors, |_, _| RHO_INIT),
         phi,
         bias: bias_from_counts(x.label_counts, x.n_rows),
-        kernel: KernelParams {
-            log_sf2: 0.0,
-            log_ell: match x.kind {
-                KernelKind::Linear => 0.0,
-                KernelKind::SquaredExponential => x.lengthscale.ln(),
-            },
-        },
+        kernel: initial_kernel(x.kind, x.lengthscale, if x.ard { rank } else { 0 }),
     })
+}
+
+/// The kernel's initial hyperparameters, with `ard_weights` ARD weights at ω = 1.
+fn initial_kernel(kind: KernelKind, lengthscale: f64, ard_weights: usize) -> KernelParams {
+    let mut k = match kind {
+        KernelKind::Linear => KernelParams::new(0.0, 0.0),
+        KernelKind::SquaredExponential => KernelParams::new(0.0, lengthscale.ln()),
+        KernelKind::SePlusLinear => KernelParams {
+            log_lin2: Some(SE_PLUS_LINEAR_LOG_VAR),
+            ..KernelParams::new(SE_PLUS_LINEAR_LOG_VAR, lengthscale.ln())
+        },
+    };
+    k.log_ard = vec![0.0; ard_weights];
+    k
 }
 
 #[cfg(test)]

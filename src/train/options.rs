@@ -12,7 +12,7 @@ use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
-    newest_svd_run, KernelChoice, Negatives, Retention, Steering, SvdFiles, TrainConfig,
+    newest_svd_run, ArdChoice, KernelChoice, Negatives, Retention, Steering, SvdFiles, TrainConfig,
 };
 
 /// Options of a training run. The defaults are the command line's.
@@ -61,6 +61,10 @@ pub struct TrainOptions {
     pub eval_split: String,
     /// Which checkpoints stay on disk.
     pub keep_checkpoints: Retention,
+    /// ARD of the kernel's inputs.
+    pub ard: ArdChoice,
+    /// Train the kernel hyperparameters only from this epoch on (the first E0 frozen).
+    pub release_hyper_after: Option<u64>,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -96,6 +100,8 @@ impl Default for TrainOptions {
             eval_every: 0,
             eval_split: "test".into(),
             keep_checkpoints: Retention::DEFAULT,
+            ard: ArdChoice::None,
+            release_hyper_after: None,
             given: BTreeSet::new(),
         }
     }
@@ -135,6 +141,8 @@ impl TrainOptions {
             shuffle_chunks: self.shuffle_chunks,
             checkpoint_every: self.checkpoint_every,
             max_steps: self.max_steps,
+            ard: self.ard,
+            release_hyper_after: self.release_hyper_after,
         };
         check_limits(&config)?;
         Ok(config)
@@ -176,6 +184,16 @@ impl TrainOptions {
         c.check(self.checkpoint_every >= 1, "checkpoint-every", || {
             "must be ≥ 1".into()
         });
+        c.check(
+            self.release_hyper_after != Some(0),
+            "release-hyper-after",
+            || "must be ≥ 1 (epochs with the hyperparameters frozen)".into(),
+        );
+        c.check(
+            !(self.freeze_hyper && self.release_hyper_after.is_some()),
+            "release-hyper-after",
+            || "cannot be combined with --freeze-hyper (which never releases them)".into(),
+        );
         c.into_result()
     }
 }

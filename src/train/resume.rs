@@ -5,7 +5,9 @@
 //! `--prefetch`) and what it reports (`--eval-every`, `--eval-split`, `--no-final-elbo`).
 //! Those, when given, are applied and recorded in the run's record (never in its `params`,
 //! which stay what it started with); any other option given with a value other than the
-//! run's is refused before anything changes.
+//! run's is refused before anything changes. That includes the model's form (`--kernel`,
+//! `--ard`) and the hyperparameter schedule `--release-hyper-after`: a run whose schedule
+//! changed midway would equal no uninterrupted run.
 //!
 //! Checkpoints written after a change embed the configuration in force, so a run extended
 //! with `--epochs` or `--max-steps` ends with the bytes of an uninterrupted run started with
@@ -104,6 +106,11 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
         "seed" => (cfg.seed.to_string(), opts.seed.to_string()),
         "freeze_a" => (cfg.freeze_a.to_string(), opts.freeze_a.to_string()),
         "freeze_hyper" => (cfg.freeze_hyper.to_string(), opts.freeze_hyper.to_string()),
+        "ard" => (cfg.ard.name().into(), opts.ard.name().into()),
+        "release_hyper_after" => (
+            given(cfg.release_hyper_after.map(|e| e.to_string())),
+            given(opts.release_hyper_after.map(|e| e.to_string())),
+        ),
         "shuffle_chunks" => (
             cfg.shuffle_chunks.to_string(),
             opts.shuffle_chunks.to_string(),

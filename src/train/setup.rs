@@ -21,7 +21,7 @@ use crate::store::chunks::label_counts;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
-use crate::trained::{SvdFiles, TrainConfig};
+use crate::trained::{ArdChoice, SvdFiles, TrainConfig};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -123,7 +123,7 @@ impl Setup {
         let a_init = NpyMap::open_registered(&self.a_init)?;
         let lengthscale = match self.kind {
             KernelKind::Linear => 1.0,
-            KernelKind::SquaredExponential => init::median_distance(
+            KernelKind::SquaredExponential | KernelKind::SePlusLinear => init::median_distance(
                 self.source.kxx.view2::<f32>()?,
                 self.source
                     .sq_norms
@@ -142,6 +142,7 @@ impl Setup {
             label_counts: &self.label_counts()?,
             n_rows: self.n_rows,
             lengthscale,
+            ard: self.config.ard == ArdChoice::Subspace,
             seed: self.config.seed,
         })
     }

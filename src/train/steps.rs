@@ -45,12 +45,48 @@ pub struct TrainSummary {
     pub exact_elbo: Option<f64>,
 }
 
-/// Whether a parameter block stays at its initial value.
+/// Whether a parameter block stays at its initial value for the whole run.
 fn frozen(cfg: &TrainConfig, block: Block) -> bool {
     (cfg.freeze_a && block == Block::A)
-        || (cfg.freeze_hyper && (block == Block::LogSf2 || block == Block::LogEll))
+        || (cfg.freeze_hyper && block.is_kernel_hyper())
         // ℓ means nothing to the linear kernel; keep it fixed rather than drifting.
         || (cfg.kernel == KernelChoice::Linear && block == Block::LogEll)
+}
+
+/// `--release-hyper-after E0`: the kernel hyperparameters are frozen in epochs 0..E0 and
+/// trained from the first step of epoch E0 on, with Adam's bias corrections counted from
+/// that step (`docs/model.md`, "Optimiser").
+#[derive(Debug, Clone, Copy)]
+struct Release {
+    epoch: u64,
+    /// Optimiser steps before epoch E0 (the global step count at release).
+    step: u64,
+}
+
+impl Release {
+    fn of(cfg: &TrainConfig, planner: &Planner) -> Option<Release> {
+        cfg.release_hyper_after.map(|epoch| Release {
+            epoch,
+            step: (0..epoch).map(|e| planner.batches_in_epoch(e)).sum(),
+        })
+    }
+}
+
+/// Whether `block` is trained by a step in `epoch`, and since which step: None while it
+/// stays at its value, Some(t₀) when trained since global step t₀ (0: from the start).
+fn trained_since(
+    cfg: &TrainConfig,
+    release: Option<Release>,
+    block: Block,
+    epoch: u64,
+) -> Option<u64> {
+    if frozen(cfg, block) {
+        return None;
+    }
+    match release {
+        Some(r) if block.is_kernel_hyper() => (epoch >= r.epoch).then_some(r.step),
+        _ => Some(0),
+    }
 }
 
 fn progress_bar(total: u64, done: u64) -> ProgressBar {
@@ -80,8 +116,7 @@ fn params_finite(p: &Params) -> bool {
         |m: &faer::Mat<f64>| (0..m.ncols()).all(|j| m.col(j).iter().all(|v| v.is_finite()));
     [&p.a, &p.mu, &p.rho, &p.phi].into_iter().all(mat_ok)
         && p.bias.iter().all(|v| v.is_finite())
-        && p.kernel.log_sf2.is_finite()
-        && p.kernel.log_ell.is_finite()
+        && p.kernel.is_finite()
 }
 
 /// One training run's loop state: the parameters, the optimiser and where it stands.
@@ -94,6 +129,8 @@ struct Trainer<'a> {
     pool: rayon::ThreadPool,
     pb: ProgressBar,
     planner: Arc<Planner>,
+    /// When the kernel hyperparameters are released (`--release-hyper-after`).
+    release: Option<Release>,
     adam_cfg: AdamConfig,
     params: Params,
     adam: AdamState,
@@ -131,6 +168,7 @@ pub fn train_loop(
         opts,
         pool: thread_pool(cfg.threads)?,
         pb: progress_bar(total, ckpt.state.step),
+        release: Release::of(cfg, &planner),
         planner,
         adam_cfg: cfg.adam(),
         last_saved: ckpt.state.step,
@@ -219,9 +257,11 @@ impl Trainer<'_> {
             Some(list) => TermSet::List(list),
         };
         // Without trainable A or kernel hyperparameters their gradients are not needed
-        // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper).
+        // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper
+        // and the release schedule).
+        let hyper_frozen = trained_since(cfg, self.release, Block::LogSf2, batch.epoch).is_none();
         let eval_opts = EvalOptions {
-            kernel_grads: !(cfg.freeze_a && cfg.freeze_hyper),
+            kernel_grads: !(cfg.freeze_a && hyper_frozen),
             ..EvalOptions::default()
         };
         let x = BasisInputs {
@@ -270,10 +310,10 @@ impl Trainer<'_> {
                 ev.jitter
             ));
         }
-        let cfg = &self.setup.config;
+        let (cfg, release, epoch) = (&self.setup.config, self.release, batch.epoch);
         self.adam
-            .step(&self.adam_cfg, &mut self.params, &ev.grads, &|blk| {
-                frozen(cfg, blk)
+            .step_scheduled(&self.adam_cfg, &mut self.params, &ev.grads, &|blk| {
+                trained_since(cfg, release, blk, epoch)
             });
         if !params_finite(&self.params) {
             bail!(

@@ -9,9 +9,10 @@ use anyhow::Result;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser};
 
-use super::{linked_options, Spec, STAGES};
+use super::{linked_options, spec_only_keys, Spec, STAGES};
 use crate::cli::args::{Cli, Command};
 use crate::error::{closest, InvalidOptions};
+use crate::ingest::validation::VALIDATION;
 use crate::synth::SynthConfig;
 
 /// Stand-ins for the linked options while the spec is checked, before any stage has run.
@@ -60,6 +61,34 @@ impl Spec {
         for stage in STAGES {
             if let Some(toml::Value::Table(table)) = self.tables.get(stage) {
                 problems.extend(self.stage_problems(stage, table));
+            }
+        }
+        problems.extend(self.cross_table_problems());
+        problems
+    }
+
+    /// What the tables' keys say together: `seeds` with `seed`, and the validation split
+    /// asked of a dataset whose ingest does not carve one.
+    fn cross_table_problems(&self) -> Vec<String> {
+        let key = |stage: &str, key: &str| self.tables.get(stage).and_then(|t| t.get(key));
+        let mut problems = Vec::new();
+        if key("train", "seeds").is_some() && key("train", "seed").is_some() {
+            problems.push(
+                "[train] seeds and seed: give one (seeds = [0, 1, 2] runs train → predict → \
+                 evaluate once per seed)"
+                    .into(),
+            );
+        }
+        if key("ingest", "validation_fraction").is_some() {
+            return problems;
+        }
+        for (stage, option) in [("train", "eval_split"), ("predict", "split")] {
+            if key(stage, option).and_then(|v| v.as_str()) == Some(VALIDATION) {
+                problems.push(format!(
+                    "[{stage}] {option} = \"{VALIDATION}\": the dataset has no validation \
+                     split; carve one from the training rows with [ingest] \
+                     validation_fraction = 0.2 (and optionally validation_seed)"
+                ));
             }
         }
         problems
@@ -137,7 +166,29 @@ fn stage_keys(stage: &str) -> Vec<String> {
         .filter_map(|a| a.get_long())
         .map(|long| long.replace('-', "_"))
         .filter(|key| !linked_options(stage).contains(&key.as_str()))
+        .chain(spec_only_keys(stage).iter().map(|k| k.to_string()))
         .collect()
+}
+
+/// What is wrong with `[train] seeds`, if anything: it must be a non-empty array of
+/// distinct integers ≥ 0.
+fn seeds_problem(key: &str, value: &toml::Value) -> Option<String> {
+    let expected = "expected a non-empty array of distinct integers ≥ 0, like [0, 1, 2]";
+    let Some(items) = value.as_array() else {
+        return Some(format!("{key}: {expected}, found {}", described(value)));
+    };
+    if items.is_empty() {
+        return Some(format!("{key}: {expected}, found an empty array"));
+    }
+    let mut seen = Vec::new();
+    for item in items {
+        match item.as_integer() {
+            Some(i) if i >= 0 && !seen.contains(&i) => seen.push(i),
+            Some(i) if i >= 0 => return Some(format!("{key}: seed {i} is given twice")),
+            _ => return Some(format!("{key}: {expected}, found {}", described(item))),
+        }
+    }
+    None
 }
 
 /// What is wrong with one key of a stage's table on its own, if anything: set by the
@@ -152,6 +203,9 @@ fn key_problem(
         return Some(format!(
             "{key}: set by the runner from the previous stage; remove it"
         ));
+    }
+    if spec_only_keys(stage).contains(&key) {
+        return seeds_problem(key, value);
     }
     let Some(arg) = option_arg(command, key) else {
         return Some(unknown_key(stage, key));
