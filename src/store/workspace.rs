@@ -472,3 +472,47 @@ pub fn remove_path(path: &Path) -> Result<()> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_stage_lock_excludes_the_same_computation_only_and_goes_with_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two opens stand for two processes: flock locks of two open files conflict.
+        let (first, second) = (
+            Workspace::open(dir.path()).unwrap(),
+            Workspace::open(dir.path()).unwrap(),
+        );
+        let params = json!({"rank": 8});
+        let held = first.lock_stage(StageKind::Svd, "", &params).unwrap();
+        let lock_file = held.path.clone();
+        assert_eq!(
+            fs::read_to_string(&lock_file).unwrap().trim(),
+            std::process::id().to_string()
+        );
+        let refusal = second
+            .lock_stage(StageKind::Svd, "", &params)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refusal.contains(&format!(
+                "another process (pid {}) is starting svd with these parameters",
+                std::process::id()
+            )) && refusal.contains("kill "),
+            "{refusal}"
+        );
+        // Other parameters, another stage, another ingest subject: no conflict.
+        let others = [
+            second.lock_stage(StageKind::Svd, "", &json!({"rank": 9})),
+            second.lock_stage(StageKind::Predict, "", &params),
+            second.lock_stage(StageKind::Svd, "toy", &params),
+        ];
+        assert!(others.iter().all(Result::is_ok));
+        drop(held);
+        assert!(!lock_file.exists(), "the holder removes its lock file");
+        assert!(second.lock_stage(StageKind::Svd, "", &params).is_ok());
+    }
+}
