@@ -118,6 +118,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             log_sf2: 0.0,
             log_ell: 0.0,
         },
+        chol: None,
     };
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
     let positives: Vec<Vec<u32>> = (0..b)

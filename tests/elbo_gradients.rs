@@ -43,6 +43,7 @@ fn problem(seed: u64) -> Problem {
             log_sf2: u(0.5),
             log_ell: u(0.5),
         },
+        chol: None,
     };
     let positives = vec![vec![0, 3], vec![], vec![6], vec![1, 2, 5]];
     // A general positive definite K_X̃ (the SVD basis gives ≈ I), so that the subspace
@@ -436,6 +437,7 @@ fn larger_problem() -> Problem {
             log_sf2: u(0.5),
             log_ell: u(0.5) + 0.5,
         },
+        chol: None,
     };
     let positives = (0..b)
         .map(|i| {

@@ -1,6 +1,7 @@
 //! The model layer: MLGPF's parameters, kernels, q(u), likelihoods, bound, optimiser and
 //! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
 
+pub mod cholesky_q;
 pub mod conditional;
 pub(crate) mod expected;
 pub mod gp_factor;

@@ -19,7 +19,7 @@ use super::conditional::{Conditional, Factorisation};
 use super::expected::likelihood_part;
 use super::kernel::{BasisInputs, KernelKind, KernelParams};
 use super::likelihood::Likelihood;
-use super::params::{Grads, Params};
+use super::params::{CholFactors, Grads, Params};
 use super::scratch::Scratch;
 use super::terms::{Term, TermSet};
 
@@ -158,8 +158,8 @@ pub fn evaluate_set(
     times.variational_fwd = lap(&clock, times.total());
     let lg = likelihood_part(
         params,
-        vf.mean.as_ref(),
-        vf.var.as_ref(),
+        vf.mean(),
+        vf.var(),
         terms,
         lik,
         scratch,
@@ -173,7 +173,7 @@ pub fn evaluate_set(
         opts.kernel_grads,
         scratch,
     );
-    let (kl, jitter) = (vf.kl, vf.jitter);
+    let (kl, jitter) = (vf.kl(), vf.jitter());
     vf.recycle(scratch);
     times.variational_bwd = lap(&clock, times.total());
     let (g_a, g_kernel) = if opts.kernel_grads {
@@ -199,6 +199,10 @@ pub fn evaluate_set(
             phi: lg.phi,
             bias: lg.bias,
             kernel: g_kernel,
+            chol: params.chol.as_ref().map(|c| CholFactors {
+                whitened: c.whitened,
+                packed: vg.chol,
+            }),
         },
         times,
     })

@@ -8,6 +8,7 @@
 #[cfg(doc)]
 use super::params::flat_entry;
 use super::params::{flat_len, Block, Params};
+use faer::Mat;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -67,10 +68,17 @@ impl AdamState {
             c2: 1.0 - cfg.beta2.powi(t),
         };
         let mut idx = 0;
+        // The full-Cholesky forms' factors (empty for the paper's form).
+        let (mut no_chol, no_grad) = (Mat::new(), Mat::new());
+        let (chol, g_chol) = match (&mut params.chol, &grads.chol) {
+            (Some(c), Some(g)) => (&mut c.packed, &g.packed),
+            _ => (&mut no_chol, &no_grad),
+        };
         for (block, p, g) in [
             (Block::A, &mut params.a, &grads.a),
             (Block::Mu, &mut params.mu, &grads.mu),
             (Block::Rho, &mut params.rho, &grads.rho),
+            (Block::CholFactor, chol, g_chol),
             (Block::Phi, &mut params.phi, &grads.phi),
         ] {
             let (rows, cols) = (p.nrows(), p.ncols());
@@ -144,6 +152,7 @@ mod tests {
                 log_sf2: 0.0,
                 log_ell: 0.0,
             },
+            chol: None,
         }
     }
 
@@ -194,6 +203,7 @@ mod tests {
                 log_sf2: 0.2,
                 log_ell: -0.1,
             },
+            chol: None,
         };
         let grads: Vec<Params> = (0..4)
             .map(|_| Params {
@@ -206,6 +216,7 @@ mod tests {
                     log_sf2: -0.3,
                     log_ell: 0.7,
                 },
+                chol: None,
             })
             .collect();
         let cfg = AdamConfig::default();

@@ -123,6 +123,7 @@ mod tests {
                 log_sf2: u(0.5),
                 log_ell: if kind == KernelKind::Linear { 0.0 } else { 0.7 },
             },
+            chol: None,
         };
         (params, k_tilde, kxx, sq)
     }

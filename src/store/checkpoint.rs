@@ -6,7 +6,7 @@
 //!
 //! | column | type      | meaning                                           |
 //! |--------|-----------|---------------------------------------------------|
-//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v` |
+//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`; `chol` or `chol_whitened` for the full-Cholesky q(u) forms |
 //! | rows   | u64       | first dimension                                   |
 //! | cols   | u64       | second dimension                                  |
 //! | values | list<f64> | the entries in row-major (C) order                |
@@ -35,7 +35,7 @@ use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
 use crate::model::kernel::KernelParams;
 use crate::model::optim::AdamState;
-use crate::model::params::Params;
+use crate::model::params::{packed_len, CholFactors, Params};
 
 /// Value of `fsgp.format` in every checkpoint.
 pub const CHECKPOINT_FORMAT: &str = "fsgp-checkpoint/1";
@@ -108,7 +108,7 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
         cols: v.len(),
         values: v.to_vec(),
     };
-    vec![
+    let mut out = vec![
         row_major("A", &p.a),
         row_major("mu", &p.mu),
         row_major("rho", &p.rho),
@@ -117,7 +117,21 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
         vector("kernel", &[p.kernel.log_sf2, p.kernel.log_ell]),
         vector("adam_m", &c.adam.m),
         vector("adam_v", &c.adam.v),
-    ]
+    ];
+    // Only the full-Cholesky forms have (and write) the packed factors.
+    if let Some(chol) = &p.chol {
+        out.push(row_major(chol_tensor(chol.whitened), &chol.packed));
+    }
+    out
+}
+
+/// The tensor holding the packed Cholesky factors [M(M+1)/2 × P]: its name says the form.
+fn chol_tensor(whitened: bool) -> &'static str {
+    if whitened {
+        "chol_whitened"
+    } else {
+        "chol"
+    }
 }
 
 fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
@@ -179,6 +193,26 @@ pub fn write_checkpoint(path: &Path, c: &Checkpoint) -> Result<WrittenFile> {
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
     checksum_file(path)
+}
+
+/// The packed Cholesky factors if the checkpoint holds `chol` or `chol_whitened` (not both).
+fn read_chol(
+    found: &[(String, usize, usize, Vec<f64>)],
+    mat: &dyn Fn(&str) -> Result<Mat<f64>>,
+    path: &Path,
+) -> Result<Option<CholFactors>> {
+    let has = |name: &str| found.iter().any(|t| t.0 == name);
+    match (has(chol_tensor(false)), has(chol_tensor(true))) {
+        (false, false) => Ok(None),
+        (true, true) => bail!(
+            "{}: checkpoint holds both chol and chol_whitened",
+            path.display()
+        ),
+        (_, whitened) => Ok(Some(CholFactors {
+            whitened,
+            packed: mat(chol_tensor(whitened))?,
+        })),
+    }
 }
 
 fn kv<'a>(meta: &'a [(String, String)], key: &str, path: &Path) -> Result<&'a str> {
@@ -284,12 +318,20 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             log_sf2: kernel[0],
             log_ell: kernel[1],
         },
+        chol: read_chol(&found, &mat, path)?,
     };
     let (m, p) = (params.mu.nrows(), params.mu.ncols());
+    let q_ok = match &params.chol {
+        None => params.rho.nrows() == m && params.rho.ncols() == p,
+        Some(c) => {
+            params.rho.nrows() * params.rho.ncols() == 0
+                && c.packed.nrows() == packed_len(m)
+                && c.packed.ncols() == p
+        }
+    };
     ensure!(
         params.a.nrows() == m
-            && params.rho.nrows() == m
-            && params.rho.ncols() == p
+            && q_ok
             && params.phi.ncols() == p
             && params.bias.len() == params.phi.nrows(),
         "{}: parameter shapes disagree",
@@ -338,6 +380,7 @@ mod tests {
                 log_sf2: 0.1,
                 log_ell: -1.0 / 3.0,
             },
+            chol: None,
         };
         let mut adam = AdamState::new(&params);
         for (i, x) in adam.m.iter_mut().enumerate() {

@@ -113,6 +113,7 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
                 KernelKind::SquaredExponential => x.lengthscale.ln(),
             },
         },
+        chol: None,
     })
 }
 
