@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::kernel::KernelKind;
 use crate::model::optim::AdamConfig;
+use crate::model::params::QForm;
 use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
 use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
 use crate::store::integrity::Registered;
@@ -49,6 +50,52 @@ impl FromStr for KernelChoice {
             "linear" => Ok(KernelChoice::Linear),
             "se" => Ok(KernelChoice::Se),
             _ => Err(format!("expected 'linear' or 'se', found {s:?}")),
+        }
+    }
+}
+
+/// The q(u) form a run trains (`train --q-form`, `docs/model.md`): the paper's O(M) form
+/// (`sites`: q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹), the default), or the full-Cholesky
+/// form unwhitened (`cholesky`) or whitened (`whitened`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QFormChoice {
+    #[default]
+    Sites,
+    Cholesky,
+    Whitened,
+}
+
+impl QFormChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 3] = ["sites", "cholesky", "whitened"];
+
+    pub fn form(self) -> QForm {
+        match self {
+            QFormChoice::Sites => QForm::SiteDiagonal,
+            QFormChoice::Cholesky => QForm::Cholesky,
+            QFormChoice::Whitened => QForm::Whitened,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.form().name()
+    }
+
+    /// Whether this is the default (left out of a configuration's JSON).
+    pub fn is_sites(&self) -> bool {
+        *self == QFormChoice::Sites
+    }
+}
+
+impl FromStr for QFormChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match QForm::parse(s)? {
+            QForm::SiteDiagonal => Ok(QFormChoice::Sites),
+            QForm::Cholesky => Ok(QFormChoice::Cholesky),
+            QForm::Whitened => Ok(QFormChoice::Whitened),
         }
     }
 }
@@ -191,6 +238,10 @@ pub struct TrainConfig {
     /// (and checkpoints) from before the option read and compare as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// `--q-form`: absent from the JSON at the default (`sites`), so earlier
+    /// configurations read and compare as they did.
+    #[serde(default, skip_serializing_if = "QFormChoice::is_sites")]
+    pub q_form: QFormChoice,
 }
 
 impl TrainConfig {
@@ -415,6 +466,7 @@ mod tests {
             shuffle_chunks: 2,
             checkpoint_every: 7,
             max_steps,
+            q_form: QFormChoice::Sites,
         }
     }
 

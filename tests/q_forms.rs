@@ -98,12 +98,7 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     }
 }
 
-fn evaluate(
-    kind: KernelKind,
-    pr: &Problem,
-    params: &Params,
-    terms: &TermSet<'_>,
-) -> Evaluation {
+fn evaluate(kind: KernelKind, pr: &Problem, params: &Params, terms: &TermSet<'_>) -> Evaluation {
     let lik = BernoulliLogistic::new(20).unwrap();
     evaluate_set(
         kind,
@@ -134,11 +129,7 @@ fn analytic_gradient_matches_central_differences_for_every_block() {
                     positives: &pr.positives,
                     scale: 3.0,
                 };
-                let terms = if sampled {
-                    TermSet::List(&list)
-                } else {
-                    dense
-                };
+                let terms = if sampled { TermSet::List(&list) } else { dense };
                 let eval = evaluate(kind, &pr, &pr.params, &terms);
                 assert_eq!(eval.jitter, 0.0);
                 let mut grads = eval.grads;
@@ -264,7 +255,12 @@ fn whitened_and_unwhitened_parameters_of_one_q_give_the_same_bound() {
         let a = evaluate(kind, &pr, &pr.params, &terms);
         let b = evaluate(kind, &pr, &white, &terms);
         let rel = (a.value - b.value).abs() / a.value.abs();
-        assert!(rel < 1e-10, "{kind:?}: {} vs {} ({rel:.2e})", a.value, b.value);
+        assert!(
+            rel < 1e-10,
+            "{kind:?}: {} vs {} ({rel:.2e})",
+            a.value,
+            b.value
+        );
         assert!((a.kl - b.kl).abs() < 1e-10 * a.kl.abs());
     }
 }
@@ -312,7 +308,12 @@ fn the_papers_q_written_as_a_cholesky_factor_gives_the_papers_bound() {
             let a = evaluate(kind, &pr, &sites, &terms);
             let b = evaluate(kind, &pr, &full, &terms);
             let rel = (a.value - b.value).abs() / a.value.abs();
-            assert!(rel < 1e-10, "{kind:?}: {} vs {} ({rel:.2e})", a.value, b.value);
+            assert!(
+                rel < 1e-10,
+                "{kind:?}: {} vs {} ({rel:.2e})",
+                a.value,
+                b.value
+            );
             assert!((a.kl - b.kl).abs() < 1e-9 * a.kl.abs());
         }
     }
@@ -377,8 +378,7 @@ fn prediction_equals_the_training_marginals() {
                 scale: 1.0,
             };
             let lik = BernoulliLogistic::new(20).unwrap();
-            let e = expected_loglik(kind, params, &pr.x(), &terms, &lik, &Scratch::new())
-                .unwrap();
+            let e = expected_loglik(kind, params, &pr.x(), &terms, &lik, &Scratch::new()).unwrap();
             let kl = kl_total(kind, params, pr.kt.as_ref(), &Scratch::new()).unwrap();
             let full = evaluate(kind, &pr, params, &terms);
             assert!(((e - kl) - full.value).abs() <= 1e-10 * full.value.abs());

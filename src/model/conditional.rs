@@ -265,9 +265,7 @@ impl Conditional {
             QFactors::SiteDiagonal(factors) => {
                 factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, params.mu.as_ref(), scratch)
             }
-            QFactors::Cholesky(factors) => {
-                factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, scratch)
-            }
+            QFactors::Cholesky(factors) => factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, scratch),
         }
     }
 }

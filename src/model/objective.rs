@@ -156,14 +156,7 @@ pub fn evaluate_set(
     times.kernel_fwd = lap(&clock, 0.0);
     let vf = cond.forward(params, scratch)?;
     times.variational_fwd = lap(&clock, times.total());
-    let lg = likelihood_part(
-        params,
-        vf.mean(),
-        vf.var(),
-        terms,
-        lik,
-        scratch,
-    );
+    let lg = likelihood_part(params, vf.mean(), vf.var(), terms, lik, scratch);
     times.likelihood = lap(&clock, times.total());
     let vg = cond.backward(
         &vf,

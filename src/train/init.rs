@@ -1,15 +1,18 @@
 //! Initial parameters of a fresh run (`docs/model.md`, "Initialisation").
 
 use anyhow::{ensure, Result};
-use faer::Mat;
+use faer::{Mat, MatRef};
 use ndarray::ArrayView2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
+use crate::model::cholesky_q::pack_factors;
+use crate::model::gp_factor::factorise;
 use crate::model::kernel::{KernelKind, KernelParams};
-use crate::model::params::Params;
+use crate::model::params::{Params, QForm};
+use crate::model::scratch::Scratch;
 
 /// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
 pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
@@ -115,6 +118,32 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
         },
         chol: None,
     })
+}
+
+/// The initial q(u) of `form`, replacing the paper form's μ and ρ of `params`: the prior
+/// in every form. Whitened: μ = m = 0 and L_p = I. Unwhitened: μ = 0 and L_p = L_Z, the
+/// Cholesky factor of K_Z (with the jitter the model's factorisation adds, `k_tilde` [R×R]
+/// being the basis Gram), so that S_p = K_Z. The paper's form is returned unchanged.
+pub fn with_q_form(
+    mut params: Params,
+    form: QForm,
+    kind: KernelKind,
+    k_tilde: MatRef<'_, f64>,
+) -> Result<Params> {
+    let (m, p) = (params.mu.nrows(), params.mu.ncols());
+    let factor = match form {
+        QForm::SiteDiagonal => return Ok(params),
+        QForm::Whitened => Mat::<f64>::identity(m, m),
+        QForm::Cholesky => {
+            let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
+            factorise(k_z.as_ref(), &mut vec![0.0; m], &Scratch::new())?.0
+        }
+    };
+    let factors = vec![factor; p];
+    params.mu = Mat::zeros(m, p);
+    params.rho = Mat::new();
+    params.chol = Some(pack_factors(&factors, form == QForm::Whitened));
+    Ok(params)
 }
 
 #[cfg(test)]

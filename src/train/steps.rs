@@ -82,6 +82,7 @@ fn params_finite(p: &Params) -> bool {
         && p.bias.iter().all(|v| v.is_finite())
         && p.kernel.log_sf2.is_finite()
         && p.kernel.log_ell.is_finite()
+        && p.chol.as_ref().is_none_or(|c| mat_ok(&c.packed))
 }
 
 /// One training run's loop state: the parameters, the optimiser and where it stands.
