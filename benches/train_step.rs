@@ -3,24 +3,30 @@
 //! - Delicious configuration: B=500, M=500, P=30, R=250, K=983, all negatives, on the
 //!   default path (the subspace factorisation, R ≤ ¾M) and, for comparison, through C_p;
 //! - AmazonCat-like: B=500, M=500, P=30, R=2000, K=13330, all negatives, and with 1000
-//!   sampled negatives per row.
+//!   sampled negatives per row;
+//! - the full-Cholesky q(u) forms at the Delicious configuration (`--q-form whitened` with
+//!   the linear and the SE kernel, `--q-form cholesky` with the SE kernel: unwhitened, it
+//!   needs a non-singular K_Z, which the linear kernel at R < M does not give).
 //!
-//! Data and parameters are random of the right shapes (linear kernel, everything
-//! trainable); the cost of a step does not depend on the values. The step runs like the
+//! Data and parameters are random of the right shapes (linear kernel unless a row says SE,
+//! everything trainable); the cost of a step does not depend on the values. The step runs like the
 //! trainer's: faer's global parallelism on the rayon pool, all cores.
 //!
 //! Run: `cargo bench --bench train_step` (FSGP_BENCH_STEPS: steps timed per configuration,
-//! default 3; the best is reported, with the phase times of that step).
+//! default 3; the best is reported, with the phase times of that step; FSGP_BENCH_ONLY:
+//! run only the rows whose `(form, kernel, R, negatives, factorisation)` debug text
+//! contains it, e.g. `Whitened`).
 
 mod common;
 use common::threads;
 use faer::Mat;
+use fsgp::model::cholesky_q::pack_factors;
 use fsgp::model::conditional::Factorisation;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::objective::{evaluate_set, EvalOptions, PhaseTimes};
 use fsgp::model::optim::{AdamConfig, AdamState};
-use fsgp::model::params::Params;
+use fsgp::model::params::{Params, QForm};
 use fsgp::model::scratch::Scratch;
 use fsgp::model::subspace;
 use fsgp::model::terms::{terms_sampled, TermSet};
@@ -53,11 +59,16 @@ struct Config {
     /// Sampled negatives per row; None = all negatives (dense path).
     negatives: Option<usize>,
     factorisation: Factorisation,
+    kind: KernelKind,
+    form: QForm,
 }
 
 impl Config {
-    /// Whether the step takes the subspace path (linear kernel, as every row here).
+    /// Whether the step takes the subspace path (the paper's form, linear kernel).
     fn subspace(&self) -> bool {
+        if self.form != QForm::SiteDiagonal || self.kind != KernelKind::Linear {
+            return false;
+        }
         match self.factorisation {
             Factorisation::Auto => subspace::worthwhile(self.m, self.r),
             Factorisation::Inducing => false,
@@ -81,7 +92,20 @@ fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
     // Kernels: A K_X̃, G, H forward; (Ḡ+Ḡᵀ) A K_X̃ and Ḡ_bZᵀ Kxx back.
     let mut kernels =
         2.0 * m * r * r + 2.0 * m * m * r + 2.0 * b * m * r + 2.0 * m * m * r + 2.0 * b * m * r;
-    let per_gp = if c.subspace() {
+    let per_gp = if c.form != QForm::SiteDiagonal {
+        // Full-Cholesky forms (`cholesky_q.rs`), per GP: T = L_vᵀ A, lower(2 A Uᵀ) and
+        // Ā += 2 L_v U, M²B each; unwhitened also L_v = L_Z⁻¹ L_p (M³/3), Y = L_Z⁻ᵀ L̄_v
+        // (2M³/3) and lower(Y L_vᵀ) (M³/3). Once per step: Cholesky of K_Z and L_Z⁻¹ (M³/3
+        // each), A = L_Z⁻¹ K_Zb and X = L_Z⁻ᵀ Ā (M²B each), X Aᵀ (2M²B), the Cholesky's
+        // reverse mode (Lᵀ L̄ M³/3, L⁻ᵀ Φ 2M³/3, (L⁻ᵀΦ) L⁻¹ 2M³).
+        kernels += (11.0 / 3.0) * m.powi(3) + 4.0 * m * m * b;
+        let unwhitened = if c.form == QForm::Cholesky {
+            4.0 / 3.0 * m.powi(3)
+        } else {
+            0.0
+        };
+        3.0 * m * m * b + unwhitened
+    } else if c.subspace() {
         // Subspace path: F_sᵀF_s MR², Cholesky, L⁻¹, J⁻¹ R³/3 each, V and W R²B each, the
         // lower triangle of Y diag(d) Yᵀ with Y [R×(R+B)]: R²(R+B), F Ḡ_J 2MR². Once per
         // step: L_X̃ R³/3, F = σ A L_X̃ MR², G R²B, ∂A = σ ∂F L_X̃ᵀ MR².
@@ -120,6 +144,26 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         },
         chol: None,
     };
+    if c.form != QForm::SiteDiagonal {
+        // A well-conditioned lower-triangular factor per GP (the value does not change the
+        // cost); the unwhitened form is benchmarked with the SE kernel, whose K_Z is
+        // non-singular.
+        let factors: Vec<Mat<f64>> = (0..p)
+            .map(|_| {
+                Mat::from_fn(m, m, |i, j| {
+                    if i == j {
+                        1.0
+                    } else if i > j {
+                        u(0.01)
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        params.rho = Mat::new();
+        params.chol = Some(pack_factors(&factors, c.form == QForm::Whitened));
+    }
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
     let positives: Vec<Vec<u32>> = (0..b)
         .map(|_| {
@@ -155,16 +199,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             Some(l) => TermSet::List(l),
         };
-        let ev = evaluate_set(
-            KernelKind::Linear,
-            &params,
-            &x,
-            &terms,
-            &lik,
-            &c.opts(),
-            &scratch,
-        )
-        .unwrap();
+        let ev = evaluate_set(c.kind, &params, &x, &terms, &lik, &c.opts(), &scratch).unwrap();
         let t_adam = Instant::now();
         adam.step(&cfg, &mut params, &ev.grads, &|_| false);
         let adam_s = t_adam.elapsed().as_secs_f64();
@@ -180,10 +215,18 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         None => "all negatives".to_string(),
         Some(n) => format!("{n} sampled negatives/row"),
     };
-    let path = if c.subspace() {
-        "subspace J_p"
-    } else {
-        "C_p = K_Z + Σ_p"
+    let path = match (c.form, c.kind) {
+        (QForm::SiteDiagonal, _) if c.subspace() => "subspace J_p".to_string(),
+        (QForm::SiteDiagonal, _) => "C_p = K_Z + Σ_p".to_string(),
+        (form, kind) => format!(
+            "--q-form {}, {}",
+            form.name(),
+            if kind == KernelKind::Linear {
+                "linear"
+            } else {
+                "SE"
+            }
+        ),
     };
     println!(
         "| {} (B={b}, M={m}, P={p}, R={r}, K={k}, {negs}; {path}) | {secs:.3} | {:.1} | {:.1} | {gemm:.1} | {:.0} % | {:.3} / {:.3} / {:.3} / {:.3} / {:.3} / {adam_s:.3} |",
@@ -223,18 +266,7 @@ fn same_bits_in_one_thread(
         None => TermSet::AllLabels { positives, scale },
         Some(l) => TermSet::List(l),
     };
-    let eval = || {
-        evaluate_set(
-            KernelKind::Linear,
-            params,
-            x,
-            &terms,
-            lik,
-            &c.opts(),
-            scratch,
-        )
-        .unwrap()
-    };
+    let eval = || evaluate_set(c.kind, params, x, &terms, lik, &c.opts(), scratch).unwrap();
     let many = eval();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -253,7 +285,7 @@ fn main() {
     faer::set_global_parallelism(faer::Par::rayon(0));
     let gemm = gemm_gflops(1000);
     println!(
-        "train step (bound + gradients + Adam), linear kernel, best of {steps}, {} cores",
+        "train step (bound + gradients + Adam), best of {steps}, {} cores",
         threads()
     );
     println!("targets: Delicious ≤ 0.25 s, AmazonCat-like ≤ 0.5 s, ≥ 50 % of the GEMM rate");
@@ -269,6 +301,8 @@ fn main() {
             k: 983,
             negatives: None,
             factorisation: Factorisation::Auto,
+            kind: KernelKind::Linear,
+            form: QForm::SiteDiagonal,
         },
         Config {
             name: "Delicious",
@@ -279,6 +313,8 @@ fn main() {
             k: 983,
             negatives: None,
             factorisation: Factorisation::Inducing,
+            kind: KernelKind::Linear,
+            form: QForm::SiteDiagonal,
         },
         Config {
             name: "AmazonCat-like",
@@ -289,6 +325,8 @@ fn main() {
             k: 13330,
             negatives: None,
             factorisation: Factorisation::Auto,
+            kind: KernelKind::Linear,
+            form: QForm::SiteDiagonal,
         },
         Config {
             name: "AmazonCat-like",
@@ -299,9 +337,33 @@ fn main() {
             k: 13330,
             negatives: Some(1000),
             factorisation: Factorisation::Auto,
+            kind: KernelKind::Linear,
+            form: QForm::SiteDiagonal,
         },
     ];
-    for c in &configs {
+    let delicious_q = |kind, form| Config {
+        name: "Delicious",
+        b: 500,
+        m: 500,
+        p: 30,
+        r: 250,
+        k: 983,
+        negatives: None,
+        factorisation: Factorisation::Auto,
+        kind,
+        form,
+    };
+    let q_forms = [
+        delicious_q(KernelKind::Linear, QForm::Whitened),
+        delicious_q(KernelKind::SquaredExponential, QForm::Whitened),
+        delicious_q(KernelKind::SquaredExponential, QForm::Cholesky),
+    ];
+    let only: Option<String> = std::env::var("FSGP_BENCH_ONLY").ok();
+    for c in configs.iter().chain(&q_forms) {
+        let row = format!("{:?}", (c.form, c.kind, c.r, c.negatives, c.factorisation));
+        if only.as_ref().is_some_and(|o| !row.contains(o.as_str())) {
+            continue;
+        }
         run(c, steps, gemm);
     }
 }

@@ -471,6 +471,29 @@ mod tests {
     }
 
     #[test]
+    fn the_default_q_form_is_left_out_of_the_json_and_the_others_round_trip() {
+        let json = config(None).to_json();
+        assert!(json.get("q_form").is_none(), "{json}");
+        for (choice, name) in [
+            (QFormChoice::Cholesky, "cholesky"),
+            (QFormChoice::Whitened, "whitened"),
+        ] {
+            let cfg = TrainConfig {
+                q_form: choice,
+                ..config(None)
+            };
+            let json = cfg.to_json();
+            assert_eq!(json["q_form"], name);
+            let back: TrainConfig = serde_json::from_value(json).unwrap();
+            assert_eq!(back, cfg);
+            assert_eq!(name.parse::<QFormChoice>(), Ok(choice));
+            assert_eq!(choice.name(), name);
+        }
+        assert_eq!("sites".parse::<QFormChoice>(), Ok(QFormChoice::Sites));
+        assert!("diagonal".parse::<QFormChoice>().is_err());
+    }
+
+    #[test]
     fn configurations_without_max_steps_read_and_compare_as_before() {
         // Without a limit the field is left out, so the JSON is what it was before
         // --max-steps existed (catalog lookups compare it as text).

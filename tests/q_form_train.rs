@@ -3,7 +3,8 @@
 //! packed factors, no ρ), learns, and its exact bound (`pipeline elbo`) equals an independent
 //! one-batch computation; predictions run; a killed or crashed run of the unwhitened form
 //! resumes to the bytes of an uninterrupted one; a changed --q-form is refused on resume;
-//! the unwhitened form with a singular linear K_Z is refused up front.
+//! the unwhitened form with a singular linear K_Z is refused up front; `pipeline run` specs
+//! check the `q_form` key before any stage runs and pass it on.
 
 mod common;
 use common::toy::*;
@@ -241,4 +242,36 @@ fn bad_or_unusable_q_forms_are_refused_up_front() {
         )
         .unwrap();
     assert_eq!(runs, 0);
+}
+
+#[test]
+fn pipeline_run_specs_validate_and_run_the_q_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        &toy_spec(1, "q_form = \"diagonal\"\n", ""),
+    );
+    let out = pipeline(&ws, &["run", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("[train]") && err.contains("diagonal") && err.contains("whitened"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("data").exists() && !ws.exists(),
+        "no stage may run on a bad spec"
+    );
+
+    let good = write(
+        dir.path(),
+        "good.toml",
+        &toy_spec(2, "q_form = \"whitened\"\n", "probabilities = true\n"),
+    );
+    let out = pipeline(&ws, &["run", good.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = train_run_id(&ws);
+    assert_eq!(run_params(&ws, id)["q_form"], "whitened");
 }

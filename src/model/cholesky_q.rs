@@ -406,7 +406,11 @@ fn backward_chunk(
     let (m, b) = (sh.a.nrows(), sh.a.ncols());
     let mut u = scratch.take_mat(m, b);
     let mut l_bar = scratch.take_mat(m, m);
-    let mut y = scratch.take_mat(m, m);
+    let mut y = if unwhitened {
+        scratch.take_mat(m, m)
+    } else {
+        Mat::new()
+    };
     let mut a_bar = if kernel_grads {
         scratch.take_mat(m, b)
     } else {
