@@ -417,3 +417,38 @@ fn a_singular_k_z_is_rescued_by_jitter_and_the_subspace_path_is_refused() {
     .unwrap_err();
     assert!(err.to_string().contains("--q-form whitened"), "{err}");
 }
+
+#[test]
+fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
+    for form in FORMS {
+        let pr = problem(61, form, 6, 7, 4);
+        let terms = TermSet::AllLabels {
+            positives: &pr.positives,
+            scale: 2.0,
+        };
+        let lik = BernoulliLogistic::new(20).unwrap();
+        let run = |kernel_grads: bool| {
+            let opts = EvalOptions {
+                kernel_grads,
+                ..EvalOptions::default()
+            };
+            evaluate_set(
+                KernelKind::SquaredExponential,
+                &pr.params,
+                &pr.x(),
+                &terms,
+                &lik,
+                &opts,
+                &Scratch::new(),
+            )
+            .unwrap()
+        };
+        let (full, partial) = (run(true), run(false));
+        assert_eq!(full.value.to_bits(), partial.value.to_bits(), "{form:?}");
+        assert_eq!(full.grads.mu, partial.grads.mu, "{form:?}");
+        assert_eq!(full.grads.chol, partial.grads.chol, "{form:?}");
+        assert_eq!(full.grads.phi, partial.grads.phi, "{form:?}");
+        assert!(partial.grads.a.col_iter().all(|c| c.iter().all(|&v| v == 0.0)));
+        assert!(full.grads.a.col_iter().any(|c| c.iter().any(|&v| v != 0.0)));
+    }
+}
