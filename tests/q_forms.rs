@@ -448,7 +448,11 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         assert_eq!(full.grads.mu, partial.grads.mu, "{form:?}");
         assert_eq!(full.grads.chol, partial.grads.chol, "{form:?}");
         assert_eq!(full.grads.phi, partial.grads.phi, "{form:?}");
-        assert!(partial.grads.a.col_iter().all(|c| c.iter().all(|&v| v == 0.0)));
+        assert!(partial
+            .grads
+            .a
+            .col_iter()
+            .all(|c| c.iter().all(|&v| v == 0.0)));
         assert!(full.grads.a.col_iter().any(|c| c.iter().any(|&v| v != 0.0)));
     }
 }

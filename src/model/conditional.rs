@@ -121,14 +121,14 @@ impl Conditional {
                 self.subspace.as_ref(),
                 scratch,
             )?),
-            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(cholesky_q::forward(
+            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(Box::new(cholesky_q::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
                 params.mu.as_ref(),
                 chol_of(params),
                 scratch,
-            )?),
+            )?)),
         })
     }
 
@@ -320,7 +320,7 @@ impl FactorisedQ {
 #[derive(Debug)]
 pub enum QForward {
     SiteDiagonal(VariationalForward),
-    Cholesky(CholForward),
+    Cholesky(Box<CholForward>),
 }
 
 impl QForward {
