@@ -456,3 +456,62 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         assert!(full.grads.a.col_iter().any(|c| c.iter().any(|&v| v != 0.0)));
     }
 }
+
+/// The largest relative difference between the analytic gradient and central differences
+/// over every entry of `pr.params` (log ℓ skipped for the linear kernel).
+fn worst_gradient_error(
+    kind: KernelKind,
+    pr: &Problem,
+    terms: &TermSet<'_>,
+    h: f64,
+) -> (f64, Block) {
+    let mut grads = evaluate(kind, pr, &pr.params, terms).grads;
+    let mut worst = (0.0f64, Block::A);
+    for idx in 0..flat_len(&pr.params) {
+        let (block, g) = flat_entry(&mut grads, idx);
+        let analytic = *g;
+        if kind == KernelKind::Linear && block == Block::LogEll {
+            continue;
+        }
+        let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
+        *flat_entry(&mut up, idx).1 += h;
+        *flat_entry(&mut dn, idx).1 -= h;
+        let fd = (evaluate(kind, pr, &up, terms).value - evaluate(kind, pr, &dn, terms).value)
+            / (2.0 * h);
+        let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-6);
+        if rel > worst.0 {
+            worst = (rel, block);
+        }
+    }
+    worst
+}
+
+#[test]
+fn gradients_with_a_jittered_singular_k_z_match_central_differences() {
+    // Linear kernel, R = 3 < M = 6: K_Z has rank 3, so L_Z is the factor of K_Z + εI with
+    // ε = 10⁻⁶ tr(K_Z)/M, a multiple of tr K_Z whose derivative the gradient includes. The
+    // bound is then curved on a scale of √ε in the directions of A that leave the span, and
+    // its evaluation carries rounding of about 10⁻⁸ relative (K_Z + εI has condition ~10⁶),
+    // so central differences cannot reach 10⁻⁶ here. What they show: their error falls as h²
+    // while truncation dominates (so they converge to the analytic gradient, not to a value
+    // beside it), and is below 10⁻³ at the best h. When a factorisation of K_Z with pivots
+    // at rounding level was accepted (no jitter), the error was 1.5 (relative).
+    let mut pr = problem(71, QForm::Whitened, 6, 5, 2);
+    let mut rng = ChaCha8Rng::seed_from_u64(72);
+    pr.params.a = Mat::from_fn(6, 3, |_, _| rng.random::<f64>() - 0.5);
+    pr.kxx = Mat::from_fn(5, 3, |_, _| rng.random::<f64>() - 0.5);
+    pr.kt = Mat::<f64>::identity(3, 3);
+    let terms = TermSet::AllLabels {
+        positives: &pr.positives,
+        scale: 1.0,
+    };
+    assert!(evaluate(KernelKind::Linear, &pr, &pr.params, &terms).jitter > 0.0);
+    let err = |h: f64| worst_gradient_error(KernelKind::Linear, &pr, &terms, h);
+    let (coarse, fine) = (err(1e-3).0, err(1e-4).0);
+    assert!(
+        fine < coarse / 50.0,
+        "not converging as h²: {coarse:.2e} at h = 1e-3, {fine:.2e} at h = 1e-4"
+    );
+    let (rel, block) = err(1e-5);
+    assert!(rel < 1e-3, "{block}: relative error {rel:.2e}");
+}

@@ -55,8 +55,7 @@ impl Shared {
     /// L_Z (jitter retry as for C_p), L_Z⁻¹ and A = L_Z⁻¹ K_Zb: M³/3 + M³/3 + M²B flops.
     fn new(k_z: MatRef<'_, f64>, k_bz: MatRef<'_, f64>, scratch: &Scratch) -> Result<Self> {
         let m = k_z.nrows();
-        let mut zeros = vec![0.0; m];
-        let (l_z, jitter) = factorise(k_z, &mut zeros, scratch)?;
+        let (l_z, jitter) = factor_k_z(k_z, scratch)?;
         let mut l_z_inv = lower_inverse(l_z.as_ref(), scratch);
         zero_upper(l_z_inv.as_mut());
         let mut a = scratch.take_mat(m, k_bz.nrows());
@@ -81,6 +80,32 @@ impl Shared {
         scratch.give_mat(self.l_z_inv);
         scratch.give_mat(self.a);
     }
+}
+
+/// Smallest squared pivot of L_Z, relative to the mean of diag K_Z, accepted without jitter.
+const MIN_PIVOT: f64 = 1e-6;
+
+/// L_Z, the lower Cholesky factor of K_Z + εI (zeros above the diagonal), and ε. ε = 0 when
+/// K_Z factorises with every squared pivot L_jj² ≥ 10⁻⁶ tr(K_Z)/M. Otherwise (a singular
+/// K_Z, e.g. the linear kernel with R < M, may still factorise, with pivots at rounding
+/// level and an L_Z⁻¹ of order 10⁸) ε = 10⁻⁶ tr(K_Z)/M, plus the retry's jitter if that
+/// fails too. Either way ε is a fixed multiple of tr K_Z, which the gradient uses.
+fn factor_k_z(k_z: MatRef<'_, f64>, scratch: &Scratch) -> Result<(Mat<f64>, f64)> {
+    let m = k_z.nrows();
+    let (l_z, jitter) = factorise(k_z, &mut vec![0.0; m], scratch)?;
+    let floor = MIN_PIVOT * (0..m).map(|i| k_z[(i, i)]).sum::<f64>() / m.max(1) as f64;
+    if (0..m).all(|j| l_z[(j, j)] * l_z[(j, j)] >= floor) {
+        return Ok((l_z, jitter));
+    }
+    scratch.give_mat(l_z);
+    let (l_z, retry) = factorise(k_z, &mut vec![floor; m], scratch)?;
+    Ok((l_z, floor + retry))
+}
+
+/// L_Z [M×M] of K_Z as the full-Cholesky forms factorise it (with its jitter, see
+/// [`factor_k_z`]): the unwhitened form's initial L_p, for which q(u) is the prior.
+pub fn prior_factor(k_z: MatRef<'_, f64>) -> Result<Mat<f64>> {
+    Ok(factor_k_z(k_z, &Scratch::new())?.0)
 }
 
 /// dst = op(L) · rhs [M×n], op(L) = L (lower triangular) or Lᵀ (`transpose`), in fixed

@@ -8,11 +8,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
-use crate::model::cholesky_q::pack_factors;
-use crate::model::gp_factor::factorise;
+use crate::model::cholesky_q::{pack_factors, prior_factor};
 use crate::model::kernel::{KernelKind, KernelParams};
 use crate::model::params::{Params, QForm};
-use crate::model::scratch::Scratch;
 
 /// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
 pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
@@ -134,10 +132,10 @@ pub fn with_q_form(
     let factor = match form {
         QForm::SiteDiagonal => return Ok(params),
         QForm::Whitened => Mat::<f64>::identity(m, m),
-        QForm::Cholesky => {
-            let k_z = kind.k_z(&params.kernel, params.a.as_ref(), k_tilde);
-            factorise(k_z.as_ref(), &mut vec![0.0; m], &Scratch::new())?.0
-        }
+        QForm::Cholesky => prior_factor(
+            kind.k_z(&params.kernel, params.a.as_ref(), k_tilde)
+                .as_ref(),
+        )?,
     };
     let factors = vec![factor; p];
     params.mu = Mat::zeros(m, p);
