@@ -13,9 +13,10 @@ use super::kernel::KernelParams;
 pub struct Params {
     /// A [M×R]: inducing inputs Z = A X̃.
     pub a: Mat<f64>,
-    /// μ [M×P].
+    /// μ [M×P]: the paper's μ_p (q(u_p) has mean K_Z μ_p), the mean μ_p of q(u_p)
+    /// ([`QForm::Cholesky`]) or the whitened mean m_p ([`QForm::Whitened`]).
     pub mu: Mat<f64>,
-    /// ρ [M×P]: Σ_p = diag(softplus(ρ_p) + 10⁻⁶).
+    /// ρ [M×P]: Σ_p = diag(softplus(ρ_p) + 10⁻⁶); empty (0×0) for the full-Cholesky forms.
     pub rho: Mat<f64>,
     /// Φ [K×P].
     pub phi: Mat<f64>,

@@ -426,6 +426,33 @@ mod tests {
     }
 
     #[test]
+    fn full_cholesky_checkpoints_round_trip_with_their_form() {
+        let dir = tempfile::tempdir().unwrap();
+        for whitened in [false, true] {
+            let mut c = sample();
+            let (m, p) = (c.params.mu.nrows(), c.params.mu.ncols());
+            c.params.rho = Mat::new();
+            c.params.chol = Some(CholFactors {
+                whitened,
+                packed: Mat::from_fn(packed_len(m), p, |i, j| (i as f64 * 0.3 - j as f64).cos()),
+            });
+            c.adam = AdamState::new(&c.params);
+            c.adam.v[3] = 0.25;
+            let path = dir.path().join(format!("w{whitened}.parquet"));
+            write_checkpoint(&path, &c).unwrap();
+            let back = read_checkpoint(&path).unwrap();
+            assert_eq!(back, c);
+            assert_eq!(back.params.q_form(), c.params.q_form());
+            // A factor of the wrong shape is refused.
+            c.params.chol.as_mut().unwrap().packed = Mat::zeros(packed_len(m) - 1, p);
+            c.adam = AdamState::new(&c.params);
+            write_checkpoint(&path, &c).unwrap();
+            let err = read_checkpoint(&path).unwrap_err().to_string();
+            assert!(err.contains("shapes disagree"), "{err}");
+        }
+    }
+
+    #[test]
     fn rejects_foreign_and_damaged_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.parquet");
