@@ -7,24 +7,29 @@
 //! - the Delicious configuration with the other kernels and subspace ARD: SE and SE + linear
 //!   (through C_p), linear with subspace ARD (still the subspace path), SE + linear with
 //!   subspace ARD.
+//! - the full-Cholesky q(u) forms at the Delicious configuration (`--q-form whitened` with
+//!   the linear and the SE kernel, `--q-form cholesky` with the SE kernel: unwhitened, it
+//!   needs a non-singular K_Z, which the linear kernel at R < M does not give).
 //!
-//! Data and parameters are random of the right shapes (everything trainable); the cost of a
-//! step does not depend on the values. The step runs like the
-//! trainer's: faer's global parallelism on the rayon pool, all cores.
+//! Data and parameters are random of the right shapes (linear kernel unless a row says
+//! otherwise, everything trainable); the cost of a step does not depend on the values. The
+//! step runs like the trainer's: faer's global parallelism on the rayon pool, all cores.
 //!
 //! Run: `cargo bench --bench train_step` (FSGP_BENCH_STEPS: steps timed per configuration,
-//! default 3; the best is reported, with the phase times of that step;
-//! FSGP_BENCH_KERNELS_ONLY=1: only the Delicious kernel and ARD rows).
+//! default 3; the best is reported, with the phase times of that step; FSGP_BENCH_ONLY:
+//! run only the rows whose `(form, kernel, ard, R, negatives, factorisation)` debug text
+//! contains it, e.g. `Whitened` or `SePlusLinear`).
 
 mod common;
 use common::threads;
 use faer::Mat;
+use fsgp::model::cholesky_q::pack_factors;
 use fsgp::model::conditional::Factorisation;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::objective::{evaluate_set, EvalOptions, PhaseTimes};
 use fsgp::model::optim::{AdamConfig, AdamState};
-use fsgp::model::params::Params;
+use fsgp::model::params::{Params, QForm};
 use fsgp::model::scratch::Scratch;
 use fsgp::model::subspace;
 use fsgp::model::terms::{terms_sampled, TermSet};
@@ -60,11 +65,15 @@ struct Config {
     kind: KernelKind,
     /// Subspace ARD (R weights).
     ard: bool,
+    form: QForm,
 }
 
 impl Config {
-    /// Whether the step takes the subspace path (linear kernel only).
+    /// Whether the step takes the subspace path (the paper's form, linear kernel).
     fn subspace(&self) -> bool {
+        if self.form != QForm::SiteDiagonal || self.kind != KernelKind::Linear {
+            return false;
+        }
         match self.factorisation {
             Factorisation::Auto => {
                 self.kind == KernelKind::Linear && subspace::worthwhile(self.m, self.r)
@@ -99,7 +108,20 @@ fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
             kernels += r * r * b;
         }
     }
-    let per_gp = if c.subspace() {
+    let per_gp = if c.form != QForm::SiteDiagonal {
+        // Full-Cholesky forms (`cholesky_q.rs`), per GP: T = L_vᵀ A, lower(2 A Uᵀ) and
+        // Ā += 2 L_v U, M²B each; unwhitened also L_v = L_Z⁻¹ L_p (M³/3), Y = L_Z⁻ᵀ L̄_v
+        // (2M³/3) and lower(Y L_vᵀ) (M³/3). Once per step: Cholesky of K_Z and L_Z⁻¹ (M³/3
+        // each), A = L_Z⁻¹ K_Zb and X = L_Z⁻ᵀ Ā (M²B each), X Aᵀ (2M²B), the Cholesky's
+        // reverse mode (Lᵀ L̄ M³/3, L⁻ᵀ Φ 2M³/3, (L⁻ᵀΦ) L⁻¹ 2M³).
+        kernels += (11.0 / 3.0) * m.powi(3) + 4.0 * m * m * b;
+        let unwhitened = if c.form == QForm::Cholesky {
+            4.0 / 3.0 * m.powi(3)
+        } else {
+            0.0
+        };
+        3.0 * m * m * b + unwhitened
+    } else if c.subspace() {
         // Subspace path: F_sᵀF_s MR², Cholesky, L⁻¹, J⁻¹ R³/3 each, V and W R²B each, the
         // lower triangle of Y diag(d) Yᵀ with Y [R×(R+B)]: R²(R+B), F Ḡ_J 2MR². Once per
         // step: L_X̃ R³/3, F = σ A L_X̃ MR², G R²B, ∂A = σ ∂F L_X̃ᵀ MR².
@@ -141,7 +163,28 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             ..KernelParams::new(0.0, 0.0)
         },
+        chol: None,
     };
+    if c.form != QForm::SiteDiagonal {
+        // A well-conditioned lower-triangular factor per GP (the value does not change the
+        // cost); the unwhitened form is benchmarked with the SE kernel, whose K_Z is
+        // non-singular.
+        let factors: Vec<Mat<f64>> = (0..p)
+            .map(|_| {
+                Mat::from_fn(m, m, |i, j| {
+                    if i == j {
+                        1.0
+                    } else if i > j {
+                        u(0.01)
+                    } else {
+                        0.0
+                    }
+                })
+            })
+            .collect();
+        params.rho = Mat::new();
+        params.chol = Some(pack_factors(&factors, c.form == QForm::Whitened));
+    }
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
     let positives: Vec<Vec<u32>> = (0..b)
         .map(|_| {
@@ -193,10 +236,10 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         None => "all negatives".to_string(),
         Some(n) => format!("{n} sampled negatives/row"),
     };
-    let path = if c.subspace() {
-        "subspace J_p"
-    } else {
-        "C_p = K_Z + Σ_p"
+    let path = match (c.form, c.kind) {
+        (QForm::SiteDiagonal, _) if c.subspace() => "subspace J_p".to_string(),
+        (QForm::SiteDiagonal, _) => "C_p = K_Z + Σ_p".to_string(),
+        (form, _) => format!("--q-form {}", form.name()),
     };
     let kernel = match (c.kind, c.ard) {
         (KernelKind::Linear, false) => "linear",
@@ -281,6 +324,7 @@ fn main() {
             factorisation: Factorisation::Auto,
             kind: KernelKind::Linear,
             ard: false,
+            form: QForm::SiteDiagonal,
         },
         Config {
             name: "Delicious",
@@ -293,6 +337,7 @@ fn main() {
             factorisation: Factorisation::Inducing,
             kind: KernelKind::Linear,
             ard: false,
+            form: QForm::SiteDiagonal,
         },
         Config {
             name: "AmazonCat-like",
@@ -305,6 +350,7 @@ fn main() {
             factorisation: Factorisation::Auto,
             kind: KernelKind::Linear,
             ard: false,
+            form: QForm::SiteDiagonal,
         },
         Config {
             name: "AmazonCat-like",
@@ -317,9 +363,10 @@ fn main() {
             factorisation: Factorisation::Auto,
             kind: KernelKind::Linear,
             ard: false,
+            form: QForm::SiteDiagonal,
         },
     ];
-    let delicious = |kind, ard| Config {
+    let delicious = |kind, ard, form| Config {
         name: "Delicious",
         b: 500,
         m: 500,
@@ -330,16 +377,26 @@ fn main() {
         factorisation: Factorisation::Auto,
         kind,
         ard,
+        form,
     };
-    let kernel_rows = [
-        delicious(KernelKind::SquaredExponential, false),
-        delicious(KernelKind::SePlusLinear, false),
-        delicious(KernelKind::Linear, true),
-        delicious(KernelKind::SePlusLinear, true),
+    let extra_rows = [
+        delicious(KernelKind::SquaredExponential, false, QForm::SiteDiagonal),
+        delicious(KernelKind::SePlusLinear, false, QForm::SiteDiagonal),
+        delicious(KernelKind::Linear, true, QForm::SiteDiagonal),
+        delicious(KernelKind::SePlusLinear, true, QForm::SiteDiagonal),
+        delicious(KernelKind::Linear, false, QForm::Whitened),
+        delicious(KernelKind::SquaredExponential, false, QForm::Whitened),
+        delicious(KernelKind::SquaredExponential, false, QForm::Cholesky),
     ];
-    let only_kernels = std::env::var("FSGP_BENCH_KERNELS_ONLY").is_ok_and(|v| v == "1");
-    let all = configs.iter().filter(|_| !only_kernels).chain(&kernel_rows);
-    for c in all {
+    let only: Option<String> = std::env::var("FSGP_BENCH_ONLY").ok();
+    for c in configs.iter().chain(&extra_rows) {
+        let row = format!(
+            "{:?}",
+            (c.form, c.kind, c.ard, c.r, c.negatives, c.factorisation)
+        );
+        if only.as_ref().is_some_and(|o| !row.contains(o.as_str())) {
+            continue;
+        }
         run(c, steps, gemm);
     }
 }

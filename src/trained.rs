@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::kernel::KernelKind;
 use crate::model::optim::AdamConfig;
+use crate::model::params::QForm;
 use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
 use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
 use crate::store::integrity::Registered;
@@ -97,6 +98,52 @@ impl FromStr for ArdChoice {
             "none" => Ok(ArdChoice::None),
             "subspace" => Ok(ArdChoice::Subspace),
             _ => Err(format!("expected 'none' or 'subspace', found {s:?}")),
+        }
+    }
+}
+
+/// The q(u) form a run trains (`train --q-form`, `docs/model.md`): the paper's O(M) form
+/// (`sites`: q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹), the default), or the full-Cholesky
+/// form unwhitened (`cholesky`) or whitened (`whitened`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QFormChoice {
+    #[default]
+    Sites,
+    Cholesky,
+    Whitened,
+}
+
+impl QFormChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 3] = ["sites", "cholesky", "whitened"];
+
+    pub fn form(self) -> QForm {
+        match self {
+            QFormChoice::Sites => QForm::SiteDiagonal,
+            QFormChoice::Cholesky => QForm::Cholesky,
+            QFormChoice::Whitened => QForm::Whitened,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.form().name()
+    }
+
+    /// Whether this is the default (left out of a configuration's JSON).
+    pub fn is_sites(&self) -> bool {
+        *self == QFormChoice::Sites
+    }
+}
+
+impl FromStr for QFormChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match QForm::parse(s)? {
+            QForm::SiteDiagonal => Ok(QFormChoice::Sites),
+            QForm::Cholesky => Ok(QFormChoice::Cholesky),
+            QForm::Whitened => Ok(QFormChoice::Whitened),
         }
     }
 }
@@ -246,6 +293,10 @@ pub struct TrainConfig {
     /// for the first E0 epochs, then train (absent from the JSON when None).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_hyper_after: Option<u64>,
+    /// `--q-form`: absent from the JSON at the default (`sites`), so earlier
+    /// configurations read and compare as they did.
+    #[serde(default, skip_serializing_if = "QFormChoice::is_sites")]
+    pub q_form: QFormChoice,
 }
 
 impl TrainConfig {
@@ -472,6 +523,7 @@ mod tests {
             max_steps,
             ard: ArdChoice::None,
             release_hyper_after: None,
+            q_form: QFormChoice::Sites,
         }
     }
 
@@ -493,6 +545,29 @@ mod tests {
             assert_eq!(name.parse::<ArdChoice>().unwrap().name(), name);
         }
         assert!("features".parse::<ArdChoice>().is_err());
+    }
+
+    #[test]
+    fn the_default_q_form_is_left_out_of_the_json_and_the_others_round_trip() {
+        let json = config(None).to_json();
+        assert!(json.get("q_form").is_none(), "{json}");
+        for (choice, name) in [
+            (QFormChoice::Cholesky, "cholesky"),
+            (QFormChoice::Whitened, "whitened"),
+        ] {
+            let cfg = TrainConfig {
+                q_form: choice,
+                ..config(None)
+            };
+            let json = cfg.to_json();
+            assert_eq!(json["q_form"], name);
+            let back: TrainConfig = serde_json::from_value(json).unwrap();
+            assert_eq!(back, cfg);
+            assert_eq!(name.parse::<QFormChoice>(), Ok(choice));
+            assert_eq!(choice.name(), name);
+        }
+        assert_eq!("sites".parse::<QFormChoice>(), Ok(QFormChoice::Sites));
+        assert!("diagonal".parse::<QFormChoice>().is_err());
     }
 
     #[test]

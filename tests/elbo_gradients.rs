@@ -40,6 +40,7 @@ fn problem(seed: u64) -> Problem {
         phi: Mat::from_fn(K, p, |_, _| u(1.5)),
         bias: (0..K).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5)),
+        chol: None,
     };
     let positives = vec![vec![0, 3], vec![], vec![6], vec![1, 2, 5]];
     // A general positive definite K_X̃ (the SVD basis gives ≈ I), so that the subspace
@@ -430,6 +431,7 @@ fn larger_problem() -> Problem {
         phi: Mat::from_fn(k, p, |_, _| u(1.0)),
         bias: (0..k).map(|_| u(1.0) - 2.0).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
+        chol: None,
     };
     let positives = (0..b)
         .map(|i| {

@@ -43,6 +43,7 @@ fn problem(seed: u64, kind: KernelKind, ard: bool) -> Problem {
         phi: Mat::from_fn(K, p, |_, _| u(1.5)),
         bias: (0..K).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5)),
+        chol: None,
     };
     params.kernel.log_lin2 = (kind == KernelKind::SePlusLinear).then(|| u(0.5) - 0.3);
     if ard {

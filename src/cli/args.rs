@@ -22,7 +22,7 @@ use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
-use crate::trained::{ArdChoice, KernelChoice, Negatives, Retention};
+use crate::trained::{ArdChoice, KernelChoice, Negatives, QFormChoice, Retention};
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
 /// them, the enum's own parser turns the checked text into the value.
@@ -393,6 +393,12 @@ pub struct TrainFlags {
     #[arg(long, default_value = "none",
           value_parser = one_of::<ArdChoice>(&ArdChoice::NAMES))]
     pub ard: ArdChoice,
+    /// The q(u) form: `sites`, the paper's O(M) form q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹);
+    /// `cholesky`, the full q(u_p) = N(μ_p, L_p L_pᵀ) (M(M+1)/2 parameters per GP); or
+    /// `whitened`, the same with u_p = L_Z v_p, q(v_p) = N(m_p, L_p L_pᵀ).
+    #[arg(long, default_value = "sites",
+          value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
+    pub q_form: QFormChoice,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy; default all).
     #[arg(long)]
     pub inducing: Option<usize>,
@@ -510,6 +516,7 @@ impl TrainFlags {
             keep_checkpoints: self.keep_checkpoints,
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
+            q_form: self.q_form,
             given: BTreeSet::new(),
         }
     }

@@ -4,14 +4,16 @@
 //! the exact bound (`objective.rs`) and prediction (`predictive.rs`) all go through it.
 //!
 //! Each q(u) form ([`QForm`]) is one match arm below; the paper's form is in
-//! `variational.rs`, its per-GP algebra in `inducing.rs` (C_p) and `subspace.rs` (J_p).
+//! `variational.rs`, its per-GP algebra in `inducing.rs` (C_p) and `subspace.rs` (J_p); the
+//! full-Cholesky forms are in `cholesky_q.rs`.
 
 use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
 use super::ard::{warp_inducing, Warp};
+use super::cholesky_q::{self, CholFactorsOnce, CholForward};
 use super::kernel::{BasisInputs, KernelForward, KernelKind, KernelParams};
-use super::params::{Params, QForm};
+use super::params::{CholFactors, Params, QForm};
 use super::scratch::Scratch;
 use super::subspace::{self, Subspace};
 use super::variational::{self, Factors, VariationalForward, VariationalGrads};
@@ -67,6 +69,15 @@ impl Conditional {
     ) -> Result<Self> {
         check_kernel_params(kind, params, x.k_tilde.nrows())?;
         let mut cond = Self::through_inducing(kind, params, x);
+        if cond.form != QForm::SiteDiagonal {
+            ensure!(
+                choice != Factorisation::Subspace,
+                "the subspace factorisation applies only to the paper's q(u) form (--q-form \
+                 sites), not to --q-form {}",
+                cond.form.name()
+            );
+            return Ok(cond);
+        }
         let a = cond.kernel_a(params);
         let xk = cond.kernel_inputs(x);
         let subspace = subspace_for(kind, params, a, &xk, &cond.kernel, choice)?;
@@ -108,18 +119,32 @@ impl Conditional {
         }
     }
 
-    /// m = K_bZ μ [B×P] alone (ranking needs no variances).
+    /// m = K_bZ μ [B×P] alone (ranking needs no variances). The full-Cholesky forms
+    /// factorise K_Z for it (m = K_bZ w, `cholesky_q::mean_weights`); if that fails even
+    /// with jitter (non-finite parameters) the means are NaN, as K_bZ μ would be.
     pub fn mean(&self, params: &Params) -> Mat<f64> {
         match self.form {
             QForm::SiteDiagonal => &self.kernel.k_bz * &params.mu,
+            QForm::Cholesky | QForm::Whitened => {
+                let kf = &self.kernel;
+                match cholesky_q::mean_weights(
+                    kf.k_z.as_ref(),
+                    params.mu.as_ref(),
+                    chol_of(params),
+                    &Scratch::new(),
+                ) {
+                    Ok(w) => &kf.k_bz * &w,
+                    Err(_) => Mat::from_fn(kf.k_bz.nrows(), params.mu.ncols(), |_, _| f64::NAN),
+                }
+            }
         }
     }
 
     /// Marginals, Σ_p KL_p and the per-GP factors [`Conditional::backward`] needs.
-    pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<VariationalForward> {
+    pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<QForward> {
         let kf = &self.kernel;
-        match self.form {
-            QForm::SiteDiagonal => variational::forward(
+        Ok(match self.form {
+            QForm::SiteDiagonal => QForward::SiteDiagonal(variational::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
@@ -127,8 +152,16 @@ impl Conditional {
                 params.rho.as_ref(),
                 self.subspace.as_ref(),
                 scratch,
-            ),
-        }
+            )?),
+            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(Box::new(cholesky_q::forward(
+                kf.k_z.as_ref(),
+                kf.k_bz.as_ref(),
+                &kf.k_diag,
+                params.mu.as_ref(),
+                chol_of(params),
+                scratch,
+            )?)),
+        })
     }
 
     /// Marginals only: no KL, nothing kept for a backward pass.
@@ -147,6 +180,19 @@ impl Conditional {
                 )?;
                 Ok(Marginals { mean, var, jitter })
             }
+            QForm::Cholesky | QForm::Whitened => {
+                let fwd = cholesky_q::forward(
+                    kf.k_z.as_ref(),
+                    kf.k_bz.as_ref(),
+                    &kf.k_diag,
+                    params.mu.as_ref(),
+                    chol_of(params),
+                    scratch,
+                )?;
+                let (mean, var, jitter) = (fwd.mean.clone(), fwd.var.clone(), fwd.jitter);
+                fwd.recycle(scratch);
+                Ok(Marginals { mean, var, jitter })
+            }
         }
     }
 
@@ -160,6 +206,12 @@ impl Conditional {
                 self.subspace.as_ref(),
                 scratch,
             ),
+            QForm::Cholesky | QForm::Whitened => cholesky_q::kl_total(
+                self.kernel.k_z.as_ref(),
+                params.mu.as_ref(),
+                chol_of(params),
+                scratch,
+            ),
         }
     }
 
@@ -168,7 +220,7 @@ impl Conditional {
     /// `kernel_grads` the kernel blocks are left empty.
     pub fn backward(
         &self,
-        fwd: &VariationalForward,
+        fwd: &QForward,
         params: &Params,
         g_mean: MatRef<'_, f64>,
         g_var: MatRef<'_, f64>,
@@ -176,8 +228,8 @@ impl Conditional {
         scratch: &Scratch,
     ) -> VariationalGrads {
         let kf = &self.kernel;
-        match self.form {
-            QForm::SiteDiagonal => variational::backward(
+        match fwd {
+            QForward::SiteDiagonal(fwd) => variational::backward(
                 fwd,
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
@@ -187,6 +239,15 @@ impl Conditional {
                 g_var,
                 kernel_grads,
                 self.subspace.as_ref(),
+                scratch,
+            ),
+            QForward::Cholesky(fwd) => cholesky_q::backward(
+                fwd,
+                params.mu.as_ref(),
+                chol_of(params),
+                g_mean,
+                g_var,
+                kernel_grads,
                 scratch,
             ),
         }
@@ -256,6 +317,7 @@ impl Conditional {
             QFactors::SiteDiagonal(factors) => {
                 factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, params.mu.as_ref(), scratch)
             }
+            QFactors::Cholesky(factors) => factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, scratch),
         }
     }
 }
@@ -270,6 +332,7 @@ pub struct FactorisedQ {
 #[derive(Debug, Clone)]
 enum QFactors {
     SiteDiagonal(Factors),
+    Cholesky(CholFactorsOnce),
 }
 
 impl FactorisedQ {
@@ -293,6 +356,12 @@ impl FactorisedQ {
             QForm::SiteDiagonal => {
                 QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), params.rho.as_ref(), scratch)?)
             }
+            QForm::Cholesky | QForm::Whitened => QFactors::Cholesky(CholFactorsOnce::new(
+                k_z.as_ref(),
+                params.mu.as_ref(),
+                chol_of(params),
+                scratch,
+            )?),
         };
         Ok(FactorisedQ { factors })
     }
@@ -301,8 +370,66 @@ impl FactorisedQ {
     pub fn jitter(&self) -> f64 {
         match &self.factors {
             QFactors::SiteDiagonal(f) => f.jitter,
+            QFactors::Cholesky(f) => f.jitter,
         }
     }
+}
+
+/// The forward pass of each q(u) form, for [`Conditional::backward`].
+#[derive(Debug)]
+pub enum QForward {
+    SiteDiagonal(VariationalForward),
+    Cholesky(Box<CholForward>),
+}
+
+impl QForward {
+    /// Marginal means m [B×P].
+    pub fn mean(&self) -> MatRef<'_, f64> {
+        match self {
+            QForward::SiteDiagonal(f) => f.mean.as_ref(),
+            QForward::Cholesky(f) => f.mean.as_ref(),
+        }
+    }
+
+    /// Marginal variances s [B×P].
+    pub fn var(&self) -> MatRef<'_, f64> {
+        match self {
+            QForward::SiteDiagonal(f) => f.var.as_ref(),
+            QForward::Cholesky(f) => f.var.as_ref(),
+        }
+    }
+
+    /// Σ_p KL_p.
+    pub fn kl(&self) -> f64 {
+        match self {
+            QForward::SiteDiagonal(f) => f.kl,
+            QForward::Cholesky(f) => f.kl,
+        }
+    }
+
+    /// Largest diagonal jitter a factorisation needed (0 when none).
+    pub fn jitter(&self) -> f64 {
+        match self {
+            QForward::SiteDiagonal(f) => f.jitter,
+            QForward::Cholesky(f) => f.jitter,
+        }
+    }
+
+    /// Hands the work buffers back to `scratch` for reuse by later steps.
+    pub fn recycle(self, scratch: &Scratch) {
+        match self {
+            QForward::SiteDiagonal(f) => f.recycle(scratch),
+            QForward::Cholesky(f) => f.recycle(scratch),
+        }
+    }
+}
+
+/// The Cholesky factors of a full-Cholesky form's parameters.
+fn chol_of(params: &Params) -> &CholFactors {
+    params
+        .chol
+        .as_ref()
+        .expect("a full-Cholesky q(u) form holds its factors")
 }
 
 /// An error unless the parameters hold this kernel's optional hyperparameters and, with

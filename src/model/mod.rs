@@ -2,6 +2,7 @@
 //! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
 
 pub mod ard;
+pub mod cholesky_q;
 pub mod conditional;
 pub(crate) mod expected;
 pub mod gp_factor;

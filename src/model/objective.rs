@@ -19,7 +19,7 @@ use super::conditional::{Conditional, Factorisation};
 use super::expected::likelihood_part;
 use super::kernel::{BasisInputs, KernelKind};
 use super::likelihood::Likelihood;
-use super::params::{Grads, Params};
+use super::params::{CholFactors, Grads, Params};
 use super::scratch::Scratch;
 use super::terms::{Term, TermSet};
 
@@ -156,14 +156,7 @@ pub fn evaluate_set(
     times.kernel_fwd = lap(&clock, 0.0);
     let vf = cond.forward(params, scratch)?;
     times.variational_fwd = lap(&clock, times.total());
-    let lg = likelihood_part(
-        params,
-        vf.mean.as_ref(),
-        vf.var.as_ref(),
-        terms,
-        lik,
-        scratch,
-    );
+    let lg = likelihood_part(params, vf.mean(), vf.var(), terms, lik, scratch);
     times.likelihood = lap(&clock, times.total());
     let vg = cond.backward(
         &vf,
@@ -173,7 +166,7 @@ pub fn evaluate_set(
         opts.kernel_grads,
         scratch,
     );
-    let (kl, jitter) = (vf.kl, vf.jitter);
+    let (kl, jitter) = (vf.kl(), vf.jitter());
     vf.recycle(scratch);
     times.variational_bwd = lap(&clock, times.total());
     let (g_a, g_kernel) = if opts.kernel_grads {
@@ -196,6 +189,10 @@ pub fn evaluate_set(
             phi: lg.phi,
             bias: lg.bias,
             kernel: g_kernel,
+            chol: params.chol.as_ref().map(|c| CholFactors {
+                whitened: c.whitened,
+                packed: vg.chol,
+            }),
         },
         times,
     })

@@ -8,6 +8,7 @@
 #[cfg(doc)]
 use super::params::flat_entry;
 use super::params::{flat_len, Block, Params};
+use faer::Mat;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -86,10 +87,17 @@ impl AdamState {
             })
         };
         let mut idx = 0;
+        // The full-Cholesky forms' factors (empty for the paper's form).
+        let (mut no_chol, no_grad) = (Mat::new(), Mat::new());
+        let (chol, g_chol) = match (&mut params.chol, &grads.chol) {
+            (Some(c), Some(g)) => (&mut c.packed, &g.packed),
+            _ => (&mut no_chol, &no_grad),
+        };
         for (block, p, g) in [
             (Block::A, &mut params.a, &grads.a),
             (Block::Mu, &mut params.mu, &grads.mu),
             (Block::Rho, &mut params.rho, &grads.rho),
+            (Block::CholFactor, chol, g_chol),
             (Block::Phi, &mut params.phi, &grads.phi),
         ] {
             let (rows, cols) = (p.nrows(), p.ncols());
@@ -160,6 +168,7 @@ mod tests {
             phi: Mat::zeros(1, 1),
             bias: vec![0.0],
             kernel: KernelParams::new(0.0, 0.0),
+            chol: None,
         }
     }
 
@@ -211,6 +220,7 @@ mod tests {
                 log_ard: vec![0.3, -0.2],
                 ..KernelParams::new(0.2, -0.1)
             },
+            chol: None,
         };
         let grads: Vec<Params> = (0..4)
             .map(|_| Params {
@@ -224,6 +234,7 @@ mod tests {
                     log_ard: vec![-0.6, 0.25],
                     ..KernelParams::new(-0.3, 0.7)
                 },
+                chol: None,
             })
             .collect();
         let cfg = AdamConfig::default();

@@ -13,15 +13,43 @@ use super::kernel::KernelParams;
 pub struct Params {
     /// A [M×R]: inducing inputs Z = A X̃.
     pub a: Mat<f64>,
-    /// μ [M×P].
+    /// μ [M×P]: the paper's μ_p (q(u_p) has mean K_Z μ_p), the mean μ_p of q(u_p)
+    /// ([`QForm::Cholesky`]) or the whitened mean m_p ([`QForm::Whitened`]).
     pub mu: Mat<f64>,
-    /// ρ [M×P]: Σ_p = diag(softplus(ρ_p) + 10⁻⁶).
+    /// ρ [M×P]: Σ_p = diag(softplus(ρ_p) + 10⁻⁶); empty (0×0) for the full-Cholesky forms.
     pub rho: Mat<f64>,
     /// Φ [K×P].
     pub phi: Mat<f64>,
     /// b [K].
     pub bias: Vec<f64>,
     pub kernel: KernelParams,
+    /// The full-Cholesky q(u) forms' factors L_p ([`QForm::Cholesky`],
+    /// [`QForm::Whitened`]); None for the paper's form. With them, ρ is empty (0×0).
+    pub chol: Option<CholFactors>,
+}
+
+/// The lower-triangular factors L_p [M×M] of a full-Cholesky q(u), one per latent GP, packed
+/// (`docs/model.md`, "Full-Cholesky q(u)"): column p of `packed` [M(M+1)/2 × P] holds L_p's
+/// lower triangle column by column, (i, j) with i ≥ j at j·M − j(j−1)/2 + (i − j). The
+/// diagonal is unconstrained (S_p = L_p L_pᵀ does not change when a column of L_p flips
+/// sign, and the KL's −log|L_p,jj| keeps it away from 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CholFactors {
+    /// Whitened (u_p = L_Z v_p, q(v_p) = N(μ_p, L_p L_pᵀ)) or not (q(u_p) = N(μ_p, L_p L_pᵀ)).
+    pub whitened: bool,
+    /// [M(M+1)/2 × P].
+    pub packed: Mat<f64>,
+}
+
+/// Entries of the packed lower triangle of an M×M matrix.
+pub fn packed_len(m: usize) -> usize {
+    m * (m + 1) / 2
+}
+
+/// Position of (i, j), i ≥ j, in the packed lower triangle of an M×M matrix.
+pub fn packed_index(m: usize, i: usize, j: usize) -> usize {
+    debug_assert!(i >= j && i < m);
+    j * (2 * m + 1 - j) / 2 + (i - j)
 }
 
 /// Gradients, same shapes as [`Params`].
@@ -35,12 +63,47 @@ pub enum QForm {
     /// Processes using Subspace Inducing Inputs*): q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹),
     /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`variational.rs`).
     SiteDiagonal,
+    /// The full Cholesky form of the journal version of the paper and of SVGP (Hensman,
+    /// Matthews & Ghahramani, *Scalable Variational Gaussian Process Classification*):
+    /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`cholesky_q.rs`).
+    Cholesky,
+    /// The same family whitened: u_p = L_Z v_p with K_Z = L_Z L_Zᵀ, q(v_p) = N(μ_p, L_p L_pᵀ)
+    /// (μ holds the whitened mean m_p); blocks μ and L (`cholesky_q.rs`).
+    Whitened,
+}
+
+impl QForm {
+    /// Every form, the default first.
+    pub const ALL: [QForm; 3] = [QForm::SiteDiagonal, QForm::Cholesky, QForm::Whitened];
+
+    /// The name used by `train --q-form` and in run configs.
+    pub fn name(self) -> &'static str {
+        match self {
+            QForm::SiteDiagonal => "sites",
+            QForm::Cholesky => "cholesky",
+            QForm::Whitened => "whitened",
+        }
+    }
+
+    /// The form called `name` ([`QForm::name`]), or an error listing the names.
+    pub fn parse(name: &str) -> Result<QForm, String> {
+        QForm::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| {
+                format!("unknown q(u) form {name:?}: expected sites, cholesky or whitened")
+            })
+    }
 }
 
 impl Params {
-    /// The q(u) form these parameters describe: every [`Params`] holds the paper's μ and ρ.
+    /// The q(u) form these parameters describe: the paper's without Cholesky factors.
     pub fn q_form(&self) -> QForm {
-        QForm::SiteDiagonal
+        match &self.chol {
+            None => QForm::SiteDiagonal,
+            Some(c) if c.whitened => QForm::Whitened,
+            Some(_) => QForm::Cholesky,
+        }
     }
 }
 
@@ -53,6 +116,8 @@ pub enum Block {
     Mu,
     /// ρ [M×P].
     Rho,
+    /// The packed Cholesky factors L_p [M(M+1)/2 × P] of the full-Cholesky forms.
+    CholFactor,
     /// Φ [K×P].
     Phi,
     /// b [K].
@@ -70,10 +135,11 @@ pub enum Block {
 impl Block {
     /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2` and `LogArd`
     /// hold entries only for the kernels and ARD modes that have them.
-    pub const ALL: [Block; 9] = [
+    pub const ALL: [Block; 10] = [
         Block::A,
         Block::Mu,
         Block::Rho,
+        Block::CholFactor,
         Block::Phi,
         Block::Bias,
         Block::LogSf2,
@@ -91,13 +157,14 @@ impl Block {
         )
     }
 
-    /// The display name ("A", "μ", "ρ", "Φ", "b", "log σ_f²", "log ℓ", "log σ_lin²",
+    /// The display name ("A", "μ", "ρ", "L", "Φ", "b", "log σ_f²", "log ℓ", "log σ_lin²",
     /// "log ω"), for messages only.
     pub fn name(self) -> &'static str {
         match self {
             Block::A => "A",
             Block::Mu => "μ",
             Block::Rho => "ρ",
+            Block::CholFactor => "L",
             Block::Phi => "Φ",
             Block::Bias => "b",
             Block::LogSf2 => "log σ_f²",
@@ -121,6 +188,7 @@ pub fn flat_len(p: &Params) -> usize {
     mat(&p.a)
         + mat(&p.mu)
         + mat(&p.rho)
+        + p.chol.as_ref().map_or(0, |c| mat(&c.packed))
         + mat(&p.phi)
         + p.bias.len()
         + 2
@@ -132,12 +200,16 @@ pub fn flat_len(p: &Params) -> usize {
 /// optimiser's state) and its block: the blocks in the order of [`Block::ALL`], each matrix
 /// column by column.
 pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
-    for (block, m) in [
-        (Block::A, &mut p.a),
-        (Block::Mu, &mut p.mu),
-        (Block::Rho, &mut p.rho),
-        (Block::Phi, &mut p.phi),
-    ] {
+    let chol = p.chol.as_mut().map(|c| &mut c.packed);
+    let blocks = [
+        (Block::A, Some(&mut p.a)),
+        (Block::Mu, Some(&mut p.mu)),
+        (Block::Rho, Some(&mut p.rho)),
+        (Block::CholFactor, chol),
+        (Block::Phi, Some(&mut p.phi)),
+    ];
+    for (block, m) in blocks {
+        let Some(m) = m else { continue };
         let n = m.nrows() * m.ncols();
         if idx < n {
             let rows = m.nrows();

@@ -74,11 +74,14 @@ pub struct VariationalGrads {
     /// μ terms still go through `k_z` and `k_bz`); empty otherwise.
     pub f: Mat<f64>,
     pub g: Mat<f64>,
+    /// ∂F/∂L packed [M(M+1)/2 × P] for the full-Cholesky forms (`cholesky_q.rs`); empty
+    /// for the paper's form.
+    pub chol: Mat<f64>,
 }
 
 impl VariationalGrads {
     /// ∂μ and ∂ρ only: the kernel blocks empty (A and the hyperparameters frozen).
-    fn without_kernel(mu: Mat<f64>, rho: Mat<f64>) -> Self {
+    pub(crate) fn without_kernel(mu: Mat<f64>, rho: Mat<f64>) -> Self {
         VariationalGrads {
             mu,
             rho,
@@ -87,16 +90,17 @@ impl VariationalGrads {
             k_diag: Vec::new(),
             f: Mat::new(),
             g: Mat::new(),
+            chol: Mat::new(),
         }
     }
 }
 
 /// The GP indices of chunk `c` of P GPs.
-fn chunk_range(c: usize, p_count: usize) -> std::ops::Range<usize> {
+pub(crate) fn chunk_range(c: usize, p_count: usize) -> std::ops::Range<usize> {
     c * GP_CHUNK..((c + 1) * GP_CHUNK).min(p_count)
 }
 
-fn chunk_count(p_count: usize) -> usize {
+pub(crate) fn chunk_count(p_count: usize) -> usize {
     p_count.div_ceil(GP_CHUNK)
 }
 
@@ -393,6 +397,7 @@ pub fn backward(
         k_diag: k_diag_grad(g_var),
         f: Mat::new(),
         g: Mat::new(),
+        chol: Mat::new(),
     }
 }
 
@@ -502,6 +507,7 @@ fn backward_subspace(
         k_diag,
         f: g_f,
         g: g_g,
+        chol: Mat::new(),
     }
 }
 

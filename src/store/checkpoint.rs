@@ -6,7 +6,7 @@
 //!
 //! | column | type      | meaning                                           |
 //! |--------|-----------|---------------------------------------------------|
-//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`, then `ard` when present |
+//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`; then `chol` or `chol_whitened` for the full-Cholesky q(u) forms and `ard` with subspace ARD |
 //! | rows   | u64       | first dimension                                   |
 //! | cols   | u64       | second dimension                                  |
 //! | values | list<f64> | the entries in row-major (C) order                |
@@ -35,7 +35,7 @@ use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
 use crate::model::kernel::KernelParams;
 use crate::model::optim::AdamState;
-use crate::model::params::Params;
+use crate::model::params::{packed_len, CholFactors, Params};
 
 /// Value of `fsgp.format` in every checkpoint.
 pub const CHECKPOINT_FORMAT: &str = "fsgp-checkpoint/1";
@@ -121,11 +121,24 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
         vector("adam_m", &c.adam.m),
         vector("adam_v", &c.adam.v),
     ];
+    // Only the full-Cholesky forms have (and write) the packed factors.
+    if let Some(chol) = &p.chol {
+        all.push(row_major(chol_tensor(chol.whitened), &chol.packed));
+    }
     // Subspace ARD's log ω [1×R], written only when the model has it.
     if !p.kernel.log_ard.is_empty() {
         all.push(vector("ard", &p.kernel.log_ard));
     }
     all
+}
+
+/// The tensor holding the packed Cholesky factors [M(M+1)/2 × P]: its name says the form.
+fn chol_tensor(whitened: bool) -> &'static str {
+    if whitened {
+        "chol_whitened"
+    } else {
+        "chol"
+    }
 }
 
 fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
@@ -187,6 +200,26 @@ pub fn write_checkpoint(path: &Path, c: &Checkpoint) -> Result<WrittenFile> {
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
     checksum_file(path)
+}
+
+/// The packed Cholesky factors if the checkpoint holds `chol` or `chol_whitened` (not both).
+fn read_chol(
+    found: &[(String, usize, usize, Vec<f64>)],
+    mat: &dyn Fn(&str) -> Result<Mat<f64>>,
+    path: &Path,
+) -> Result<Option<CholFactors>> {
+    let has = |name: &str| found.iter().any(|t| t.0 == name);
+    match (has(chol_tensor(false)), has(chol_tensor(true))) {
+        (false, false) => Ok(None),
+        (true, true) => bail!(
+            "{}: checkpoint holds both chol and chol_whitened",
+            path.display()
+        ),
+        (_, whitened) => Ok(Some(CholFactors {
+            whitened,
+            packed: mat(chol_tensor(whitened))?,
+        })),
+    }
 }
 
 fn kv<'a>(meta: &'a [(String, String)], key: &str, path: &Path) -> Result<&'a str> {
@@ -298,12 +331,20 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             log_ard,
             ..KernelParams::new(kernel[0], kernel[1])
         },
+        chol: read_chol(&found, &mat, path)?,
     };
     let (m, p) = (params.mu.nrows(), params.mu.ncols());
+    let q_ok = match &params.chol {
+        None => params.rho.nrows() == m && params.rho.ncols() == p,
+        Some(c) => {
+            params.rho.nrows() * params.rho.ncols() == 0
+                && c.packed.nrows() == packed_len(m)
+                && c.packed.ncols() == p
+        }
+    };
     ensure!(
         params.a.nrows() == m
-            && params.rho.nrows() == m
-            && params.rho.ncols() == p
+            && q_ok
             && params.phi.ncols() == p
             && params.bias.len() == params.phi.nrows()
             && (params.kernel.log_ard.is_empty()
@@ -375,6 +416,7 @@ mod tests {
             phi: f(5, 2, 0.7),
             bias: vec![-1.0, f64::MIN_POSITIVE, 3.5, -0.0, 1e300],
             kernel: KernelParams::new(0.1, -1.0 / 3.0),
+            chol: None,
         };
         let mut adam = AdamState::new(&params);
         for (i, x) in adam.m.iter_mut().enumerate() {
@@ -417,6 +459,33 @@ mod tests {
             c.state.epoch_elbo_sum.to_bits()
         );
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn full_cholesky_checkpoints_round_trip_with_their_form() {
+        let dir = tempfile::tempdir().unwrap();
+        for whitened in [false, true] {
+            let mut c = sample();
+            let (m, p) = (c.params.mu.nrows(), c.params.mu.ncols());
+            c.params.rho = Mat::new();
+            c.params.chol = Some(CholFactors {
+                whitened,
+                packed: Mat::from_fn(packed_len(m), p, |i, j| (i as f64 * 0.3 - j as f64).cos()),
+            });
+            c.adam = AdamState::new(&c.params);
+            c.adam.v[3] = 0.25;
+            let path = dir.path().join(format!("w{whitened}.parquet"));
+            write_checkpoint(&path, &c).unwrap();
+            let back = read_checkpoint(&path).unwrap();
+            assert_eq!(back, c);
+            assert_eq!(back.params.q_form(), c.params.q_form());
+            // A factor of the wrong shape is refused.
+            c.params.chol.as_mut().unwrap().packed = Mat::zeros(packed_len(m) - 1, p);
+            c.adam = AdamState::new(&c.params);
+            write_checkpoint(&path, &c).unwrap();
+            let err = read_checkpoint(&path).unwrap_err().to_string();
+            assert!(err.contains("shapes disagree"), "{err}");
+        }
     }
 
     #[test]

@@ -1,15 +1,16 @@
 //! Initial parameters of a fresh run (`docs/model.md`, "Initialisation").
 
 use anyhow::{ensure, Result};
-use faer::Mat;
+use faer::{Mat, MatRef};
 use ndarray::ArrayView2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
+use crate::model::cholesky_q::{pack_factors, prior_factor};
 use crate::model::kernel::{KernelKind, KernelParams};
-use crate::model::params::Params;
+use crate::model::params::{Params, QForm};
 
 /// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
 pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
@@ -114,6 +115,7 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
         phi,
         bias: bias_from_counts(x.label_counts, x.n_rows),
         kernel: initial_kernel(x.kind, x.lengthscale, if x.ard { rank } else { 0 }),
+        chol: None,
     })
 }
 
@@ -129,6 +131,32 @@ fn initial_kernel(kind: KernelKind, lengthscale: f64, ard_weights: usize) -> Ker
     };
     k.log_ard = vec![0.0; ard_weights];
     k
+}
+
+/// The initial q(u) of `form`, replacing the paper form's μ and ρ of `params`: the prior
+/// in every form. Whitened: μ = m = 0 and L_p = I. Unwhitened: μ = 0 and L_p = L_Z, the
+/// Cholesky factor of K_Z (with the jitter the model's factorisation adds, `k_tilde` [R×R]
+/// being the basis Gram), so that S_p = K_Z. The paper's form is returned unchanged.
+pub fn with_q_form(
+    mut params: Params,
+    form: QForm,
+    kind: KernelKind,
+    k_tilde: MatRef<'_, f64>,
+) -> Result<Params> {
+    let (m, p) = (params.mu.nrows(), params.mu.ncols());
+    let factor = match form {
+        QForm::SiteDiagonal => return Ok(params),
+        QForm::Whitened => Mat::<f64>::identity(m, m),
+        QForm::Cholesky => prior_factor(
+            kind.k_z(&params.kernel, params.a.as_ref(), k_tilde)
+                .as_ref(),
+        )?,
+    };
+    let factors = vec![factor; p];
+    params.mu = Mat::zeros(m, p);
+    params.rho = Mat::new();
+    params.chol = Some(pack_factors(&factors, form == QForm::Whitened));
+    Ok(params)
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
-    newest_svd_run, ArdChoice, KernelChoice, Negatives, Retention, Steering, SvdFiles, TrainConfig,
+    newest_svd_run, ArdChoice, KernelChoice, Negatives, QFormChoice, Retention, Steering, SvdFiles,
+    TrainConfig,
 };
 
 /// Options of a training run. The defaults are the command line's.
@@ -65,6 +66,8 @@ pub struct TrainOptions {
     pub ard: ArdChoice,
     /// Train the kernel hyperparameters only from this epoch on (the first E0 frozen).
     pub release_hyper_after: Option<u64>,
+    /// The q(u) form (`--q-form`).
+    pub q_form: QFormChoice,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -102,6 +105,7 @@ impl Default for TrainOptions {
             keep_checkpoints: Retention::DEFAULT,
             ard: ArdChoice::None,
             release_hyper_after: None,
+            q_form: QFormChoice::Sites,
             given: BTreeSet::new(),
         }
     }
@@ -118,7 +122,7 @@ impl TrainOptions {
             None => newest_svd_run(ws, &dataset)?,
         };
         let a_init = SvdFiles::of_run(ws, svd_run)?.a_init;
-        let a_rows = NpyMap::open_registered(&a_init)?.view2::<f32>()?.nrows();
+        let (a_rows, rank) = NpyMap::open_registered(&a_init)?.view2::<f32>()?.dim();
         let config = TrainConfig {
             dataset: dataset.name.clone(),
             dataset_checksum: dataset.checksum.clone(),
@@ -143,8 +147,10 @@ impl TrainOptions {
             max_steps: self.max_steps,
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
+            q_form: self.q_form,
         };
         check_limits(&config)?;
+        check_q_form(&config, rank)?;
         Ok(config)
     }
 
@@ -199,6 +205,23 @@ impl TrainOptions {
 }
 
 /// The checks of a configuration's step options (of a new run, or after a resume changed them).
+/// The unwhitened full-Cholesky form needs a non-singular K_Z: its KL holds K_Z⁻¹, so
+/// with the linear kernel, whose K_Z = σ_f² A K_X̃ Aᵀ has rank ≤ R, M inducing inputs in a
+/// basis of rank R < M would make every step's KL blow up (`docs/model.md`, "Full-Cholesky
+/// q(u)"). The whitened form has no K_Z⁻¹ and runs there.
+fn check_q_form(config: &TrainConfig, rank: usize) -> Result<()> {
+    ensure!(
+        !(config.q_form == QFormChoice::Cholesky
+            && config.kernel == KernelChoice::Linear
+            && config.inducing > rank),
+        "--q-form cholesky with --kernel linear needs --inducing ≤ the basis rank R = {rank} \
+         (K_Z has rank ≤ R, and the unwhitened form's KL holds K_Z⁻¹); got --inducing {}. \
+         Use --q-form whitened, or --kernel se",
+        config.inducing
+    );
+    Ok(())
+}
+
 pub fn check_limits(config: &TrainConfig) -> Result<()> {
     ensure!(
         config.checkpoint_every >= 1,

@@ -92,6 +92,7 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
             given(opts.svd.map(|s| s.to_string())),
         ),
         "kernel" => (cfg.kernel.name().into(), opts.kernel.name().into()),
+        "q_form" => (cfg.q_form.name().into(), opts.q_form.name().into()),
         "inducing" => (
             cfg.inducing.to_string(),
             given(opts.inducing.map(|m| m.to_string())),

@@ -134,7 +134,7 @@ impl Setup {
                 stream_seed(self.config.seed, streams::INIT, &[1]),
             ),
         };
-        init::initial_params(&init::InitInputs {
+        let params = init::initial_params(&init::InitInputs {
             kind: self.kind,
             a_init: a_init.view2::<f32>()?,
             inducing: self.config.inducing,
@@ -144,7 +144,13 @@ impl Setup {
             lengthscale,
             ard: self.config.ard == ArdChoice::Subspace,
             seed: self.config.seed,
-        })
+        })?;
+        init::with_q_form(
+            params,
+            self.config.q_form.form(),
+            self.kind,
+            self.k_tilde.as_ref(),
+        )
     }
 
     /// Step 0 of a run: the initial parameters and a fresh optimiser.

@@ -117,6 +117,7 @@ fn params_finite(p: &Params) -> bool {
     [&p.a, &p.mu, &p.rho, &p.phi].into_iter().all(mat_ok)
         && p.bias.iter().all(|v| v.is_finite())
         && p.kernel.is_finite()
+        && p.chol.as_ref().is_none_or(|c| mat_ok(&c.packed))
 }
 
 /// One training run's loop state: the parameters, the optimiser and where it stands.
