@@ -268,35 +268,7 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         "{}: format {format:?}, expected {CHECKPOINT_FORMAT:?}",
         path.display()
     );
-    let mut found: Vec<(String, usize, usize, Vec<f64>)> = Vec::new();
-    for batch in builder.build()? {
-        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
-        let col = |i: usize| batch.column(i).as_any();
-        let (Some(names), Some(rows), Some(cols), Some(values)) = (
-            col(0).downcast_ref::<StringArray>(),
-            col(1).downcast_ref::<UInt64Array>(),
-            col(2).downcast_ref::<UInt64Array>(),
-            col(3).downcast_ref::<ListArray>(),
-        ) else {
-            bail!("{}: not an fsgp checkpoint (schema)", path.display());
-        };
-        for i in 0..batch.num_rows() {
-            let v = values.value(i);
-            let v = v
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .with_context(|| format!("{}: values are not f64", path.display()))?;
-            let (r, c) = (rows.value(i) as usize, cols.value(i) as usize);
-            ensure!(
-                v.len() == r * c,
-                "{}: tensor {} holds {} values, expected {r}×{c}",
-                path.display(),
-                names.value(i),
-                v.len()
-            );
-            found.push((names.value(i).to_string(), r, c, v.values().to_vec()));
-        }
-    }
+    let found = read_tensors(builder, path)?;
     let take = |name: &str| -> Result<(usize, usize, Vec<f64>)> {
         found
             .iter()
@@ -377,6 +349,44 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         },
         config,
     })
+}
+
+/// Every tensor row of a checkpoint: (name, rows, cols, values in row-major order), each
+/// checked to hold rows × cols values.
+fn read_tensors<R: ChunkReader + 'static>(
+    builder: ParquetRecordBatchReaderBuilder<R>,
+    path: &Path,
+) -> Result<Vec<(String, usize, usize, Vec<f64>)>> {
+    let mut found = Vec::new();
+    for batch in builder.build()? {
+        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        let col = |i: usize| batch.column(i).as_any();
+        let (Some(names), Some(rows), Some(cols), Some(values)) = (
+            col(0).downcast_ref::<StringArray>(),
+            col(1).downcast_ref::<UInt64Array>(),
+            col(2).downcast_ref::<UInt64Array>(),
+            col(3).downcast_ref::<ListArray>(),
+        ) else {
+            bail!("{}: not an fsgp checkpoint (schema)", path.display());
+        };
+        for i in 0..batch.num_rows() {
+            let v = values.value(i);
+            let v = v
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .with_context(|| format!("{}: values are not f64", path.display()))?;
+            let (r, c) = (rows.value(i) as usize, cols.value(i) as usize);
+            ensure!(
+                v.len() == r * c,
+                "{}: tensor {} holds {} values, expected {r}×{c}",
+                path.display(),
+                names.value(i),
+                v.len()
+            );
+            found.push((names.value(i).to_string(), r, c, v.values().to_vec()));
+        }
+    }
+    Ok(found)
 }
 
 /// The optional kernel tensors agree with the embedded configuration: a 1×3 `kernel` for
