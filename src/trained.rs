@@ -53,6 +53,68 @@ impl FromStr for KernelChoice {
     }
 }
 
+/// `--inducing-inputs`: where the inducing inputs Z live and whether they are trained
+/// (`docs/model.md`, "Free inducing inputs: the identity basis").
+///
+/// A configuration stores only `Subspace`, `Free` and `FixedRows` (with `freeze_a` true for
+/// `FixedRows`); `FixedSubspace` is stored as `Subspace` with `freeze_a`, exactly what
+/// `--freeze-a` stores, so the two spellings are one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InducingInputs {
+    /// Z = A X̃ with A [M×R] trained (the paper's default).
+    #[default]
+    Subspace,
+    /// Z [M×D] trained in input space (the identity basis), initialised at A_init X̃.
+    Free,
+    /// Z = A X̃ with A kept at its k-means initialisation (the paper's "sf-" variants).
+    FixedSubspace,
+    /// Z = M distinct training rows drawn with the run seed, kept fixed (the identity basis).
+    FixedRows,
+}
+
+impl InducingInputs {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 4] = ["subspace", "free", "fixed-subspace", "fixed-rows"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InducingInputs::Subspace => "subspace",
+            InducingInputs::Free => "free",
+            InducingInputs::FixedSubspace => "fixed-subspace",
+            InducingInputs::FixedRows => "fixed-rows",
+        }
+    }
+
+    /// Whether the model sees rows as their raw features densified (the identity basis,
+    /// X̃ = I_D) rather than as their coordinates in the svd basis.
+    pub fn in_features(self) -> bool {
+        matches!(self, InducingInputs::Free | InducingInputs::FixedRows)
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == InducingInputs::Subspace
+    }
+}
+
+impl FromStr for InducingInputs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::NAMES
+            .iter()
+            .zip([
+                InducingInputs::Subspace,
+                InducingInputs::Free,
+                InducingInputs::FixedSubspace,
+                InducingInputs::FixedRows,
+            ])
+            .find(|(name, _)| **name == s)
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("expected one of {}, found {s:?}", Self::NAMES.join(", ")))
+    }
+}
+
 /// `--negatives all|COUNT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -191,6 +253,10 @@ pub struct TrainConfig {
     /// (and checkpoints) from before the option read and compare as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// `--inducing-inputs` as stored (never `FixedSubspace`, see [`InducingInputs`]);
+    /// absent from the JSON at the default, `subspace`.
+    #[serde(default, skip_serializing_if = "InducingInputs::is_default")]
+    pub inducing_inputs: InducingInputs,
 }
 
 impl TrainConfig {
@@ -205,6 +271,14 @@ impl TrainConfig {
 
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("config serialises")
+    }
+
+    /// The run's `--inducing-inputs`, with `fixed-subspace` for a subspace run with A frozen.
+    pub fn inducing_choice(&self) -> InducingInputs {
+        match self.inducing_inputs {
+            InducingInputs::Subspace if self.freeze_a => InducingInputs::FixedSubspace,
+            stored => stored,
+        }
     }
 
     /// The configuration a train run was started with (its catalog parameters).
@@ -415,6 +489,7 @@ mod tests {
             shuffle_chunks: 2,
             checkpoint_every: 7,
             max_steps,
+            inducing_inputs: InducingInputs::Subspace,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
-use crate::trained::{KernelChoice, Negatives, Retention};
+use crate::trained::{InducingInputs, KernelChoice, Negatives, Retention};
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
 /// them, the enum's own parser turns the checked text into the value.
@@ -423,9 +423,17 @@ pub struct TrainFlags {
     /// Write a checkpoint every this many steps (and always at the end).
     #[arg(long, default_value_t = 500)]
     pub checkpoint_every: u64,
-    /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants).
+    /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants); the
+    /// same as --inducing-inputs fixed-subspace.
     #[arg(long)]
     pub freeze_a: bool,
+    /// Inducing inputs: subspace (Z = A X̃, A trained), free (Z [M×D] trained in input
+    /// space, from the k-means centroids), fixed-subspace (A fixed, = --freeze-a) or
+    /// fixed-rows (M training rows drawn with the seed, fixed). free and fixed-rows need
+    /// M×D to fit in memory (checked first; FSGP_INPUTS_MEMORY_MIB raises the limit).
+    #[arg(long, default_value = "subspace",
+          value_parser = one_of::<InducingInputs>(&InducingInputs::NAMES))]
+    pub inducing_inputs: InducingInputs,
     /// Keep the kernel hyperparameters σ_f and ℓ at their initial values.
     #[arg(long)]
     pub freeze_hyper: bool,
@@ -479,6 +487,7 @@ impl TrainFlags {
             checkpoint_every: self.checkpoint_every,
             freeze_a: self.freeze_a,
             freeze_hyper: self.freeze_hyper,
+            inducing_inputs: self.inducing_inputs,
             prefetch: self.prefetch,
             shuffle_chunks: self.shuffle_chunks,
             final_elbo: !self.no_final_elbo,

@@ -122,6 +122,28 @@ impl CsrChunk {
         (0..self.len()).map(move |i| self.row(i))
     }
 
+    /// Row `i`'s features, densified: `set(feature, value)` for each stored entry (the
+    /// caller's dense row starts at zero, so the result is x_i [`n_features`] exactly).
+    /// Fails, naming the row, if a feature id is ≥ `n_features`.
+    pub fn densify_row(
+        &self,
+        i: usize,
+        n_features: usize,
+        mut set: impl FnMut(usize, f32),
+    ) -> Result<()> {
+        let row = self.row(i);
+        for (&j, &v) in row.indices.iter().zip(row.values) {
+            if j as usize >= n_features {
+                bail!(
+                    "row {}: feature {j} is outside the dataset's {n_features} features",
+                    row.row_id
+                );
+            }
+            set(j as usize, v);
+        }
+        Ok(())
+    }
+
     /// The chunk's features as a sprs CSR matrix [len() × `n_features`] that borrows the
     /// chunk's arrays (no copy): row offsets `i32` and feature ids `u32` as stored, values
     /// `f32`. sprs checks the structure (O(nnz)): fails if a feature id is ≥ `n_features`

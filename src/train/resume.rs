@@ -104,6 +104,10 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
         "seed" => (cfg.seed.to_string(), opts.seed.to_string()),
         "freeze_a" => (cfg.freeze_a.to_string(), opts.freeze_a.to_string()),
         "freeze_hyper" => (cfg.freeze_hyper.to_string(), opts.freeze_hyper.to_string()),
+        "inducing_inputs" => (
+            cfg.inducing_choice().name().into(),
+            opts.inducing_inputs.name().into(),
+        ),
         "shuffle_chunks" => (
             cfg.shuffle_chunks.to_string(),
             opts.shuffle_chunks.to_string(),
