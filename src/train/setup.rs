@@ -283,7 +283,7 @@ impl InputsMemory {
                 anyhow::anyhow!("{MEMORY_LIMIT_VAR}={v:?}: expected a whole number of MiB")
             })?,
         };
-        let mib = |b: u64| b.div_ceil(1 << 20);
+        let mib = |b: u64| format!("{:.1}", b as f64 / f64::from(1u32 << 20));
         ensure!(
             self.total() <= limit_mib.saturating_mul(1 << 20),
             "--inducing-inputs {} needs about {} MiB for its inputs in input space: \
@@ -325,7 +325,8 @@ mod tests {
         let amazon = InputsMemory::of(&config, 203_882, 4);
         let err = amazon.check(InducingInputs::Free, None).unwrap_err().to_string();
         let need = amazon.total().div_ceil(1 << 20);
-        assert!(err.contains(&format!("needs about {need} MiB")), "{err}");
+        let about = format!("needs about {:.1} MiB", amazon.total() as f64 / 1048576.0);
+        assert!(err.contains(&about), "{err}");
         assert!(err.contains("the limit is 4096 MiB"), "{err}");
         assert!(err.contains("FSGP_INPUTS_MEMORY_MIB=MIB"), "{err}");
         // The limit moves with the variable, and a bad value is named.
