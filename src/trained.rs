@@ -511,6 +511,31 @@ mod tests {
     }
 
     #[test]
+    fn inducing_inputs_are_omitted_at_the_default_and_read_back() {
+        let json = config(None).to_json();
+        assert!(json.get("inducing_inputs").is_none(), "{json}");
+        let mut free = config(None);
+        free.inducing_inputs = InducingInputs::Free;
+        let json = free.to_json();
+        assert_eq!(json["inducing_inputs"], "free");
+        let back: TrainConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, free);
+        let mut rows = config(None);
+        (rows.inducing_inputs, rows.freeze_a) = (InducingInputs::FixedRows, true);
+        assert_eq!(rows.to_json()["inducing_inputs"], "fixed-rows");
+        assert_eq!(rows.inducing_choice(), InducingInputs::FixedRows);
+        // A frozen subspace run is fixed-subspace, however it was asked for.
+        let mut frozen = config(None);
+        frozen.freeze_a = true;
+        assert_eq!(frozen.inducing_choice(), InducingInputs::FixedSubspace);
+        for name in InducingInputs::NAMES {
+            assert_eq!(name.parse::<InducingInputs>().unwrap().name(), name);
+        }
+        let err = "fre".parse::<InducingInputs>().unwrap_err();
+        assert!(err.contains("subspace, free, fixed-subspace, fixed-rows"), "{err}");
+    }
+
+    #[test]
     fn option_values_parse_with_clear_errors() {
         assert_eq!("all".parse::<Negatives>(), Ok(Negatives::All));
         assert_eq!("100".parse::<Negatives>(), Ok(Negatives::Sample(100)));

@@ -483,6 +483,32 @@ fn append_batch(chunk: &mut CsrChunk, batch: &RecordBatch) -> Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn densify_row_scatters_the_stored_features_and_names_a_bad_id() {
+        let mut chunk = CsrChunk::default();
+        chunk.push_row(RowRef {
+            row_id: 7,
+            labels: &[1],
+            indices: &[0, 3],
+            values: &[0.5, -2.0],
+            sq_norm: 4.25,
+        });
+        chunk.push_row(RowRef {
+            row_id: 8,
+            labels: &[],
+            indices: &[1, 5],
+            values: &[1.0, 3.0],
+            sq_norm: 10.0,
+        });
+        let mut dense = vec![0.0f64; 4];
+        chunk
+            .densify_row(0, 4, |j, v| dense[j] = v as f64)
+            .unwrap();
+        assert_eq!(dense, [0.5, 0.0, 0.0, -2.0]);
+        let err = chunk.densify_row(1, 4, |_, _| {}).unwrap_err().to_string();
+        assert!(err.contains("row 8: feature 5 is outside the dataset's 4 features"), "{err}");
+    }
+
     fn sample() -> CsrChunk {
         let mut c = CsrChunk::default();
         c.push_row(RowRef {
