@@ -316,7 +316,7 @@ mod tests {
             "shuffle_chunks": 2, "checkpoint_every": 10, "inducing_inputs": "free"
         }))
         .unwrap();
-        // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 34 MB.
+        // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 32 MB.
         let delicious = InputsMemory::of(&config, 500, 4);
         assert_eq!(delicious.total(), 8 * (8 * 500 * 500 + 2 * 500 * 500 + 6 * 500 * 500));
         delicious.check(InducingInputs::Free, None).unwrap();
