@@ -127,7 +127,9 @@ impl RowInputs {
     /// densified block by block (a chunk densified whole could be rows × D × 4 bytes).
     pub fn of_chunk<'c>(&self, chunk: &'c CsrChunk) -> ChunkInputs<'c> {
         match self {
-            RowInputs::Basis { basis_t } => ChunkInputs::Projected(project_rows(chunk, basis_t.view())),
+            RowInputs::Basis { basis_t } => {
+                ChunkInputs::Projected(project_rows(chunk, basis_t.view()))
+            }
             RowInputs::Features { n_features } => ChunkInputs::Sparse {
                 chunk,
                 n_features: *n_features,
@@ -150,9 +152,11 @@ impl ChunkInputs<'_> {
     /// Rows `start..end` of the chunk in the model's view, in f64 [(end − start)×width].
     pub fn block(&self, start: usize, end: usize) -> Result<Mat<f64>> {
         match self {
-            ChunkInputs::Projected(projected) => Ok(Mat::from_fn(end - start, projected.ncols(), |i, j| {
-                projected[(start + i, j)] as f64
-            })),
+            ChunkInputs::Projected(projected) => {
+                Ok(Mat::from_fn(end - start, projected.ncols(), |i, j| {
+                    projected[(start + i, j)] as f64
+                }))
+            }
             ChunkInputs::Sparse { chunk, n_features } => {
                 let mut dense = Mat::<f64>::zeros(end - start, *n_features);
                 for i in start..end {

@@ -532,7 +532,10 @@ mod tests {
             assert_eq!(name.parse::<InducingInputs>().unwrap().name(), name);
         }
         let err = "fre".parse::<InducingInputs>().unwrap_err();
-        assert!(err.contains("subspace, free, fixed-subspace, fixed-rows"), "{err}");
+        assert!(
+            err.contains("subspace, free, fixed-subspace, fixed-rows"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -146,13 +146,20 @@ fn subspace_at_full_rank_equals_the_identity_basis_with_the_equivalent_z() {
         // Z = A X̃, so ∂F/∂Z = ∂F/∂A X̃; every other block is the same.
         let dz_from_a = &by_a.grads.a * &basis;
         let grad_diff = mat_rel(&by_z.grads.a, &dz_from_a);
-        assert!(grad_diff <= 1e-9, "{setup:?}: ∂Z vs ∂A X̃ differ by {grad_diff:e}");
+        assert!(
+            grad_diff <= 1e-9,
+            "{setup:?}: ∂Z vs ∂A X̃ differ by {grad_diff:e}"
+        );
         for (name, x, y) in [
             ("μ", &by_z.grads.mu, &by_a.grads.mu),
             ("ρ", &by_z.grads.rho, &by_a.grads.rho),
             ("Φ", &by_z.grads.phi, &by_a.grads.phi),
         ] {
-            assert!(mat_rel(x, y) <= 1e-9, "{setup:?} ∂{name}: {:e}", mat_rel(x, y));
+            assert!(
+                mat_rel(x, y) <= 1e-9,
+                "{setup:?} ∂{name}: {:e}",
+                mat_rel(x, y)
+            );
         }
         assert!(rel(by_z.grads.kernel.log_sf2, by_a.grads.kernel.log_sf2) <= 1e-9);
         assert!(rel(by_z.grads.kernel.log_ell, by_a.grads.kernel.log_ell) <= 1e-9);
@@ -203,8 +210,8 @@ fn identity_basis_gradient_matches_central_differences() {
                 let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
                 *flat_entry(&mut up, idx).1 += h;
                 *flat_entry(&mut dn, idx).1 -= h;
-                let fd = (value(setup, &pr, &up, &terms) - value(setup, &pr, &dn, &terms))
-                    / (2.0 * h);
+                let fd =
+                    (value(setup, &pr, &up, &terms) - value(setup, &pr, &dn, &terms)) / (2.0 * h);
                 let err = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
                 assert!(
                     err <= 1e-6,

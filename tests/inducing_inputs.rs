@@ -46,7 +46,15 @@ fn free_starts_at_the_subspace_bound_through_pipeline_elbo() {
             // A second svd run, the newest, which training then uses: R = D.
             let out = pipeline(
                 &ws,
-                &["svd", "--dataset", "toy", "--rank", rank, "--inducing", "16"],
+                &[
+                    "svd",
+                    "--dataset",
+                    "toy",
+                    "--rank",
+                    rank,
+                    "--inducing",
+                    "16",
+                ],
             );
             assert!(out.status.success(), "{}", stderr(&out));
         }
@@ -57,10 +65,19 @@ fn free_starts_at_the_subspace_bound_through_pipeline_elbo() {
             eprintln!(
                 "R = {rank}, {kernel}: subspace {subspace:.12e}, free {free:.12e}, relative {rel:.1e}"
             );
-            assert!(rel <= 1e-8, "R = {rank}, {kernel}: {subspace} vs {free} ({rel:e})");
+            assert!(
+                rel <= 1e-8,
+                "R = {rank}, {kernel}: {subspace} vs {free} ({rel:e})"
+            );
             // Fixed training rows are another model: another bound.
-            let rows = initial_bound(&ws, &["--kernel", kernel, "--inducing-inputs", "fixed-rows"]);
-            assert!((rows - subspace).abs() > 1e-5 * subspace.abs(), "{rows} vs {subspace}");
+            let rows = initial_bound(
+                &ws,
+                &["--kernel", kernel, "--inducing-inputs", "fixed-rows"],
+            );
+            assert!(
+                (rows - subspace).abs() > 1e-5 * subspace.abs(),
+                "{rows} vs {subspace}"
+            );
         }
     }
 }
@@ -209,9 +226,16 @@ fn fixed_subspace_is_freeze_a_bit_for_bit() {
     let a_first = z_rows(&read_ckpt(&ws_c, run_c, 7).params.a);
     assert_ne!(a_first, z_rows(&read_ckpt(&ws_c, run_c, STEPS).params.a));
     // Training Z and fixing it at once is refused, naming both.
-    let out = pipeline(&ws_a, &train_args(&["--inducing-inputs", "free", "--freeze-a"]));
+    let out = pipeline(
+        &ws_a,
+        &train_args(&["--inducing-inputs", "free", "--freeze-a"]),
+    );
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("--freeze-a fixes it"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--freeze-a fixes it"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -248,7 +272,13 @@ fn free_runs_repeat_bitwise_across_thread_counts_and_resume_after_a_crash() {
         // The inducing inputs cannot change on resume.
         let out = pipeline(
             &ws,
-            &["train", "--resume", &id.to_string(), "--inducing-inputs", "subspace"],
+            &[
+                "train",
+                "--resume",
+                &id.to_string(),
+                "--inducing-inputs",
+                "subspace",
+            ],
         );
         assert!(!out.status.success());
         assert!(
@@ -311,7 +341,10 @@ fn specs_check_the_inducing_inputs_and_run_them() {
     let out = pipeline(&ws, &["run", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("inducing_inputs") || err.contains("inducing-inputs"), "{err}");
+    assert!(
+        err.contains("inducing_inputs") || err.contains("inducing-inputs"),
+        "{err}"
+    );
     assert!(err.contains("fre"), "{err}");
     let both = write(
         dir.path(),
@@ -320,8 +353,15 @@ fn specs_check_the_inducing_inputs_and_run_them() {
     );
     let out = pipeline(&ws, &["run", both.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("--freeze-a fixes it"), "{}", stderr(&out));
-    assert!(!ws.join("datasets").exists(), "a stage ran before the spec was checked");
+    assert!(
+        stderr(&out).contains("--freeze-a fixes it"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !ws.join("datasets").exists(),
+        "a stage ran before the spec was checked"
+    );
     let good = write(
         dir.path(),
         "good.toml",

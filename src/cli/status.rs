@@ -274,10 +274,7 @@ fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
         .find(|m| m.name == "elbo_exact")
         .map(|m| m.value);
     let rank = match config.inducing_inputs.in_features() {
-        true => ws
-            .catalog
-            .dataset(&config.dataset)?
-            .map(|d| d.n_features),
+        true => ws.catalog.dataset(&config.dataset)?.map(|d| d.n_features),
         false => ws
             .catalog
             .run(config.svd_run)?

@@ -501,12 +501,13 @@ mod tests {
             sq_norm: 10.0,
         });
         let mut dense = vec![0.0f64; 4];
-        chunk
-            .densify_row(0, 4, |j, v| dense[j] = v as f64)
-            .unwrap();
+        chunk.densify_row(0, 4, |j, v| dense[j] = v as f64).unwrap();
         assert_eq!(dense, [0.5, 0.0, 0.0, -2.0]);
         let err = chunk.densify_row(1, 4, |_, _| {}).unwrap_err().to_string();
-        assert!(err.contains("row 8: feature 5 is outside the dataset's 4 features"), "{err}");
+        assert!(
+            err.contains("row 8: feature 5 is outside the dataset's 4 features"),
+            "{err}"
+        );
     }
 
     fn sample() -> CsrChunk {

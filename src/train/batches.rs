@@ -31,7 +31,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::store::chunks::{read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk};
+use crate::store::chunks::{
+    read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk,
+};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 
@@ -385,7 +387,10 @@ fn produce(
                     rows: batch_rows.to_vec(),
                     kxx,
                     sq_norms,
-                    positives: batch_rows.iter().map(|&r| group_rows.positives(r)).collect(),
+                    positives: batch_rows
+                        .iter()
+                        .map(|&r| group_rows.positives(r))
+                        .collect(),
                 };
                 if send.send(Ok(batch)).is_err() {
                     return Ok(());

@@ -84,7 +84,8 @@ pub fn elbo(ws: &Workspace, opts: &ElboOptions) -> Result<f64> {
     let setup = Setup::open(ws, config, EXACT_PREFETCH)?;
     let pool = thread_pool(opts.threads.unwrap_or(setup.config.threads))?;
     let t = Instant::now();
-    let value = pool.install(|| exact_bound(&setup, &ckpt.params, EXACT_PREFETCH, &Scratch::new()))?;
+    let value =
+        pool.install(|| exact_bound(&setup, &ckpt.params, EXACT_PREFETCH, &Scratch::new()))?;
     ws.catalog.record_metrics(
         opts.run,
         &[MetricRow {

@@ -56,13 +56,7 @@ impl HeldOut {
     /// Ranks every held-out row under `params` and returns the metrics.
     pub fn evaluate(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
         let inputs = RowInputs::open(&self.basis, self.n_features, self.in_features)?;
-        let ranker = Ranker::open(
-            inputs,
-            setup.k_tilde.clone(),
-            setup.kind,
-            params,
-            false,
-        )?;
+        let ranker = Ranker::open(inputs, setup.k_tilde.clone(), setup.kind, params, false)?;
         let mut acc =
             MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
         for file in &self.files {

@@ -104,7 +104,11 @@ fn resume(ws: &Workspace, id: i64, opts: &TrainOptions) -> Result<Outcome<TrainS
     let record = RunRecord::of_run(ws, id)?;
     let last = ws.catalog.checkpoints(id)?.last().cloned();
     let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step))?;
-    let prefetch = plan.record.steering.as_ref().map_or(opts.prefetch, |s| s.prefetch);
+    let prefetch = plan
+        .record
+        .steering
+        .as_ref()
+        .map_or(opts.prefetch, |s| s.prefetch);
     let setup = Setup::open(ws, plan.record.in_force.clone(), prefetch)?;
     let checkpoint = match &last {
         Some(row) => {

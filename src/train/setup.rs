@@ -318,12 +318,18 @@ mod tests {
         .unwrap();
         // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 32 MB.
         let delicious = InputsMemory::of(&config, 500, 4);
-        assert_eq!(delicious.total(), 8 * (8 * 500 * 500 + 2 * 500 * 500 + 6 * 500 * 500));
+        assert_eq!(
+            delicious.total(),
+            8 * (8 * 500 * 500 + 2 * 500 * 500 + 6 * 500 * 500)
+        );
         delicious.check(InducingInputs::Free, None).unwrap();
         // AmazonCat-13K's 203 882 features: refused, stating the bytes and the limit.
         config.inducing = 1000;
         let amazon = InputsMemory::of(&config, 203_882, 4);
-        let err = amazon.check(InducingInputs::Free, None).unwrap_err().to_string();
+        let err = amazon
+            .check(InducingInputs::Free, None)
+            .unwrap_err()
+            .to_string();
         let need = amazon.total().div_ceil(1 << 20);
         let about = format!("needs about {:.1} MiB", amazon.total() as f64 / 1048576.0);
         assert!(err.contains(&about), "{err}");
@@ -331,10 +337,19 @@ mod tests {
         assert!(err.contains("FSGP_INPUTS_MEMORY_MIB=MIB"), "{err}");
         // The limit moves with the variable, and a bad value is named.
         let just_enough = need.to_string();
-        amazon.check(InducingInputs::FixedRows, Some(&just_enough)).unwrap();
+        amazon
+            .check(InducingInputs::FixedRows, Some(&just_enough))
+            .unwrap();
         let below = (need - 1).to_string();
-        assert!(amazon.check(InducingInputs::FixedRows, Some(&below)).is_err());
-        let bad = delicious.check(InducingInputs::Free, Some("lots")).unwrap_err();
-        assert!(bad.to_string().contains("FSGP_INPUTS_MEMORY_MIB=\"lots\""), "{bad}");
+        assert!(amazon
+            .check(InducingInputs::FixedRows, Some(&below))
+            .is_err());
+        let bad = delicious
+            .check(InducingInputs::Free, Some("lots"))
+            .unwrap_err();
+        assert!(
+            bad.to_string().contains("FSGP_INPUTS_MEMORY_MIB=\"lots\""),
+            "{bad}"
+        );
     }
 }
