@@ -375,7 +375,8 @@ pub struct TrainFlags {
     #[arg(long, default_value = "linear",
           value_parser = one_of::<KernelChoice>(&KernelChoice::NAMES))]
     pub kernel: KernelChoice,
-    /// M: inducing inputs (at most the rows of the svd run's a_init.npy; default all).
+    /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
+    /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
     #[arg(long)]
     pub inducing: Option<usize>,
     /// P: latent GPs.

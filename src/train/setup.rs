@@ -184,7 +184,7 @@ impl Setup {
 
     /// Training rows `rows` (increasing global ids) densified [rows×D], reading only the
     /// chunks that hold them.
-    pub fn dense_rows(&self, rows: &[u64]) -> Result<Mat<f64>> {
+    fn dense_rows(&self, rows: &[u64]) -> Result<Mat<f64>> {
         let d = self.source.width();
         let mut dense = Mat::<f64>::zeros(rows.len(), d);
         let mut next = 0;
