@@ -114,14 +114,6 @@ impl RowInputs {
         }
     }
 
-    /// Columns of a row's view: R or D.
-    pub fn width(&self) -> usize {
-        match self {
-            RowInputs::Basis { basis_t } => basis_t.ncols(),
-            RowInputs::Features { n_features } => *n_features,
-        }
-    }
-
     /// A chunk prepared for [`ChunkInputs::block`]: projected whole onto the basis (as
     /// before the identity basis existed, so the bytes do not change), or kept sparse and
     /// densified block by block (a chunk densified whole could be rows × D × 4 bytes).
@@ -171,4 +163,39 @@ impl ChunkInputs<'_> {
 /// K_X̃ of the identity basis, I_D [D×D].
 pub fn identity_gram(n_features: usize) -> Mat<f64> {
     Mat::identity(n_features, n_features)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::chunks::RowRef;
+
+    #[test]
+    fn a_block_is_the_rows_projected_or_densified() {
+        let mut chunk = CsrChunk::default();
+        for (id, indices, values) in [(0, &[0u32, 2][..], &[1.0f32, 2.0][..]), (1, &[1], &[-3.0])] {
+            chunk.push_row(RowRef {
+                row_id: id,
+                labels: &[],
+                indices,
+                values,
+                sq_norm: values.iter().map(|v| v * v).sum(),
+            });
+        }
+        let dense = RowInputs::Features { n_features: 3 }
+            .of_chunk(&chunk)
+            .block(0, 2)
+            .unwrap();
+        assert_eq!(
+            dense,
+            Mat::from_fn(2, 3, |i, j| [[1.0, 0.0, 2.0], [0.0, -3.0, 0.0]][i][j])
+        );
+        // Basis X̃ [2×3] = rows (1, 1, 0) and (0, 0, 1): X X̃ᵀ.
+        let basis_t = ndarray::array![[1.0f32, 0.0], [1.0, 0.0], [0.0, 1.0]];
+        let projected = RowInputs::Basis { basis_t }
+            .of_chunk(&chunk)
+            .block(1, 2)
+            .unwrap();
+        assert_eq!(projected, Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]));
+    }
 }
