@@ -1,10 +1,14 @@
 //! Rows projected onto a training basis: X X̃ᵀ for the rows of a split, and the basis Gram
 //! K_X̃ = X̃X̃ᵀ. The svd stage writes the training rows' projection (K_XX̃); prediction and
 //! the trainer's held-out ranking project other splits the same way.
+//!
+//! [`RowInputs`] is how a model sees a row: its coordinates in the svd basis (X X̃ᵀ, R
+//! columns) or, for inducing inputs in input space, its raw features densified (the
+//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Free inducing inputs").
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use faer::Mat;
 use ndarray::{Array2, ArrayView2};
 
@@ -77,4 +81,121 @@ pub fn project_split(
         bail!("projected {row} rows, expected {n_rows}");
     }
     writer.finish()
+}
+
+/// How a model sees the rows of a split (`Kxx_b` of `docs/model.md`).
+#[derive(Debug, Clone)]
+pub enum RowInputs {
+    /// Coordinates in the training basis, x_i X̃ᵀ [R]; holds X̃ᵀ [D×R].
+    Basis { basis_t: Array2<f32> },
+    /// The raw features densified, x_i [D] (the identity basis).
+    Features { n_features: usize },
+}
+
+impl RowInputs {
+    /// The rows' view a run was trained with: the svd run's basis (`basis.npy` [R×D],
+    /// mapped), or with `in_features` the identity basis.
+    pub fn open(basis: &NpyMap, n_features: u64, in_features: bool) -> Result<Self> {
+        if in_features {
+            let n_features = usize::try_from(n_features).context("feature count")?;
+            return Ok(RowInputs::Features { n_features });
+        }
+        Ok(RowInputs::Basis {
+            basis_t: load_basis_t(basis, n_features)?,
+        })
+    }
+
+    /// The view's Gram K_X̃: [`basis_gram`] of `basis` (the file this view was opened
+    /// from), or I_D.
+    pub fn gram(&self, basis: &NpyMap) -> Result<Mat<f64>> {
+        match self {
+            RowInputs::Basis { .. } => basis_gram(basis),
+            RowInputs::Features { n_features } => Ok(identity_gram(*n_features)),
+        }
+    }
+
+    /// A chunk prepared for [`ChunkInputs::block`]: projected whole onto the basis (as
+    /// before the identity basis existed, so the bytes do not change), or kept sparse and
+    /// densified block by block (a chunk densified whole could be rows × D × 4 bytes).
+    pub fn of_chunk<'c>(&self, chunk: &'c CsrChunk) -> ChunkInputs<'c> {
+        match self {
+            RowInputs::Basis { basis_t } => {
+                ChunkInputs::Projected(project_rows(chunk, basis_t.view()))
+            }
+            RowInputs::Features { n_features } => ChunkInputs::Sparse {
+                chunk,
+                n_features: *n_features,
+            },
+        }
+    }
+}
+
+/// The rows of one chunk in a model's view (see [`RowInputs::of_chunk`]).
+pub enum ChunkInputs<'c> {
+    /// x_i X̃ᵀ [rows×R], f32.
+    Projected(Array2<f32>),
+    Sparse {
+        chunk: &'c CsrChunk,
+        n_features: usize,
+    },
+}
+
+impl ChunkInputs<'_> {
+    /// Rows `start..end` of the chunk in the model's view, in f64 [(end − start)×width].
+    pub fn block(&self, start: usize, end: usize) -> Result<Mat<f64>> {
+        match self {
+            ChunkInputs::Projected(projected) => {
+                Ok(Mat::from_fn(end - start, projected.ncols(), |i, j| {
+                    projected[(start + i, j)] as f64
+                }))
+            }
+            ChunkInputs::Sparse { chunk, n_features } => {
+                let mut dense = Mat::<f64>::zeros(end - start, *n_features);
+                for i in start..end {
+                    chunk.densify_row(i, *n_features, |j, v| dense[(i - start, j)] = v as f64)?;
+                }
+                Ok(dense)
+            }
+        }
+    }
+}
+
+/// K_X̃ of the identity basis, I_D [D×D].
+pub fn identity_gram(n_features: usize) -> Mat<f64> {
+    Mat::identity(n_features, n_features)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::chunks::RowRef;
+
+    #[test]
+    fn a_block_is_the_rows_projected_or_densified() {
+        let mut chunk = CsrChunk::default();
+        for (id, indices, values) in [(0, &[0u32, 2][..], &[1.0f32, 2.0][..]), (1, &[1], &[-3.0])] {
+            chunk.push_row(RowRef {
+                row_id: id,
+                labels: &[],
+                indices,
+                values,
+                sq_norm: values.iter().map(|v| v * v).sum(),
+            });
+        }
+        let dense = RowInputs::Features { n_features: 3 }
+            .of_chunk(&chunk)
+            .block(0, 2)
+            .unwrap();
+        assert_eq!(
+            dense,
+            Mat::from_fn(2, 3, |i, j| [[1.0, 0.0, 2.0], [0.0, -3.0, 0.0]][i][j])
+        );
+        // Basis X̃ [2×3] = rows (1, 1, 0) and (0, 0, 1): X X̃ᵀ.
+        let basis_t = ndarray::array![[1.0f32, 0.0], [1.0, 0.0], [0.0, 1.0]];
+        let projected = RowInputs::Basis { basis_t }
+            .of_chunk(&chunk)
+            .block(1, 2)
+            .unwrap();
+        assert_eq!(projected, Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]));
+    }
 }

@@ -4,23 +4,21 @@
 
 use anyhow::Result;
 use faer::Mat;
-use ndarray::Array2;
 use rayon::prelude::*;
 
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::params::Params;
 use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
-use crate::projection::{load_basis_t, project_rows};
+use crate::projection::RowInputs;
 use crate::store::chunks::CsrChunk;
-use crate::store::npy::NpyMap;
 use crate::store::predictions::PredictionBlock;
 use crate::topk;
 
 /// Scores rows of a split under one model and keeps each row's best labels: projection onto
 /// the training basis, predictive moments, partial selection.
 pub struct Ranker<'p> {
-    /// X̃ᵀ [D×R], contiguous for the sparse × dense projection.
-    basis_t: Array2<f32>,
+    /// How the model sees a row (basis coordinates, or dense features).
+    inputs: RowInputs,
     /// K_X̃ [R×R].
     k_tilde: Mat<f64>,
     kind: KernelKind,
@@ -30,17 +28,15 @@ pub struct Ranker<'p> {
 }
 
 impl<'p> Ranker<'p> {
-    /// `basis` is the svd run's `basis.npy` [R×D] the model was trained with (mapped) and
-    /// `k_tilde` its Gram K_X̃ [R×R] ([`crate::projection::basis_gram`]).
+    /// `inputs` and `k_tilde` [R×R] are the rows' view the model was trained with and its
+    /// Gram K_X̃ ([`RowInputs::open`]).
     pub fn open(
-        basis: &NpyMap,
+        inputs: RowInputs,
         k_tilde: Mat<f64>,
-        n_features: u64,
         kind: KernelKind,
         params: &'p Params,
         probabilities: bool,
     ) -> Result<Self> {
-        let basis_t = load_basis_t(basis, n_features)?;
         let predictor = if probabilities {
             let p = Predictor::new(kind, params, k_tilde.as_ref())?;
             if p.jitter > 0.0 {
@@ -54,7 +50,7 @@ impl<'p> Ranker<'p> {
             None
         };
         Ok(Ranker {
-            basis_t,
+            inputs,
             k_tilde,
             kind,
             params,
@@ -69,14 +65,13 @@ impl<'p> Ranker<'p> {
         chunk: &CsrChunk,
         top_k: usize,
         block_rows: usize,
-    ) -> Vec<(usize, PredictionBlock)> {
-        let r = self.basis_t.ncols();
-        let projected = project_rows(chunk, self.basis_t.view());
+    ) -> Result<Vec<(usize, PredictionBlock)>> {
+        let rows = self.inputs.of_chunk(chunk);
         (0..chunk.len())
             .step_by(block_rows.max(1))
             .map(|start| {
                 let end = (start + block_rows).min(chunk.len());
-                let kxx = Mat::from_fn(end - start, r, |i, j| projected[(start + i, j)] as f64);
+                let kxx = rows.block(start, end)?;
                 let sq: Vec<f64> = chunk.sq_norms[start..end]
                     .iter()
                     .map(|&v| v as f64)
@@ -86,10 +81,10 @@ impl<'p> Ranker<'p> {
                     sq_norms: &sq,
                     k_tilde: self.k_tilde.as_ref(),
                 };
-                (
+                Ok((
                     start,
                     self.rank_block(&x, &chunk.row_ids[start..end], top_k),
-                )
+                ))
             })
             .collect()
     }

@@ -148,6 +148,68 @@ impl FromStr for QFormChoice {
     }
 }
 
+/// `--inducing-inputs`: where the inducing inputs Z live and whether they are trained
+/// (`docs/model.md`, "Free inducing inputs: the identity basis").
+///
+/// A configuration stores only `Subspace`, `Free` and `FixedRows` (with `freeze_a` true for
+/// `FixedRows`); `FixedSubspace` is stored as `Subspace` with `freeze_a`, exactly what
+/// `--freeze-a` stores, so the two spellings are one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InducingInputs {
+    /// Z = A X̃ with A [M×R] trained (the paper's default).
+    #[default]
+    Subspace,
+    /// Z [M×D] trained in input space (the identity basis), initialised at A_init X̃.
+    Free,
+    /// Z = A X̃ with A kept at its k-means initialisation (the paper's "sf-" variants).
+    FixedSubspace,
+    /// Z = M distinct training rows drawn with the run seed, kept fixed (the identity basis).
+    FixedRows,
+}
+
+impl InducingInputs {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 4] = ["subspace", "free", "fixed-subspace", "fixed-rows"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InducingInputs::Subspace => "subspace",
+            InducingInputs::Free => "free",
+            InducingInputs::FixedSubspace => "fixed-subspace",
+            InducingInputs::FixedRows => "fixed-rows",
+        }
+    }
+
+    /// Whether the model sees rows as their raw features densified (the identity basis,
+    /// X̃ = I_D) rather than as their coordinates in the svd basis.
+    pub fn in_features(self) -> bool {
+        matches!(self, InducingInputs::Free | InducingInputs::FixedRows)
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == InducingInputs::Subspace
+    }
+}
+
+impl FromStr for InducingInputs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::NAMES
+            .iter()
+            .zip([
+                InducingInputs::Subspace,
+                InducingInputs::Free,
+                InducingInputs::FixedSubspace,
+                InducingInputs::FixedRows,
+            ])
+            .find(|(name, _)| **name == s)
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("expected one of {}, found {s:?}", Self::NAMES.join(", ")))
+    }
+}
+
 /// `--negatives all|COUNT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -297,6 +359,10 @@ pub struct TrainConfig {
     /// configurations read and compare as they did.
     #[serde(default, skip_serializing_if = "QFormChoice::is_sites")]
     pub q_form: QFormChoice,
+    /// `--inducing-inputs` as stored (never `FixedSubspace`, see [`InducingInputs`]);
+    /// absent from the JSON at the default, `subspace`.
+    #[serde(default, skip_serializing_if = "InducingInputs::is_default")]
+    pub inducing_inputs: InducingInputs,
 }
 
 impl TrainConfig {
@@ -311,6 +377,14 @@ impl TrainConfig {
 
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("config serialises")
+    }
+
+    /// The run's `--inducing-inputs`, with `fixed-subspace` for a subspace run with A frozen.
+    pub fn inducing_choice(&self) -> InducingInputs {
+        match self.inducing_inputs {
+            InducingInputs::Subspace if self.freeze_a => InducingInputs::FixedSubspace,
+            stored => stored,
+        }
     }
 
     /// The configuration a train run was started with (its catalog parameters).
@@ -524,6 +598,7 @@ mod tests {
             ard: ArdChoice::None,
             release_hyper_after: None,
             q_form: QFormChoice::Sites,
+            inducing_inputs: InducingInputs::Subspace,
         }
     }
 
@@ -585,6 +660,34 @@ mod tests {
         assert_eq!(limited["max_steps"], 21);
         let back: TrainConfig = serde_json::from_value(limited).unwrap();
         assert_eq!(back.max_steps, Some(21));
+    }
+
+    #[test]
+    fn inducing_inputs_are_omitted_at_the_default_and_read_back() {
+        let json = config(None).to_json();
+        assert!(json.get("inducing_inputs").is_none(), "{json}");
+        let mut free = config(None);
+        free.inducing_inputs = InducingInputs::Free;
+        let json = free.to_json();
+        assert_eq!(json["inducing_inputs"], "free");
+        let back: TrainConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, free);
+        let mut rows = config(None);
+        (rows.inducing_inputs, rows.freeze_a) = (InducingInputs::FixedRows, true);
+        assert_eq!(rows.to_json()["inducing_inputs"], "fixed-rows");
+        assert_eq!(rows.inducing_choice(), InducingInputs::FixedRows);
+        // A frozen subspace run is fixed-subspace, however it was asked for.
+        let mut frozen = config(None);
+        frozen.freeze_a = true;
+        assert_eq!(frozen.inducing_choice(), InducingInputs::FixedSubspace);
+        for name in InducingInputs::NAMES {
+            assert_eq!(name.parse::<InducingInputs>().unwrap().name(), name);
+        }
+        let err = "fre".parse::<InducingInputs>().unwrap_err();
+        assert!(
+            err.contains("subspace, free, fixed-subspace, fixed-rows"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
-use crate::trained::{ArdChoice, KernelChoice, Negatives, QFormChoice, Retention};
+use crate::trained::{ArdChoice, InducingInputs, KernelChoice, Negatives, QFormChoice, Retention};
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
 /// them, the enum's own parser turns the checked text into the value.
@@ -399,7 +399,8 @@ pub struct TrainFlags {
     #[arg(long, default_value = "sites",
           value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
     pub q_form: QFormChoice,
-    /// M: inducing inputs (at most the rows of the svd run's a_init.npy; default all).
+    /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
+    /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
     #[arg(long)]
     pub inducing: Option<usize>,
     /// P: latent GPs.
@@ -447,9 +448,17 @@ pub struct TrainFlags {
     /// Write a checkpoint every this many steps (and always at the end).
     #[arg(long, default_value_t = 500)]
     pub checkpoint_every: u64,
-    /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants).
+    /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants); the
+    /// same as --inducing-inputs fixed-subspace.
     #[arg(long)]
     pub freeze_a: bool,
+    /// Inducing inputs: subspace (Z = A X̃, A trained), free (Z [M×D] trained in input
+    /// space, from the k-means centroids), fixed-subspace (A fixed, = --freeze-a) or
+    /// fixed-rows (M training rows drawn with the seed, fixed). free and fixed-rows need
+    /// M×D to fit in memory (checked first; FSGP_INPUTS_MEMORY_MIB raises the limit).
+    #[arg(long, default_value = "subspace",
+          value_parser = one_of::<InducingInputs>(&InducingInputs::NAMES))]
+    pub inducing_inputs: InducingInputs,
     /// Keep the kernel hyperparameters (σ's, ℓ, ARD weights) at their initial values.
     #[arg(long)]
     pub freeze_hyper: bool,
@@ -508,6 +517,7 @@ impl TrainFlags {
             checkpoint_every: self.checkpoint_every,
             freeze_a: self.freeze_a,
             freeze_hyper: self.freeze_hyper,
+            inducing_inputs: self.inducing_inputs,
             prefetch: self.prefetch,
             shuffle_chunks: self.shuffle_chunks,
             final_elbo: !self.no_final_elbo,

@@ -160,7 +160,10 @@ struct TrainRunSummary {
     inducing: usize,
     /// P: latent GPs.
     factors: usize,
-    /// R: the svd run's rank (None when that run is gone).
+    /// `--inducing-inputs` (subspace, free, fixed-subspace, fixed-rows).
+    inducing_inputs: &'static str,
+    /// R: the svd run's rank (None when that run is gone); for inducing inputs in input
+    /// space (the identity basis), D, shown as `D<n>`.
     rank: Option<u64>,
     batch: usize,
     epochs: u64,
@@ -286,15 +289,19 @@ fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
         .rev()
         .find(|m| m.name == "elbo_exact")
         .map(|m| m.value);
-    let rank = ws
-        .catalog
-        .run(config.svd_run)?
-        .and_then(|svd| svd.params["rank"].as_u64());
+    let rank = match config.inducing_inputs.in_features() {
+        true => ws.catalog.dataset(&config.dataset)?.map(|d| d.n_features),
+        false => ws
+            .catalog
+            .run(config.svd_run)?
+            .and_then(|svd| svd.params["rank"].as_u64()),
+    };
     Ok(TrainRunSummary {
         id: run.id,
         status: run.status,
         dataset: config.dataset.clone(),
         kernel: config.kernel.name(),
+        inducing_inputs: config.inducing_choice().name(),
         svd_run: config.svd_run,
         inducing: config.inducing,
         factors: config.factors,
@@ -374,10 +381,12 @@ impl TrainRunSummary {
     }
 
     fn table_row(&self) -> String {
+        let in_features = matches!(self.inducing_inputs, "free" | "fixed-rows");
         let mpr = format!(
-            "{}/{}/{}",
+            "{}/{}/{}{}",
             self.inducing,
             self.factors,
+            if in_features { "D" } else { "" },
             self.rank.map_or("?".into(), |r| r.to_string())
         );
         let steps = format!(
@@ -573,6 +582,7 @@ fn print_run(ws: &Workspace, id: i64, json: bool) -> Result<()> {
     }
     if let Some(t) = &d.train {
         print_train_table(std::slice::from_ref(t));
+        println!("  inducing inputs: {}", t.inducing_inputs);
         for p in &t.evaluations {
             println!("  P@1/3/5 {} % ({})", p.percentages(), p.origin());
         }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::error::InvalidOptions;
 use crate::model::params::Params;
-use crate::projection::basis_gram;
+use crate::projection::RowInputs;
 use crate::scoring::Ranker;
 use crate::stage::{memoised, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
@@ -191,10 +191,15 @@ impl Job<'_> {
             opts.probabilities,
         )?;
         let basis = NpyMap::open_registered(self.basis)?;
-        let ranker = Ranker::open(
+        let inputs = RowInputs::open(
             &basis,
-            basis_gram(&basis)?,
             dataset.n_features,
+            self.config.inducing_inputs.in_features(),
+        )?;
+        let k_tilde = inputs.gram(&basis)?;
+        let ranker = Ranker::open(
+            inputs,
+            k_tilde,
             self.config.kernel.kind(),
             self.params,
             opts.probabilities,
@@ -203,7 +208,7 @@ impl Job<'_> {
         let mut rows = 0u64;
         for file in self.files {
             let chunk = read_registered_chunk(file)?;
-            for (_, block) in ranker.rank_chunk(&chunk, opts.top_k, opts.block_rows) {
+            for (_, block) in ranker.rank_chunk(&chunk, opts.top_k, opts.block_rows)? {
                 writer.write(&block)?;
                 rows += block.len() as u64;
             }

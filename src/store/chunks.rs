@@ -122,6 +122,28 @@ impl CsrChunk {
         (0..self.len()).map(move |i| self.row(i))
     }
 
+    /// Row `i`'s features, densified: `set(feature, value)` for each stored entry (the
+    /// caller's dense row starts at zero, so the result is x_i [`n_features`] exactly).
+    /// Fails, naming the row, if a feature id is ≥ `n_features`.
+    pub fn densify_row(
+        &self,
+        i: usize,
+        n_features: usize,
+        mut set: impl FnMut(usize, f32),
+    ) -> Result<()> {
+        let row = self.row(i);
+        for (&j, &v) in row.indices.iter().zip(row.values) {
+            if j as usize >= n_features {
+                bail!(
+                    "row {}: feature {j} is outside the dataset's {n_features} features",
+                    row.row_id
+                );
+            }
+            set(j as usize, v);
+        }
+        Ok(())
+    }
+
     /// The chunk's features as a sprs CSR matrix [len() × `n_features`] that borrows the
     /// chunk's arrays (no copy): row offsets `i32` and feature ids `u32` as stored, values
     /// `f32`. sprs checks the structure (O(nnz)): fails if a feature id is ≥ `n_features`
@@ -460,6 +482,33 @@ fn append_batch(chunk: &mut CsrChunk, batch: &RecordBatch) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn densify_row_scatters_the_stored_features_and_names_a_bad_id() {
+        let mut chunk = CsrChunk::default();
+        chunk.push_row(RowRef {
+            row_id: 7,
+            labels: &[1],
+            indices: &[0, 3],
+            values: &[0.5, -2.0],
+            sq_norm: 4.25,
+        });
+        chunk.push_row(RowRef {
+            row_id: 8,
+            labels: &[],
+            indices: &[1, 5],
+            values: &[1.0, 3.0],
+            sq_norm: 10.0,
+        });
+        let mut dense = vec![0.0f64; 4];
+        chunk.densify_row(0, 4, |j, v| dense[j] = v as f64).unwrap();
+        assert_eq!(dense, [0.5, 0.0, 0.0, -2.0]);
+        let err = chunk.densify_row(1, 4, |_, _| {}).unwrap_err().to_string();
+        assert!(
+            err.contains("row 8: feature 5 is outside the dataset's 4 features"),
+            "{err}"
+        );
+    }
 
     fn sample() -> CsrChunk {
         let mut c = CsrChunk::default();

@@ -2,6 +2,13 @@
 //! K_XX̃ (`kxx.npy`), their squared norms and their positive labels (Parquet chunks) into a
 //! bounded queue that the trainer consumes.
 //!
+//! With inducing inputs in input space (`--inducing-inputs free|fixed-rows`, the identity
+//! basis) the rows' sparse features are read with their labels, from the same group of
+//! chunks, and densified into [B×D] instead ([`RowView::Features`]). A group's chunks are then
+//! held whole (features and labels) instead of their label columns: memory is still the
+//! queue plus one group, whatever N is. A later input-feature ARD, which needs the sparse
+//! rows next to the K_XX̃ rows, reads them from the same [`GroupRows`].
+//!
 //! Epoch order (seeded, reproducible): the chunks are permuted, consecutive chunks of that
 //! order form groups of `window` chunks, and the rows of each group are shuffled and cut
 //! into minibatches of B rows (the last minibatch of a group may be smaller). Reads stay
@@ -24,7 +31,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::store::chunks::{read_registered_chunk_labels, ChunkLabels};
+use crate::store::chunks::{
+    read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk,
+};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 
@@ -122,17 +131,28 @@ impl Planner {
     }
 }
 
-/// The training split's stored inputs: K_XX̃ [N×R] and ‖x_i‖² [N], memory-mapped.
+/// What the model reads of each training row (`docs/model.md`, "Free inducing inputs").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowView {
+    /// Its coordinates in the svd basis: a row of K_XX̃ [R].
+    Basis,
+    /// Its raw features densified, x_i [D] (the identity basis X̃ = I_D).
+    Features { n_features: usize },
+}
+
+/// The training split's stored inputs: K_XX̃ [N×R] and ‖x_i‖² [N], memory-mapped, and which
+/// view of a row the minibatches carry.
 pub struct Source {
     pub kxx: NpyMap,
     pub sq_norms: NpyMap,
     pub n_rows: usize,
     pub rank: usize,
+    pub view: RowView,
 }
 
 impl Source {
     /// From the mapped (and checked) `kxx.npy` and `sq_norms.npy` of an svd run.
-    pub fn new(kxx: NpyMap, sq_norms: NpyMap) -> Result<Self> {
+    pub fn new(kxx: NpyMap, sq_norms: NpyMap, view: RowView) -> Result<Self> {
         let (n_rows, rank) = kxx.view2::<f32>()?.dim();
         let n_norms = sq_norms.view1::<f32>()?.len();
         ensure!(
@@ -144,11 +164,24 @@ impl Source {
             sq_norms,
             n_rows,
             rank,
+            view,
         })
     }
 
-    /// Announces the K_XX̃ rows of `spans` to the kernel (asynchronous read-ahead).
+    /// Columns of a minibatch's rows: R, or D for the features.
+    pub fn width(&self) -> usize {
+        match self.view {
+            RowView::Basis => self.rank,
+            RowView::Features { n_features } => n_features,
+        }
+    }
+
+    /// Announces the K_XX̃ rows of `spans` to the kernel (asynchronous read-ahead); nothing
+    /// when the features are streamed (the chunks are read whole).
     fn will_need(&self, spans: &[&ChunkSpan]) -> Result<()> {
+        if self.view != RowView::Basis {
+            return Ok(());
+        }
         let row_bytes = self.rank * 4;
         for s in spans {
             self.kxx.will_need(
@@ -160,24 +193,41 @@ impl Source {
         Ok(())
     }
 
-    /// Gathers rows into f64: K_XX̃ rows [B×R] and squared norms [B].
-    pub fn gather(&self, rows: &[u64]) -> Result<(Mat<f64>, Vec<f64>)> {
-        let kxx = self.kxx.view2::<f32>()?;
+    /// Gathers rows into f64: their view [B×R] (K_XX̃ rows) or [B×D] (features densified
+    /// from `group`, which holds them) and their squared norms [B].
+    fn gather(&self, rows: &[u64], group: &GroupRows) -> Result<(Mat<f64>, Vec<f64>)> {
         let norms = self.sq_norms.view1::<f32>()?;
-        let mut out = Mat::<f64>::zeros(rows.len(), self.rank);
-        for (i, &r) in rows.iter().enumerate() {
-            let r = r as usize;
+        for &r in rows {
             ensure!(
-                r < self.n_rows,
+                (r as usize) < self.n_rows,
                 "row {r} outside kxx.npy ({} rows)",
                 self.n_rows
             );
-            for (j, &v) in kxx.row(r).iter().enumerate() {
+        }
+        let out = match self.view {
+            RowView::Basis => self.gather_basis(rows)?,
+            RowView::Features { n_features } => {
+                let mut out = Mat::<f64>::zeros(rows.len(), n_features);
+                for (i, &r) in rows.iter().enumerate() {
+                    group.densify(r, n_features, |j, v| out[(i, j)] = v as f64)?;
+                }
+                out
+            }
+        };
+        let sq = rows.iter().map(|&r| norms[r as usize] as f64).collect();
+        Ok((out, sq))
+    }
+
+    /// K_XX̃ rows [B×R] in f64.
+    fn gather_basis(&self, rows: &[u64]) -> Result<Mat<f64>> {
+        let kxx = self.kxx.view2::<f32>()?;
+        let mut out = Mat::<f64>::zeros(rows.len(), self.rank);
+        for (i, &r) in rows.iter().enumerate() {
+            for (j, &v) in kxx.row(r as usize).iter().enumerate() {
                 out[(i, j)] = v as f64;
             }
         }
-        let sq = rows.iter().map(|&r| norms[r as usize] as f64).collect();
-        Ok((out, sq))
+        Ok(out)
     }
 }
 
@@ -190,7 +240,8 @@ pub struct Batch {
     pub last_in_epoch: bool,
     /// Global row ids [B].
     pub rows: Vec<u64>,
-    /// K_XX̃ rows [B×R].
+    /// The rows as the model sees them (`Kxx_b`): K_XX̃ rows [B×R], or with
+    /// [`RowView::Features`] the rows densified [B×D].
     pub kxx: Mat<f64>,
     /// ‖x_i‖² [B].
     pub sq_norms: Vec<f64>,
@@ -211,39 +262,82 @@ pub struct Span {
     pub max_batches: u64,
 }
 
-/// Labels of one group's chunks, addressable by global row id.
-struct GroupLabels {
-    chunks: Vec<(u64, ChunkLabels)>,
+/// One chunk of a group: its label columns, or the whole chunk when features are streamed.
+enum GroupChunk {
+    Labels(ChunkLabels),
+    Whole(CsrChunk),
 }
 
-impl GroupLabels {
-    fn load(planner: &Planner, group: &[usize]) -> Result<Self> {
+impl GroupChunk {
+    fn len(&self) -> usize {
+        match self {
+            GroupChunk::Labels(l) => l.len(),
+            GroupChunk::Whole(c) => c.len(),
+        }
+    }
+
+    fn first_row_id(&self) -> Option<u64> {
+        match self {
+            GroupChunk::Labels(l) => l.row_ids.first().copied(),
+            GroupChunk::Whole(c) => c.row_ids.first().copied(),
+        }
+    }
+}
+
+/// One group's chunks (labels, and features when streamed), addressable by global row id.
+struct GroupRows {
+    chunks: Vec<(u64, GroupChunk)>,
+}
+
+impl GroupRows {
+    fn load(planner: &Planner, group: &[usize], view: RowView) -> Result<Self> {
         let mut chunks = Vec::with_capacity(group.len());
         for &c in group {
             let span = &planner.chunks[c];
-            let labels = read_registered_chunk_labels(&span.file)?;
+            let chunk = match view {
+                RowView::Basis => GroupChunk::Labels(read_registered_chunk_labels(&span.file)?),
+                RowView::Features { .. } => GroupChunk::Whole(read_registered_chunk(&span.file)?),
+            };
             ensure!(
-                labels.len() as u64 == span.n_rows
-                    && labels.row_ids.first().copied().unwrap_or(span.first_row) == span.first_row,
+                chunk.len() as u64 == span.n_rows
+                    && chunk.first_row_id().unwrap_or(span.first_row) == span.first_row,
                 "{}: holds {} rows starting at {:?}, the catalog says {} from {}",
                 span.file.name(),
-                labels.len(),
-                labels.row_ids.first(),
+                chunk.len(),
+                chunk.first_row_id(),
                 span.n_rows,
                 span.first_row
             );
-            chunks.push((span.first_row, labels));
+            chunks.push((span.first_row, chunk));
         }
-        Ok(GroupLabels { chunks })
+        Ok(GroupRows { chunks })
     }
 
-    fn positives(&self, row: u64) -> Vec<u32> {
-        for (first, labels) in &self.chunks {
-            if row >= *first && row < first + labels.len() as u64 {
-                return labels.row((row - first) as usize).to_vec();
+    /// The chunk holding global row `row` and the row's position in it.
+    fn locate(&self, row: u64) -> (&GroupChunk, usize) {
+        for (first, chunk) in &self.chunks {
+            if row >= *first && row < first + chunk.len() as u64 {
+                return (chunk, (row - first) as usize);
             }
         }
         unreachable!("row {row} is not in this group")
+    }
+
+    fn positives(&self, row: u64) -> Vec<u32> {
+        match self.locate(row) {
+            (GroupChunk::Labels(labels), i) => labels.row(i).to_vec(),
+            (GroupChunk::Whole(chunk), i) => chunk.row(i).labels.to_vec(),
+        }
+    }
+
+    /// Row `row`'s features through `set(feature, value)` (see `CsrChunk::densify_row`).
+    fn densify(&self, row: u64, n_features: usize, set: impl FnMut(usize, f32)) -> Result<()> {
+        match self.locate(row) {
+            (GroupChunk::Whole(chunk), i) => chunk.densify_row(i, n_features, set),
+            (GroupChunk::Labels(_), _) => {
+                unreachable!("features are read whole whenever they are streamed")
+            }
+        }
     }
 }
 
@@ -275,7 +369,7 @@ fn produce(
                 .map(|&c| &planner.chunks[c])
                 .collect();
             source.will_need(&spans)?;
-            let labels = GroupLabels::load(planner, group)?;
+            let group_rows = GroupRows::load(planner, group, source.view)?;
             let rows = planner.group_rows(epoch, g, group);
             for batch_rows in rows.chunks(planner.batch) {
                 if index < skip {
@@ -285,7 +379,7 @@ fn produce(
                 if left == 0 {
                     return Ok(());
                 }
-                let (kxx, sq_norms) = source.gather(batch_rows)?;
+                let (kxx, sq_norms) = source.gather(batch_rows, &group_rows)?;
                 let batch = Batch {
                     epoch,
                     index,
@@ -293,7 +387,10 @@ fn produce(
                     rows: batch_rows.to_vec(),
                     kxx,
                     sq_norms,
-                    positives: batch_rows.iter().map(|&r| labels.positives(r)).collect(),
+                    positives: batch_rows
+                        .iter()
+                        .map(|&r| group_rows.positives(r))
+                        .collect(),
                 };
                 if send.send(Ok(batch)).is_err() {
                     return Ok(());

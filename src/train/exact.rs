@@ -55,6 +55,9 @@ pub fn exact_bound(
     Ok(expected - kl)
 }
 
+/// Minibatches `pipeline elbo` queues ahead.
+const EXACT_PREFETCH: usize = 4;
+
 /// What `pipeline elbo` computes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ElboOptions {
@@ -78,10 +81,11 @@ pub fn elbo(ws: &Workspace, opts: &ElboOptions) -> Result<f64> {
         opts.split
     );
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
-    let setup = Setup::open(ws, config)?;
+    let setup = Setup::open(ws, config, EXACT_PREFETCH)?;
     let pool = thread_pool(opts.threads.unwrap_or(setup.config.threads))?;
     let t = Instant::now();
-    let value = pool.install(|| exact_bound(&setup, &ckpt.params, 4, &Scratch::new()))?;
+    let value =
+        pool.install(|| exact_bound(&setup, &ckpt.params, EXACT_PREFETCH, &Scratch::new()))?;
     ws.catalog.record_metrics(
         opts.run,
         &[MetricRow {

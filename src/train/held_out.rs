@@ -8,6 +8,7 @@ use anyhow::Result;
 use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
 use crate::model::params::Params;
+use crate::projection::RowInputs;
 use crate::scoring::Ranker;
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
@@ -26,6 +27,8 @@ pub struct HeldOut {
     /// X̃ [R×D], mapped and checked once.
     basis: NpyMap,
     n_features: u64,
+    /// Rows densified (the identity basis) rather than projected onto X̃.
+    in_features: bool,
     inv_prop: Arc<[f64]>,
 }
 
@@ -45,25 +48,20 @@ impl HeldOut {
             files,
             basis: NpyMap::open_registered(&SvdFiles::of_run(ws, setup.config.svd_run)?.basis)?,
             n_features: dataset.n_features,
+            in_features: setup.config.inducing_inputs.in_features(),
             inv_prop: inv_prop.into(),
         })
     }
 
     /// Ranks every held-out row under `params` and returns the metrics.
     pub fn evaluate(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
-        let ranker = Ranker::open(
-            &self.basis,
-            setup.k_tilde.clone(),
-            self.n_features,
-            setup.kind,
-            params,
-            false,
-        )?;
+        let inputs = RowInputs::open(&self.basis, self.n_features, self.in_features)?;
+        let ranker = Ranker::open(inputs, setup.k_tilde.clone(), setup.kind, params, false)?;
         let mut acc =
             MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
         for file in &self.files {
             let chunk = read_registered_chunk(file)?;
-            for (start, block) in ranker.rank_chunk(&chunk, HELD_OUT_K, 1024) {
+            for (start, block) in ranker.rank_chunk(&chunk, HELD_OUT_K, 1024)? {
                 for i in 0..block.len() {
                     let r = start + i;
                     let truth = &chunk.labels

@@ -69,11 +69,76 @@ pub fn median_distance(
     }
 }
 
+/// Where the inducing inputs start.
+pub enum InducingInit<'a> {
+    /// Rows of `a_init.npy` [≥M × R]; the first M are A (subspace inducing inputs).
+    Subspace(ArrayView2<'a, f32>),
+    /// Z [M×D] in input space, from [`z_from_subspace`] or training rows.
+    InputSpace(Mat<f64>),
+}
+
+/// Z₀ = A₀ X̃ [M×D]: the first M k-means centroids of `a_init.npy` [≥M×R] mapped to input
+/// space through the basis X̃ [R×D] (the centroids of the rows' projections onto the
+/// span of X̃). A `free` run starts where a `subspace` run starts: K_Z, K_bZ and k_ii are
+/// the same (`docs/model.md`, "Free inducing inputs").
+pub fn z_from_subspace(
+    a_init: ArrayView2<'_, f32>,
+    inducing: usize,
+    basis: ArrayView2<'_, f32>,
+) -> Result<Mat<f64>> {
+    check_inducing(inducing, a_init.nrows())?;
+    ensure!(
+        a_init.ncols() == basis.nrows(),
+        "a_init.npy has {} columns but basis.npy {} rows",
+        a_init.ncols(),
+        basis.nrows()
+    );
+    let a = Mat::from_fn(inducing, a_init.ncols(), |i, j| a_init[(i, j)] as f64);
+    let x = Mat::from_fn(basis.nrows(), basis.ncols(), |i, j| basis[(i, j)] as f64);
+    let mut z = Mat::<f64>::zeros(inducing, basis.ncols());
+    // Sequential: the initial Z is then the same bits for any thread count.
+    faer::linalg::matmul::matmul(
+        z.as_mut(),
+        faer::Accum::Replace,
+        a.as_ref(),
+        x.as_ref(),
+        1.0,
+        faer::Par::Seq,
+    );
+    Ok(z)
+}
+
+/// `inducing` distinct training rows out of `n_rows`, drawn from the run seed (their own
+/// stream, so no other random choice moves), in increasing order: `fixed-rows`' Z.
+pub fn pick_rows(n_rows: u64, inducing: usize, seed: u64) -> Result<Vec<u64>> {
+    ensure!(
+        inducing as u64 <= n_rows,
+        "--inducing {inducing} with --inducing-inputs fixed-rows, but the training split \
+         has only {n_rows} rows"
+    );
+    let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(seed, streams::INIT, &[2]));
+    let n = usize::try_from(n_rows)?;
+    let mut rows: Vec<u64> = rand::seq::index::sample(&mut rng, n, inducing)
+        .into_iter()
+        .map(|r| r as u64)
+        .collect();
+    rows.sort_unstable();
+    Ok(rows)
+}
+
+fn check_inducing(inducing: usize, rows: usize) -> Result<()> {
+    ensure!(
+        inducing >= 1 && inducing <= rows,
+        "--inducing {inducing} but the svd run initialised {rows} inducing inputs; rerun \
+         `pipeline svd --inducing {inducing}`"
+    );
+    Ok(())
+}
+
 /// Shapes and inputs of the initialisation.
 pub struct InitInputs<'a> {
     pub kind: KernelKind,
-    /// Rows of `a_init.npy` [≥M × R]; the first M are used.
-    pub a_init: ArrayView2<'a, f32>,
+    pub inducing_init: InducingInit<'a>,
     pub inducing: usize,
     pub factors: usize,
     pub label_counts: &'a [u64],
@@ -89,18 +154,25 @@ pub struct InitInputs<'a> {
 /// (the normalised start of the journal version of Panos, Dellaportas & Titsias).
 pub const SE_PLUS_LINEAR_LOG_VAR: f64 = -std::f64::consts::LN_2;
 
-/// A = first M rows of a_init, μ = 0, ρ = softplus⁻¹(1), Φ ~ N(0, 1/P), b = logit of the
-/// label frequencies, σ_f² = 1, ℓ = the median distance (SE); for SE + linear
-/// σ_f² = σ_lin² = ½; ARD weights ω = 1 (the kernel without ARD).
+/// A = first M rows of a_init (or the given Z), μ = 0, ρ = softplus⁻¹(1), Φ ~ N(0, 1/P),
+/// b = logit of the label frequencies, σ_f² = 1, ℓ = the median distance (SE); for SE +
+/// linear σ_f² = σ_lin² = ½; ARD weights ω = 1 (the kernel without ARD), one per column of A.
 pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
-    let (rows, rank) = x.a_init.dim();
-    ensure!(
-        x.inducing >= 1 && x.inducing <= rows,
-        "--inducing {} but the svd run initialised {rows} inducing inputs; rerun \
-         `pipeline svd --inducing {}`",
-        x.inducing,
-        x.inducing
-    );
+    let a = match &x.inducing_init {
+        InducingInit::Subspace(a_init) => {
+            check_inducing(x.inducing, a_init.nrows())?;
+            Mat::from_fn(x.inducing, a_init.ncols(), |i, j| a_init[(i, j)] as f64)
+        }
+        InducingInit::InputSpace(z) => {
+            ensure!(
+                z.nrows() == x.inducing,
+                "internal: Z has {} rows for M = {}",
+                z.nrows(),
+                x.inducing
+            );
+            z.clone()
+        }
+    };
     ensure!(x.factors >= 1, "--factors must be at least 1");
     let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(x.seed, streams::INIT, &[]));
     let normal = Normal::new(0.0, (1.0 / x.factors as f64).sqrt())?;
@@ -108,13 +180,14 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     let phi = Mat::from_fn(k, x.factors, |_, _| normal.sample(&mut rng));
     // Keep the stream position independent of later additions.
     let _: u64 = rng.random();
+    let kernel = initial_kernel(x.kind, x.lengthscale, if x.ard { a.ncols() } else { 0 });
     Ok(Params {
-        a: Mat::from_fn(x.inducing, rank, |i, j| x.a_init[(i, j)] as f64),
+        a,
         mu: Mat::zeros(x.inducing, x.factors),
         rho: Mat::from_fn(x.inducing, x.factors, |_, _| RHO_INIT),
         phi,
         bias: bias_from_counts(x.label_counts, x.n_rows),
-        kernel: initial_kernel(x.kind, x.lengthscale, if x.ard { rank } else { 0 }),
+        kernel,
         chol: None,
     })
 }

@@ -12,8 +12,8 @@ use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
-    newest_svd_run, ArdChoice, KernelChoice, Negatives, QFormChoice, Retention, Steering, SvdFiles,
-    TrainConfig,
+    newest_svd_run, ArdChoice, InducingInputs, KernelChoice, Negatives, QFormChoice, Retention,
+    Steering, SvdFiles, TrainConfig,
 };
 
 /// Options of a training run. The defaults are the command line's.
@@ -49,8 +49,12 @@ pub struct TrainOptions {
     /// Start a new run even when an interrupted one with this configuration exists.
     pub fresh: bool,
     pub checkpoint_every: u64,
+    /// `--freeze-a`: an alias of `inducing_inputs = FixedSubspace` (kept for old commands
+    /// and specs; the two store the same configuration).
     pub freeze_a: bool,
     pub freeze_hyper: bool,
+    /// `--inducing-inputs`.
+    pub inducing_inputs: InducingInputs,
     /// Minibatches the prefetch queue holds.
     pub prefetch: usize,
     /// Chunks whose rows are shuffled together.
@@ -97,6 +101,7 @@ impl Default for TrainOptions {
             checkpoint_every: 500,
             freeze_a: false,
             freeze_hyper: false,
+            inducing_inputs: InducingInputs::Subspace,
             prefetch: 4,
             shuffle_chunks: 2,
             final_elbo: true,
@@ -140,7 +145,7 @@ impl TrainOptions {
             quadrature: self.quadrature,
             seed: self.seed,
             threads: threads_or_all(self.threads),
-            freeze_a: self.freeze_a,
+            freeze_a: self.a_frozen(),
             freeze_hyper: self.freeze_hyper,
             shuffle_chunks: self.shuffle_chunks,
             checkpoint_every: self.checkpoint_every,
@@ -148,10 +153,30 @@ impl TrainOptions {
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
+            inducing_inputs: self.stored_inducing_inputs(),
         };
         check_limits(&config)?;
         check_q_form(&config, rank)?;
         Ok(config)
+    }
+
+    /// Whether the inducing inputs stay at their initial value: `--freeze-a`, or an
+    /// `--inducing-inputs` that fixes them.
+    pub fn a_frozen(&self) -> bool {
+        self.freeze_a
+            || matches!(
+                self.inducing_inputs,
+                InducingInputs::FixedSubspace | InducingInputs::FixedRows
+            )
+    }
+
+    /// `--inducing-inputs` as a configuration stores it: `fixed-subspace` is `subspace`
+    /// with A frozen, the configuration `--freeze-a` has always written.
+    pub fn stored_inducing_inputs(&self) -> InducingInputs {
+        match self.inducing_inputs {
+            InducingInputs::FixedSubspace => InducingInputs::Subspace,
+            other => other,
+        }
     }
 
     /// The steering options these options ask for.
@@ -187,6 +212,15 @@ impl TrainOptions {
             });
         }
         c.check(self.quadrature >= 1, "quadrature", at_least_1);
+        c.check(
+            !(self.freeze_a && self.inducing_inputs == InducingInputs::Free),
+            "inducing-inputs",
+            || {
+                "free trains Z, --freeze-a fixes it: give one (fixed-rows keeps training rows \
+                 fixed, fixed-subspace the k-means inducing inputs)"
+                    .into()
+            },
+        );
         c.check(self.checkpoint_every >= 1, "checkpoint-every", || {
             "must be ≥ 1".into()
         });

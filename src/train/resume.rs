@@ -112,6 +112,10 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
             given(cfg.release_hyper_after.map(|e| e.to_string())),
             given(opts.release_hyper_after.map(|e| e.to_string())),
         ),
+        "inducing_inputs" => (
+            cfg.inducing_choice().name().into(),
+            opts.inducing_inputs.name().into(),
+        ),
         "shuffle_chunks" => (
             cfg.shuffle_chunks.to_string(),
             opts.shuffle_chunks.to_string(),

@@ -56,7 +56,7 @@ pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>>
         }
         Lookup::Interrupted(_) | Lookup::New => {}
     }
-    let setup = Setup::open(ws, config)?;
+    let setup = Setup::open(ws, config, opts.prefetch)?;
     let run = StageRun::start(ws, StageKind::Train, &setup.config.to_json())?;
     let result = (|| {
         let steering = opts.steering();
@@ -104,7 +104,12 @@ fn resume(ws: &Workspace, id: i64, opts: &TrainOptions) -> Result<Outcome<TrainS
     let record = RunRecord::of_run(ws, id)?;
     let last = ws.catalog.checkpoints(id)?.last().cloned();
     let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step))?;
-    let setup = Setup::open(ws, plan.record.in_force.clone())?;
+    let prefetch = plan
+        .record
+        .steering
+        .as_ref()
+        .map_or(opts.prefetch, |s| s.prefetch);
+    let setup = Setup::open(ws, plan.record.in_force.clone(), prefetch)?;
     let checkpoint = match &last {
         Some(row) => {
             let c = load_checkpoint(ws, row)?;

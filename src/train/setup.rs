@@ -6,22 +6,22 @@ use std::sync::Arc;
 use anyhow::{ensure, Context, Result};
 use faer::Mat;
 
-use super::batches::Source;
 use super::batches::{self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner};
+use super::batches::{RowView, Source};
 use super::init;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::BernoulliLogistic;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
-use crate::projection::basis_gram;
+use crate::projection::{basis_gram, identity_gram};
 use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, StageKind};
 use crate::store::checkpoint::{Checkpoint, TrainState};
-use crate::store::chunks::label_counts;
+use crate::store::chunks::{label_counts, read_registered_chunk};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
-use crate::trained::{ArdChoice, SvdFiles, TrainConfig};
+use crate::trained::{ArdChoice, InducingInputs, SvdFiles, TrainConfig};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -46,6 +46,8 @@ pub struct Setup {
     pub n_labels: usize,
     pub n_rows: u64,
     a_init: Registered,
+    /// X̃ [R×D] (`free` maps A's initialisation to input space through it).
+    basis: Registered,
 }
 
 /// Training chunk files of a dataset with their row counts, in chunk order.
@@ -58,12 +60,28 @@ fn train_spans(ws: &Workspace, d: &DatasetRow) -> Result<Vec<batches::ChunkSpan>
 }
 
 impl Setup {
-    pub fn open(ws: &Workspace, config: TrainConfig) -> Result<Self> {
+    /// Opens what a run reads; `prefetch` (the queue's length) enters the memory check of
+    /// inducing inputs in input space, which refuses before anything is read.
+    pub fn open(ws: &Workspace, config: TrainConfig, prefetch: usize) -> Result<Self> {
         let dataset = config.dataset_row(ws)?;
+        let in_features = config.inducing_inputs.in_features();
+        if in_features {
+            InputsMemory::of(&config, dataset.n_features, prefetch).check(
+                config.inducing_inputs,
+                std::env::var(MEMORY_LIMIT_VAR).ok().as_deref(),
+            )?;
+        }
         let files = SvdFiles::of_run(ws, config.svd_run)?;
+        let view = match in_features {
+            true => RowView::Features {
+                n_features: usize::try_from(dataset.n_features)?,
+            },
+            false => RowView::Basis,
+        };
         let source = Source::new(
             ws.map_large(&files.kxx)?,
             NpyMap::open_registered(&files.sq_norms)?,
+            view,
         )?;
         let spans = train_spans(ws, &dataset)?;
         let train_rows = dataset.split("train").map_or(0, |s| s.n_rows);
@@ -73,7 +91,10 @@ impl Setup {
             config.svd_run,
             source.n_rows,
         );
-        let k_tilde = basis_gram(&NpyMap::open_registered(&files.basis)?)?;
+        let k_tilde = match view {
+            RowView::Basis => basis_gram(&NpyMap::open_registered(&files.basis)?)?,
+            RowView::Features { n_features } => identity_gram(n_features),
+        };
         Ok(Setup {
             kind: config.kernel.kind(),
             lik: BernoulliLogistic::new(config.quadrature)?,
@@ -83,6 +104,7 @@ impl Setup {
             spans,
             k_tilde,
             a_init: files.a_init,
+            basis: files.basis,
             config,
         })
     }
@@ -134,9 +156,23 @@ impl Setup {
                 stream_seed(self.config.seed, streams::INIT, &[1]),
             ),
         };
+        let inducing_init = match self.config.inducing_inputs {
+            InducingInputs::Subspace | InducingInputs::FixedSubspace => {
+                init::InducingInit::Subspace(a_init.view2::<f32>()?)
+            }
+            InducingInputs::Free => init::InducingInit::InputSpace(init::z_from_subspace(
+                a_init.view2::<f32>()?,
+                self.config.inducing,
+                NpyMap::open_registered(&self.basis)?.view2::<f32>()?,
+            )?),
+            InducingInputs::FixedRows => {
+                let rows = init::pick_rows(self.n_rows, self.config.inducing, self.config.seed)?;
+                init::InducingInit::InputSpace(self.dense_rows(&rows)?)
+            }
+        };
         let params = init::initial_params(&init::InitInputs {
             kind: self.kind,
-            a_init: a_init.view2::<f32>()?,
+            inducing_init,
             inducing: self.config.inducing,
             factors: self.config.factors,
             label_counts: &self.label_counts()?,
@@ -151,6 +187,32 @@ impl Setup {
             self.kind,
             self.k_tilde.as_ref(),
         )
+    }
+
+    /// Training rows `rows` (increasing global ids) densified [rows×D], reading only the
+    /// chunks that hold them.
+    fn dense_rows(&self, rows: &[u64]) -> Result<Mat<f64>> {
+        let d = self.source.width();
+        let mut dense = Mat::<f64>::zeros(rows.len(), d);
+        let mut next = 0;
+        for span in &self.spans {
+            let end = span.first_row + span.n_rows;
+            if next == rows.len() || rows[next] >= end {
+                continue;
+            }
+            let chunk = read_registered_chunk(&span.file)?;
+            while next < rows.len() && rows[next] < end {
+                let i = (rows[next] - span.first_row) as usize;
+                chunk.densify_row(i, d, |j, v| dense[(next, j)] = v as f64)?;
+                next += 1;
+            }
+        }
+        ensure!(
+            next == rows.len(),
+            "internal: rows {:?} are not increasing training rows",
+            &rows[next..]
+        );
+        Ok(dense)
     }
 
     /// Step 0 of a run: the initial parameters and a fresh optimiser.
@@ -175,5 +237,126 @@ impl Setup {
             StageKind::Train.output_dir(),
             &format!("{}-{}", self.config.dataset, self.config.kernel.name()),
         )
+    }
+}
+
+/// The environment variable that sets the memory limit of inducing inputs in input space.
+pub const MEMORY_LIMIT_VAR: &str = "FSGP_INPUTS_MEMORY_MIB";
+
+/// The default limit, MiB: a sixth of the 24 GiB machine this was built on, leaving room
+/// for the per-GP work (P·(M² + MB) doubles) and other processes.
+pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 4096;
+
+/// What inducing inputs in input space (`free`, `fixed-rows`) hold in memory beyond the
+/// subspace path, in bytes (`docs/model.md`, "Free inducing inputs", Memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputsMemory {
+    /// Z, its gradient and Adam's two moments: 4·M·D f64.
+    pub state: u64,
+    /// The kernel's M×D products, forward (Z K_X̃) and backward: 4·M·D f64.
+    pub kernel: u64,
+    /// K_X̃ = I_D and, on the linear kernel's subspace path, its Cholesky factor: 2·D² f64.
+    pub gram: u64,
+    /// The queued minibatches plus the one being read and the one in use:
+    /// (prefetch + 2)·B·D f64.
+    pub queue: u64,
+}
+
+impl InputsMemory {
+    pub fn of(config: &TrainConfig, n_features: u64, prefetch: usize) -> Self {
+        let (m, d, b) = (config.inducing as u64, n_features, config.batch as u64);
+        let f64s = |n: u64| n.saturating_mul(8);
+        InputsMemory {
+            state: f64s(4u64.saturating_mul(m).saturating_mul(d)),
+            kernel: f64s(4u64.saturating_mul(m).saturating_mul(d)),
+            gram: f64s(2u64.saturating_mul(d).saturating_mul(d)),
+            queue: f64s((prefetch as u64 + 2).saturating_mul(b).saturating_mul(d)),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.state
+            .saturating_add(self.kernel)
+            .saturating_add(self.gram)
+            .saturating_add(self.queue)
+    }
+
+    /// Refuses when the total exceeds the limit (`limit_var`: the value of
+    /// [`MEMORY_LIMIT_VAR`], MiB, if set), stating what it needs and how to go on.
+    pub fn check(&self, choice: InducingInputs, limit_var: Option<&str>) -> Result<()> {
+        let limit_mib = match limit_var {
+            None => DEFAULT_MEMORY_LIMIT_MIB,
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                anyhow::anyhow!("{MEMORY_LIMIT_VAR}={v:?}: expected a whole number of MiB")
+            })?,
+        };
+        let mib = |b: u64| format!("{:.1}", b as f64 / f64::from(1u32 << 20));
+        ensure!(
+            self.total() <= limit_mib.saturating_mul(1 << 20),
+            "--inducing-inputs {} needs about {} MiB for its inputs in input space: \
+             Z with its gradient and Adam's moments {} MiB, the kernel's M×D products {} MiB, \
+             K_X̃ = I_D {} MiB, the minibatch queue {} MiB; the limit is {limit_mib} MiB. \
+             Use --inducing-inputs subspace (R columns instead of D), fewer --inducing, \
+             a smaller --batch or --prefetch, or raise the limit with {MEMORY_LIMIT_VAR}=MIB",
+            choice.name(),
+            mib(self.total()),
+            mib(self.state),
+            mib(self.kernel),
+            mib(self.gram),
+            mib(self.queue)
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_space_memory_is_counted_and_refused_with_the_numbers() {
+        let mut config: TrainConfig = serde_json::from_value(serde_json::json!({
+            "dataset": "d", "dataset_checksum": "c", "svd_run": 1, "kernel": "linear",
+            "inducing": 500, "factors": 30, "batch": 500, "epochs": 1, "lr": 0.01,
+            "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "negatives": "all", "quadrature": 20,
+            "seed": 0, "threads": 1, "freeze_a": false, "freeze_hyper": false,
+            "shuffle_chunks": 2, "checkpoint_every": 10, "inducing_inputs": "free"
+        }))
+        .unwrap();
+        // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 32 MB.
+        let delicious = InputsMemory::of(&config, 500, 4);
+        assert_eq!(
+            delicious.total(),
+            8 * (8 * 500 * 500 + 2 * 500 * 500 + 6 * 500 * 500)
+        );
+        delicious.check(InducingInputs::Free, None).unwrap();
+        // AmazonCat-13K's 203 882 features: refused, stating the bytes and the limit.
+        config.inducing = 1000;
+        let amazon = InputsMemory::of(&config, 203_882, 4);
+        let err = amazon
+            .check(InducingInputs::Free, None)
+            .unwrap_err()
+            .to_string();
+        let need = amazon.total().div_ceil(1 << 20);
+        let about = format!("needs about {:.1} MiB", amazon.total() as f64 / 1048576.0);
+        assert!(err.contains(&about), "{err}");
+        assert!(err.contains("the limit is 4096 MiB"), "{err}");
+        assert!(err.contains("FSGP_INPUTS_MEMORY_MIB=MIB"), "{err}");
+        // The limit moves with the variable, and a bad value is named.
+        let just_enough = need.to_string();
+        amazon
+            .check(InducingInputs::FixedRows, Some(&just_enough))
+            .unwrap();
+        let below = (need - 1).to_string();
+        assert!(amazon
+            .check(InducingInputs::FixedRows, Some(&below))
+            .is_err());
+        let bad = delicious
+            .check(InducingInputs::Free, Some("lots"))
+            .unwrap_err();
+        assert!(
+            bad.to_string().contains("FSGP_INPUTS_MEMORY_MIB=\"lots\""),
+            "{bad}"
+        );
     }
 }
