@@ -351,12 +351,15 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
     })
 }
 
+/// One tensor as read back: (name, rows, cols, values in row-major order).
+type StoredTensor = (String, usize, usize, Vec<f64>);
+
 /// Every tensor row of a checkpoint: (name, rows, cols, values in row-major order), each
 /// checked to hold rows × cols values.
 fn read_tensors<R: ChunkReader + 'static>(
     builder: ParquetRecordBatchReaderBuilder<R>,
     path: &Path,
-) -> Result<Vec<(String, usize, usize, Vec<f64>)>> {
+) -> Result<Vec<StoredTensor>> {
     let mut found = Vec::new();
     for batch in builder.build()? {
         let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
