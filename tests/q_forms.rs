@@ -109,6 +109,42 @@ fn evaluate(kind: KernelKind, pr: &Problem, params: &Params, terms: &TermSet<'_>
     .unwrap()
 }
 
+/// Checks the analytic gradient of every entry of `pr.params` against central differences
+/// (h = 2·10⁻⁵, relative error below 10⁻⁶; log ℓ of the linear kernel must be exactly 0)
+/// at a K_Z that needs no jitter; returns the blocks checked.
+fn check_every_entry(
+    kind: KernelKind,
+    pr: &Problem,
+    terms: &TermSet<'_>,
+    label: &str,
+) -> std::collections::HashSet<Block> {
+    let eval = evaluate(kind, pr, &pr.params, terms);
+    assert_eq!(eval.jitter, 0.0, "{label}");
+    let mut grads = eval.grads;
+    let h = 2e-5;
+    let mut seen = std::collections::HashSet::new();
+    for idx in 0..flat_len(&pr.params) {
+        let (block, g) = flat_entry(&mut grads, idx);
+        let analytic = *g;
+        if kind == KernelKind::Linear && block == Block::LogEll {
+            assert_eq!(analytic, 0.0, "{label}");
+            continue;
+        }
+        seen.insert(block);
+        let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
+        *flat_entry(&mut up, idx).1 += h;
+        *flat_entry(&mut dn, idx).1 -= h;
+        let fd =
+            (evaluate(kind, pr, &up, terms).value - evaluate(kind, pr, &dn, terms).value) / (2.0 * h);
+        let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-6);
+        assert!(
+            rel < 1e-6,
+            "{label} {kind:?} {block} [{idx}]: analytic {analytic} vs fd {fd} (rel {rel:.2e})"
+        );
+    }
+    seen
+}
+
 #[test]
 fn analytic_gradient_matches_central_differences_for_every_block() {
     for form in FORMS {
@@ -127,32 +163,7 @@ fn analytic_gradient_matches_central_differences_for_every_block() {
                     scale: 3.0,
                 };
                 let terms = if sampled { TermSet::List(&list) } else { dense };
-                let eval = evaluate(kind, &pr, &pr.params, &terms);
-                assert_eq!(eval.jitter, 0.0);
-                let mut grads = eval.grads;
-                let h = 2e-5;
-                let mut seen = std::collections::HashSet::new();
-                for idx in 0..flat_len(&pr.params) {
-                    let (block, g) = flat_entry(&mut grads, idx);
-                    let analytic = *g;
-                    if kind == KernelKind::Linear && block == Block::LogEll {
-                        assert_eq!(analytic, 0.0);
-                        continue;
-                    }
-                    seen.insert(block);
-                    let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
-                    *flat_entry(&mut up, idx).1 += h;
-                    *flat_entry(&mut dn, idx).1 -= h;
-                    let fd = (evaluate(kind, &pr, &up, &terms).value
-                        - evaluate(kind, &pr, &dn, &terms).value)
-                        / (2.0 * h);
-                    let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-6);
-                    assert!(
-                        rel < 1e-6,
-                        "{form:?} {kind:?} sampled={sampled} {block} [{idx}]: analytic \
-                         {analytic} vs fd {fd} (rel {rel:.2e})"
-                    );
-                }
+                let seen = check_every_entry(kind, &pr, &terms, &format!("{form:?} sampled={sampled}"));
                 let expected = if kind == KernelKind::Linear { 6 } else { 7 };
                 assert_eq!(seen.len(), expected, "{seen:?}");
                 assert!(!seen.contains(&Block::Rho));
@@ -511,4 +522,45 @@ fn gradients_with_a_jittered_singular_k_z_match_central_differences() {
     );
     let (rel, block) = err(1e-5);
     assert!(rel < 1e-3, "{block}: relative error {rel:.2e}");
+}
+
+#[test]
+fn full_cholesky_gradients_match_central_differences_with_se_plus_linear_and_subspace_ard() {
+    // The forms were written beside the SE + linear kernel and subspace ARD (`ard.rs`): here
+    // every block of each form under each kernel with ARD weights ω [R] (R = M + 1, so the
+    // linear K_Z is non-singular and the unwhitened form applies), sampled terms.
+    let setups = [
+        (KernelKind::SePlusLinear, false),
+        (KernelKind::SePlusLinear, true),
+        (KernelKind::SquaredExponential, true),
+        (KernelKind::Linear, true),
+    ];
+    for form in FORMS {
+        for (kind, ard) in setups {
+            let mut pr = problem(81, form, 4, 4, 2);
+            let r = pr.params.a.ncols();
+            if kind == KernelKind::SePlusLinear {
+                pr.params.kernel.log_lin2 = Some(-0.4);
+            }
+            if ard {
+                pr.params.kernel.log_ard = (0..r).map(|j| 0.3 * (j as f64 * 1.7).sin()).collect();
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(6);
+            let list = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
+            let label = format!("{form:?} ard={ard}");
+            let seen = check_every_entry(kind, &pr, &TermSet::List(&list), &label);
+            let mut expected = vec![Block::A, Block::Mu, Block::CholFactor, Block::Phi, Block::Bias];
+            expected.push(Block::LogSf2);
+            if kind != KernelKind::Linear {
+                expected.push(Block::LogEll);
+            }
+            if kind == KernelKind::SePlusLinear {
+                expected.push(Block::LogLin2);
+            }
+            if ard {
+                expected.push(Block::LogArd);
+            }
+            assert_eq!(seen, expected.into_iter().collect(), "{label} {kind:?}");
+        }
+    }
 }

@@ -155,6 +155,10 @@ struct TrainRunSummary {
     status: RunStatus,
     dataset: String,
     kernel: &'static str,
+    /// `--ard` (none, subspace).
+    ard: &'static str,
+    /// `--q-form` (sites, cholesky, whitened).
+    q_form: &'static str,
     svd_run: i64,
     /// M: inducing inputs.
     inducing: usize,
@@ -301,6 +305,8 @@ fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
         status: run.status,
         dataset: config.dataset.clone(),
         kernel: config.kernel.name(),
+        ard: config.ard.name(),
+        q_form: config.q_form.name(),
         inducing_inputs: config.inducing_choice().name(),
         svd_run: config.svd_run,
         inducing: config.inducing,
@@ -400,11 +406,14 @@ impl TrainRunSummary {
             .map_or(("-".to_string(), String::new()), |p| {
                 (p.percentages(), p.origin())
             });
+        // The kernel, with "+ard" under subspace ARD, and the q(u) form.
+        let ard = if self.ard == "none" { "" } else { "+ard" };
         format!(
-            "  #{:<5} {:<14} {:<6} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  {}",
+            "  #{:<5} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  {}",
             self.id,
             self.dataset,
-            self.kernel,
+            format!("{}{ard}", self.kernel),
+            self.q_form,
             mpr,
             self.batch,
             self.epochs,
@@ -427,10 +436,11 @@ fn print_train_table(train_runs: &[TrainRunSummary]) {
     println!();
     println!("training runs ({})", train_runs.len());
     println!(
-        "  {:<6} {:<14} {:<6} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  from",
+        "  {:<6} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  from",
         "run",
         "dataset",
         "kernel",
+        "q(u)",
         "M/P/R",
         "B",
         "epochs",
@@ -582,7 +592,10 @@ fn print_run(ws: &Workspace, id: i64, json: bool) -> Result<()> {
     }
     if let Some(t) = &d.train {
         print_train_table(std::slice::from_ref(t));
-        println!("  inducing inputs: {}", t.inducing_inputs);
+        println!(
+            "  q(u) form: {}, kernel: {}, ARD: {}, inducing inputs: {}",
+            t.q_form, t.kernel, t.ard, t.inducing_inputs
+        );
         for p in &t.evaluations {
             println!("  P@1/3/5 {} % ({})", p.percentages(), p.origin());
         }

@@ -236,3 +236,60 @@ pub fn run_params(ws: &Path, run: i64) -> serde_json::Value {
         .unwrap();
     serde_json::from_str(&text).unwrap()
 }
+
+/// The newest artifact of `kind` (kxx, sq_norms, basis, ...) in `ws`, as a path.
+pub fn artifact(ws: &Path, kind: &str) -> PathBuf {
+    let path: String = catalog(ws)
+        .query_row(
+            "SELECT path FROM artifacts WHERE kind = ?1 ORDER BY id DESC LIMIT 1",
+            [kind],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| panic!("no '{kind}' artifact: {e}"));
+    ws.join(path)
+}
+
+/// The exact bound of `params` under kernel `kind` with all 900 training rows of the toy
+/// dataset as one batch, computed independently of the streaming `pipeline elbo`: the rows'
+/// K_XX̃, norms and basis read from the newest svd artifacts, the labels from the chunks.
+pub fn one_batch_bound(
+    ws: &Path,
+    kind: fsgp::model::kernel::KernelKind,
+    params: &fsgp::model::params::Params,
+) -> f64 {
+    use faer::Mat;
+    let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
+    let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
+    let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
+    let mut chunk_paths: Vec<String> = catalog(ws)
+        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    chunk_paths.sort();
+    let mut positives = Vec::new();
+    for path in chunk_paths {
+        let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
+        for i in 0..l.len() {
+            positives.push(l.row(i).to_vec());
+        }
+    }
+    assert_eq!(positives.len(), 900);
+    let (n, r) = kxx.dim();
+    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
+    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
+    let kt = &basis * basis.transpose();
+    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
+    let x = fsgp::model::kernel::BasisInputs {
+        kxx_b: kxx.as_ref(),
+        sq_norms: &sq,
+        k_tilde: kt.as_ref(),
+    };
+    let lik = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
+    let terms = fsgp::model::terms::terms_all(&positives, 30, 1.0);
+    fsgp::model::objective::evaluate(kind, params, &x, &terms, &lik)
+        .unwrap()
+        .value
+}
