@@ -41,7 +41,8 @@ impl<'p> Ranker<'p> {
             let p = Predictor::new(kind, params, k_tilde.as_ref())?;
             if p.jitter > 0.0 {
                 eprintln!(
-                    "note: K_Z + Σ needed jitter {:.3e} on the diagonal",
+                    "note: {} needed jitter {:.3e} on the diagonal",
+                    params.q_form().factorised(),
                     p.jitter
                 );
             }
@@ -83,20 +84,25 @@ impl<'p> Ranker<'p> {
                 };
                 Ok((
                     start,
-                    self.rank_block(&x, &chunk.row_ids[start..end], top_k),
+                    self.rank_block(&x, &chunk.row_ids[start..end], top_k)?,
                 ))
             })
             .collect()
     }
 
     /// The top-k labels (and probabilities, if wanted) of the rows of `x`.
-    fn rank_block(&self, x: &BasisInputs<'_>, row_ids: &[u64], top_k: usize) -> PredictionBlock {
+    fn rank_block(
+        &self,
+        x: &BasisInputs<'_>,
+        row_ids: &[u64],
+        top_k: usize,
+    ) -> Result<PredictionBlock> {
         let (scores, variances) = match &self.predictor {
             Some(p) => {
                 let (mean, var) = p.mean_and_variance(x);
                 (mean, Some(var))
             }
-            None => (mean_utilities(self.kind, self.params, x), None),
+            None => (mean_utilities(self.kind, self.params, x)?, None),
         };
         let best: Vec<(Vec<u32>, Vec<f32>)> = (0..row_ids.len())
             .into_par_iter()
@@ -124,6 +130,6 @@ impl<'p> Ranker<'p> {
                 None => block.push(row_ids[i], labels, s),
             }
         }
-        block
+        Ok(block)
     }
 }

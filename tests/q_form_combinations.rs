@@ -204,3 +204,65 @@ fn release_hyper_after_with_a_full_cholesky_form_trains_l_from_the_first_step() 
     assert_ne!(released.log_ell, held.kernel.log_ell);
     assert_eq!(run_params(&ws, id)["release_hyper_after"], 2);
 }
+
+/// Replaces checkpoint `step` of `run` by `c`, registering its new size and checksum so
+/// that it loads as a valid checkpoint.
+fn replace_checkpoint(ws: &Path, run: i64, step: u64, c: &fsgp::store::checkpoint::Checkpoint) {
+    let conn = catalog(ws);
+    let path: String = conn
+        .query_row(
+            "SELECT path FROM checkpoints WHERE stage_run_id = ?1 AND step = ?2",
+            rusqlite::params![run, step as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let written = write_checkpoint(&ws.join(&path), c).unwrap();
+    conn.execute(
+        "UPDATE checkpoints SET bytes = ?1, checksum = ?2 WHERE path = ?3",
+        rusqlite::params![written.bytes as i64, written.checksum, path],
+    )
+    .unwrap();
+}
+
+#[test]
+fn full_cholesky_messages_name_k_z_and_an_unfactorisable_k_z_fails_predict_by_name() {
+    let p = prepared();
+    let ws = p.copy("messages");
+    // The linear kernel at R = 8 < M = 16: K_Z is singular, the whitened form adds jitter,
+    // and the log says what it factorised.
+    let out = pipeline(
+        &ws,
+        &train_args(&["--q-form", "whitened", "--epochs", "1", "--no-final-elbo"]),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(log.contains("Cholesky of K_Z failed; retried"), "{log}");
+    assert!(!log.contains("K_Z + Σ"), "{log}");
+    let id = train_run_id(&ws);
+    // A checkpoint whose K_Z is NaN: predict stops with an error naming the run and the
+    // checkpoint rather than writing rankings of NaN means.
+    let mut c = read_ckpt(&ws, id, 16);
+    c.params.kernel.log_sf2 = f64::NAN;
+    replace_checkpoint(&ws, id, 16, &c);
+    for extra in [None, Some("--probabilities")] {
+        let id_s = id.to_string();
+        let mut args = vec!["predict", "--run", id_s.as_str()];
+        args.extend(extra);
+        let out = pipeline(&ws, &args);
+        assert!(!out.status.success(), "{extra:?}: predict accepted a NaN K_Z");
+        let err = stderr(&out);
+        assert!(err.contains("Cholesky of K_Z failed"), "{extra:?}: {err}");
+        assert!(
+            err.contains(&format!("train run {id} (checkpoint step 16)")),
+            "{extra:?}: {err}"
+        );
+    }
+    let predictions: i64 = catalog(&ws)
+        .query_row(
+            "SELECT count(*) FROM stage_runs WHERE stage = 'predict' AND status = 'ok'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(predictions, 0);
+}

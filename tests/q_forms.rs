@@ -365,7 +365,7 @@ fn prediction_equals_the_training_marginals() {
             let marg = cond.marginals(params, &Scratch::new()).unwrap();
             let predictor = Predictor::new(kind, params, pr.kt.as_ref()).unwrap();
             let (mean, var) = predictor.mean_and_variance(&pr.x());
-            let plain = mean_utilities(kind, params, &pr.x());
+            let plain = mean_utilities(kind, params, &pr.x()).unwrap();
             for i in 0..pr.kxx.nrows() {
                 for k in 0..K {
                     let mut f = params.bias[k];
@@ -563,4 +563,26 @@ fn full_cholesky_gradients_match_central_differences_with_se_plus_linear_and_sub
             assert_eq!(seen, expected.into_iter().collect(), "{label} {kind:?}");
         }
     }
+}
+
+#[test]
+fn a_k_z_that_cannot_be_factorised_is_an_error_of_the_means_not_nan() {
+    for form in FORMS {
+        let mut pr = problem(91, form, 5, 4, 3);
+        pr.params.kernel.log_sf2 = f64::NAN;
+        let err = mean_utilities(KernelKind::SquaredExponential, &pr.params, &pr.x())
+            .expect_err("NaN means instead of an error");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("Cholesky of K_Z failed") && !msg.contains('Σ'),
+            "{form:?}: {msg}"
+        );
+    }
+    // The site form's means need no factorisation: K_bZ μ, NaN with the kernel.
+    let mut pr = problem(91, QForm::Whitened, 5, 4, 3);
+    pr.params.chol = None;
+    pr.params.rho = Mat::zeros(5, 3);
+    pr.params.kernel.log_sf2 = f64::NAN;
+    let m = mean_utilities(KernelKind::SquaredExponential, &pr.params, &pr.x()).unwrap();
+    assert!(m[(0, 0)].is_nan());
 }

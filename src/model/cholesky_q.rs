@@ -92,14 +92,24 @@ const MIN_PIVOT: f64 = 1e-6;
 /// fails too. Either way ε is a fixed multiple of tr K_Z, which the gradient uses.
 fn factor_k_z(k_z: MatRef<'_, f64>, scratch: &Scratch) -> Result<(Mat<f64>, f64)> {
     let m = k_z.nrows();
-    let (l_z, jitter) = factorise(k_z, &mut vec![0.0; m], scratch)?;
+    let (l_z, jitter) = factorise(k_z, &mut vec![0.0; m], scratch).map_err(k_z_failed)?;
     let floor = MIN_PIVOT * (0..m).map(|i| k_z[(i, i)]).sum::<f64>() / m.max(1) as f64;
     if (0..m).all(|j| l_z[(j, j)] * l_z[(j, j)] >= floor) {
         return Ok((l_z, jitter));
     }
     scratch.give_mat(l_z);
-    let (l_z, retry) = factorise(k_z, &mut vec![floor; m], scratch)?;
+    let (l_z, retry) = factorise(k_z, &mut vec![floor; m], scratch).map_err(k_z_failed)?;
     Ok((l_z, floor + retry))
+}
+
+/// The error of a K_Z that did not factorise: the shared retry loop speaks of K_Z + Σ (the
+/// site form's matrix), but the full-Cholesky forms factorise K_Z alone.
+fn k_z_failed(_: anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "Cholesky of K_Z failed even with jitter on its diagonal (the kernel \
+         hyperparameters or inducing inputs are not finite, or K_Z is far from positive \
+         definite)"
+    )
 }
 
 /// L_Z [M×M] of K_Z as the full-Cholesky forms factorise it (with its jitter, see

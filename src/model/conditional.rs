@@ -120,24 +120,23 @@ impl Conditional {
     }
 
     /// m = K_bZ μ [B×P] alone (ranking needs no variances). The full-Cholesky forms
-    /// factorise K_Z for it (m = K_bZ w, `cholesky_q::mean_weights`); if that fails even
-    /// with jitter (non-finite parameters) the means are NaN, as K_bZ μ would be.
-    pub fn mean(&self, params: &Params) -> Mat<f64> {
-        match self.form {
+    /// factorise K_Z for it (m = K_bZ w, `cholesky_q::mean_weights`), which fails when K_Z
+    /// cannot be factorised even with jitter (non-finite or far from positive definite
+    /// parameters): an error then, rather than NaN means that would rank labels arbitrarily.
+    pub fn mean(&self, params: &Params) -> Result<Mat<f64>> {
+        Ok(match self.form {
             QForm::SiteDiagonal => &self.kernel.k_bz * &params.mu,
             QForm::Cholesky | QForm::Whitened => {
                 let kf = &self.kernel;
-                match cholesky_q::mean_weights(
+                let w = cholesky_q::mean_weights(
                     kf.k_z.as_ref(),
                     params.mu.as_ref(),
                     chol_of(params),
                     &Scratch::new(),
-                ) {
-                    Ok(w) => &kf.k_bz * &w,
-                    Err(_) => Mat::from_fn(kf.k_bz.nrows(), params.mu.ncols(), |_, _| f64::NAN),
-                }
+                )?;
+                &kf.k_bz * &w
             }
-        }
+        })
     }
 
     /// Marginals, Σ_p KL_p and the per-GP factors [`Conditional::backward`] needs.

@@ -85,6 +85,15 @@ impl QForm {
         }
     }
 
+    /// The matrix whose Cholesky factorisation may need jitter, for messages: K_Z + Σ_p
+    /// for the site form, K_Z alone for the full-Cholesky forms.
+    pub fn factorised(self) -> &'static str {
+        match self {
+            QForm::SiteDiagonal => "K_Z + Σ",
+            QForm::Cholesky | QForm::Whitened => "K_Z",
+        }
+    }
+
     /// The form called `name` ([`QForm::name`]), or an error listing the names.
     pub fn parse(name: &str) -> Result<QForm, String> {
         QForm::ALL

@@ -18,10 +18,15 @@ use super::params::Params;
 use super::scratch::Scratch;
 
 /// Mean utilities f̄ = (K_*Z μ) Φᵀ + 1 bᵀ [B×K] for the rows of `x` (their K_XX̃ rows
-/// projected with the training basis).
-pub fn mean_utilities(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Mat<f64> {
-    let m = Conditional::through_inducing(kind, params, x).mean(params);
-    add_bias(&m * params.phi.transpose(), &params.bias)
+/// projected with the training basis). Fails for a full-Cholesky form whose K_Z does not
+/// factorise ([`Conditional::mean`]).
+pub fn mean_utilities(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+) -> Result<Mat<f64>> {
+    let m = Conditional::through_inducing(kind, params, x).mean(params)?;
+    Ok(add_bias(&m * params.phi.transpose(), &params.bias))
 }
 
 /// f + 1 bᵀ, column by column.
@@ -170,7 +175,7 @@ mod tests {
             .unwrap();
             let predictor = Predictor::new(kind, &params, k_tilde.as_ref()).unwrap();
             let (mean, var) = predictor.mean_and_variance(&x);
-            let plain = mean_utilities(kind, &params, &x);
+            let plain = mean_utilities(kind, &params, &x).unwrap();
             for i in 0..kxx.nrows() {
                 for k in 0..params.phi.nrows() {
                     let mut f = params.bias[k];

@@ -197,18 +197,29 @@ impl Job<'_> {
             self.config.inducing_inputs.in_features(),
         )?;
         let k_tilde = inputs.gram(&basis)?;
+        // A model whose q(u) cannot be factorised fails here or at its first block of rows.
+        let scoring = || {
+            format!(
+                "scoring '{}' rows with train run {} (checkpoint step {})",
+                opts.split, opts.run, self.checkpoint_step
+            )
+        };
         let ranker = Ranker::open(
             inputs,
             k_tilde,
             self.config.kernel.kind(),
             self.params,
             opts.probabilities,
-        )?;
+        )
+        .with_context(scoring)?;
         let started = Instant::now();
         let mut rows = 0u64;
         for file in self.files {
             let chunk = read_registered_chunk(file)?;
-            for (_, block) in ranker.rank_chunk(&chunk, opts.top_k, opts.block_rows)? {
+            let blocks = ranker
+                .rank_chunk(&chunk, opts.top_k, opts.block_rows)
+                .with_context(scoring)?;
+            for (_, block) in blocks {
                 writer.write(&block)?;
                 rows += block.len() as u64;
             }

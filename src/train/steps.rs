@@ -306,8 +306,9 @@ impl Trainer<'_> {
         if ev.jitter > self.max_jitter_logged {
             self.max_jitter_logged = ev.jitter;
             self.log(&format!(
-                "step {}: Cholesky of K_Z + Σ failed; retried with {:.3e} added to the diagonal",
+                "step {}: Cholesky of {} failed; retried with {:.3e} added to the diagonal",
                 self.state.step + 1,
+                self.setup.config.q_form.form().factorised(),
                 ev.jitter
             ));
         }
