@@ -12,29 +12,7 @@ use common::registered::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-/// The undisturbed run of the spec, once per test binary.
-fn baseline() -> &'static Outputs {
-    static BASELINE: OnceLock<Outputs> = OnceLock::new();
-    BASELINE.get_or_init(|| {
-        let (_dir, spec) = spec_dir("baseline");
-        let ws = spec.parent().unwrap().join("ws");
-        let out = run_spec_with(&ws, &spec, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        outputs(&ws)
-    })
-}
-
-fn spec_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix(name)
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
-    let spec = write(dir.path(), "toy.toml", &pipeline_spec());
-    (dir, spec)
-}
 
 /// A `pipeline run` paused at `stage-pause:STAGE`; killed if the test ends before it does.
 struct Paused {

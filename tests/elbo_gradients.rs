@@ -3,9 +3,11 @@
 //! the list of all terms; skipped kernel gradients; the forward-only bound; independence
 //! from the thread count; and unbiasedness of the sampled bound.
 
+mod common;
+use common::model::*;
 use faer::Mat;
 use fsgp::model::conditional::Factorisation;
-use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::kernel::{KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
@@ -14,14 +16,6 @@ use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-struct Problem {
-    kxx: Mat<f64>,
-    norms: Vec<f64>,
-    kt: Mat<f64>,
-    positives: Vec<Vec<u32>>,
-    params: Params,
-}
-
 const K: usize = 7;
 
 fn problem(seed: u64) -> Problem {
@@ -29,19 +23,8 @@ fn problem(seed: u64) -> Problem {
     // R < M, so the linear K_Z is singular as in real runs.
     let (m, r, b, p) = (5, 3, 4, 2);
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
-    let kxx = Mat::from_fn(b, r, |_, _| u(1.0));
-    let norms = (0..b)
-        .map(|i| (0..r).map(|k| kxx[(i, k)].powi(2)).sum::<f64>() + 0.2)
-        .collect();
-    let params = Params {
-        a: Mat::from_fn(m, r, |_, _| u(1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
-        phi: Mat::from_fn(K, p, |_, _| u(1.5)),
-        bias: (0..K).map(|_| u(1.0)).collect(),
-        kernel: KernelParams::new(u(0.5), u(0.5)),
-        chol: None,
-    };
+    let (kxx, norms) = random_rows(&mut u, b, r, 1.0);
+    let params = random_site_params(&mut u, (m, r, p, K));
     let positives = vec![vec![0, 3], vec![], vec![6], vec![1, 2, 5]];
     // A general positive definite K_X̃ (the SVD basis gives ≈ I), so that the subspace
     // path's Cholesky factor of K_X̃ is exercised.
@@ -78,15 +61,10 @@ fn value(
     terms: &[Term],
     lik: &BernoulliLogistic,
 ) -> f64 {
-    let x = BasisInputs {
-        kxx_b: pr.kxx.as_ref(),
-        sq_norms: &pr.norms,
-        k_tilde: pr.kt.as_ref(),
-    };
     evaluate_set(
         kind,
         params,
-        &x,
+        &pr.x(),
         &TermSet::List(terms),
         lik,
         &opts_for(fact),
@@ -109,15 +87,10 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
             } else {
                 terms_all(&pr.positives, K, 3.0)
             };
-            let x = BasisInputs {
-                kxx_b: pr.kxx.as_ref(),
-                sq_norms: &pr.norms,
-                k_tilde: pr.kt.as_ref(),
-            };
-            let mut grads = evaluate_set(
+            let grads = evaluate_set(
                 kind,
                 &pr.params,
-                &x,
+                &pr.x(),
                 &TermSet::List(&terms),
                 &lik,
                 &opts_for(fact),
@@ -128,20 +101,15 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
             // h balances truncation (∝ h²) against the rounding of F (∝ ε|F|/h).
             let h = 2e-5;
             let mut worst = (0.0f64, Block::A);
-            for idx in 0..flat_len(&pr.params) {
-                let (name, g) = flat_entry(&mut grads, idx);
-                let analytic = *g;
+            let fds = central_differences(&pr.params, h, |q| value(setup, &pr, q, &terms, &lik));
+            for (idx, ((name, analytic), fd)) in
+                flat_entries(&grads).into_iter().zip(fds).enumerate()
+            {
                 if kind == KernelKind::Linear && name == Block::LogEll {
                     assert_eq!(analytic, 0.0);
                     continue;
                 }
-                let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
-                *flat_entry(&mut up, idx).1 += h;
-                *flat_entry(&mut dn, idx).1 -= h;
-                let fd = (value(setup, &pr, &up, &terms, &lik)
-                    - value(setup, &pr, &dn, &terms, &lik))
-                    / (2.0 * h);
-                let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
+                let rel = rel_error(analytic, fd, 1e-4);
                 if rel > worst.0 {
                     worst = (rel, name);
                 }
@@ -237,14 +205,6 @@ fn sampled_bound_is_unbiased() {
     );
 }
 
-fn inputs(pr: &Problem) -> BasisInputs<'_> {
-    BasisInputs {
-        kxx_b: pr.kxx.as_ref(),
-        sq_norms: &pr.norms,
-        k_tilde: pr.kt.as_ref(),
-    }
-}
-
 fn dense(pr: &Problem, scale: f64) -> TermSet<'_> {
     TermSet::AllLabels {
         positives: &pr.positives,
@@ -274,7 +234,7 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
     for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
         for seed in [12, 13] {
             let pr = problem(seed);
-            let x = inputs(&pr);
+            let x = pr.x();
             let list = terms_all(&pr.positives, K, 3.0);
             let opts = EvalOptions::default();
             let a = evaluate_set(
@@ -316,7 +276,7 @@ fn dense_all_labels_gradient_matches_central_differences() {
             evaluate_set(
                 kind,
                 params,
-                &inputs(&pr),
+                &pr.x(),
                 &dense(&pr, 2.0),
                 &lik,
                 &opts,
@@ -324,19 +284,14 @@ fn dense_all_labels_gradient_matches_central_differences() {
             )
             .unwrap()
         };
-        let mut grads = eval(&pr.params).grads;
+        let grads = eval(&pr.params).grads;
         let h = 2e-5;
-        for idx in 0..flat_len(&pr.params) {
-            let (name, g) = flat_entry(&mut grads, idx);
-            let analytic = *g;
+        let fds = central_differences(&pr.params, h, |q| eval(q).value);
+        for (idx, ((name, analytic), fd)) in flat_entries(&grads).into_iter().zip(fds).enumerate() {
             if kind == KernelKind::Linear && name == Block::LogEll {
                 continue;
             }
-            let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
-            *flat_entry(&mut up, idx).1 += h;
-            *flat_entry(&mut dn, idx).1 -= h;
-            let fd = (eval(&up).value - eval(&dn).value) / (2.0 * h);
-            let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
+            let rel = rel_error(analytic, fd, 1e-4);
             assert!(
                 rel <= 1e-6,
                 "{kind:?} {fact:?} dense {name}[{idx}]: analytic {analytic} vs fd {fd}"
@@ -351,7 +306,7 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     for (kind, fact) in SETUPS {
         let pr = problem(15);
-        let x = inputs(&pr);
+        let x = pr.x();
         let sampled = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
         for terms in [dense(&pr, 3.0), TermSet::List(&sampled)] {
             let full = evaluate_set(
@@ -388,7 +343,7 @@ fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
         let pr = problem(16);
-        let x = inputs(&pr);
+        let x = pr.x();
         let sampled = terms_sampled(&pr.positives, K, 3, 1.5, &mut rng);
         for terms in [dense(&pr, 1.0), TermSet::List(&sampled)] {
             let ev = evaluate_set(
@@ -420,10 +375,7 @@ fn larger_problem() -> Problem {
     let mut rng = ChaCha8Rng::seed_from_u64(31);
     let (m, r, b, p, k) = (96, 40, 80, 8, 300);
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
-    let kxx = Mat::from_fn(b, r, |_, _| u(0.4));
-    let norms = (0..b)
-        .map(|i| (0..r).map(|j| kxx[(i, j)].powi(2)).sum::<f64>() + 0.2)
-        .collect();
+    let (kxx, norms) = random_rows(&mut u, b, r, 0.4);
     let params = Params {
         a: Mat::from_fn(m, r, |_, _| u(0.4)),
         mu: Mat::from_fn(m, p, |_, _| u(1.0)),
@@ -456,7 +408,7 @@ fn larger_problem() -> Problem {
 fn results_are_bitwise_identical_for_one_and_two_threads() {
     let lik = BernoulliLogistic::new(20).unwrap();
     let pr = larger_problem();
-    let x = inputs(&pr);
+    let x = pr.x();
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     let sampled = terms_sampled(&pr.positives, pr.params.phi.nrows(), 20, 2.0, &mut rng);
     for (kind, fact) in SETUPS {
@@ -495,7 +447,7 @@ fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
     let lik = BernoulliLogistic::new(20).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(8);
     for (name, pr) in [("small", problem(17)), ("larger", larger_problem())] {
-        let x = inputs(&pr);
+        let x = pr.x();
         let k = pr.params.phi.nrows();
         let sampled = terms_sampled(&pr.positives, k, 3, 2.0, &mut rng);
         for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
@@ -527,7 +479,7 @@ fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
 fn subspace_path_is_refused_where_it_does_not_apply() {
     let lik = BernoulliLogistic::new(20).unwrap();
     let mut pr = problem(18);
-    let x = inputs(&pr);
+    let x = pr.x();
     let terms = dense(&pr, 1.0);
     let se = evaluate_set(
         KernelKind::SquaredExponential,
@@ -546,7 +498,7 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
         r,
         |i, j| if i == 0 || j == 0 { 0.0 } else { pr.kt[(i, j)] },
     );
-    let x = inputs(&pr);
+    let x = pr.x();
     let terms = dense(&pr, 1.0);
     let lin = |fact| {
         evaluate_set(
@@ -577,7 +529,7 @@ fn one_scratch_reused_across_shapes_gives_the_same_bits_as_fresh_ones() {
     let mut rng = ChaCha8Rng::seed_from_u64(10);
     for round in 0..2 {
         for pr in [&small, &large] {
-            let x = inputs(pr);
+            let x = pr.x();
             let k = pr.params.phi.nrows();
             let sampled = terms_sampled(&pr.positives, k, 3, 2.0, &mut rng);
             for (kind, fact) in SETUPS {

@@ -7,12 +7,14 @@
 //! - The identity basis's analytic gradient, ∂Z included, against central finite
 //!   differences, for both kernels and both factorisation paths.
 
+mod common;
+use common::model::{central_differences, flat_entries, random_site_params, rel_error};
 use faer::Mat;
 use fsgp::model::conditional::Factorisation;
-use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::kernel::{BasisInputs, KernelKind};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
-use fsgp::model::params::{flat_entry, flat_len, Block, Params};
+use fsgp::model::params::{Block, Params};
 use fsgp::model::scratch::Scratch;
 use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
@@ -44,15 +46,7 @@ fn problem(seed: u64, (m, d, b, p): (usize, usize, usize, usize)) -> Problem {
     let norms = (0..b)
         .map(|i| (0..d).map(|j| x[(i, j)].powi(2)).sum())
         .collect();
-    let params = Params {
-        a: Mat::from_fn(m, d, |_, _| u(1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
-        phi: Mat::from_fn(K, p, |_, _| u(1.5)),
-        bias: (0..K).map(|_| u(1.0)).collect(),
-        kernel: KernelParams::new(u(0.5), u(0.5)),
-        chol: None,
-    };
+    let params = random_site_params(&mut u, (m, d, p, K));
     let positives = (0..b)
         .map(|i| (0..K as u32).filter(|k| (i as u32 + k) % 3 == 0).collect())
         .collect();
@@ -195,22 +189,18 @@ fn identity_basis_gradient_matches_central_differences() {
                 sq_norms: &pr.norms,
                 k_tilde: identity.as_ref(),
             };
-            let mut grads = evaluate(setup, &pr.params, &x, &TermSet::List(&terms)).grads;
+            let grads = evaluate(setup, &pr.params, &x, &TermSet::List(&terms)).grads;
             let h = 2e-5;
+            let fds = central_differences(&pr.params, h, |q| value(setup, &pr, q, &terms));
             let (mut worst, mut worst_z) = (0.0f64, 0.0f64);
-            for idx in 0..flat_len(&pr.params) {
-                let (name, g) = flat_entry(&mut grads, idx);
-                let analytic = *g;
+            for (idx, ((name, analytic), fd)) in
+                flat_entries(&grads).into_iter().zip(fds).enumerate()
+            {
                 if setup.0 == KernelKind::Linear && name == Block::LogEll {
                     assert_eq!(analytic, 0.0);
                     continue;
                 }
-                let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
-                *flat_entry(&mut up, idx).1 += h;
-                *flat_entry(&mut dn, idx).1 -= h;
-                let fd =
-                    (value(setup, &pr, &up, &terms) - value(setup, &pr, &dn, &terms)) / (2.0 * h);
-                let err = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
+                let err = rel_error(analytic, fd, 1e-4);
                 assert!(
                     err <= 1e-6,
                     "{setup:?} sampled={sampled} {name}[{idx}]: analytic {analytic} vs fd {fd}"

@@ -144,13 +144,7 @@ fn free_trains_z_in_input_space_and_predicts() {
     eprintln!("free: P@1 {p1:.2} %");
     assert!(p1 > 20.0, "P@1 {p1}");
     // status shows the choice, and D as the width the model sees.
-    let status = status_json(&ws);
-    let summary = status["train_runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == run)
-        .unwrap_or_else(|| panic!("run {run} not in {status}"));
+    let summary = train_summary(&ws, run);
     assert_eq!(summary["inducing_inputs"], "free");
     assert_eq!(summary["rank"], D as u64);
     let table = stdout(&pipeline(&ws, &["status"]));
@@ -259,16 +253,7 @@ fn free_runs_repeat_bitwise_across_thread_counts_and_resume_after_a_crash() {
     // Crashes around checkpoints, then --resume: the uninterrupted run's bytes.
     for point in ["checkpoint-written:14", "checkpoint-renamed:49"] {
         let ws = p.copy(&point.replace(':', "-"));
-        let out = Command::new(pipeline_bin())
-            .arg("--workspace")
-            .arg(&ws)
-            .args(train_args(&free))
-            .env("FSGP_FAILPOINT", point)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{point}: the failpoint did not fire");
-        let id = train_run_id(&ws);
-        assert_eq!(run_status(&ws, id), "interrupted", "{point}");
+        let id = crash_at(&ws, &free, point);
         // The inducing inputs cannot change on resume.
         let out = pipeline(
             &ws,
@@ -319,14 +304,11 @@ fn input_space_memory_is_refused_before_anything_runs() {
     ] {
         assert!(err.contains(expected), "missing {expected:?} in: {err}");
     }
-    let trained = catalog(&ws)
-        .query_row(
-            "SELECT count(*) FROM stage_runs WHERE stage = 'train'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .unwrap();
-    assert_eq!(trained, 0, "no training run may be started");
+    assert_eq!(
+        count_runs(&ws, "train", None),
+        0,
+        "no training run may be started"
+    );
 }
 
 #[test]

@@ -4,9 +4,11 @@
 //! ARD with all ω = 1 is the model without ARD; the exact bound's pieces and prediction
 //! accept every kernel and ARD mode.
 
+mod common;
+use common::model::*;
 use faer::Mat;
 use fsgp::model::conditional::Factorisation;
-use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
@@ -18,33 +20,14 @@ use rand_chacha::ChaCha8Rng;
 
 const K: usize = 7;
 
-struct Problem {
-    kxx: Mat<f64>,
-    norms: Vec<f64>,
-    kt: Mat<f64>,
-    positives: Vec<Vec<u32>>,
-    params: Params,
-}
-
 /// M = 5 > R = 3 (a singular linear K_Z, as in real runs) and a general positive definite
 /// K_X̃, so ARD's map and the subspace path's L_X̃ are both exercised in full.
 fn problem(seed: u64, kind: KernelKind, ard: bool) -> Problem {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (m, r, b, p) = (5, 3, 4, 2);
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
-    let kxx = Mat::from_fn(b, r, |_, _| u(1.0));
-    let norms = (0..b)
-        .map(|i| (0..r).map(|k| kxx[(i, k)].powi(2)).sum::<f64>() + 0.2)
-        .collect();
-    let mut params = Params {
-        a: Mat::from_fn(m, r, |_, _| u(1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
-        phi: Mat::from_fn(K, p, |_, _| u(1.5)),
-        bias: (0..K).map(|_| u(1.0)).collect(),
-        kernel: KernelParams::new(u(0.5), u(0.5)),
-        chol: None,
-    };
+    let (kxx, norms) = random_rows(&mut u, b, r, 1.0);
+    let mut params = random_site_params(&mut u, (m, r, p, K));
     params.kernel.log_lin2 = (kind == KernelKind::SePlusLinear).then(|| u(0.5) - 0.3);
     if ard {
         params.kernel.log_ard = (0..r).map(|_| u(1.2)).collect();
@@ -60,14 +43,6 @@ fn problem(seed: u64, kind: KernelKind, ard: bool) -> Problem {
     }
 }
 
-fn inputs(pr: &Problem) -> BasisInputs<'_> {
-    BasisInputs {
-        kxx_b: pr.kxx.as_ref(),
-        sq_norms: &pr.norms,
-        k_tilde: pr.kt.as_ref(),
-    }
-}
-
 fn eval(
     kind: KernelKind,
     fact: Factorisation,
@@ -80,16 +55,7 @@ fn eval(
         factorisation: fact,
         ..EvalOptions::default()
     };
-    evaluate_set(
-        kind,
-        params,
-        &inputs(pr),
-        terms,
-        &lik,
-        &opts,
-        &Scratch::new(),
-    )
-    .unwrap()
+    evaluate_set(kind, params, &pr.x(), terms, &lik, &opts, &Scratch::new()).unwrap()
 }
 
 /// Every (kernel, factorisation) pair: the subspace path applies to the linear kernel only.
@@ -103,20 +69,14 @@ const SETUPS: [(KernelKind, Factorisation); 4] = [
 fn check_gradients(kind: KernelKind, fact: Factorisation, ard: bool, terms: &[Term], seed: u64) {
     let pr = problem(seed, kind, ard);
     let set = TermSet::List(terms);
-    let mut grads = eval(kind, fact, &pr, &pr.params, &set).grads;
+    let grads = eval(kind, fact, &pr, &pr.params, &set).grads;
     // The five-point stencil (truncation ∝ h⁴) at h = 10⁻³ keeps the rounding of F
     // (∝ ε|F|/h, |F| ≈ 60 here) two orders below the tolerance on entries as small as 10⁻⁵.
     let h = 1e-3;
-    let at = |idx: usize, step: f64| {
-        let mut q = pr.params.clone();
-        *flat_entry(&mut q, idx).1 += step;
-        eval(kind, fact, &pr, &q, &set).value
-    };
+    let fds = five_point_differences(&pr.params, h, |q| eval(kind, fact, &pr, q, &set).value);
     let mut seen = Vec::new();
     let mut worst = (0.0f64, Block::A);
-    for idx in 0..flat_len(&pr.params) {
-        let (block, g) = flat_entry(&mut grads, idx);
-        let analytic = *g;
+    for (idx, ((block, analytic), fd)) in flat_entries(&grads).into_iter().zip(fds).enumerate() {
         if !seen.contains(&block) {
             seen.push(block);
         }
@@ -124,9 +84,7 @@ fn check_gradients(kind: KernelKind, fact: Factorisation, ard: bool, terms: &[Te
             assert_eq!(analytic, 0.0);
             continue;
         }
-        let fd = (8.0 * (at(idx, h) - at(idx, -h)) - (at(idx, 2.0 * h) - at(idx, -2.0 * h)))
-            / (12.0 * h);
-        let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-4);
+        let rel = rel_error(analytic, fd, 1e-4);
         if rel > worst.0 {
             worst = (rel, block);
         }
@@ -268,7 +226,7 @@ fn exact_bound_pieces_and_prediction_serve_every_kernel_and_ard_mode() {
     ] {
         for ard in [false, true] {
             let pr = problem(9, kind, ard);
-            let x = inputs(&pr);
+            let x = pr.x();
             let dense = TermSet::AllLabels {
                 positives: &pr.positives,
                 scale: 1.0,

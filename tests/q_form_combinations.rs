@@ -37,7 +37,10 @@ fn assert_checkpoint_round_trips(ws: &Path, run: i64, step: u64, label: &str) {
     let c = read_ckpt(ws, run, step);
     let copy = ws.join(format!("roundtrip-{run}-{step}.ckpt"));
     write_checkpoint(&copy, &c).unwrap();
-    assert!(std::fs::read(&copy).unwrap() == stored, "{label}: bytes differ");
+    assert!(
+        std::fs::read(&copy).unwrap() == stored,
+        "{label}: bytes differ"
+    );
     let back = read_checkpoint(&copy).unwrap();
     assert_eq!(tensor_bits(&back), tensor_bits(&c), "{label}");
     assert_eq!(back.params.chol, c.params.chol, "{label}");
@@ -45,13 +48,7 @@ fn assert_checkpoint_round_trips(ws: &Path, run: i64, step: u64, label: &str) {
 
 /// The status table row and the `status --run` detail of `run` show every choice.
 fn assert_status_shows(ws: &Path, run: i64, form: &str, kernel: &str, ard: &str, z: &str) {
-    let status = status_json(ws);
-    let summary = status["train_runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == run)
-        .unwrap_or_else(|| panic!("run {run} not in {status}"));
+    let summary = train_summary(ws, run);
     assert_eq!(summary["q_form"], form);
     assert_eq!(summary["kernel"], kernel);
     assert_eq!(summary["ard"], ard);
@@ -76,9 +73,24 @@ fn assert_status_shows(ws: &Path, run: i64, form: &str, kernel: &str, ard: &str,
 fn full_cholesky_forms_train_bound_and_predict_with_se_plus_linear_and_subspace_ard() {
     let p = prepared();
     for (form, kernel, kind, ard) in [
-        (QForm::Whitened, "se+linear", KernelKind::SePlusLinear, "subspace"),
-        (QForm::Cholesky, "se+linear", KernelKind::SePlusLinear, "none"),
-        (QForm::Cholesky, "se", KernelKind::SquaredExponential, "subspace"),
+        (
+            QForm::Whitened,
+            "se+linear",
+            KernelKind::SePlusLinear,
+            "subspace",
+        ),
+        (
+            QForm::Cholesky,
+            "se+linear",
+            KernelKind::SePlusLinear,
+            "none",
+        ),
+        (
+            QForm::Cholesky,
+            "se",
+            KernelKind::SquaredExponential,
+            "subspace",
+        ),
     ] {
         let label = format!("{} {kernel} ard={ard}", form.name());
         let ws = p.copy(&format!("{}-{kernel}-{ard}", form.name()));
@@ -249,7 +261,10 @@ fn full_cholesky_messages_name_k_z_and_an_unfactorisable_k_z_fails_predict_by_na
         let mut args = vec!["predict", "--run", id_s.as_str()];
         args.extend(extra);
         let out = pipeline(&ws, &args);
-        assert!(!out.status.success(), "{extra:?}: predict accepted a NaN K_Z");
+        assert!(
+            !out.status.success(),
+            "{extra:?}: predict accepted a NaN K_Z"
+        );
         let err = stderr(&out);
         assert!(err.contains("Cholesky of K_Z failed"), "{extra:?}: {err}");
         assert!(
@@ -257,12 +272,5 @@ fn full_cholesky_messages_name_k_z_and_an_unfactorisable_k_z_fails_predict_by_na
             "{extra:?}: {err}"
         );
     }
-    let predictions: i64 = catalog(&ws)
-        .query_row(
-            "SELECT count(*) FROM stage_runs WHERE stage = 'predict' AND status = 'ok'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(predictions, 0);
+    assert_eq!(count_runs(&ws, "predict", Some("ok")), 0);
 }

@@ -9,68 +9,9 @@
 mod common;
 use common::toy::*;
 use common::*;
-use faer::Mat;
-use fsgp::model::kernel::{BasisInputs, KernelKind};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::evaluate;
+use fsgp::model::kernel::KernelKind;
 use fsgp::model::params::{packed_len, QForm};
-use fsgp::model::terms::terms_all;
-use fsgp::store::chunks::read_chunk_labels;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// The newest artifact of `kind`.
-fn artifact(ws: &Path, kind: &str) -> PathBuf {
-    ws.join(
-        catalog(ws)
-            .query_row(
-                "SELECT path FROM artifacts WHERE kind = ?1 ORDER BY id DESC LIMIT 1",
-                [kind],
-                |r| r.get::<_, String>(0),
-            )
-            .unwrap(),
-    )
-}
-
-/// The exact bound of `params` over all 900 training rows as one batch, computed directly
-/// from the stored inputs and the chunks' labels.
-fn one_batch_bound(ws: &Path, kind: KernelKind, params: &fsgp::model::params::Params) -> f64 {
-    let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
-    let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
-    let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
-    let conn = catalog(ws);
-    let mut chunk_paths: Vec<String> = conn
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    chunk_paths.sort();
-    let mut positives = Vec::new();
-    for path in chunk_paths {
-        let l = read_chunk_labels(&ws.join(path)).unwrap();
-        for i in 0..l.len() {
-            positives.push(l.row(i).to_vec());
-        }
-    }
-    assert_eq!(positives.len(), 900);
-    let (n, r) = kxx.dim();
-    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
-    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
-    let kt = &basis * basis.transpose();
-    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
-    let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
-        sq_norms: &sq,
-        k_tilde: kt.as_ref(),
-    };
-    let lik = BernoulliLogistic::new(20).unwrap();
-    evaluate(kind, params, &x, &terms_all(&positives, 30, 1.0), &lik)
-        .unwrap()
-        .value
-}
+use std::time::Instant;
 
 #[test]
 fn each_full_cholesky_form_trains_bounds_and_predicts() {
@@ -139,17 +80,7 @@ fn a_killed_or_crashed_cholesky_run_resumes_to_identical_bytes() {
 
     // A crash right after a checkpoint is renamed into place.
     let ws = p.copy("crash");
-    let out = Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws)
-        .args(train_args(&args))
-        .env("FSGP_FAILPOINT", "checkpoint-renamed:14")
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the failpoint did not fire");
-    let id = train_run_id(&ws);
-    assert_eq!(run_status(&ws, id), "interrupted");
+    let id = crash_at(&ws, &args, "checkpoint-renamed:14");
     let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(checkpoints(&ws, id), expected);
@@ -158,30 +89,9 @@ fn a_killed_or_crashed_cholesky_run_resumes_to_identical_bytes() {
     let mut resumed = 0;
     for (i, frac) in [0.2, 0.4, 0.6, 0.8].into_iter().enumerate() {
         let ws = p.copy(&format!("kill{i}"));
-        let mut child = Command::new(pipeline_bin())
-            .arg("--workspace")
-            .arg(&ws)
-            .args(train_args(&args))
-            .env_remove("FSGP_WORKSPACE")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_secs_f64(reference_secs * frac));
-        let finished = child.try_wait().unwrap().is_some();
-        let _ = child.kill();
-        child.wait().unwrap();
-        let id: Option<i64> = catalog(&ws)
-            .query_row(
-                "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        let Some(id) = id else { continue };
-        if finished || run_status(&ws, id) == "ok" {
+        let Some(id) = train_killed_after(&ws, &args, reference_secs * frac) else {
             continue;
-        }
+        };
         let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
         assert!(out.status.success(), "kill at {frac}: {}", stderr(&out));
         assert_eq!(checkpoints(&ws, id), expected, "kill at {frac}");
@@ -192,16 +102,7 @@ fn a_killed_or_crashed_cholesky_run_resumes_to_identical_bytes() {
 
     // The form cannot change on resume; the refusal names both values.
     let ws = p.copy("refuse");
-    let out = Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws)
-        .args(train_args(&args))
-        .env("FSGP_FAILPOINT", "checkpoint-renamed:14")
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let id = train_run_id(&ws);
+    let id = crash_at(&ws, &args, "checkpoint-renamed:14");
     let out = pipeline(
         &ws,
         &["train", "--resume", &id.to_string(), "--q-form", "whitened"],
@@ -234,14 +135,7 @@ fn bad_or_unusable_q_forms_are_refused_up_front() {
         err.contains("--q-form cholesky") && err.contains("R = 8") && err.contains("whitened"),
         "{err}"
     );
-    let runs: i64 = catalog(&ws)
-        .query_row(
-            "SELECT count(*) FROM stage_runs WHERE stage = 'train'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(runs, 0);
+    assert_eq!(count_runs(&ws, "train", None), 0);
 }
 
 #[test]

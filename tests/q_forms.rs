@@ -5,12 +5,14 @@
 //! factor; bitwise independence from the thread count; prediction against the training
 //! marginals; a singular K_Z rescued by jitter.
 
+mod common;
+use common::model::*;
 use faer::linalg::solvers::DenseSolveCore;
 use faer::{Mat, Side};
 use fsgp::model::cholesky_q::{factor_of, pack_factors};
 use fsgp::model::conditional::{Conditional, Factorisation};
 use fsgp::model::gp_factor::sigma_of;
-use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::kernel::{KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
@@ -24,26 +26,9 @@ const K: usize = 6;
 const KINDS: [KernelKind; 2] = [KernelKind::Linear, KernelKind::SquaredExponential];
 const FORMS: [QForm; 2] = [QForm::Cholesky, QForm::Whitened];
 
-struct Problem {
-    kxx: Mat<f64>,
-    norms: Vec<f64>,
-    kt: Mat<f64>,
-    positives: Vec<Vec<u32>>,
-    params: Params,
-}
-
-impl Problem {
-    fn x(&self) -> BasisInputs<'_> {
-        BasisInputs {
-            kxx_b: self.kxx.as_ref(),
-            sq_norms: &self.norms,
-            k_tilde: self.kt.as_ref(),
-        }
-    }
-
-    fn k_z(&self, kind: KernelKind, params: &Params) -> Mat<f64> {
-        kind.k_z(&params.kernel, params.a.as_ref(), self.kt.as_ref())
-    }
+/// K_Z of `params` under `kind` with the problem's basis Gram.
+fn k_z_of(pr: &Problem, kind: KernelKind, params: &Params) -> Mat<f64> {
+    kind.k_z(&params.kernel, params.a.as_ref(), pr.kt.as_ref())
 }
 
 /// Random lower-triangular factors [m×m] with diagonals of either sign, away from 0.
@@ -67,10 +52,7 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let r = m + 1;
     let u = |rng: &mut ChaCha8Rng, s: f64| (rng.random::<f64>() - 0.5) * s;
-    let kxx = Mat::from_fn(b, r, |_, _| u(&mut rng, 1.0));
-    let norms = (0..b)
-        .map(|i| (0..r).map(|k| kxx[(i, k)].powi(2)).sum::<f64>() + 0.2)
-        .collect();
+    let (kxx, norms) = random_rows(&mut |s| u(&mut rng, s), b, r, 1.0);
     let w = Mat::from_fn(r, r, |_, _| u(&mut rng, 0.6));
     let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
     let factors = random_factors(&mut rng, m, p);
@@ -120,23 +102,16 @@ fn check_every_entry(
 ) -> std::collections::HashSet<Block> {
     let eval = evaluate(kind, pr, &pr.params, terms);
     assert_eq!(eval.jitter, 0.0, "{label}");
-    let mut grads = eval.grads;
-    let h = 2e-5;
+    let fds = central_differences(&pr.params, 2e-5, |q| evaluate(kind, pr, q, terms).value);
     let mut seen = std::collections::HashSet::new();
-    for idx in 0..flat_len(&pr.params) {
-        let (block, g) = flat_entry(&mut grads, idx);
-        let analytic = *g;
+    for (idx, ((block, analytic), fd)) in flat_entries(&eval.grads).into_iter().zip(fds).enumerate()
+    {
         if kind == KernelKind::Linear && block == Block::LogEll {
             assert_eq!(analytic, 0.0, "{label}");
             continue;
         }
         seen.insert(block);
-        let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
-        *flat_entry(&mut up, idx).1 += h;
-        *flat_entry(&mut dn, idx).1 -= h;
-        let fd =
-            (evaluate(kind, pr, &up, terms).value - evaluate(kind, pr, &dn, terms).value) / (2.0 * h);
-        let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-6);
+        let rel = rel_error(analytic, fd, 1e-6);
         assert!(
             rel < 1e-6,
             "{label} {kind:?} {block} [{idx}]: analytic {analytic} vs fd {fd} (rel {rel:.2e})"
@@ -163,7 +138,8 @@ fn analytic_gradient_matches_central_differences_for_every_block() {
                     scale: 3.0,
                 };
                 let terms = if sampled { TermSet::List(&list) } else { dense };
-                let seen = check_every_entry(kind, &pr, &terms, &format!("{form:?} sampled={sampled}"));
+                let seen =
+                    check_every_entry(kind, &pr, &terms, &format!("{form:?} sampled={sampled}"));
                 let expected = if kind == KernelKind::Linear { 6 } else { 7 };
                 assert_eq!(seen.len(), expected, "{seen:?}");
                 assert!(!seen.contains(&Block::Rho));
@@ -202,7 +178,7 @@ fn q_of_u(pr: &Problem, kind: KernelKind, params: &Params, p: usize) -> (Mat<f64
     if !c.whitened {
         return (mean, &l * l.transpose());
     }
-    let k_z = pr.k_z(kind, params);
+    let k_z = k_z_of(pr, kind, params);
     let l_z = k_z.llt(Side::Lower).unwrap().L().to_owned();
     let lzl = &l_z * &l;
     (&l_z * &mean, &lzl * lzl.transpose())
@@ -213,7 +189,7 @@ fn kl_equals_the_textbook_gaussian_kl() {
     for form in FORMS {
         for kind in KINDS {
             let pr = problem(3, form, 5, 3, 4);
-            let k_z = pr.k_z(kind, &pr.params);
+            let k_z = k_z_of(&pr, kind, &pr.params);
             let expected: f64 = (0..4)
                 .map(|p| {
                     let (mean, s) = q_of_u(&pr, kind, &pr.params, p);
@@ -236,12 +212,30 @@ fn chol(s: &Mat<f64>) -> Mat<f64> {
     s.llt(Side::Lower).unwrap().L().to_owned()
 }
 
+/// Two parameterisations of one q(u) give the same bound (relative 10⁻¹⁰) and KL (relative
+/// `kl_tol`).
+fn assert_same_bound(a: &Evaluation, b: &Evaluation, kl_tol: f64, label: &str) {
+    let rel = (a.value - b.value).abs() / a.value.abs();
+    assert!(
+        rel < 1e-10,
+        "{label}: {} vs {} ({rel:.2e})",
+        a.value,
+        b.value
+    );
+    assert!(
+        (a.kl - b.kl).abs() < kl_tol * a.kl.abs(),
+        "{label}: KL {} vs {}",
+        a.kl,
+        b.kl
+    );
+}
+
 #[test]
 fn whitened_and_unwhitened_parameters_of_one_q_give_the_same_bound() {
     for kind in KINDS {
         let pr = problem(7, QForm::Cholesky, 5, 6, 4);
         let (m, p_count) = (pr.params.mu.nrows(), pr.params.mu.ncols());
-        let l_z = chol(&pr.k_z(kind, &pr.params));
+        let l_z = chol(&k_z_of(&pr, kind, &pr.params));
         let mut l_z_inv = Mat::<f64>::identity(m, m);
         faer::linalg::triangular_solve::solve_lower_triangular_in_place(
             l_z.as_ref(),
@@ -262,14 +256,7 @@ fn whitened_and_unwhitened_parameters_of_one_q_give_the_same_bound() {
         };
         let a = evaluate(kind, &pr, &pr.params, &terms);
         let b = evaluate(kind, &pr, &white, &terms);
-        let rel = (a.value - b.value).abs() / a.value.abs();
-        assert!(
-            rel < 1e-10,
-            "{kind:?}: {} vs {} ({rel:.2e})",
-            a.value,
-            b.value
-        );
-        assert!((a.kl - b.kl).abs() < 1e-10 * a.kl.abs());
+        assert_same_bound(&a, &b, 1e-10, &format!("{kind:?}"));
     }
 }
 
@@ -283,7 +270,7 @@ fn the_papers_q_written_as_a_cholesky_factor_gives_the_papers_bound() {
         sites.chol = None;
         sites.rho = Mat::from_fn(m, p_count, |_, _| rng.random::<f64>() * 2.0 - 1.0);
         // q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹).
-        let k_z = pr.k_z(kind, &sites);
+        let k_z = k_z_of(&pr, kind, &sites);
         let (_, k_inv) = logdet_and_inverse(&k_z);
         let factors: Vec<Mat<f64>> = (0..p_count)
             .map(|p| {
@@ -315,14 +302,7 @@ fn the_papers_q_written_as_a_cholesky_factor_gives_the_papers_bound() {
             };
             let a = evaluate(kind, &pr, &sites, &terms);
             let b = evaluate(kind, &pr, &full, &terms);
-            let rel = (a.value - b.value).abs() / a.value.abs();
-            assert!(
-                rel < 1e-10,
-                "{kind:?}: {} vs {} ({rel:.2e})",
-                a.value,
-                b.value
-            );
-            assert!((a.kl - b.kl).abs() < 1e-9 * a.kl.abs());
+            assert_same_bound(&a, &b, 1e-9, &format!("{kind:?} sampled={sampled}"));
         }
     }
 }
@@ -473,20 +453,14 @@ fn worst_gradient_error(
     terms: &TermSet<'_>,
     h: f64,
 ) -> (f64, Block) {
-    let mut grads = evaluate(kind, pr, &pr.params, terms).grads;
+    let grads = evaluate(kind, pr, &pr.params, terms).grads;
+    let fds = central_differences(&pr.params, h, |q| evaluate(kind, pr, q, terms).value);
     let mut worst = (0.0f64, Block::A);
-    for idx in 0..flat_len(&pr.params) {
-        let (block, g) = flat_entry(&mut grads, idx);
-        let analytic = *g;
+    for ((block, analytic), fd) in flat_entries(&grads).into_iter().zip(fds) {
         if kind == KernelKind::Linear && block == Block::LogEll {
             continue;
         }
-        let (mut up, mut dn) = (pr.params.clone(), pr.params.clone());
-        *flat_entry(&mut up, idx).1 += h;
-        *flat_entry(&mut dn, idx).1 -= h;
-        let fd = (evaluate(kind, pr, &up, terms).value - evaluate(kind, pr, &dn, terms).value)
-            / (2.0 * h);
-        let rel = (analytic - fd).abs() / analytic.abs().max(fd.abs()).max(1e-6);
+        let rel = rel_error(analytic, fd, 1e-6);
         if rel > worst.0 {
             worst = (rel, block);
         }
@@ -549,7 +523,13 @@ fn full_cholesky_gradients_match_central_differences_with_se_plus_linear_and_sub
             let list = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
             let label = format!("{form:?} ard={ard}");
             let seen = check_every_entry(kind, &pr, &TermSet::List(&list), &label);
-            let mut expected = vec![Block::A, Block::Mu, Block::CholFactor, Block::Phi, Block::Bias];
+            let mut expected = vec![
+                Block::A,
+                Block::Mu,
+                Block::CholFactor,
+                Block::Phi,
+                Block::Bias,
+            ];
             expected.push(Block::LogSf2);
             if kind != KernelKind::Linear {
                 expected.push(Block::LogEll);

@@ -12,32 +12,7 @@ mod common;
 use common::registered::*;
 use common::*;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
-/// The undisturbed run of the spec, once per test binary.
-fn baseline() -> &'static Outputs {
-    static BASELINE: OnceLock<Outputs> = OnceLock::new();
-    BASELINE.get_or_init(|| {
-        let (_dir, spec) = spec_dir("baseline");
-        let ws = spec.parent().unwrap().join("ws");
-        let out = run_spec_with(&ws, &spec, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let outputs = outputs(&ws);
-        assert_eq!(outputs.ok_runs.len(), 5, "{outputs:?}");
-        outputs
-    })
-}
-
-/// A directory holding the spec (its generated data go beside it).
-fn spec_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix(name)
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
-    let spec = write(dir.path(), "toy.toml", &pipeline_spec());
-    (dir, spec)
-}
+use std::path::Path;
 
 /// The run ids the spec gives each stage.
 fn run_id_of(stage: &str) -> i64 {

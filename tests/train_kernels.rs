@@ -8,15 +8,9 @@
 mod common;
 use common::toy::*;
 use common::*;
-use faer::Mat;
-use fsgp::model::kernel::{BasisInputs, KernelKind};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::evaluate;
-use fsgp::model::terms::terms_all;
+use fsgp::model::kernel::KernelKind;
 use fsgp::store::checkpoint::{read_checkpoint, Checkpoint};
-use fsgp::store::chunks::read_chunk_labels;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// SE + linear with subspace ARD, hyperparameters released after 2 of the 6 epochs (16
 /// minibatches each, so at step 32), a checkpoint every 8 steps.
@@ -104,22 +98,6 @@ fn release_schedule_freezes_exactly_the_hyperparameters_then_trains_them() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// Runs TRAIN + KERNEL_RUN until the failpoint `point` aborts it; the run's id.
-fn crash_at(ws: &Path, point: &str) -> i64 {
-    let out = Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(ws)
-        .args(train_args(KERNEL_RUN))
-        .env("FSGP_FAILPOINT", point)
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{point}: the failpoint did not fire");
-    let id = train_run_id(ws);
-    assert_eq!(run_status(ws, id), "interrupted", "{point}");
-    id
-}
-
 #[test]
 fn crashes_around_the_release_resume_to_the_bytes_of_an_uninterrupted_run() {
     let p = prepared();
@@ -132,14 +110,14 @@ fn crashes_around_the_release_resume_to_the_bytes_of_an_uninterrupted_run() {
         "checkpoint-written:40",
     ] {
         let ws = p.copy(&point.replace(':', "-"));
-        let id = crash_at(&ws, point);
+        let id = crash_at(&ws, KERNEL_RUN, point);
         let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
         assert!(out.status.success(), "{point}: {}", stderr(&out));
         assert_eq!(checkpoints(&ws, id), expected, "{point}");
         if point.ends_with(":32") {
             // The model's options cannot change on resume; both values are named.
             let ws = p.copy("refused");
-            let id = crash_at(&ws, point);
+            let id = crash_at(&ws, KERNEL_RUN, point);
             for (args, message) in [
                 (
                     ["--release-hyper-after", "3"],
@@ -187,55 +165,6 @@ fn invalid_schedules_are_refused_with_the_flag_named() {
     }
 }
 
-fn artifact(ws: &Path, kind: &str) -> PathBuf {
-    let path: String = catalog(ws)
-        .query_row(
-            "SELECT path FROM artifacts WHERE kind = ?1 ORDER BY id DESC LIMIT 1",
-            [kind],
-            |r| r.get(0),
-        )
-        .unwrap();
-    ws.join(path)
-}
-
-/// The bound of checkpoint `c` with all 900 training rows as one batch, read directly.
-fn one_batch_bound(ws: &Path, c: &Checkpoint) -> f64 {
-    let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
-    let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
-    let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
-    let conn = catalog(ws);
-    let mut chunk_paths: Vec<String> = conn
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    chunk_paths.sort();
-    let mut positives = Vec::new();
-    for path in chunk_paths {
-        let l = read_chunk_labels(&ws.join(path)).unwrap();
-        for i in 0..l.len() {
-            positives.push(l.row(i).to_vec());
-        }
-    }
-    let (n, r) = kxx.dim();
-    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
-    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
-    let kt = &basis * basis.transpose();
-    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
-    let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
-        sq_norms: &sq,
-        k_tilde: kt.as_ref(),
-    };
-    let lik = BernoulliLogistic::new(20).unwrap();
-    let terms = terms_all(&positives, 30, 1.0);
-    evaluate(KernelKind::SePlusLinear, &c.params, &x, &terms, &lik)
-        .unwrap()
-        .value
-}
-
 #[test]
 fn se_plus_linear_with_ard_trains_predicts_and_gives_its_exact_bound() {
     let p = prepared();
@@ -267,7 +196,11 @@ fn se_plus_linear_with_ard_trains_predicts_and_gives_its_exact_bound() {
     assert!(out.status.success(), "{}", stderr(&out));
     let recorded = metrics(&ws, id, "elbo_exact");
     let streamed = f64::from_bits(recorded.iter().find(|m| m.0 == 14).unwrap().1);
-    let direct = one_batch_bound(&ws, &read_ckpt(&ws, id, 14));
+    let direct = one_batch_bound(
+        &ws,
+        KernelKind::SePlusLinear,
+        &read_ckpt(&ws, id, 14).params,
+    );
     assert!(
         (streamed - direct).abs() <= 1e-9 * direct.abs(),
         "streamed {streamed} vs one batch {direct}"

@@ -10,23 +10,7 @@ use common::toy::*;
 use common::*;
 use serde_json::json;
 use std::path::Path;
-use std::process::{Command, Output};
-
-/// Runs TRAIN with `overrides` until the failpoint `point` aborts it; the run's id.
-fn crash_at(ws: &Path, overrides: &[&str], point: &str) -> i64 {
-    let out = Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(ws)
-        .args(train_args(overrides))
-        .env("FSGP_FAILPOINT", point)
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{point}: the failpoint did not fire");
-    let id = train_run_id(ws);
-    assert_eq!(run_status(ws, id), "interrupted", "{point}");
-    id
-}
+use std::process::Output;
 
 /// `pipeline train --resume ID EXTRA...`.
 fn resume(ws: &Path, id: i64, extra: &[&str]) -> Output {

@@ -8,15 +8,9 @@ mod common;
 use common::toy::*;
 use common::*;
 use faer::Mat;
-use fsgp::model::kernel::{BasisInputs, KernelKind};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::evaluate;
-use fsgp::model::terms::terms_all;
+use fsgp::model::kernel::KernelKind;
 use fsgp::store::checkpoint::read_checkpoint;
-use fsgp::store::chunks::read_chunk_labels;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[test]
 fn same_seed_gives_bitwise_identical_checkpoints_and_resume_matches() {
@@ -65,31 +59,10 @@ fn same_seed_gives_bitwise_identical_checkpoints_and_resume_matches() {
     let mut resumed = 0;
     for (i, frac) in [0.15, 0.3, 0.45, 0.6, 0.75, 0.9].into_iter().enumerate() {
         let ws = p.copy(&format!("kill{i}"));
-        let mut child = Command::new(pipeline_bin())
-            .arg("--workspace")
-            .arg(&ws)
-            .args(TRAIN)
-            .env_remove("FSGP_WORKSPACE")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_secs_f64(reference_secs * frac));
-        let finished = child.try_wait().unwrap().is_some();
-        let _ = child.kill(); // SIGKILL
-        child.wait().unwrap();
-        let Ok(id) = catalog(&ws).query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
-            [],
-            |r| r.get::<_, Option<i64>>(0),
-        ) else {
-            panic!("catalog unreadable after kill");
-        };
-        let Some(id) = id else { continue }; // killed before the run was recorded
-        if finished || run_status(&ws, id) == "ok" {
+        // None: killed before the run was recorded, or after it finished.
+        let Some(id) = train_killed_after(&ws, &[], reference_secs * frac) else {
             continue;
-        }
-        assert_eq!(run_status(&ws, id), "interrupted");
+        };
         let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
         assert!(
             out.status.success(),
@@ -125,16 +98,7 @@ fn crashes_around_a_checkpoint_resume_to_identical_bytes() {
         "checkpoint-renamed:96",
     ] {
         let ws = p.copy(&point.replace(':', "-"));
-        let out = Command::new(pipeline_bin())
-            .arg("--workspace")
-            .arg(&ws)
-            .args(TRAIN)
-            .env("FSGP_FAILPOINT", point)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{point}: the failpoint did not fire");
-        let id = train_run_id(&ws);
-        assert_eq!(run_status(&ws, id), "interrupted", "{point}");
+        let id = crash_at(&ws, &[], point);
         // The checkpoint being written when the process died is not registered.
         let registered: Vec<u64> = checkpoints(&ws, id).keys().copied().collect();
         let limit: u64 = point.rsplit(':').next().unwrap().parse().unwrap();
@@ -214,59 +178,7 @@ fn pipeline_elbo_equals_a_one_batch_computation() {
     let streamed = f64::from_bits(recorded[0].1);
 
     // Independent: all 900 rows as one batch, labels read from the chunks directly.
-    let conn = catalog(&ws);
-    let ckpt: String = conn
-        .query_row(
-            "SELECT path FROM checkpoints WHERE stage_run_id = ?1 AND step = 14",
-            [id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let c = read_checkpoint(&ws.join(ckpt)).unwrap();
-    let art = |kind: &str| -> PathBuf {
-        ws.join(
-            conn.query_row(
-                "SELECT path FROM artifacts WHERE kind = ?1 ORDER BY id DESC LIMIT 1",
-                [kind],
-                |r| r.get::<_, String>(0),
-            )
-            .unwrap(),
-        )
-    };
-    let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(art("kxx")).unwrap();
-    let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(art("sq_norms")).unwrap();
-    let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(art("basis")).unwrap();
-    let mut chunk_paths: Vec<String> = conn
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    chunk_paths.sort();
-    let mut positives = Vec::new();
-    for path in chunk_paths {
-        let l = read_chunk_labels(&ws.join(path)).unwrap();
-        for i in 0..l.len() {
-            positives.push(l.row(i).to_vec());
-        }
-    }
-    assert_eq!(positives.len(), 900);
-    let (n, r) = kxx.dim();
-    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
-    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
-    let kt = &basis * basis.transpose();
-    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
-    let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
-        sq_norms: &sq,
-        k_tilde: kt.as_ref(),
-    };
-    let lik = BernoulliLogistic::new(20).unwrap();
-    let terms = terms_all(&positives, 30, 1.0);
-    let direct = evaluate(KernelKind::Linear, &c.params, &x, &terms, &lik)
-        .unwrap()
-        .value;
+    let direct = one_batch_bound(&ws, KernelKind::Linear, &read_ckpt(&ws, id, 14).params);
     assert!(
         (streamed - direct).abs() <= 1e-9 * direct.abs(),
         "streamed {streamed} vs one batch {direct}"
@@ -335,15 +247,7 @@ fn max_steps_stops_mid_epoch_at_the_parameters_of_a_longer_run() {
     let expected = checkpoints(&ws_cut, run_cut);
     for point in ["checkpoint-renamed:14", "checkpoint-renamed:21"] {
         let ws = p.copy(&point.replace(':', "-"));
-        let out = Command::new(pipeline_bin())
-            .arg("--workspace")
-            .arg(&ws)
-            .args(train_args(&["--max-steps", "21"]))
-            .env("FSGP_FAILPOINT", point)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{point}: the failpoint did not fire");
-        let id = train_run_id(&ws);
+        let id = crash_at(&ws, &["--max-steps", "21"], point);
         let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
         assert!(out.status.success(), "{point}: {}", stderr(&out));
         assert_eq!(run_status(&ws, id), "ok", "{point}");

@@ -20,11 +20,7 @@ use super::scratch::Scratch;
 /// Mean utilities f̄ = (K_*Z μ) Φᵀ + 1 bᵀ [B×K] for the rows of `x` (their K_XX̃ rows
 /// projected with the training basis). Fails for a full-Cholesky form whose K_Z does not
 /// factorise ([`Conditional::mean`]).
-pub fn mean_utilities(
-    kind: KernelKind,
-    params: &Params,
-    x: &BasisInputs<'_>,
-) -> Result<Mat<f64>> {
+pub fn mean_utilities(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Result<Mat<f64>> {
     let m = Conditional::through_inducing(kind, params, x).mean(params)?;
     Ok(add_bias(&m * params.phi.transpose(), &params.bias))
 }

@@ -2,6 +2,7 @@
 //! workspace from the outside.
 #![allow(dead_code)]
 
+pub mod model;
 pub mod registered;
 pub mod toy;
 
@@ -36,6 +37,18 @@ pub fn status_json(ws: &Path) -> serde_json::Value {
     let out = pipeline(ws, &["status", "--json"]);
     assert!(out.status.success(), "status failed: {}", stderr(&out));
     serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+/// The `status --json` summary of train run `run`.
+pub fn train_summary(ws: &Path, run: i64) -> serde_json::Value {
+    let status = status_json(ws);
+    status["train_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == run)
+        .unwrap_or_else(|| panic!("run {run} not in {status}"))
+        .clone()
 }
 
 pub fn dataset_names(ws: &Path) -> Vec<String> {

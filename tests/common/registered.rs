@@ -2,7 +2,8 @@
 //! the same spec: every registered file's path and checksum, and the runs that finished.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// The integration tests' spec of the whole pipeline on generated data: ingest 1, svd 2,
 /// train 3, predict 4, evaluate 5 (`tests/integrity.rs` and the fault tests share it).
@@ -68,4 +69,30 @@ pub fn query<T: rusqlite::types::FromSql>(ws: &Path, sql: &str) -> T {
         .unwrap()
         .query_row(sql, [], |r| r.get(0))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// A fresh directory (under the target's temporary directory, prefixed `name`) holding the
+/// pipeline spec as `toy.toml`; the spec's generated data and a workspace go beside it.
+pub fn spec_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let spec = super::write(dir.path(), "toy.toml", &pipeline_spec());
+    (dir, spec)
+}
+
+/// The outputs of an undisturbed run of the pipeline spec (all five stages finished), run
+/// once per test binary: what the disturbed runs of the fault tests must end at.
+pub fn baseline() -> &'static Outputs {
+    static BASELINE: OnceLock<Outputs> = OnceLock::new();
+    BASELINE.get_or_init(|| {
+        let (_dir, spec) = spec_dir("baseline");
+        let ws = spec.parent().unwrap().join("ws");
+        let out = run_spec_with(&ws, &spec, &[]);
+        assert!(out.status.success(), "{}", super::stderr(&out));
+        let outputs = outputs(&ws);
+        assert_eq!(outputs.ok_runs.len(), 5, "{outputs:?}");
+        outputs
+    })
 }

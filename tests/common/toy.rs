@@ -172,6 +172,67 @@ pub fn train_args<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
+/// Runs TRAIN with `overrides` until the failpoint `point` (`FSGP_FAILPOINT`, e.g.
+/// "checkpoint-renamed:14") aborts it; asserts that it did and that the run is then found
+/// interrupted, and returns the run's id.
+pub fn crash_at(ws: &Path, overrides: &[&str], point: &str) -> i64 {
+    let out = std::process::Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(ws)
+        .args(train_args(overrides))
+        .env("FSGP_FAILPOINT", point)
+        .env_remove("FSGP_WORKSPACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{point}: the failpoint did not fire");
+    let id = train_run_id(ws);
+    assert_eq!(run_status(ws, id), "interrupted", "{point}");
+    id
+}
+
+/// Starts TRAIN with `overrides`, SIGKILLs it after `secs` and returns the id of the run it
+/// left behind, asserting that the run is then found interrupted; None when the kill came
+/// before the run was recorded or after it finished.
+pub fn train_killed_after(ws: &Path, overrides: &[&str], secs: f64) -> Option<i64> {
+    let mut child = std::process::Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(ws)
+        .args(train_args(overrides))
+        .env_remove("FSGP_WORKSPACE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+    let finished = child.try_wait().unwrap().is_some();
+    let _ = child.kill(); // SIGKILL
+    child.wait().unwrap();
+    let id: Option<i64> = catalog(ws)
+        .query_row(
+            "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("catalog unreadable after kill");
+    let id = id?;
+    if finished || run_status(ws, id) == "ok" {
+        return None;
+    }
+    assert_eq!(run_status(ws, id), "interrupted");
+    Some(id)
+}
+
+/// How many runs of `stage` the catalog holds (only those with `status`, when given).
+pub fn count_runs(ws: &Path, stage: &str, status: Option<&str>) -> i64 {
+    catalog(ws)
+        .query_row(
+            "SELECT count(*) FROM stage_runs WHERE stage = ?1 AND (?2 IS NULL OR status = ?2)",
+            rusqlite::params![stage, status],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
 pub fn train_ok(ws: &Path, overrides: &[&str]) -> i64 {
     let out = pipeline(ws, &train_args(overrides));
     assert!(out.status.success(), "{}", stderr(&out));
