@@ -102,3 +102,36 @@ pub fn five_point_differences(params: &Params, h: f64, f: impl Fn(&Params) -> f6
 pub fn rel_error(a: f64, b: f64, floor: f64) -> f64 {
     (a - b).abs() / a.abs().max(b.abs()).max(floor)
 }
+
+/// Asserts that every entry of the analytic gradient `grads` is within relative `tol`
+/// ([`rel_error`] with `floor`) of its finite difference in `fds`; log ℓ of the linear
+/// kernel (`linear`), which the bound does not depend on, must be exactly 0 instead.
+/// Returns the worst relative error with its block, and the blocks in order of appearance.
+pub fn assert_gradient_matches(
+    grads: &Params,
+    fds: &[f64],
+    linear: bool,
+    (floor, tol): (f64, f64),
+    label: &str,
+) -> ((f64, Block), Vec<Block>) {
+    let mut seen = Vec::new();
+    let mut worst = (0.0f64, Block::A);
+    for (idx, ((block, analytic), &fd)) in flat_entries(grads).into_iter().zip(fds).enumerate() {
+        if !seen.contains(&block) {
+            seen.push(block);
+        }
+        if linear && block == Block::LogEll {
+            assert_eq!(analytic, 0.0, "{label}: log ℓ of the linear kernel");
+            continue;
+        }
+        let rel = rel_error(analytic, fd, floor);
+        if rel > worst.0 {
+            worst = (rel, block);
+        }
+        assert!(
+            rel <= tol,
+            "{label} {block}[{idx}]: analytic {analytic} vs fd {fd} (rel {rel:.2e})"
+        );
+    }
+    (worst, seen)
+}
