@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::params::Params;
-use crate::model::predictive::{mean_utilities, probit_probability, Predictor};
+use crate::model::predictive::{probit_probability, MeanUtilities, Predictor};
 use crate::projection::RowInputs;
 use crate::store::chunks::CsrChunk;
 use crate::store::predictions::PredictionBlock;
@@ -21,10 +21,10 @@ pub struct Ranker<'p> {
     inputs: RowInputs,
     /// K_X̃ [R×R].
     k_tilde: Mat<f64>,
-    kind: KernelKind,
-    params: &'p Params,
-    /// Present when probabilities are wanted (it factorises K_Z + Σ_p once: P·M³/3).
+    /// Present when probabilities are wanted (it factorises q(u) once: P·M³/3).
     predictor: Option<Predictor<'p>>,
+    /// The means alone, when no probabilities are wanted (weights computed once).
+    means: Option<MeanUtilities<'p>>,
 }
 
 impl<'p> Ranker<'p> {
@@ -37,6 +37,10 @@ impl<'p> Ranker<'p> {
         params: &'p Params,
         probabilities: bool,
     ) -> Result<Self> {
+        let means = match probabilities {
+            true => None,
+            false => Some(MeanUtilities::new(kind, params, k_tilde.as_ref())?),
+        };
         let predictor = if probabilities {
             let p = Predictor::new(kind, params, k_tilde.as_ref())?;
             if p.jitter > 0.0 {
@@ -53,9 +57,8 @@ impl<'p> Ranker<'p> {
         Ok(Ranker {
             inputs,
             k_tilde,
-            kind,
-            params,
             predictor,
+            means,
         })
     }
 
@@ -102,7 +105,10 @@ impl<'p> Ranker<'p> {
                 let (mean, var) = p.mean_and_variance(x);
                 (mean, Some(var))
             }
-            None => (mean_utilities(self.kind, self.params, x)?, None),
+            None => {
+                let means = self.means.as_ref().expect("a ranker without probabilities");
+                (means.at(x), None)
+            }
         };
         let best: Vec<(Vec<u32>, Vec<f32>)> = (0..row_ids.len())
             .into_par_iter()

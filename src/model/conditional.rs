@@ -119,24 +119,10 @@ impl Conditional {
         }
     }
 
-    /// m = K_bZ μ [B×P] alone (ranking needs no variances). The full-Cholesky forms
-    /// factorise K_Z for it (m = K_bZ w, `cholesky_q::mean_weights`), which fails when K_Z
-    /// cannot be factorised even with jitter (non-finite or far from positive definite
-    /// parameters): an error then, rather than NaN means that would rank labels arbitrarily.
-    pub fn mean(&self, params: &Params) -> Result<Mat<f64>> {
-        Ok(match self.form {
-            QForm::SiteDiagonal => &self.kernel.k_bz * &params.mu,
-            QForm::Cholesky | QForm::Whitened => {
-                let kf = &self.kernel;
-                let w = cholesky_q::mean_weights(
-                    kf.k_z.as_ref(),
-                    params.mu.as_ref(),
-                    chol_of(params),
-                    &Scratch::new(),
-                )?;
-                &kf.k_bz * &w
-            }
-        })
+    /// m = K_bZ w [B×P] alone (ranking needs no variances), with the weights w [M×P] of
+    /// [`mean_weights`], computed once per set of parameters.
+    pub fn mean_given(&self, weights: MatRef<'_, f64>) -> Mat<f64> {
+        &self.kernel.k_bz * weights
     }
 
     /// Marginals, Σ_p KL_p and the per-GP factors [`Conditional::backward`] needs.
@@ -344,13 +330,7 @@ impl FactorisedQ {
         scratch: &Scratch,
     ) -> Result<Self> {
         check_kernel_params(kind, params, k_tilde.nrows())?;
-        let k_z = match params.kernel.log_ard.is_empty() {
-            true => kind.k_z(&params.kernel, params.a.as_ref(), k_tilde),
-            false => {
-                let a = warp_inducing(&params.kernel.log_ard, params.a.as_ref(), k_tilde);
-                kind.k_z(&params.kernel, a.as_ref(), k_tilde)
-            }
-        };
+        let k_z = inducing_gram(kind, params, k_tilde);
         let factors = match params.q_form() {
             QForm::SiteDiagonal => {
                 QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), params.rho.as_ref(), scratch)?)
@@ -371,6 +351,38 @@ impl FactorisedQ {
             QFactors::SiteDiagonal(f) => f.jitter,
             QFactors::Cholesky(f) => f.jitter,
         }
+    }
+}
+
+/// K_Z [M×M] of `params` (after subspace ARD's map, if any), for a basis Gram `k_tilde`.
+fn inducing_gram(kind: KernelKind, params: &Params, k_tilde: MatRef<'_, f64>) -> Mat<f64> {
+    match params.kernel.log_ard.is_empty() {
+        true => kind.k_z(&params.kernel, params.a.as_ref(), k_tilde),
+        false => {
+            let a = warp_inducing(&params.kernel.log_ard, params.a.as_ref(), k_tilde);
+            kind.k_z(&params.kernel, a.as_ref(), k_tilde)
+        }
+    }
+}
+
+/// The weights w [M×P] of the marginal means m = K_bZ w ([`Conditional::mean_given`]): μ for
+/// the paper's form; for the full-Cholesky forms L_Z⁻ᵀ m (whitened) or K_Z⁻¹ μ, which
+/// factorise K_Z (M³/3) — once per set of parameters, not per block of rows. Fails when K_Z
+/// cannot be factorised even with jitter (non-finite or far from positive definite
+/// parameters): an error, rather than NaN means that would rank labels arbitrarily.
+pub fn mean_weights(
+    kind: KernelKind,
+    params: &Params,
+    k_tilde: MatRef<'_, f64>,
+) -> Result<Mat<f64>> {
+    match params.q_form() {
+        QForm::SiteDiagonal => Ok(params.mu.clone()),
+        QForm::Cholesky | QForm::Whitened => cholesky_q::mean_weights(
+            inducing_gram(kind, params, k_tilde).as_ref(),
+            params.mu.as_ref(),
+            chol_of(params),
+            &Scratch::new(),
+        ),
     }
 }
 

@@ -10,19 +10,46 @@
 //! probit approximation σ(f̄ / √(1 + π v / 8)) (`docs/model.md`, "Prediction").
 
 use anyhow::Result;
-use faer::Mat;
+use faer::{Mat, MatRef};
 
-use super::conditional::{Conditional, FactorisedQ};
+use super::conditional::{mean_weights, Conditional, FactorisedQ};
 use super::kernel::{BasisInputs, KernelKind};
 use super::params::Params;
 use super::scratch::Scratch;
 
-/// Mean utilities f̄ = (K_*Z μ) Φᵀ + 1 bᵀ [B×K] for the rows of `x` (their K_XX̃ rows
-/// projected with the training basis). Fails for a full-Cholesky form whose K_Z does not
-/// factorise ([`Conditional::mean`]).
+/// Mean utilities f̄ = (K_*Z w) Φᵀ + 1 bᵀ [B×K] at many blocks of rows, with the weights w
+/// of the marginal means ([`mean_weights`]: μ, or for the full-Cholesky forms a solve with
+/// K_Z) computed once.
+pub struct MeanUtilities<'p> {
+    kind: KernelKind,
+    params: &'p Params,
+    /// w [M×P].
+    weights: Mat<f64>,
+}
+
+impl<'p> MeanUtilities<'p> {
+    /// Fails for a full-Cholesky form whose K_Z does not factorise; `k_tilde` [R×R] is the
+    /// basis Gram the model was trained with.
+    pub fn new(kind: KernelKind, params: &'p Params, k_tilde: MatRef<'_, f64>) -> Result<Self> {
+        let weights = mean_weights(kind, params, k_tilde)?;
+        Ok(MeanUtilities {
+            kind,
+            params,
+            weights,
+        })
+    }
+
+    /// f̄ [B×K] at the rows of `x` (their K_XX̃ rows projected with the training basis).
+    pub fn at(&self, x: &BasisInputs<'_>) -> Mat<f64> {
+        let m = Conditional::through_inducing(self.kind, self.params, x)
+            .mean_given(self.weights.as_ref());
+        add_bias(&m * self.params.phi.transpose(), &self.params.bias)
+    }
+}
+
+/// [`MeanUtilities`] for one set of rows.
 pub fn mean_utilities(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Result<Mat<f64>> {
-    let m = Conditional::through_inducing(kind, params, x).mean(params)?;
-    Ok(add_bias(&m * params.phi.transpose(), &params.bias))
+    Ok(MeanUtilities::new(kind, params, x.k_tilde)?.at(x))
 }
 
 /// f + 1 bᵀ, column by column.
