@@ -10,6 +10,9 @@
 //! - the full-Cholesky q(u) forms at the Delicious configuration (`--q-form whitened` with
 //!   the linear and the SE kernel, `--q-form cholesky` with the SE kernel: unwhitened, it
 //!   needs a non-singular K_Z, which the linear kernel at R < M does not give).
+//! - free inducing inputs at Delicious's D = 500 (`--inducing-inputs free`: the identity
+//!   basis, so R = D = 500 and K_XX̃ is the batch's B×D rows): linear and SE with the O(M)
+//!   form, and each full-Cholesky form.
 //!
 //! Data and parameters are random of the right shapes (linear kernel unless a row says
 //! otherwise, everything trainable); the cost of a step does not depend on the values. The
@@ -388,8 +391,22 @@ fn main() {
         delicious(KernelKind::SquaredExponential, false, QForm::Whitened),
         delicious(KernelKind::SquaredExponential, false, QForm::Cholesky),
     ];
+    // Free Z: the identity basis (R = D = 500); the step's shapes are those of a subspace
+    // of R = 500 directions, so these rows differ from the ones above only in R.
+    let free_z = |kind, form| Config {
+        name: "Delicious free Z",
+        r: 500,
+        ..delicious(kind, false, form)
+    };
+    let free_rows = [
+        free_z(KernelKind::Linear, QForm::SiteDiagonal),
+        free_z(KernelKind::SquaredExponential, QForm::SiteDiagonal),
+        free_z(KernelKind::Linear, QForm::Whitened),
+        free_z(KernelKind::SquaredExponential, QForm::Whitened),
+        free_z(KernelKind::SquaredExponential, QForm::Cholesky),
+    ];
     let only: Option<String> = std::env::var("FSGP_BENCH_ONLY").ok();
-    for c in configs.iter().chain(&extra_rows) {
+    for c in configs.iter().chain(&extra_rows).chain(&free_rows) {
         let row = format!(
             "{:?}",
             (c.form, c.kind, c.ard, c.r, c.negatives, c.factorisation)

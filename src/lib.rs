@@ -13,11 +13,12 @@
 //!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`];
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
-//! - [`linalg`], [`error`], [`memtrace`].
+//! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests).
 
 pub mod cli;
 pub mod error;
 pub mod evaluate;
+pub mod failpoint;
 pub mod ingest;
 pub mod linalg;
 pub mod memtrace;

@@ -24,18 +24,18 @@
 //! or damaged and repaired) is recomputed under its own id when the same parameters are
 //! asked for again, so the ids and paths of a rerun are those of an undisturbed run.
 //!
-//! Crash injection ([`failpoint`]): `FSGP_FAILPOINT=stage-computed:STAGE` kills the process
+//! Crash injection ([`crate::failpoint`]): `FSGP_FAILPOINT=stage-computed:STAGE` kills the process
 //! once the outputs are complete in scratch, `stage-renamed:STAGE` once they are renamed
 //! into place but before the catalog commit (ingest, svd, predict, evaluate);
 //! `stage-pause:STAGE` pauses it, any stage, once its run is recorded as running and its
 //! scratch directory exists, until a file appears there.
 
-pub mod failpoint;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use crate::failpoint;
 
 use crate::store::catalog::{RunRow, RunStatus, StageKind};
 use crate::store::workspace::{process_identity, remove_path, StageLock, Workspace};

@@ -46,6 +46,7 @@ const BELOW_STAGES: &[&str] = &[
     "linalg",
     "error",
     "memtrace",
+    "failpoint",
 ];
 
 /// Top-level module → the top-level modules it may import. The one table of the layout:
@@ -64,7 +65,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("report", BELOW_STAGES),
     ("synth", BELOW_STAGES),
     // The one stage protocol: memoised runs.
-    ("stage", &["store", "error", "memtrace"]),
+    ("stage", &["store", "error", "memtrace", "failpoint"]),
     // Library modules shared by the stages.
     ("sparse", &["store"]),
     ("projection", &["sparse", "store", "linalg"]),
@@ -78,10 +79,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The model knows no files.
     ("model", &["linalg", "error"]),
     // Every on-disk format, the catalog, the workspace directory.
-    ("store", &["model", "error"]),
+    // (`failpoint`: the writers fail midway through a file when a test arms them.)
+    ("store", &["model", "error", "failpoint"]),
     ("linalg", &[]),
     ("error", &[]),
     ("memtrace", &[]),
+    // Fault injection for the crash and disk-full tests: reads one environment variable.
+    ("failpoint", &[]),
 ];
 
 /// A module's path: `[]` is the library's root (`src/lib.rs`), `["main"]` the binary's.

@@ -4,7 +4,10 @@
 //! `FSGP_FREE_SPACE_BYTES`: svd's factors, an ingest chunk, predictions) is refused before
 //! it writes, with both figures, and after room is made the rerun ends bitwise equal. And
 //! a real full file system: the workspace on a small tmpfs, where the machine allows
-//! mounting one.
+//! mounting one. And a write torn midway (ENOSPC injected by the store's writers after
+//! part of the file is written: an ingest chunk, svd's `.npy` factors, predictions): the
+//! stage fails naming run, file and error, registers and leaves nothing, and the rerun
+//! ends bitwise equal.
 
 mod common;
 use common::toy::*;
@@ -311,4 +314,88 @@ fn a_real_full_file_system_refuses_an_ingest_chunk_then_reruns_to_identical_outp
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(registered::outputs(&ws), undisturbed(&text));
     assert!(pipeline(&ws, &["verify"]).status.success());
+}
+
+/// ENOSPC injected midway through one file of `stage` (run `id`), by the writer itself in
+/// `store` (`point`, e.g. `chunk-write-enospc:train/part-00001.parquet`), in a run of the
+/// whole pipeline spec: the stage fails naming its run, the file and the OS error; its run
+/// is failed, nothing of it registered, its scratch (holding the torn file) removed and
+/// nothing published; the spec rerun recomputes it under its id and ends with the
+/// undisturbed run's registered files; `pipeline verify` is clean.
+fn torn_write_then_rerun(stage: &str, id: i64, point: &str, file: &str) {
+    let (_dir, spec) = registered::spec_dir(stage);
+    let ws = spec.parent().unwrap().join("ws");
+    let out = registered::run_spec_with(&ws, &spec, &[("FSGP_FAILPOINT", point)]);
+    assert!(!out.status.success(), "{point}: the failpoint did not fire");
+    let err = stderr(&out);
+    for part in [
+        format!("{stage} run {id}: "),
+        file.to_string(),
+        format!("tmp/run-{id}/"),
+        "No space left on device (os error 28)".to_string(),
+    ] {
+        assert!(err.contains(&part), "{point}: {part:?} missing from: {err}");
+    }
+    assert_eq!(run_status(&ws, id), "failed", "{point}");
+    let recorded: String = registered::query(
+        &ws,
+        &format!("SELECT error FROM stage_runs WHERE id = {id}"),
+    );
+    assert!(recorded.contains(file), "{point}: {recorded}");
+    assert_eq!(
+        count(
+            &ws,
+            &format!("SELECT count(*) FROM artifacts WHERE stage_run_id = {id}")
+        ),
+        0,
+        "{point}"
+    );
+    assert!(!ws.join(format!("tmp/run-{id}")).exists(), "{point}");
+    // The stage's output directory holds only this run's outputs in the spec.
+    let output_dir = match stage {
+        "ingest" => "datasets/",
+        "svd" => "svd/",
+        _ => "predictions/",
+    };
+    let published: Vec<String> = listing(&ws)
+        .into_iter()
+        .filter(|p| p.starts_with(output_dir))
+        .collect();
+    assert!(published.is_empty(), "{point}: {published:?}");
+
+    let out = registered::run_spec_with(&ws, &spec, &[]);
+    assert!(out.status.success(), "{point}: {}", stderr(&out));
+    assert_eq!(&registered::outputs(&ws), registered::baseline(), "{point}");
+    assert!(pipeline(&ws, &["verify"]).status.success(), "{point}");
+}
+
+#[test]
+fn a_chunk_write_failing_midway_leaves_nothing_and_reruns_to_identical_outputs() {
+    // Chunk 0 is complete; chunk 1's row group is in its file, its footer is not.
+    torn_write_then_rerun(
+        "ingest",
+        1,
+        "chunk-write-enospc:train/part-00001.parquet",
+        "part-00001.parquet",
+    );
+}
+
+#[test]
+fn an_svd_factor_write_failing_midway_leaves_nothing_and_reruns_to_identical_outputs() {
+    // basis.npy and singular_values.npy are written; kxx.npy has its header, and the
+    // reservation of its data region fails as on a full disk.
+    torn_write_then_rerun("svd", 2, "npy-write-enospc:kxx.npy", "kxx.npy");
+    // A small array's write failing after its bytes went to the file, before its fsync.
+    torn_write_then_rerun("svd", 2, "npy-write-enospc:basis.npy", "basis.npy");
+}
+
+#[test]
+fn a_predictions_write_failing_midway_leaves_nothing_and_reruns_to_identical_outputs() {
+    // The first block (row group) is in the file, the footer is not.
+    torn_write_then_rerun(
+        "predict",
+        4,
+        "predictions-write-enospc:1",
+        "predictions.parquet",
+    );
 }

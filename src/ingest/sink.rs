@@ -52,8 +52,8 @@ impl<'scope> Encoder<'scope> {
                 scope.spawn(move || {
                     let mut done = Vec::new();
                     for job in rx {
-                        let file = write_chunk(&job.path, job.chunk, &job.metadata)
-                            .with_context(|| format!("writing chunk {}", job.path.display()))?;
+                        // Every error of write_chunk names the chunk's path.
+                        let file = write_chunk(&job.path, job.chunk, &job.metadata)?;
                         done.push(WrittenChunk {
                             split: job.split,
                             index: job.index,

@@ -30,6 +30,7 @@ use parquet::file::reader::ChunkReader;
 use sprs::CsMatViewI;
 
 use super::integrity::Registered;
+use crate::failpoint;
 
 /// Value of the `fsgp.format` key in every chunk's key-value metadata.
 pub const CHUNK_FORMAT: &str = "fsgp-csr-chunk/1";
@@ -250,13 +251,25 @@ pub fn write_chunk(
     let writing = || format!("writing {}", path.display());
     let mut writer =
         ArrowWriter::try_new(file, chunk_schema(), Some(props)).with_context(writing)?;
-    let batch = into_record_batch(chunk)?;
+    let batch = into_record_batch(chunk).with_context(writing)?;
     writer.write(&batch).with_context(writing)?;
+    // Where a test's full disk strikes (`chunk-write-enospc:SPLIT/FILE`): the row group is
+    // written, the footer is not, so the file in scratch is a torn one.
+    failpoint::enospc_at("chunk-write-enospc", split_and_file(path)).with_context(writing)?;
     let file = writer.into_inner().with_context(writing)?;
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
     checksum_file(path)
+}
+
+/// `SPLIT/FILE` of a chunk's path `…/SPLIT/FILE`: how a failpoint names one chunk.
+fn split_and_file(path: &Path) -> String {
+    let name = |p: Option<&Path>| {
+        p.and_then(Path::file_name)
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+    };
+    format!("{}/{}", name(path.parent()), name(Some(path)))
 }
 
 /// xxh3-64 checksum and size of a file.

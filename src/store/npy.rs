@@ -15,6 +15,7 @@ use ndarray_npy::{ViewMutNpyExt, ViewNpyExt, WritableElement, WriteNpyExt};
 
 use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
+use crate::failpoint;
 
 /// An N×C f32 `.npy` file being filled row block by row block through a writable map.
 pub struct NpyRowWriter {
@@ -51,6 +52,7 @@ impl NpyRowWriter {
             .with_context(|| format!("creating {}", path.display()))?;
         ndarray_npy::write_zeroed_npy::<f32, _>(&file, shape)
             .with_context(|| format!("sizing {}", path.display()))?;
+        reserve(&file, path)?;
         // SAFETY: the file was created by us (create_new) and no other process maps it.
         let map = unsafe { MmapMut::map_mut(&file) }
             .with_context(|| format!("mapping {}", path.display()))?;
@@ -104,12 +106,40 @@ impl NpyRowWriter {
     }
 }
 
+/// Allocates the disk blocks of a file sized (sparsely) by `write_zeroed_npy`, so that a
+/// full disk is an error here, named, and not a SIGBUS later: a store into a mapped page
+/// that the file system cannot back kills the process with SIGBUS, which no error handling
+/// can catch. A test's full disk strikes here too (`npy-write-enospc:FILE`), with the
+/// header in the file and the data region not yet backed.
+fn reserve(file: &File, path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let reserving = || format!("reserving the disk space of {}", path.display());
+    failpoint::enospc_at("npy-write-enospc", file_name(path)).with_context(reserving)?;
+    let len = file.metadata().with_context(reserving)?.len();
+    let len = libc::off_t::try_from(len).with_context(reserving)?;
+    // SAFETY: posix_fallocate on a file descriptor we own, over its own length; it touches
+    // no memory of ours.
+    let code = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    if code != 0 {
+        return Err(std::io::Error::from_raw_os_error(code)).with_context(reserving);
+    }
+    Ok(())
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+}
+
 /// Writes a whole (small) array as `.npy`, fsyncs it and returns size and checksum.
 pub fn write_array<T: WriteNpyExt + ?Sized>(path: &Path, array: &T) -> Result<WrittenFile> {
     let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut writer = std::io::BufWriter::new(&file);
     array
         .write_npy(&mut writer)
+        .with_context(|| format!("writing {}", path.display()))?;
+    // A test's full disk strikes here (`npy-write-enospc:FILE`), the file partly flushed.
+    failpoint::enospc_at("npy-write-enospc", file_name(path))
         .with_context(|| format!("writing {}", path.display()))?;
     drop(writer);
     file.sync_all()

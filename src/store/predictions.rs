@@ -29,6 +29,7 @@ use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
+use crate::failpoint;
 
 /// Value of `fsgp.format` in every predictions file.
 pub const PREDICTIONS_FORMAT: &str = "fsgp-predictions/1";
@@ -178,6 +179,8 @@ pub struct PredictionWriter {
     writer: ArrowWriter<File>,
     path: std::path::PathBuf,
     with_probabilities: bool,
+    /// Blocks written so far.
+    blocks: u64,
 }
 
 impl PredictionWriter {
@@ -209,6 +212,7 @@ impl PredictionWriter {
             )?,
             path: path.to_path_buf(),
             with_probabilities,
+            blocks: 0,
         })
     }
 
@@ -224,6 +228,10 @@ impl PredictionWriter {
         self.writer.write(&batch).with_context(writing)?;
         // One row group per block keeps the writer's buffers bounded by a block.
         self.writer.flush().with_context(writing)?;
+        self.blocks += 1;
+        // Where a test's full disk strikes (`predictions-write-enospc:BLOCK`, counted from
+        // 1): that block is in the file, the footer is not.
+        failpoint::enospc_at("predictions-write-enospc", self.blocks).with_context(writing)?;
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use std::fs;
 
 use anyhow::{Context, Result};
 
-use crate::stage::failpoint::{enospc_at, kill_at};
+use crate::failpoint::{enospc_at, kill_at};
 use crate::stage::StageRun;
 use crate::store::catalog::CheckpointRow;
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};

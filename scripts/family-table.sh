@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The Delicious family table: runs each given spec (default: every pipelines/family/*.toml,
+# each a 3-seed sweep trained on the training file and scored once on test) into one
+# workspace and prints one Markdown row per spec: test P@1/P@3/P@5 as mean ± sample sd over
+# the seeds, and the train stage's wall seconds per seed (mean). Specs already run are found
+# in the catalog and not trained again, so the script can be stopped and rerun.
+# Usage: scripts/family-table.sh PIPELINE_BINARY WORKSPACE [SPEC...]
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 PIPELINE_BINARY WORKSPACE [SPEC...]" >&2; exit 2; }
+bin=$(realpath "$1"); ws=$2; shift 2
+root="$(cd "$(dirname "$0")/.." && pwd)"
+[ $# -gt 0 ] || set -- "$root"/pipelines/family/*.toml
+mkdir -p "$ws"
+echo "| model | spec | test P@1 | test P@3 | test P@5 | train s per seed |"
+echo "|---|---|---|---|---|---|"
+for spec in "$@"; do
+    name=$(basename "$spec" .toml)
+    "$bin" --workspace "$ws" run "$spec" --json >"$ws/$name.json" 2>"$ws/$name.log"
+    python3 - "$ws" "$name" <<'PY'
+import json, sqlite3, statistics, sys
+from datetime import datetime
+ws, name = sys.argv[1], sys.argv[2]
+out = json.load(open(f"{ws}/{name}.json"))
+db = sqlite3.connect(f"{ws}/catalog.sqlite")
+def seconds(run):
+    a, b = db.execute("SELECT started_at, ended_at FROM stage_runs WHERE id = ?",
+                      (run,)).fetchone()
+    return (datetime.fromisoformat(b.replace("Z", "+00:00")) - datetime.fromisoformat(a.replace("Z", "+00:00"))).total_seconds()
+p = [[100 * r["metrics"]["p_at"][k] for r in out["runs"]] for k in (0, 2, 4)]
+cells = [f"{statistics.mean(v):.2f} ± {statistics.stdev(v):.2f}" for v in p]
+secs = statistics.mean(seconds(r["train_run"]) for r in out["runs"])
+print(f"| {name} | `pipelines/family/{name}.toml` | " + " | ".join(cells) + f" | {secs:.0f} |")
+PY
+done
