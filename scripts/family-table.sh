@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Delicious family table: runs each given spec (default: every pipelines/family/*.toml,
-# each a 3-seed sweep trained on the training file and scored once on test) into one
-# workspace and prints one Markdown row per spec: test P@1/P@3/P@5 as mean ± sample sd over
+# each a 3-seed sweep trained on the training file and scored once on test; the specs of
+# pipelines/selection/ work the same way on the validation split) into one workspace and
+# prints one Markdown row per spec: the split scored, P@1/P@3/P@5 as mean ± sample sd over
 # the seeds, and the train stage's wall seconds per seed (mean). Specs already run are found
 # in the catalog and not trained again, so the script can be stopped and rerun.
 # Usage: scripts/family-table.sh PIPELINE_BINARY WORKSPACE [SPEC...]
@@ -11,15 +12,17 @@ bin=$(realpath "$1"); ws=$2; shift 2
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ $# -gt 0 ] || set -- "$root"/pipelines/family/*.toml
 mkdir -p "$ws"
-echo "| model | spec | test P@1 | test P@3 | test P@5 | train s per seed |"
-echo "|---|---|---|---|---|---|"
+echo "| model | spec | split | P@1 | P@3 | P@5 | train s per seed |"
+echo "|---|---|---|---|---|---|---|"
 for spec in "$@"; do
     name=$(basename "$spec" .toml)
     "$bin" --workspace "$ws" run "$spec" --json >"$ws/$name.json" 2>"$ws/$name.log"
-    python3 - "$ws" "$name" <<'PY'
-import json, sqlite3, statistics, sys
+    python3 - "$ws" "$name" "$spec" "$root" <<'PY'
+import json, os, sqlite3, statistics, sys, tomllib
 from datetime import datetime
-ws, name = sys.argv[1], sys.argv[2]
+ws, name, spec, root = sys.argv[1:5]
+split = tomllib.load(open(spec, "rb"))["predict"].get("split", "test")
+rel = os.path.relpath(os.path.realpath(spec), root)
 out = json.load(open(f"{ws}/{name}.json"))
 db = sqlite3.connect(f"{ws}/catalog.sqlite")
 def seconds(run):
@@ -29,6 +32,6 @@ def seconds(run):
 p = [[100 * r["metrics"]["p_at"][k] for r in out["runs"]] for k in (0, 2, 4)]
 cells = [f"{statistics.mean(v):.2f} ± {statistics.stdev(v):.2f}" for v in p]
 secs = statistics.mean(seconds(r["train_run"]) for r in out["runs"])
-print(f"| {name} | `pipelines/family/{name}.toml` | " + " | ".join(cells) + f" | {secs:.0f} |")
+print(f"| {name} | `{rel}` | {split} | " + " | ".join(cells) + f" | {secs:.0f} |")
 PY
 done
