@@ -162,18 +162,17 @@ fn feature_weight_gradient_matches_plain_central_differences() {
             .kernel
             .log_features;
         let h = 1e-5;
-        for d in 0..g.len() {
+        for (d, &analytic) in g.iter().enumerate() {
             let at = |step: f64| {
                 let mut q = pr.params.clone();
                 q.kernel.log_features[d] += step;
                 eval_features(kind, &pr, &q, &dense).value
             };
             let fd = (at(h) - at(-h)) / (2.0 * h);
-            let rel = rel_error(g[d], fd, 1e-4);
+            let rel = rel_error(analytic, fd, 1e-4);
             assert!(
                 rel <= 1e-6,
-                "{kind:?} log w[{d}]: {} vs {fd} ({rel:.1e})",
-                g[d]
+                "{kind:?} log w[{d}]: {analytic} vs {fd} ({rel:.1e})"
             );
         }
     }
