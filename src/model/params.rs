@@ -144,8 +144,8 @@ pub enum Block {
 }
 
 impl Block {
-    /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2` and `LogArd`
-    /// hold entries only for the kernels and ARD modes that have them.
+    /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2`, `LogArd` and
+    /// `LogFeatures` hold entries only for the kernels and ARD modes that have them.
     pub const ALL: [Block; 11] = [
         Block::A,
         Block::Mu,
