@@ -10,6 +10,9 @@
 //! - the full-Cholesky q(u) forms at the Delicious configuration (`--q-form whitened` with
 //!   the linear and the SE kernel, `--q-form cholesky` with the SE kernel: unwhitened, it
 //!   needs a non-singular K_Z, which the linear kernel at R < M does not give).
+//! - ARD over the features at the Delicious configuration (`--ard features`: D = 500
+//!   weights, sparse rows of 18 features, the linear kernel through C_p, as the trainer
+//!   runs it).
 //! - free inducing inputs at Delicious's D = 500 (`--inducing-inputs free`: the identity
 //!   basis, so R = D = 500 and K_XX̃ is the batch's B×D rows): linear and SE with the O(M)
 //!   form, and each full-Cholesky form.
@@ -20,17 +23,20 @@
 //!
 //! Run: `cargo bench --bench train_step` (FSGP_BENCH_STEPS: steps timed per configuration,
 //! default 3; the best is reported, with the phase times of that step; FSGP_BENCH_ONLY:
-//! run only the rows whose `(form, kernel, ard, R, negatives, factorisation)` debug text
-//! contains it, e.g. `Whitened` or `SePlusLinear`).
+//! run only the rows whose `(form, kernel, ard, R, negatives, factorisation, features)`
+//! debug text contains it, e.g. `Whitened`, `SePlusLinear` or `Some((500`).
 
 mod common;
 use common::threads;
 use faer::Mat;
 use fsgp::model::cholesky_q::pack_factors;
 use fsgp::model::conditional::Factorisation;
+use fsgp::model::feature_ard::{FeatureInputs, FeatureRows};
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, EvalOptions, PhaseTimes};
+use fsgp::model::objective::{
+    evaluate_features, evaluate_set, EvalOptions, Evaluation, PhaseTimes,
+};
 use fsgp::model::optim::{AdamConfig, AdamState};
 use fsgp::model::params::{Params, QForm};
 use fsgp::model::scratch::Scratch;
@@ -69,6 +75,8 @@ struct Config {
     /// Subspace ARD (R weights).
     ard: bool,
     form: QForm,
+    /// ARD over the features: (D, non-zeros per row); None without.
+    features: Option<(usize, usize)>,
 }
 
 impl Config {
@@ -110,6 +118,14 @@ fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
         if c.subspace() {
             kernels += r * r * b;
         }
+    }
+    if let Some((d, per_row)) = c.features {
+        // Feature ARD (`docs/model.md`, "ARD over the D features"): K'_X̃ and (∂F/∂K'_X̃) X̃
+        // (2DR² each), Kxx' and the non-zeros' gradient terms (2·nnz·R each), the kernel's
+        // ∂Kxx' = (∂F/∂H) A (2BMR) and ∂K'_X̃ = Aᵀ (∂F/∂G) A (2M²R + 2MR²).
+        let (d, nnz) = (d as f64, (per_row * c.b) as f64);
+        kernels += 4.0 * d * r * r + 4.0 * nnz * r + 2.0 * b * m * r;
+        kernels += 2.0 * m * m * r + 2.0 * m * r * r;
     }
     let per_gp = if c.form != QForm::SiteDiagonal {
         // Full-Cholesky forms (`cholesky_q.rs`), per GP: T = L_vᵀ A, lower(2 A Uᵀ) and
@@ -204,6 +220,14 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         sq_norms: &norms,
         k_tilde: kt.as_ref(),
     };
+    let (rows, basis) = feature_inputs(c, &mut u);
+    if let Some((d, _)) = c.features {
+        params.kernel.log_features = (0..d).map(|_| u(0.5)).collect();
+    }
+    let fx = c.features.map(|_| FeatureInputs {
+        rows: &rows,
+        basis: basis.as_ref(),
+    });
     let mut adam = AdamState::new(&params);
     let cfg = AdamConfig::default();
     // One arena for all steps, as the trainer keeps one.
@@ -223,7 +247,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             Some(l) => TermSet::List(l),
         };
-        let ev = evaluate_set(c.kind, &params, &x, &terms, &lik, &c.opts(), &scratch).unwrap();
+        let ev = evaluate(c, &params, &x, fx.as_ref(), &terms, &lik, &scratch);
         let t_adam = Instant::now();
         adam.step(&cfg, &mut params, &ev.grads, &|_| false);
         let adam_s = t_adam.elapsed().as_secs_f64();
@@ -233,7 +257,8 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         }
     }
     let (secs, ph, adam_s, n_terms) = best;
-    let identical = same_bits_in_one_thread(c, &params, &x, &positives, scale, &lik, &scratch);
+    let inputs = (&x, fx.as_ref());
+    let identical = same_bits_in_one_thread(c, &params, inputs, &positives, scale, &lik, &scratch);
     let flops = step_flops(c, c.negatives.map(|_| n_terms));
     let negs = match c.negatives {
         None => "all negatives".to_string(),
@@ -245,6 +270,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         (form, _) => format!("--q-form {}", form.name()),
     };
     let kernel = match (c.kind, c.ard) {
+        (KernelKind::Linear, false) if c.features.is_some() => "linear + feature ARD",
         (KernelKind::Linear, false) => "linear",
         (KernelKind::Linear, true) => "linear + subspace ARD",
         (KernelKind::SquaredExponential, false) => "SE",
@@ -271,12 +297,48 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     );
 }
 
+/// Random sparse rows [B×D] with `per_row` distinct features each and a random basis
+/// [R×D] for a feature-ARD row (empty otherwise).
+fn feature_inputs(c: &Config, u: &mut impl FnMut(f64) -> f64) -> (FeatureRows, Mat<f64>) {
+    let mut rows = FeatureRows::new();
+    let Some((d, per_row)) = c.features else {
+        return (rows, Mat::new());
+    };
+    let mut frng = ChaCha8Rng::seed_from_u64(3);
+    for _ in 0..c.b {
+        let mut ids: Vec<u32> = (0..per_row)
+            .map(|_| frng.random_range(0..d as u32))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let values: Vec<f64> = ids.iter().map(|_| u(0.5)).collect();
+        rows.push_row(&ids, values);
+    }
+    (rows, Mat::from_fn(c.r, d, |_, _| u(0.1)))
+}
+
+/// One evaluation of the bound as the trainer makes it for this configuration.
+fn evaluate(
+    c: &Config,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    fx: Option<&FeatureInputs<'_>>,
+    terms: &TermSet<'_>,
+    lik: &BernoulliLogistic,
+    scratch: &Scratch,
+) -> Evaluation {
+    match fx {
+        None => evaluate_set(c.kind, params, x, terms, lik, &c.opts(), scratch).unwrap(),
+        Some(fx) => evaluate_features(c.kind, params, fx, terms, lik, &c.opts(), scratch).unwrap(),
+    }
+}
+
 /// Evaluates the step's bound once in the ambient pool and once in a 1-thread pool and
 /// compares value and gradients bit for bit (the model's determinism promise, at full size).
 fn same_bits_in_one_thread(
     c: &Config,
     params: &Params,
-    x: &BasisInputs<'_>,
+    (x, fx): (&BasisInputs<'_>, Option<&FeatureInputs<'_>>),
     positives: &[Vec<u32>],
     scale: f64,
     lik: &BernoulliLogistic,
@@ -290,7 +352,7 @@ fn same_bits_in_one_thread(
         None => TermSet::AllLabels { positives, scale },
         Some(l) => TermSet::List(l),
     };
-    let eval = || evaluate_set(c.kind, params, x, &terms, lik, &c.opts(), scratch).unwrap();
+    let eval = || evaluate(c, params, x, fx, &terms, lik, scratch);
     let many = eval();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -328,6 +390,7 @@ fn main() {
             kind: KernelKind::Linear,
             ard: false,
             form: QForm::SiteDiagonal,
+            features: None,
         },
         Config {
             name: "Delicious",
@@ -341,6 +404,7 @@ fn main() {
             kind: KernelKind::Linear,
             ard: false,
             form: QForm::SiteDiagonal,
+            features: None,
         },
         Config {
             name: "AmazonCat-like",
@@ -354,6 +418,7 @@ fn main() {
             kind: KernelKind::Linear,
             ard: false,
             form: QForm::SiteDiagonal,
+            features: None,
         },
         Config {
             name: "AmazonCat-like",
@@ -367,6 +432,7 @@ fn main() {
             kind: KernelKind::Linear,
             ard: false,
             form: QForm::SiteDiagonal,
+            features: None,
         },
     ];
     let delicious = |kind, ard, form| Config {
@@ -381,6 +447,7 @@ fn main() {
         kind,
         ard,
         form,
+        features: None,
     };
     let extra_rows = [
         delicious(KernelKind::SquaredExponential, false, QForm::SiteDiagonal),
@@ -405,11 +472,28 @@ fn main() {
         free_z(KernelKind::SquaredExponential, QForm::Whitened),
         free_z(KernelKind::SquaredExponential, QForm::Cholesky),
     ];
+    // ARD over the features at Delicious's D = 500 (18 features per row, the training
+    // rows' 17.9 on average): the trainer takes C_p for it.
+    let feature_rows = [Config {
+        name: "Delicious",
+        factorisation: Factorisation::Inducing,
+        features: Some((500, 18)),
+        ..delicious(KernelKind::Linear, false, QForm::SiteDiagonal)
+    }];
     let only: Option<String> = std::env::var("FSGP_BENCH_ONLY").ok();
-    for c in configs.iter().chain(&extra_rows).chain(&free_rows) {
+    let all = configs.iter().chain(&extra_rows).chain(&free_rows);
+    for c in all.chain(&feature_rows) {
         let row = format!(
             "{:?}",
-            (c.form, c.kind, c.ard, c.r, c.negatives, c.factorisation)
+            (
+                c.form,
+                c.kind,
+                c.ard,
+                c.r,
+                c.negatives,
+                c.factorisation,
+                c.features
+            )
         );
         if only.as_ref().is_some_and(|o| !row.contains(o.as_str())) {
             continue;

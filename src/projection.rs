@@ -33,6 +33,30 @@ pub fn basis_gram(map: &NpyMap) -> Result<Mat<f64>> {
     Ok(gram)
 }
 
+/// K'_X̃ = X̃ W X̃ᵀ [R×R] with W = diag(`weights`) [D] (ARD over the features), accumulated
+/// over blocks of columns as [`basis_gram`].
+pub fn weighted_basis_gram(map: &NpyMap, weights: &[f64]) -> Result<Mat<f64>> {
+    let basis = map.view2::<f32>()?;
+    let (r, d) = basis.dim();
+    ensure!(
+        weights.len() == d,
+        "{}: basis has {d} columns, the model {} feature weights",
+        map.path().display(),
+        weights.len()
+    );
+    let block = (4 << 20) / r.max(1);
+    let mut gram = Mat::<f64>::zeros(r, r);
+    let mut start = 0;
+    while start < d {
+        let end = (start + block.max(1)).min(d);
+        let x = Mat::<f64>::from_fn(r, end - start, |i, j| basis[(i, start + j)] as f64);
+        let xw = Mat::<f64>::from_fn(r, end - start, |i, j| x[(i, j)] * weights[start + j]);
+        gram += &xw * x.transpose();
+        start = end;
+    }
+    Ok(gram)
+}
+
 /// X̃ᵀ [D×R] of `basis.npy` [R×D], contiguous for the sparse × dense projection; checked to
 /// have `n_features` columns.
 pub fn load_basis_t(map: &NpyMap, n_features: u64) -> Result<Array2<f32>> {
@@ -90,6 +114,13 @@ pub enum RowInputs {
     Basis { basis_t: Array2<f32> },
     /// The raw features densified, x_i [D] (the identity basis).
     Features { n_features: usize },
+    /// ARD over the features: coordinates in the weighted basis, x_i W X̃ᵀ [R]; holds
+    /// (X̃W)ᵀ [D×R] and the weights w [D], which also weigh the squared norms
+    /// (n'_i = Σ_d w_d x_id²).
+    Weighted {
+        basis_t: Array2<f32>,
+        weights: Vec<f64>,
+    },
 }
 
 impl RowInputs {
@@ -105,12 +136,49 @@ impl RowInputs {
         })
     }
 
+    /// The weighted view of ARD over the features, with weights `weights` [D] (w, not
+    /// log w).
+    pub fn open_weighted(basis: &NpyMap, n_features: u64, weights: Vec<f64>) -> Result<Self> {
+        let mut basis_t = load_basis_t(basis, n_features)?;
+        ensure!(
+            weights.len() == basis_t.nrows(),
+            "{} feature weights for {n_features} features",
+            weights.len()
+        );
+        for (mut row, &w) in basis_t.rows_mut().into_iter().zip(&weights) {
+            row.mapv_inplace(|v| (f64::from(v) * w) as f32);
+        }
+        Ok(RowInputs::Weighted { basis_t, weights })
+    }
+
     /// The view's Gram K_X̃: [`basis_gram`] of `basis` (the file this view was opened
-    /// from), or I_D.
+    /// from), I_D, or the weighted Gram X̃WX̃ᵀ.
     pub fn gram(&self, basis: &NpyMap) -> Result<Mat<f64>> {
         match self {
             RowInputs::Basis { .. } => basis_gram(basis),
             RowInputs::Features { n_features } => Ok(identity_gram(*n_features)),
+            RowInputs::Weighted { weights, .. } => weighted_basis_gram(basis, weights),
+        }
+    }
+
+    /// The squared norms the model sees for rows `start..end` of `chunk` [end − start]: the
+    /// stored ‖x_i‖², or Σ_d w_d x_id² in the weighted view.
+    pub fn sq_norms(&self, chunk: &CsrChunk, start: usize, end: usize) -> Vec<f64> {
+        match self {
+            RowInputs::Weighted { weights, .. } => (start..end)
+                .map(|i| {
+                    let row = chunk.row(i);
+                    row.indices
+                        .iter()
+                        .zip(row.values)
+                        .map(|(&d, &v)| weights[d as usize] * f64::from(v) * f64::from(v))
+                        .sum()
+                })
+                .collect(),
+            _ => chunk.sq_norms[start..end]
+                .iter()
+                .map(|&v| v as f64)
+                .collect(),
         }
     }
 
@@ -119,7 +187,7 @@ impl RowInputs {
     /// densified block by block (a chunk densified whole could be rows × D × 4 bytes).
     pub fn of_chunk<'c>(&self, chunk: &'c CsrChunk) -> ChunkInputs<'c> {
         match self {
-            RowInputs::Basis { basis_t } => {
+            RowInputs::Basis { basis_t } | RowInputs::Weighted { basis_t, .. } => {
                 ChunkInputs::Projected(project_rows(chunk, basis_t.view()))
             }
             RowInputs::Features { n_features } => ChunkInputs::Sparse {

@@ -6,13 +6,38 @@ use anyhow::Result;
 use faer::Mat;
 use rayon::prelude::*;
 
+use crate::model::feature_ard::without_weights;
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::params::Params;
 use crate::model::predictive::{probit_probability, MeanUtilities, Predictor};
 use crate::projection::RowInputs;
 use crate::store::chunks::CsrChunk;
+use crate::store::npy::NpyMap;
 use crate::store::predictions::PredictionBlock;
 use crate::topk;
+
+/// How a trained model sees a split's rows (`in_features`: the identity basis), its
+/// K_X̃ [R×R], and, with ARD over the features, the parameters without their weights: the
+/// rows are then projected onto the weighted basis X̃W with norms Σ_d w_d x_id² and
+/// K'_X̃ = X̃WX̃ᵀ, and the model without the weights at those inputs is the model with them
+/// (`docs/model.md`, "ARD over the D features"). `basis` is the svd run's `basis.npy`.
+pub fn model_inputs(
+    basis: &NpyMap,
+    n_features: u64,
+    in_features: bool,
+    params: &Params,
+) -> Result<(RowInputs, Mat<f64>, Option<Params>)> {
+    let log_w = &params.kernel.log_features;
+    if log_w.is_empty() {
+        let inputs = RowInputs::open(basis, n_features, in_features)?;
+        let k_tilde = inputs.gram(basis)?;
+        return Ok((inputs, k_tilde, None));
+    }
+    let inputs =
+        RowInputs::open_weighted(basis, n_features, log_w.iter().map(|l| l.exp()).collect())?;
+    let k_tilde = inputs.gram(basis)?;
+    Ok((inputs, k_tilde, Some(without_weights(params))))
+}
 
 /// Scores rows of a split under one model and keeps each row's best labels: projection onto
 /// the training basis, predictive moments, partial selection.
@@ -76,10 +101,7 @@ impl<'p> Ranker<'p> {
             .map(|start| {
                 let end = (start + block_rows).min(chunk.len());
                 let kxx = rows.block(start, end)?;
-                let sq: Vec<f64> = chunk.sq_norms[start..end]
-                    .iter()
-                    .map(|&v| v as f64)
-                    .collect();
+                let sq = self.inputs.sq_norms(chunk, start, end);
                 let x = BasisInputs {
                     kxx_b: kxx.as_ref(),
                     sq_norms: &sq,

@@ -62,26 +62,28 @@ impl FromStr for KernelChoice {
     }
 }
 
-/// `--ard none|subspace`: automatic relevance determination of the kernel's inputs.
-/// `subspace` learns one weight per basis direction (R weights, `docs/model.md`, "Subspace
-/// ARD"); ARD over the D input features needs the rows' features in every minibatch and
-/// will be a further variant.
+/// `--ard none|subspace|features`: automatic relevance determination of the kernel's
+/// inputs. `subspace` learns one weight per basis direction (R weights, `docs/model.md`,
+/// "Subspace ARD"), `features` one per input feature (D weights, "ARD over the D
+/// features"; the minibatches then carry the rows' sparse features).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ArdChoice {
     #[default]
     None,
     Subspace,
+    Features,
 }
 
 impl ArdChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 2] = ["none", "subspace"];
+    pub const NAMES: [&'static str; 3] = ["none", "subspace", "features"];
 
     pub fn name(self) -> &'static str {
         match self {
             ArdChoice::None => "none",
             ArdChoice::Subspace => "subspace",
+            ArdChoice::Features => "features",
         }
     }
 
@@ -97,7 +99,10 @@ impl FromStr for ArdChoice {
         match s {
             "none" => Ok(ArdChoice::None),
             "subspace" => Ok(ArdChoice::Subspace),
-            _ => Err(format!("expected 'none' or 'subspace', found {s:?}")),
+            "features" => Ok(ArdChoice::Features),
+            _ => Err(format!(
+                "expected 'none', 'subspace' or 'features', found {s:?}"
+            )),
         }
     }
 }
@@ -619,7 +624,11 @@ mod tests {
         for name in ArdChoice::NAMES {
             assert_eq!(name.parse::<ArdChoice>().unwrap().name(), name);
         }
-        assert!("features".parse::<ArdChoice>().is_err());
+        assert!("feature".parse::<ArdChoice>().is_err());
+        c.ard = ArdChoice::Features;
+        assert_eq!(c.to_json()["ard"], "features");
+        let back: TrainConfig = serde_json::from_value(c.to_json()).unwrap();
+        assert_eq!(back.ard, ArdChoice::Features);
     }
 
     #[test]

@@ -156,7 +156,10 @@ fn invalid_schedules_are_refused_with_the_flag_named() {
             &["--release-hyper-after", "2", "--freeze-hyper"][..],
             "cannot be combined with --freeze-hyper",
         ),
-        (&["--ard", "features"][..], "subspace"),
+        (
+            &["--ard", "feature"][..],
+            "possible values: none, subspace, features",
+        ),
         (&["--kernel", "se+lin"][..], "se+linear"),
     ] {
         let out = pipeline(&ws, &train_args(args));

@@ -388,8 +388,9 @@ pub struct TrainFlags {
     #[arg(long, default_value = "linear",
           value_parser = one_of::<KernelChoice>(&KernelChoice::NAMES))]
     pub kernel: KernelChoice,
-    /// Automatic relevance determination: none, or one trained weight per basis direction
-    /// (subspace, R weights; docs/model.md "Subspace ARD").
+    /// Automatic relevance determination: none, one trained weight per basis direction
+    /// (subspace, R weights; docs/model.md "Subspace ARD"), or one per input feature
+    /// (features, D weights; "ARD over the D features").
     #[arg(long, default_value = "none",
           value_parser = one_of::<ArdChoice>(&ArdChoice::NAMES))]
     pub ard: ArdChoice,

@@ -594,16 +594,29 @@ mod tests {
         spec(&ok).unwrap();
         let e = spec(&MINIMAL.replace(
             "lr = 0.5",
-            "lr = 0.5\nkernel = 'se+lin'\nard = 'features'\nrelease_hyper_after = 0",
+            "lr = 0.5\nkernel = 'se+lin'\nard = 'feature'\nrelease_hyper_after = 0",
         ))
         .unwrap_err()
         .to_string();
         for expected in [
             "[train] kernel: invalid value 'se+lin'",
-            "[train] ard: invalid value 'features' (expected one of: none, subspace)",
+            "[train] ard: invalid value 'feature' (expected one of: none, subspace, features)",
         ] {
             assert!(e.contains(expected), "missing {expected:?} in:\n{e}");
         }
+        // ARD over the features is accepted, and refused with the identity basis.
+        spec(&MINIMAL.replace("lr = 0.5", "lr = 0.5\nard = 'features'")).unwrap();
+        let e = spec(&MINIMAL.replace(
+            "lr = 0.5",
+            "lr = 0.5\nard = 'features'\ninducing_inputs = 'free'",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("[train] ard features with --inducing-inputs free")
+                && e.contains("use --ard subspace"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace(
             "freeze_hyper = false",
             "freeze_hyper = true\nrelease_hyper_after = 0",

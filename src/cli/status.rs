@@ -406,7 +406,7 @@ impl TrainRunSummary {
             .map_or(("-".to_string(), String::new()), |p| {
                 (p.percentages(), p.origin())
             });
-        // The kernel, with "+ard" under subspace ARD, and the q(u) form.
+        // The kernel, with "+ard" under either ARD (`--run N` names which), and the q(u) form.
         let ard = if self.ard == "none" { "" } else { "+ard" };
         format!(
             "  #{:<5} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  {}",

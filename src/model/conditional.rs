@@ -12,7 +12,7 @@ use faer::{Mat, MatRef};
 
 use super::ard::{warp_inducing, Warp};
 use super::cholesky_q::{self, CholFactorsOnce, CholForward};
-use super::kernel::{BasisInputs, KernelForward, KernelKind, KernelParams};
+use super::kernel::{BasisInputs, InputGrads, KernelForward, KernelKind, KernelParams};
 use super::params::{CholFactors, Params, QForm};
 use super::scratch::Scratch;
 use super::subspace::{self, Subspace};
@@ -286,8 +286,30 @@ impl Conditional {
                 log_ell: kg.log_ell,
                 log_lin2: params.kernel.log_lin2.map(|_| kg.log_lin2),
                 log_ard: g_log_ard,
+                log_features: Vec::new(),
             },
         )
+    }
+
+    /// The kernel's gradients with respect to its data inputs Kxx_b, n and K_X̃
+    /// (`KernelKind::input_grads`) from the gradients of [`Conditional::backward`] (with
+    /// kernel blocks), for input transforms applied before the conditional (ARD over the
+    /// features, `feature_ard.rs`). An error on the subspace path or under subspace ARD,
+    /// whose factors depend on the inputs in ways these gradients leave out.
+    pub fn input_grads(&self, params: &Params, vg: &VariationalGrads) -> Result<InputGrads> {
+        ensure!(
+            self.subspace.is_none() && self.warp.is_none(),
+            "internal: input gradients are taken through C_p without subspace ARD"
+        );
+        Ok(self.kind.input_grads(
+            &params.kernel,
+            params.a.as_ref(),
+            &self.kernel,
+            vg.k_z.as_ref(),
+            vg.k_bz.as_ref(),
+            &vg.k_diag,
+            true,
+        ))
     }
 
     /// Marginals at these rows given q(u) factorised once ([`FactorisedQ`]).
@@ -447,6 +469,11 @@ fn chol_of(params: &Params) -> &CholFactors {
 /// ARD, one weight per basis direction (R = `rank`).
 fn check_kernel_params(kind: KernelKind, params: &Params, rank: usize) -> Result<()> {
     kind.check(&params.kernel)?;
+    ensure!(
+        params.kernel.log_features.is_empty(),
+        "internal: feature ARD weights act on the inputs first (feature_ard.rs): the \
+         conditional takes the weighted inputs and the parameters without the weights"
+    );
     let n = params.kernel.log_ard.len();
     ensure!(
         n == 0 || (n == rank && params.a.ncols() == rank),

@@ -39,6 +39,10 @@ pub struct KernelParams {
     pub log_lin2: Option<f64>,
     /// log ω [R]: subspace ARD weights (`ard.rs`); empty without ARD.
     pub log_ard: Vec<f64>,
+    /// log w [D]: ARD weights over the input features (`feature_ard.rs`); empty without.
+    /// They act on the data before the kernel sees it, so every function here that takes
+    /// [`BasisInputs`] is given the weighted inputs and parameters without them.
+    pub log_features: Vec<f64>,
 }
 
 impl KernelParams {
@@ -49,6 +53,7 @@ impl KernelParams {
             log_ell,
             log_lin2: None,
             log_ard: Vec::new(),
+            log_features: Vec::new(),
         }
     }
 
@@ -59,6 +64,7 @@ impl KernelParams {
             log_ell: 0.0,
             log_lin2: self.log_lin2.map(|_| 0.0),
             log_ard: vec![0.0; self.log_ard.len()],
+            log_features: vec![0.0; self.log_features.len()],
         }
     }
 
@@ -68,6 +74,7 @@ impl KernelParams {
             && self.log_ell.is_finite()
             && self.log_lin2.is_none_or(f64::is_finite)
             && self.log_ard.iter().all(|v| v.is_finite())
+            && self.log_features.iter().all(|v| v.is_finite())
     }
 
     /// σ_lin² of SE + linear. Callers check [`KernelKind::check`] first.

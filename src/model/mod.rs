@@ -5,6 +5,7 @@ pub mod ard;
 pub mod cholesky_q;
 pub mod conditional;
 pub(crate) mod expected;
+pub mod feature_ard;
 pub mod gp_factor;
 pub(crate) mod inducing;
 pub mod kernel;

@@ -17,7 +17,8 @@ use faer::{Mat, MatRef};
 
 use super::conditional::{Conditional, Factorisation};
 use super::expected::likelihood_part;
-use super::kernel::{BasisInputs, KernelKind};
+use super::feature_ard::{without_weights, FeatureInputs, FeatureWarp};
+use super::kernel::{BasisInputs, InputGrads, KernelKind};
 use super::likelihood::Likelihood;
 use super::params::{CholFactors, Grads, Params};
 use super::scratch::Scratch;
@@ -149,6 +150,65 @@ pub fn evaluate_set(
     opts: &EvalOptions,
     scratch: &Scratch,
 ) -> Result<Evaluation> {
+    Ok(evaluate_inner(kind, params, x, terms, lik, opts, false, scratch)?.0)
+}
+
+/// The bound and its gradient with ARD over the D input features (`feature_ard.rs`,
+/// `docs/model.md`, "ARD over the D features"): `params` carries the weights log w [D],
+/// `fx` the minibatch's sparse rows and the basis X̃ [R×D]. The kernel runs on the weighted
+/// inputs Kxx'_b, n', K'_X̃ through C_p (the linear kernel's subspace path holds the
+/// Cholesky factor of K_X̃ fixed, which K'_X̃ is not), and ∂F/∂log w comes from the kernel's
+/// input gradients. Without `opts.kernel_grads` ∂F/∂log w is zero like the other kernel
+/// blocks.
+pub fn evaluate_features(
+    kind: KernelKind,
+    params: &Params,
+    fx: &FeatureInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &dyn Likelihood,
+    opts: &EvalOptions,
+    scratch: &Scratch,
+) -> Result<Evaluation> {
+    let log_w = &params.kernel.log_features;
+    fx.check(log_w)?;
+    ensure!(
+        opts.factorisation != Factorisation::Subspace,
+        "ARD over the features runs through C_p, not the subspace factorisation"
+    );
+    ensure!(
+        params.kernel.log_ard.is_empty(),
+        "ARD over the features and subspace ARD exclude each other"
+    );
+    let warp = FeatureWarp::new(log_w, fx);
+    let plain = without_weights(params);
+    let opts = EvalOptions {
+        factorisation: Factorisation::Inducing,
+        ..*opts
+    };
+    let x = warp.inputs();
+    let (mut ev, input_grads) = evaluate_inner(kind, &plain, &x, terms, lik, &opts, true, scratch)?;
+    let clock = Instant::now();
+    ev.grads.kernel.log_features = match input_grads {
+        Some(g) => warp.backward(fx, &g),
+        None => vec![0.0; log_w.len()],
+    };
+    ev.times.kernel_bwd += clock.elapsed().as_secs_f64();
+    Ok(ev)
+}
+
+/// [`evaluate_set`], and with `want_inputs` (and kernel gradients) the kernel's gradients
+/// with respect to its data inputs.
+#[allow(clippy::too_many_arguments)]
+fn evaluate_inner(
+    kind: KernelKind,
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &dyn Likelihood,
+    opts: &EvalOptions,
+    want_inputs: bool,
+    scratch: &Scratch,
+) -> Result<(Evaluation, Option<InputGrads>)> {
     check_shapes(params, x, terms)?;
     let mut times = PhaseTimes::default();
     let clock = Instant::now();
@@ -169,6 +229,10 @@ pub fn evaluate_set(
     let (kl, jitter) = (vf.kl(), vf.jitter());
     vf.recycle(scratch);
     times.variational_bwd = lap(&clock, times.total());
+    let input_grads = match want_inputs && opts.kernel_grads {
+        true => Some(cond.input_grads(params, &vg)?),
+        false => None,
+    };
     let (g_a, g_kernel) = if opts.kernel_grads {
         cond.kernel_backward(params, x, &vg)
     } else {
@@ -178,7 +242,7 @@ pub fn evaluate_set(
         )
     };
     times.kernel_bwd = lap(&clock, times.total());
-    Ok(Evaluation {
+    let ev = Evaluation {
         value: lg.expected - kl,
         kl,
         jitter,
@@ -195,7 +259,8 @@ pub fn evaluate_set(
             }),
         },
         times,
-    })
+    };
+    Ok((ev, input_grads))
 }
 
 /// Seconds since `clock` minus what earlier phases already took.

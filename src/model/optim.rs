@@ -128,6 +128,9 @@ impl AdamState {
         for (theta, &g) in pk.log_ard.iter_mut().zip(&gk.log_ard) {
             scalars.push((Block::LogArd, theta, g));
         }
+        for (theta, &g) in pk.log_features.iter_mut().zip(&gk.log_features) {
+            scalars.push((Block::LogFeatures, theta, g));
+        }
         for (block, theta, g) in scalars {
             if let Some(coef) = coef_of(block) {
                 self.update(idx, g, theta, &coef);

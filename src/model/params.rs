@@ -139,12 +139,14 @@ pub enum Block {
     LogLin2,
     /// log ω [R], subspace ARD weights (only with ARD).
     LogArd,
+    /// log w [D], ARD weights over the input features (only with `--ard features`).
+    LogFeatures,
 }
 
 impl Block {
-    /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2` and `LogArd`
-    /// hold entries only for the kernels and ARD modes that have them.
-    pub const ALL: [Block; 10] = [
+    /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2`, `LogArd` and
+    /// `LogFeatures` hold entries only for the kernels and ARD modes that have them.
+    pub const ALL: [Block; 11] = [
         Block::A,
         Block::Mu,
         Block::Rho,
@@ -155,6 +157,7 @@ impl Block {
         Block::LogEll,
         Block::LogLin2,
         Block::LogArd,
+        Block::LogFeatures,
     ];
 
     /// Whether the block is a kernel hyperparameter (σ's, ℓ, ARD weights; not A): what
@@ -162,12 +165,12 @@ impl Block {
     pub fn is_kernel_hyper(self) -> bool {
         matches!(
             self,
-            Block::LogSf2 | Block::LogEll | Block::LogLin2 | Block::LogArd
+            Block::LogSf2 | Block::LogEll | Block::LogLin2 | Block::LogArd | Block::LogFeatures
         )
     }
 
     /// The display name ("A", "μ", "ρ", "L", "Φ", "b", "log σ_f²", "log ℓ", "log σ_lin²",
-    /// "log ω"), for messages only.
+    /// "log ω", "log w"), for messages only.
     pub fn name(self) -> &'static str {
         match self {
             Block::A => "A",
@@ -180,6 +183,7 @@ impl Block {
             Block::LogEll => "log ℓ",
             Block::LogLin2 => "log σ_lin²",
             Block::LogArd => "log ω",
+            Block::LogFeatures => "log w",
         }
     }
 }
@@ -203,6 +207,7 @@ pub fn flat_len(p: &Params) -> usize {
         + 2
         + usize::from(k.log_lin2.is_some())
         + k.log_ard.len()
+        + k.log_features.len()
 }
 
 /// A mutable reference to a parameter by flat index (for finite-difference checks and the
@@ -230,13 +235,18 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
         return (Block::Bias, &mut p.bias[idx]);
     }
     let k = &mut p.kernel;
+    let scalars = 2 + usize::from(k.log_lin2.is_some());
     match idx - p.bias.len() {
         0 => (Block::LogSf2, &mut k.log_sf2),
         1 => (Block::LogEll, &mut k.log_ell),
-        i => match k.log_lin2.as_mut() {
-            Some(lin2) if i == 2 => (Block::LogLin2, lin2),
-            Some(_) => (Block::LogArd, &mut k.log_ard[i - 3]),
-            None => (Block::LogArd, &mut k.log_ard[i - 2]),
-        },
+        i if i < scalars => (
+            Block::LogLin2,
+            k.log_lin2.as_mut().expect("counted in scalars"),
+        ),
+        i if i - scalars < k.log_ard.len() => (Block::LogArd, &mut k.log_ard[i - scalars]),
+        i => (
+            Block::LogFeatures,
+            &mut k.log_features[i - scalars - k.log_ard.len()],
+        ),
     }
 }

@@ -14,8 +14,7 @@ use serde_json::json;
 
 use crate::error::InvalidOptions;
 use crate::model::params::Params;
-use crate::projection::RowInputs;
-use crate::scoring::Ranker;
+use crate::scoring::{model_inputs, Ranker};
 use crate::stage::{memoised, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::read_registered_chunk;
@@ -191,12 +190,12 @@ impl Job<'_> {
             opts.probabilities,
         )?;
         let basis = NpyMap::open_registered(self.basis)?;
-        let inputs = RowInputs::open(
+        let (inputs, k_tilde, unweighted) = model_inputs(
             &basis,
             dataset.n_features,
             self.config.inducing_inputs.in_features(),
+            self.params,
         )?;
-        let k_tilde = inputs.gram(&basis)?;
         // A model whose q(u) cannot be factorised fails here or at its first block of rows.
         let scoring = || {
             format!(
@@ -208,7 +207,7 @@ impl Job<'_> {
             inputs,
             k_tilde,
             self.config.kernel.kind(),
-            self.params,
+            unweighted.as_ref().unwrap_or(self.params),
             opts.probabilities,
         )
         .with_context(scoring)?;

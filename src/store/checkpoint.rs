@@ -129,6 +129,10 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
     if !p.kernel.log_ard.is_empty() {
         all.push(vector("ard", &p.kernel.log_ard));
     }
+    // ARD over the features: log w [1×D], written only when the model has it.
+    if !p.kernel.log_features.is_empty() {
+        all.push(vector("ard_features", &p.kernel.log_features));
+    }
     all
 }
 
@@ -292,6 +296,10 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         true => vector("ard")?,
         false => Vec::new(),
     };
+    let log_features = match found.iter().any(|t| t.0 == "ard_features") {
+        true => vector("ard_features")?,
+        false => Vec::new(),
+    };
     let params = Params {
         a: mat("A")?,
         mu: mat("mu")?,
@@ -301,6 +309,7 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         kernel: KernelParams {
             log_lin2: kernel.get(2).copied(),
             log_ard,
+            log_features,
             ..KernelParams::new(kernel[0], kernel[1])
         },
         chol: read_chol(&found, &mat, path)?,
@@ -409,6 +418,13 @@ fn check_kernel_tensors(params: &Params, config: &serde_json::Value, path: &Path
         "{}: {} ARD weights but the configuration's ard is {:?}",
         path.display(),
         k.log_ard.len(),
+        field("ard")
+    );
+    ensure!(
+        k.log_features.is_empty() != (field("ard") == "features"),
+        "{}: {} feature ARD weights but the configuration's ard is {:?}",
+        path.display(),
+        k.log_features.len(),
         field("ard")
     );
     Ok(())
@@ -540,5 +556,27 @@ mod tests {
         write_checkpoint(&path, &c).unwrap();
         let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
         assert!(e.contains("3 ARD weights"), "{e}");
+    }
+
+    #[test]
+    fn feature_ard_weights_round_trip_as_their_own_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(tensors(&sample()).iter().all(|t| t.name != "ard_features"));
+        let mut c = sample();
+        c.config = serde_json::json!({"kernel": "linear", "ard": "features", "seed": 5});
+        c.params.kernel.log_features = vec![0.5, -0.25, 0.0, 1.75];
+        c.adam = AdamState::new(&c.params);
+        *c.adam.m.last_mut().unwrap() = 0.125;
+        let t = tensors(&c);
+        let last = t.last().unwrap();
+        assert_eq!((last.name, last.rows, last.cols), ("ard_features", 1, 4));
+        let path = dir.path().join("f.parquet");
+        write_checkpoint(&path, &c).unwrap();
+        assert_eq!(read_checkpoint(&path).unwrap(), c);
+        // Weights without `"ard": "features"` in the configuration are refused.
+        c.config = serde_json::json!({"kernel": "linear"});
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("4 feature ARD weights"), "{e}");
     }
 }

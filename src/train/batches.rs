@@ -6,8 +6,9 @@
 //! basis) the rows' sparse features are read with their labels, from the same group of
 //! chunks, and densified into [B×D] instead ([`RowView::Features`]). A group's chunks are then
 //! held whole (features and labels) instead of their label columns: memory is still the
-//! queue plus one group, whatever N is. A later input-feature ARD, which needs the sparse
-//! rows next to the K_XX̃ rows, reads them from the same [`GroupRows`].
+//! queue plus one group, whatever N is. ARD over the input features (`--ard features`)
+//! reads the same whole chunks but carries each minibatch's rows sparse
+//! ([`RowView::SparseFeatures`]): nnz values per minibatch instead of B·D.
 //!
 //! Epoch order (seeded, reproducible): the chunks are permuted, consecutive chunks of that
 //! order form groups of `window` chunks, and the rows of each group are shuffled and cut
@@ -31,6 +32,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::model::feature_ard::FeatureRows;
 use crate::store::chunks::{
     read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk,
 };
@@ -138,6 +140,9 @@ pub enum RowView {
     Basis,
     /// Its raw features densified, x_i [D] (the identity basis X̃ = I_D).
     Features { n_features: usize },
+    /// Its raw features kept sparse ([`Batch::features`]), for ARD over the features; the
+    /// model computes the rows' basis coordinates itself, so [`Batch::kxx`] is empty [B×0].
+    SparseFeatures { n_features: usize },
 }
 
 /// The training split's stored inputs: K_XX̃ [N×R] and ‖x_i‖² [N], memory-mapped, and which
@@ -172,7 +177,7 @@ impl Source {
     pub fn width(&self) -> usize {
         match self.view {
             RowView::Basis => self.rank,
-            RowView::Features { n_features } => n_features,
+            RowView::Features { n_features } | RowView::SparseFeatures { n_features } => n_features,
         }
     }
 
@@ -194,8 +199,9 @@ impl Source {
     }
 
     /// Gathers rows into f64: their view [B×R] (K_XX̃ rows) or [B×D] (features densified
-    /// from `group`, which holds them) and their squared norms [B].
-    fn gather(&self, rows: &[u64], group: &GroupRows) -> Result<(Mat<f64>, Vec<f64>)> {
+    /// from `group`, which holds them) or [B×0] with the sparse features, and their squared
+    /// norms [B].
+    fn gather(&self, rows: &[u64], group: &GroupRows) -> Result<Gathered> {
         let norms = self.sq_norms.view1::<f32>()?;
         for &r in rows {
             ensure!(
@@ -213,9 +219,17 @@ impl Source {
                 }
                 out
             }
+            RowView::SparseFeatures { n_features } => {
+                let mut features = FeatureRows::new();
+                for &r in rows {
+                    group.sparse_row(r, n_features, &mut features)?;
+                }
+                let sq = rows.iter().map(|&r| norms[r as usize] as f64).collect();
+                return Ok((Mat::zeros(rows.len(), 0), sq, Some(features)));
+            }
         };
         let sq = rows.iter().map(|&r| norms[r as usize] as f64).collect();
-        Ok((out, sq))
+        Ok((out, sq, None))
     }
 
     /// K_XX̃ rows [B×R] in f64.
@@ -230,6 +244,10 @@ impl Source {
         Ok(out)
     }
 }
+
+/// A minibatch's rows as [`Source::gather`] reads them: the view, the squared norms and,
+/// for [`RowView::SparseFeatures`], the sparse rows.
+type Gathered = (Mat<f64>, Vec<f64>, Option<FeatureRows>);
 
 /// One minibatch, ready for the model.
 #[derive(Debug, Clone)]
@@ -247,6 +265,8 @@ pub struct Batch {
     pub sq_norms: Vec<f64>,
     /// Positive labels of each row, sorted.
     pub positives: Vec<Vec<u32>>,
+    /// The rows' sparse features [B×D], with [`RowView::SparseFeatures`] only.
+    pub features: Option<FeatureRows>,
 }
 
 /// Where streaming starts and ends.
@@ -296,7 +316,9 @@ impl GroupRows {
             let span = &planner.chunks[c];
             let chunk = match view {
                 RowView::Basis => GroupChunk::Labels(read_registered_chunk_labels(&span.file)?),
-                RowView::Features { .. } => GroupChunk::Whole(read_registered_chunk(&span.file)?),
+                RowView::Features { .. } | RowView::SparseFeatures { .. } => {
+                    GroupChunk::Whole(read_registered_chunk(&span.file)?)
+                }
             };
             ensure!(
                 chunk.len() as u64 == span.n_rows
@@ -341,6 +363,25 @@ impl GroupRows {
     }
 }
 
+impl GroupRows {
+    /// Appends row `row`'s sparse features to `out`, checking every id against
+    /// `n_features`.
+    fn sparse_row(&self, row: u64, n_features: usize, out: &mut FeatureRows) -> Result<()> {
+        let (GroupChunk::Whole(chunk), i) = self.locate(row) else {
+            unreachable!("features are read whole whenever they are streamed")
+        };
+        let r = chunk.row(i);
+        if let Some(&j) = r.indices.iter().find(|&&j| j as usize >= n_features) {
+            anyhow::bail!(
+                "row {}: feature {j} is outside the dataset's {n_features} features",
+                r.row_id
+            );
+        }
+        out.push_row(r.indices, r.values.iter().map(|&v| f64::from(v)));
+        Ok(())
+    }
+}
+
 /// Produces the minibatches of `span` into `send`; stops early when the receiver is gone.
 fn produce(
     source: &Source,
@@ -379,7 +420,7 @@ fn produce(
                 if left == 0 {
                     return Ok(());
                 }
-                let (kxx, sq_norms) = source.gather(batch_rows, &group_rows)?;
+                let (kxx, sq_norms, features) = source.gather(batch_rows, &group_rows)?;
                 let batch = Batch {
                     epoch,
                     index,
@@ -391,6 +432,7 @@ fn produce(
                         .iter()
                         .map(|&r| group_rows.positives(r))
                         .collect(),
+                    features,
                 };
                 if send.send(Ok(batch)).is_err() {
                     return Ok(());

@@ -8,6 +8,7 @@ use anyhow::{ensure, Result};
 
 use super::batches::{Order, Prefetcher, Span};
 use super::setup::{thread_pool, Setup};
+use crate::model::feature_ard::{weighted_gram, without_weights, FeatureInputs, FeatureWarp};
 use crate::model::kernel::BasisInputs;
 use crate::model::objective::{expected_loglik, kl_total};
 use crate::model::params::Params;
@@ -37,21 +38,47 @@ pub fn exact_bound(
         },
         prefetch,
     );
+    // ARD over the features: the model without the weights at the weighted inputs.
+    let weighted = setup.feature_basis.as_ref().map(|basis| {
+        let log_w = &params.kernel.log_features;
+        (
+            without_weights(params),
+            basis,
+            weighted_gram(log_w, basis.as_ref()),
+        )
+    });
     let mut expected = 0.0;
     while let Some(batch) = queue.next_batch() {
         let batch = batch?;
-        let x = BasisInputs {
-            kxx_b: batch.kxx.as_ref(),
-            sq_norms: &batch.sq_norms,
-            k_tilde: setup.k_tilde.as_ref(),
-        };
         let terms = TermSet::AllLabels {
             positives: &batch.positives,
             scale: 1.0,
         };
-        expected += expected_loglik(setup.kind, params, &x, &terms, &setup.lik, scratch)?;
+        expected += match (&weighted, &batch.features) {
+            (Some((plain, basis, _)), Some(rows)) => {
+                let fx = FeatureInputs {
+                    rows,
+                    basis: basis.as_ref(),
+                };
+                fx.check(&params.kernel.log_features)?;
+                let warp = FeatureWarp::new(&params.kernel.log_features, &fx);
+                let x = warp.inputs();
+                expected_loglik(setup.kind, plain, &x, &terms, &setup.lik, scratch)?
+            }
+            _ => {
+                let x = BasisInputs {
+                    kxx_b: batch.kxx.as_ref(),
+                    sq_norms: &batch.sq_norms,
+                    k_tilde: setup.k_tilde.as_ref(),
+                };
+                expected_loglik(setup.kind, params, &x, &terms, &setup.lik, scratch)?
+            }
+        };
     }
-    let kl = kl_total(setup.kind, params, setup.k_tilde.as_ref(), scratch)?;
+    let kl = match &weighted {
+        Some((plain, _, gram)) => kl_total(setup.kind, plain, gram.as_ref(), scratch)?,
+        None => kl_total(setup.kind, params, setup.k_tilde.as_ref(), scratch)?,
+    };
     Ok(expected - kl)
 }
 

@@ -9,7 +9,7 @@ use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
 use crate::model::params::Params;
 use crate::projection::RowInputs;
-use crate::scoring::Ranker;
+use crate::scoring::{model_inputs, Ranker};
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
@@ -55,8 +55,27 @@ impl HeldOut {
 
     /// Ranks every held-out row under `params` and returns the metrics.
     pub fn evaluate(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
-        let inputs = RowInputs::open(&self.basis, self.n_features, self.in_features)?;
-        let ranker = Ranker::open(inputs, setup.k_tilde.clone(), setup.kind, params, false)?;
+        if params.kernel.log_features.is_empty() {
+            let inputs = RowInputs::open(&self.basis, self.n_features, self.in_features)?;
+            let ranker = Ranker::open(inputs, setup.k_tilde.clone(), setup.kind, params, false)?;
+            return self.rank_all(ranker);
+        }
+        // ARD over the features: the weighted view, K'_X̃ of these weights, and the
+        // parameters without them.
+        let (inputs, k_tilde, unweighted) =
+            model_inputs(&self.basis, self.n_features, self.in_features, params)?;
+        let unweighted = unweighted.expect("feature weights are taken out");
+        self.rank_all(Ranker::open(
+            inputs,
+            k_tilde,
+            setup.kind,
+            &unweighted,
+            false,
+        )?)
+    }
+
+    /// Ranks every held-out row with `ranker` and returns the metrics.
+    fn rank_all(&self, ranker: Ranker<'_>) -> Result<Metrics> {
         let mut acc =
             MetricsAccumulator::new(HELD_OUT_K, self.inv_prop.clone(), LabellessRows::default())?;
         for file in &self.files {

@@ -147,6 +147,8 @@ pub struct InitInputs<'a> {
     pub lengthscale: f64,
     /// Subspace ARD: one weight per basis direction, all starting at ω = 1.
     pub ard: bool,
+    /// ARD over the features: this many weights (D, or 0 without), all starting at w = 1.
+    pub feature_weights: usize,
     pub seed: u64,
 }
 
@@ -180,7 +182,8 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     let phi = Mat::from_fn(k, x.factors, |_, _| normal.sample(&mut rng));
     // Keep the stream position independent of later additions.
     let _: u64 = rng.random();
-    let kernel = initial_kernel(x.kind, x.lengthscale, if x.ard { a.ncols() } else { 0 });
+    let mut kernel = initial_kernel(x.kind, x.lengthscale, if x.ard { a.ncols() } else { 0 });
+    kernel.log_features = vec![0.0; x.feature_weights];
     Ok(Params {
         a,
         mu: Mat::zeros(x.inducing, x.factors),

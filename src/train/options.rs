@@ -221,6 +221,18 @@ impl TrainOptions {
                     .into()
             },
         );
+        c.check(
+            !(self.ard == ArdChoice::Features && self.inducing_inputs.in_features()),
+            "ard",
+            || {
+                format!(
+                    "features with --inducing-inputs {}: the basis is the identity there, so \
+                     --ard subspace already learns exactly one weight per input feature; use \
+                     --ard subspace",
+                    self.inducing_inputs.name()
+                )
+            },
+        );
         c.check(self.checkpoint_every >= 1, "checkpoint-every", || {
             "must be ≥ 1".into()
         });

@@ -9,6 +9,7 @@ use faer::Mat;
 use super::batches::{self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner};
 use super::batches::{RowView, Source};
 use super::init;
+use crate::model::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::BernoulliLogistic;
 use crate::model::optim::AdamState;
@@ -48,6 +49,9 @@ pub struct Setup {
     a_init: Registered,
     /// X̃ [R×D] (`free` maps A's initialisation to input space through it).
     basis: Registered,
+    /// X̃ [R×D] in f64 with `--ard features`, which weighs its columns every step (None
+    /// otherwise).
+    pub feature_basis: Option<Mat<f64>>,
 }
 
 /// Training chunk files of a dataset with their row counts, in chunk order.
@@ -65,6 +69,10 @@ impl Setup {
     pub fn open(ws: &Workspace, config: TrainConfig, prefetch: usize) -> Result<Self> {
         let dataset = config.dataset_row(ws)?;
         let in_features = config.inducing_inputs.in_features();
+        let feature_ard = config.ard == ArdChoice::Features;
+        if feature_ard {
+            check_feature_ard(&config)?;
+        }
         if in_features {
             InputsMemory::of(&config, dataset.n_features, prefetch).check(
                 config.inducing_inputs,
@@ -72,11 +80,11 @@ impl Setup {
             )?;
         }
         let files = SvdFiles::of_run(ws, config.svd_run)?;
-        let view = match in_features {
-            true => RowView::Features {
-                n_features: usize::try_from(dataset.n_features)?,
-            },
-            false => RowView::Basis,
+        let n_features = usize::try_from(dataset.n_features)?;
+        let view = match (in_features, feature_ard) {
+            (true, _) => RowView::Features { n_features },
+            (false, true) => RowView::SparseFeatures { n_features },
+            (false, false) => RowView::Basis,
         };
         let source = Source::new(
             ws.map_large(&files.kxx)?,
@@ -91,9 +99,16 @@ impl Setup {
             config.svd_run,
             source.n_rows,
         );
-        let k_tilde = match view {
-            RowView::Basis => basis_gram(&NpyMap::open_registered(&files.basis)?)?,
-            RowView::Features { n_features } => identity_gram(n_features),
+        let (k_tilde, feature_basis) = match view {
+            RowView::Basis => (basis_gram(&NpyMap::open_registered(&files.basis)?)?, None),
+            RowView::Features { n_features } => (identity_gram(n_features), None),
+            RowView::SparseFeatures { n_features } => {
+                let basis = basis_f64(&NpyMap::open_registered(&files.basis)?, n_features)?;
+                // K'_X̃ at w = 1, as the first step computes it (the q(u) initialisation
+                // of the full-Cholesky forms factorises the K_Z it gives).
+                let gram = weighted_gram(&vec![0.0; n_features], basis.as_ref());
+                (gram, Some(basis))
+            }
         };
         Ok(Setup {
             kind: config.kernel.kind(),
@@ -105,6 +120,7 @@ impl Setup {
             k_tilde,
             a_init: files.a_init,
             basis: files.basis,
+            feature_basis,
             config,
         })
     }
@@ -179,6 +195,7 @@ impl Setup {
             n_rows: self.n_rows,
             lengthscale,
             ard: self.config.ard == ArdChoice::Subspace,
+            feature_weights: self.feature_basis.as_ref().map_or(0, |b| b.ncols()),
             seed: self.config.seed,
         })?;
         init::with_q_form(
@@ -240,6 +257,81 @@ impl Setup {
     }
 }
 
+/// X̃ [R×D] of `basis.npy` in f64, checked to have `n_features` columns and, with the
+/// matrices `--ard features` derives from it, to fit the memory limit
+/// ([`FeatureArdMemory`]).
+fn basis_f64(map: &NpyMap, n_features: usize) -> Result<Mat<f64>> {
+    let basis = map.view2::<f32>()?;
+    FeatureArdMemory::of(basis.nrows() as u64, basis.ncols() as u64)
+        .check(std::env::var(MEMORY_LIMIT_VAR).ok().as_deref())?;
+    ensure!(
+        basis.ncols() == n_features,
+        "{}: basis has {} columns, the dataset {n_features} features",
+        map.path().display(),
+        basis.ncols()
+    );
+    Ok(Mat::from_fn(basis.nrows(), n_features, |r, d| {
+        f64::from(basis[(r, d)])
+    }))
+}
+
+/// `--ard features` applies to the svd basis only.
+fn check_feature_ard(config: &TrainConfig) -> Result<()> {
+    ensure!(
+        !config.inducing_inputs.in_features(),
+        "--ard features with --inducing-inputs {}: the basis is the identity there, so \
+         --ard subspace already learns exactly one weight per input feature; use --ard \
+         subspace",
+        config.inducing_inputs.name()
+    );
+    Ok(())
+}
+
+/// What `--ard features` holds in memory beyond the model without it, in bytes
+/// (`docs/model.md`, "ARD over the D features"): X̃ in f64, the weighted basis X̃W of a
+/// step and the backward product ∂F/∂K'_X̃ · X̃, three R×D f64 matrices. The minibatch's
+/// sparse rows (nnz values) and the D weights with Adam's moments are small beside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeatureArdMemory {
+    pub bytes: u64,
+}
+
+impl FeatureArdMemory {
+    pub fn of(rank: u64, n_features: u64) -> Self {
+        FeatureArdMemory {
+            bytes: 3u64
+                .saturating_mul(rank)
+                .saturating_mul(n_features)
+                .saturating_mul(8),
+        }
+    }
+
+    /// Refuses above the limit ([`MEMORY_LIMIT_VAR`] if set), stating the need and the ways on.
+    pub fn check(&self, limit_var: Option<&str>) -> Result<()> {
+        let limit_mib = memory_limit_mib(limit_var)?;
+        ensure!(
+            self.bytes <= limit_mib.saturating_mul(1 << 20),
+            "--ard features needs about {:.1} MiB for three R×D f64 matrices (the basis X̃, \
+             its weighted copy X̃W and ∂F/∂K'_X̃·X̃); the limit is {limit_mib} MiB. Use --ard \
+             subspace (R weights), an svd run of smaller --rank, or raise the limit with \
+             {MEMORY_LIMIT_VAR}=MIB",
+            self.bytes as f64 / f64::from(1u32 << 20)
+        );
+        Ok(())
+    }
+}
+
+/// The memory limit, MiB: [`DEFAULT_MEMORY_LIMIT_MIB`], or `limit_var` (the value of
+/// [`MEMORY_LIMIT_VAR`]) when set.
+fn memory_limit_mib(limit_var: Option<&str>) -> Result<u64> {
+    match limit_var {
+        None => Ok(DEFAULT_MEMORY_LIMIT_MIB),
+        Some(v) => v.trim().parse::<u64>().map_err(|_| {
+            anyhow::anyhow!("{MEMORY_LIMIT_VAR}={v:?}: expected a whole number of MiB")
+        }),
+    }
+}
+
 /// The environment variable that sets the memory limit of inducing inputs in input space.
 pub const MEMORY_LIMIT_VAR: &str = "FSGP_INPUTS_MEMORY_MIB";
 
@@ -284,12 +376,7 @@ impl InputsMemory {
     /// Refuses when the total exceeds the limit (`limit_var`: the value of
     /// [`MEMORY_LIMIT_VAR`], MiB, if set), stating what it needs and how to go on.
     pub fn check(&self, choice: InducingInputs, limit_var: Option<&str>) -> Result<()> {
-        let limit_mib = match limit_var {
-            None => DEFAULT_MEMORY_LIMIT_MIB,
-            Some(v) => v.trim().parse::<u64>().map_err(|_| {
-                anyhow::anyhow!("{MEMORY_LIMIT_VAR}={v:?}: expected a whole number of MiB")
-            })?,
-        };
+        let limit_mib = memory_limit_mib(limit_var)?;
         let mib = |b: u64| format!("{:.1}", b as f64 / f64::from(1u32 << 20));
         ensure!(
             self.total() <= limit_mib.saturating_mul(1 << 20),

@@ -16,8 +16,9 @@ use super::exact::exact_bound;
 use super::held_out::HeldOut;
 use super::setup::{thread_pool, Setup};
 use crate::metrics::metric_rows;
+use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
-use crate::model::objective::{evaluate_set, EvalOptions, Evaluation};
+use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Evaluation};
 use crate::model::optim::{AdamConfig, AdamState};
 use crate::model::params::{Block, Params};
 use crate::model::scratch::Scratch;
@@ -271,11 +272,21 @@ impl Trainer<'_> {
             k_tilde: self.setup.k_tilde.as_ref(),
         };
         let (setup, params, scratch) = (self.setup, &self.params, &self.scratch);
+        let features = match (&setup.feature_basis, &batch.features) {
+            (Some(basis), Some(rows)) => Some(FeatureInputs {
+                rows,
+                basis: basis.as_ref(),
+            }),
+            _ => None,
+        };
         self.pool
-            .install(|| {
-                evaluate_set(
+            .install(|| match &features {
+                None => evaluate_set(
                     setup.kind, params, &x, &terms, &setup.lik, &eval_opts, scratch,
-                )
+                ),
+                Some(fx) => evaluate_features(
+                    setup.kind, params, fx, &terms, &setup.lik, &eval_opts, scratch,
+                ),
             })
             .with_context(|| {
                 format!(

@@ -273,6 +273,7 @@ pub fn tensor_bits(c: &fsgp::store::checkpoint::Checkpoint) -> Vec<u64> {
     bits.extend([p.kernel.log_sf2.to_bits(), p.kernel.log_ell.to_bits()]);
     bits.extend(p.kernel.log_lin2.map(f64::to_bits));
     bits.extend(p.kernel.log_ard.iter().map(|v| v.to_bits()));
+    bits.extend(p.kernel.log_features.iter().map(|v| v.to_bits()));
     bits.extend(c.adam.m.iter().chain(&c.adam.v).map(|v| v.to_bits()));
     bits.push(c.adam.t);
     bits
