@@ -16,14 +16,16 @@ echo "| model | spec | split | P@1 | P@3 | P@5 | train s per seed |"
 echo "|---|---|---|---|---|---|---|"
 for spec in "$@"; do
     name=$(basename "$spec" .toml)
-    "$bin" --workspace "$ws" run "$spec" --json >"$ws/$name.json" 2>"$ws/$name.log"
-    python3 - "$ws" "$name" "$spec" "$root" <<'PY'
+    # family/s-linear and selection/s-linear keep their outputs apart.
+    log="$ws/$(basename "$(dirname "$spec")")-$name"
+    "$bin" --workspace "$ws" run "$spec" --json >"$log.json" 2>"$log.log"
+    python3 - "$ws" "$name" "$spec" "$root" "$log.json" <<'PY'
 import json, os, sqlite3, statistics, sys, tomllib
 from datetime import datetime
-ws, name, spec, root = sys.argv[1:5]
+ws, name, spec, root, log = sys.argv[1:6]
 split = tomllib.load(open(spec, "rb"))["predict"].get("split", "test")
 rel = os.path.relpath(os.path.realpath(spec), root)
-out = json.load(open(f"{ws}/{name}.json"))
+out = json.load(open(log))
 db = sqlite3.connect(f"{ws}/catalog.sqlite")
 def seconds(run):
     a, b = db.execute("SELECT started_at, ended_at FROM stage_runs WHERE id = ?",
