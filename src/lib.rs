@@ -13,9 +13,11 @@
 //!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`];
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
-//! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests).
+//! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests),
+//!   [`comm`] (one process, or the ranks of an MPI job).
 
 pub mod cli;
+pub mod comm;
 pub mod error;
 pub mod evaluate;
 pub mod failpoint;

@@ -64,6 +64,12 @@ impl Panels {
         out
     }
 
+    /// Every panel's storage, mutably (for element-wise collectives such as a sum over
+    /// ranks; the layout is the same on every process with the same shape).
+    pub fn storage_mut(&mut self) -> impl Iterator<Item = &mut [f64]> {
+        self.data.iter_mut().map(|p| p.as_mut_slice())
+    }
+
     pub fn to_mat(&self) -> Mat<f64> {
         Mat::from_fn(self.rows, self.cols, |i, j| self.get(i, j))
     }

@@ -24,6 +24,17 @@
 //! or damaged and repaired) is recomputed under its own id when the same parameters are
 //! asked for again, so the ids and paths of a rerun are those of an undisturbed run.
 //!
+//! Ranks ([`memoised_on`], with a [`Comm`] of K > 1 processes under `mpirun`): rank 0 alone
+//! reads and writes the catalog, takes the lock, owns the scratch directory and publishes;
+//! it tells the other ranks whether there is anything to compute, then every rank runs
+//! `compute` (its share of the rows, combined through the collectives), and only rank 0's
+//! staged output is renamed and committed, catalog row last, exactly as in one process.
+//! The other ranks get a private scratch directory `tmp/run-<id>.rank<r>/`, removed when
+//! they finish, and write nothing else; their outcome carries no value. A rank that fails
+//! aborts the whole job (the command line calls MPI_Abort), so rank 0's run is left running
+//! under a dead process, found interrupted and recomputed by the next invocation: never
+//! half-registered.
+//!
 //! Crash injection ([`crate::failpoint`]): `FSGP_FAILPOINT=stage-computed:STAGE` kills the process
 //! once the outputs are complete in scratch, `stage-renamed:STAGE` once they are renamed
 //! into place but before the catalog commit (ingest, svd, predict, evaluate);
@@ -35,6 +46,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::comm::Comm;
 use crate::failpoint;
 
 use crate::store::catalog::{RunRow, RunStatus, StageKind};
@@ -117,6 +129,81 @@ pub fn memoised<T, C: Send>(
     }
 }
 
+/// [`memoised`] over the ranks of `comm`: every rank calls it with the same arguments.
+/// Rank 0 does what [`memoised`] does and returns its value; every other rank computes its
+/// share into a private scratch directory (removed afterwards) and returns `None`.
+#[allow(clippy::too_many_arguments)]
+pub fn memoised_on<T, C: Send>(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    kind: StageKind,
+    params: &serde_json::Value,
+    pool: Option<&rayon::ThreadPool>,
+    cached: impl FnOnce(&RunRow) -> Result<T>,
+    compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
+    commit: impl FnOnce(&Published, C) -> Result<T>,
+) -> Result<Outcome<Option<T>>> {
+    if !comm.is_root() {
+        return follow_root(ws, comm, pool, compute);
+    }
+    // Rank 0 tells the others the run id, or 0 when a finished run is reused (ids start at
+    // 1), once it holds the lock or knows there is nothing to do.
+    let done = match done_or_locked(ws, kind, params)? {
+        DoneOrLocked::Done(done) => done,
+        DoneOrLocked::Locked(lock) => {
+            let outcome = execute_locked_on(ws, comm, lock, kind, params, pool, compute, commit)?;
+            return Ok(Outcome {
+                run_id: outcome.run_id,
+                computed: outcome.computed,
+                value: Some(outcome.value),
+            });
+        }
+    };
+    comm.broadcast_u64(0)?;
+    Ok(Outcome {
+        run_id: done.id,
+        computed: false,
+        value: Some(cached(&done)?),
+    })
+}
+
+/// A rank other than 0 in [`memoised_on`]: waits for rank 0's decision, computes its share
+/// when there is a run, and waits for rank 0 to have committed it.
+fn follow_root<T, C: Send>(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    pool: Option<&rayon::ThreadPool>,
+    compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
+) -> Result<Outcome<Option<T>>> {
+    let run_id = comm.broadcast_u64(0)? as i64;
+    if run_id == 0 {
+        return Ok(Outcome {
+            run_id,
+            computed: false,
+            value: None,
+        });
+    }
+    let scratch = ws
+        .root()
+        .join("tmp")
+        .join(format!("run-{run_id}.rank{}", comm.rank()));
+    fs::create_dir_all(&scratch)
+        .with_context(|| format!("creating scratch directory {}", scratch.display()))?;
+    let computed = match pool {
+        Some(pool) => pool.install(|| compute(&scratch)),
+        None => compute(&scratch),
+    };
+    let _ = remove_path(&scratch);
+    drop(computed?);
+    // Rank 0 broadcasts again once the outputs are registered.
+    comm.broadcast_u64(0)?;
+    Ok(Outcome {
+        run_id,
+        computed: true,
+        value: None,
+    })
+}
+
 /// A finished run to reuse, or the lock to compute one.
 enum DoneOrLocked {
     Done(RunRow),
@@ -175,6 +262,23 @@ fn execute_locked<T, C: Send>(
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<T>> {
+    let single = crate::comm::Single;
+    execute_locked_on(ws, &single, lock, kind, params, pool, compute, commit)
+}
+
+/// [`execute_locked`] on rank 0 of `comm`: the run id is broadcast once the run is
+/// recorded, and again once its outputs are committed (one process: both are no-ops).
+#[allow(clippy::too_many_arguments)]
+fn execute_locked_on<T, C: Send>(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    lock: StageLock,
+    kind: StageKind,
+    params: &serde_json::Value,
+    pool: Option<&rayon::ThreadPool>,
+    compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
+    commit: impl FnOnce(&Published, C) -> Result<T>,
+) -> Result<Outcome<T>> {
     let run = match unfinished_run(ws, kind, params)? {
         Some(unfinished) => {
             eprintln!("{}; recomputing it", why_unfinished(ws, &unfinished)?);
@@ -182,6 +286,7 @@ fn execute_locked<T, C: Send>(
         }
         None => StageRun::start_locked(ws, lock, kind, params)?,
     };
+    comm.broadcast_u64(run.id as u64)?;
     let scratch = run.tmp_dir().to_path_buf();
     let staged = match pool {
         Some(pool) => pool.install(|| compute(&scratch)),
@@ -203,6 +308,7 @@ fn execute_locked<T, C: Send>(
     let value = run.publish_and_commit(staged.dir, &published.rel.clone(), || {
         commit(&published, staged.value)
     })?;
+    comm.broadcast_u64(published.run_id as u64)?;
     Ok(Outcome {
         run_id: published.run_id,
         computed: true,

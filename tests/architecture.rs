@@ -47,6 +47,7 @@ const BELOW_STAGES: &[&str] = &[
     "error",
     "memtrace",
     "failpoint",
+    "comm",
 ];
 
 /// Top-level module → the top-level modules it may import. The one table of the layout:
@@ -65,7 +66,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("report", BELOW_STAGES),
     ("synth", BELOW_STAGES),
     // The one stage protocol: memoised runs.
-    ("stage", &["store", "error", "memtrace", "failpoint"]),
+    (
+        "stage",
+        &["store", "error", "memtrace", "failpoint", "comm"],
+    ),
     // Library modules shared by the stages.
     ("sparse", &["store"]),
     ("projection", &["sparse", "store", "linalg"]),
@@ -86,6 +90,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("memtrace", &[]),
     // Fault injection for the crash and disk-full tests: reads one environment variable.
     ("failpoint", &[]),
+    // The processes a stage runs on: one, or the ranks of an MPI job.
+    ("comm", &[]),
 ];
 
 /// A module's path: `[]` is the library's root (`src/lib.rs`), `["main"]` the binary's.

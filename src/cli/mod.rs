@@ -7,13 +7,52 @@ pub mod spec;
 mod status;
 mod verify;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
+use crate::comm::Comm;
 use crate::store::workspace::Workspace;
 use args::{Cli, Command, EvaluateArgs, VerifyArgs};
 
-/// Runs one parsed command line.
+/// Runs one parsed command line: in one process, or, built with the `mpi` feature, on
+/// every rank of the MPI job (MPI is initialised here, once; one process without
+/// `mpirun` is a job of one rank). A rank that fails aborts the whole job, so no rank
+/// waits forever in a collective for it.
 pub fn run(cli: Cli) -> Result<()> {
+    #[cfg(feature = "mpi")]
+    {
+        let job = crate::comm::MpiJob::start()?;
+        let comm = job.comm();
+        let result = run_on(cli, comm);
+        if let Err(e) = &result {
+            if comm.size() > 1 {
+                eprintln!(
+                    "error on MPI rank {} of {}: {e:#}",
+                    comm.rank(),
+                    comm.size()
+                );
+                job.abort(1);
+            }
+        }
+        result
+    }
+    #[cfg(not(feature = "mpi"))]
+    run_on(cli, &crate::comm::Single)
+}
+
+/// Which commands run over MPI ranks; the others are refused under `mpirun -n K > 1`.
+fn runs_on_ranks(command: &Command) -> bool {
+    matches!(command, Command::Svd(_))
+}
+
+/// [`run`] on the ranks of `comm`.
+fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
+    if comm.size() > 1 && !runs_on_ranks(&cli.command) {
+        bail!(
+            "this command does not run over MPI ranks (started with {} ranks); only 'pipeline \
+             svd' does so far (docs/scale-out.md): run it without mpirun",
+            comm.size()
+        );
+    }
     if let Command::Synth(args) = &cli.command {
         // The one command without a workspace.
         return crate::synth::run(&args.options());
@@ -32,14 +71,14 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run(args) => Some(spec::Spec::read(&args.spec)?),
         _ => None,
     };
-    let ws = Workspace::open(&cli.workspace)?;
+    let ws = open_workspace(&cli.workspace, comm)?;
     match cli.command {
         Command::Synth(_) => unreachable!("handled above"),
         Command::Ingest(_) => {
             let config = ingest.expect("made above");
             crate::ingest::run(&ws, &config).map(|_| ())
         }
-        Command::Svd(args) => crate::svd::run(&ws, &args.options()).map(|_| ()),
+        Command::Svd(args) => crate::svd::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Train(args) => crate::train::run(&ws, &args.options()).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),
         Command::Predict(args) => crate::predict::run(&ws, &args.options()).map(|_| ()),
@@ -48,6 +87,22 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Report(args) => crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ()),
         Command::Status(args) => status::print(&ws, &args),
         Command::Verify(_) => unreachable!("handled above"),
+    }
+}
+
+/// The workspace, opened (and tidied) by rank 0 first, then by the other ranks without
+/// tidying: rank 0 owns it ([`crate::stage`]).
+fn open_workspace(root: &std::path::Path, comm: &dyn Comm) -> Result<Workspace> {
+    if comm.size() == 1 {
+        return Workspace::open(root);
+    }
+    if comm.is_root() {
+        let ws = Workspace::open(root)?;
+        comm.barrier()?;
+        Ok(ws)
+    } else {
+        comm.barrier()?;
+        Workspace::open_as_follower(root)
     }
 }
 

@@ -88,6 +88,18 @@ impl Workspace {
         Ok(ws)
     }
 
+    /// Opens a workspace another process of the same job (MPI rank 0) opened and owns:
+    /// no garbage collection, so a run that process is computing is never taken for a dead
+    /// one (its pid means nothing on another node). Used by the other ranks, which read the
+    /// catalog and never write it.
+    pub fn open_as_follower(root: &Path) -> Result<Self> {
+        let catalog = Catalog::open(&root.join("catalog.sqlite"))?;
+        Ok(Workspace {
+            root: root.to_path_buf(),
+            catalog,
+        })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -252,8 +264,10 @@ impl Workspace {
             .map(|run| run.id)
             .collect();
         for name in scratch {
+            // `run-<id>`, or `run-<id>.rank<r>` (an MPI rank's private scratch of run id).
             let owner = name
                 .strip_prefix("run-")
+                .and_then(|s| s.split('.').next())
                 .and_then(|s| s.parse::<i64>().ok());
             if owner.is_some_and(|id| !live.contains(&id)) {
                 remove_path(&self.root.join("tmp").join(&name))?;

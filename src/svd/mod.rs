@@ -19,17 +19,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array1, Array2};
 use serde_json::json;
 
+use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
 use crate::memtrace;
 use crate::sparse::project_chunk;
-use crate::stage::{memoised, thread_pool, threads_or_all, Outcome, Staged};
+use crate::stage::{memoised_on, thread_pool, threads_or_all, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::WrittenFile;
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
 use kmeans::{InitMethod, KMeansConfig};
-use rsvd::{randomized_svd, ChunkFiles, RowSource, SvdConfig};
+use rsvd::{randomized_svd_on, ChunkFiles, RowSource, SvdConfig};
 
 /// What `pipeline svd` computes.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,8 +119,36 @@ fn progress_bar(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// This rank's chunks of `all` (chunk i is rank i mod K's), with N still the whole split's.
+fn rank_share(all: &ChunkFiles, comm: &dyn Comm) -> ChunkFiles {
+    ChunkFiles {
+        files: (all.files.iter().enumerate())
+            .filter(|(i, _)| comm.owns_chunk(*i))
+            .map(|(_, f)| f.clone())
+            .collect(),
+        n_rows: all.n_rows,
+        n_cols: all.n_cols,
+    }
+}
+
 /// Runs `pipeline svd` (memoised on the dataset's ingest and the options).
 pub fn run(ws: &Workspace, opts: &SvdOptions) -> Result<Outcome<SvdOutput>> {
+    let outcome = run_on(ws, &Single, opts)?;
+    Ok(Outcome {
+        run_id: outcome.run_id,
+        computed: outcome.computed,
+        value: outcome.value.expect("one process is rank 0"),
+    })
+}
+
+/// [`run`] over the ranks of `comm` (docs/scale-out.md): each rank reads its share of the
+/// chunks, the passes sum over the ranks, rank 0 writes every file and the catalog and is
+/// the one that returns the output (`None` on the others).
+pub fn run_on(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    opts: &SvdOptions,
+) -> Result<Outcome<Option<SvdOutput>>> {
     opts.validate()?;
     let dataset = ws.dataset_named(&opts.dataset)?;
     let params = json!({
@@ -156,13 +185,14 @@ pub fn run(ws: &Workspace, opts: &SvdOptions) -> Result<Outcome<SvdOutput>> {
     };
     let pool = thread_pool(threads_or_all(opts.threads))?;
     let src = train_chunk_files(ws, &dataset)?;
-    memoised(
+    memoised_on(
         ws,
+        comm,
         StageKind::Svd,
         &params,
         Some(&pool),
         cached,
-        |scratch| compute(&src, &dataset, opts, scratch),
+        |scratch| compute(&src, comm, &dataset, opts, scratch),
         |published, computed: Computed| {
             let artifacts: Vec<ArtifactRow> = computed
                 .artifacts
@@ -207,19 +237,30 @@ fn output_bytes(n_rows: u64, n_cols: usize, rank: usize) -> u64 {
 }
 
 fn compute(
-    src: &ChunkFiles,
+    all: &ChunkFiles,
+    comm: &dyn Comm,
     dataset: &DatasetRow,
     args: &SvdOptions,
     tmp: &Path,
 ) -> Result<Staged<Computed>> {
     let out = tmp.join("svd");
-    std::fs::create_dir_all(&out)?;
-    // Refused before the passes over the data, not after them with a half-written K_XX̃.
-    ensure_free(
-        &out,
-        output_bytes(src.n_rows, src.n_cols, args.rank),
-        "kxx.npy, basis.npy and sq_norms.npy",
-    )?;
+    let root = comm.is_root();
+    if root {
+        std::fs::create_dir_all(&out)?;
+        // Refused before the passes over the data, not after them with a half-written K_XX̃.
+        ensure_free(
+            &out,
+            output_bytes(all.n_rows, all.n_cols, args.rank),
+            "kxx.npy, basis.npy and sq_norms.npy",
+        )?;
+    }
+    let share;
+    let src = if comm.size() > 1 {
+        share = rank_share(all, comm);
+        &share
+    } else {
+        all
+    };
     let started = Instant::now();
     let cfg = SvdConfig {
         rank: args.rank,
@@ -232,7 +273,7 @@ fn compute(
         ProgressStyle::with_template("svd basis pass {pos}/{len} {bar:40} {elapsed}")
             .expect("valid template"),
     );
-    let svd = randomized_svd(src, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
+    let svd = randomized_svd_on(src, comm, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
     pb.finish_and_clear();
     memtrace::mark("svd basis computed");
     let (d, r) = (src.n_cols, args.rank);
@@ -241,30 +282,62 @@ fn compute(
         basis_t: faer::Mat::new(),
         ..svd
     };
-    let basis = basis_t.t().as_standard_layout().into_owned();
-    let basis_file = write_array(&out.join("basis.npy"), &basis)?;
-    drop(basis);
-    memtrace::mark("svd basis.npy written");
-    let sv = Array1::from(svd.singular_values.clone());
-    let mut arts: Vec<LocalArtifact> = vec![
-        (ArtifactKind::Basis, "basis.npy", r as u64, basis_file),
-        (
+    let mut arts: Vec<LocalArtifact> = Vec::new();
+    if root {
+        let basis = basis_t.t().as_standard_layout().into_owned();
+        let basis_file = write_array(&out.join("basis.npy"), &basis)?;
+        drop(basis);
+        memtrace::mark("svd basis.npy written");
+        let sv = Array1::from(svd.singular_values.clone());
+        arts.push((ArtifactKind::Basis, "basis.npy", r as u64, basis_file));
+        arts.push((
             ArtifactKind::SingularValues,
             "singular_values.npy",
             r as u64,
             write_array(&out.join("singular_values.npy"), &sv)?,
-        ),
-    ];
+        ));
+    }
 
     // The K_XX̃ pass: one more read of the chunks, rows projected onto the basis.
     let t = Instant::now();
-    let kxx_path = out.join("kxx.npy");
-    arts.extend(write_projection(src, basis_t.view(), &out)?);
+    if comm.size() > 1 {
+        arts.extend(
+            write_projection_ranks(all, comm, basis_t.view(), &out)?
+                .into_iter()
+                .flatten(),
+        );
+    } else {
+        arts.extend(write_projection(src, basis_t.view(), &out)?);
+    }
     let mut pass_seconds = svd.pass_seconds.clone();
     pass_seconds.push(t.elapsed().as_secs_f64());
+    let computed = Computed {
+        artifacts: arts,
+        singular_values: svd.singular_values,
+        pass_seconds,
+    };
+    if !root {
+        // Rank 0 alone initialises A and publishes: nothing more to compute here.
+        return Ok(Staged {
+            dir: "svd",
+            name: String::new(),
+            value: computed,
+        });
+    }
+    finish_on_root(dataset, args, &out, computed, started)
+}
 
-    // A's initialisation from the rows of K_XX̃ (memory-mapped, not loaded).
-    let map = NpyMap::open(&kxx_path)?;
+/// Rank 0's (or the one process's) end of [`compute`]: A's initialisation by k-means over
+/// the rows of the written K_XX̃ (memory-mapped, not loaded; a sample of at most
+/// `kmeans_max_rows` rows), and the summary.
+fn finish_on_root(
+    dataset: &DatasetRow,
+    args: &SvdOptions,
+    out: &Path,
+    mut computed: Computed,
+    started: Instant,
+) -> Result<Staged<Computed>> {
+    let map = NpyMap::open(&out.join("kxx.npy"))?;
     let km = kmeans::kmeans(
         map.view2::<f32>()?,
         &KMeansConfig {
@@ -277,7 +350,7 @@ fn compute(
         },
     )?;
     memtrace::mark("svd k-means");
-    arts.push((
+    computed.artifacts.push((
         ArtifactKind::AInit,
         "a_init.npy",
         args.inducing as u64,
@@ -286,19 +359,15 @@ fn compute(
     print_summary(
         dataset,
         args,
-        &svd.singular_values,
-        &pass_seconds,
+        &computed.singular_values,
+        &computed.pass_seconds,
         started.elapsed().as_secs_f64(),
         &km.objective,
     );
     Ok(Staged {
         dir: "svd",
         name: format!("{}-r{}", dataset.name, args.rank),
-        value: Computed {
-            artifacts: arts,
-            singular_values: svd.singular_values,
-            pass_seconds,
-        },
+        value: computed,
     })
 }
 
@@ -341,6 +410,103 @@ fn write_projection(
             sq_norms.finish()?,
         ),
     ])
+}
+
+/// The K_XX̃ pass over the ranks of `comm` (K > 1): in round j every rank projects its
+/// chunk j·K + rank (chunk i is rank i mod K's) and rank 0 gathers the K blocks, in rank
+/// order, which is the chunks' order, and writes them into `kxx.npy` and `sq_norms.npy`
+/// at their rows. Each row is projected alone, so a row's K_XX̃ is bitwise the one process
+/// computes from the same basis. Rank 0 holds at most K chunks' blocks at a time; it
+/// returns the two files, the other ranks `None`.
+fn write_projection_ranks(
+    all: &ChunkFiles,
+    comm: &dyn Comm,
+    basis_t: ndarray::ArrayView2<'_, f32>,
+    out: &Path,
+) -> Result<Option<[LocalArtifact; 2]>> {
+    let (n, r, k) = (all.n_rows as usize, basis_t.ncols(), comm.size());
+    let rounds = all.files.len().div_ceil(k);
+    let mut writers = match comm.is_root() {
+        true => Some((
+            NpyRowWriter::create(&out.join("kxx.npy"), n, r)?,
+            NpyRowWriter::create_vector(&out.join("sq_norms.npy"), n)?,
+        )),
+        false => None,
+    };
+    let mut row = 0usize;
+    let mut gather_round = |part: &[u8]| -> Result<()> {
+        let parts = comm.gather_bytes(part)?;
+        if let Some((kxx, sq_norms)) = writers.as_mut() {
+            for part in parts.iter().filter(|p| !p.is_empty()) {
+                row += write_projected_block(part, r, row, kxx, sq_norms)?;
+            }
+        }
+        Ok(())
+    };
+    let mut seen = 0usize;
+    rank_share(all, comm).for_each_chunk(&mut |chunk| {
+        let mut block = Array2::<f32>::zeros((chunk.len(), r));
+        project_chunk(chunk, basis_t, block.view_mut());
+        let mut part = Vec::with_capacity(4 * chunk.len() * (r + 1));
+        part.extend(block.iter().flat_map(|v| v.to_le_bytes()));
+        part.extend(chunk.sq_norms.iter().flat_map(|v| v.to_le_bytes()));
+        seen += 1;
+        gather_round(&part)
+    })?;
+    // A rank with fewer chunks than rounds takes part in the last ones with nothing.
+    for _ in seen..rounds {
+        gather_round(&[])?;
+    }
+    let Some((kxx, sq_norms)) = writers else {
+        return Ok(None);
+    };
+    if row != n {
+        bail!("gathered {row} rows of the train split from the ranks, expected {n}");
+    }
+    memtrace::mark("svd K_XX̃ pass");
+    Ok(Some([
+        (ArtifactKind::Kxx, "kxx.npy", n as u64, kxx.finish()?),
+        (
+            ArtifactKind::SqNorms,
+            "sq_norms.npy",
+            n as u64,
+            sq_norms.finish()?,
+        ),
+    ]))
+}
+
+/// Writes one gathered block (rows × R f32 of K_XX̃, then the rows' squared norms, all
+/// little-endian) at `row`; returns its number of rows.
+fn write_projected_block(
+    part: &[u8],
+    r: usize,
+    row: usize,
+    kxx: &mut NpyRowWriter,
+    sq_norms: &mut NpyRowWriter,
+) -> Result<usize> {
+    let values: Vec<f32> = part
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .collect();
+    let rows = values.len() / (r + 1);
+    if part.len() % 4 != 0 || rows * (r + 1) != values.len() {
+        bail!(
+            "a rank sent a K_XX̃ block of {} bytes, not rows × (R + 1) f32",
+            part.len()
+        );
+    }
+    let (block, norms) = values.split_at(rows * r);
+    if row + rows > kxx.view_mut()?.nrows() {
+        bail!("the ranks sent more rows than the train split's");
+    }
+    let mut view = kxx.view_mut()?;
+    view.slice_mut(ndarray::s![row..row + rows, ..])
+        .assign(&ndarray::ArrayView2::from_shape((rows, r), block)?);
+    sq_norms
+        .view_mut1()?
+        .slice_mut(ndarray::s![row..row + rows])
+        .assign(&ndarray::ArrayView1::from(norms));
+    Ok(rows)
 }
 
 fn print_summary(

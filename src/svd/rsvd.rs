@@ -24,6 +24,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::comm::{Comm, Single};
 use crate::memtrace;
 use crate::sparse::{accumulate_gram_times, Panels};
 use crate::store::chunks::{read_registered_chunk, CsrChunk};
@@ -120,13 +121,17 @@ pub struct SvdResult {
     pub pass_seconds: Vec<f64>,
 }
 
-/// One pass: B = XᵀX Q.
-fn gram_pass(src: &dyn RowSource, q: &Panels) -> Result<Panels> {
+/// One pass: B = XᵀX Q = Σ_ranks X_sᵀ(X_s Q), each rank summing over its share X_s of the
+/// rows, then B summed over the ranks (one process: nothing to sum).
+fn gram_pass(src: &dyn RowSource, comm: &dyn Comm, q: &Panels) -> Result<Panels> {
     let mut b = Panels::zeros(q.rows, q.cols);
     src.for_each_chunk(&mut |chunk| {
         accumulate_gram_times(chunk, q, &mut b);
         Ok(())
     })?;
+    for panel in b.storage_mut() {
+        comm.sum_all(panel)?;
+    }
     Ok(b)
 }
 
@@ -250,7 +255,46 @@ pub fn randomized_svd(
     cfg: &SvdConfig,
     on_pass: &mut dyn FnMut(usize, usize),
 ) -> Result<SvdResult> {
-    let (n, d) = (src.n_rows(), src.n_cols());
+    randomized_svd_on(src, &Single, cfg, on_pass)
+}
+
+/// [`randomized_svd`] over the ranks of `comm`, each rank's `src` holding its share of the
+/// rows: every pass sums the ranks' partial products, the small factorisations run on
+/// every rank from the same sums, and rank 0's basis and singular values are broadcast at
+/// the end so that every rank holds the same bits (a rank's own would differ at most in
+/// the last place, should the sums arrive with different rounding).
+pub fn randomized_svd_on(
+    src: &dyn RowSource,
+    comm: &dyn Comm,
+    cfg: &SvdConfig,
+    on_pass: &mut dyn FnMut(usize, usize),
+) -> Result<SvdResult> {
+    let mut svd = randomized_svd_passes(src, comm, cfg, on_pass)?;
+    if comm.size() > 1 {
+        for j in 0..svd.basis_t.ncols() {
+            comm.broadcast(svd.basis_t.col_as_slice_mut(j))?;
+        }
+        comm.broadcast(&mut svd.singular_values)?;
+    }
+    Ok(svd)
+}
+
+/// The passes and factorisations of [`randomized_svd_on`].
+fn randomized_svd_passes(
+    src: &dyn RowSource,
+    comm: &dyn Comm,
+    cfg: &SvdConfig,
+    on_pass: &mut dyn FnMut(usize, usize),
+) -> Result<SvdResult> {
+    let d = src.n_cols();
+    let n = if comm.size() > 1 {
+        // N over the ranks (exact: row counts are far below 2⁵³).
+        let mut n = [src.n_rows() as f64];
+        comm.sum_all(&mut n)?;
+        n[0] as u64
+    } else {
+        src.n_rows()
+    };
     if cfg.rank == 0 {
         bail!("--rank must be at least 1");
     }
@@ -267,7 +311,7 @@ pub fn randomized_svd(
     let mut timed_pass = |i: usize, q: &Panels| -> Result<Panels> {
         on_pass(i, total);
         let t = Instant::now();
-        let b = gram_pass(src, q)?;
+        let b = gram_pass(src, comm, q)?;
         memtrace::mark(&format!("svd pass {}", i + 1));
         pass_seconds.push(t.elapsed().as_secs_f64());
         Ok(b)
