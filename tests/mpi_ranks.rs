@@ -1,0 +1,212 @@
+//! Stages over MPI ranks (`--features mpi`, OpenMPI's `mpirun` on the PATH): the same
+//! results as one process of the same binary, the run registered once, by rank 0, and a
+//! rank killed mid-stage leaving nothing registered. Run by `.ci/run` as
+//! `cargo test --features mpi --test mpi_ranks`; the default build skips this file.
+#![cfg(feature = "mpi")]
+
+mod common;
+use common::toy::copy_dir;
+use common::*;
+use ndarray::{Array1, Array2};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `mpirun -n RANKS pipeline --workspace WS ARGS...`, with `env` exported to every rank.
+/// `--oversubscribe`: more ranks than cores is fine for a test; `--allow-run-as-root`: CI
+/// runs as root.
+fn mpirun(ranks: usize, ws: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "-n",
+        &ranks.to_string(),
+        "--oversubscribe",
+        "--allow-run-as-root",
+    ]);
+    for (key, value) in env {
+        cmd.env(key, value).args(["-x", key]);
+    }
+    cmd.arg(pipeline_bin())
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .env_remove("FSGP_WORKSPACE")
+        .output()
+        .expect("running mpirun (is OpenMPI installed? .ci/run installs openmpi-bin)")
+}
+
+/// A generated dataset ingested in 5 chunks of 700 rows (3000 rows): rank 0 reads chunks
+/// 0, 2, 4 and rank 1 chunks 1, 3, so rank 1 sits out the last round of the K_XX̃ pass.
+fn ingested(dir: &Path) -> PathBuf {
+    let data = dir.join("data");
+    let synth = pipeline(
+        dir,
+        &[
+            "synth",
+            "--out",
+            data.to_str().unwrap(),
+            "--rows",
+            "3000",
+            "--features",
+            "300",
+            "--labels",
+            "50",
+            "--seed",
+            "3",
+        ],
+    );
+    assert!(synth.status.success(), "{}", stderr(&synth));
+    let ws = dir.join("ws");
+    let ingest = pipeline(
+        &ws,
+        &[
+            "ingest",
+            "--name",
+            "s",
+            "--train",
+            data.join("train.txt").to_str().unwrap(),
+            "--test",
+            data.join("test.txt").to_str().unwrap(),
+            "--chunk-rows",
+            "700",
+        ],
+    );
+    assert!(ingest.status.success(), "{}", stderr(&ingest));
+    ws
+}
+
+const SVD: &[&str] = &["svd", "--dataset", "s", "--rank", "20", "--inducing", "30"];
+
+/// The one svd run's directory, after checking that the catalog holds exactly one svd
+/// run and that it finished.
+fn only_svd_run(ws: &Path) -> PathBuf {
+    let conn = rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap();
+    let runs: Vec<(i64, String)> = conn
+        .prepare("SELECT id, status FROM stage_runs WHERE stage = 'svd'")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(runs.len(), 1, "svd runs in the catalog: {runs:?}");
+    assert_eq!(runs[0].1, "ok", "svd run: {runs:?}");
+    let rel: String = conn
+        .query_row(
+            "SELECT path FROM artifacts WHERE stage_run_id = ?1 AND kind = 'kxx'",
+            [runs[0].0],
+            |r| r.get(0),
+        )
+        .unwrap();
+    ws.join(rel).parent().unwrap().to_path_buf()
+}
+
+fn read1<T: ndarray_npy::ReadableElement>(dir: &Path, name: &str) -> Array1<T> {
+    ndarray_npy::read_npy(dir.join(name)).unwrap()
+}
+
+fn read2(dir: &Path, name: &str) -> Array2<f32> {
+    ndarray_npy::read_npy(dir.join(name)).unwrap()
+}
+
+/// Largest |a − b| / max|a| over two arrays of the same shape.
+fn rel_max_diff<'a>(
+    a: impl IntoIterator<Item = &'a f32> + Clone,
+    b: impl IntoIterator<Item = &'a f32>,
+) -> f64 {
+    let scale = a
+        .clone()
+        .into_iter()
+        .fold(0f64, |m, &x| m.max(f64::from(x).abs()));
+    let diff = (a.into_iter().zip(b)).fold(0f64, |m, (&x, &y)| m.max(f64::from(x - y).abs()));
+    diff / scale
+}
+
+#[test]
+fn svd_over_two_ranks_matches_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = ingested(dir.path());
+    let two = dir.path().join("ws-2");
+    copy_dir(&one, &two);
+
+    let single = pipeline(&one, SVD);
+    assert!(single.status.success(), "{}", stderr(&single));
+    let ranks = mpirun(2, &two, SVD, &[]);
+    assert!(ranks.status.success(), "{}", stderr(&ranks));
+
+    let (a, b) = (only_svd_run(&one), only_svd_run(&two));
+    // Only the order of the sums differs (each rank sums its chunks, then the ranks' sums
+    // are added): the singular values agree to rounding.
+    let (sv_a, sv_b) = (
+        read1::<f64>(&a, "singular_values.npy"),
+        read1::<f64>(&b, "singular_values.npy"),
+    );
+    let sv_rel = (sv_a.iter().zip(&sv_b))
+        .map(|(x, y)| (x - y).abs() / x.abs())
+        .fold(0f64, f64::max);
+    println!("singular values: max relative difference {sv_rel:e}");
+    assert!(
+        sv_rel <= 1e-10,
+        "singular values differ by {sv_rel:e} relative"
+    );
+    let kxx_rel = rel_max_diff(&read2(&a, "kxx.npy"), &read2(&b, "kxx.npy"));
+    println!("K_XX̃: max difference {kxx_rel:e} of max |K_XX̃|");
+    assert!(kxx_rel <= 1e-6, "K_XX̃ differs by {kxx_rel:e}");
+    // The squared norms are copied from the chunks: every row in its place, bit for bit.
+    assert_eq!(
+        read1::<f32>(&a, "sq_norms.npy"),
+        read1::<f32>(&b, "sq_norms.npy")
+    );
+    let a_rel = rel_max_diff(&read2(&a, "a_init.npy"), &read2(&b, "a_init.npy"));
+    assert!(a_rel <= 1e-5, "A's k-means start differs by {a_rel:e}");
+    // No rank left scratch behind.
+    let left: Vec<_> = std::fs::read_dir(two.join("tmp")).unwrap().collect();
+    assert!(left.is_empty(), "scratch left behind: {left:?}");
+
+    // A second job finds the run done (rank 0 decides for all) and adds nothing.
+    let again = mpirun(2, &two, SVD, &[]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already done"),
+        "{}",
+        stderr(&again)
+    );
+    only_svd_run(&two);
+}
+
+#[test]
+fn killed_rank_leaves_nothing_registered_and_a_rerun_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = ingested(dir.path());
+    // Rank 0 is killed (SIGKILL) once the outputs are complete in its scratch directory,
+    // before the rename and the catalog row: mpirun must fail, nothing be registered.
+    let killed = mpirun(2, &ws, SVD, &[("FSGP_FAILPOINT", "stage-computed:svd")]);
+    assert!(
+        !killed.status.success(),
+        "mpirun succeeded with a killed rank"
+    );
+    let conn = rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap();
+    let registered: i64 = conn
+        .query_row("SELECT count(*) FROM artifacts a JOIN stage_runs r ON a.stage_run_id = r.id WHERE r.stage = 'svd'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(registered, 0, "a killed svd job registered files");
+    drop(conn);
+    let rerun = mpirun(2, &ws, SVD, &[]);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    assert!(
+        stderr(&rerun).contains("recomputing it"),
+        "{}",
+        stderr(&rerun)
+    );
+    only_svd_run(&ws);
+}
+
+#[test]
+fn commands_that_do_not_run_on_ranks_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = mpirun(2, dir.path(), &["status"], &[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("does not run over MPI ranks"),
+        "{}",
+        stderr(&out)
+    );
+}
