@@ -210,3 +210,70 @@ fn commands_that_do_not_run_on_ranks_are_refused() {
         stderr(&out)
     );
 }
+
+/// Every predictions file registered in `ws`, in run order, as bytes.
+fn all_predictions(ws: &Path) -> Vec<Vec<u8>> {
+    let conn = rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap();
+    let paths: Vec<String> = conn
+        .prepare("SELECT a.path FROM artifacts a JOIN stage_runs r ON a.stage_run_id = r.id WHERE r.stage = 'predict' ORDER BY r.id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    paths
+        .iter()
+        .map(|p| std::fs::read(ws.join(p)).unwrap())
+        .collect()
+}
+
+#[test]
+fn predict_and_evaluate_over_two_ranks_equal_one_process_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one");
+    common::toy::prepare(&one);
+    let run = common::toy::train_ok(&one, &["--epochs", "1"]).to_string();
+    let two = dir.path().join("two");
+    copy_dir(&one, &two);
+    // The train split: 900 rows in 5 chunks (rank 1 sits out the last round), with
+    // probabilities so that every column of the file crosses the wire.
+    let predict = [
+        "predict",
+        "--run",
+        &run,
+        "--split",
+        "train",
+        "--probabilities",
+    ];
+    let evaluate = ["evaluate", "--run", &run, "--split", "train", "--json"];
+
+    let single = pipeline(&one, &predict);
+    assert!(single.status.success(), "{}", stderr(&single));
+    let single_metrics = pipeline(&one, &evaluate);
+    assert!(
+        single_metrics.status.success(),
+        "{}",
+        stderr(&single_metrics)
+    );
+    let ranks_predict = mpirun(2, &two, &predict[..], &[]);
+    assert!(ranks_predict.status.success(), "{}", stderr(&ranks_predict));
+    // evaluate --run first predicts without probabilities: a second predict run, over the
+    // ranks too.
+    let ranks = mpirun(2, &two, &evaluate[..], &[]);
+    assert!(ranks.status.success(), "{}", stderr(&ranks));
+
+    // Rank 0 wrote the same blocks in the same order: the same files, byte for byte, so
+    // the metrics (printed by rank 0 alone, once) are the same bits.
+    let (files_one, files_two) = (all_predictions(&one), all_predictions(&two));
+    assert_eq!(files_one.len(), 2);
+    assert!(files_one == files_two, "predictions files differ");
+    let metrics = stdout(&ranks);
+    assert_eq!(metrics, stdout(&single_metrics));
+    assert!(
+        metrics.contains("\"coverage_at\""),
+        "not the metrics JSON: {metrics}"
+    );
+    assert_eq!(common::toy::count_runs(&two, "predict", Some("ok")), 2);
+    assert_eq!(common::toy::count_runs(&two, "predict", None), 2);
+    assert_eq!(common::toy::count_runs(&two, "evaluate", None), 1);
+}

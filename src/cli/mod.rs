@@ -41,15 +41,18 @@ pub fn run(cli: Cli) -> Result<()> {
 
 /// Which commands run over MPI ranks; the others are refused under `mpirun -n K > 1`.
 fn runs_on_ranks(command: &Command) -> bool {
-    matches!(command, Command::Svd(_))
+    matches!(
+        command,
+        Command::Svd(_) | Command::Predict(_) | Command::Evaluate(_)
+    )
 }
 
 /// [`run`] on the ranks of `comm`.
 fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
     if comm.size() > 1 && !runs_on_ranks(&cli.command) {
         bail!(
-            "this command does not run over MPI ranks (started with {} ranks); only 'pipeline \
-             svd' does so far (docs/scale-out.md): run it without mpirun",
+            "this command does not run over MPI ranks (started with {} ranks); 'pipeline svd', \
+             'predict' and 'evaluate' do so far (docs/scale-out.md): run it without mpirun",
             comm.size()
         );
     }
@@ -81,8 +84,8 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Svd(args) => crate::svd::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Train(args) => crate::train::run(&ws, &args.options()).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),
-        Command::Predict(args) => crate::predict::run(&ws, &args.options()).map(|_| ()),
-        Command::Evaluate(args) => evaluate(&ws, &args),
+        Command::Predict(args) => crate::predict::run_on(&ws, comm, &args.options()).map(|_| ()),
+        Command::Evaluate(args) => evaluate(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
         Command::Report(args) => crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ()),
         Command::Status(args) => status::print(&ws, &args),
@@ -114,11 +117,19 @@ fn verify(root: &std::path::Path, args: &VerifyArgs) -> Result<()> {
 }
 
 /// `pipeline evaluate`: with `--run`, the run's predictions are made (or found) first.
-fn evaluate(ws: &Workspace, args: &EvaluateArgs) -> Result<()> {
+/// Over MPI ranks the predictions are made on every rank and the metrics computed by rank
+/// 0 from the one file, which holds what one process writes byte for byte: the metrics are
+/// the one process's, bit for bit.
+fn evaluate(ws: &Workspace, comm: &dyn Comm, args: &EvaluateArgs) -> Result<()> {
     let predictions = match (&args.predictions, args.predict_first()) {
-        (Some(p), _) => p.clone(),
-        (None, Some(predict)) => crate::predict::run(ws, &predict)?.value.path,
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(predict)) => crate::predict::run_on(ws, comm, &predict)?
+            .value
+            .map(|p| p.path),
         (None, None) => anyhow::bail!("give --predictions FILE or --run RUN"),
+    };
+    let Some(predictions) = predictions.filter(|_| comm.is_root()) else {
+        return Ok(());
     };
     let out = crate::evaluate::run(ws, &args.options(predictions))?;
     if args.json {

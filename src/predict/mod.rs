@@ -5,6 +5,11 @@
 //! f̄ = K_*Z μ Φᵀ + b in blocks of rows → partial selection of the k best labels →
 //! one row group of the predictions file. Memory: one chunk plus a block of B×K scores,
 //! whatever the number of rows. The scoring itself is [`crate::scoring::Ranker`].
+//!
+//! Over MPI ranks ([`run_on`], [`ranks`]) each rank scores its share of the chunks and
+//! rank 0 writes every block, in the chunks' order: the same file as one process.
+
+mod ranks;
 
 use std::path::Path;
 use std::time::Instant;
@@ -12,15 +17,16 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 
+use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
 use crate::model::params::Params;
 use crate::scoring::{model_inputs, Ranker};
-use crate::stage::{memoised, thread_pool, Outcome, Staged};
+use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
-use crate::store::predictions::{uncompressed_bytes, PredictionWriter};
+use crate::store::predictions::{uncompressed_bytes, PredictionBlock, PredictionWriter};
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
@@ -78,6 +84,22 @@ pub struct PredictedFile {
 
 /// Runs `pipeline predict` (memoised on the checkpoint, split and options).
 pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFile>> {
+    let outcome = run_on(ws, &Single, opts)?;
+    Ok(Outcome {
+        run_id: outcome.run_id,
+        computed: outcome.computed,
+        value: outcome.value.expect("one process is rank 0"),
+    })
+}
+
+/// [`run`] over the ranks of `comm`: each rank scores its share of the chunks (chunk i is
+/// rank i mod K's), rank 0 writes the one predictions file and the catalog and is the one
+/// that returns it (`None` on the others).
+pub fn run_on(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    opts: &PredictOptions,
+) -> Result<Outcome<Option<PredictedFile>>> {
     opts.validate()?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
@@ -124,9 +146,11 @@ pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFil
         params: &ckpt.params,
         basis: &basis,
         files: &files,
+        comm,
     };
-    memoised(
+    memoised_on(
         ws,
+        comm,
         StageKind::Predict,
         &params,
         Some(&pool),
@@ -159,36 +183,19 @@ struct Job<'a> {
     /// X̃ [R×D].
     basis: &'a Registered,
     files: &'a [Registered],
+    comm: &'a dyn Comm,
 }
 
 impl Job<'_> {
-    /// Ranks every row of the split into `scratch/predictions/predictions.parquet`.
+    /// Ranks every row of the split into `scratch/predictions/predictions.parquet` (over
+    /// ranks: this rank's share, the file written by rank 0 alone).
     fn write(&self, scratch: &Path) -> Result<Staged<(crate::store::chunks::WrittenFile, u64)>> {
         let (opts, dataset) = (self.opts, self.dataset);
-        let out = scratch.join("predictions");
-        std::fs::create_dir_all(&out)?;
-        // Refused before any row is scored, not after with a half-written file.
         let split_rows = dataset.split(&opts.split).map_or(0, |s| s.n_rows);
-        ensure_free(
-            &out,
-            uncompressed_bytes(split_rows, opts.top_k, opts.probabilities),
-            "predictions.parquet",
-        )?;
-        let metadata = vec![
-            ("fsgp.dataset".to_string(), dataset.name.clone()),
-            ("fsgp.split".to_string(), opts.split.clone()),
-            ("fsgp.train_run".to_string(), opts.run.to_string()),
-            (
-                "fsgp.checkpoint_step".to_string(),
-                self.checkpoint_step.to_string(),
-            ),
-            ("fsgp.top_k".to_string(), opts.top_k.to_string()),
-        ];
-        let mut writer = PredictionWriter::create(
-            &out.join("predictions.parquet"),
-            &metadata,
-            opts.probabilities,
-        )?;
+        let mut writer = match self.comm.is_root() {
+            true => Some(self.create_writer(scratch, split_rows)?),
+            false => None,
+        };
         let basis = NpyMap::open_registered(self.basis)?;
         let (inputs, k_tilde, unweighted) = model_inputs(
             &basis,
@@ -213,16 +220,46 @@ impl Job<'_> {
         .with_context(scoring)?;
         let started = Instant::now();
         let mut rows = 0u64;
-        for file in self.files {
+        let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {
             let chunk = read_registered_chunk(file)?;
             let blocks = ranker
                 .rank_chunk(&chunk, opts.top_k, opts.block_rows)
                 .with_context(scoring)?;
-            for (_, block) in blocks {
-                writer.write(&block)?;
-                rows += block.len() as u64;
+            Ok(blocks.into_iter().map(|(_, block)| block).collect())
+        };
+        if self.comm.size() == 1 {
+            let writer = writer.as_mut().expect("one process is rank 0");
+            for file in self.files {
+                for block in rank_chunk(file)? {
+                    writer.write(&block)?;
+                    rows += block.len() as u64;
+                }
             }
+        } else {
+            ranks::rank_over_ranks(
+                self.comm,
+                self.files.len(),
+                &mut |i| rank_chunk(&self.files[i]),
+                &mut |block| {
+                    rows += block.len() as u64;
+                    writer.as_mut().map_or(Ok(()), |w| w.write(block))
+                },
+            )?;
         }
+        let Some(writer) = writer else {
+            // Another rank: its share is with rank 0, which writes and publishes.
+            return Ok(Staged {
+                dir: "predictions",
+                name: String::new(),
+                value: (
+                    crate::store::chunks::WrittenFile {
+                        bytes: 0,
+                        checksum: String::new(),
+                    },
+                    rows,
+                ),
+            });
+        };
         ensure!(
             rows == split_rows,
             "predicted {rows} rows, the split holds {split_rows}"
@@ -240,5 +277,34 @@ impl Job<'_> {
             name: format!("{}-{}", dataset.name, opts.split),
             value: (written, rows),
         })
+    }
+
+    /// Rank 0's (or the one process's) predictions file in `scratch/predictions/`, after
+    /// checking there is room for `split_rows` rows.
+    fn create_writer(&self, scratch: &Path, split_rows: u64) -> Result<PredictionWriter> {
+        let (opts, dataset) = (self.opts, self.dataset);
+        let out = scratch.join("predictions");
+        std::fs::create_dir_all(&out)?;
+        // Refused before any row is scored, not after with a half-written file.
+        ensure_free(
+            &out,
+            uncompressed_bytes(split_rows, opts.top_k, opts.probabilities),
+            "predictions.parquet",
+        )?;
+        let metadata = vec![
+            ("fsgp.dataset".to_string(), dataset.name.clone()),
+            ("fsgp.split".to_string(), opts.split.clone()),
+            ("fsgp.train_run".to_string(), opts.run.to_string()),
+            (
+                "fsgp.checkpoint_step".to_string(),
+                self.checkpoint_step.to_string(),
+            ),
+            ("fsgp.top_k".to_string(), opts.top_k.to_string()),
+        ];
+        PredictionWriter::create(
+            &out.join("predictions.parquet"),
+            &metadata,
+            opts.probabilities,
+        )
     }
 }
