@@ -89,7 +89,7 @@ impl Reader<'_> {
 
     fn column<T, const N: usize>(&mut self, from: fn([u8; N]) -> T) -> Result<Vec<T>> {
         let len = usize::try_from(self.u64()?)?;
-        let bytes = self.take(len.checked_mul(N).unwrap_or(usize::MAX))?;
+        let bytes = self.take(len.saturating_mul(N))?;
         Ok(bytes
             .chunks_exact(N)
             .map(|c| from(c.try_into().expect("N bytes")))
