@@ -120,19 +120,11 @@ fn rel_max_diff<'a>(
     diff / scale
 }
 
-#[test]
-fn svd_over_two_ranks_matches_one_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let one = ingested(dir.path());
-    let two = dir.path().join("ws-2");
-    copy_dir(&one, &two);
-
-    let single = pipeline(&one, SVD);
-    assert!(single.status.success(), "{}", stderr(&single));
-    let ranks = mpirun(2, &two, SVD, &[]);
-    assert!(ranks.status.success(), "{}", stderr(&ranks));
-
-    let (a, b) = (only_svd_run(&one), only_svd_run(&two));
+/// The svd outputs of one process (`one`) and of the ranks (`two`) agree: singular values
+/// to 1e-10 relative, K_XX̃ to 1e-6 of its largest entry, the norms bit for bit; each
+/// workspace holds one finished svd run and the ranks left no scratch behind.
+fn assert_same_svd(one: &Path, two: &Path) {
+    let (a, b) = (only_svd_run(one), only_svd_run(two));
     // Only the order of the sums differs (each rank sums its chunks, then the ranks' sums
     // are added): the singular values agree to rounding.
     let (sv_a, sv_b) = (
@@ -160,6 +152,21 @@ fn svd_over_two_ranks_matches_one_process() {
     // No rank left scratch behind.
     let left: Vec<_> = std::fs::read_dir(two.join("tmp")).unwrap().collect();
     assert!(left.is_empty(), "scratch left behind: {left:?}");
+}
+
+#[test]
+fn svd_over_two_ranks_matches_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = ingested(dir.path());
+    let two = dir.path().join("ws-2");
+    copy_dir(&one, &two);
+
+    let single = pipeline(&one, SVD);
+    assert!(single.status.success(), "{}", stderr(&single));
+    let ranks = mpirun(2, &two, SVD, &[]);
+    assert!(ranks.status.success(), "{}", stderr(&ranks));
+
+    assert_same_svd(&one, &two);
 
     // A second job finds the run done (rank 0 decides for all) and adds nothing.
     let again = mpirun(2, &two, SVD, &[]);
@@ -276,4 +283,47 @@ fn predict_and_evaluate_over_two_ranks_equal_one_process_bit_for_bit() {
     assert_eq!(common::toy::count_runs(&two, "predict", Some("ok")), 2);
     assert_eq!(common::toy::count_runs(&two, "predict", None), 2);
     assert_eq!(common::toy::count_runs(&two, "evaluate", None), 1);
+}
+
+/// Delicious (from `../shared`, as `tests/svd_stage.rs`), ingested in 7 chunks of up to
+/// 2000 rows, at the paper's R = 250 and M = 500.
+#[test]
+fn delicious_svd_over_two_ranks_matches_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one");
+    let (train, test) = (
+        shared_data("delicious/train.txt"),
+        shared_data("delicious/test.txt"),
+    );
+    let ingest = pipeline(
+        &one,
+        &[
+            "ingest",
+            "--name",
+            "delicious",
+            "--train",
+            train.to_str().unwrap(),
+            "--test",
+            test.to_str().unwrap(),
+            "--chunk-rows",
+            "2000",
+        ],
+    );
+    assert!(ingest.status.success(), "{}", stderr(&ingest));
+    let two = dir.path().join("two");
+    copy_dir(&one, &two);
+    let svd = [
+        "svd",
+        "--dataset",
+        "delicious",
+        "--rank",
+        "250",
+        "--inducing",
+        "500",
+    ];
+    let single = pipeline(&one, &svd);
+    assert!(single.status.success(), "{}", stderr(&single));
+    let ranks = mpirun(2, &two, &svd, &[]);
+    assert!(ranks.status.success(), "{}", stderr(&ranks));
+    assert_same_svd(&one, &two);
 }
