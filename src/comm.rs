@@ -225,6 +225,16 @@ mod with_mpi {
             }
             let mut lens = vec![0i32; self.size];
             root.gather_into_root(&len, &mut lens[..]);
+            let total: usize = lens.iter().map(|&l| l as usize).sum();
+            if i32::try_from(total).is_err() {
+                // The other ranks are already inside the gather: end the job, not just
+                // this call (the command line aborts on this error).
+                bail!(
+                    "one gather of {total} bytes from {} ranks exceeds MPI's 2 GiB offsets; \
+                     ingest smaller chunks (--chunk-mb) or use fewer ranks",
+                    self.size
+                );
+            }
             let displs: Vec<i32> = lens
                 .iter()
                 .scan(0i32, |at, &l| {
@@ -233,7 +243,6 @@ mod with_mpi {
                     Some(start)
                 })
                 .collect();
-            let total: usize = lens.iter().map(|&l| l as usize).sum();
             let mut all = vec![0u8; total];
             let mut partition = PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
             root.gather_varcount_into_root(&framed[..], &mut partition);
