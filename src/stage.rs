@@ -61,6 +61,18 @@ pub struct Outcome<T> {
     pub value: T,
 }
 
+impl<T> Outcome<Option<T>> {
+    /// The outcome of a stage run in one process, which is rank 0 and so holds the value
+    /// (the `*_on` forms of the stages return `None` on the other ranks).
+    pub fn of_one_process(self) -> Outcome<T> {
+        Outcome {
+            run_id: self.run_id,
+            computed: self.computed,
+            value: self.value.expect("one process is rank 0"),
+        }
+    }
+}
+
 /// What the catalog holds for a stage with given parameters.
 #[derive(Debug)]
 pub enum Lookup {

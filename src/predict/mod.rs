@@ -84,12 +84,7 @@ pub struct PredictedFile {
 
 /// Runs `pipeline predict` (memoised on the checkpoint, split and options).
 pub fn run(ws: &Workspace, opts: &PredictOptions) -> Result<Outcome<PredictedFile>> {
-    let outcome = run_on(ws, &Single, opts)?;
-    Ok(Outcome {
-        run_id: outcome.run_id,
-        computed: outcome.computed,
-        value: outcome.value.expect("one process is rank 0"),
-    })
+    Ok(run_on(ws, &Single, opts)?.of_one_process())
 }
 
 /// [`run`] over the ranks of `comm`: each rank scores its share of the chunks (chunk i is

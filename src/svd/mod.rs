@@ -133,12 +133,7 @@ fn rank_share(all: &ChunkFiles, comm: &dyn Comm) -> ChunkFiles {
 
 /// Runs `pipeline svd` (memoised on the dataset's ingest and the options).
 pub fn run(ws: &Workspace, opts: &SvdOptions) -> Result<Outcome<SvdOutput>> {
-    let outcome = run_on(ws, &Single, opts)?;
-    Ok(Outcome {
-        run_id: outcome.run_id,
-        computed: outcome.computed,
-        value: outcome.value.expect("one process is rank 0"),
-    })
+    Ok(run_on(ws, &Single, opts)?.of_one_process())
 }
 
 /// [`run`] over the ranks of `comm` (docs/scale-out.md): each rank reads its share of the
