@@ -61,15 +61,22 @@ pub struct Outcome<T> {
     pub value: T,
 }
 
+impl<T> Outcome<T> {
+    /// The same run with its value mapped.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        Outcome {
+            run_id: self.run_id,
+            computed: self.computed,
+            value: f(self.value),
+        }
+    }
+}
+
 impl<T> Outcome<Option<T>> {
     /// The outcome of a stage run in one process, which is rank 0 and so holds the value
     /// (the `*_on` forms of the stages return `None` on the other ranks).
     pub fn of_one_process(self) -> Outcome<T> {
-        Outcome {
-            run_id: self.run_id,
-            computed: self.computed,
-            value: self.value.expect("one process is rank 0"),
-        }
+        self.map(|value| value.expect("one process is rank 0"))
     }
 }
 
@@ -163,12 +170,9 @@ pub fn memoised_on<T, C: Send>(
     let done = match done_or_locked(ws, kind, params)? {
         DoneOrLocked::Done(done) => done,
         DoneOrLocked::Locked(lock) => {
-            let outcome = execute_locked_on(ws, comm, lock, kind, params, pool, compute, commit)?;
-            return Ok(Outcome {
-                run_id: outcome.run_id,
-                computed: outcome.computed,
-                value: Some(outcome.value),
-            });
+            return Ok(
+                execute_locked_on(ws, comm, lock, kind, params, pool, compute, commit)?.map(Some),
+            );
         }
     };
     comm.broadcast_u64(0)?;
