@@ -1,5 +1,8 @@
 //! k-means initialisation of the subspace inducing inputs (src/svd/kmeans.rs).
 
+mod common;
+
+use common::ranks::ThreadRanks;
 use fsgp::svd::kmeans::*;
 use ndarray::{Array2, ArrayView2};
 use rand::seq::SliceRandom;
@@ -466,4 +469,72 @@ fn timing_one_iteration() {
         seeded - pass,
         (ten - pass) / it as f64
     );
+}
+
+/// The result of [`kmeans_on`] over `ranks` ranks (threads here) against [`kmeans`] in one
+/// process: rank 0's bitwise equal, the other ranks' `None`.
+fn assert_ranks_match_one_process(data: ArrayView2<'_, f32>, c: &KMeansConfig, ranks: usize) {
+    let one = kmeans(data, c).unwrap();
+    let all = ThreadRanks::run(ranks, |comm| kmeans_on(data, comm, c).unwrap());
+    let bits = |o: &[f64]| o.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let root = all[0].as_ref().expect("rank 0 returns the result");
+    assert_eq!(root.centroids, one.centroids, "{ranks} ranks, {c:?}");
+    assert_eq!(root.counts, one.counts);
+    assert_eq!(root.iterations, one.iterations);
+    assert_eq!(bits(&root.objective), bits(&one.objective));
+    assert!(all[1..].iter().all(Option::is_none));
+}
+
+#[test]
+fn over_ranks_equals_one_process_bit_for_bit() {
+    // 17 blocks of 300 rows (the last one short): more blocks than ranks × threads, so the
+    // rounds and the block-to-rank interleaving are both exercised; a subset of the rows.
+    let data = uniform(5000, 12, 11);
+    let c = KMeansConfig {
+        block_rows: 300,
+        max_rows: Some(4900),
+        ..cfg(25, 42)
+    };
+    let one = kmeans(data.view(), &c).unwrap();
+    assert!(
+        one.iterations >= 3,
+        "too few iterations to test: {}",
+        one.iterations
+    );
+    for ranks in [2, 3, 5] {
+        assert_ranks_match_one_process(data.view(), &c, ranks);
+    }
+    // Fewer blocks than ranks: some ranks assign nothing.
+    let small = KMeansConfig {
+        block_rows: 4096,
+        ..c.clone()
+    };
+    assert_ranks_match_one_process(data.view(), &small, 3);
+}
+
+#[test]
+fn over_ranks_empty_clusters_are_reseeded_as_in_one_process() {
+    // The data of `empty_clusters_are_reseeded`: random-rows seeding picks duplicate
+    // centroids, whose clusters are empty and re-seeded from the far rows rank 0 gathers
+    // from every rank's blocks.
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let data = Array2::from_shape_fn((400, 3), |(i, j)| {
+        if i < 300 {
+            1.0
+        } else {
+            (j as f32) + rng.random::<f32>() * 5.0
+        }
+    });
+    let c = KMeansConfig {
+        init: InitMethod::RandomRows,
+        iters: 30,
+        tol: 0.0,
+        block_rows: 16,
+        ..cfg(16, 2)
+    };
+    let one = kmeans(data.view(), &c).unwrap();
+    assert!(one.iterations >= 2, "{one:?}");
+    for ranks in [2, 4] {
+        assert_ranks_match_one_process(data.view(), &c, ranks);
+    }
 }

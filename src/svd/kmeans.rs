@@ -24,6 +24,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+use crate::comm::{Comm, Single};
+
 /// k-means++ seeding runs on a uniform sample of at most
 /// `max(SEED_SAMPLE_PER_CLUSTER · k, SEED_SAMPLE_MIN)` rows.
 pub const SEED_SAMPLE_PER_CLUSTER: usize = 10;
@@ -117,7 +119,91 @@ pub struct KMeansResult {
 /// Errors when k, N or R is zero, when `block_rows` or `max_rows` is zero, or when a row
 /// used holds a non-finite value.
 pub fn kmeans(data: ArrayView2<'_, f32>, cfg: &KMeansConfig) -> Result<KMeansResult> {
+    let result = kmeans_on(data, &Single, cfg)?;
+    Ok(result.expect("the one process is rank 0"))
+}
+
+/// [`kmeans`] over the ranks of `comm`: every rank passes the same `data` (the same
+/// memory-mapped file) and the same `cfg`, and calls this together with the others.
+///
+/// Rank 0 seeds the centroids and broadcasts them. In every Lloyd pass rank r assigns the
+/// blocks b ≡ r (mod K) and rank 0 gathers each round's block results and adds them in
+/// block order, exactly as one process adds its blocks: the result is bitwise the one
+/// process's, whatever the number of ranks. Rank 0 takes every decision (stop, roll back)
+/// and broadcasts it, so every rank walks the same collectives. Rank 0 returns the result,
+/// the other ranks `None`.
+pub fn kmeans_on(
+    data: ArrayView2<'_, f32>,
+    comm: &dyn Comm,
+    cfg: &KMeansConfig,
+) -> Result<Option<KMeansResult>> {
     let (n, r) = data.dim();
+    let k = cfg.k;
+    check_config(n, r, cfg)?;
+    let root = comm.is_root();
+
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let subset = match cfg.max_rows {
+        Some(m) if m < n => {
+            let mut idx = index::sample(&mut rng, n, m).into_vec();
+            idx.sort_unstable();
+            Some(idx)
+        }
+        _ => None,
+    };
+    let rows = Rows { data, subset };
+
+    let mut cent = match (root, cfg.init) {
+        (false, _) => vec![0.0; k * r],
+        (true, InitMethod::KmeansPlusPlus) => seed_plus_plus(&rows, k, &mut rng)?,
+        (true, InitMethod::RandomRows) => seed_random(&rows, k, &mut rng)?,
+    };
+    comm.broadcast(&mut cent)?;
+
+    // Only rank 0's passes hold the totals; the others follow its decisions.
+    let mut pass = assign_pass(&rows, &cent, k, cfg.block_rows, comm)?;
+    let mut objective = vec![pass.objective];
+    let mut iterations = 0;
+    while decided(comm, iterations < cfg.iters && pass.objective > 0.0)? {
+        let mut next = if root {
+            update_centroids(&rows, &cent, &pass, k)?
+        } else {
+            vec![0.0; k * r]
+        };
+        if decided(comm, next == cent)? {
+            break;
+        }
+        comm.broadcast(&mut next)?;
+        let next_pass = assign_pass(&rows, &next, k, cfg.block_rows, comm)?;
+        // Exact Lloyd cannot increase the objective; in floating point it can, by rounding
+        // at near-ties. Such an iteration is rolled back and ends the run.
+        if decided(comm, next_pass.objective > pass.objective)? {
+            break;
+        }
+        let previous = pass.objective;
+        cent = next;
+        pass = next_pass;
+        objective.push(pass.objective);
+        iterations += 1;
+        if decided(comm, previous - pass.objective < cfg.tol * previous)? {
+            break;
+        }
+    }
+    if !root {
+        return Ok(None);
+    }
+
+    let centroids = Array2::from_shape_vec((k, r), cent.iter().map(|&v| v as f32).collect())?;
+    Ok(Some(KMeansResult {
+        centroids,
+        objective,
+        counts: pass.counts,
+        iterations,
+    }))
+}
+
+/// The checks of [`kmeans`]'s arguments, on N×R data.
+fn check_config(n: usize, r: usize, cfg: &KMeansConfig) -> Result<()> {
     let k = cfg.k;
     ensure!(
         k > 0,
@@ -135,54 +221,12 @@ pub fn kmeans(data: ArrayView2<'_, f32>, cfg: &KMeansConfig) -> Result<KMeansRes
         k.checked_mul(r).and_then(|v| v.checked_mul(8)).is_some(),
         "k-means: k × R = {k} × {r} is too large"
     );
+    Ok(())
+}
 
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let subset = match cfg.max_rows {
-        Some(m) if m < n => {
-            let mut idx = index::sample(&mut rng, n, m).into_vec();
-            idx.sort_unstable();
-            Some(idx)
-        }
-        _ => None,
-    };
-    let rows = Rows { data, subset };
-
-    let mut cent = match cfg.init {
-        InitMethod::KmeansPlusPlus => seed_plus_plus(&rows, k, &mut rng)?,
-        InitMethod::RandomRows => seed_random(&rows, k, &mut rng)?,
-    };
-
-    let mut pass = assign_pass(&rows, &cent, k, cfg.block_rows)?;
-    let mut objective = vec![pass.objective];
-    let mut iterations = 0;
-    while iterations < cfg.iters && pass.objective > 0.0 {
-        let next = update_centroids(&rows, &cent, &pass, k)?;
-        if next == cent {
-            break;
-        }
-        let next_pass = assign_pass(&rows, &next, k, cfg.block_rows)?;
-        // Exact Lloyd cannot increase the objective; in floating point it can, by rounding
-        // at near-ties. Such an iteration is rolled back and ends the run.
-        if next_pass.objective > pass.objective {
-            break;
-        }
-        let previous = pass.objective;
-        cent = next;
-        pass = next_pass;
-        objective.push(pass.objective);
-        iterations += 1;
-        if previous - pass.objective < cfg.tol * previous {
-            break;
-        }
-    }
-
-    let centroids = Array2::from_shape_vec((k, r), cent.iter().map(|&v| v as f32).collect())?;
-    Ok(KMeansResult {
-        centroids,
-        objective,
-        counts: pass.counts,
-        iterations,
-    })
+/// Rank 0's `decision` on every rank (one process: `decision` itself).
+fn decided(comm: &dyn Comm, decision: bool) -> Result<bool> {
+    Ok(comm.broadcast_u64(u64::from(decision))? == 1)
 }
 
 /// The rows k-means runs on: all rows of `data`, or a sorted subset.
@@ -413,8 +457,18 @@ fn keep_farthest(far: &mut Vec<(f64, usize)>, k: usize) {
 }
 
 /// One streaming pass: assigns every row to its nearest centroid. Blocks of `block_rows`
-/// rows are processed in parallel in waves and combined strictly in block order.
-fn assign_pass(rows: &Rows<'_>, cent: &[f64], k: usize, block_rows: usize) -> Result<Pass> {
+/// rows are processed in parallel in rounds and combined strictly in block order.
+///
+/// Over K ranks, block b is rank b mod K's and rank 0 gathers every round's block results
+/// before adding them in the same order: the total (rank 0's; the other ranks return an
+/// empty pass) is bitwise the one process's.
+fn assign_pass(
+    rows: &Rows<'_>,
+    cent: &[f64],
+    k: usize,
+    block_rows: usize,
+    comm: &dyn Comm,
+) -> Result<Pass> {
     let (n, r) = (rows.len(), rows.dim());
     let c_norms: Vec<f64> = cent
         .chunks_exact(r)
@@ -424,25 +478,28 @@ fn assign_pass(rows: &Rows<'_>, cent: &[f64], k: usize, block_rows: usize) -> Re
     // multiply into hundreds of MB per wave. Depends on R only, never on the thread count.
     let block_rows = block_rows.min((BLOCK_BYTES / (8 * r)).max(16));
     let n_blocks = n.div_ceil(block_rows);
-    // The wave size only bounds memory; it does not affect the result.
-    let wave = rayon::current_num_threads().max(1);
-    let mut total = Pass {
-        objective: 0.0,
-        sums: vec![0.0; k * r],
-        counts: vec![0; k],
-        far: Vec::new(),
-    };
-    for w0 in (0..n_blocks).step_by(wave) {
-        let w1 = (w0 + wave).min(n_blocks);
-        let parts: Vec<Result<Pass>> = (w0..w1)
-            .into_par_iter()
-            .map(|b| {
+    // The round size only bounds memory (rank 0's threads' worth of blocks per rank); it
+    // does not affect the result.
+    let wave = comm.broadcast_u64(rayon::current_num_threads().max(1) as u64)? as usize;
+    let (ranks, me) = (comm.size(), comm.rank());
+    let mut total = Pass::empty(k, r);
+    for w0 in (0..n_blocks).step_by(wave * ranks) {
+        let w1 = (w0 + wave * ranks).min(n_blocks);
+        let mine: Vec<usize> = (w0..w1).filter(|b| b % ranks == me).collect();
+        let parts: Vec<Result<Pass>> = mine
+            .par_iter()
+            .map(|&b| {
                 let p0 = b * block_rows;
                 assign_block(rows, p0..(p0 + block_rows).min(n), cent, &c_norms)
             })
             .collect();
+        let parts = parts.into_iter().collect::<Result<Vec<Pass>>>()?;
+        let parts = if ranks > 1 {
+            gather_in_block_order(comm, &parts, w0..w1, k, r)?
+        } else {
+            parts
+        };
         for part in parts {
-            let part = part?;
             total.objective += part.objective;
             for (t, v) in total.sums.iter_mut().zip(&part.sums) {
                 *t += v;
@@ -455,6 +512,97 @@ fn assign_pass(rows: &Rows<'_>, cent: &[f64], k: usize, block_rows: usize) -> Re
         }
     }
     Ok(total)
+}
+
+/// Every rank's results for the blocks of one round (`blocks`; rank q holds those with
+/// b mod K = q, in increasing order), gathered on rank 0 in block order. Other ranks get
+/// an empty list.
+fn gather_in_block_order(
+    comm: &dyn Comm,
+    parts: &[Pass],
+    blocks: std::ops::Range<usize>,
+    k: usize,
+    r: usize,
+) -> Result<Vec<Pass>> {
+    let mut bytes = Vec::new();
+    for p in parts {
+        p.encode(&mut bytes);
+    }
+    let gathered = comm.gather_bytes(&bytes)?;
+    if !comm.is_root() {
+        return Ok(Vec::new());
+    }
+    let mut per_rank: Vec<std::vec::IntoIter<Pass>> = gathered
+        .iter()
+        .map(|b| Pass::decode_all(b, k, r).map(Vec::into_iter))
+        .collect::<Result<_>>()?;
+    let ranks = per_rank.len();
+    blocks
+        .map(|b| {
+            per_rank[b % ranks].next().ok_or_else(|| {
+                anyhow::anyhow!("k-means: rank {} sent no result for block {b}", b % ranks)
+            })
+        })
+        .collect()
+}
+
+impl Pass {
+    fn empty(k: usize, r: usize) -> Pass {
+        Pass {
+            objective: 0.0,
+            sums: vec![0.0; k * r],
+            counts: vec![0; k],
+            far: Vec::new(),
+        }
+    }
+
+    /// Appends the pass to `out`: objective, k counts, k·R sums, the number of far rows and
+    /// each (distance, position), all as little-endian 8-byte words.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend(self.objective.to_le_bytes());
+        out.extend(self.counts.iter().flat_map(|c| c.to_le_bytes()));
+        out.extend(self.sums.iter().flat_map(|v| v.to_le_bytes()));
+        out.extend((self.far.len() as u64).to_le_bytes());
+        for &(d, p) in &self.far {
+            out.extend(d.to_le_bytes());
+            out.extend((p as u64).to_le_bytes());
+        }
+    }
+
+    /// The passes [`Pass::encode`] wrote one after another into `bytes`.
+    fn decode_all(bytes: &[u8], k: usize, r: usize) -> Result<Vec<Pass>> {
+        let mut words = bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        ensure!(
+            bytes.len() % 8 == 0,
+            "k-means: a rank sent {} bytes, not whole words",
+            bytes.len()
+        );
+        let mut out = Vec::new();
+        let truncated = || anyhow::anyhow!("k-means: a rank's block results are truncated");
+        while let Some(objective) = words.next() {
+            let mut take = |len: usize| -> Result<Vec<u64>> {
+                let v: Vec<u64> = words.by_ref().take(len).collect();
+                ensure!(v.len() == len, truncated());
+                Ok(v)
+            };
+            let counts = take(k)?;
+            let sums = take(k * r)?.into_iter().map(f64::from_bits).collect();
+            let n_far = take(1)?[0] as usize;
+            let far = take(2 * n_far)?
+                .chunks_exact(2)
+                .map(|w| (f64::from_bits(w[0]), w[1] as usize))
+                .collect();
+            out.push(Pass {
+                objective: f64::from_bits(objective),
+                sums,
+                counts,
+                far,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// Assigns the rows at positions `range` (one block).
@@ -502,12 +650,7 @@ fn assign_block(
         }
     }
 
-    let mut out = Pass {
-        objective: 0.0,
-        sums: vec![0.0; k * r],
-        counts: vec![0; k],
-        far: Vec::new(),
-    };
+    let mut out = Pass::empty(k, r);
     for ((xi, &j), p) in x.chunks_exact(r).zip(&best_j).zip(range) {
         let c = &cent[j * r..(j + 1) * r];
         // The objective uses the exact difference, not the expanded form.

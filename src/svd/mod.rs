@@ -11,7 +11,7 @@
 pub mod kmeans;
 pub mod rsvd;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -311,30 +311,13 @@ fn compute(
         singular_values: svd.singular_values,
         pass_seconds,
     };
-    if !root {
-        // Rank 0 alone initialises A and publishes: nothing more to compute here.
-        return Ok(Staged {
-            dir: "svd",
-            name: String::new(),
-            value: computed,
-        });
-    }
-    finish_on_root(dataset, args, &out, computed, started)
-}
-
-/// Rank 0's (or the one process's) end of [`compute`]: A's initialisation by k-means over
-/// the rows of the written K_XX̃ (memory-mapped, not loaded; a sample of at most
-/// `kmeans_max_rows` rows), and the summary.
-fn finish_on_root(
-    dataset: &DatasetRow,
-    args: &SvdOptions,
-    out: &Path,
-    mut computed: Computed,
-    started: Instant,
-) -> Result<Staged<Computed>> {
-    let map = NpyMap::open(&out.join("kxx.npy"))?;
-    let km = kmeans::kmeans(
+    // A's initialisation: k-means over the rows of the K_XX̃ rank 0 has written
+    // (memory-mapped, not loaded; a sample of at most `kmeans_max_rows` rows), its Lloyd
+    // passes shared by the ranks, which map rank 0's file on the shared workspace.
+    let map = NpyMap::open(&shared_path(comm, &out.join("kxx.npy"))?)?;
+    let km = kmeans::kmeans_on(
         map.view2::<f32>()?,
+        comm,
         &KMeansConfig {
             k: args.inducing,
             iters: args.kmeans_iters,
@@ -345,6 +328,46 @@ fn finish_on_root(
         },
     )?;
     memtrace::mark("svd k-means");
+    match km {
+        Some(km) => finish_on_root(dataset, args, &out, computed, started, km),
+        // Rank 0 alone writes A and publishes: nothing more to do here.
+        None => Ok(Staged {
+            dir: "svd",
+            name: String::new(),
+            value: computed,
+        }),
+    }
+}
+
+/// Rank 0's `path` on every rank. Rank 0 calls this after the file is complete, so a rank
+/// that opens it after this returns sees it whole (the workspace is shared by the ranks).
+fn shared_path(comm: &dyn Comm, path: &Path) -> Result<PathBuf> {
+    if comm.size() == 1 {
+        return Ok(path.to_path_buf());
+    }
+    let text = path
+        .to_str()
+        .with_context(|| format!("{path:?} is not UTF-8"))?;
+    let len = comm.broadcast_u64(text.len() as u64)? as usize;
+    let mut bytes = if comm.is_root() {
+        text.as_bytes().to_vec()
+    } else {
+        vec![0u8; len]
+    };
+    comm.broadcast_bytes(&mut bytes)?;
+    Ok(PathBuf::from(String::from_utf8(bytes)?))
+}
+
+/// Rank 0's (or the one process's) end of [`compute`]: A's initialisation written, and
+/// the summary.
+fn finish_on_root(
+    dataset: &DatasetRow,
+    args: &SvdOptions,
+    out: &Path,
+    mut computed: Computed,
+    started: Instant,
+    km: kmeans::KMeansResult,
+) -> Result<Staged<Computed>> {
     computed.artifacts.push((
         ArtifactKind::AInit,
         "a_init.npy",

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod model;
+pub mod ranks;
 pub mod registered;
 pub mod toy;
 
