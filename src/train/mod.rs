@@ -18,6 +18,7 @@ mod exact;
 mod held_out;
 pub mod init;
 mod options;
+mod ranks;
 mod resume;
 mod session;
 mod setup;
@@ -25,5 +26,5 @@ mod steps;
 
 pub use exact::{elbo, ElboOptions};
 pub use options::TrainOptions;
-pub use session::run;
+pub use session::{run, run_on};
 pub use steps::TrainSummary;
