@@ -285,49 +285,6 @@ fn predict_and_evaluate_over_two_ranks_equal_one_process_bit_for_bit() {
     assert_eq!(common::toy::count_runs(&two, "evaluate", None), 1);
 }
 
-/// Delicious (from `../shared`, as `tests/svd_stage.rs`), ingested in 7 chunks of up to
-/// 2000 rows, at the paper's R = 250 and M = 500.
-#[test]
-fn delicious_svd_over_two_ranks_matches_one_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let one = dir.path().join("one");
-    let (train, test) = (
-        shared_data("delicious/train.txt"),
-        shared_data("delicious/test.txt"),
-    );
-    let ingest = pipeline(
-        &one,
-        &[
-            "ingest",
-            "--name",
-            "delicious",
-            "--train",
-            train.to_str().unwrap(),
-            "--test",
-            test.to_str().unwrap(),
-            "--chunk-rows",
-            "2000",
-        ],
-    );
-    assert!(ingest.status.success(), "{}", stderr(&ingest));
-    let two = dir.path().join("two");
-    copy_dir(&one, &two);
-    let svd = [
-        "svd",
-        "--dataset",
-        "delicious",
-        "--rank",
-        "250",
-        "--inducing",
-        "500",
-    ];
-    let single = pipeline(&one, &svd);
-    assert!(single.status.success(), "{}", stderr(&single));
-    let ranks = mpirun(2, &two, &svd, &[]);
-    assert!(ranks.status.success(), "{}", stderr(&ranks));
-    assert_same_svd(&one, &two);
-}
-
 /// The toy training command (`common::toy::TRAIN`: 6 epochs of 16 minibatches of 64 rows,
 /// 5 sampled negatives, a checkpoint every 7 steps) with `overrides`, one thread per rank.
 fn toy_train<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
@@ -551,4 +508,118 @@ fn killed_rank_mid_training_resumes_to_the_uninterrupted_checkpoints() {
     assert_eq!(common::toy::count_runs(&killed, "train", Some("ok")), 1);
     assert_eq!(common::toy::count_runs(&killed, "train", None), 1);
     assert_no_scratch(&killed);
+}
+
+/// Delicious (from `../shared`, as `tests/svd_stage.rs`) ingested into `ws` in 7 chunks of
+/// up to 2000 rows.
+fn ingest_delicious(ws: &Path) {
+    let (train, test) = (
+        shared_data("delicious/train.txt"),
+        shared_data("delicious/test.txt"),
+    );
+    let ingest = pipeline(
+        ws,
+        &[
+            "ingest",
+            "--name",
+            "delicious",
+            "--train",
+            train.to_str().unwrap(),
+            "--test",
+            test.to_str().unwrap(),
+            "--chunk-rows",
+            "2000",
+        ],
+    );
+    assert!(ingest.status.success(), "{}", stderr(&ingest));
+}
+
+/// The paper's svd of Delicious: R = 250, M = 500.
+const DELICIOUS_SVD: &[&str] = &[
+    "svd",
+    "--dataset",
+    "delicious",
+    "--rank",
+    "250",
+    "--inducing",
+    "500",
+];
+
+/// Delicious at the paper's R = 250 and M = 500.
+#[test]
+fn delicious_svd_over_two_ranks_matches_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one");
+    ingest_delicious(&one);
+    let two = dir.path().join("two");
+    copy_dir(&one, &two);
+    let single = pipeline(&one, DELICIOUS_SVD);
+    assert!(single.status.success(), "{}", stderr(&single));
+    let ranks = mpirun(2, &two, DELICIOUS_SVD, &[]);
+    assert!(ranks.status.success(), "{}", stderr(&ranks));
+    assert_same_svd(&one, &two);
+}
+
+/// 5 epochs of the paper's Delicious training (pipelines/delicious.toml: s-LINEAR, M = 500,
+/// P = 30, B = 500, all negatives, lr 0.01, seed 0; 130 steps) in one process and over 2
+/// ranks: the per-epoch mean ELBO agrees to 1e-9 relative. About 3 minutes of the test
+/// profile on 2 busy cores, hence ignored by default; run it with
+/// `cargo test --features mpi --test mpi_ranks -- --ignored delicious_training --nocapture`.
+#[test]
+#[ignore]
+fn delicious_training_over_two_ranks_matches_one_process() {
+    if !shared_data("delicious/train.txt").exists() {
+        println!("skipped: no Delicious data in ../shared/data/delicious");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one");
+    ingest_delicious(&one);
+    let svd = pipeline(&one, DELICIOUS_SVD);
+    assert!(svd.status.success(), "{}", stderr(&svd));
+    let two = dir.path().join("two");
+    copy_dir(&one, &two);
+    let train = [
+        "train",
+        "--dataset",
+        "delicious",
+        "--kernel",
+        "linear",
+        "--inducing",
+        "500",
+        "--factors",
+        "30",
+        "--batch",
+        "500",
+        "--epochs",
+        "5",
+        "--lr",
+        "0.01",
+        "--negatives",
+        "all",
+        "--seed",
+        "0",
+        "--threads",
+        "1",
+        "--no-final-elbo",
+    ];
+    let single = pipeline(&one, &train);
+    assert!(single.status.success(), "{}", stderr(&single));
+    let ranks = mpirun(2, &two, &train, &[]);
+    assert!(ranks.status.success(), "{}", stderr(&ranks));
+    println!("{}", stderr(&ranks));
+    let run = common::toy::train_run_id(&two);
+    assert_eq!(common::toy::count_runs(&two, "train", None), 1);
+    let elbo_rel = epoch_elbo_rel_diff(&one, &two, run);
+    let last = *common::toy::checkpoints(&one, run).keys().last().unwrap();
+    let p_rel = params_rel_diff(
+        &common::toy::read_ckpt(&one, run, last),
+        &common::toy::read_ckpt(&two, run, last),
+    );
+    println!(
+        "Delicious, 5 epochs: per-epoch mean ELBO max relative difference {elbo_rel:e}, \
+         final parameters {p_rel:e}"
+    );
+    assert!(elbo_rel <= 1e-9, "epoch ELBO differs by {elbo_rel:e}");
+    assert_no_scratch(&two);
 }

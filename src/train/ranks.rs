@@ -1,6 +1,7 @@
 //! Synchronous data-parallel training over the ranks of an MPI job (`docs/scale-out.md`,
 //! "train"): each rank evaluates its share of the global minibatch, the shares' bound and
-//! flat gradient are summed by one all-reduce, and every rank applies the same Adam step;
+//! flat gradient are summed by one all-reduce (the KL counted once: [`all_reduce`]), and
+//! every rank applies the same Adam step;
 //! a checksum of the parameters compares the ranks every [`CHECK_EVERY`] steps.
 //!
 //! Nothing here runs in one process: the step loop calls it only when the job has more than
@@ -84,36 +85,24 @@ pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
     Ok(())
 }
 
-/// The bound and gradient of the whole minibatch on every rank: `share` is this rank's
-/// evaluation of its rows (with the KL, as every evaluation is), `kl_only` the evaluation
-/// of no rows (−KL and its gradient), given on every rank but 0. Rank 0 contributes
-/// data₀ − KL, every other rank (dataᵣ − KL) − (−KL) = dataᵣ, so the sum counts the KL once.
-/// The value and the flat gradient travel in one buffer [1 + flat_len]. Returns the time
-/// spent in the all-reduce.
-pub fn all_reduce(
-    comm: &dyn Comm,
-    share: &mut Evaluation,
-    kl_only: Option<&Evaluation>,
-) -> Result<Duration> {
+/// The bound and gradient of the whole minibatch on every rank, from this rank's `share`
+/// of it: evaluated with its terms weighted K·N/B, it holds K·data_r − KL (the KL is a
+/// function of the parameters alone, the same on every rank), so the ranks' sum divided by
+/// K is Σ_r data_r − KL: the bound, with the KL counted once. The value and the flat
+/// gradient travel in one buffer [1 + flat_len]. With K a power of two the scaling by K and
+/// 1/K is exact; the only difference from one process is the order of the sums. Returns
+/// the time spent in the all-reduce (including the wait for the slowest rank).
+pub fn all_reduce(comm: &dyn Comm, share: &mut Evaluation) -> Result<Duration> {
     let mut buf = Vec::with_capacity(1 + flat_len(&share.grads));
     buf.push(share.value);
     buf.extend(flat_values(&share.grads));
-    if let Some(kl) = kl_only {
-        let kl_flat = flat_values(&kl.grads);
-        ensure!(
-            kl_flat.len() + 1 == buf.len(),
-            "internal: the KL's gradient has {} entries, the minibatch's {}",
-            kl_flat.len(),
-            buf.len() - 1
-        );
-        buf[0] -= kl.value;
-        for (g, k) in buf[1..].iter_mut().zip(&kl_flat) {
-            *g -= k;
-        }
-    }
     let t = Instant::now();
     comm.sum_all(&mut buf)?;
     let spent = t.elapsed();
+    let ranks = comm.size() as f64;
+    for v in &mut buf {
+        *v /= ranks;
+    }
     share.value = buf[0];
     set_flat(&mut share.grads, &buf[1..])?;
     Ok(spent)

@@ -19,7 +19,7 @@ use super::setup::{thread_pool, Setup};
 use crate::comm::Comm;
 use crate::failpoint;
 use crate::metrics::metric_rows;
-use crate::model::feature_ard::{FeatureInputs, FeatureRows};
+use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Evaluation};
 use crate::model::optim::{AdamConfig, AdamState};
@@ -297,30 +297,31 @@ impl Trainer<'_> {
         terms
     }
 
-    /// The bound and its gradient on `batch` (this process's share of the minibatch): every
-    /// label, or the positives plus sampled negatives, scaled by N/B with B the global
-    /// minibatch's rows.
+    /// The bound and its gradient on `batch`: every label, or the positives plus sampled
+    /// negatives, scaled by N/B with B the global minibatch's rows. Over K MPI ranks,
+    /// `batch` is this rank's share and its terms are weighted K·N/B, so that this rank's
+    /// evaluation is K·data_r − KL and the ranks' sum divided by K is the bound
+    /// (`ranks::all_reduce`).
     fn evaluate(&self, batch: &Batch) -> Result<Evaluation> {
         let cfg = &self.setup.config;
         let scale = self.setup.n_rows as f64;
         let b = batch.global_len as f64;
+        let mut weight = scale / b;
+        let ranks = self.job.comm.size();
+        if ranks > 1 {
+            weight *= ranks as f64;
+        }
         let sampled = match cfg.negatives {
             Negatives::All => None,
-            Negatives::Sample(count) => Some(self.sampled_terms(batch, count, scale / b)),
+            Negatives::Sample(count) => Some(self.sampled_terms(batch, count, weight)),
         };
         let terms = match &sampled {
             None => TermSet::AllLabels {
                 positives: &batch.positives,
-                scale: scale / b,
+                scale: weight,
             },
             Some(list) => TermSet::List(list),
         };
-        self.evaluate_terms(batch, &terms)
-    }
-
-    /// [`Trainer::evaluate`] for the given terms.
-    fn evaluate_terms(&self, batch: &Batch, terms: &TermSet<'_>) -> Result<Evaluation> {
-        let cfg = &self.setup.config;
         // Without trainable A or kernel hyperparameters their gradients are not needed
         // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper
         // and the release schedule).
@@ -345,10 +346,10 @@ impl Trainer<'_> {
         self.pool
             .install(|| match &features {
                 None => evaluate_set(
-                    setup.kind, params, &x, terms, &setup.lik, &eval_opts, scratch,
+                    setup.kind, params, &x, &terms, &setup.lik, &eval_opts, scratch,
                 ),
                 Some(fx) => evaluate_features(
-                    setup.kind, params, fx, terms, &setup.lik, &eval_opts, scratch,
+                    setup.kind, params, fx, &terms, &setup.lik, &eval_opts, scratch,
                 ),
             })
             .with_context(|| {
@@ -371,7 +372,7 @@ impl Trainer<'_> {
         );
         let mut ev = self.evaluate(batch)?;
         if self.job.comm.size() > 1 {
-            self.reduce_over_ranks(batch, &mut ev)?;
+            self.reduce_time += ranks::all_reduce(self.job.comm, &mut ev)?;
         }
         if !(ev.value.is_finite() && params_finite(&ev.grads)) {
             bail!(
@@ -416,33 +417,6 @@ impl Trainer<'_> {
             cfg.epochs,
             ev.value
         ));
-        Ok(())
-    }
-
-    /// The bound and gradient of the whole global minibatch from this rank's share `ev`
-    /// (`ranks::all_reduce`): every rank but 0 takes the KL back out of its share, by
-    /// evaluating the bound on no rows, so that the sum counts it once.
-    fn reduce_over_ranks(&mut self, batch: &Batch, ev: &mut Evaluation) -> Result<()> {
-        let kl_only = match self.job.comm.is_root() {
-            true => None,
-            false => {
-                let no_rows = Batch {
-                    epoch: batch.epoch,
-                    index: batch.index,
-                    last_in_epoch: batch.last_in_epoch,
-                    rows: Vec::new(),
-                    kxx: faer::Mat::zeros(0, batch.kxx.ncols()),
-                    sq_norms: Vec::new(),
-                    positives: Vec::new(),
-                    features: batch.features.as_ref().map(|_| FeatureRows::new()),
-                    global_len: batch.global_len,
-                    first: 0,
-                    lead_positives: Vec::new(),
-                };
-                Some(self.evaluate_terms(&no_rows, &TermSet::List(&[]))?)
-            }
-        };
-        self.reduce_time += ranks::all_reduce(self.job.comm, ev, kl_only.as_ref())?;
         Ok(())
     }
 
