@@ -1,6 +1,7 @@
 //! Stages over MPI ranks (`--features mpi`, OpenMPI's `mpirun` on the PATH): the same
-//! results as one process of the same binary, the run registered once, by rank 0, and a
-//! rank killed mid-stage leaving nothing registered. Run by `.ci/run` as
+//! results as one process of the same binary, the run registered once, by rank 0, a rank
+//! killed mid-stage leaving nothing registered, and training's ranks checked for identical
+//! parameters and resumed after a killed rank. Run by `.ci/run` as
 //! `cargo test --features mpi --test mpi_ranks`; the default build skips this file.
 #![cfg(feature = "mpi")]
 
@@ -562,8 +563,8 @@ fn delicious_svd_over_two_ranks_matches_one_process() {
 
 /// 5 epochs of the paper's Delicious training (pipelines/delicious.toml: s-LINEAR, M = 500,
 /// P = 30, B = 500, all negatives, lr 0.01, seed 0; 130 steps) in one process and over 2
-/// ranks: the per-epoch mean ELBO agrees to 1e-9 relative. About 3 minutes of the test
-/// profile on 2 busy cores, hence ignored by default; run it with
+/// ranks: the per-epoch mean ELBO agrees to 1e-9 relative. About 2 minutes of the test
+/// profile on 2 busy cores (128 s), hence ignored by default; run it with
 /// `cargo test --features mpi --test mpi_ranks -- --ignored delicious_training --nocapture`.
 #[test]
 #[ignore]
