@@ -31,6 +31,16 @@ fn armed(name: &str, arg: &dyn Display) -> bool {
     std::env::var(FAILPOINT).is_ok_and(|spec| spec == format!("{name}:{arg}"))
 }
 
+/// Whether `name:arg` is armed, for an effect the caller applies itself (training's
+/// `train-perturb-rank<R>:STEP` nudges one rank's parameters); says so when it is.
+pub fn fires(name: &str, arg: impl Display) -> bool {
+    let armed = armed(name, &arg);
+    if armed {
+        eprintln!("failpoint {name}:{arg}: firing");
+    }
+    armed
+}
+
 /// Kills this process with SIGKILL when `name:arg` is armed.
 pub fn kill_at(name: &str, arg: impl Display) {
     if armed(name, &arg) {

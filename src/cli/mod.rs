@@ -43,7 +43,7 @@ pub fn run(cli: Cli) -> Result<()> {
 fn runs_on_ranks(command: &Command) -> bool {
     matches!(
         command,
-        Command::Svd(_) | Command::Predict(_) | Command::Evaluate(_)
+        Command::Svd(_) | Command::Train(_) | Command::Predict(_) | Command::Evaluate(_)
     )
 }
 
@@ -52,7 +52,8 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
     if comm.size() > 1 && !runs_on_ranks(&cli.command) {
         bail!(
             "this command does not run over MPI ranks (started with {} ranks); 'pipeline svd', \
-             'predict' and 'evaluate' do so far (docs/scale-out.md): run it without mpirun",
+             'train', 'predict' and 'evaluate' do so far (docs/scale-out.md): run it without \
+             mpirun",
             comm.size()
         );
     }
@@ -82,7 +83,7 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
             crate::ingest::run(&ws, &config).map(|_| ())
         }
         Command::Svd(args) => crate::svd::run_on(&ws, comm, &args.options()).map(|_| ()),
-        Command::Train(args) => crate::train::run(&ws, &args.options()).map(|_| ()),
+        Command::Train(args) => crate::train::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),
         Command::Predict(args) => crate::predict::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Evaluate(args) => evaluate(&ws, comm, &args),

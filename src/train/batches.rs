@@ -21,6 +21,7 @@
 //! Every random choice derives from (seed, epoch, group) through [`stream_seed`], so a
 //! resumed run can skip to any minibatch without replaying the random stream.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -249,7 +250,27 @@ impl Source {
 /// for [`RowView::SparseFeatures`], the sparse rows.
 type Gathered = (Mat<f64>, Vec<f64>, Option<FeatureRows>);
 
-/// One minibatch, ready for the model.
+/// Which rows of every global minibatch this process takes. One process takes them all;
+/// over K MPI ranks, rank r takes the contiguous rows [r·B/K, (r+1)·B/K) of each minibatch
+/// of B rows (`docs/scale-out.md`, "train"), so the ranks cover it exactly, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+impl Share {
+    /// Every row: one process.
+    pub const WHOLE: Share = Share { rank: 0, ranks: 1 };
+
+    /// Positions of this share's rows in a minibatch of `rows` rows.
+    pub fn range(&self, rows: usize) -> Range<usize> {
+        self.rank * rows / self.ranks..(self.rank + 1) * rows / self.ranks
+    }
+}
+
+/// One minibatch, ready for the model: this process's [`Share`] of it (all of it in one
+/// process).
 #[derive(Debug, Clone)]
 pub struct Batch {
     pub epoch: u64,
@@ -267,6 +288,15 @@ pub struct Batch {
     pub positives: Vec<Vec<u32>>,
     /// The rows' sparse features [B×D], with [`RowView::SparseFeatures`] only.
     pub features: Option<FeatureRows>,
+    /// Rows in the global minibatch, B (the N/B scaling uses it); `rows.len()` in one
+    /// process.
+    pub global_len: usize,
+    /// Position of this share's first row in the global minibatch (0 in one process).
+    pub first: usize,
+    /// Positive labels of the global minibatch's rows before this share ([0, `first`)):
+    /// sampled negatives are drawn row by row from one stream per step, so a share draws
+    /// for these rows too to reach its own rows' draws. Empty in one process.
+    pub lead_positives: Vec<Vec<u32>>,
 }
 
 /// Where streaming starts and ends.
@@ -382,11 +412,13 @@ impl GroupRows {
     }
 }
 
-/// Produces the minibatches of `span` into `send`; stops early when the receiver is gone.
+/// Produces this `share` of the minibatches of `span` into `send`; stops early when the
+/// receiver is gone.
 fn produce(
     source: &Source,
     planner: &Planner,
     span: Span,
+    share: Share,
     send: &crossbeam_channel::Sender<Result<Batch>>,
 ) -> Result<()> {
     let mut left = span.max_batches;
@@ -420,19 +452,21 @@ fn produce(
                 if left == 0 {
                     return Ok(());
                 }
-                let (kxx, sq_norms, features) = source.gather(batch_rows, &group_rows)?;
+                let mine = share.range(batch_rows.len());
+                let (lead, own) = (&batch_rows[..mine.start], &batch_rows[mine.clone()]);
+                let (kxx, sq_norms, features) = source.gather(own, &group_rows)?;
                 let batch = Batch {
                     epoch,
                     index,
                     last_in_epoch: index + 1 == n_batches,
-                    rows: batch_rows.to_vec(),
+                    rows: own.to_vec(),
                     kxx,
                     sq_norms,
-                    positives: batch_rows
-                        .iter()
-                        .map(|&r| group_rows.positives(r))
-                        .collect(),
+                    positives: own.iter().map(|&r| group_rows.positives(r)).collect(),
                     features,
+                    global_len: batch_rows.len(),
+                    first: mine.start,
+                    lead_positives: lead.iter().map(|&r| group_rows.positives(r)).collect(),
                 };
                 if send.send(Ok(batch)).is_err() {
                     return Ok(());
@@ -455,11 +489,23 @@ pub struct Prefetcher {
 impl Prefetcher {
     /// Starts the producer thread with a queue of `capacity` minibatches.
     pub fn spawn(source: Arc<Source>, planner: Arc<Planner>, span: Span, capacity: usize) -> Self {
+        Self::spawn_share(source, planner, span, Share::WHOLE, capacity)
+    }
+
+    /// [`Prefetcher::spawn`] for this process's `share` of every minibatch (MPI ranks): the
+    /// queue holds only those rows, so its memory is the one process's divided by K.
+    pub fn spawn_share(
+        source: Arc<Source>,
+        planner: Arc<Planner>,
+        span: Span,
+        share: Share,
+        capacity: usize,
+    ) -> Self {
         let (tx, rx) = bounded(capacity.max(1));
         let handle = std::thread::Builder::new()
             .name("fsgp-prefetch".into())
             .spawn(move || {
-                if let Err(e) = produce(&source, &planner, span, &tx) {
+                if let Err(e) = produce(&source, &planner, span, share, &tx) {
                     let _ = tx.send(Err(e.context("reading minibatches")));
                 }
             })
@@ -582,6 +628,22 @@ mod tests {
             seen.sort_unstable();
             assert_eq!(seen, (0..30).collect::<Vec<u64>>());
         }
+    }
+
+    #[test]
+    fn shares_cover_a_minibatch_in_order() {
+        for rows in [0, 1, 5, 64, 500, 501] {
+            for ranks in 1..6 {
+                let ranges: Vec<_> = (0..ranks)
+                    .map(|rank| Share { rank, ranks }.range(rows))
+                    .collect();
+                assert_eq!(ranges[0].start, 0);
+                assert_eq!(ranges[ranks - 1].end, rows);
+                assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+                assert!(ranges.iter().all(|r| r.len() + 1 >= rows / ranks));
+            }
+        }
+        assert_eq!(Share::WHOLE.range(7), 0..7);
     }
 
     #[test]

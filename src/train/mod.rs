@@ -10,7 +10,8 @@
 //! `session` (start, memoise or resume a run), `resume` (what `--resume` may change),
 //! `steps` (the step loop), `checkpoints` (writing, registering and pruning them),
 //! `held_out` (`--eval-every`), `exact` (the full-data bound, `pipeline elbo`), `batches`
-//! (planner and prefetch queue), `init` (initial parameters).
+//! (planner and prefetch queue), `init` (initial parameters), `ranks` (over MPI ranks: the
+//! all-reduce of the bound and gradient, the divergence check).
 
 pub mod batches;
 mod checkpoints;
@@ -18,6 +19,7 @@ mod exact;
 mod held_out;
 pub mod init;
 mod options;
+mod ranks;
 mod resume;
 mod session;
 mod setup;
@@ -25,5 +27,5 @@ mod steps;
 
 pub use exact::{elbo, ElboOptions};
 pub use options::TrainOptions;
-pub use session::run;
+pub use session::{run, run_on};
 pub use steps::TrainSummary;

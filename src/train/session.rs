@@ -2,17 +2,25 @@
 //! finished run, resumed from the last checkpoint of an interrupted one, or anew. Runs are
 //! matched on their configuration in force (`trained::RunRecord`), which differs from the
 //! one they started with only after a resume changed it (`resume`).
+//!
+//! Over the ranks of an MPI job ([`run_on`]), rank 0 does all of this exactly as one
+//! process does, then tells the other ranks the run, its configuration in force, its
+//! steering and the checkpoint it starts from ([`Start`]); they open the same inputs, load
+//! the same checkpoint (or compute the same seeded initialisation) and train their share
+//! of every minibatch, writing nothing.
 
 use std::fs;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
 
 use super::checkpoints::prune_checkpoints;
 use super::held_out::HeldOut;
 use super::options::TrainOptions;
 use super::resume;
 use super::setup::Setup;
-use super::steps::{train_loop, LoopOptions, TrainSummary};
+use super::steps::{train_loop, Job, LoopOptions, TrainSummary};
+use crate::comm::{Comm, Single};
 use crate::stage::{self, Lookup, Outcome, StageRun};
 use crate::store::catalog::StageKind;
 use crate::store::checkpoint::Checkpoint;
@@ -22,9 +30,34 @@ use crate::trained::{load_checkpoint, RunRecord, Steering, TrainConfig};
 /// Runs `pipeline train`: the memoised result of an identical finished run, else the
 /// interrupted run with this configuration resumed (unless `fresh`), else a new run.
 pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>> {
+    Ok(run_on(ws, &Single, opts)?.of_one_process())
+}
+
+/// [`run`] over the ranks of `comm` (`docs/scale-out.md`, "train"): every rank calls it
+/// with the same options; rank 0 decides, writes and returns the summary, the other ranks
+/// train their shares and return `None`.
+pub fn run_on(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    opts: &TrainOptions,
+) -> Result<Outcome<Option<TrainSummary>>> {
+    if !comm.is_root() {
+        return follow(ws, comm);
+    }
+    // Whatever rank 0 returns without training, the other ranks must hear of it (an
+    // error aborts the whole job instead).
+    let outcome = lead(ws, comm, opts)?;
+    if !outcome.computed {
+        announce(comm, None)?;
+    }
+    Ok(outcome.map(Some))
+}
+
+/// [`run`] on rank 0 of `comm`.
+fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<TrainSummary>> {
     opts.validate()?;
     if let Some(id) = opts.resume {
-        return resume(ws, id, opts);
+        return resume(ws, comm, id, opts);
     }
     let config = opts.config(ws)?;
     match lookup(ws, &config)? {
@@ -52,7 +85,7 @@ pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>>
                 "run {} with these parameters was interrupted; resuming it (--fresh starts over)",
                 prev.id
             );
-            return resume(ws, prev.id, opts);
+            return resume(ws, comm, prev.id, opts);
         }
         Lookup::Interrupted(_) | Lookup::New => {}
     }
@@ -62,7 +95,7 @@ pub fn run(ws: &Workspace, opts: &TrainOptions) -> Result<Outcome<TrainSummary>>
         let steering = opts.steering();
         RunRecord::new(run.id, setup.config.clone(), steering.clone()).save(ws)?;
         let start = setup.initial_checkpoint()?;
-        drive(ws, &run, &setup, start, &steering)
+        drive(ws, comm, &run, &setup, (start, false), &steering)
     })();
     finish(run, result)
 }
@@ -100,7 +133,12 @@ fn lookup(ws: &Workspace, config: &TrainConfig) -> Result<Lookup> {
 /// Continues run `id` from its last registered checkpoint (or from step 0 if it wrote none),
 /// with the options `opts` gives applied as `resume::plan` allows. Refusals come before
 /// the run is touched.
-fn resume(ws: &Workspace, id: i64, opts: &TrainOptions) -> Result<Outcome<TrainSummary>> {
+fn resume(
+    ws: &Workspace,
+    comm: &dyn Comm,
+    id: i64,
+    opts: &TrainOptions,
+) -> Result<Outcome<TrainSummary>> {
     let record = RunRecord::of_run(ws, id)?;
     let last = ws.catalog.checkpoints(id)?.last().cloned();
     let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step))?;
@@ -131,33 +169,47 @@ fn resume(ws: &Workspace, id: i64, opts: &TrainOptions) -> Result<Outcome<TrainS
                     "resuming run {id} from step {} (epoch {})",
                     c.state.step, c.state.epoch
                 );
-                c
+                (c, true)
             }
             None => {
                 eprintln!("run {id} wrote no checkpoint; starting it from the beginning");
-                setup.initial_checkpoint()?
+                (setup.initial_checkpoint()?, false)
             }
         };
         plan.announce();
         plan.record.save(ws)?;
         let steering = plan.record.steering.clone().expect("a plan sets steering");
-        drive(ws, &run, &setup, start, &steering)
+        drive(ws, comm, &run, &setup, start, &steering)
     })();
     finish(run, result)
 }
 
-/// Runs the step loop of `run` from `start` into the run's published directory, after
-/// pruning its checkpoints as `steering` says (a resume may have lowered the count, and a
-/// crash may have left unregistered files).
+/// Runs the step loop of `run` from `start` (a checkpoint, and whether it is a registered
+/// one of the run rather than the initial parameters) into the run's published directory,
+/// after pruning its checkpoints as `steering` says (a resume may have lowered the count,
+/// and a crash may have left unregistered files). Over MPI ranks, the other ranks are
+/// told where to start first.
 fn drive(
     ws: &Workspace,
+    comm: &dyn Comm,
     run: &StageRun<'_>,
     setup: &Setup,
-    start: Checkpoint,
+    (start, registered): (Checkpoint, bool),
     steering: &Steering,
 ) -> Result<TrainSummary> {
     let out_rel = setup.out_rel(run);
     fs::create_dir_all(ws.resolve(&out_rel))?;
+    let told = Start {
+        run_id: run.id,
+        config: setup.config.clone(),
+        steering: steering.clone(),
+        from_step: registered.then_some(start.state.step),
+    };
+    announce(comm, Some(&told))?;
+    // The other ranks have read the checkpoint before any is pruned.
+    if comm.size() > 1 {
+        comm.barrier()?;
+    }
     prune_checkpoints(ws, run, &out_rel, steering.keep_checkpoints)?;
     let held_out = match steering.eval_every {
         0 => None,
@@ -169,7 +221,84 @@ fn drive(
         held_out,
         keep: steering.keep_checkpoints,
     };
-    train_loop(ws, run, &out_rel, setup, start, &loop_opts)
+    let job = Job {
+        comm,
+        run: Some(run),
+    };
+    train_loop(ws, job, &out_rel, setup, start, &loop_opts)
+}
+
+/// What rank 0 tells the other ranks of an MPI job before the first step.
+#[derive(Debug, Serialize, Deserialize)]
+struct Start {
+    run_id: i64,
+    /// The configuration in force.
+    config: TrainConfig,
+    steering: Steering,
+    /// The step of the run's registered checkpoint it starts from; None: the initial
+    /// parameters, which every rank computes from the seed.
+    from_step: Option<u64>,
+}
+
+/// Rank 0 sends `start` (None: nothing to train) to the other ranks, as JSON; nothing in
+/// one process.
+fn announce(comm: &dyn Comm, start: Option<&Start>) -> Result<()> {
+    if comm.size() == 1 {
+        return Ok(());
+    }
+    let mut bytes = match start {
+        Some(s) => serde_json::to_vec(s)?,
+        None => Vec::new(),
+    };
+    comm.broadcast_u64(bytes.len() as u64)?;
+    if !bytes.is_empty() {
+        comm.broadcast_bytes(&mut bytes)?;
+    }
+    Ok(())
+}
+
+/// A rank other than 0: waits for rank 0's [`Start`], opens the same inputs, starts from
+/// the same state and trains its share of every minibatch.
+fn follow(ws: &Workspace, comm: &dyn Comm) -> Result<Outcome<Option<TrainSummary>>> {
+    let len = comm.broadcast_u64(0)? as usize;
+    if len == 0 {
+        return Ok(Outcome {
+            run_id: 0,
+            computed: false,
+            value: None,
+        });
+    }
+    let mut bytes = vec![0u8; len];
+    comm.broadcast_bytes(&mut bytes)?;
+    let start: Start = serde_json::from_slice(&bytes).context("rank 0's start of training")?;
+    let setup = Setup::open(ws, start.config, start.steering.prefetch)?;
+    let checkpoint = match start.from_step {
+        Some(step) => {
+            let rows = ws.catalog.checkpoints(start.run_id)?;
+            let row = rows.iter().find(|c| c.step == step).with_context(|| {
+                format!(
+                    "run {}: no registered checkpoint at step {step}",
+                    start.run_id
+                )
+            })?;
+            load_checkpoint(ws, row)?
+        }
+        None => setup.initial_checkpoint()?,
+    };
+    comm.barrier()?;
+    let loop_opts = LoopOptions {
+        final_elbo: false,
+        prefetch: start.steering.prefetch,
+        held_out: None,
+        keep: start.steering.keep_checkpoints,
+    };
+    let job = Job { comm, run: None };
+    train_loop(ws, job, "", &setup, checkpoint, &loop_opts)?;
+    Ok(Outcome {
+        run_id: start.run_id,
+        computed: true,
+        value: None,
+    })
 }
 
 fn finish(run: StageRun<'_>, result: Result<TrainSummary>) -> Result<Outcome<TrainSummary>> {

@@ -10,11 +10,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::batches::{stream_seed, streams, Batch, Planner, Prefetcher, Span};
+use super::batches::{stream_seed, streams, Batch, Planner, Prefetcher, Share, Span};
 use super::checkpoints::{prune_checkpoints, save_checkpoint};
 use super::exact::exact_bound;
 use super::held_out::HeldOut;
+use super::ranks;
 use super::setup::{thread_pool, Setup};
+use crate::comm::Comm;
+use crate::failpoint;
 use crate::metrics::metric_rows;
 use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
@@ -22,7 +25,7 @@ use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Eval
 use crate::model::optim::{AdamConfig, AdamState};
 use crate::model::params::{Block, Params};
 use crate::model::scratch::Scratch;
-use crate::model::terms::{terms_sampled, TermSet};
+use crate::model::terms::{terms_sampled, Term, TermSet};
 use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
@@ -36,6 +39,15 @@ pub struct LoopOptions {
     pub held_out: Option<HeldOut>,
     /// Which checkpoints stay on disk.
     pub keep: Retention,
+}
+
+/// The processes a training loop runs on and which of them writes: one process (the
+/// writer), or the ranks of an MPI job, of which rank 0 holds the stage run and writes the
+/// checkpoints and the catalog rows, and the others write nothing.
+pub struct Job<'a> {
+    pub comm: &'a dyn Comm,
+    /// The run, on the process that writes (None on the other ranks).
+    pub run: Option<&'a StageRun<'a>>,
 }
 
 /// What a finished (or found finished) training run reports.
@@ -124,7 +136,7 @@ fn params_finite(p: &Params) -> bool {
 /// One training run's loop state: the parameters, the optimiser and where it stands.
 struct Trainer<'a> {
     ws: &'a Workspace,
-    run: &'a StageRun<'a>,
+    job: Job<'a>,
     out_rel: &'a str,
     setup: &'a Setup,
     opts: &'a LoopOptions,
@@ -144,6 +156,8 @@ struct Trainer<'a> {
     epoch_started: Instant,
     epoch_wait: Duration,
     max_jitter_logged: f64,
+    /// Time inside the gradient all-reduce (MPI ranks only).
+    reduce_time: Duration,
 }
 
 /// The optimisation loop from `ckpt` to the configured number of epochs, or to step
@@ -153,7 +167,7 @@ struct Trainer<'a> {
 /// exact bound.
 pub fn train_loop(
     ws: &Workspace,
-    run: &StageRun<'_>,
+    job: Job<'_>,
     out_rel: &str,
     setup: &Setup,
     ckpt: Checkpoint,
@@ -162,14 +176,22 @@ pub fn train_loop(
     let cfg = &setup.config;
     let planner = Arc::new(setup.shuffled());
     let total = setup.total_steps(&planner);
+    let share = Share {
+        rank: job.comm.rank(),
+        ranks: job.comm.size(),
+    };
+    let pb = match job.run {
+        Some(_) => progress_bar(total, ckpt.state.step),
+        None => ProgressBar::hidden(),
+    };
     let mut t = Trainer {
         ws,
-        run,
+        job,
         out_rel,
         setup,
         opts,
         pool: thread_pool(cfg.threads)?,
-        pb: progress_bar(total, ckpt.state.step),
+        pb,
         release: Release::of(cfg, &planner),
         planner,
         adam_cfg: cfg.adam(),
@@ -181,9 +203,13 @@ pub fn train_loop(
         epoch_started: Instant::now(),
         epoch_wait: Duration::ZERO,
         max_jitter_logged: 0.0,
+        reduce_time: Duration::ZERO,
     };
     let started = Instant::now();
-    let mut queue = Prefetcher::spawn(
+    // Every rank starts from the same state (the same checkpoint, or the same seeded
+    // initialisation).
+    t.check_ranks()?;
+    let mut queue = Prefetcher::spawn_share(
         setup.source.clone(),
         t.planner.clone(),
         Span {
@@ -192,6 +218,7 @@ pub fn train_loop(
             end_epoch: cfg.epochs,
             max_batches: total.saturating_sub(t.state.step),
         },
+        share,
         opts.prefetch,
     );
     while let Some(batch) = queue.next_batch() {
@@ -205,12 +232,19 @@ pub fn train_loop(
         if batch.last_in_epoch || run_ends {
             t.end_epoch(batch.last_in_epoch, run_ends)?;
         }
-        if t.state.step % cfg.checkpoint_every == 0 {
+        let saving = t.state.step % cfg.checkpoint_every == 0;
+        if saving || t.state.step % ranks::CHECK_EVERY == 0 {
+            t.check_ranks()?;
+        }
+        if saving {
             t.save()?;
         }
+        let rank = t.job.comm.rank();
+        failpoint::kill_at(&format!("train-rank{rank}-step"), t.state.step);
     }
     drop(queue);
     if t.last_saved != t.state.step || t.state.step == 0 {
+        t.check_ranks()?;
         t.save()?;
     }
     t.pb.finish_and_clear();
@@ -228,33 +262,63 @@ impl Trainer<'_> {
         )
     }
 
-    /// The terms of the bound for `batch`: every label, or the positives plus sampled
-    /// negatives (reweighted), drawn from the step's own random stream.
+    /// The positives plus `count` sampled negatives per row (reweighted), drawn from the
+    /// step's own random stream, for the rows of `batch`. A share of a global minibatch
+    /// (MPI ranks) draws for the rows before it too and keeps its own rows' terms, so the
+    /// ranks' terms together are the one process's.
+    fn sampled_terms(&self, batch: &Batch, count: usize, scale: f64) -> Vec<Term> {
+        let cfg = &self.setup.config;
+        let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(
+            cfg.seed,
+            streams::NEGATIVES,
+            &[self.state.step],
+        ));
+        if batch.first == 0 {
+            return terms_sampled(
+                &batch.positives,
+                self.setup.n_labels,
+                count,
+                scale,
+                &mut rng,
+            );
+        }
+        let upto: Vec<Vec<u32>> = batch
+            .lead_positives
+            .iter()
+            .chain(&batch.positives)
+            .cloned()
+            .collect();
+        let first = batch.first as u32;
+        let mut terms = terms_sampled(&upto, self.setup.n_labels, count, scale, &mut rng);
+        terms.retain(|t| t.row >= first);
+        for t in &mut terms {
+            t.row -= first;
+        }
+        terms
+    }
+
+    /// The bound and its gradient on `batch`: every label, or the positives plus sampled
+    /// negatives, scaled by N/B with B the global minibatch's rows. Over K MPI ranks,
+    /// `batch` is this rank's share and its terms are weighted K·N/B, so that this rank's
+    /// evaluation is K·data_r − KL and the ranks' sum divided by K is the bound
+    /// (`ranks::all_reduce`).
     fn evaluate(&self, batch: &Batch) -> Result<Evaluation> {
         let cfg = &self.setup.config;
         let scale = self.setup.n_rows as f64;
-        let b = batch.rows.len() as f64;
+        let b = batch.global_len as f64;
+        let mut weight = scale / b;
+        let ranks = self.job.comm.size();
+        if ranks > 1 {
+            weight *= ranks as f64;
+        }
         let sampled = match cfg.negatives {
             Negatives::All => None,
-            Negatives::Sample(count) => {
-                let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(
-                    cfg.seed,
-                    streams::NEGATIVES,
-                    &[self.state.step],
-                ));
-                Some(terms_sampled(
-                    &batch.positives,
-                    self.setup.n_labels,
-                    count,
-                    scale / b,
-                    &mut rng,
-                ))
-            }
+            Negatives::Sample(count) => Some(self.sampled_terms(batch, count, weight)),
         };
         let terms = match &sampled {
             None => TermSet::AllLabels {
                 positives: &batch.positives,
-                scale: scale / b,
+                scale: weight,
             },
             Some(list) => TermSet::List(list),
         };
@@ -306,7 +370,10 @@ impl Trainer<'_> {
             self.state.epoch,
             self.state.batch_in_epoch
         );
-        let ev = self.evaluate(batch)?;
+        let mut ev = self.evaluate(batch)?;
+        if self.job.comm.size() > 1 {
+            self.reduce_time += ranks::all_reduce(self.job.comm, &mut ev)?;
+        }
         if !(ev.value.is_finite() && params_finite(&ev.grads)) {
             bail!(
                 "{}: the bound or its gradient is not finite (NaN or inf); resume with a \
@@ -334,6 +401,12 @@ impl Trainer<'_> {
                 self.stopped()
             );
         }
+        let rank = self.job.comm.rank();
+        if failpoint::fires(&format!("train-perturb-rank{rank}"), self.state.step + 1) {
+            // One bit of one parameter: the divergence check must see it.
+            let x = &mut self.params.bias[0];
+            *x = f64::from_bits(x.to_bits() ^ 1);
+        }
         self.state.step += 1;
         self.state.batch_in_epoch += 1;
         self.state.epoch_elbo_sum += ev.value;
@@ -347,15 +420,29 @@ impl Trainer<'_> {
         Ok(())
     }
 
+    /// Fails unless every rank holds this rank's parameters and optimiser state
+    /// (`ranks::check_identical`); nothing in one process.
+    fn check_ranks(&self) -> Result<()> {
+        if self.job.comm.size() == 1 {
+            return Ok(());
+        }
+        ranks::check_identical(self.job.comm, self.state.step, &self.params, &self.adam)
+    }
+
     /// Records an epoch's figures (and the held-out metrics when due); a complete epoch
-    /// moves the state to the next one.
+    /// moves the state to the next one. Only the writing process records and prints them
+    /// (the figures are the all-reduced ones, the same on every rank).
     fn end_epoch(&mut self, complete: bool, run_ends: bool) -> Result<()> {
+        let Some(run) = self.job.run else {
+            self.next_epoch(complete);
+            return Ok(());
+        };
         let secs = self.epoch_started.elapsed().as_secs_f64();
         let mean = self.state.epoch_elbo_sum / self.state.batch_in_epoch as f64;
         let epoch_no = (self.state.epoch + 1) as i64;
         let wait_fraction = self.epoch_wait.as_secs_f64() / secs.max(1e-9);
         self.ws.catalog.record_metrics(
-            self.run.id,
+            run.id,
             &[
                 metric("epoch_elbo", mean, Some(epoch_no)),
                 metric("epoch_seconds", secs, Some(epoch_no)),
@@ -379,9 +466,15 @@ impl Trainer<'_> {
         ));
         if let Some(h) = &self.opts.held_out {
             if epoch_no as u64 % h.every == 0 || run_ends {
-                self.evaluate_held_out(h, epoch_no)?;
+                self.evaluate_held_out(run, h, epoch_no)?;
             }
         }
+        self.next_epoch(complete);
+        Ok(())
+    }
+
+    /// The state after an epoch's end: a complete epoch moves it to the next one.
+    fn next_epoch(&mut self, complete: bool) {
         if complete {
             // A cut-short epoch keeps its position, so the final checkpoint's state
             // equals that of a longer run at the same step.
@@ -391,16 +484,15 @@ impl Trainer<'_> {
         }
         self.epoch_started = Instant::now();
         self.epoch_wait = Duration::ZERO;
-        Ok(())
     }
 
-    fn evaluate_held_out(&self, h: &HeldOut, epoch_no: i64) -> Result<()> {
+    fn evaluate_held_out(&self, run: &StageRun<'_>, h: &HeldOut, epoch_no: i64) -> Result<()> {
         let t = Instant::now();
         let (setup, params) = (self.setup, &self.params);
         let m = self.pool.install(|| h.evaluate(setup, params))?;
         self.ws
             .catalog
-            .record_metrics(self.run.id, &metric_rows(&m, Some(epoch_no), &h.split))?;
+            .record_metrics(run.id, &metric_rows(&m, Some(epoch_no), &h.split))?;
         self.log(&format!(
             "epoch {epoch_no}: '{}' P@1 {:.2} P@3 {:.2} P@5 {:.2} PSP@5 {:.2} ({:.1} s)",
             h.split,
@@ -413,10 +505,16 @@ impl Trainer<'_> {
         Ok(())
     }
 
+    /// Writes and registers a checkpoint (the writing process only; the others note the
+    /// step).
     fn save(&mut self) -> Result<()> {
+        let Some(run) = self.job.run else {
+            self.last_saved = self.state.step;
+            return Ok(());
+        };
         save_checkpoint(
             self.ws,
-            self.run,
+            run,
             self.out_rel,
             &Checkpoint {
                 params: self.params.clone(),
@@ -426,12 +524,27 @@ impl Trainer<'_> {
             },
         )?;
         self.last_saved = self.state.step;
-        prune_checkpoints(self.ws, self.run, self.out_rel, self.opts.keep)
+        prune_checkpoints(self.ws, run, self.out_rel, self.opts.keep)
     }
 
-    /// The run's closing figures: its time and, unless switched off, the exact bound.
+    /// The run's closing figures: its time and, unless switched off, the exact bound
+    /// (computed and recorded by the writing process alone).
     fn finish(self, secs: f64) -> Result<TrainSummary> {
         let step = self.state.step;
+        if self.job.comm.size() > 1 {
+            eprintln!(
+                "MPI rank {} of {}: gradient all-reduce {:.1} s of {secs:.1} s",
+                self.job.comm.rank(),
+                self.job.comm.size(),
+                self.reduce_time.as_secs_f64()
+            );
+        }
+        let Some(run) = self.job.run else {
+            return Ok(TrainSummary {
+                final_step: step,
+                exact_elbo: None,
+            });
+        };
         let mut figures = vec![metric("train_seconds", secs, Some(step as i64))];
         let exact = if self.opts.final_elbo {
             let t = Instant::now();
@@ -455,10 +568,10 @@ impl Trainer<'_> {
         } else {
             None
         };
-        self.ws.catalog.record_metrics(self.run.id, &figures)?;
+        self.ws.catalog.record_metrics(run.id, &figures)?;
         eprintln!(
             "trained run {}: {step} steps in {secs:.1} s; checkpoints in {}",
-            self.run.id,
+            run.id,
             self.ws.resolve(self.out_rel).display()
         );
         Ok(TrainSummary {
@@ -467,8 +580,11 @@ impl Trainer<'_> {
         })
     }
 
-    /// Prints a line above the progress bar (or plainly when it is hidden).
+    /// Prints a line above the progress bar (or plainly when it is hidden); the writing
+    /// process only, so that a job of K ranks prints each line once.
     fn log(&self, msg: &str) {
-        self.pb.suspend(|| eprintln!("{msg}"));
+        if self.job.run.is_some() {
+            self.pb.suspend(|| eprintln!("{msg}"));
+        }
     }
 }
