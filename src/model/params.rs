@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use anyhow::{ensure, Result};
 use faer::Mat;
 
 use super::kernel::KernelParams;
@@ -248,5 +249,117 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
             Block::LogFeatures,
             &mut k.log_features[i - scalars - k.log_ard.len()],
         ),
+    }
+}
+
+/// Every parameter in the flat order of [`flat_entry`] (blocks in
+/// `Block::ALL` order, each matrix column by column).
+pub fn flat_values(p: &Params) -> Vec<f64> {
+    let mut out = Vec::with_capacity(flat_len(p));
+    let chol = p.chol.as_ref().map(|c| &c.packed);
+    for m in [Some(&p.a), Some(&p.mu), Some(&p.rho), chol, Some(&p.phi)]
+        .into_iter()
+        .flatten()
+    {
+        for j in 0..m.ncols() {
+            out.extend(m.col(j).iter());
+        }
+    }
+    out.extend(&p.bias);
+    let k = &p.kernel;
+    out.extend([k.log_sf2, k.log_ell]);
+    out.extend(k.log_lin2);
+    out.extend(&k.log_ard);
+    out.extend(&k.log_features);
+    out
+}
+
+/// Writes `values` (in the order of [`flat_values`]) into `p`.
+pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
+    ensure!(
+        values.len() == flat_len(p),
+        "internal: {} values for {} parameters",
+        values.len(),
+        flat_len(p)
+    );
+    let mut it = values.iter().copied();
+    let mut next = || it.next().expect("length checked above");
+    let chol = p.chol.as_mut().map(|c| &mut c.packed);
+    for m in [
+        Some(&mut p.a),
+        Some(&mut p.mu),
+        Some(&mut p.rho),
+        chol,
+        Some(&mut p.phi),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        for j in 0..m.ncols() {
+            for x in m.col_mut(j).iter_mut() {
+                *x = next();
+            }
+        }
+    }
+    for x in p.bias.iter_mut() {
+        *x = next();
+    }
+    let k = &mut p.kernel;
+    k.log_sf2 = next();
+    k.log_ell = next();
+    if let Some(x) = k.log_lin2.as_mut() {
+        *x = next();
+    }
+    for x in k.log_ard.iter_mut().chain(k.log_features.iter_mut()) {
+        *x = next();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Parameters with every block present, each entry distinct.
+    pub(crate) fn every_block() -> Params {
+        let counter = std::cell::Cell::new(0.0);
+        let mat = |r, c| {
+            Mat::from_fn(r, c, |_, _| {
+                counter.set(counter.get() + 1.0);
+                counter.get()
+            })
+        };
+        Params {
+            a: mat(3, 2),
+            mu: mat(3, 2),
+            rho: mat(0, 0),
+            phi: mat(4, 2),
+            bias: vec![-1.0, -2.0, -3.0, -4.0],
+            kernel: KernelParams {
+                log_sf2: 0.5,
+                log_ell: 0.25,
+                log_lin2: Some(0.125),
+                log_ard: vec![7.0, 8.0],
+                log_features: vec![9.0],
+            },
+            chol: Some(CholFactors {
+                whitened: true,
+                packed: mat(6, 2),
+            }),
+        }
+    }
+
+    #[test]
+    fn flat_values_follow_flat_entry_and_round_trip() {
+        let mut p = every_block();
+        let flat = flat_values(&p);
+        assert_eq!(flat.len(), flat_len(&p));
+        for (i, v) in flat.iter().enumerate() {
+            assert_eq!(*flat_entry(&mut p, i).1, *v, "entry {i}");
+        }
+        let doubled: Vec<f64> = flat.iter().map(|v| 2.0 * v).collect();
+        set_flat(&mut p, &doubled).unwrap();
+        assert_eq!(flat_values(&p), doubled);
+        assert!(set_flat(&mut p, &doubled[1..]).is_err());
     }
 }

@@ -9,81 +9,17 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, Result};
 
 use crate::comm::Comm;
 use crate::model::objective::Evaluation;
 use crate::model::optim::AdamState;
-use crate::model::params::{flat_len, Params};
+use crate::model::params::{flat_len, flat_values, set_flat, Params};
 
 /// Steps between two comparisons of the ranks' parameters (besides the comparisons before
 /// every checkpoint and at the start). Hashing the parameters and Adam's moments costs a
 /// few milliseconds at AmazonCat's size (≈ 4.3 M doubles), against ≈ 0.5 s per step.
 pub const CHECK_EVERY: u64 = 50;
-
-/// Every parameter in the flat order of `model::params::flat_entry` (blocks in
-/// `Block::ALL` order, each matrix column by column).
-pub fn flat_values(p: &Params) -> Vec<f64> {
-    let mut out = Vec::with_capacity(flat_len(p));
-    let chol = p.chol.as_ref().map(|c| &c.packed);
-    for m in [Some(&p.a), Some(&p.mu), Some(&p.rho), chol, Some(&p.phi)]
-        .into_iter()
-        .flatten()
-    {
-        for j in 0..m.ncols() {
-            out.extend(m.col(j).iter());
-        }
-    }
-    out.extend(&p.bias);
-    let k = &p.kernel;
-    out.extend([k.log_sf2, k.log_ell]);
-    out.extend(k.log_lin2);
-    out.extend(&k.log_ard);
-    out.extend(&k.log_features);
-    out
-}
-
-/// Writes `values` (in the order of [`flat_values`]) into `p`.
-pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
-    ensure!(
-        values.len() == flat_len(p),
-        "internal: {} values for {} parameters",
-        values.len(),
-        flat_len(p)
-    );
-    let mut it = values.iter().copied();
-    let mut next = || it.next().expect("length checked above");
-    let chol = p.chol.as_mut().map(|c| &mut c.packed);
-    for m in [
-        Some(&mut p.a),
-        Some(&mut p.mu),
-        Some(&mut p.rho),
-        chol,
-        Some(&mut p.phi),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        for j in 0..m.ncols() {
-            for x in m.col_mut(j).iter_mut() {
-                *x = next();
-            }
-        }
-    }
-    for x in p.bias.iter_mut() {
-        *x = next();
-    }
-    let k = &mut p.kernel;
-    k.log_sf2 = next();
-    k.log_ell = next();
-    if let Some(x) = k.log_lin2.as_mut() {
-        *x = next();
-    }
-    for x in k.log_ard.iter_mut().chain(k.log_features.iter_mut()) {
-        *x = next();
-    }
-    Ok(())
-}
 
 /// The bound and gradient of the whole minibatch on every rank, from this rank's `share`
 /// of it: evaluated with its terms weighted K·N/B, it holds K·data_r − KL (the KL is a
@@ -178,55 +114,11 @@ fn divergence(step: u64, sums: &[Vec<u8>]) -> String {
 mod tests {
     use super::*;
     use crate::comm::Single;
-    use crate::model::kernel::KernelParams;
-    use crate::model::params::{flat_entry, CholFactors};
-    use faer::Mat;
-
-    fn params() -> Params {
-        let counter = std::cell::Cell::new(0.0);
-        let mat = |r, c| {
-            Mat::from_fn(r, c, |_, _| {
-                counter.set(counter.get() + 1.0);
-                counter.get()
-            })
-        };
-        Params {
-            a: mat(3, 2),
-            mu: mat(3, 2),
-            rho: mat(0, 0),
-            phi: mat(4, 2),
-            bias: vec![-1.0, -2.0, -3.0, -4.0],
-            kernel: KernelParams {
-                log_sf2: 0.5,
-                log_ell: 0.25,
-                log_lin2: Some(0.125),
-                log_ard: vec![7.0, 8.0],
-                log_features: vec![9.0],
-            },
-            chol: Some(CholFactors {
-                whitened: true,
-                packed: mat(6, 2),
-            }),
-        }
-    }
-
-    #[test]
-    fn flat_values_follow_flat_entry_and_round_trip() {
-        let mut p = params();
-        let flat = flat_values(&p);
-        assert_eq!(flat.len(), flat_len(&p));
-        for (i, v) in flat.iter().enumerate() {
-            assert_eq!(*flat_entry(&mut p, i).1, *v, "entry {i}");
-        }
-        let doubled: Vec<f64> = flat.iter().map(|v| 2.0 * v).collect();
-        set_flat(&mut p, &doubled).unwrap();
-        assert_eq!(flat_values(&p), doubled);
-        assert!(set_flat(&mut p, &doubled[1..]).is_err());
-    }
+    use crate::model::params::tests::every_block;
 
     #[test]
     fn checksums_see_one_bit_and_one_process_always_agrees() {
-        let p = params();
+        let p = every_block();
         let adam = AdamState::new(&p);
         let mut q = p.clone();
         q.mu[(1, 1)] = f64::from_bits(q.mu[(1, 1)].to_bits() ^ 1);
