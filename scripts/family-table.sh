@@ -3,7 +3,7 @@
 # each a 3-seed sweep trained on the training file and scored once on test; the specs of
 # pipelines/selection/ work the same way on the validation split) into one workspace and
 # prints one Markdown row per spec: the split scored, P@1/P@3/P@5 as mean ± sample sd over
-# the seeds, and the train stage's wall seconds per seed (mean). Specs already run are found
+# the seeds, and the training loop's seconds per seed (mean). Specs already run are found
 # in the catalog and not trained again, so the script can be stopped and rerun.
 # Usage: scripts/family-table.sh PIPELINE_BINARY WORKSPACE [SPEC...]
 set -euo pipefail
@@ -21,16 +21,17 @@ for spec in "$@"; do
     "$bin" --workspace "$ws" run "$spec" --json >"$log.json" 2>"$log.log"
     python3 - "$ws" "$name" "$spec" "$root" "$log.json" <<'PY'
 import json, os, sqlite3, statistics, sys, tomllib
-from datetime import datetime
 ws, name, spec, root, log = sys.argv[1:6]
 split = tomllib.load(open(spec, "rb"))["predict"].get("split", "test")
 rel = os.path.relpath(os.path.realpath(spec), root)
 out = json.load(open(log))
 db = sqlite3.connect(f"{ws}/catalog.sqlite")
 def seconds(run):
-    a, b = db.execute("SELECT started_at, ended_at FROM stage_runs WHERE id = ?",
-                      (run,)).fetchone()
-    return (datetime.fromisoformat(b.replace("Z", "+00:00")) - datetime.fromisoformat(a.replace("Z", "+00:00"))).total_seconds()
+    # The training loop's own seconds (the train stage's `train_seconds` metric): the stage
+    # run's wall time would also count an interrupted attempt that was resumed.
+    (v,) = db.execute("SELECT value FROM metrics WHERE stage_run_id = ? AND name = 'train_seconds' "
+                      "ORDER BY id DESC LIMIT 1", (run,)).fetchone()
+    return v
 p = [[100 * r["metrics"]["p_at"][k] for r in out["runs"]] for k in (0, 2, 4)]
 cells = [f"{statistics.mean(v):.2f} ± {statistics.stdev(v):.2f}" for v in p]
 secs = statistics.mean(seconds(r["train_run"]) for r in out["runs"])
