@@ -545,7 +545,7 @@ fn print_summary(
         head.join(", "),
         sv.last().copied().unwrap_or(0.0)
     );
-    let passes: Vec<String> = passes.iter().map(|s| format!("{s:.2}")).collect();
+    let passes: Vec<String> = passes.iter().map(|s| format!("{s:.3}")).collect();
     eprintln!(
         "seconds per pass (last = K_XX̃): {}; total {total:.2} s",
         passes.join(", ")

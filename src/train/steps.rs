@@ -533,7 +533,7 @@ impl Trainer<'_> {
         let step = self.state.step;
         if self.job.comm.size() > 1 {
             eprintln!(
-                "MPI rank {} of {}: gradient all-reduce {:.1} s of {secs:.1} s",
+                "MPI rank {} of {}: gradient all-reduce {:.3} s of {secs:.3} s",
                 self.job.comm.rank(),
                 self.job.comm.size(),
                 self.reduce_time.as_secs_f64()
