@@ -245,18 +245,24 @@ fn more_clusters_than_distinct_rows() {
     }
 }
 
-#[test]
-fn empty_clusters_are_reseeded() {
-    // Random-rows seeding on data with heavy duplication makes duplicate centroids, whose
-    // clusters are empty after the first assignment; the run stays finite and monotone.
+/// 400 rows of which 300 are the same row: random-rows seeding then picks duplicate
+/// centroids, whose clusters are empty after the first assignment.
+fn mostly_one_row() -> Array2<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    let data = Array2::from_shape_fn((400, 3), |(i, j)| {
+    Array2::from_shape_fn((400, 3), |(i, j)| {
         if i < 300 {
             1.0
         } else {
             (j as f32) + rng.random::<f32>() * 5.0
         }
-    });
+    })
+}
+
+#[test]
+fn empty_clusters_are_reseeded() {
+    // Random-rows seeding on data with heavy duplication makes duplicate centroids, whose
+    // clusters are empty after the first assignment; the run stays finite and monotone.
+    let data = mostly_one_row();
     let res = kmeans(
         data.view(),
         &KMeansConfig {
@@ -517,14 +523,7 @@ fn over_ranks_empty_clusters_are_reseeded_as_in_one_process() {
     // The data of `empty_clusters_are_reseeded`: random-rows seeding picks duplicate
     // centroids, whose clusters are empty and re-seeded from the far rows rank 0 gathers
     // from every rank's blocks.
-    let mut rng = ChaCha8Rng::seed_from_u64(4);
-    let data = Array2::from_shape_fn((400, 3), |(i, j)| {
-        if i < 300 {
-            1.0
-        } else {
-            (j as f32) + rng.random::<f32>() * 5.0
-        }
-    });
+    let data = mostly_one_row();
     let c = KMeansConfig {
         init: InitMethod::RandomRows,
         iters: 30,
