@@ -511,29 +511,8 @@ fn killed_rank_mid_training_resumes_to_the_uninterrupted_checkpoints() {
     assert_no_scratch(&killed);
 }
 
-/// Delicious (from `../shared`, as `tests/svd_stage.rs`) ingested into `ws` in 7 chunks of
-/// up to 2000 rows.
-fn ingest_delicious(ws: &Path) {
-    let (train, test) = (
-        shared_data("delicious/train.txt"),
-        shared_data("delicious/test.txt"),
-    );
-    let ingest = pipeline(
-        ws,
-        &[
-            "ingest",
-            "--name",
-            "delicious",
-            "--train",
-            train.to_str().unwrap(),
-            "--test",
-            test.to_str().unwrap(),
-            "--chunk-rows",
-            "2000",
-        ],
-    );
-    assert!(ingest.status.success(), "{}", stderr(&ingest));
-}
+/// Delicious in 7 chunks of up to 2000 rows (rank 0 reads 4, rank 1 reads 3).
+const DELICIOUS_CHUNKS: &[&str] = &["--chunk-rows", "2000"];
 
 /// The paper's svd of Delicious: R = 250, M = 500.
 const DELICIOUS_SVD: &[&str] = &[
@@ -551,7 +530,7 @@ const DELICIOUS_SVD: &[&str] = &[
 fn delicious_svd_over_two_ranks_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let one = dir.path().join("one");
-    ingest_delicious(&one);
+    ingest_delicious(&one, DELICIOUS_CHUNKS);
     let two = dir.path().join("two");
     copy_dir(&one, &two);
     let single = pipeline(&one, DELICIOUS_SVD);
@@ -575,7 +554,7 @@ fn delicious_training_over_two_ranks_matches_one_process() {
     }
     let dir = tempfile::tempdir().unwrap();
     let one = dir.path().join("one");
-    ingest_delicious(&one);
+    ingest_delicious(&one, DELICIOUS_CHUNKS);
     let svd = pipeline(&one, DELICIOUS_SVD);
     assert!(svd.status.success(), "{}", stderr(&svd));
     let two = dir.path().join("two");

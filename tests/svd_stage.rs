@@ -7,24 +7,6 @@ use fsgp::store::chunks::read_chunk;
 use ndarray::{Array1, Array2};
 use std::path::{Path, PathBuf};
 
-fn ingest_delicious(ws: &Path) {
-    let train = shared_data("delicious/train.txt");
-    let test = shared_data("delicious/test.txt");
-    let out = pipeline(
-        ws,
-        &[
-            "ingest",
-            "--name",
-            "delicious",
-            "--train",
-            train.to_str().unwrap(),
-            "--test",
-            test.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-}
-
 /// (kind → absolute path) of the artifacts of the newest svd run.
 fn svd_artifacts(ws: &Path) -> Vec<(String, PathBuf)> {
     let conn = rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap();
@@ -50,7 +32,7 @@ fn path_of(arts: &[(String, PathBuf)], kind: &str) -> PathBuf {
 #[test]
 fn delicious_kxx_equals_x_times_basis() {
     let ws = tempfile::tempdir().unwrap();
-    ingest_delicious(ws.path());
+    ingest_delicious(ws.path(), &[]);
     let out = pipeline(
         ws.path(),
         &[
@@ -202,7 +184,7 @@ fn delicious_kxx_equals_x_times_basis() {
 #[test]
 fn killed_svd_registers_nothing_and_a_rerun_completes() {
     let ws = tempfile::tempdir().unwrap();
-    ingest_delicious(ws.path());
+    ingest_delicious(ws.path(), &[]);
     let args = [
         "svd",
         "--dataset",

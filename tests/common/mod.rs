@@ -88,6 +88,27 @@ pub fn shared_data(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Ingests Delicious (from `../shared`) into `ws` as dataset `delicious`, with `extra`
+/// ingest options appended (e.g. `--chunk-rows 2000`); asserts success.
+pub fn ingest_delicious(ws: &Path, extra: &[&str]) {
+    let (train, test) = (
+        shared_data("delicious/train.txt"),
+        shared_data("delicious/test.txt"),
+    );
+    let mut args = vec![
+        "ingest",
+        "--name",
+        "delicious",
+        "--train",
+        train.to_str().unwrap(),
+        "--test",
+        test.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = pipeline(ws, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
