@@ -49,25 +49,12 @@ fn run_spec(ws: &Path, spec: &Path) -> Output {
     pipeline(ws, &["run", spec.to_str().unwrap()])
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
-
 /// A private copy of the undisturbed workspace.
 fn fresh_copy() -> (tempfile::TempDir, PathBuf) {
     let base = baseline();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ws = dir.path().join("ws");
-    copy_dir(&base.ws, &ws);
+    common::toy::copy_dir(&base.ws, &ws);
     (dir, ws)
 }
 
