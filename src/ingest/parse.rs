@@ -791,6 +791,75 @@ mod tests {
     }
 
     #[test]
+    fn libsvm_rows_scan_then_map_through_the_class_map() {
+        let mut rl = RowRules::new(u32::MAX, u32::MAX, 1);
+        let text = b"+1 qid:3 3:1 1:2\n-1,4 2:0.5 # note 9:9\n 1:1\n";
+        let scan = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
+        assert_eq!(scan.qid_tokens, 1);
+        let s = &scan.scan;
+        assert_eq!(s.values.iter().copied().collect::<Vec<_>>(), [-1, 1, 4]);
+        assert_eq!((s.rows, s.unlabeled_rows, s.multi_label_rows), (3, 1, 1));
+        assert_eq!((s.first_unlabeled, s.first_multi_label), (Some(3), Some(2)));
+        assert_eq!(s.max_feature, Some(2), "the comment's 9:9 is not read");
+        rl.labels.classes = Some(Arc::new(ClassMap::new(vec![1, 4], Some(-1)).unwrap()));
+        let mapped = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
+        assert_eq!(mapped.rows.row(0).labels, &[0]);
+        assert_eq!(mapped.rows.row(0).indices, &[0, 2]);
+        assert_eq!(
+            mapped.rows.row(1).labels,
+            &[1],
+            "-1 is the negative class: no id"
+        );
+        assert!(mapped.scan.values.is_empty());
+        rl.labels.exactly_one = true;
+        let (_, e) = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(
+            e.msg.contains("found 2 labels, expected exactly one"),
+            "{e}"
+        );
+        let (_, e) = parse_block(b"7 1:1\n", 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert!(
+            e.msg
+                .contains("found label 7, expected one of the dataset's classes (-1, 1, 4)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn class_values_are_integers() {
+        assert_eq!(parse_class_value(b"+1"), Some(1));
+        assert_eq!(parse_class_value(b"-12"), Some(-12));
+        assert_eq!(parse_class_value(b"3.0"), Some(3));
+        assert_eq!(parse_class_value(b"1e2"), Some(100));
+        for bad in [&b"1.5"[..], b"x", b"", b"inf", b"nan", b"1e300"] {
+            assert_eq!(
+                parse_class_value(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn first_label_keeps_the_first_listed_id() {
+        let mut rl = rules();
+        rl.labels.first_label = true;
+        let b = parse_block(
+            b"4,0,2 1:1\n3 2:1\n",
+            2,
+            true,
+            LineSyntax::LabelsFeatures,
+            &rl,
+        )
+        .unwrap();
+        assert_eq!(b.scan.values.iter().copied().collect::<Vec<_>>(), [3, 4]);
+        // The other entries are still checked against L.
+        assert!(parse_block(b"4,9 1:1\n", 2, true, LineSyntax::LabelsFeatures, &rl).is_err());
+    }
+
+    #[test]
     fn headers() {
         assert_eq!(
             parse_header(b"3 4 5", &["N", "D", "L"]).unwrap(),
