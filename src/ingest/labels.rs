@@ -67,7 +67,8 @@ impl Scanned {
 
 /// Scans every input file of `config` (bad rows are errors, or skipped under `--lenient`
 /// exactly as the writing pass skips them) and decides the labels; prints what it found.
-pub fn scan(config: &IngestConfig, threads: usize) -> Result<LabelPlan> {
+/// `progress` counts the input bytes read.
+pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Result<LabelPlan> {
     let opened = config.layout.open(config.lenient)?;
     let declared_d = if config.layout.declares_sizes() {
         Some(opened.n_features)
@@ -84,17 +85,11 @@ pub fn scan(config: &IngestConfig, threads: usize) -> Result<LabelPlan> {
     for stream in opened.streams {
         let path = stream.path.clone();
         let mut scan = LabelScan::default();
-        stream_rows(
-            stream.input,
-            &rules,
-            threads,
-            &ProgressBar::hidden(),
-            &mut |parsed| {
-                scanned.qid_tokens += parsed.block.qid_tokens;
-                scan.merge(parsed.block.scan);
-                Ok(())
-            },
-        )?;
+        stream_rows(stream.input, &rules, threads, progress, &mut |parsed| {
+            scanned.qid_tokens += parsed.block.qid_tokens;
+            scan.merge(parsed.block.scan);
+            Ok(())
+        })?;
         scanned.add(&path, scan);
     }
     let plan = decide(config, &scanned, declared_d)?;

@@ -30,10 +30,15 @@ pub fn build(config: &IngestConfig, tmp: &Path) -> Result<Built> {
     let threads = config.worker_threads();
     let total = input_bytes(config.layout.as_ref())?;
     let plan = match config.assigns_labels() {
-        true => Some(labels::scan(config, threads)?),
+        true => {
+            let scanning = progress_bar(total, "scan  ");
+            let plan = labels::scan(config, threads, &scanning);
+            scanning.finish_and_clear();
+            Some(plan?)
+        }
         false => None,
     };
-    let progress = progress_bar(total);
+    let progress = progress_bar(total, "ingest");
     let result = config.layout.open(config.lenient).and_then(|opened| {
         write_dataset(
             config,
@@ -57,12 +62,13 @@ fn input_bytes(layout: &dyn InputLayout) -> Result<u64> {
         .sum()
 }
 
-fn progress_bar(total_bytes: u64) -> ProgressBar {
+/// A progress bar over the input bytes, its line starting with `what`.
+fn progress_bar(total_bytes: u64, what: &str) -> ProgressBar {
     let progress = ProgressBar::new(total_bytes);
     progress.set_style(
-        ProgressStyle::with_template(
-            "ingest {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
+        ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}"
+        ))
         .expect("valid template"),
     );
     progress
