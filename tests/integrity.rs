@@ -381,14 +381,17 @@ fn a_damaged_catalog_is_reported_not_a_panic() {
 
 #[test]
 fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
-    // A v2 catalog (before `verified_at` and `repaired_at`): opening migrates it, twice is
-    // harmless, and verify finds the workspace sound.
+    // A v2 catalog (before `verified_at`, `repaired_at`, and v4's `label_kind` and
+    // `class_map`): opening migrates it, twice is harmless, and verify finds the workspace
+    // sound.
     let (_dir, ws) = fresh_copy();
     {
         let db = catalog(&ws);
         db.execute_batch(
             "ALTER TABLE artifacts DROP COLUMN verified_at; \
-             ALTER TABLE stage_runs DROP COLUMN repaired_at; PRAGMA user_version = 2;",
+             ALTER TABLE stage_runs DROP COLUMN repaired_at; \
+             ALTER TABLE datasets DROP COLUMN label_kind; \
+             ALTER TABLE datasets DROP COLUMN class_map; PRAGMA user_version = 2;",
         )
         .unwrap();
     }
@@ -399,5 +402,5 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
     let version: i64 = catalog(&ws)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }

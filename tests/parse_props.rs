@@ -6,11 +6,9 @@ use proptest::prelude::*;
 
 fn rules(lenient: bool, normalize: bool, index_base: u32) -> RowRules {
     RowRules {
-        n_features: 50,
-        n_labels: 20,
-        index_base,
         normalize,
         lenient,
+        ..RowRules::new(50, 20, index_base)
     }
 }
 
@@ -69,7 +67,7 @@ proptest! {
 
     #[test]
     fn never_panics_on_random_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300), lenient: bool, normalize: bool, base in 0u32..2, terminated: bool) {
-        for syntax in [LineSyntax::LabelsFeatures, LineSyntax::Features, LineSyntax::LabelValues] {
+        for syntax in [LineSyntax::LabelsFeatures, LineSyntax::Features, LineSyntax::LabelValues, LineSyntax::Libsvm] {
             let _ = parse_block(&bytes, 2, terminated, syntax, &rules(lenient, normalize, base));
         }
         let _ = parse_bow_block(&bytes, &bytes[bytes.len() / 2..], 2, (terminated, true), &rules(lenient, normalize, base));

@@ -13,10 +13,11 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use crate::evaluate::EvaluateOptions;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
-use crate::ingest::layouts::{Bow, XcSingle, XcSplit};
+use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
 use crate::ingest::validation::ValidationSplit;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::PredictOptions;
+use crate::store::catalog::LabelKind;
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
@@ -185,9 +186,10 @@ pub struct IngestArgs {
     /// Keep feature values as given instead of scaling each row to unit L2 norm.
     #[arg(long)]
     pub no_normalize: bool,
-    /// Smallest feature and label id used in the files (0 or 1).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1))]
-    pub index_base: u32,
+    /// Smallest feature and label id used in the files (0 or 1); default 0, and 1 with
+    /// --format libsvm (whose labels are class values, not ids).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=1))]
+    pub index_base: Option<u32>,
     /// Drop rows without labels (they are always counted).
     #[arg(long)]
     pub drop_unlabeled: bool,
@@ -214,7 +216,26 @@ pub struct IngestArgs {
     /// Seed of the validation carve's row hash.
     #[arg(long, requires = "validation_fraction", default_value_t = 0)]
     pub validation_seed: u64,
+    /// Input format: `libsvm` reads --train [--test] as LIBSVM / SVMlight files (`label
+    /// idx:val ...`, no header); `xc`, `xc-split`, `bow` are the Extreme Classification
+    /// layouts. Default: the XC layout the file flags select.
+    #[arg(long, value_parser = PossibleValuesParser::new(FORMATS))]
+    pub format: Option<String>,
+    /// LIBSVM: the label kind (binary | multiclass | multilabel) instead of the detected one.
+    #[arg(long, value_parser = one_of::<LabelKind>(&["binary", "multiclass", "multilabel"]))]
+    pub label_kind: Option<LabelKind>,
+    /// Keep only each row's first listed label, drop rows without labels and number the
+    /// distinct first labels: a multi-class dataset from a multi-label one (any format).
+    #[arg(long)]
+    pub first_label: bool,
+    /// LIBSVM: the number of features D (default: the largest index in the files);
+    /// indices beyond it are errors.
+    #[arg(long, value_name = "D")]
+    pub features: Option<u32>,
 }
+
+/// The values of `pipeline ingest --format`.
+const FORMATS: [&str; 4] = ["xc", "xc-split", "bow", "libsvm"];
 
 impl IngestArgs {
     /// The configuration these flags ask for, checked.
@@ -223,7 +244,10 @@ impl IngestArgs {
             name: self.name.clone(),
             layout: self.layout()?,
             normalize: !self.no_normalize,
-            index_base: self.index_base,
+            index_base: self.index_base.unwrap_or(match self.format.as_deref() {
+                Some("libsvm") => 1,
+                _ => 0,
+            }),
             drop_unlabeled: self.drop_unlabeled,
             lenient: self.lenient,
             chunk_rows: self.chunk_rows,
@@ -234,13 +258,49 @@ impl IngestArgs {
                 fraction,
                 seed: self.validation_seed,
             }),
+            label_kind: self.label_kind,
+            first_label: self.first_label,
+            features: self.features,
         };
         config.validate()?;
         Ok(config)
     }
 
-    /// The input layout the given file flags select (clap rules out mixing layouts).
+    /// The input layout the given file flags select (clap rules out mixing layouts), which
+    /// `--format`, when given, must agree with.
     fn layout(&self) -> Result<Box<dyn InputLayout>> {
+        let layout = self.inferred_layout()?;
+        if let Some(format) = self.format.as_deref() {
+            if format == "libsvm" {
+                let Some(train) = &self.train else {
+                    bail!(
+                        "--format libsvm reads --train FILE [--test FILE], found the '{}' \
+                         layout's flags",
+                        layout.format()
+                    );
+                };
+                return Ok(Box::new(Libsvm {
+                    train: train.clone(),
+                    test: self.test.clone(),
+                }));
+            }
+            if format != layout.format() {
+                bail!(
+                    "--format {format}: the given files are the '{}' layout's, expected {}",
+                    layout.format(),
+                    match format {
+                        "xc" => "--train FILE [--test FILE]",
+                        "xc-split" => "--data FILE --train-split FILE [--test-split FILE]",
+                        _ => "--train-features FILE --train-labels FILE [--test-features ...]",
+                    }
+                );
+            }
+        }
+        Ok(layout)
+    }
+
+    /// The XC layout the file flags select.
+    fn inferred_layout(&self) -> Result<Box<dyn InputLayout>> {
         if let Some(train) = &self.train {
             return Ok(Box::new(XcSingle {
                 train: train.clone(),
@@ -719,6 +779,9 @@ Examples:
       --test-features tst_X.txt.gz --test-labels tst_Y.txt.gz
   pipeline ingest --name delicious-val --train Delicious/train.txt --test Delicious/test.txt \\
       --validation-fraction 0.2 --validation-seed 0    # + a 'validation' split for selection
+  pipeline ingest --name mnist --format libsvm --train mnist/train.txt.gz --test mnist/test.txt.gz
+  pipeline ingest --name delicious-first --train Delicious/train.txt --test Delicious/test.txt \\
+      --first-label                                    # multi-class: each row's first label
 Rerunning with the same files and options does nothing; other ones need --replace.";
 
     pub const SVD: &str = "\

@@ -9,7 +9,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::args::StatusArgs;
-use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
+use crate::store::catalog::{
+    ArtifactKind, ClassMap, LabelKind, MetricRow, RunRow, RunStatus, StageKind,
+};
 use crate::store::footer::parquet_key_values;
 use crate::store::workspace::Workspace;
 use crate::train::batches::{spans_from_rows, Order, Planner};
@@ -105,6 +107,9 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
                     .get("validation_seed")
                     .unwrap_or(&serde_json::json!(0))
             );
+        }
+        if let Some(map) = &d.class_map {
+            println!("  {:<20} {}", "", class_map_line(d.label_kind(), map));
         }
     }
     // Derived artifacts grouped by the directory (one stage run) holding them.
@@ -704,4 +709,22 @@ fn format_value(v: f64) -> String {
     } else {
         format!("{v:.6}")
     }
+}
+
+/// `labels: multiclass, id → label 0 → 0, 1 → 1, ...` (at most 10 entries shown).
+fn class_map_line(kind: LabelKind, map: &ClassMap) -> String {
+    let mut shown: Vec<String> = map
+        .values
+        .iter()
+        .enumerate()
+        .take(10)
+        .map(|(id, v)| format!("{id} → {v}"))
+        .collect();
+    if map.len() > 10 {
+        shown.push(format!("... ({} classes)", map.len()));
+    }
+    let negative = map
+        .negative
+        .map_or(String::new(), |n| format!("; negative class {n}"));
+    format!("labels: {kind}, id → label {}{negative}", shown.join(", "))
 }

@@ -4,7 +4,9 @@
 use super::config::IngestConfig;
 use super::sink::{SplitCounts, WrittenChunk};
 use super::source::SourceInfo;
-use crate::store::catalog::{ArtifactKind, ArtifactRow, NewDataset, SourceRow, SplitRow};
+use crate::store::catalog::{
+    ArtifactKind, ArtifactRow, ClassMap, LabelKind, NewDataset, SourceRow, SplitRow,
+};
 
 /// The written (not yet published) dataset.
 pub struct Built {
@@ -18,6 +20,9 @@ pub struct Built {
     pub sources: Vec<(&'static str, SourceInfo)>,
     /// Skipped-row reasons (the first few) and other remarks for the summary.
     pub skip_reasons: Vec<String>,
+    /// Set when the ingest assigned the label ids (LIBSVM, `--first-label`).
+    pub label_kind: Option<LabelKind>,
+    pub class_map: Option<ClassMap>,
 }
 
 impl Built {
@@ -88,6 +93,8 @@ impl Built {
                 })
                 .collect(),
             artifacts,
+            label_kind: self.label_kind,
+            class_map: self.class_map.clone(),
         }
     }
 
@@ -135,6 +142,15 @@ pub fn print_summary(name: &str, built: &Built, seconds: f64) {
                 "  ({} CRLF line ends accepted under --lenient)",
                 c.crlf_lines
             );
+        }
+    }
+    if let Some(kind) = built.label_kind {
+        let dropped: u64 = built.splits.iter().map(|s| s.1.dropped_unlabeled).sum();
+        eprintln!("label kind: {kind}");
+        if kind == LabelKind::Binary {
+            eprintln!("  (binary: 'positives' counts the rows of the positive class, 'unlabeled' the negative rows)");
+        } else if dropped > 0 {
+            eprintln!("  {dropped} rows without a (first) label were dropped");
         }
     }
     for reason in &built.skip_reasons {

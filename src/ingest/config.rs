@@ -4,9 +4,10 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::input::{absolute, InputLayout};
-use super::parse::RowRules;
+use super::parse::{LabelRules, RowRules};
 use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
+use crate::store::catalog::LabelKind;
 
 /// Configuration of one ingest.
 #[derive(Debug)]
@@ -34,6 +35,13 @@ pub struct IngestConfig {
     pub replace: bool,
     /// Carve a validation split out of the training rows (`--validation-fraction`).
     pub validation: Option<ValidationSplit>,
+    /// `--label-kind`: the label kind asked for (LIBSVM only); None: detected by the scan.
+    pub label_kind: Option<LabelKind>,
+    /// `--first-label`: keep each row's first listed label only, drop rows without one, and
+    /// number the distinct first labels (a multi-class dataset from a multi-label one).
+    pub first_label: bool,
+    /// `--features D` (LIBSVM only): D, instead of the largest feature index seen.
+    pub features: Option<u32>,
 }
 
 impl IngestConfig {
@@ -56,6 +64,7 @@ impl IngestConfig {
             "must be positive".into()
         });
         c.check(self.chunk_mb != 0, "chunk-mb", || "must be positive".into());
+        self.check_label_options(&mut c);
         if let Some(v) = &self.validation {
             c.check(
                 ValidationSplit::fraction_ok(v.fraction),
@@ -70,6 +79,37 @@ impl IngestConfig {
             );
         }
         c.into_result()
+    }
+
+    /// `--label-kind`, `--first-label` and `--features` against the format and each other.
+    fn check_label_options(&self, c: &mut InvalidOptions) {
+        let libsvm = !self.layout.declares_sizes();
+        let format = self.layout.format();
+        c.check(libsvm || self.label_kind.is_none(), "label-kind", || {
+            format!(
+                "applies to --format libsvm, not to the '{format}' layout (its datasets are \
+                 multi-label, or multi-class with --first-label)"
+            )
+        });
+        c.check(libsvm || self.features.is_none(), "features", || {
+            format!("applies to --format libsvm; the '{format}' layout's header declares D")
+        });
+        c.check(self.features != Some(0), "features", || {
+            "must be positive".into()
+        });
+        let kind_ok =
+            !self.first_label || matches!(self.label_kind, None | Some(LabelKind::Multiclass));
+        c.check(kind_ok, "label-kind", || {
+            format!(
+                "{} cannot be combined with --first-label, which makes a multi-class dataset",
+                self.label_kind.map_or("", |k| k.as_str())
+            )
+        });
+    }
+
+    /// Whether this ingest assigns the label ids through a class map (a scan pass first).
+    pub fn assigns_labels(&self) -> bool {
+        self.first_label || !self.layout.declares_sizes()
     }
 
     /// The catalog's name of the normalisation.
@@ -103,6 +143,16 @@ impl IngestConfig {
             params["validation_fraction"] = json!(v.fraction);
             params["validation_seed"] = json!(v.seed);
         }
+        // Likewise only when given, so that the parameters of other ingests stay as they were.
+        if let Some(kind) = self.label_kind {
+            params["label_kind"] = json!(kind.as_str());
+        }
+        if self.first_label {
+            params["first_label"] = json!(true);
+        }
+        if let Some(d) = self.features {
+            params["features"] = json!(d);
+        }
         Ok(params)
     }
 
@@ -114,23 +164,40 @@ impl IngestConfig {
     }
 
     /// How rows of a dataset with `d` features and `l` labels are checked and transformed.
-    pub fn row_rules(&self, d: u32, l: u32) -> RowRules {
+    /// `labels` says how label ids are assigned (the default: as in the file).
+    pub fn row_rules(&self, d: u32, l: u32, labels: LabelRules) -> RowRules {
         RowRules {
             n_features: d,
             n_labels: l,
             index_base: self.index_base,
             normalize: self.normalize,
             lenient: self.lenient,
+            features_from: if self.features.is_some() {
+                "from --features"
+            } else {
+                "in the header"
+            },
+            labels,
         }
     }
 
     /// Parquet key-value metadata shared by every chunk of the dataset.
-    pub fn chunk_metadata(&self, d: u32, l: u32) -> Vec<(String, String)> {
-        vec![
+    /// `label_kind` is written only when the ingest assigned the label ids.
+    pub fn chunk_metadata(
+        &self,
+        d: u32,
+        l: u32,
+        label_kind: Option<LabelKind>,
+    ) -> Vec<(String, String)> {
+        let mut meta = vec![
             ("fsgp.dataset".into(), self.name.clone()),
             ("fsgp.n_features".into(), d.to_string()),
             ("fsgp.n_labels".into(), l.to_string()),
             ("fsgp.normalization".into(), self.normalization().into()),
-        ]
+        ];
+        if let Some(kind) = label_kind {
+            meta.push(("fsgp.label_kind".into(), kind.as_str().into()));
+        }
+        meta
     }
 }

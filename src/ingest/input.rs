@@ -27,6 +27,11 @@ pub trait InputLayout: Debug + Send + Sync {
         None
     }
 
+    /// Whether the files' headers declare D and L (LIBSVM files have no header).
+    fn declares_sizes(&self) -> bool {
+        true
+    }
+
     /// Opens the files, reads and cross-checks their headers and reads any index files, so
     /// that every file-level error is raised before a row is parsed. `lenient` is
     /// `--lenient` (line-end leniency also applies to index files).
@@ -35,9 +40,10 @@ pub trait InputLayout: Debug + Send + Sync {
 
 /// An opened input, ready to stream.
 pub struct OpenedInput {
-    /// D from the headers.
+    /// D from the headers; [`UNDECLARED`] for a layout without headers (LIBSVM), whose D
+    /// the scan pass decides ([`super::labels`]).
     pub n_features: u32,
-    /// L from the headers.
+    /// L from the headers; [`UNDECLARED`] without headers.
     pub n_labels: u32,
     /// Streamed one after the other, in order.
     pub streams: Vec<RowStream>,
@@ -46,11 +52,17 @@ pub struct OpenedInput {
     pub read_sources: Vec<(&'static str, SourceInfo)>,
 }
 
+/// D or L of a layout whose files declare none.
+pub const UNDECLARED: u32 = u32::MAX;
+
 /// One stream of rows (its header already read) and where its rows go.
 pub struct RowStream {
     pub input: RowInput,
-    /// N from the header: the stream must hold exactly this many rows.
-    pub declared_rows: u64,
+    /// N from the header: the stream must hold exactly this many rows (None: no header).
+    pub declared_rows: Option<u64>,
+    /// The source line of the first data row (2 after a header line, else 1): row index
+    /// i (0-based, for the split tables and the validation carve) is at this line + i.
+    pub first_data_line: u64,
     /// The file that row-count errors and skipped-row reasons name.
     pub path: PathBuf,
     /// Catalog role of each file read through, in the order [`RowInput`] lists them.

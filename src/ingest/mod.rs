@@ -14,6 +14,7 @@ pub mod built;
 pub mod config;
 mod header;
 pub mod input;
+pub mod labels;
 pub mod layouts;
 pub mod parse;
 pub mod pipeline;

@@ -1,20 +1,31 @@
 //! Parsing rows of the Extreme Classification Repository text formats.
 //!
-//! Three line syntaxes occur:
+//! Four line syntaxes occur:
 //! - [`LineSyntax::LabelsFeatures`]: `l1,l2,... f:v f:v ...` (single-file and split layouts);
 //!   the label field is absent when the line starts with a feature token or is blank;
 //! - [`LineSyntax::Features`]: `f:v f:v ...` (BoW feature files);
 //! - [`LineSyntax::LabelValues`]: `l:v l:v ...` (BoW label files; a listed label is a
-//!   positive, its value is checked to be finite and otherwise ignored).
+//!   positive, its value is checked to be finite and otherwise ignored);
+//! - [`LineSyntax::Libsvm`]: `v1[,v2...] [qid:N] f:v f:v ... [# comment]` (LIBSVM / SVMlight
+//!   files): the labels are signed integer class *values*, mapped to label ids through the
+//!   dataset's [`ClassMap`]; `qid:` tokens are counted and ignored.
+//!
+//! When the ingest assigns the label ids (LIBSVM, `--first-label`), rows are parsed twice:
+//! first without a class map, to collect the label values and the largest feature id into
+//! [`ParsedBlock::scan`], then with the map the scan decided ([`super::labels`]).
 //!
 //! Every malformed token is an error naming the line, what was found and what was
 //! expected. The parser is pure (bytes in, CSR rows out) so it can run on many threads.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use crate::error::LineError;
 use crate::store::chunks::{CsrChunk, RowRef};
+use crate::store::classes::ClassMap;
 
 /// How the numbers on a line are checked and transformed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowRules {
     /// D: feature ids must be < D (after removing `index_base`).
     pub n_features: u32,
@@ -26,6 +37,44 @@ pub struct RowRules {
     pub normalize: bool,
     /// Skip bad rows (counting them) and accept CRLF line ends and a missing final newline.
     pub lenient: bool,
+    /// Where D comes from, for messages: `"in the header"` or `"from --features"`.
+    pub features_from: &'static str,
+    /// How the labels become label ids.
+    pub labels: LabelRules,
+}
+
+/// How a row's labels become label ids.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LabelRules {
+    /// Keep only the first listed label of each row (`--first-label`).
+    pub first_label: bool,
+    /// Label values → label ids when the ingest assigns the ids (LIBSVM, `--first-label`).
+    /// None with [`LabelRules::assigned`]: the scan pass, which collects the values.
+    pub classes: Option<Arc<ClassMap>>,
+    /// Refuse a row without exactly one label (binary and multi-class LIBSVM datasets).
+    pub exactly_one: bool,
+}
+
+impl LabelRules {
+    /// Whether label ids are assigned by a class map rather than read from the file.
+    pub fn assigned(&self, syntax: LineSyntax) -> bool {
+        self.first_label || syntax == LineSyntax::Libsvm
+    }
+}
+
+impl RowRules {
+    /// Rules for ids as in the file, D and L from headers.
+    pub fn new(n_features: u32, n_labels: u32, index_base: u32) -> Self {
+        RowRules {
+            n_features,
+            n_labels,
+            index_base,
+            normalize: false,
+            lenient: false,
+            features_from: "in the header",
+            labels: LabelRules::default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +82,54 @@ pub enum LineSyntax {
     LabelsFeatures,
     Features,
     LabelValues,
+    Libsvm,
+}
+
+/// What the scan pass learns of a block's rows (label values after `--first-label`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelScan {
+    /// Distinct label values (bounded by the number of classes, not by N).
+    pub values: BTreeSet<i64>,
+    pub rows: u64,
+    /// Rows with no label, and the source line of the first.
+    pub unlabeled_rows: u64,
+    pub first_unlabeled: Option<u64>,
+    /// Rows with more than one label, and the source line of the first.
+    pub multi_label_rows: u64,
+    pub first_multi_label: Option<u64>,
+    /// The largest feature id (after `index_base`) of any row.
+    pub max_feature: Option<u32>,
+}
+
+impl LabelScan {
+    /// Adds the counts of a later block (`other`'s lines come after this one's).
+    pub fn merge(&mut self, other: LabelScan) {
+        self.values.extend(other.values);
+        self.rows += other.rows;
+        self.unlabeled_rows += other.unlabeled_rows;
+        self.first_unlabeled = self.first_unlabeled.or(other.first_unlabeled);
+        self.multi_label_rows += other.multi_label_rows;
+        self.first_multi_label = self.first_multi_label.or(other.first_multi_label);
+        self.max_feature = self.max_feature.max(other.max_feature);
+    }
+
+    fn record(&mut self, line_no: u64, values: &[i64], features: &[(u32, f64)]) {
+        self.rows += 1;
+        self.values.extend(values.iter().copied());
+        match values.len() {
+            0 => {
+                self.unlabeled_rows += 1;
+                self.first_unlabeled.get_or_insert(line_no);
+            }
+            1 => {}
+            _ => {
+                self.multi_label_rows += 1;
+                self.first_multi_label.get_or_insert(line_no);
+            }
+        }
+        // The features are sorted by id once the row is finished.
+        self.max_feature = self.max_feature.max(features.last().map(|f| f.0));
+    }
 }
 
 /// Rows parsed from one block of lines.
@@ -47,6 +144,10 @@ pub struct ParsedBlock {
     pub skip_reasons: Vec<LineError>,
     /// Lines whose CRLF ending was accepted (lenient mode).
     pub crlf_lines: u64,
+    /// `qid:` tokens ignored (LIBSVM).
+    pub qid_tokens: u64,
+    /// The scan pass's findings (empty unless the ids are assigned and no map is given).
+    pub scan: LabelScan,
 }
 
 /// Reasons kept per block for the report; the count is always exact.
@@ -56,6 +157,9 @@ const KEPT_REASONS: usize = 5;
 #[derive(Default)]
 struct RowScratch {
     labels: Vec<u32>,
+    /// Label values of a row whose ids are assigned (LIBSVM, `--first-label`).
+    label_values: Vec<i64>,
+    qid_tokens: u64,
     features: Vec<(u32, f64)>,
     indices: Vec<u32>,
     values: Vec<f32>,
@@ -102,6 +206,18 @@ pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
         v = v.checked_mul(10)?.checked_add(u64::from(d))?;
     }
     Some(v)
+}
+
+/// Parses a class label: a signed decimal integer (`-1`, `+1`, `7`), or a decimal number
+/// with no fractional part (`1.0`) as some LIBSVM files write them, of magnitude ≤ 2⁵³.
+pub fn parse_class_value(bytes: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    if let Ok(v) = text.strip_prefix('+').unwrap_or(text).parse::<i64>() {
+        return Some(v);
+    }
+    let v = text.parse::<f64>().ok()?;
+    let exact = v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_992.0;
+    exact.then_some(v as i64)
 }
 
 fn parse_f64(bytes: &[u8]) -> Option<f64> {
@@ -165,13 +281,18 @@ impl RowRules {
         if id >= limit {
             let max = u64::from(limit) + u64::from(self.index_base);
             return Err(format!(
-                "found {what} id {raw}, expected < {max} ({header} = {limit} in the header)"
+                "found {what} id {raw}, expected < {max} ({header} = {limit} {from})",
+                from = if header == 'D' {
+                    self.features_from
+                } else {
+                    "in the header"
+                }
             ));
         }
         Ok(id)
     }
 
-    fn label_list(&self, token: &[u8], out: &mut Vec<u32>) -> Result<(), String> {
+    fn label_list(&self, token: &[u8], s: &mut RowScratch) -> Result<(), String> {
         for part in token.split(|&b| b == b',') {
             if part.is_empty() {
                 return Err(format!(
@@ -179,7 +300,31 @@ impl RowRules {
                     show(token)
                 ));
             }
-            out.push(self.id(part, "label", self.n_labels, 'L')?);
+            let id = self.id(part, "label", self.n_labels, 'L')?;
+            if !self.labels.first_label {
+                s.labels.push(id);
+            } else if s.label_values.is_empty() {
+                // The other entries are still checked above; only the first is kept.
+                s.label_values.push(i64::from(id));
+            }
+        }
+        Ok(())
+    }
+
+    /// A LIBSVM label field: comma-separated class values.
+    fn class_values(&self, token: &[u8], s: &mut RowScratch) -> Result<(), String> {
+        for part in token.split(|&b| b == b',') {
+            let value = parse_class_value(part).ok_or_else(|| {
+                format!(
+                    "found label '{}' in '{}', expected an integer class label (-1, 1, 0, 7, \
+                     or comma-separated ones)",
+                    show(part),
+                    show(token)
+                )
+            })?;
+            if !self.labels.first_label || s.label_values.is_empty() {
+                s.label_values.push(value);
+            }
         }
         Ok(())
     }
@@ -223,21 +368,66 @@ impl RowRules {
         if syntax == LineSyntax::LabelValues {
             for tok in toks {
                 let (id, _) = self.id_value(tok, "label", self.n_labels, 'L')?;
-                s.labels.push(id);
+                if !self.labels.first_label {
+                    s.labels.push(id);
+                } else if s.label_values.is_empty() {
+                    s.label_values.push(i64::from(id));
+                }
             }
             return Ok(());
         }
-        if syntax == LineSyntax::LabelsFeatures {
-            if let Some(first) = toks.peek() {
-                if memchr::memchr(b':', first).is_none() {
-                    self.label_list(first, &mut s.labels)?;
-                    toks.next();
-                }
+        if let Some(first) = toks.peek() {
+            let labels = memchr::memchr(b':', first).is_none();
+            if labels && syntax == LineSyntax::LabelsFeatures {
+                self.label_list(first, s)?;
+                toks.next();
+            } else if labels && syntax == LineSyntax::Libsvm && !first.starts_with(b"#") {
+                self.class_values(first, s)?;
+                toks.next();
             }
         }
         for tok in toks {
+            if syntax == LineSyntax::Libsvm {
+                if tok.starts_with(b"#") {
+                    break; // SVMlight: the rest of the line is a comment
+                }
+                if tok.starts_with(b"qid:") {
+                    s.qid_tokens += 1;
+                    continue;
+                }
+            }
             let (id, value) = self.id_value(tok, "feature", self.n_features, 'D')?;
             s.features.push((id, value));
+        }
+        Ok(())
+    }
+
+    /// Checks an assigned-id row's label values and maps them to label ids (with a class
+    /// map); without one (the scan pass) the values stay in `s.label_values`.
+    fn assign_labels(&self, s: &mut RowScratch) -> Result<(), String> {
+        s.label_values.sort_unstable();
+        if let Some(w) = s.label_values.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "found label {} twice in the row, expected unique labels",
+                w[0]
+            ));
+        }
+        if self.labels.exactly_one && s.label_values.len() != 1 {
+            return Err(format!(
+                "found {} labels, expected exactly one (a binary or multi-class dataset; \
+                 pass --label-kind multilabel if rows may have none or several)",
+                s.label_values.len()
+            ));
+        }
+        let Some(map) = &self.labels.classes else {
+            return Ok(());
+        };
+        for &v in &s.label_values {
+            if map.negative == Some(v) {
+                continue;
+            }
+            let id = map.id_of(v).ok_or_else(|| unknown_class(v, map))?;
+            s.labels.push(id);
         }
         Ok(())
     }
@@ -295,6 +485,21 @@ impl RowRules {
         }
         Ok(sq_norm as f32)
     }
+}
+
+/// The message for a label value the class map does not hold.
+fn unknown_class(value: i64, map: &ClassMap) -> String {
+    let mut known: Vec<String> = map.values.iter().take(10).map(|v| v.to_string()).collect();
+    if map.values.len() > 10 {
+        known.push("...".into());
+    }
+    if let Some(n) = map.negative {
+        known.insert(0, n.to_string());
+    }
+    format!(
+        "found label {value}, expected one of the dataset's classes ({})",
+        known.join(", ")
+    )
 }
 
 /// Iterates the lines of a block: (line number, line without '\n').
@@ -357,9 +562,17 @@ impl<'r> BlockParser<'r> {
         Ok(())
     }
 
-    fn push(&mut self, line_no: u64) -> Result<(), String> {
+    fn push(&mut self, line_no: u64, syntax: LineSyntax) -> Result<(), String> {
+        let assigned = self.rules.labels.assigned(syntax);
+        if assigned {
+            self.rules.assign_labels(&mut self.scratch)?;
+        }
         let sq_norm = self.rules.finish_row(&mut self.scratch)?;
         let s = &self.scratch;
+        self.out.qid_tokens += s.qid_tokens;
+        if assigned && self.rules.labels.classes.is_none() {
+            self.out.scan.record(line_no, &s.label_values, &s.features);
+        }
         self.out.rows.push_row(RowRef {
             row_id: line_no,
             labels: &s.labels,
@@ -372,7 +585,9 @@ impl<'r> BlockParser<'r> {
 
     fn clear(&mut self) {
         self.scratch.labels.clear();
+        self.scratch.label_values.clear();
         self.scratch.features.clear();
+        self.scratch.qid_tokens = 0;
     }
 }
 
@@ -401,7 +616,7 @@ pub fn parse_block(
         let parsed = p
             .line_end(raw)
             .and_then(|line| rules.parse_line(line, syntax, &mut p.scratch))
-            .and_then(|()| p.push(line_no));
+            .and_then(|()| p.push(line_no, syntax));
         if let Err(msg) = parsed {
             p.reject(0, line_no, msg)?;
         }
@@ -446,7 +661,7 @@ pub fn parse_bow_block(
         let parsed = p
             .line_end(raw)
             .and_then(|line| rules.parse_line(line, LineSyntax::Features, &mut p.scratch))
-            .and_then(|()| p.push(line_no));
+            .and_then(|()| p.push(line_no, LineSyntax::Features));
         if let Err(msg) = parsed {
             p.reject(0, line_no, msg)?;
         }
@@ -466,13 +681,7 @@ mod tests {
     use super::*;
 
     fn rules() -> RowRules {
-        RowRules {
-            n_features: 10,
-            n_labels: 5,
-            index_base: 0,
-            normalize: false,
-            lenient: false,
-        }
+        RowRules::new(10, 5, 0)
     }
 
     fn parse(text: &str) -> Result<ParsedBlock, BlockError> {
@@ -579,6 +788,75 @@ mod tests {
         let (src, e) = parse_bow_block(b"1:1\n", b"7:1\n", 2, (true, true), &rules()).unwrap_err();
         assert_eq!(src, 1);
         assert!(e.msg.contains("label id 7"));
+    }
+
+    #[test]
+    fn libsvm_rows_scan_then_map_through_the_class_map() {
+        let mut rl = RowRules::new(u32::MAX, u32::MAX, 1);
+        let text = b"+1 qid:3 3:1 1:2\n-1,4 2:0.5 # note 9:9\n 1:1\n";
+        let scan = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
+        assert_eq!(scan.qid_tokens, 1);
+        let s = &scan.scan;
+        assert_eq!(s.values.iter().copied().collect::<Vec<_>>(), [-1, 1, 4]);
+        assert_eq!((s.rows, s.unlabeled_rows, s.multi_label_rows), (3, 1, 1));
+        assert_eq!((s.first_unlabeled, s.first_multi_label), (Some(3), Some(2)));
+        assert_eq!(s.max_feature, Some(2), "the comment's 9:9 is not read");
+        rl.labels.classes = Some(Arc::new(ClassMap::new(vec![1, 4], Some(-1)).unwrap()));
+        let mapped = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
+        assert_eq!(mapped.rows.row(0).labels, &[0]);
+        assert_eq!(mapped.rows.row(0).indices, &[0, 2]);
+        assert_eq!(
+            mapped.rows.row(1).labels,
+            &[1],
+            "-1 is the negative class: no id"
+        );
+        assert!(mapped.scan.values.is_empty());
+        rl.labels.exactly_one = true;
+        let (_, e) = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(
+            e.msg.contains("found 2 labels, expected exactly one"),
+            "{e}"
+        );
+        let (_, e) = parse_block(b"7 1:1\n", 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert!(
+            e.msg
+                .contains("found label 7, expected one of the dataset's classes (-1, 1, 4)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn class_values_are_integers() {
+        assert_eq!(parse_class_value(b"+1"), Some(1));
+        assert_eq!(parse_class_value(b"-12"), Some(-12));
+        assert_eq!(parse_class_value(b"3.0"), Some(3));
+        assert_eq!(parse_class_value(b"1e2"), Some(100));
+        for bad in [&b"1.5"[..], b"x", b"", b"inf", b"nan", b"1e300"] {
+            assert_eq!(
+                parse_class_value(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn first_label_keeps_the_first_listed_id() {
+        let mut rl = rules();
+        rl.labels.first_label = true;
+        let b = parse_block(
+            b"4,0,2 1:1\n3 2:1\n",
+            2,
+            true,
+            LineSyntax::LabelsFeatures,
+            &rl,
+        )
+        .unwrap();
+        assert_eq!(b.scan.values.iter().copied().collect::<Vec<_>>(), [3, 4]);
+        // The other entries are still checked against L.
+        assert!(parse_block(b"4,9 1:1\n", 2, true, LineSyntax::LabelsFeatures, &rl).is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The ingest pipeline, one for every input layout: open the layout's files, stream each of
 //! its row streams through the parallel parser ([`super::stream`]), route the parsed rows
 //! into one [`SplitSink`] per split, and let the [`Encoder`] threads write the chunk files.
+//! When the ingest assigns the label ids (LIBSVM, `--first-label`), a scan pass over the
+//! same files decides them first ([`super::labels`]).
 
 use std::path::{Path, PathBuf};
 
@@ -11,11 +13,13 @@ use super::built::Built;
 use super::config::IngestConfig;
 use super::header::{check_row_count, check_row_total};
 use super::input::{absolute, InputLayout, OpenedInput, Route, RowStream};
-use super::parse::RowRules;
+use super::labels::{self, LabelPlan};
+use super::parse::{LabelRules, RowRules};
 use super::sink::{Encoder, SplitSink};
 use super::source::SourceInfo;
 use super::stream::{stream_rows, Parsed};
 use super::validation::{ValidationSplit, CARVED_FROM, VALIDATION};
+use crate::store::catalog::LabelKind;
 use crate::store::chunks::CsrChunk;
 
 /// Skip reasons kept for the summary (the counts are always exact).
@@ -24,11 +28,27 @@ const KEPT_SKIP_REASONS: usize = 20;
 /// Parses every input of `config.layout` and writes the chunk files below `tmp/dataset/`.
 pub fn build(config: &IngestConfig, tmp: &Path) -> Result<Built> {
     let threads = config.worker_threads();
-    let progress = progress_bar(input_bytes(config.layout.as_ref())?);
-    let result = config
-        .layout
-        .open(config.lenient)
-        .and_then(|opened| write_dataset(config, opened, threads, &progress, &tmp.join("dataset")));
+    let total = input_bytes(config.layout.as_ref())?;
+    let plan = match config.assigns_labels() {
+        true => {
+            let scanning = progress_bar(total, "scan  ");
+            let plan = labels::scan(config, threads, &scanning);
+            scanning.finish_and_clear();
+            Some(plan?)
+        }
+        false => None,
+    };
+    let progress = progress_bar(total, "ingest");
+    let result = config.layout.open(config.lenient).and_then(|opened| {
+        write_dataset(
+            config,
+            opened,
+            plan.as_ref(),
+            threads,
+            &progress,
+            &tmp.join("dataset"),
+        )
+    });
     progress.finish_and_clear();
     result
 }
@@ -42,12 +62,13 @@ fn input_bytes(layout: &dyn InputLayout) -> Result<u64> {
         .sum()
 }
 
-fn progress_bar(total_bytes: u64) -> ProgressBar {
+/// A progress bar over the input bytes, its line starting with `what`.
+fn progress_bar(total_bytes: u64, what: &str) -> ProgressBar {
     let progress = ProgressBar::new(total_bytes);
     progress.set_style(
-        ProgressStyle::with_template(
-            "ingest {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
+        ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}"
+        ))
         .expect("valid template"),
     );
     progress
@@ -63,6 +84,10 @@ struct Shared<'a> {
     meta: Vec<(String, String)>,
     /// The dataset directory; one subdirectory per split.
     out: PathBuf,
+    /// Drop rows without a label: `--drop-unlabeled`, or `--first-label` (whose rows
+    /// without a first label have no class); never for binary datasets, whose negative
+    /// rows have no label id.
+    drop_unlabeled: bool,
 }
 
 impl Shared<'_> {
@@ -76,7 +101,7 @@ impl Shared<'_> {
             &self.out.join(name),
             self.config.chunk_rows,
             self.config.chunk_mb << 20,
-            self.config.drop_unlabeled,
+            self.drop_unlabeled,
             meta,
         )
     }
@@ -87,6 +112,7 @@ impl Shared<'_> {
 fn write_dataset(
     config: &IngestConfig,
     opened: OpenedInput,
+    plan: Option<&LabelPlan>,
     threads: usize,
     progress: &ProgressBar,
     out: &Path,
@@ -97,13 +123,30 @@ fn write_dataset(
         streams,
         read_sources,
     } = opened;
+    // With assigned ids: rows are checked against D and L as declared (or D as decided),
+    // and the dataset has the plan's D and one label per class.
+    let (rules, d, l) = match plan {
+        None => (config.row_rules(d, l, LabelRules::default()), d, l),
+        Some(p) => {
+            let check_d = if config.layout.declares_sizes() {
+                d
+            } else {
+                p.n_features
+            };
+            let rules = config.row_rules(check_d, l, p.label_rules(config.first_label));
+            (rules, p.n_features, p.classes.len() as u32)
+        }
+    };
+    let kind = plan.map(|p| p.kind);
     let shared = Shared {
         config,
-        rules: config.row_rules(d, l),
+        rules,
         threads,
         progress: progress.clone(),
-        meta: config.chunk_metadata(d, l),
+        meta: config.chunk_metadata(d, l, kind),
         out: out.to_path_buf(),
+        drop_unlabeled: kind != Some(LabelKind::Binary)
+            && (config.drop_unlabeled || config.first_label),
     };
     std::thread::scope(|scope| {
         let encoder = Encoder::start(scope, threads);
@@ -155,6 +198,8 @@ fn write_dataset(
             chunks,
             sources,
             skip_reasons: reasons,
+            label_kind: kind,
+            class_map: plan.map(|p| (*p.classes).clone()),
         })
     })
 }
@@ -211,6 +256,7 @@ fn stream_into(
     let RowStream {
         input,
         declared_rows,
+        first_data_line,
         path,
         route,
         ..
@@ -223,12 +269,15 @@ fn stream_into(
         shared.threads,
         &shared.progress,
         &mut |parsed| {
-            check_row_count(&path, declared_rows, &mut lines, &parsed)?;
+            if let Some(declared) = declared_rows {
+                check_row_count(&path, declared, &mut lines, &parsed)?;
+            }
             // Skipped rows are counted against the stream's first split (under a row
             // table: the training split).
             collect_skips(&mut sinks[0], &parsed, &path, reasons);
             route_rows(
                 &route,
+                first_data_line,
                 targets,
                 &parsed.block.rows,
                 sinks,
@@ -237,7 +286,9 @@ fn stream_into(
             )
         },
     )?;
-    check_row_total(&path, declared_rows, lines)?;
+    if let Some(declared) = declared_rows {
+        check_row_total(&path, declared, lines)?;
+    }
     for sink in sinks.iter_mut() {
         sink.close(encoder)?;
     }
@@ -254,6 +305,7 @@ fn stream_into(
 /// rows a row table assigns to no split in `unassigned`.
 fn route_rows(
     route: &Route,
+    first_data_line: u64,
     targets: &[Target],
     rows: &CsrChunk,
     sinks: &mut [SplitSink],
@@ -265,8 +317,8 @@ fn route_rows(
     }
     let mut picked: Vec<Vec<usize>> = vec![Vec::new(); sinks.len()];
     for (i, &line) in rows.row_ids.iter().enumerate() {
-        // Data rows start at line 2, after the header.
-        let index = line - 2;
+        // Data rows start at line 2 after a header, else at line 1.
+        let index = line - first_data_line;
         let position = match route {
             Route::Whole(_) => 0,
             Route::ByRow { assign, .. } => match assign[index as usize] {

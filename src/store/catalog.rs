@@ -14,24 +14,30 @@ use rusqlite::{
 };
 use serde::Serialize;
 
-pub use super::kinds::{ArtifactKind, RunStatus, StageKind};
+pub use super::classes::ClassMap;
+pub use super::kinds::{ArtifactKind, LabelKind, RunStatus, StageKind};
 
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`,
-/// `artifacts.verified_at` and `stage_runs.repaired_at` ([`ADDED_COLUMNS`]). Every statement
+/// `artifacts.verified_at` and `stage_runs.repaired_at`; 4: adds `datasets.label_kind` and
+/// `datasets.class_map` ([`ADDED_COLUMNS`]). Every statement
 /// of [`SCHEMA`] is idempotent, so upgrading runs it again, then adds the columns a table
 /// created by an older version lacks.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// Columns added after their table was first created: (table, column, declaration).
 /// `verified_at`: when a large artifact (K_XX̃) was last hashed in full after registration
 /// (`Workspace::map_large`); `repaired_at`: when `pipeline verify --repair` marked the run
-/// failed because its outputs were damaged (the run is then recomputed under its own id).
-const ADDED_COLUMNS: [(&str, &str, &str); 2] = [
+/// failed because its outputs were damaged (the run is then recomputed under its own id);
+/// `label_kind` / `class_map`: the dataset's [`LabelKind`] and [`ClassMap`] when its ingest
+/// assigned the label ids (NULL: a multi-label dataset whose ids are those of the files).
+const ADDED_COLUMNS: [(&str, &str, &str); 4] = [
     ("artifacts", "verified_at", "TEXT"),
     ("stage_runs", "repaired_at", "TEXT"),
+    ("datasets", "label_kind", "TEXT"),
+    ("datasets", "class_map", "TEXT"),
 ];
 
 const SCHEMA: &str = r#"
@@ -248,11 +254,24 @@ pub struct DatasetRow {
     pub created_at: String,
     pub splits: Vec<SplitRow>,
     pub sources: Vec<SourceRow>,
+    /// The label kind recorded at ingest (None: not recorded, read as multi-label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_label_kind: Option<LabelKind>,
+    /// Label id → original label, when the ingest assigned the ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class_map: Option<ClassMap>,
 }
 
 impl DatasetRow {
     pub fn split(&self, name: &str) -> Option<&SplitRow> {
         self.splits.iter().find(|s| s.split == name)
+    }
+
+    /// What the dataset's label ids mean; datasets ingested before label kinds were
+    /// recorded (and the Extreme Classification layouts without `--first-label`) are
+    /// multi-label.
+    pub fn label_kind(&self) -> LabelKind {
+        self.recorded_label_kind.unwrap_or(LabelKind::Multilabel)
     }
 }
 
@@ -271,6 +290,9 @@ pub struct NewDataset {
     pub splits: Vec<SplitRow>,
     pub sources: Vec<SourceRow>,
     pub artifacts: Vec<ArtifactRow>,
+    /// Recorded only when the ingest assigned the label ids (see [`DatasetRow::label_kind`]).
+    pub label_kind: Option<LabelKind>,
+    pub class_map: Option<ClassMap>,
 }
 
 fn artifact_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ArtifactRow> {
@@ -324,8 +346,8 @@ fn insert_dataset(tx: &Transaction<'_>, path: &Path, run_id: i64, d: &NewDataset
     tx.execute(
         &format!(
             "INSERT INTO datasets (name, format, normalization, index_base, n_features, \
-             n_labels, path, checksum, params, stage_run_id, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+             n_labels, path, checksum, params, stage_run_id, label_kind, class_map, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {NOW})"
         ),
         params![
             d.name,
@@ -337,7 +359,9 @@ fn insert_dataset(tx: &Transaction<'_>, path: &Path, run_id: i64, d: &NewDataset
             d.path,
             d.checksum,
             d.params.to_string(),
-            run_id
+            run_id,
+            d.label_kind,
+            d.class_map.as_ref().map(ClassMap::to_text)
         ],
     )
     .map_err(|e| explain(path, e))?;
@@ -557,8 +581,8 @@ impl Catalog {
                     .map_err(|e| explain(&path, e))?;
                 tx.execute(
                     "UPDATE datasets SET format = ?2, normalization = ?3, index_base = ?4, \
-                     n_features = ?5, n_labels = ?6, path = ?7, checksum = ?8, params = ?9 \
-                     WHERE id = ?1",
+                     n_features = ?5, n_labels = ?6, path = ?7, checksum = ?8, params = ?9, \
+                     label_kind = ?10, class_map = ?11 WHERE id = ?1",
                     params![
                         id,
                         d.format,
@@ -568,7 +592,9 @@ impl Catalog {
                         d.n_labels as i64,
                         d.path,
                         d.checksum,
-                        d.params.to_string()
+                        d.params.to_string(),
+                        d.label_kind,
+                        d.class_map.as_ref().map(ClassMap::to_text)
                     ],
                 )
                 .map_err(|e| explain(&path, e))?;
@@ -746,12 +772,24 @@ impl Catalog {
             .conn
             .prepare(
                 "SELECT id, name, format, normalization, index_base, n_features, n_labels, path, \
-                 checksum, params, stage_run_id, created_at FROM datasets ORDER BY id",
+                 checksum, params, stage_run_id, created_at, label_kind, class_map \
+                 FROM datasets ORDER BY id",
             )
             .map_err(e)?;
         let mut datasets = stmt
             .query_map([], |r| {
                 let params: String = r.get(9)?;
+                let class_map = r
+                    .get::<_, Option<String>>(13)?
+                    .map(|text| ClassMap::from_text(&text))
+                    .transpose()
+                    .map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            13,
+                            rusqlite::types::Type::Text,
+                            e.into(),
+                        )
+                    })?;
                 Ok(DatasetRow {
                     id: r.get(0)?,
                     name: r.get(1)?,
@@ -767,6 +805,8 @@ impl Catalog {
                     created_at: r.get(11)?,
                     splits: Vec::new(),
                     sources: Vec::new(),
+                    recorded_label_kind: r.get(12)?,
+                    class_map,
                 })
             })
             .map_err(e)?

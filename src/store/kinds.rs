@@ -131,6 +131,18 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// What a dataset's label ids mean (`docs/formats.md`, "Label kinds"): `binary` (L = 1,
+    /// label id 0 is the positive class, a negative row has no label), `multiclass` (exactly
+    /// one label per row) or `multilabel` (any number per row; the Extreme Classification
+    /// Repository's datasets, and every dataset ingested before label kinds were recorded).
+    LabelKind {
+        Binary = "binary",
+        Multiclass = "multiclass",
+        Multilabel = "multilabel",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +154,9 @@ mod tests {
         }
         for &s in RunStatus::ALL {
             assert_eq!(s.as_str().parse::<RunStatus>(), Ok(s));
+        }
+        for &k in LabelKind::ALL {
+            assert_eq!(k.as_str().parse::<LabelKind>(), Ok(k));
         }
         for &a in ArtifactKind::ALL {
             assert_eq!(a.as_str().parse::<ArtifactKind>(), Ok(a));

@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod checkpoint;
 pub mod chunks;
+pub mod classes;
 pub mod footer;
 pub mod integrity;
 pub mod kinds;

@@ -107,7 +107,8 @@ fn pair_stream(
     RowStream {
         path: features.path().to_path_buf(),
         input: RowInput::Bow { features, labels },
-        declared_rows: declared,
+        declared_rows: Some(declared),
+        first_data_line: 2,
         roles,
         route: Route::Whole(split),
     }

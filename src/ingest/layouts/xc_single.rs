@@ -74,7 +74,8 @@ fn split_stream(split: &'static str, source: LineSource, declared: u64) -> RowSt
             source,
             syntax: LineSyntax::LabelsFeatures,
         },
-        declared_rows: declared,
+        declared_rows: Some(declared),
+        first_data_line: 2,
         roles: vec![split],
         route: Route::Whole(split),
     }

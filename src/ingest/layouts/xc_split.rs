@@ -73,7 +73,8 @@ impl InputLayout for XcSplit {
                 source: data_src,
                 syntax: LineSyntax::LabelsFeatures,
             },
-            declared_rows: declared,
+            declared_rows: Some(declared),
+            first_data_line: 2,
             roles: vec!["data"],
             route: Route::ByRow { splits, assign },
         };

@@ -1,0 +1,229 @@
+//! Label kinds and class maps: when the ingest assigns the label ids (LIBSVM files, whose
+//! labels are class values and which declare neither D nor the classes; `--first-label` on
+//! any layout), a scan pass over every input file, train and test together, collects the
+//! distinct label values, the labels per row and the largest feature index, and
+//! [`decide`] turns them into the dataset's [`LabelKind`], [`ClassMap`] and D before the
+//! rows are parsed again and written (`docs/formats.md`, "LIBSVM files").
+//!
+//! The scan streams like the ingest itself: memory is the parser's bounded blocks plus the
+//! set of distinct label values, which is bounded by the number of classes, not by N.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Result};
+use indicatif::ProgressBar;
+
+use super::config::IngestConfig;
+use super::input::UNDECLARED;
+use super::parse::{LabelRules, LabelScan};
+use super::stream::stream_rows;
+use crate::store::catalog::{ClassMap, LabelKind};
+
+/// What the scan decided.
+#[derive(Debug, Clone)]
+pub struct LabelPlan {
+    pub kind: LabelKind,
+    pub classes: Arc<ClassMap>,
+    /// D of the dataset: `--features`, a header's D, or the largest index seen + 1.
+    pub n_features: u32,
+    /// Rows must have exactly one label (binary, and multi-class without `--first-label`).
+    pub exactly_one: bool,
+    /// `qid:` tokens ignored over all files.
+    pub qid_tokens: u64,
+}
+
+impl LabelPlan {
+    /// The parser's label rules of the writing pass.
+    pub fn label_rules(&self, first_label: bool) -> LabelRules {
+        LabelRules {
+            first_label,
+            classes: Some(Arc::clone(&self.classes)),
+            exactly_one: self.exactly_one,
+        }
+    }
+}
+
+/// The scan's findings over all files, with the files the first odd rows are in.
+#[derive(Debug, Default)]
+struct Scanned {
+    all: LabelScan,
+    first_unlabeled: Option<(PathBuf, u64)>,
+    first_multi_label: Option<(PathBuf, u64)>,
+    qid_tokens: u64,
+}
+
+impl Scanned {
+    fn add(&mut self, path: &Path, scan: LabelScan) {
+        if let (None, Some(line)) = (&self.first_unlabeled, scan.first_unlabeled) {
+            self.first_unlabeled = Some((path.to_path_buf(), line));
+        }
+        if let (None, Some(line)) = (&self.first_multi_label, scan.first_multi_label) {
+            self.first_multi_label = Some((path.to_path_buf(), line));
+        }
+        self.all.merge(scan);
+    }
+}
+
+/// Scans every input file of `config` (bad rows are errors, or skipped under `--lenient`
+/// exactly as the writing pass skips them) and decides the labels; prints what it found.
+/// `progress` counts the input bytes read.
+pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Result<LabelPlan> {
+    let opened = config.layout.open(config.lenient)?;
+    let declared_d = if config.layout.declares_sizes() {
+        Some(opened.n_features)
+    } else {
+        config.features
+    };
+    let labels = LabelRules {
+        first_label: config.first_label,
+        classes: None,
+        exactly_one: false,
+    };
+    let rules = config.row_rules(declared_d.unwrap_or(UNDECLARED), opened.n_labels, labels);
+    let mut scanned = Scanned::default();
+    for stream in opened.streams {
+        let path = stream.path.clone();
+        let mut scan = LabelScan::default();
+        stream_rows(stream.input, &rules, threads, progress, &mut |parsed| {
+            scanned.qid_tokens += parsed.block.qid_tokens;
+            scan.merge(parsed.block.scan);
+            Ok(())
+        })?;
+        scanned.add(&path, scan);
+    }
+    let plan = decide(config, &scanned, declared_d)?;
+    report(config, &scanned, &plan);
+    Ok(plan)
+}
+
+/// The label kind, class map and D from the scan.
+fn decide(config: &IngestConfig, s: &Scanned, declared_d: Option<u32>) -> Result<LabelPlan> {
+    let files = sources_text(config);
+    let n_features = match declared_d {
+        Some(d) => d,
+        None => s.all.max_feature.map(|m| m + 1).ok_or_else(|| {
+            anyhow!(
+                "{files}: found no feature index in any row, expected 'idx:val' tokens (or \
+                 pass --features D)"
+            )
+        })?,
+    };
+    let values: Vec<i64> = s.all.values.iter().copied().collect();
+    if values.is_empty() {
+        bail!(
+            "{files}: found no label in any of {} rows, expected class labels",
+            s.all.rows
+        );
+    }
+    let kind = match (config.first_label, config.label_kind) {
+        (true, _) => LabelKind::Multiclass,
+        (false, Some(kind)) => kind,
+        (false, None) => detect(s, &values)?,
+    };
+    let classes = match kind {
+        LabelKind::Binary => binary_map(&values)?,
+        _ => ClassMap::new(values, None)?,
+    };
+    Ok(LabelPlan {
+        kind,
+        classes: Arc::new(classes),
+        n_features,
+        exactly_one: kind != LabelKind::Multilabel && !config.first_label,
+        qid_tokens: s.qid_tokens,
+    })
+}
+
+/// The kind the rows show: multi-label when a row has no label or several; else binary
+/// when the values are {−1, +1} or {0, 1}; else multi-class.
+fn detect(s: &Scanned, values: &[i64]) -> Result<LabelKind> {
+    if s.all.multi_label_rows > 0 || s.all.unlabeled_rows > 0 {
+        return Ok(LabelKind::Multilabel);
+    }
+    match values {
+        [-1, 1] | [0, 1] => Ok(LabelKind::Binary),
+        [single] => bail!(
+            "found the same label {single} in all {} rows, expected at least two classes; \
+             pass --label-kind binary (if {single} is one of -1/+1 or 0/1) or --label-kind \
+             multiclass to ingest it anyway",
+            s.all.rows
+        ),
+        _ => Ok(LabelKind::Multiclass),
+    }
+}
+
+/// Binary: label id 0 is the positive class (+1 / 1); the negative (−1 / 0) has no id.
+fn binary_map(values: &[i64]) -> Result<ClassMap> {
+    let negative = match values {
+        [-1, 1] | [-1] => Some(-1),
+        [0, 1] | [0] => Some(0),
+        [1] => None,
+        _ => bail!(
+            "--label-kind binary: found label values {}, expected -1 and +1, or 0 and 1 (or \
+             one of them)",
+            list(values)
+        ),
+    };
+    ClassMap::new(vec![1], negative)
+}
+
+/// Prints the detected kind, L, the class map (its first entries) and the `qid:` count.
+fn report(config: &IngestConfig, s: &Scanned, plan: &LabelPlan) {
+    let how = match (config.first_label, config.label_kind) {
+        (true, _) => "--first-label".to_string(),
+        (false, Some(_)) => "--label-kind".to_string(),
+        (false, None) => match (&s.first_multi_label, &s.first_unlabeled) {
+            (Some((p, line)), _) => format!("detected: {}:{line} has several labels", p.display()),
+            (None, Some((p, line))) => format!("detected: {}:{line} has no label", p.display()),
+            (None, None) => format!(
+                "detected: one label per row, values {}",
+                list(&s.all.values.iter().copied().collect::<Vec<_>>())
+            ),
+        },
+    };
+    let map = &plan.classes;
+    let shown: Vec<String> = map
+        .values
+        .iter()
+        .enumerate()
+        .take(12)
+        .map(|(id, v)| format!("{id} → {v}"))
+        .collect();
+    let more = if map.len() > 12 { ", ..." } else { "" };
+    let negative = map.negative.map_or(String::new(), |n| {
+        format!("; label {n}: the negative class, no label id")
+    });
+    eprintln!(
+        "labels: {} ({how}); L = {}, D = {}; class map id → label: {}{more}{negative}",
+        plan.kind,
+        map.len(),
+        plan.n_features,
+        shown.join(", ")
+    );
+    if plan.qid_tokens > 0 {
+        eprintln!(
+            "warning: ignored {} 'qid:' tokens (SVMlight query ids; fsgp does not rank \
+             within queries)",
+            plan.qid_tokens
+        );
+    }
+}
+
+fn sources_text(config: &IngestConfig) -> String {
+    config
+        .layout
+        .sources()
+        .iter()
+        .map(|(_, p)| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `{a, b, c}`, at most 10 values.
+fn list(values: &[i64]) -> String {
+    let mut shown: Vec<String> = values.iter().take(10).map(|v| v.to_string()).collect();
+    if values.len() > 10 {
+        shown.push("...".into());
+    }
+    format!("{{{}}}", shown.join(", "))
+}
