@@ -10,7 +10,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
-use crate::evaluate::EvaluateOptions;
+use crate::evaluate::{EvaluateOptions, TaskChoice};
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, XcSingle, XcSplit};
@@ -630,6 +630,12 @@ pub struct EvaluateArgs {
               if s == "skip" { LabellessRows::Skip } else { LabellessRows::CountAsZero }
           }))]
     pub labelless: LabellessRows,
+    /// Which metrics: `auto` is the training run's task (multilabel when it recorded none);
+    /// `binary` and `multiclass` need predictions with probabilities (docs/metrics.md).
+    #[arg(long, default_value = "auto",
+          value_parser = PossibleValuesParser::new(TaskChoice::NAMES)
+              .try_map(|s| TaskChoice::parse(&s)))]
+    pub task: TaskChoice,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -646,6 +652,7 @@ impl EvaluateArgs {
                 b: self.propensity_b,
             },
             labelless: self.labelless,
+            task: self.task,
         }
     }
 

@@ -124,9 +124,14 @@ fn verify(root: &std::path::Path, args: &VerifyArgs) -> Result<()> {
 fn evaluate(ws: &Workspace, comm: &dyn Comm, args: &EvaluateArgs) -> Result<()> {
     let predictions = match (&args.predictions, args.predict_first()) {
         (Some(p), _) => Some(p.clone()),
-        (None, Some(predict)) => crate::predict::run_on(ws, comm, &predict)?
-            .value
-            .map(|p| p.path),
+        (None, Some(mut predict)) => {
+            // Binary and multi-class metrics are of probabilities: predict them.
+            let task = args.task.resolve(ws, Some(predict.run))?;
+            predict.probabilities = task != crate::metrics::task::Task::Multilabel;
+            crate::predict::run_on(ws, comm, &predict)?
+                .value
+                .map(|p| p.path)
+        }
         (None, None) => anyhow::bail!("give --predictions FILE or --run RUN"),
     };
     let Some(predictions) = predictions.filter(|_| comm.is_root()) else {
