@@ -59,7 +59,6 @@ fn binary_hand_worked() {
         };
         assert_eq!(bin.count, u64::from(want.is_some()), "bin {b}");
         assert_eq!(bin.mean_confidence.zip(bin.accuracy), want, "bin {b}");
-        close(bin.lower, b as f64 / 15.0, "lower edge");
     }
 }
 
@@ -272,7 +271,7 @@ fn multiclass_hand_worked() {
 
 #[test]
 fn multiclass_rows_must_have_one_class() {
-    let mut acc = MulticlassAccumulator::new(3, 1).unwrap();
+    let mut acc = MulticlassAccumulator::new(3, 2).unwrap();
     for (truth, msg) in [
         (&[][..], "exactly one true label; this one has 0"),
         (&[0, 1][..], "exactly one true label; this one has 2"),
@@ -415,7 +414,8 @@ fn pair_calibration_hand_worked() {
 }
 
 /// A multi-label evaluation's JSON is the ranking metrics' exactly when it has no
-/// calibration (probability-less predictions), and every kind reads back.
+/// calibration (probability-less predictions), and every kind reads back (the values here
+/// are short decimals or dyadic, which serde_json parses back exactly).
 #[test]
 fn evaluation_json_round_trips() {
     let rows = [(vec![0u32, 1], vec![1u32]), (vec![2, 0], vec![0, 2])];

@@ -586,6 +586,23 @@ mod tests {
     }
 
     #[test]
+    fn evaluate_task_is_checked() {
+        for task in ["auto", "multilabel", "binary", "multiclass"] {
+            spec(&format!("{MINIMAL}[evaluate]\ntask = '{task}'\n")).unwrap();
+        }
+        let e = spec(&format!("{MINIMAL}[evaluate]\ntask = 'regression'\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "[evaluate] task: invalid value 'regression' (expected one of: auto, \
+                 multilabel, binary, multiclass)"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn kernel_ard_and_schedule_keys_are_checked() {
         let ok = MINIMAL.replace(
             "lr = 0.5",

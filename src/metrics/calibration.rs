@@ -122,8 +122,6 @@ impl CalibrationAccumulator {
                 mce = mce.max((hits - conf_sum).abs() / count as f64);
             }
             reliability.push(ReliabilityBin {
-                lower: b as f64 / CALIBRATION_BINS as f64,
-                upper: (b + 1) as f64 / CALIBRATION_BINS as f64,
                 count,
                 mean_confidence: filled.then(|| conf_sum / count as f64),
                 accuracy: filled.then(|| hits / count as f64),
@@ -157,12 +155,11 @@ pub struct Calibration {
     pub reliability: Vec<ReliabilityBin>,
 }
 
-/// One bin of a reliability diagram.
+/// One bin of a reliability diagram: bin b of M holds b/M < c ≤ (b + 1)/M (c = 0 too in
+/// the first), see [`bin_of`]; the edges are not stored (the JSON would not give them
+/// back bit for bit).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReliabilityBin {
-    /// The bin holds lower < c ≤ upper (c = 0 too in the first bin).
-    pub lower: f64,
-    pub upper: f64,
     /// Pairs in the bin.
     pub count: u64,
     /// Mean confidence of its pairs (None when empty).
