@@ -340,3 +340,81 @@ fn binary_evaluation_end_to_end() {
         report.display()
     );
 }
+
+/// Multi-class metrics through `pipeline evaluate --task multiclass` on predictions written
+/// with the store's API (the multi-class model comes later): the four rows of
+/// `tests/classification_metrics.rs`'s hand-worked case, K = 4.
+#[test]
+fn multiclass_evaluation_of_written_predictions() {
+    use fsgp::store::predictions::{PredictionBlock, PredictionWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let text = "4 2 4\n0 0:1\n1 1:1\n1 0:1\n3 1:1\n";
+    let file = write(dir.path(), "rows.txt", text);
+    let f = file.to_str().unwrap();
+    ok(&ws, &["ingest", "--name", "mc", "--train", f, "--test", f]);
+    let meta = [
+        ("fsgp.dataset".to_string(), "mc".to_string()),
+        ("fsgp.split".to_string(), "test".to_string()),
+    ];
+    let write_predictions = |name: &str, rows: &[(&[u32], &[f32])]| {
+        let path = dir.path().join(name);
+        let mut w = PredictionWriter::create(&path, &meta, true).unwrap();
+        let mut block = PredictionBlock::with_probabilities();
+        for (i, (labels, probs)) in rows.iter().enumerate() {
+            block.push_with_probabilities(i as u64, labels, &vec![0.0; labels.len()], probs);
+        }
+        w.write(&block).unwrap();
+        w.finish().unwrap();
+        path
+    };
+    let hand: [(&[u32], &[f32]); 4] = [
+        (&[0, 1], &[0.75, 0.125]),
+        (&[2, 1], &[0.5, 0.25]),
+        (&[1, 3], &[0.625, 0.25]),
+        (&[0, 2], &[0.5, 0.375]),
+    ];
+    let path = write_predictions("hand.parquet", &hand);
+    let json = ok(
+        &ws,
+        &[
+            "evaluate",
+            "--predictions",
+            path.to_str().unwrap(),
+            "--task",
+            "multiclass",
+            "--k",
+            "2",
+            "--json",
+        ],
+    );
+    let m: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(m["task"], "multiclass");
+    assert_eq!(
+        (m["test_classes"].as_u64(), m["covered_classes"].as_u64()),
+        (Some(3), Some(2))
+    );
+    close(&m["accuracy"], 0.5, "accuracy");
+    close(&m["top_k_accuracy"][1], 0.75, "top-2 accuracy");
+    close(&m["coverage"], 2.0 / 3.0, "coverage");
+    close(&m["brier"], 0.703125 / 4.0, "brier");
+    close(&m["ece"], 1.625 / 4.0, "ece");
+    assert!(m["nlp"].is_null() && m["nlp_unlisted_rows"] == 1, "{json}");
+    let table = ok(
+        &ws,
+        &[
+            "evaluate",
+            "--predictions",
+            path.to_str().unwrap(),
+            "--task",
+            "multiclass",
+            "--k",
+            "2",
+        ],
+    );
+    assert!(
+        table.contains("unknown: true class unlisted in 1 rows"),
+        "{table}"
+    );
+    assert!(table.contains("top2_accuracy"), "{table}");
+}

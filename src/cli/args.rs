@@ -751,7 +751,8 @@ Examples:
 Examples:
   pipeline evaluate --run 3 --split test          # predicts the top --k labels first if needed
   pipeline evaluate --predictions predictions/delicious-test.run4/predictions.parquet --json
-  pipeline evaluate --run 3 --propensity-a 0.6 --propensity-b 2.6   # Amazon's propensities";
+  pipeline evaluate --run 3 --propensity-a 0.6 --propensity-b 2.6   # Amazon's propensities
+  pipeline evaluate --run 7 --k 1 --task binary   # accuracy, NLP, Brier, ECE, AUC (L = 1)";
 
     pub const RUN: &str = "\
 Examples:

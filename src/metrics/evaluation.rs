@@ -141,7 +141,10 @@ impl Evaluation {
 
 fn multiclass_table(m: &MulticlassMetrics) -> String {
     let nlp = m.nlp.map_or(
-        format!("unknown ({} rows' class not listed)", m.nlp_unlisted_rows),
+        format!(
+            "unknown: true class unlisted in {} rows",
+            m.nlp_unlisted_rows
+        ),
         |v| format!("{v:.5}"),
     );
     let mut s = format!(

@@ -2,9 +2,10 @@
 //! predictions with probabilities: top-1 and top-k accuracy, coverage, NLP, and the Brier
 //! score, ECE and MCE of the top-1 confidence (`docs/metrics.md`, "Multi-class").
 //!
-//! Coverage is that of Villacampa-Calvo & Hernández-Lobato's augment-and-reduce paper
-//! (eq. 18): K_TP / K*, K* the classes present in the test truth and K_TP those with at
-//! least one true positive, i.e. at least one row of the class predicted (top 1) as it.
+//! Coverage is eq. 18 of Dhaka, Andersen, Garcia Moreno & Vehtari, *Scalable Gaussian
+//! Process for Extreme Classification* (MLSP 2020, the augment-and-reduce GP classifier):
+//! K_TP / K*, K* the classes present in the test truth and K_TP those with at least one
+//! true positive, i.e. at least one row of the class predicted (top 1) as it.
 //!
 //! NLP needs the probability of each row's true class. A prediction lists only the top k
 //! classes; when a row's true class is not among them its probability is unknown, the row
@@ -190,7 +191,7 @@ pub struct MulticlassMetrics {
     pub accuracy: f64,
     /// Fraction of rows whose class is within the top k (index k − 1).
     pub top_k_accuracy: Vec<f64>,
-    /// K_TP / K* (eq. 18 of the augment-and-reduce paper).
+    /// K_TP / K* (eq. 18 of Dhaka et al.).
     pub coverage: f64,
     /// −mean log p(y_i | x_i) (probabilities floored at 2⁻²⁴); None (JSON null) when some
     /// row's true class was not among its listed predictions.
