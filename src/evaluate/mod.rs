@@ -141,7 +141,11 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>
         )
     })?;
     let task = opts.task.resolve(ws, train_run)?;
-    check_task(task, &reader, &dataset, &owner)?;
+    let named = match (opts.task, train_run) {
+        (TaskChoice::Auto, Some(run)) => format!("task {task} (training run {run}'s)"),
+        _ => format!("--task {task}"),
+    };
+    check_task(task, &named, &reader, &dataset, &owner)?;
     let mut params = json!({
         "predictions_checksum": checksum,
         "dataset": dataset.name,
@@ -223,13 +227,14 @@ fn open_predictions(ws: &Workspace, path: &Path) -> Result<(PredictionReader, St
 /// Refuses a task the predictions or the dataset cannot be measured for.
 fn check_task(
     task: Task,
+    named: &str,
     reader: &PredictionReader,
     dataset: &DatasetRow,
     owner: &str,
 ) -> Result<()> {
     if task != Task::Multilabel && !reader.with_probabilities {
         bail!(
-            "predictions {owner} have no probabilities, which --task {task} needs: predict \
+            "predictions {owner} have no probabilities, which {named} needs: predict \
              again with `pipeline predict --probabilities` (`probabilities = true` in a \
              spec's [predict])"
         );
@@ -237,8 +242,8 @@ fn check_task(
     if task == Task::Binary {
         ensure!(
             dataset.n_labels == 1,
-            "--task binary needs a dataset with one label (L = 1, label 0 the positive \
-             class); dataset '{}' has L = {}",
+            "{named} needs a dataset with one label (L = 1, label 0 the positive class); \
+             dataset '{}' has L = {}",
             dataset.name,
             dataset.n_labels
         );
