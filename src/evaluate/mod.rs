@@ -395,7 +395,7 @@ fn resolve_predictions(ws: &Workspace, p: &str) -> PathBuf {
 }
 
 /// The metrics of a completed evaluate run, from the JSON file it registered.
-pub fn load_metrics(ws: &Workspace, run_id: i64) -> Result<Evaluation> {
+fn load_metrics(ws: &Workspace, run_id: i64) -> Result<Evaluation> {
     let file = ws
         .run_file(run_id, ArtifactKind::Metrics)?
         .with_context(|| format!("evaluate run {run_id} registered no metrics"))?;
