@@ -1,6 +1,8 @@
 //! `pipeline report --run RUN`: charts (PNG and SVG) of a training run's ELBO per epoch and
 //! of the held-out metrics and coverage@k it recorded per epoch (`pipeline train
-//! --eval-every`), and a Markdown summary of the run (data, parameters, timings, metrics) beside them.
+//! --eval-every`), a reliability diagram per evaluation of its predictions that measured
+//! calibration (from the bins its `metrics.json` stores), and a Markdown summary of the run
+//! (data, parameters, timings, metrics) beside them.
 //!
 //! Everything comes from the catalog; the report is a view, rebuilt on every call and
 //! swapped in whole (written to a scratch directory, then renamed over the old one).
@@ -14,6 +16,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::metrics::calibration::Calibration;
+use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
 use crate::store::workspace::Workspace;
 
@@ -139,9 +143,27 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
             format!("{COVERAGE_CHART}.svg"),
         ]);
     }
+    let mut reliability = Vec::new();
+    for (eval_run, split, _, _) in linked_evaluations(ws, train.id)? {
+        let Some(calibration) = stored_calibration(ws, eval_run)? else {
+            continue;
+        };
+        let stem = reliability_stem(eval_run);
+        let title = format!(
+            "Reliability, evaluate run {eval_run} on {split} (ECE {:.2} %, {} bins)",
+            100.0 * calibration.ece,
+            calibration.bins
+        );
+        draw_both(dir, &stem, |area| {
+            reliability_chart(area, font, &title, &calibration)
+        })?;
+        files.extend([format!("{stem}.png"), format!("{stem}.svg")]);
+        reliability.push(eval_run);
+    }
     let charts = Charts {
         metrics: !per_epoch.is_empty(),
         coverage: !coverage.is_empty(),
+        reliability,
     };
     let summary = summary_markdown(ws, train, &metrics, charts)?;
     std::fs::write(dir.join("README.md"), summary)?;
@@ -378,11 +400,13 @@ fn value_of(metrics: &[MetricRow], name: &str) -> Option<f64> {
         .map(|m| m.value)
 }
 
-/// Which per-epoch charts a report has.
-#[derive(Debug, Clone, Copy)]
+/// Which charts a report has.
+#[derive(Debug, Clone)]
 struct Charts {
     metrics: bool,
     coverage: bool,
+    /// Evaluate runs with a reliability diagram.
+    reliability: Vec<i64>,
 }
 
 /// The Markdown summary: data, parameters, timings, metrics.
@@ -478,33 +502,202 @@ fn summary_markdown(
             "No per-epoch metrics (train with `--eval-every N` to record them).\n"
         )?;
     }
+    evaluations_markdown(&mut md, ws, train, &charts)?;
+    md.push_str(&seeds_markdown(ws, train)?);
+    Ok(md)
+}
+
+/// The evaluations of the run's predictions: ranking metrics by k, or the classification
+/// metrics, and the reliability diagram when there is one.
+fn evaluations_markdown(
+    md: &mut String,
+    ws: &Workspace,
+    train: &RunRow,
+    charts: &Charts,
+) -> Result<()> {
     let evaluations = linked_evaluations(ws, train.id)?;
     if evaluations.is_empty() {
         writeln!(md, "No `pipeline evaluate` run of this model yet.")?;
     }
     for (eval_run, split, step, rows) in evaluations {
+        let ranking = value_of(&rows, "P@1").is_some();
+        let unit = if ranking { ", in percent" } else { "" };
         writeln!(
             md,
-            "Evaluate run {eval_run} on split `{split}` (checkpoint step {step}), in percent:\n"
+            "Evaluate run {eval_run} on split `{split}` (checkpoint step {step}){unit}:\n"
         )?;
-        writeln!(
-            md,
-            "| k | P@k | nDCG@k | PSP@k | PSnDCG@k | coverage@k |\n\
-             |---:|---:|---:|---:|---:|---:|"
-        )?;
-        for k in 1..=5 {
-            let get = |n: &str| value_of(&rows, &format!("{n}@{k}")).map(|v| 100.0 * v);
-            if let (Some(p), Some(n), Some(ps), Some(psn)) =
-                (get("P"), get("nDCG"), get("PSP"), get("PSnDCG"))
-            {
-                let cov = get("coverage").map_or("-".to_string(), |c| format!("{c:.2}"));
-                writeln!(md, "| {k} | {p:.2} | {n:.2} | {ps:.2} | {psn:.2} | {cov} |")?;
-            }
+        if ranking {
+            ranking_markdown(md, &rows)?;
         }
-        writeln!(md)?;
+        if !ranking || charts.reliability.contains(&eval_run) {
+            classification_markdown(md, &rows)?;
+        }
+        if charts.reliability.contains(&eval_run) {
+            reliability_markdown(md, eval_run)?;
+        }
     }
-    md.push_str(&seeds_markdown(ws, train)?);
-    Ok(md)
+    Ok(())
+}
+
+/// P@k, nDCG@k, PSP@k, PSnDCG@k and coverage@k for k = 1..5, in percent.
+fn ranking_markdown(md: &mut String, rows: &[MetricRow]) -> Result<()> {
+    writeln!(
+        md,
+        "| k | P@k | nDCG@k | PSP@k | PSnDCG@k | coverage@k |\n\
+         |---:|---:|---:|---:|---:|---:|"
+    )?;
+    for k in 1..=5 {
+        let get = |n: &str| value_of(rows, &format!("{n}@{k}")).map(|v| 100.0 * v);
+        if let (Some(p), Some(n), Some(ps), Some(psn)) =
+            (get("P"), get("nDCG"), get("PSP"), get("PSnDCG"))
+        {
+            let cov = get("coverage").map_or("-".to_string(), |c| format!("{c:.2}"));
+            writeln!(md, "| {k} | {p:.2} | {n:.2} | {ps:.2} | {psn:.2} | {cov} |")?;
+        }
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
+/// The classification and calibration metrics among an evaluation's rows (names without
+/// `@k`), one table row each, in the order recorded; nothing when there are none.
+fn classification_markdown(md: &mut String, rows: &[MetricRow]) -> Result<()> {
+    let named: Vec<&MetricRow> = rows.iter().filter(|r| !r.name.contains('@')).collect();
+    if named.is_empty() {
+        return Ok(());
+    }
+    writeln!(md, "| metric | value |\n|---|---:|")?;
+    for r in named {
+        let value = if unitless(&r.name) {
+            format!("{:.5}", r.value)
+        } else {
+            format!("{:.2} %", 100.0 * r.value)
+        };
+        writeln!(md, "| {} | {value} |", r.name)?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
+fn reliability_markdown(md: &mut String, eval_run: i64) -> Result<()> {
+    writeln!(
+        md,
+        "![reliability diagram]({}.png)\n\nBars: the observed frequency in each confidence \
+         bin, its count above it; dots: the bin's mean confidence; the diagonal is perfect \
+         calibration (`docs/metrics.md`, \"Calibration\").\n",
+        reliability_stem(eval_run)
+    )?;
+    Ok(())
+}
+
+/// The chart files of evaluate run `eval_run`'s reliability diagram, without extension.
+fn reliability_stem(eval_run: i64) -> String {
+    format!("reliability-run{eval_run}")
+}
+
+/// The calibration bins an evaluate run stored in its `metrics.json`, if it measured them.
+fn stored_calibration(ws: &Workspace, eval_run: i64) -> Result<Option<Calibration>> {
+    let Some(file) = ws.run_file(eval_run, ArtifactKind::Metrics)? else {
+        return Ok(None);
+    };
+    let evaluation =
+        Evaluation::from_json(&file.read()?).with_context(|| format!("parsing {}", file.name()))?;
+    Ok(evaluation.calibration().cloned())
+}
+
+fn reliability_chart(
+    area: &ChartArea,
+    font: &str,
+    title: &str,
+    calibration: &Calibration,
+) -> Result<()> {
+    match area {
+        ChartArea::Bitmap(a) => plot_reliability(a, font, title, calibration),
+        ChartArea::Svg(a) => plot_reliability(a, font, title, calibration),
+    }
+}
+
+/// A reliability diagram (Guo et al. 2017, Figure 1): for each confidence bin a bar up to
+/// the observed frequency of the outcome with the bin's count above it, a dot at (mean
+/// confidence, observed frequency), and the diagonal of perfect calibration.
+fn plot_reliability<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    font: &str,
+    title: &str,
+    calibration: &Calibration,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing {title}: {e:?}");
+    area.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (font, 24))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..1.0, 0.0..1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("confidence")
+        .y_desc("observed frequency")
+        .label_style((font, 15))
+        .axis_desc_style((font, 17))
+        .x_label_formatter(&|v| format!("{v:.1}"))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .draw()
+        .map_err(err)?;
+    let width = 1.0 / calibration.bins as f64;
+    // (lower edge, mean confidence, observed frequency, count) of the non-empty bins.
+    let filled: Vec<(f64, f64, f64, u64)> = calibration
+        .reliability
+        .iter()
+        .enumerate()
+        .filter_map(|(b, bin)| {
+            Some((
+                b as f64 * width,
+                bin.mean_confidence?,
+                bin.accuracy?,
+                bin.count,
+            ))
+        })
+        .collect();
+    let bar = PALETTE[0].mix(0.55).filled();
+    chart
+        .draw_series(filled.iter().map(|&(x0, _, freq, _)| {
+            // A gap of 4 % of a bin each side tells adjacent bars apart.
+            let gap = 0.04 * width;
+            Rectangle::new([(x0 + gap, 0.0), (x0 + width - gap, freq)], bar)
+        }))
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, 0.0), (1.0, 1.0)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(err)?;
+    chart
+        .draw_series(
+            filled
+                .iter()
+                .map(|&(_, conf, freq, _)| Circle::new((conf, freq), 4, PALETTE[1].filled())),
+        )
+        .map_err(err)?;
+    let count_style = (font, 12)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart
+        .draw_series(filled.iter().map(|&(x0, _, freq, count)| {
+            Text::new(
+                count.to_string(),
+                (x0 + width / 2.0, freq + 0.01),
+                count_style.clone(),
+            )
+        }))
+        .map_err(err)?;
+    Ok(())
 }
 
 /// A completed evaluate run of a training run's predictions: (evaluate run, split,
@@ -601,11 +794,13 @@ impl SeedSummary {
             seeds.join(", ")
         );
         let (measures, k_max) = self.grid();
-        let _ = write!(s, "{:<10}", "metric");
-        for k in 1..=k_max {
-            let _ = write!(s, "{:>15}", format!("@{k}"));
+        if !measures.is_empty() {
+            let _ = write!(s, "{:<10}", "metric");
+            for k in 1..=k_max {
+                let _ = write!(s, "{:>15}", format!("@{k}"));
+            }
+            let _ = writeln!(s, "    n");
         }
-        let _ = writeln!(s, "    n");
         for (measure, cells) in &measures {
             let _ = write!(s, "{measure:<10}");
             for cell in cells {
@@ -613,25 +808,46 @@ impl SeedSummary {
             }
             let _ = writeln!(s, "    {}", counts(cells));
         }
+        for m in self.ungridded() {
+            let _ = writeln!(s, "{:<16}{:>24}    {}", m.name, plain_cell_text(m), m.n);
+        }
         s
+    }
+
+    /// The metrics without `@k` (classification and calibration: `accuracy`, `nlp`, ...).
+    fn ungridded(&self) -> impl Iterator<Item = &MetricOverSeeds> {
+        self.metrics.iter().filter(|m| !m.name.contains('@'))
     }
 
     /// The same grid as a Markdown table.
     pub fn to_markdown(&self) -> String {
         let (measures, k_max) = self.grid();
-        let mut s = String::from("| metric (%) |");
-        for k in 1..=k_max {
-            let _ = write!(s, " @{k} |");
+        let mut s = String::new();
+        if !measures.is_empty() {
+            s.push_str("| metric (%) |");
+            for k in 1..=k_max {
+                let _ = write!(s, " @{k} |");
+            }
+            s.push_str(" n |\n|---|");
+            s.push_str(&"---:|".repeat(k_max + 1));
+            s.push('\n');
         }
-        s.push_str(" n |\n|---|");
-        s.push_str(&"---:|".repeat(k_max + 1));
-        s.push('\n');
         for (measure, cells) in &measures {
             let _ = write!(s, "| {measure} |");
             for cell in cells {
                 let _ = write!(s, " {} |", cell.map_or("-".into(), cell_text));
             }
             let _ = writeln!(s, " {} |", counts(cells));
+        }
+        let mut plain = self.ungridded().peekable();
+        if plain.peek().is_some() {
+            if !measures.is_empty() {
+                s.push('\n');
+            }
+            s.push_str("| metric | mean ± sd | n |\n|---|---:|---:|\n");
+        }
+        for m in plain {
+            let _ = writeln!(s, "| {} | {} | {} |", m.name, plain_cell_text(m), m.n);
         }
         s
     }
@@ -668,6 +884,22 @@ type GridLine<'a> = (&'a str, Vec<Option<&'a MetricOverSeeds>>);
 
 /// One evaluated run of a seed sweep: (seed, training run, evaluate run, metric rows).
 type SeedEvaluation = (u64, i64, i64, Vec<MetricRow>);
+
+/// Whether a metric is printed as it is rather than in percent: the mean negative log
+/// probability, the Brier score and the AUC.
+fn unitless(name: &str) -> bool {
+    matches!(name, "nlp" | "brier" | "auc")
+}
+
+/// A cell of an ungridded metric: `0.06900 ± 0.00120`, or `97.80 ± 0.05 %`.
+fn plain_cell_text(m: &MetricOverSeeds) -> String {
+    if unitless(&m.name) {
+        let sd = m.sd.map_or("-".into(), |sd| format!("{sd:.5}"));
+        format!("{:.5} ± {sd}", m.mean)
+    } else {
+        format!("{} %", cell_text(m))
+    }
+}
 
 /// A grid cell: `66.81 ± 0.12` in percent (`66.81 ± -` for a single value).
 fn cell_text(m: &MetricOverSeeds) -> String {
@@ -812,6 +1044,33 @@ mod tests {
         let md = s.to_markdown();
         assert!(md.contains("| P | 64.00 ± 4.00 | 3 |"), "{md}");
         assert!(md.contains("| coverage | 15.00 ± 7.07 | 2 |"), "{md}");
+    }
+
+    #[test]
+    fn classification_metrics_are_listed_below_the_grid() {
+        // accuracy 0.97 and 0.99: mean 0.98, sd √((0.01² + 0.01²)/1) = 0.01414...;
+        // nlp 0.07 and 0.05: mean 0.06, same sd, printed as it is (not in percent).
+        let runs = vec![
+            (0, rows(&[("accuracy", 0.97), ("nlp", 0.07)])),
+            (1, rows(&[("accuracy", 0.99), ("nlp", 0.05)])),
+        ];
+        let s = SeedSummary::of(&runs);
+        let table = s.to_table();
+        assert!(
+            !table.contains("@"),
+            "no grid without NAME@k metrics: {table}"
+        );
+        assert!(
+            table.contains("accuracy") && table.contains("98.00 ± 1.41 %"),
+            "{table}"
+        );
+        assert!(table.contains("0.06000 ± 0.01414"), "{table}");
+        let md = s.to_markdown();
+        assert!(md.starts_with("| metric | mean ± sd | n |"), "{md}");
+        assert!(md.contains("| nlp | 0.06000 ± 0.01414 | 2 |"), "{md}");
+        // Ranking-only summaries are as before: the grid alone.
+        let ranking = SeedSummary::of(&[(4, rows(&[("P@1", 0.5)]))]);
+        assert!(!ranking.to_markdown().contains("mean ± sd"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
-use crate::evaluate::EvaluateOptions;
+use crate::evaluate::{EvaluateOptions, TaskChoice};
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
@@ -690,6 +690,12 @@ pub struct EvaluateArgs {
               if s == "skip" { LabellessRows::Skip } else { LabellessRows::CountAsZero }
           }))]
     pub labelless: LabellessRows,
+    /// Which metrics: `auto` is the training run's task (multilabel when it recorded none);
+    /// `binary` and `multiclass` need predictions with probabilities (docs/metrics.md).
+    #[arg(long, default_value = "auto",
+          value_parser = PossibleValuesParser::new(TaskChoice::NAMES)
+              .try_map(|s| TaskChoice::parse(&s)))]
+    pub task: TaskChoice,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -706,6 +712,7 @@ impl EvaluateArgs {
                 b: self.propensity_b,
             },
             labelless: self.labelless,
+            task: self.task,
         }
     }
 
@@ -807,7 +814,8 @@ Examples:
 Examples:
   pipeline evaluate --run 3 --split test          # predicts the top --k labels first if needed
   pipeline evaluate --predictions predictions/delicious-test.run4/predictions.parquet --json
-  pipeline evaluate --run 3 --propensity-a 0.6 --propensity-b 2.6   # Amazon's propensities";
+  pipeline evaluate --run 3 --propensity-a 0.6 --propensity-b 2.6   # Amazon's propensities
+  pipeline evaluate --run 7 --k 1 --task binary   # accuracy, NLP, Brier, ECE, AUC (L = 1)";
 
     pub const RUN: &str = "\
 Examples:

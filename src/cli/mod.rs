@@ -124,9 +124,19 @@ fn verify(root: &std::path::Path, args: &VerifyArgs) -> Result<()> {
 fn evaluate(ws: &Workspace, comm: &dyn Comm, args: &EvaluateArgs) -> Result<()> {
     let predictions = match (&args.predictions, args.predict_first()) {
         (Some(p), _) => Some(p.clone()),
-        (None, Some(predict)) => crate::predict::run_on(ws, comm, &predict)?
-            .value
-            .map(|p| p.path),
+        (None, Some(mut predict)) => {
+            // Binary and multi-class metrics are of probabilities: predict them (binary
+            // data has one label, so its top 1 whatever --k).
+            use crate::metrics::task::Task;
+            let task = args.task.resolve(ws, Some(predict.run))?;
+            predict.probabilities = task != Task::Multilabel;
+            if task == Task::Binary {
+                predict.top_k = 1;
+            }
+            crate::predict::run_on(ws, comm, &predict)?
+                .value
+                .map(|p| p.path)
+        }
         (None, None) => anyhow::bail!("give --predictions FILE or --run RUN"),
     };
     let Some(predictions) = predictions.filter(|_| comm.is_root()) else {

@@ -43,7 +43,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 
 use super::args::{Cli, Command, RunArgs, SynthArgs};
-use crate::metrics::{metric_rows, Metrics};
+use crate::metrics::evaluation::Evaluation;
 use crate::report::SeedSummary;
 use crate::store::catalog::MetricRow;
 use crate::store::workspace::Workspace;
@@ -373,7 +373,7 @@ struct Evaluated {
     seed: u64,
     train_run: i64,
     evaluate_run: i64,
-    metrics: Metrics,
+    metrics: Evaluation,
 }
 
 /// Runs `pipeline run` of a spec [`Spec::read`] has checked.
@@ -408,7 +408,7 @@ pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
 fn print_sweep(sweep: &[Evaluated], json: bool) {
     let pairs: Vec<(u64, Vec<MetricRow>)> = sweep
         .iter()
-        .map(|e| (e.seed, metric_rows(&e.metrics, None, "")))
+        .map(|e| (e.seed, e.metrics.metric_rows(None, "")))
         .collect();
     let summary = SeedSummary::of(&pairs);
     if json {
@@ -583,6 +583,23 @@ mod tests {
         assert!(e.contains("[ingest] chunk_mb must be positive"), "{e}");
         let e = spec(&MINIMAL.replace("[svd]\nrank = 4\n", "[svd]\n")).unwrap_err();
         assert!(e.to_string().contains("[svd] missing key: rank"), "{e}");
+    }
+
+    #[test]
+    fn evaluate_task_is_checked() {
+        for task in ["auto", "multilabel", "binary", "multiclass"] {
+            spec(&format!("{MINIMAL}[evaluate]\ntask = '{task}'\n")).unwrap();
+        }
+        let e = spec(&format!("{MINIMAL}[evaluate]\ntask = 'regression'\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "[evaluate] task: invalid value 'regression' (expected one of: auto, \
+                 multilabel, binary, multiclass)"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,5 +1,8 @@
-//! `pipeline evaluate`: ranking metrics of a predictions file against the true labels of
-//! its split (`docs/metrics.md`).
+//! `pipeline evaluate`: metrics of a predictions file against the true labels of its split
+//! (`docs/metrics.md`): ranking metrics for a multi-label task (and the calibration of the
+//! listed labels' probabilities when the file has them), accuracy, NLP, Brier, ECE and AUC
+//! for a binary one, accuracy, top-k accuracy, coverage, NLP, Brier and ECE for a multi-class
+//! one. The task is the training run's (`--task auto`) unless given.
 //!
 //! Data flow: the split's chunks (label columns only) and the predictions file are both in
 //! row order, so they are merge-joined on `row_id` a block at a time; the training split's
@@ -14,14 +17,19 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 
 use crate::error::InvalidOptions;
+use crate::metrics::binary::{BinaryAccumulator, BinaryMetrics};
+use crate::metrics::calibration::{checked_probability, CalibrationAccumulator, CALIBRATION_BINS};
+use crate::metrics::evaluation::Evaluation;
+use crate::metrics::multiclass::{MulticlassAccumulator, MulticlassMetrics};
+use crate::metrics::task::Task;
 use crate::metrics::{
-    inverse_propensity, metric_rows, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
+    inverse_propensity, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
 };
 use crate::stage::{memoised, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::{checksum_file, label_counts, read_registered_chunk_labels};
 use crate::store::integrity::Registered;
-use crate::store::predictions::PredictionReader;
+use crate::store::predictions::{PredictionBlock, PredictionReader};
 use crate::store::workspace::Workspace;
 
 /// What `pipeline evaluate` computes.
@@ -35,6 +43,56 @@ pub struct EvaluateOptions {
     pub propensity: PropensityParams,
     /// Test rows without labels: counted (every metric 0 on them) or left out.
     pub labelless: LabellessRows,
+    /// Which metrics: the training run's task, or the one given.
+    pub task: TaskChoice,
+}
+
+/// `--task`: `auto` takes the task the predictions' training run recorded (its `task`
+/// parameter; multilabel when absent, or when the file names no run of the workspace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskChoice {
+    #[default]
+    Auto,
+    Given(Task),
+}
+
+impl TaskChoice {
+    /// The flag's values.
+    pub const NAMES: [&'static str; 4] = ["auto", "multilabel", "binary", "multiclass"];
+
+    /// `auto`, or a task's name.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "auto" => Ok(TaskChoice::Auto),
+            task => Ok(TaskChoice::Given(task.parse()?)),
+        }
+    }
+
+    /// The task, with `auto` resolved from training run `train_run` when it is in the
+    /// workspace.
+    pub fn resolve(self, ws: &Workspace, train_run: Option<i64>) -> Result<Task> {
+        match (self, train_run) {
+            (TaskChoice::Given(task), _) => Ok(task),
+            (TaskChoice::Auto, Some(run)) => task_of_train_run(ws, run),
+            (TaskChoice::Auto, None) => Ok(Task::Multilabel),
+        }
+    }
+}
+
+/// The task training run `run` recorded (`task` in its parameters; multilabel when absent,
+/// or when the workspace has no such run).
+pub fn task_of_train_run(ws: &Workspace, run: i64) -> Result<Task> {
+    let Some(row) = ws.catalog.run(run)? else {
+        return Ok(Task::Multilabel);
+    };
+    match row.params.get("task") {
+        None | Some(serde_json::Value::Null) => Ok(Task::Multilabel),
+        Some(v) => v
+            .as_str()
+            .with_context(|| format!("run {run}: parameter task is {v}, not a task name"))?
+            .parse()
+            .with_context(|| format!("run {run}: parameter task")),
+    }
 }
 
 impl EvaluateOptions {
@@ -45,6 +103,7 @@ impl EvaluateOptions {
             k: 5,
             propensity: PropensityParams::GENERIC,
             labelless: LabellessRows::CountAsZero,
+            task: TaskChoice::Auto,
         }
     }
 
@@ -59,18 +118,10 @@ impl EvaluateOptions {
 }
 
 /// Computes (or finds) the metrics of a predictions file.
-pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
+pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>> {
     opts.validate()?;
     let path = resolve_predictions(ws, &opts.predictions);
-    // A file the workspace registered is checked against the catalog as it is read; any
-    // other predictions file (`--predictions FILE`) is taken as it is.
-    let (reader, checksum) = match ws.registered_at(&path)? {
-        Some(file) => (PredictionReader::open_registered(&file)?, file.checksum),
-        None => (
-            PredictionReader::open(&path)?,
-            checksum_file(&path)?.checksum,
-        ),
-    };
+    let (reader, checksum, owner) = open_predictions(ws, &path)?;
     let meta = |key: &str| {
         reader
             .metadata
@@ -82,13 +133,20 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
     let step: Option<i64> = meta("fsgp.checkpoint_step")
         .ok()
         .and_then(|s| s.parse().ok());
+    let train_run: Option<i64> = meta("fsgp.train_run").ok().and_then(|s| s.parse().ok());
     let dataset = ws.catalog.dataset(&dataset_name)?.with_context(|| {
         format!(
             "{}: dataset '{dataset_name}' is not in the workspace",
             path.display()
         )
     })?;
-    let params = json!({
+    let task = opts.task.resolve(ws, train_run)?;
+    let named = match (opts.task, train_run) {
+        (TaskChoice::Auto, Some(run)) => format!("task {task} (training run {run}'s)"),
+        _ => format!("--task {task}"),
+    };
+    check_task(task, &named, &reader, &dataset, &owner)?;
+    let mut params = json!({
         "predictions_checksum": checksum,
         "dataset": dataset.name,
         "dataset_checksum": dataset.checksum,
@@ -98,6 +156,14 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
         "propensity_b": opts.propensity.b,
         "labelless": format!("{:?}", opts.labelless),
     });
+    // Keys only where they change what is computed, so that the parameters (and the
+    // memoised runs they find) of probability-less multi-label evaluations stay the same.
+    if task != Task::Multilabel {
+        params["task"] = json!(task.name());
+    }
+    if reader.with_probabilities {
+        params["calibration_bins"] = json!(CALIBRATION_BINS);
+    }
     let cached = |done: &RunRow| {
         let metrics = load_metrics(ws, done.id)?;
         eprintln!(
@@ -108,6 +174,7 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
     };
     let job = Job {
         opts,
+        task,
         dataset: &dataset,
         split: &split,
         path: &path,
@@ -121,7 +188,7 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
         None,
         cached,
         |scratch| job.compute(reader, scratch),
-        |published, (metrics, written): (Metrics, crate::store::chunks::WrittenFile)| {
+        |published, (metrics, written): (Evaluation, crate::store::chunks::WrittenFile)| {
             let artifact = ArtifactRow {
                 kind: ArtifactKind::Metrics,
                 path: format!("{}/metrics.json", published.rel),
@@ -131,12 +198,57 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Metrics>> {
                 split: Some(split.clone()),
             };
             ws.catalog
-                .record_metrics(published.run_id, &metric_rows(&metrics, step, &split))?;
+                .record_metrics(published.run_id, &metrics.metric_rows(step, &split))?;
             ws.catalog
                 .commit_artifacts(published.run_id, Some(dataset.id), &[artifact])?;
             Ok(metrics)
         },
     )
+}
+
+/// The predictions file, its checksum, and who wrote it (`predict run 5`, or the path of
+/// a file the workspace did not register). A registered file is checked against the
+/// catalog as it is read; any other (`--predictions FILE`) is taken as it is.
+fn open_predictions(ws: &Workspace, path: &Path) -> Result<(PredictionReader, String, String)> {
+    Ok(match ws.registered_at(path)? {
+        Some(file) => (
+            PredictionReader::open_registered(&file)?,
+            file.checksum.clone(),
+            format!("{} ({})", path.display(), file.owner),
+        ),
+        None => (
+            PredictionReader::open(path)?,
+            checksum_file(path)?.checksum,
+            path.display().to_string(),
+        ),
+    })
+}
+
+/// Refuses a task the predictions or the dataset cannot be measured for.
+fn check_task(
+    task: Task,
+    named: &str,
+    reader: &PredictionReader,
+    dataset: &DatasetRow,
+    owner: &str,
+) -> Result<()> {
+    if task != Task::Multilabel && !reader.with_probabilities {
+        bail!(
+            "predictions {owner} have no probabilities, which {named} needs: predict \
+             again with `pipeline predict --probabilities` (`probabilities = true` in a \
+             spec's [predict])"
+        );
+    }
+    if task == Task::Binary {
+        ensure!(
+            dataset.n_labels == 1,
+            "{named} needs a dataset with one label (L = 1, label 0 the positive class); \
+             dataset '{}' has L = {}",
+            dataset.name,
+            dataset.n_labels
+        );
+    }
+    Ok(())
 }
 
 fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: &str) -> Result<Vec<Registered>> {
@@ -150,6 +262,7 @@ fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: &str) -> Result<Vec<
 /// Everything one evaluate run reads.
 struct Job<'a> {
     opts: &'a EvaluateOptions,
+    task: Task,
     dataset: &'a DatasetRow,
     split: &'a str,
     path: &'a Path,
@@ -163,8 +276,12 @@ impl Job<'_> {
         &self,
         reader: PredictionReader,
         scratch: &Path,
-    ) -> Result<Staged<(Metrics, crate::store::chunks::WrittenFile)>> {
-        let metrics = self.measure(reader)?;
+    ) -> Result<Staged<(Evaluation, crate::store::chunks::WrittenFile)>> {
+        let metrics = match self.task {
+            Task::Multilabel => Evaluation::Ranking(self.measure_ranking(reader)?),
+            Task::Binary => Evaluation::Binary(self.measure_binary(reader)?),
+            Task::Multiclass => Evaluation::Multiclass(self.measure_multiclass(reader)?),
+        };
         let staged = scratch.join("evaluation");
         std::fs::create_dir_all(&staged)?;
         let json_path = staged.join("metrics.json");
@@ -178,12 +295,14 @@ impl Job<'_> {
         })
     }
 
-    fn measure(&self, reader: PredictionReader) -> Result<Metrics> {
-        let (dataset, opts, path) = (self.dataset, self.opts, self.path);
-        let n_train: u64 = dataset.split("train").map_or(0, |s| s.n_rows);
-        let counts = label_counts(&self.train_chunks, dataset.n_labels as usize)?;
-        let inv_prop = inverse_propensity(&counts, n_train, opts.propensity.a, opts.propensity.b);
-        let mut acc = MetricsAccumulator::new(opts.k, inv_prop, opts.labelless)?;
+    /// Calls `each(block, i, true labels)` for every predicted row, in order, and checks
+    /// that the predictions cover the split.
+    fn for_each_row(
+        &self,
+        reader: PredictionReader,
+        mut each: impl FnMut(&PredictionBlock, usize, &[u32]) -> Result<()>,
+    ) -> Result<()> {
+        let path = self.path;
         let mut truth = TruthRows::new(self.truth_chunks.clone());
         let mut rows = 0u64;
         for block in reader {
@@ -192,17 +311,76 @@ impl Job<'_> {
                 let labels = truth
                     .labels_of(block.row_ids[i])
                     .with_context(|| format!("{}: row {}", path.display(), block.row_ids[i]))?;
-                acc.add_row(block.labels(i), &labels)?;
+                each(&block, i, &labels)
+                    .with_context(|| format!("{}: row {}", path.display(), block.row_ids[i]))?;
                 rows += 1;
             }
         }
-        let split_rows = dataset.split(self.split).map_or(0, |s| s.n_rows);
+        let split_rows = self.dataset.split(self.split).map_or(0, |s| s.n_rows);
         ensure!(
             rows == split_rows,
             "{}: {rows} predicted rows, but split '{}' holds {split_rows}",
             path.display(),
             self.split
         );
+        Ok(())
+    }
+
+    /// Ranking metrics, and with probabilities their calibration over the (row, label)
+    /// pairs of each row's first k predictions.
+    fn measure_ranking(&self, reader: PredictionReader) -> Result<Metrics> {
+        let (dataset, opts) = (self.dataset, self.opts);
+        let n_train: u64 = dataset.split("train").map_or(0, |s| s.n_rows);
+        let counts = label_counts(&self.train_chunks, dataset.n_labels as usize)?;
+        let inv_prop = inverse_propensity(&counts, n_train, opts.propensity.a, opts.propensity.b);
+        let mut acc = MetricsAccumulator::new(opts.k, inv_prop, opts.labelless)?;
+        let mut pairs = reader.with_probabilities.then(CalibrationAccumulator::new);
+        self.for_each_row(reader, |block, i, labels| {
+            if let (Some(pairs), Some(probs)) = (pairs.as_mut(), block.probabilities(i)) {
+                for (l, &p) in block.labels(i).iter().zip(probs).take(opts.k) {
+                    pairs.add(checked_probability(p)?, labels.contains(l))?;
+                }
+            }
+            acc.add_row(block.labels(i), labels)
+        })?;
+        let mut metrics = acc.finish();
+        metrics.calibration = pairs.map(|p| p.finish());
+        Ok(metrics)
+    }
+
+    /// Binary metrics: each row lists label 0 with p = P(y = 1); its truth is {0} or {}.
+    fn measure_binary(&self, reader: PredictionReader) -> Result<BinaryMetrics> {
+        let mut acc = BinaryAccumulator::new();
+        self.for_each_row(reader, |block, i, labels| {
+            let at = block
+                .labels(i)
+                .iter()
+                .position(|&l| l == 0)
+                .with_context(|| {
+                    format!(
+                        "label 0 (the positive class) is not among the predicted labels {:?}",
+                        block.labels(i)
+                    )
+                })?;
+            let p = block.probabilities(i).context("no probabilities")?[at];
+            let positive = match labels {
+                [] => false,
+                [0] => true,
+                other => {
+                    bail!("true labels {other:?}: a binary dataset's rows have label 0 or none")
+                }
+            };
+            acc.add_row(p, positive)
+        })?;
+        Ok(acc.finish())
+    }
+
+    fn measure_multiclass(&self, reader: PredictionReader) -> Result<MulticlassMetrics> {
+        let mut acc = MulticlassAccumulator::new(self.dataset.n_labels as usize, self.opts.k)?;
+        self.for_each_row(reader, |block, i, labels| {
+            let probs = block.probabilities(i).context("no probabilities")?;
+            acc.add_row(block.labels(i), probs, labels)
+        })?;
         Ok(acc.finish())
     }
 }
@@ -217,11 +395,11 @@ fn resolve_predictions(ws: &Workspace, p: &str) -> PathBuf {
 }
 
 /// The metrics of a completed evaluate run, from the JSON file it registered.
-fn load_metrics(ws: &Workspace, run_id: i64) -> Result<Metrics> {
+fn load_metrics(ws: &Workspace, run_id: i64) -> Result<Evaluation> {
     let file = ws
         .run_file(run_id, ArtifactKind::Metrics)?
         .with_context(|| format!("evaluate run {run_id} registered no metrics"))?;
-    serde_json::from_slice(&file.read()?).with_context(|| format!("parsing {}", file.name()))
+    Evaluation::from_json(&file.read()?).with_context(|| format!("parsing {}", file.name()))
 }
 
 /// The true labels of a split's rows, read chunk by chunk as the row ids advance.

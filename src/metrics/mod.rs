@@ -11,6 +11,11 @@
 //! Predictions are ranked lists of label ids, best first; ties between scores are the
 //! caller's business (the order given is the order scored). The formulas, the
 //! label-less-row policy and the propensity model are in `docs/metrics.md`.
+//!
+//! The submodules measure predicted probabilities: [`calibration`] (Brier, ECE, MCE and the
+//! reliability bins), [`nlp`], [`binary`] (with the AUC) and [`multiclass`] (accuracy,
+//! top-k accuracy, coverage); [`evaluation::Evaluation`] is one evaluation's metrics
+//! whatever its [`task::Task`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,6 +24,16 @@ use std::sync::Arc;
 use anyhow::{bail, ensure, Result};
 
 use crate::store::catalog::MetricRow;
+use calibration::Calibration;
+use fixed::{add_all_i128, from_fixed, ratio, to_fixed};
+
+pub mod binary;
+pub mod calibration;
+pub mod evaluation;
+mod fixed;
+pub mod multiclass;
+pub mod nlp;
+pub mod task;
 
 /// Largest supported `k_max` (coverage stores the best hit rank of a label in a byte).
 pub const MAX_K: usize = 254;
@@ -78,49 +93,10 @@ pub enum LabellessRows {
     Skip,
 }
 
-/// Fixed-point scale of the exact sums: 2⁶⁴ (per-row contributions rounded to 2⁻⁶⁴).
-const SCALE: f64 = 18_446_744_073_709_551_616.0;
-/// Per-row contributions must stay below 2⁶² so that i128 sums have room for 2⁶⁴ of them.
-const MAX_CONTRIBUTION: f64 = 4_611_686_018_427_387_904.0;
-
 /// Coverage code: label not in any test truth seen so far.
 const COV_ABSENT: u8 = 0;
 /// Coverage code: label in some test truth, never correctly predicted within k_max.
 const COV_MISSED: u8 = u8::MAX;
-
-fn to_fixed(v: f64) -> Result<i128> {
-    ensure!(
-        v.is_finite() && v.abs() < MAX_CONTRIBUTION,
-        "metric contribution {v} out of the fixed-point range"
-    );
-    Ok((v * SCALE).round() as i128)
-}
-
-fn from_fixed(s: i128) -> f64 {
-    s as f64 / SCALE
-}
-
-fn ratio(num: f64, den: f64) -> f64 {
-    if den == 0.0 {
-        0.0
-    } else {
-        num / den
-    }
-}
-
-/// Adds `row` into `acc` element-wise, or changes nothing and fails on overflow.
-fn add_all_i128(acc: &mut [i128], row: &[i128]) -> Result<()> {
-    ensure!(
-        acc.iter()
-            .zip(row)
-            .all(|(a, r)| a.checked_add(*r).is_some()),
-        "fixed-point metric sum overflow"
-    );
-    for (a, r) in acc.iter_mut().zip(row) {
-        *a += *r;
-    }
-    Ok(())
-}
 
 /// Streaming accumulator of the metrics over the rows of a split.
 #[derive(Clone, Debug)]
@@ -515,6 +491,7 @@ impl MetricsAccumulator {
             psndcg_at,
             coverage_at,
             covered_labels_at,
+            calibration: None,
         }
     }
 }
@@ -554,6 +531,11 @@ pub struct Metrics {
     pub coverage_at: Vec<f64>,
     /// Distinct test labels correctly predicted within the top k of at least one row.
     pub covered_labels_at: Vec<u64>,
+    /// Calibration of the listed labels' probabilities over (row, label) pairs, when the
+    /// predictions carry them (`pipeline evaluate` sets it). Absent from the JSON otherwise,
+    /// so files of probability-less evaluations are what they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
 }
 
 impl Metrics {
