@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::model::feature_ard::without_weights;
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::params::Params;
-use crate::model::predictive::{probit_probability, MeanUtilities, Predictor};
+use crate::model::predictive::{MeanUtilities, Predictor, ProbabilityRule};
 use crate::projection::RowInputs;
 use crate::store::chunks::CsrChunk;
 use crate::store::npy::NpyMap;
@@ -50,6 +50,8 @@ pub struct Ranker<'p> {
     predictor: Option<Predictor<'p>>,
     /// The means alone, when no probabilities are wanted (weights computed once).
     means: Option<MeanUtilities<'p>>,
+    /// How probabilities are computed from the predictive moments.
+    rule: ProbabilityRule,
 }
 
 impl<'p> Ranker<'p> {
@@ -84,7 +86,14 @@ impl<'p> Ranker<'p> {
             k_tilde,
             predictor,
             means,
+            rule: ProbabilityRule::LogisticProbitApproximation,
         })
+    }
+
+    /// The same ranker writing probabilities by `rule` (by default the probit approximation
+    /// of E[σ(f)], [`ProbabilityRule::LogisticProbitApproximation`]).
+    pub fn with_probability_rule(self, rule: ProbabilityRule) -> Self {
+        Ranker { rule, ..self }
     }
 
     /// The top-k labels of every row of `chunk`, in blocks of `block_rows` rows: (first row
@@ -150,7 +159,7 @@ impl<'p> Ranker<'p> {
                         .iter()
                         .map(|&k| {
                             let k = k as usize;
-                            probit_probability(scores[(i, k)], var[(i, k)]) as f32
+                            self.rule.probability(scores[(i, k)], var[(i, k)]) as f32
                         })
                         .collect();
                     block.push_with_probabilities(row_ids[i], labels, s, &probs);

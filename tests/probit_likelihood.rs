@@ -91,7 +91,10 @@ fn the_default_rule_is_accurate_at_the_variances_training_sees() {
         "Q = 20 vs Q = 120, worst relative error: v = 0.1 {:.1e}, v = 1 {:.1e}, v = 10 {:.1e}",
         worst[0], worst[1], worst[2]
     );
-    assert!(worst[0] < 1e-10 && worst[1] < 1e-6 && worst[2] < 1e-3, "{worst:?}");
+    assert!(
+        worst[0] < 1e-10 && worst[1] < 1e-6 && worst[2] < 1e-3,
+        "{worst:?}"
+    );
 }
 
 #[test]
@@ -104,7 +107,10 @@ fn the_expectation_at_zero_variance_is_log_phi_and_huge_means_do_not_overflow() 
     }
     // m = −40 (log Φ = −804.6), huge variances: finite everywhere, ∂E/∂m ≈ r(−40) ≈ 40.
     let e = lik.expect(1.0, -40.0, 1e4);
-    assert!(e.value.is_finite() && e.d_mean > 0.0 && e.d_var < 0.0, "{e:?}");
+    assert!(
+        e.value.is_finite() && e.d_mean > 0.0 && e.d_var < 0.0,
+        "{e:?}"
+    );
     let e = lik.expect(-1.0, -40.0, 1e-12);
     assert!(e.value.abs() < 1e-300 && e.d_mean.abs() < 1e-300, "{e:?}");
     // Φ itself is the distribution function.
@@ -129,10 +135,21 @@ fn derivatives_are_those_of_the_quadrature_sum() {
                 // Relative, with a floor at the rounding of E over the step.
                 let floor_m = 1e-9 * e.value.abs().max(1.0) / hm;
                 let floor_v = 1e-9 * e.value.abs().max(1.0) / hv;
-                let (rm, rv) = (rel_error(e.d_mean, fd_m, floor_m), rel_error(e.d_var, fd_v, floor_v));
+                let (rm, rv) = (
+                    rel_error(e.d_mean, fd_m, floor_m),
+                    rel_error(e.d_var, fd_v, floor_v),
+                );
                 worst = worst.max(rm).max(rv);
-                assert!(rm <= 1e-6, "∂E/∂m y={y} m={m} v={v}: {} vs {fd_m} ({rm:.1e})", e.d_mean);
-                assert!(rv <= 1e-6, "∂E/∂v y={y} m={m} v={v}: {} vs {fd_v} ({rv:.1e})", e.d_var);
+                assert!(
+                    rm <= 1e-6,
+                    "∂E/∂m y={y} m={m} v={v}: {} vs {fd_m} ({rm:.1e})",
+                    e.d_mean
+                );
+                assert!(
+                    rv <= 1e-6,
+                    "∂E/∂v y={y} m={m} v={v}: {} vs {fd_v} ({rv:.1e})",
+                    e.d_var
+                );
             }
         }
     }
@@ -160,7 +177,9 @@ fn lanes_equal_the_scalar_expectation_bit_for_bit() {
     let lik = BernoulliProbit::new(20).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let n = 37;
-    let y: Vec<f64> = (0..n).map(|i| if i % 3 == 0 { 1.0 } else { -1.0 }).collect();
+    let y: Vec<f64> = (0..n)
+        .map(|i| if i % 3 == 0 { 1.0 } else { -1.0 })
+        .collect();
     let m0: Vec<f64> = (0..n).map(|_| (rng.random::<f64>() - 0.5) * 20.0).collect();
     let v0: Vec<f64> = (0..n).map(|_| rng.random::<f64>() * 4.0).collect();
     let (mut m, mut v, mut e) = (m0.clone(), v0.clone(), vec![0.0; n]);
@@ -210,10 +229,30 @@ fn binary_problem(seed: u64, whitened: bool) -> Problem {
 fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences() {
     let lik = BernoulliProbit::new(20).unwrap();
     let cases = [
-        ("sites, linear, subspace J_p", false, KernelKind::Linear, Factorisation::Subspace),
-        ("sites, SE", false, KernelKind::SquaredExponential, Factorisation::Inducing),
-        ("whitened, SE", true, KernelKind::SquaredExponential, Factorisation::Inducing),
-        ("whitened, linear", true, KernelKind::Linear, Factorisation::Inducing),
+        (
+            "sites, linear, subspace J_p",
+            false,
+            KernelKind::Linear,
+            Factorisation::Subspace,
+        ),
+        (
+            "sites, SE",
+            false,
+            KernelKind::SquaredExponential,
+            Factorisation::Inducing,
+        ),
+        (
+            "whitened, SE",
+            true,
+            KernelKind::SquaredExponential,
+            Factorisation::Inducing,
+        ),
+        (
+            "whitened, linear",
+            true,
+            KernelKind::Linear,
+            Factorisation::Inducing,
+        ),
     ];
     for (label, whitened, kind, factorisation) in cases {
         let pr = binary_problem(21, whitened);
@@ -238,7 +277,10 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
         let fds = central_differences(&pr.params, 2e-5, |q| eval(q).value);
         let linear = kind == KernelKind::Linear;
         let (worst, _) = assert_gradient_matches(&grads, &fds, linear, (1e-4, 1e-6), label);
-        eprintln!("{label}: worst relative error {:.2e} ({})", worst.0, worst.1);
+        eprintln!(
+            "{label}: worst relative error {:.2e} ({})",
+            worst.0, worst.1
+        );
         // The dense all-labels path gives the same bound as the list of every term.
         let dense = evaluate_set(
             kind,
@@ -254,6 +296,9 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
         )
         .unwrap();
         let listed = eval(&pr.params);
-        assert!((dense.value - listed.value).abs() <= 1e-12 * listed.value.abs(), "{label}");
+        assert!(
+            (dense.value - listed.value).abs() <= 1e-12 * listed.value.abs(),
+            "{label}"
+        );
     }
 }

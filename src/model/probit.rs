@@ -239,10 +239,16 @@ mod tests {
             let (l, m, zr) = probit_terms(z);
             // erfc's argument −z/√2 is rounded, and d log erfc(x)/dx ≈ −2x: a few ulps
             // times |z|² of relative error are inherent to Φ(z) from erfc for moderate z.
-            assert!((l - log_cdf).abs() <= 1e-14 * log_cdf.abs(), "log Φ({z}) = {l}");
+            assert!(
+                (l - log_cdf).abs() <= 1e-14 * log_cdf.abs(),
+                "log Φ({z}) = {l}"
+            );
             assert!((m - r).abs() <= 1e-14 * r, "r({z}) = {m}");
             // z + r(z) agrees with the reference where it does not cancel badly.
-            assert!((zr - (z + r)).abs() <= 64.0 * f64::EPSILON * r, "z + r({z})");
+            assert!(
+                (zr - (z + r)).abs() <= 64.0 * f64::EPSILON * r,
+                "z + r({z})"
+            );
         }
         assert_eq!(log_normal_cdf(40.0), 0.0);
         assert_eq!(inverse_mills(40.0), 0.0);

@@ -30,7 +30,7 @@ use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
-use crate::trained::{KernelChoice, Negatives, Retention, TrainConfig};
+use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, TrainConfig};
 
 /// How a training loop runs, beyond the configuration that fixes its numbers.
 pub struct LoopOptions {
@@ -64,6 +64,8 @@ fn frozen(cfg: &TrainConfig, block: Block) -> bool {
         || (cfg.freeze_hyper && block.is_kernel_hyper())
         // ℓ means nothing to the linear kernel; keep it fixed rather than drifting.
         || (cfg.kernel == KernelChoice::Linear && block == Block::LogEll)
+        // Independent GPs: Φ = I is the model, not a starting point.
+        || (cfg.latent == LatentChoice::Independent && block == Block::Phi)
 }
 
 /// `--release-hyper-after E0`: the kernel hyperparameters are frozen in epochs 0..E0 and
@@ -346,10 +348,22 @@ impl Trainer<'_> {
         self.pool
             .install(|| match &features {
                 None => evaluate_set(
-                    setup.kind, params, &x, &terms, &setup.lik, &eval_opts, scratch,
+                    setup.kind,
+                    params,
+                    &x,
+                    &terms,
+                    &*setup.lik,
+                    &eval_opts,
+                    scratch,
                 ),
                 Some(fx) => evaluate_features(
-                    setup.kind, params, fx, &terms, &setup.lik, &eval_opts, scratch,
+                    setup.kind,
+                    params,
+                    fx,
+                    &terms,
+                    &*setup.lik,
+                    &eval_opts,
+                    scratch,
                 ),
             })
             .with_context(|| {
