@@ -2,7 +2,7 @@
 //! moments, partial selection of each row's best labels. Shared by the predict stage and
 //! the trainer's held-out evaluation.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use faer::Mat;
 use rayon::prelude::*;
 
@@ -122,6 +122,40 @@ impl<'p> Ranker<'p> {
                 ))
             })
             .collect()
+    }
+
+    /// The rule the ranker turns predictive moments into probabilities with.
+    pub fn probability_rule(&self) -> &ProbabilityRule {
+        &self.rule
+    }
+
+    /// The predictive moments (f̄, v) of `label` at every row of `chunk`; needs a ranker
+    /// opened with probabilities. Uses the current rayon pool.
+    pub fn label_moments(
+        &self,
+        chunk: &CsrChunk,
+        label: usize,
+        block_rows: usize,
+    ) -> Result<Vec<(f64, f64)>> {
+        let predictor = self
+            .predictor
+            .as_ref()
+            .context("internal: probabilities of a ranker opened without them")?;
+        let rows = self.inputs.of_chunk(chunk);
+        let mut out = Vec::with_capacity(chunk.len());
+        for start in (0..chunk.len()).step_by(block_rows.max(1)) {
+            let end = (start + block_rows).min(chunk.len());
+            let kxx = rows.block(start, end)?;
+            let sq = self.inputs.sq_norms(chunk, start, end);
+            let x = BasisInputs {
+                kxx_b: kxx.as_ref(),
+                sq_norms: &sq,
+                k_tilde: self.k_tilde.as_ref(),
+            };
+            let (mean, var) = predictor.mean_and_variance(&x);
+            out.extend((0..end - start).map(|i| (mean[(i, label)], var[(i, label)])));
+        }
+        Ok(out)
     }
 
     /// The top-k labels (and probabilities, if wanted) of the rows of `x`.

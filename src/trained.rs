@@ -11,7 +11,7 @@ use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::optim::AdamConfig;
 use crate::model::params::QForm;
-use crate::model::predictive::ProbabilityRule;
+use crate::model::predictive::{ProbabilityRule, LOGISTIC_PREDICTIVE_POINTS};
 use crate::model::probit::BernoulliProbit;
 use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
 use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
@@ -535,14 +535,14 @@ impl TrainConfig {
     }
 
     /// How `predict --probabilities` turns q(f) = N(f̄, v) into p(y = 1): exactly
-    /// Φ(f̄/√(1 + v)) for the probit likelihood; E[σ(f)] by the run's Gauss–Hermite rule for
+    /// Φ(f̄/√(1 + v)) for the probit likelihood; E[σ(f)] by a 100-point Gauss–Hermite rule for
     /// a binary logistic run; the probit approximation of E[σ(f)] for a multi-label logistic
     /// run (what predict has always written there).
     pub fn probability_rule(&self) -> Result<ProbabilityRule> {
         Ok(match (self.likelihood, self.task) {
             (LikelihoodChoice::Probit, _) => ProbabilityRule::ProbitExact,
             (LikelihoodChoice::Logistic, TaskChoice::Binary) => {
-                ProbabilityRule::logistic_quadrature(self.quadrature)?
+                ProbabilityRule::logistic_quadrature(LOGISTIC_PREDICTIVE_POINTS)?
             }
             (LikelihoodChoice::Logistic, TaskChoice::Multilabel) => {
                 ProbabilityRule::LogisticProbitApproximation

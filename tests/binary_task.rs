@@ -258,6 +258,8 @@ fn binary_probit_with_independent_gps_trains_predicts_and_has_the_exact_bound() 
             "--latent",
             "independent",
             "--no-final-elbo",
+            "--eval-every",
+            "10",
         ],
     );
     let params = run_params(&ws, id);
@@ -284,6 +286,20 @@ fn binary_probit_with_independent_gps_trains_predicts_and_has_the_exact_bound() 
     let acc = accuracy(&rows, &p.test_classes);
     eprintln!("binary probit, independent GP: test accuracy {acc:.3}");
     assert!(acc >= 0.9, "accuracy {acc}");
+    // --eval-every records a binary run's held-out accuracy and mean NLP per epoch; the
+    // last equals the accuracy of the predictions (the same parameters).
+    let held_acc = metrics(&ws, id, "accuracy");
+    let held_nlp = metrics(&ws, id, "nlp");
+    let epochs: Vec<i64> = held_acc.iter().map(|m| m.0).collect();
+    assert_eq!(epochs, [10, 20, 30]);
+    assert_eq!(held_nlp.len(), 3);
+    let (last_acc, last_nlp) = (f64::from_bits(held_acc[2].1), f64::from_bits(held_nlp[2].1));
+    eprintln!("held-out at epoch 30: accuracy {last_acc:.3}, mean NLP {last_nlp:.4}");
+    assert!(
+        (last_acc - acc).abs() <= 1.0 / TEST_ROWS as f64,
+        "{last_acc} vs {acc}"
+    );
+    assert!(last_nlp > 0.0 && last_nlp < 0.3, "mean NLP {last_nlp}");
 
     // pipeline elbo: the streamed exact bound equals the one-batch sum.
     let last = *checkpoints(&ws, id).keys().last().unwrap();
