@@ -424,7 +424,14 @@ fn independent_gps_keep_phi_exactly_the_identity_with_thirty_labels() {
 #[test]
 fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
     let p = Prepared::new();
-    let extra = ["--likelihood", "probit", "--epochs", "4"];
+    let extra = [
+        "--likelihood",
+        "probit",
+        "--latent",
+        "independent",
+        "--epochs",
+        "4",
+    ];
     let (ws_a, ws_b, ws_cut) = (p.copy("a"), p.copy("b"), p.copy("cut"));
     let run_a = train(&ws_a, &extra);
     let run_b = train(&ws_b, &extra);
@@ -471,6 +478,12 @@ fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_byte
     let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
+    let phi = read_ckpt(&ws_cut, id, 32).params.phi;
+    assert_eq!(
+        phi[(0, 0)].to_bits(),
+        1.0f64.to_bits(),
+        "Φ = I after the resume"
+    );
     assert_eq!(
         metrics(&ws_cut, id, "elbo_exact"),
         metrics(&ws_a, run_a, "elbo_exact")
