@@ -2,14 +2,14 @@
 //! moments, partial selection of each row's best labels. Shared by the predict stage and
 //! the trainer's held-out evaluation.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use faer::Mat;
 use rayon::prelude::*;
 
 use crate::model::feature_ard::without_weights;
 use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::params::Params;
-use crate::model::predictive::{probit_probability, MeanUtilities, Predictor};
+use crate::model::predictive::{MeanUtilities, Predictor, ProbabilityRule};
 use crate::projection::RowInputs;
 use crate::store::chunks::CsrChunk;
 use crate::store::npy::NpyMap;
@@ -50,6 +50,8 @@ pub struct Ranker<'p> {
     predictor: Option<Predictor<'p>>,
     /// The means alone, when no probabilities are wanted (weights computed once).
     means: Option<MeanUtilities<'p>>,
+    /// How probabilities are computed from the predictive moments.
+    rule: ProbabilityRule,
 }
 
 impl<'p> Ranker<'p> {
@@ -84,7 +86,14 @@ impl<'p> Ranker<'p> {
             k_tilde,
             predictor,
             means,
+            rule: ProbabilityRule::LogisticProbitApproximation,
         })
+    }
+
+    /// The same ranker writing probabilities by `rule` (by default the probit approximation
+    /// of E[σ(f)], [`ProbabilityRule::LogisticProbitApproximation`]).
+    pub fn with_probability_rule(self, rule: ProbabilityRule) -> Self {
+        Ranker { rule, ..self }
     }
 
     /// The top-k labels of every row of `chunk`, in blocks of `block_rows` rows: (first row
@@ -113,6 +122,40 @@ impl<'p> Ranker<'p> {
                 ))
             })
             .collect()
+    }
+
+    /// The rule the ranker turns predictive moments into probabilities with.
+    pub fn probability_rule(&self) -> &ProbabilityRule {
+        &self.rule
+    }
+
+    /// The predictive moments (f̄, v) of `label` at every row of `chunk`; needs a ranker
+    /// opened with probabilities. Uses the current rayon pool.
+    pub fn label_moments(
+        &self,
+        chunk: &CsrChunk,
+        label: usize,
+        block_rows: usize,
+    ) -> Result<Vec<(f64, f64)>> {
+        let predictor = self
+            .predictor
+            .as_ref()
+            .context("internal: probabilities of a ranker opened without them")?;
+        let rows = self.inputs.of_chunk(chunk);
+        let mut out = Vec::with_capacity(chunk.len());
+        for start in (0..chunk.len()).step_by(block_rows.max(1)) {
+            let end = (start + block_rows).min(chunk.len());
+            let kxx = rows.block(start, end)?;
+            let sq = self.inputs.sq_norms(chunk, start, end);
+            let x = BasisInputs {
+                kxx_b: kxx.as_ref(),
+                sq_norms: &sq,
+                k_tilde: self.k_tilde.as_ref(),
+            };
+            let (mean, var) = predictor.mean_and_variance(&x);
+            out.extend((0..end - start).map(|i| (mean[(i, label)], var[(i, label)])));
+        }
+        Ok(out)
     }
 
     /// The top-k labels (and probabilities, if wanted) of the rows of `x`.
@@ -150,7 +193,7 @@ impl<'p> Ranker<'p> {
                         .iter()
                         .map(|&k| {
                             let k = k as usize;
-                            probit_probability(scores[(i, k)], var[(i, k)]) as f32
+                            self.rule.probability(scores[(i, k)], var[(i, k)]) as f32
                         })
                         .collect();
                     block.push_with_probabilities(row_ids[i], labels, s, &probs);

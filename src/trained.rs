@@ -8,8 +8,11 @@ use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::model::kernel::KernelKind;
+use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::optim::AdamConfig;
 use crate::model::params::QForm;
+use crate::model::predictive::{ProbabilityRule, LOGISTIC_PREDICTIVE_POINTS};
+use crate::model::probit::BernoulliProbit;
 use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
 use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
 use crate::store::integrity::Registered;
@@ -215,6 +218,143 @@ impl FromStr for InducingInputs {
     }
 }
 
+/// `--likelihood logistic|probit`: the Bernoulli likelihood's link, p(y | f) = σ(y f)
+/// (the paper's, the default) or Φ(y f) (`docs/likelihood.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LikelihoodChoice {
+    #[default]
+    Logistic,
+    Probit,
+}
+
+impl LikelihoodChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 2] = ["logistic", "probit"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LikelihoodChoice::Logistic => "logistic",
+            LikelihoodChoice::Probit => "probit",
+        }
+    }
+
+    /// Whether this is the default (left out of a configuration's JSON).
+    pub fn is_logistic(&self) -> bool {
+        *self == LikelihoodChoice::Logistic
+    }
+
+    /// The likelihood with a `points`-point Gauss–Hermite rule.
+    pub fn build(self, points: usize) -> Result<Box<dyn Likelihood>> {
+        Ok(match self {
+            LikelihoodChoice::Logistic => Box::new(BernoulliLogistic::new(points)?),
+            LikelihoodChoice::Probit => Box::new(BernoulliProbit::new(points)?),
+        })
+    }
+}
+
+/// `--task multilabel|binary`: what the labels mean. `binary` is one label (L = 1, label 0
+/// the positive class, every other row negative) with every row a term; `multilabel` is
+/// today's (`docs/model.md`, "Tasks and latent functions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskChoice {
+    #[default]
+    Multilabel,
+    Binary,
+}
+
+impl TaskChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 2] = ["multilabel", "binary"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskChoice::Multilabel => "multilabel",
+            TaskChoice::Binary => "binary",
+        }
+    }
+
+    /// Whether this is the default (left out of a configuration's JSON).
+    pub fn is_multilabel(&self) -> bool {
+        *self == TaskChoice::Multilabel
+    }
+}
+
+/// `--latent factor|independent`: the utilities f = Φ g + b of P latent GPs with Φ [K×P]
+/// trained (the paper's factor model, the default), or K independent GPs sharing the
+/// inducing inputs, P = K and Φ = I kept fixed (`docs/model.md`, "Tasks and latent
+/// functions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LatentChoice {
+    #[default]
+    Factor,
+    Independent,
+}
+
+impl LatentChoice {
+    /// Every name `FromStr` accepts.
+    pub const NAMES: [&'static str; 2] = ["factor", "independent"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LatentChoice::Factor => "factor",
+            LatentChoice::Independent => "independent",
+        }
+    }
+
+    /// Whether this is the default (left out of a configuration's JSON).
+    pub fn is_factor(&self) -> bool {
+        *self == LatentChoice::Factor
+    }
+}
+
+/// `FromStr` by the names of a choice: `NAMES` paired with the values in the same order.
+fn parse_choice<T: Copy>(s: &str, names: &[&str], values: &[T]) -> Result<T, String> {
+    names
+        .iter()
+        .position(|n| *n == s)
+        .map(|i| values[i])
+        .ok_or_else(|| format!("expected one of {}, found {s:?}", names.join(", ")))
+}
+
+impl FromStr for LikelihoodChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_choice(
+            s,
+            &Self::NAMES,
+            &[LikelihoodChoice::Logistic, LikelihoodChoice::Probit],
+        )
+    }
+}
+
+impl FromStr for TaskChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_choice(
+            s,
+            &Self::NAMES,
+            &[TaskChoice::Multilabel, TaskChoice::Binary],
+        )
+    }
+}
+
+impl FromStr for LatentChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_choice(
+            s,
+            &Self::NAMES,
+            &[LatentChoice::Factor, LatentChoice::Independent],
+        )
+    }
+}
+
 /// `--negatives all|COUNT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -368,6 +508,16 @@ pub struct TrainConfig {
     /// absent from the JSON at the default, `subspace`.
     #[serde(default, skip_serializing_if = "InducingInputs::is_default")]
     pub inducing_inputs: InducingInputs,
+    /// `--likelihood`: absent from the JSON at the default, `logistic`.
+    #[serde(default, skip_serializing_if = "LikelihoodChoice::is_logistic")]
+    pub likelihood: LikelihoodChoice,
+    /// `--task`: absent from the JSON at the default, `multilabel` (`evaluate` reads the
+    /// key `task` of a training run's params to choose its metrics).
+    #[serde(default, skip_serializing_if = "TaskChoice::is_multilabel")]
+    pub task: TaskChoice,
+    /// `--latent`: absent from the JSON at the default, `factor`.
+    #[serde(default, skip_serializing_if = "LatentChoice::is_factor")]
+    pub latent: LatentChoice,
 }
 
 impl TrainConfig {
@@ -382,6 +532,22 @@ impl TrainConfig {
 
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("config serialises")
+    }
+
+    /// How `predict --probabilities` turns q(f) = N(f̄, v) into p(y = 1): exactly
+    /// Φ(f̄/√(1 + v)) for the probit likelihood; E[σ(f)] by a 100-point Gauss–Hermite rule for
+    /// a binary logistic run; the probit approximation of E[σ(f)] for a multi-label logistic
+    /// run (what predict has always written there).
+    pub fn probability_rule(&self) -> Result<ProbabilityRule> {
+        Ok(match (self.likelihood, self.task) {
+            (LikelihoodChoice::Probit, _) => ProbabilityRule::ProbitExact,
+            (LikelihoodChoice::Logistic, TaskChoice::Binary) => {
+                ProbabilityRule::logistic_quadrature(LOGISTIC_PREDICTIVE_POINTS)?
+            }
+            (LikelihoodChoice::Logistic, TaskChoice::Multilabel) => {
+                ProbabilityRule::LogisticProbitApproximation
+            }
+        })
     }
 
     /// The run's `--inducing-inputs`, with `fixed-subspace` for a subspace run with A frozen.
@@ -604,7 +770,43 @@ mod tests {
             release_hyper_after: None,
             q_form: QFormChoice::Sites,
             inducing_inputs: InducingInputs::Subspace,
+            likelihood: LikelihoodChoice::Logistic,
+            task: TaskChoice::Multilabel,
+            latent: LatentChoice::Factor,
         }
+    }
+
+    #[test]
+    fn likelihood_task_and_latent_are_omitted_at_their_defaults_and_read_back() {
+        let json = config(None).to_json();
+        for key in ["likelihood", "task", "latent"] {
+            assert!(json.get(key).is_none(), "{key} in {json}");
+        }
+        let c = TrainConfig {
+            likelihood: LikelihoodChoice::Probit,
+            task: TaskChoice::Binary,
+            latent: LatentChoice::Independent,
+            ..config(None)
+        };
+        let json = c.to_json();
+        assert_eq!(json["likelihood"], "probit");
+        assert_eq!(json["task"], "binary");
+        assert_eq!(json["latent"], "independent");
+        let back: TrainConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(back, c);
+        for name in LikelihoodChoice::NAMES {
+            assert_eq!(name.parse::<LikelihoodChoice>().unwrap().name(), name);
+        }
+        for name in TaskChoice::NAMES {
+            assert_eq!(name.parse::<TaskChoice>().unwrap().name(), name);
+        }
+        for name in LatentChoice::NAMES {
+            assert_eq!(name.parse::<LatentChoice>().unwrap().name(), name);
+        }
+        let err = "multiclass".parse::<TaskChoice>().unwrap_err();
+        assert!(err.contains("multilabel, binary"), "{err}");
+        assert!("logit".parse::<LikelihoodChoice>().is_err());
+        assert!("shared".parse::<LatentChoice>().is_err());
     }
 
     #[test]

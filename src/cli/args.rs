@@ -23,7 +23,10 @@ use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
-use crate::trained::{ArdChoice, InducingInputs, KernelChoice, Negatives, QFormChoice, Retention};
+use crate::trained::{
+    ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives,
+    QFormChoice, Retention, TaskChoice,
+};
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
 /// them, the enum's own parser turns the checked text into the value.
@@ -460,6 +463,21 @@ pub struct TrainFlags {
     #[arg(long, default_value = "sites",
           value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
     pub q_form: QFormChoice,
+    /// The Bernoulli likelihood: logistic, p(y|f) = σ(y f), or probit, Φ(y f)
+    /// (docs/likelihood.md).
+    #[arg(long, default_value = "logistic",
+          value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
+    pub likelihood: LikelihoodChoice,
+    /// The task: multilabel, or binary (a dataset with one label, label 0 the positive
+    /// class; every row is a term, so --negatives stays all).
+    #[arg(long, default_value = "multilabel",
+          value_parser = one_of::<TaskChoice>(&TaskChoice::NAMES))]
+    pub task: TaskChoice,
+    /// Latent functions: factor (f = Φ g + b with P GPs, Φ trained) or independent (one GP
+    /// per label sharing the inducing inputs: P = K, Φ = I fixed; --factors left out).
+    #[arg(long, default_value = "factor",
+          value_parser = one_of::<LatentChoice>(&LatentChoice::NAMES))]
+    pub latent: LatentChoice,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
     /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
     #[arg(long)]
@@ -588,6 +606,9 @@ impl TrainFlags {
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
+            likelihood: self.likelihood,
+            task: self.task,
+            latent: self.latent,
             given: BTreeSet::new(),
         }
     }

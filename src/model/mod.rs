@@ -15,6 +15,7 @@ pub mod objective;
 pub mod optim;
 pub mod params;
 pub mod predictive;
+pub mod probit;
 pub mod quadrature;
 pub mod scratch;
 pub mod subspace;

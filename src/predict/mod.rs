@@ -20,6 +20,7 @@ use serde_json::json;
 use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
 use crate::model::params::Params;
+use crate::model::predictive::ProbabilityRule;
 use crate::scoring::{model_inputs, Ranker};
 use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
@@ -29,7 +30,7 @@ use crate::store::npy::NpyMap;
 use crate::store::predictions::{uncompressed_bytes, PredictionBlock, PredictionWriter};
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
-use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
+use crate::trained::{load_run_checkpoint, SvdFiles, TaskChoice, TrainConfig};
 
 /// What `pipeline predict` computes.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,7 +44,8 @@ pub struct PredictOptions {
     pub top_k: usize,
     /// Rows scored together (memory: rows × labels f64 scores).
     pub block_rows: usize,
-    /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).
+    /// Also write the predictive probabilities p(y = 1) of the kept labels, by the rule of
+    /// the run's likelihood and task (`TrainConfig::probability_rule`).
     pub probabilities: bool,
     /// Worker threads (None: the training run's count).
     pub threads: Option<usize>,
@@ -74,6 +76,15 @@ impl PredictOptions {
     }
 }
 
+/// The options of a prediction with a binary run: its one label kept for every row
+/// (`--top-k` becomes 1, whatever was asked, since L = 1); None for other runs.
+fn binary_options(config: &TrainConfig, opts: &PredictOptions) -> Option<PredictOptions> {
+    (config.task == TaskChoice::Binary && opts.top_k != 1).then(|| PredictOptions {
+        top_k: 1,
+        ..opts.clone()
+    })
+}
+
 /// A predictions file.
 #[derive(Debug, Clone)]
 pub struct PredictedFile {
@@ -97,6 +108,8 @@ pub fn run_on(
 ) -> Result<Outcome<Option<PredictedFile>>> {
     opts.validate()?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
+    let binary = binary_options(&config, opts);
+    let opts = binary.as_ref().unwrap_or(opts);
     let dataset = config.dataset_row(ws)?;
     let files: Vec<Registered> = ws
         .split_chunks(&dataset, &opts.split)?
@@ -109,7 +122,7 @@ pub fn run_on(
         opts.top_k,
         dataset.n_labels
     );
-    let params = json!({
+    let mut params = json!({
         "train_run": opts.run,
         "checkpoint_step": ckpt_row.step,
         "checkpoint_checksum": ckpt_row.checksum,
@@ -117,6 +130,12 @@ pub fn run_on(
         "top_k": opts.top_k,
         "probabilities": opts.probabilities,
     });
+    let rule = config.probability_rule()?;
+    if opts.probabilities && rule != ProbabilityRule::LogisticProbitApproximation {
+        // Recorded when it is not the rule predict has always used (whose runs' params,
+        // and so their lookups, stay as they were).
+        params["predictive"] = json!(rule.name());
+    }
     let cached = |done: &RunRow| {
         let art = ws
             .catalog
@@ -212,7 +231,8 @@ impl Job<'_> {
             unweighted.as_ref().unwrap_or(self.params),
             opts.probabilities,
         )
-        .with_context(scoring)?;
+        .with_context(scoring)?
+        .with_probability_rule(self.config.probability_rule()?);
         let started = Instant::now();
         let mut rows = 0u64;
         let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {

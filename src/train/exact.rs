@@ -63,7 +63,7 @@ pub fn exact_bound(
                 fx.check(&params.kernel.log_features)?;
                 let warp = FeatureWarp::new(&params.kernel.log_features, &fx);
                 let x = warp.inputs();
-                expected_loglik(setup.kind, plain, &x, &terms, &setup.lik, scratch)?
+                expected_loglik(setup.kind, plain, &x, &terms, &*setup.lik, scratch)?
             }
             _ => {
                 let x = BasisInputs {
@@ -71,7 +71,7 @@ pub fn exact_bound(
                     sq_norms: &batch.sq_norms,
                     k_tilde: setup.k_tilde.as_ref(),
                 };
-                expected_loglik(setup.kind, params, &x, &terms, &setup.lik, scratch)?
+                expected_loglik(setup.kind, params, &x, &terms, &*setup.lik, scratch)?
             }
         };
     }

@@ -19,6 +19,14 @@ use crate::trained::SvdFiles;
 /// Metrics at k = 1..HELD_OUT_K during training.
 const HELD_OUT_K: usize = 5;
 
+/// What `--eval-every` records for a binary run: the share of rows classified right and the
+/// mean negative log predictive probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BinaryFigures {
+    pub accuracy: f64,
+    pub nlp: f64,
+}
+
 /// The held-out split `--eval-every` ranks, with the inverse propensities of the labels.
 pub struct HeldOut {
     pub every: u64,
@@ -50,6 +58,43 @@ impl HeldOut {
             n_features: dataset.n_features,
             in_features: setup.config.inducing_inputs.in_features(),
             inv_prop: inv_prop.into(),
+        })
+    }
+
+    /// A binary run's held-out figures under `params`: accuracy (p(y = 1) > ½ against the
+    /// class) and the mean negative log predictive probability −log p(y_i), p by the run's
+    /// likelihood and task (`TrainConfig::probability_rule`), in f64. A row with
+    /// p(y) = ½ exactly counts as wrong.
+    pub fn evaluate_binary(&self, setup: &Setup, params: &Params) -> Result<BinaryFigures> {
+        let (inputs, k_tilde, unweighted) =
+            model_inputs(&self.basis, self.n_features, self.in_features, params)?;
+        let ranker = Ranker::open(
+            inputs,
+            k_tilde,
+            setup.kind,
+            unweighted.as_ref().unwrap_or(params),
+            true,
+        )?
+        .with_probability_rule(setup.config.probability_rule()?);
+        let (mut right, mut nlp_sum, mut rows) = (0u64, 0.0, 0u64);
+        for file in &self.files {
+            let chunk = read_registered_chunk(file)?;
+            let moments = ranker.label_moments(&chunk, 0, 1024)?;
+            for (r, &(mean, var)) in moments.iter().enumerate() {
+                let positive = chunk.label_offsets[r + 1] > chunk.label_offsets[r];
+                // p(y) = rule(y f̄, v): every rule is symmetric (1 − E[σ(f)] = E[σ(−f)],
+                // 1 − Φ(t) = Φ(−t)), and this keeps p(y = −1) accurate where p(y = 1) ≈ 1.
+                let y = if positive { 1.0 } else { -1.0 };
+                let p = ranker.probability_rule().probability(y * mean, var);
+                right += u64::from(p > 0.5);
+                nlp_sum -= p.ln();
+                rows += 1;
+            }
+        }
+        let n = rows.max(1) as f64;
+        Ok(BinaryFigures {
+            accuracy: right as f64 / n,
+            nlp: nlp_sum / n,
         })
     }
 

@@ -12,8 +12,8 @@ use crate::store::catalog::StageKind;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
-    newest_svd_run, ArdChoice, InducingInputs, KernelChoice, Negatives, QFormChoice, Retention,
-    Steering, SvdFiles, TrainConfig,
+    newest_svd_run, ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice,
+    Negatives, QFormChoice, Retention, Steering, SvdFiles, TaskChoice, TrainConfig,
 };
 
 /// Options of a training run. The defaults are the command line's.
@@ -72,6 +72,12 @@ pub struct TrainOptions {
     pub release_hyper_after: Option<u64>,
     /// The q(u) form (`--q-form`).
     pub q_form: QFormChoice,
+    /// The Bernoulli likelihood's link (`--likelihood`).
+    pub likelihood: LikelihoodChoice,
+    /// `--task`: binary needs a dataset with one label.
+    pub task: TaskChoice,
+    /// `--latent`: independent GPs (P = K, Φ = I fixed) or the factor model.
+    pub latent: LatentChoice,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -111,6 +117,9 @@ impl Default for TrainOptions {
             ard: ArdChoice::None,
             release_hyper_after: None,
             q_form: QFormChoice::Sites,
+            likelihood: LikelihoodChoice::Logistic,
+            task: TaskChoice::Multilabel,
+            latent: LatentChoice::Factor,
             given: BTreeSet::new(),
         }
     }
@@ -134,7 +143,7 @@ impl TrainOptions {
             svd_run,
             kernel: self.kernel,
             inducing: self.inducing.unwrap_or(a_rows),
-            factors: self.factors,
+            factors: self.latent_functions(dataset.n_labels as usize)?,
             batch: self.batch,
             epochs: self.epochs,
             lr: self.lr,
@@ -154,10 +163,30 @@ impl TrainOptions {
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
             inducing_inputs: self.stored_inducing_inputs(),
+            likelihood: self.likelihood,
+            task: self.task,
+            latent: self.latent,
         };
+        check_task(&config, name, dataset.n_labels)?;
         check_limits(&config)?;
         check_q_form(&config, rank)?;
         Ok(config)
+    }
+
+    /// P, the number of latent GPs: `--factors`, or with `--latent independent` the K labels
+    /// (`--factors` may then only be left out or equal K).
+    fn latent_functions(&self, n_labels: usize) -> Result<usize> {
+        if self.latent == LatentChoice::Factor {
+            return Ok(self.factors);
+        }
+        ensure!(
+            !self.given.contains("factors") || self.factors == n_labels,
+            "--factors {} with --latent independent: that is one GP per label, P = K = \
+             {n_labels} for this dataset; leave --factors out (or give {n_labels}), or use \
+             --latent factor",
+            self.factors
+        );
+        Ok(n_labels)
     }
 
     /// Whether the inducing inputs stay at their initial value: `--freeze-a`, or an
@@ -233,6 +262,17 @@ impl TrainOptions {
                 )
             },
         );
+        c.check(
+            !(self.task == TaskChoice::Binary && self.negatives != Negatives::All),
+            "negatives",
+            || {
+                format!(
+                    "{} with --task binary: a binary problem has one label, so every row is \
+                     one term (positive or negative) and --negatives all is the only choice",
+                    self.negatives
+                )
+            },
+        );
         c.check(self.checkpoint_every >= 1, "checkpoint-every", || {
             "must be ≥ 1".into()
         });
@@ -265,6 +305,25 @@ fn check_q_form(config: &TrainConfig, rank: usize) -> Result<()> {
          Use --q-form whitened, or --kernel se",
         config.inducing
     );
+    Ok(())
+}
+
+/// `--task binary` is a dataset with one label (L = 1: label 0 the positive class, the
+/// rows without it the negative class), every row a term.
+fn check_task(config: &TrainConfig, dataset: &str, n_labels: u64) -> Result<()> {
+    if config.task == TaskChoice::Binary {
+        ensure!(
+            n_labels == 1,
+            "--task binary needs a dataset with one label (L = 1: label 0 the positive class, \
+             rows without it negative); dataset '{dataset}' has {n_labels} labels. Use --task \
+             multilabel, or ingest the binary problem (a LIBSVM file of ±1 labels)"
+        );
+        ensure!(
+            config.negatives == Negatives::All,
+            "--negatives {} with --task binary: every row is one term, use --negatives all",
+            config.negatives
+        );
+    }
     Ok(())
 }
 

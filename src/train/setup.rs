@@ -11,7 +11,7 @@ use super::batches::{RowView, Source};
 use super::init;
 use crate::model::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
-use crate::model::likelihood::BernoulliLogistic;
+use crate::model::likelihood::Likelihood;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
 use crate::projection::{basis_gram, identity_gram};
@@ -22,7 +22,7 @@ use crate::store::chunks::{label_counts, read_registered_chunk};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
-use crate::trained::{ArdChoice, InducingInputs, SvdFiles, TrainConfig};
+use crate::trained::{ArdChoice, InducingInputs, LatentChoice, SvdFiles, TrainConfig};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -39,7 +39,8 @@ pub fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
 pub struct Setup {
     pub config: TrainConfig,
     pub kind: KernelKind,
-    pub lik: BernoulliLogistic,
+    /// The likelihood of `config.likelihood` with `config.quadrature` points.
+    pub lik: Box<dyn Likelihood>,
     pub source: Arc<Source>,
     spans: Vec<batches::ChunkSpan>,
     /// K_X̃ = X̃X̃ᵀ [R×R].
@@ -112,7 +113,7 @@ impl Setup {
         };
         Ok(Setup {
             kind: config.kernel.kind(),
-            lik: BernoulliLogistic::new(config.quadrature)?,
+            lik: config.likelihood.build(config.quadrature)?,
             n_labels: dataset.n_labels as usize,
             n_rows: source.n_rows as u64,
             source: Arc::new(source),
@@ -186,7 +187,7 @@ impl Setup {
                 init::InducingInit::InputSpace(self.dense_rows(&rows)?)
             }
         };
-        let params = init::initial_params(&init::InitInputs {
+        let mut params = init::initial_params(&init::InitInputs {
             kind: self.kind,
             inducing_init,
             inducing: self.config.inducing,
@@ -198,6 +199,10 @@ impl Setup {
             feature_weights: self.feature_basis.as_ref().map_or(0, |b| b.ncols()),
             seed: self.config.seed,
         })?;
+        if self.config.latent == LatentChoice::Independent {
+            // One GP per label: Φ = I [K×K] (P = K), never trained.
+            params.phi = Mat::identity(self.n_labels, self.n_labels);
+        }
         init::with_q_form(
             params,
             self.config.q_form.form(),

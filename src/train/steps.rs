@@ -30,7 +30,7 @@ use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
-use crate::trained::{KernelChoice, Negatives, Retention, TrainConfig};
+use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, TaskChoice, TrainConfig};
 
 /// How a training loop runs, beyond the configuration that fixes its numbers.
 pub struct LoopOptions {
@@ -64,6 +64,8 @@ fn frozen(cfg: &TrainConfig, block: Block) -> bool {
         || (cfg.freeze_hyper && block.is_kernel_hyper())
         // ℓ means nothing to the linear kernel; keep it fixed rather than drifting.
         || (cfg.kernel == KernelChoice::Linear && block == Block::LogEll)
+        // Independent GPs: Φ = I is the model, not a starting point.
+        || (cfg.latent == LatentChoice::Independent && block == Block::Phi)
 }
 
 /// `--release-hyper-after E0`: the kernel hyperparameters are frozen in epochs 0..E0 and
@@ -346,10 +348,22 @@ impl Trainer<'_> {
         self.pool
             .install(|| match &features {
                 None => evaluate_set(
-                    setup.kind, params, &x, &terms, &setup.lik, &eval_opts, scratch,
+                    setup.kind,
+                    params,
+                    &x,
+                    &terms,
+                    &*setup.lik,
+                    &eval_opts,
+                    scratch,
                 ),
                 Some(fx) => evaluate_features(
-                    setup.kind, params, fx, &terms, &setup.lik, &eval_opts, scratch,
+                    setup.kind,
+                    params,
+                    fx,
+                    &terms,
+                    &*setup.lik,
+                    &eval_opts,
+                    scratch,
                 ),
             })
             .with_context(|| {
@@ -473,6 +487,34 @@ impl Trainer<'_> {
         Ok(())
     }
 
+    /// A binary run's held-out accuracy and mean negative log predictive probability,
+    /// recorded as the metrics `accuracy` and `nlp` of the epoch on the split.
+    fn evaluate_held_out_binary(
+        &self,
+        run: &StageRun<'_>,
+        h: &HeldOut,
+        epoch_no: i64,
+    ) -> Result<()> {
+        let t = Instant::now();
+        let (setup, params) = (self.setup, &self.params);
+        let f = self.pool.install(|| h.evaluate_binary(setup, params))?;
+        let row = |name: &str, value: f64| MetricRow {
+            split: Some(h.split.clone()),
+            ..metric(name, value, Some(epoch_no))
+        };
+        self.ws
+            .catalog
+            .record_metrics(run.id, &[row("accuracy", f.accuracy), row("nlp", f.nlp)])?;
+        self.log(&format!(
+            "epoch {epoch_no}: '{}' accuracy {:.2} %, mean NLP {:.4} ({:.1} s)",
+            h.split,
+            100.0 * f.accuracy,
+            f.nlp,
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
     /// The state after an epoch's end: a complete epoch moves it to the next one.
     fn next_epoch(&mut self, complete: bool) {
         if complete {
@@ -487,6 +529,9 @@ impl Trainer<'_> {
     }
 
     fn evaluate_held_out(&self, run: &StageRun<'_>, h: &HeldOut, epoch_no: i64) -> Result<()> {
+        if self.setup.config.task == TaskChoice::Binary {
+            return self.evaluate_held_out_binary(run, h, epoch_no);
+        }
         let t = Instant::now();
         let (setup, params) = (self.setup, &self.params);
         let m = self.pool.install(|| h.evaluate(setup, params))?;
