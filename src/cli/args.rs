@@ -10,7 +10,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
-use crate::evaluate::{EvaluateOptions, TaskChoice};
+use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
@@ -714,9 +714,9 @@ pub struct EvaluateArgs {
     /// Which metrics: `auto` is the training run's task (multilabel when it recorded none);
     /// `binary` and `multiclass` need predictions with probabilities (docs/metrics.md).
     #[arg(long, default_value = "auto",
-          value_parser = PossibleValuesParser::new(TaskChoice::NAMES)
-              .try_map(|s| TaskChoice::parse(&s)))]
-    pub task: TaskChoice,
+          value_parser = PossibleValuesParser::new(EvaluateTask::NAMES)
+              .try_map(|s| EvaluateTask::parse(&s)))]
+    pub task: EvaluateTask,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
