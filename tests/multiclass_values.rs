@@ -184,11 +184,11 @@ fn robust_max_probability_matches_monte_carlo_and_a_fine_grid() {
         for (r, &(points, tol)) in rules.iter().enumerate() {
             let rm = RobustMax::new(1e-3, points).unwrap();
             let mut total = 0.0;
-            for c in 0..3 {
+            for (c, &won) in wins.iter().enumerate() {
                 let s = rm.argmax_probability(c, &mean, &var, None, &mut [0.0; 12]);
                 total += s;
                 let grid = argmax_grid(c, &mean, &var);
-                let mc = wins[c] as f64 / samples as f64;
+                let mc = won as f64 / samples as f64;
                 let sd = (mc * (1.0 - mc) / samples as f64).sqrt();
                 worst_grid[r] = worst_grid[r].max((s - grid).abs());
                 worst_sd = worst_sd.max((s - mc).abs() / sd);
@@ -308,16 +308,15 @@ fn predictive_probabilities_match_independent_computations() {
         let via_ove = row_probabilities(&ove, (3, 7), &row.mean, &row.var, &row.phi, &row.bias);
         assert_eq!(got, via_ove);
         let step = if identity { 0.1 } else { 0.03 };
-        for c in 0..k {
+        for (c, &p_c) in got.iter().enumerate() {
             let reference = grid_expectation(&row.mean, &row.var, step, |g| {
                 log_softmax(&row.utilities(g), c).exp()
             });
             // A probability's sd per sample is ≤ ½; antithetic pairs only reduce it.
             let tol = 4.0 * 0.5 / (2.0 * pairs as f64).sqrt();
             assert!(
-                (got[c] - reference).abs() < tol,
-                "identity={identity} c={c}: {} vs {reference}",
-                got[c]
+                (p_c - reference).abs() < tol,
+                "identity={identity} c={c}: {p_c} vs {reference}"
             );
         }
     }
@@ -326,14 +325,10 @@ fn predictive_probabilities_match_independent_computations() {
     let row = random_row(&mut rng, 3, 3, true, 1.0);
     let probs = row_probabilities(&rm, (0, 0), &row.mean, &row.var, &row.phi, &row.bias);
     let f_bar: Vec<f64> = (0..3).map(|k| row.mean[k] + row.bias[k]).collect();
-    for c in 0..3 {
+    for (c, &p_c) in probs.iter().enumerate() {
         let s = argmax_grid(c, &f_bar, &row.var);
         let want = 0.95 * s + 0.025 * (1.0 - s);
-        assert!(
-            (probs[c] - want).abs() < 1e-6,
-            "c={c}: {} vs {want}",
-            probs[c]
-        );
+        assert!((p_c - want).abs() < 1e-6, "c={c}: {p_c} vs {want}");
     }
     assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-14);
 }

@@ -188,9 +188,10 @@ impl ClassLikelihood for RobustMax {
         for (k, &dv) in d_var.iter().enumerate() {
             let beta = gain * dv;
             let phi_k = row.phi_row(k);
-            for p in 0..p_count {
-                grads.var[p] += beta * phi_k[p] * phi_k[p];
-                grads.phi[k * p_count + p] += 2.0 * beta * phi_k[p] * row.var[p];
+            let g_phi_k = &mut grads.phi[k * p_count..(k + 1) * p_count];
+            for (p, &f) in phi_k.iter().enumerate() {
+                grads.var[p] += beta * f * f;
+                g_phi_k[p] += 2.0 * beta * f * row.var[p];
             }
         }
         l0 + s * gain
