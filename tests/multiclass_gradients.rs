@@ -3,7 +3,7 @@
 //! softmax, with a general Φ (the factor model) and Φ = I (independent latents); the same
 //! through the whole bound (`objective::evaluate_set` with `TermSet::Classes`) for the
 //! paper's O(M) q(u) and the whitened full-Cholesky q(u) with the linear and SE kernels;
-//! bitwise independence from the thread count; shape errors.
+//! bitwise independence from the thread count; the forward-only bound; shape errors.
 
 mod common;
 use common::model::*;
@@ -13,7 +13,7 @@ use fsgp::model::class_phase::{class_probabilities, ROW_BLOCK};
 use fsgp::model::kernel::{KernelKind, KernelParams};
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
 use fsgp::model::one_vs_each::OneVsEach;
 use fsgp::model::params::{flat_entry, flat_len, Params, QForm};
 use fsgp::model::robust_max::{RobustMax, DEFAULT_EPSILON};
@@ -340,4 +340,34 @@ fn class_term_sets_are_checked() {
         outside.contains("class 4 outside the 4 classes"),
         "{outside}"
     );
+}
+
+#[test]
+fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
+    let unused = BernoulliLogistic::new(2).unwrap();
+    for lik in likelihoods() {
+        for form in [QForm::SiteDiagonal, QForm::Whitened] {
+            let (pr, class) = problem(29, form, false, 6);
+            let classes = Classes {
+                class: &class,
+                scale: 2.5,
+                lik: lik.as_ref(),
+                seed: 17,
+            };
+            let terms = TermSet::Classes(classes);
+            let kind = KernelKind::SquaredExponential;
+            let ev = bound(kind, &pr, &pr.params, &class, lik.as_ref());
+            let expected =
+                expected_loglik(kind, &pr.params, &pr.x(), &terms, &unused, &Scratch::new())
+                    .unwrap();
+            let kl = kl_total(kind, &pr.params, pr.kt.as_ref(), &Scratch::new()).unwrap();
+            let value = expected - kl;
+            assert!(
+                (value - ev.value).abs() <= 1e-12 * ev.value.abs(),
+                "{} {form:?}: {value} vs {}",
+                lik.name(),
+                ev.value
+            );
+        }
+    }
 }
