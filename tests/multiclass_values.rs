@@ -4,7 +4,8 @@
 //! robust-max's S against Monte Carlo and a fine grid for K = 3; the Monte Carlo softmax
 //! against a grid integral (unbiased over seeds, and a high-sample estimate close to it);
 //! one-vs-each ≤ softmax on random cases (equal at K = 2); the predictive probabilities
-//! against grid integrals and Monte Carlo.
+//! against grid integrals and Monte Carlo, and robust-max's pruned prediction against the
+//! unpruned one.
 
 use fsgp::model::likelihood::log_sigmoid;
 use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood};
@@ -331,4 +332,27 @@ fn predictive_probabilities_match_independent_computations() {
         assert!((p_c - want).abs() < 1e-6, "c={c}: {p_c} vs {want}");
     }
     assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-14);
+}
+
+#[test]
+fn robust_max_prediction_prunes_only_negligible_classes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(111);
+    let rm = RobustMax::new(1e-3, 20).unwrap();
+    let k = 60;
+    // Spread means: most classes are far below the best one and get pruned.
+    let row = random_row(&mut rng, k, k, true, 1.0);
+    let mean: Vec<f64> = (0..k).map(|c| row.mean[c] * 12.0).collect();
+    let var = row.var.clone();
+    let probs = row_probabilities(&rm, (0, 0), &mean, &var, &row.phi, &vec![0.0; k]);
+    let full: Vec<f64> = (0..k)
+        .map(|c| rm.argmax_probability(c, &mean, &var, None, &mut vec![0.0; 4 * k]))
+        .collect();
+    let total: f64 = full.iter().sum();
+    let pruned = full.iter().filter(|&&s| s < 1e-12).count();
+    assert!(pruned > k / 2, "only {pruned} of {k} classes negligible");
+    for (c, (&p_c, &s_c)) in probs.iter().zip(&full).enumerate() {
+        let s = s_c / total;
+        let want = (1.0 - 1e-3) * s + 1e-3 / (k - 1) as f64 * (1.0 - s);
+        assert!((p_c - want).abs() < 1e-11, "c={c}: {p_c} vs {want}");
+    }
 }
