@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use super::multiclass::{ClassLikelihood, Classes, RowGrads, RowInput};
 use super::params::Params;
 use super::scratch::Scratch;
-use crate::linalg::{product, product_into};
+use crate::linalg::{clear_upper_simd_state, product, product_into};
 
 /// Rows per parallel task. Fixed (not derived from the thread count) because the blocks
 /// decide the order of the ∂Φ sums. Memory: ⌈B/ROW_BLOCK⌉ × K × P doubles for those sums.
@@ -101,6 +101,8 @@ pub(crate) fn classes_part(
                         var: gv_row,
                         phi: &mut phi_sum,
                     };
+                    // The likelihoods call libm (exp, erfc); see `clear_upper_simd_state`.
+                    clear_upper_simd_state();
                     classes.lik.row(&input, &mut grads, &mut work)
                 })
                 .collect();
@@ -176,6 +178,7 @@ pub fn class_probabilities(
                 utility: &f_t[i * k_count..(i + 1) * k_count],
                 phi: &phi_rows,
             };
+            clear_upper_simd_state();
             lik.probabilities(&input, out, work);
         });
     Mat::from_fn(b, k_count, |i, k| probs[i * k_count + k])

@@ -19,6 +19,7 @@ use anyhow::{ensure, Result};
 
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use super::quadrature::GaussHermite;
+use crate::linalg::clear_upper_simd_state;
 
 /// GPflow's default ε.
 pub const DEFAULT_EPSILON: f64 = 1e-3;
@@ -98,6 +99,8 @@ impl RobustMax {
         mut grads: Option<(&mut [f64], &mut [f64])>,
         tmp: &mut [f64],
     ) -> f64 {
+        // Q·K calls of libm's erfc follow: see `clear_upper_simd_state`.
+        clear_upper_simd_state();
         let k_count = mean.len();
         let (sd, rest) = tmp.split_at_mut(k_count);
         let (cdf, rest) = rest.split_at_mut(k_count);

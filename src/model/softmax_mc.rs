@@ -22,6 +22,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
+use crate::linalg::clear_upper_simd_state;
 
 /// The default number of antithetic pairs.
 pub const DEFAULT_PAIRS: usize = 16;
@@ -66,6 +67,8 @@ impl SoftmaxMc {
         let phi_t = MatRef::from_column_major_slice(row.phi, row.latents(), k_count);
         let view = MatMut::from_column_major_slice_mut(f, n, k_count);
         matmul(view, Accum::Replace, h, phi_t, 1.0, Par::Seq);
+        // The softmax's exponentials follow: see `clear_upper_simd_state`.
+        clear_upper_simd_state();
         for (k, col) in f.chunks_mut(n).enumerate() {
             for x in col.iter_mut() {
                 *x += row.utility[k];
