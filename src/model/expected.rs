@@ -6,6 +6,7 @@
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
+use super::class_phase::classes_part;
 use super::likelihood::Likelihood;
 use super::params::Params;
 use super::scratch::Scratch;
@@ -39,6 +40,16 @@ pub(crate) fn likelihood_part(
         TermSet::List(list) => likelihood_list(params, mean, var, list, lik),
         TermSet::AllLabels { positives, scale } => {
             likelihood_dense(params, mean, var, positives, *scale, lik, scratch)
+        }
+        TermSet::Classes(classes) => {
+            let part = classes_part(params, mean, var, classes, scratch);
+            LikelihoodGrads {
+                expected: part.expected,
+                mean: part.mean,
+                var: part.var,
+                phi: part.phi,
+                bias: part.bias,
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod ard;
 pub mod cholesky_q;
+pub mod class_phase;
 pub mod conditional;
 pub(crate) mod expected;
 pub mod feature_ard;
@@ -11,13 +12,17 @@ pub(crate) mod inducing;
 pub mod kernel;
 pub(crate) mod kl;
 pub mod likelihood;
+pub mod multiclass;
 pub mod objective;
+pub mod one_vs_each;
 pub mod optim;
 pub mod params;
 pub mod predictive;
 pub mod probit;
 pub mod quadrature;
+pub mod robust_max;
 pub mod scratch;
+pub mod softmax_mc;
 pub mod subspace;
 pub mod terms;
 pub mod variational;

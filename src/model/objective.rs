@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use faer::{Mat, MatRef};
 
 use super::conditional::{Conditional, Factorisation};
@@ -111,6 +111,21 @@ fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Re
                         "label {k} outside the {k_count} labels"
                     );
                 }
+            }
+        }
+        TermSet::Classes(classes) => {
+            ensure!(
+                k_count >= 2,
+                "the {} likelihood needs at least 2 classes, the model has {k_count}",
+                classes.lik.name()
+            );
+            ensure!(
+                classes.class.len() == b,
+                "{} classes for a minibatch of {b} rows",
+                classes.class.len()
+            );
+            if let Some(&c) = classes.class.iter().find(|&&c| c as usize >= k_count) {
+                bail!("class {c} outside the {k_count} classes");
             }
         }
     }

@@ -98,8 +98,10 @@ impl<'p> Predictor<'p> {
         })
     }
 
-    /// (f̄ [B×K], v [B×K]) for the rows of `x`.
-    pub fn mean_and_variance(&self, x: &BasisInputs<'_>) -> (Mat<f64>, Mat<f64>) {
+    /// The latent GPs' marginals (m [B×P], s [B×P], s ≥ 0) at the rows of `x`: what a
+    /// multi-class likelihood needs to form the rows' joint utilities
+    /// (`class_phase::class_probabilities`).
+    pub fn marginals(&self, x: &BasisInputs<'_>) -> (Mat<f64>, Mat<f64>) {
         let cond = Conditional::through_inducing(self.kind, self.params, x);
         let (m, mut s) = cond.marginals_given(&self.q, self.params, &self.scratch);
         // Rounding can make s_ip slightly negative.
@@ -108,6 +110,12 @@ impl<'p> Predictor<'p> {
                 *v = v.max(0.0);
             }
         }
+        (m, s)
+    }
+
+    /// (f̄ [B×K], v [B×K]) for the rows of `x`.
+    pub fn mean_and_variance(&self, x: &BasisInputs<'_>) -> (Mat<f64>, Mat<f64>) {
+        let (m, s) = self.marginals(x);
         let mean = add_bias(&m * self.params.phi.transpose(), &self.params.bias);
         let var = &s * self.phi_sq.transpose();
         (mean, var)

@@ -1,0 +1,93 @@
+//! The one-vs-each bound on the softmax likelihood (Titsias, *One-vs-Each Approximation to
+//! Softmax for Scalable Estimation of Probabilities*; used for GP classification with many
+//! classes by Villacampa-Calvo & Hernández-Lobato / Ruiz et al.):
+//!
+//! log p(c | f) = log softmax(f)_c ≥ Σ_{k≠c} log σ(f_c − f_k),
+//!
+//! so E_q[log p(c | f_i)] ≥ Σ_{k≠c} E(+1, f̄_c − f̄_k, σ²_k), each term the 1-D logistic
+//! expectation of `likelihood.rs` with the variance of the difference
+//! σ²_k = Var(f_c − f_k) = Σ_p (Φ_cp − Φ_kp)² s_ip (exact under the factor model; s_ic + s_ik
+//! with independent latents, Φ = I). Gradients, with α_k = ∂E/∂mean and β_k = ∂E/∂var of
+//! term k and d_k = Φ_c − Φ_k [P] (`docs/likelihood.md`, "Multi-class"):
+//! ∂/∂f̄_c = Σ_k α_k, ∂/∂f̄_k = −α_k; ∂/∂s_p = Σ_k β_k d_kp²;
+//! ∂/∂Φ_kp (covariance path) = −2 β_k d_kp s_p, ∂/∂Φ_cp = 2 Σ_k β_k d_kp s_p.
+
+use anyhow::Result;
+
+use super::likelihood::BernoulliLogistic;
+use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
+use super::softmax_mc::SoftmaxMc;
+
+/// The one-vs-each bound, its K − 1 logistic expectations by Gauss–Hermite; the predictive
+/// probabilities are those of the softmax it bounds (Monte Carlo, [`SoftmaxMc`]).
+#[derive(Debug, Clone)]
+pub struct OneVsEach {
+    pairs: BernoulliLogistic,
+    predictive: SoftmaxMc,
+}
+
+impl OneVsEach {
+    /// `points` Gauss–Hermite points per logistic expectation; `predictive_pairs`
+    /// antithetic sample pairs for the predictive probabilities. Errors for 0 of either.
+    pub fn new(points: usize, predictive_pairs: usize) -> Result<Self> {
+        Ok(OneVsEach {
+            pairs: BernoulliLogistic::new(points)?,
+            predictive: SoftmaxMc::new(predictive_pairs)?,
+        })
+    }
+}
+
+impl ClassLikelihood for OneVsEach {
+    fn name(&self) -> &'static str {
+        "one-vs-each"
+    }
+
+    /// O(K·P) per row: 3KP flops for the K − 1 difference variances, 6KP for their
+    /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::LANES`]-wide
+    /// blocks.
+    fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
+        let (k_count, p_count, c) = (row.classes(), row.latents(), row.class);
+        let n = k_count - 1;
+        work.clear();
+        work.resize(4 * n, 0.0);
+        let (y, rest) = work.split_at_mut(n);
+        let (mean, rest) = rest.split_at_mut(n);
+        let (var, value) = rest.split_at_mut(n);
+        y.fill(1.0);
+        let others = (0..k_count).filter(|&k| k != c);
+        let phi_c = row.phi_row(c);
+        for (j, k) in others.clone().enumerate() {
+            mean[j] = row.utility[c] - row.utility[k];
+            let phi_k = row.phi_row(k);
+            let mut v = 0.0;
+            for p in 0..p_count {
+                let d = phi_c[p] - phi_k[p];
+                v += d * d * row.var[p];
+            }
+            var[j] = v;
+        }
+        // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
+        self.pairs.expect_lanes(y, mean, var, value);
+        let (mut total, mut a_c) = (0.0, 0.0);
+        for (j, k) in others.enumerate() {
+            total += value[j];
+            a_c += mean[j];
+            grads.utility[k] = -mean[j];
+            let beta = var[j];
+            let phi_k = row.phi_row(k);
+            for p in 0..p_count {
+                let d = phi_c[p] - phi_k[p];
+                let cov = 2.0 * beta * d * row.var[p];
+                grads.var[p] += beta * d * d;
+                grads.phi[k * p_count + p] -= cov;
+                grads.phi[c * p_count + p] += cov;
+            }
+        }
+        grads.utility[c] = a_c;
+        total
+    }
+
+    fn probabilities(&self, row: &RowInput<'_>, probs: &mut [f64], work: &mut Vec<f64>) {
+        self.predictive.probabilities(row, probs, work)
+    }
+}
