@@ -524,7 +524,7 @@ fn a_spec_with_a_bad_likelihood_task_or_latent_is_refused_before_any_stage() {
         "[synth]\nout = \"data\"\nrows = 50\ntest_rows = 10\nfeatures = 10\nlabels = 3\n\n\
          [ingest]\nname = \"toy\"\ntrain = \"data/train.txt\"\ntest = \"data/test.txt\"\n\n\
          [svd]\nrank = 3\ninducing = 4\n\n\
-         [train]\nlikelihood = \"logit\"\ntask = \"multiclass\"\nlatent = \"shared\"\n",
+         [train]\nlikelihood = \"logit\"\ntask = \"regression\"\nlatent = \"shared\"\n",
     )
     .unwrap();
     let out = pipeline(&dir.path().join("ws"), &["run", spec.to_str().unwrap()]);
