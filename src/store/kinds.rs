@@ -138,7 +138,9 @@ text_enum! {
     /// `multiclass` exactly one label per row; `multilabel` any number per row (the Extreme
     /// Classification Repository's datasets, every dataset ingested before label kinds were
     /// recorded, and every run before tasks were).
+    #[derive(Default)]
     Task {
+        #[default]
         Multilabel = "multilabel",
         Binary = "binary",
         Multiclass = "multiclass",
@@ -147,12 +149,6 @@ text_enum! {
 
 /// A dataset's label kind is a [`Task`]: the one enum for the concept.
 pub type LabelKind = Task;
-
-impl Default for Task {
-    fn default() -> Self {
-        Task::Multilabel
-    }
-}
 
 impl Task {
     /// Every name `FromStr` accepts, in declaration order.
