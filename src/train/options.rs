@@ -462,3 +462,38 @@ pub fn check_limits(config: &TrainConfig) -> Result<()> {
     ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn likelihood_options_are_stored_only_for_their_likelihood_and_off_the_default() {
+        let mut o = TrainOptions {
+            task: Task::Multiclass,
+            likelihood: LikelihoodChoice::RobustMax,
+            ..TrainOptions::default()
+        };
+        assert_eq!((o.stored_epsilon(), o.stored_pairs()), (None, None));
+        o.robust_max_epsilon = 0.01;
+        assert_eq!(o.stored_epsilon(), Some(0.01));
+        assert!(o.validate().is_ok());
+        o.likelihood = LikelihoodChoice::Softmax;
+        assert_eq!(o.stored_epsilon(), None);
+        let e = o.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("robust-max's ε; the likelihood is softmax"),
+            "{e}"
+        );
+        o.robust_max_epsilon = crate::model::robust_max::DEFAULT_EPSILON;
+        o.mc_pairs = 4;
+        assert_eq!(o.stored_pairs(), Some(4));
+        assert!(o.validate().is_ok());
+        // On resume the run's likelihood decides (resume.rs compares what is given).
+        o.likelihood = LikelihoodChoice::Logistic;
+        assert!(o.validate().is_err());
+        o.resume = Some(3);
+        o.task = Task::Multilabel;
+        assert!(o.validate().is_ok());
+    }
+}
