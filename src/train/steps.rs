@@ -22,7 +22,7 @@ use crate::failpoint;
 use crate::metrics::metric_rows;
 use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
-use crate::model::multiclass::{ClassLikelihood, Classes};
+use crate::model::multiclass::Classes;
 use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Evaluation};
 use crate::model::optim::{AdamConfig, AdamState};
 use crate::model::params::{Block, Params};
@@ -33,11 +33,6 @@ use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
 use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, Task, TrainConfig};
-
-/// The class likelihood of a multi-class run.
-fn setup_class_lik(setup: &Setup) -> Option<&dyn ClassLikelihood> {
-    setup.class_lik.as_deref()
-}
 
 /// How a training loop runs, beyond the configuration that fixes its numbers.
 pub struct LoopOptions {
@@ -324,7 +319,8 @@ impl Trainer<'_> {
             Negatives::All => None,
             Negatives::Sample(count) => Some(self.sampled_terms(batch, count, weight)),
         };
-        let class_ids = match &setup_class_lik(self.setup) {
+        let class_lik = self.setup.class_lik.as_deref();
+        let class_ids = match class_lik {
             Some(_) => {
                 // The rows' Monte Carlo streams are their positions in the minibatch, which
                 // a rank's share does not know: one process only.
@@ -336,7 +332,7 @@ impl Trainer<'_> {
             }
             None => Vec::new(),
         };
-        let terms = match (&sampled, setup_class_lik(self.setup)) {
+        let terms = match (&sampled, class_lik) {
             (_, Some(lik)) => TermSet::Classes(Classes {
                 class: &class_ids,
                 scale: weight,
