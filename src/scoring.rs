@@ -2,12 +2,14 @@
 //! moments, partial selection of each row's best labels. Shared by the predict stage and
 //! the trainer's held-out evaluation.
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use faer::Mat;
 use rayon::prelude::*;
 
+use crate::model::class_phase::class_probabilities;
 use crate::model::feature_ard::without_weights;
 use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::model::predictive::{MeanUtilities, Predictor, ProbabilityRule};
 use crate::projection::RowInputs;
@@ -156,6 +158,95 @@ impl<'p> Ranker<'p> {
             out.extend((0..end - start).map(|i| (mean[(i, label)], var[(i, label)])));
         }
         Ok(out)
+    }
+
+    /// The predictive class probabilities [rows×K] of every row of `chunk` under a
+    /// multi-class likelihood, in blocks of `block_rows` rows: (first row of the block within
+    /// the chunk, its probabilities). Row r's Monte Carlo noise (sampling likelihoods) is
+    /// drawn from `seed` and the stream of its row id, so it does not depend on the blocks.
+    /// Needs a ranker opened with probabilities; uses the current rayon pool.
+    pub fn class_probabilities(
+        &self,
+        chunk: &CsrChunk,
+        lik: &dyn ClassLikelihood,
+        seed: u64,
+        block_rows: usize,
+    ) -> Result<Vec<(usize, Mat<f64>)>> {
+        let predictor = self
+            .predictor
+            .as_ref()
+            .context("internal: class probabilities of a ranker opened without them")?;
+        let rows = self.inputs.of_chunk(chunk);
+        (0..chunk.len())
+            .step_by(block_rows.max(1))
+            .map(|start| {
+                let end = (start + block_rows).min(chunk.len());
+                let kxx = rows.block(start, end)?;
+                let sq = self.inputs.sq_norms(chunk, start, end);
+                let x = BasisInputs {
+                    kxx_b: kxx.as_ref(),
+                    sq_norms: &sq,
+                    k_tilde: self.k_tilde.as_ref(),
+                };
+                let (m, s) = predictor.marginals(&x);
+                let first = chunk.row_ids[start];
+                ensure!(
+                    chunk.row_ids[start..end]
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &id)| id == first + i as u64),
+                    "internal: the row ids of a chunk are not consecutive"
+                );
+                let probs = class_probabilities(
+                    lik,
+                    predictor.params(),
+                    m.as_ref(),
+                    s.as_ref(),
+                    seed,
+                    first,
+                );
+                Ok((start, probs))
+            })
+            .collect()
+    }
+
+    /// The top-k classes of every row of `chunk` by their predictive probabilities under a
+    /// multi-class likelihood (`(top_k, block_rows)`): the scores written are those
+    /// probabilities (as f32), and with `probabilities` the same values fill the
+    /// probabilities column. Ties go to the lower class id (`topk::top_k`).
+    pub fn rank_chunk_classes(
+        &self,
+        chunk: &CsrChunk,
+        lik: &dyn ClassLikelihood,
+        seed: u64,
+        (top_k, block_rows): (usize, usize),
+        probabilities: bool,
+    ) -> Result<Vec<(usize, PredictionBlock)>> {
+        let blocks = self.class_probabilities(chunk, lik, seed, block_rows)?;
+        Ok(blocks
+            .into_iter()
+            .map(|(start, probs)| {
+                let best: Vec<(Vec<u32>, Vec<f32>)> = (0..probs.nrows())
+                    .into_par_iter()
+                    .map(|i| {
+                        let row: Vec<f64> = probs.row(i).iter().copied().collect();
+                        topk::top_k(&row, top_k)
+                    })
+                    .collect();
+                let mut block = match probabilities {
+                    true => PredictionBlock::with_probabilities(),
+                    false => PredictionBlock::new(),
+                };
+                for (i, (labels, scores)) in best.iter().enumerate() {
+                    let id = chunk.row_ids[start + i];
+                    match probabilities {
+                        true => block.push_with_probabilities(id, labels, scores, scores),
+                        false => block.push(id, labels, scores),
+                    }
+                }
+                (start, block)
+            })
+            .collect())
     }
 
     /// The top-k labels (and probabilities, if wanted) of the rows of `x`.

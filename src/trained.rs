@@ -9,10 +9,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
+use crate::model::multiclass::ClassLikelihood;
+use crate::model::one_vs_each::OneVsEach;
 use crate::model::optim::AdamConfig;
 use crate::model::params::QForm;
 use crate::model::predictive::{ProbabilityRule, LOGISTIC_PREDICTIVE_POINTS};
 use crate::model::probit::BernoulliProbit;
+use crate::model::robust_max::{RobustMax, DEFAULT_EPSILON};
+use crate::model::softmax_mc::{SoftmaxMc, DEFAULT_PAIRS};
+pub use crate::store::catalog::Task;
 use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
 use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
 use crate::store::integrity::Registered;
@@ -218,24 +223,34 @@ impl FromStr for InducingInputs {
     }
 }
 
-/// `--likelihood logistic|probit`: the Bernoulli likelihood's link, p(y | f) = σ(y f)
-/// (the paper's, the default) or Φ(y f) (`docs/likelihood.md`).
+/// `--likelihood`: for the binary and multi-label tasks the Bernoulli likelihood's link,
+/// p(y | f) = σ(y f) (`logistic`, the paper's, the default) or Φ(y f) (`probit`); for the
+/// multi-class task the likelihood of the row's class given its K utilities: the
+/// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`) or the softmax by
+/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LikelihoodChoice {
     #[default]
     Logistic,
     Probit,
+    Ove,
+    #[serde(rename = "robust-max")]
+    RobustMax,
+    Softmax,
 }
 
 impl LikelihoodChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 2] = ["logistic", "probit"];
+    pub const NAMES: [&'static str; 5] = ["logistic", "probit", "ove", "robust-max", "softmax"];
 
     pub fn name(self) -> &'static str {
         match self {
             LikelihoodChoice::Logistic => "logistic",
             LikelihoodChoice::Probit => "probit",
+            LikelihoodChoice::Ove => "ove",
+            LikelihoodChoice::RobustMax => "robust-max",
+            LikelihoodChoice::Softmax => "softmax",
         }
     }
 
@@ -244,40 +259,23 @@ impl LikelihoodChoice {
         *self == LikelihoodChoice::Logistic
     }
 
-    /// The likelihood with a `points`-point Gauss–Hermite rule.
+    /// Whether this is a likelihood of one class among K (the multi-class task's).
+    pub fn is_multiclass(self) -> bool {
+        matches!(
+            self,
+            LikelihoodChoice::Ove | LikelihoodChoice::RobustMax | LikelihoodChoice::Softmax
+        )
+    }
+
+    /// The Bernoulli likelihood with a `points`-point Gauss–Hermite rule. A multi-class
+    /// choice has none: its runs' minibatches carry their own likelihood
+    /// ([`TrainConfig::class_likelihood`]), and this returns the logistic link, which their
+    /// bound never evaluates.
     pub fn build(self, points: usize) -> Result<Box<dyn Likelihood>> {
         Ok(match self {
-            LikelihoodChoice::Logistic => Box::new(BernoulliLogistic::new(points)?),
             LikelihoodChoice::Probit => Box::new(BernoulliProbit::new(points)?),
+            _ => Box::new(BernoulliLogistic::new(points)?),
         })
-    }
-}
-
-/// `--task multilabel|binary`: what the labels mean. `binary` is one label (L = 1, label 0
-/// the positive class, every other row negative) with every row a term; `multilabel` is
-/// today's (`docs/model.md`, "Tasks and latent functions").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskChoice {
-    #[default]
-    Multilabel,
-    Binary,
-}
-
-impl TaskChoice {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 2] = ["multilabel", "binary"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            TaskChoice::Multilabel => "multilabel",
-            TaskChoice::Binary => "binary",
-        }
-    }
-
-    /// Whether this is the default (left out of a configuration's JSON).
-    pub fn is_multilabel(&self) -> bool {
-        *self == TaskChoice::Multilabel
     }
 }
 
@@ -326,19 +324,13 @@ impl FromStr for LikelihoodChoice {
         parse_choice(
             s,
             &Self::NAMES,
-            &[LikelihoodChoice::Logistic, LikelihoodChoice::Probit],
-        )
-    }
-}
-
-impl FromStr for TaskChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_choice(
-            s,
-            &Self::NAMES,
-            &[TaskChoice::Multilabel, TaskChoice::Binary],
+            &[
+                LikelihoodChoice::Logistic,
+                LikelihoodChoice::Probit,
+                LikelihoodChoice::Ove,
+                LikelihoodChoice::RobustMax,
+                LikelihoodChoice::Softmax,
+            ],
         )
     }
 }
@@ -513,11 +505,20 @@ pub struct TrainConfig {
     pub likelihood: LikelihoodChoice,
     /// `--task`: absent from the JSON at the default, `multilabel` (`evaluate` reads the
     /// key `task` of a training run's params to choose its metrics).
-    #[serde(default, skip_serializing_if = "TaskChoice::is_multilabel")]
-    pub task: TaskChoice,
+    #[serde(default, skip_serializing_if = "Task::is_multilabel")]
+    pub task: Task,
     /// `--latent`: absent from the JSON at the default, `factor`.
     #[serde(default, skip_serializing_if = "LatentChoice::is_factor")]
     pub latent: LatentChoice,
+    /// `--robust-max-epsilon` of a robust-max run, when not the default
+    /// ([`DEFAULT_EPSILON`]); absent from the JSON otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub robust_max_epsilon: Option<f64>,
+    /// `--mc-pairs` of a softmax or one-vs-each run (antithetic Monte Carlo pairs of the
+    /// softmax, and of the predictive class probabilities), when not the default
+    /// ([`DEFAULT_PAIRS`]); absent from the JSON otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mc_pairs: Option<usize>,
 }
 
 impl TrainConfig {
@@ -541,12 +542,50 @@ impl TrainConfig {
     pub fn probability_rule(&self) -> Result<ProbabilityRule> {
         Ok(match (self.likelihood, self.task) {
             (LikelihoodChoice::Probit, _) => ProbabilityRule::ProbitExact,
-            (LikelihoodChoice::Logistic, TaskChoice::Binary) => {
+            (LikelihoodChoice::Logistic, Task::Binary) => {
                 ProbabilityRule::logistic_quadrature(LOGISTIC_PREDICTIVE_POINTS)?
             }
-            (LikelihoodChoice::Logistic, TaskChoice::Multilabel) => {
-                ProbabilityRule::LogisticProbitApproximation
+            (LikelihoodChoice::Logistic, _) => ProbabilityRule::LogisticProbitApproximation,
+            (multiclass, _) => anyhow::bail!(
+                "internal: the {} likelihood gives class probabilities, not a per-label rule",
+                multiclass.name()
+            ),
+        })
+    }
+
+    /// The seed of the Monte Carlo noise of a multi-class run's predictive class
+    /// probabilities (held-out figures and `predict`): row r of a split draws from this seed
+    /// and the stream r, so its probabilities do not depend on how rows are grouped.
+    pub fn predictive_seed(&self) -> u64 {
+        // Any fixed function of the run seed: kept apart from the training steps' noise.
+        self.seed ^ 0x9e37_79b9_7f4a_7c15
+    }
+
+    /// The run's ε of robust-max.
+    pub fn epsilon(&self) -> f64 {
+        self.robust_max_epsilon.unwrap_or(DEFAULT_EPSILON)
+    }
+
+    /// The run's antithetic Monte Carlo pairs of the softmax.
+    pub fn pairs(&self) -> usize {
+        self.mc_pairs.unwrap_or(DEFAULT_PAIRS)
+    }
+
+    /// The class likelihood of a multi-class run: one-vs-each (its K − 1 logistic
+    /// expectations by `quadrature` Gauss–Hermite points, its predictive probabilities by
+    /// the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature` points) or the softmax
+    /// by Monte Carlo (`mc_pairs` pairs).
+    pub fn class_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
+        Ok(match self.likelihood {
+            LikelihoodChoice::Ove => Box::new(OneVsEach::new(self.quadrature, self.pairs())?),
+            LikelihoodChoice::RobustMax => {
+                Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }
+            LikelihoodChoice::Softmax => Box::new(SoftmaxMc::new(self.pairs())?),
+            binary => anyhow::bail!(
+                "the {} likelihood is a Bernoulli likelihood, not one of K classes",
+                binary.name()
+            ),
         })
     }
 
@@ -771,20 +810,28 @@ mod tests {
             q_form: QFormChoice::Sites,
             inducing_inputs: InducingInputs::Subspace,
             likelihood: LikelihoodChoice::Logistic,
-            task: TaskChoice::Multilabel,
+            task: Task::Multilabel,
             latent: LatentChoice::Factor,
+            robust_max_epsilon: None,
+            mc_pairs: None,
         }
     }
 
     #[test]
     fn likelihood_task_and_latent_are_omitted_at_their_defaults_and_read_back() {
         let json = config(None).to_json();
-        for key in ["likelihood", "task", "latent"] {
+        for key in [
+            "likelihood",
+            "task",
+            "latent",
+            "robust_max_epsilon",
+            "mc_pairs",
+        ] {
             assert!(json.get(key).is_none(), "{key} in {json}");
         }
         let c = TrainConfig {
             likelihood: LikelihoodChoice::Probit,
-            task: TaskChoice::Binary,
+            task: Task::Binary,
             latent: LatentChoice::Independent,
             ..config(None)
         };
@@ -797,14 +844,27 @@ mod tests {
         for name in LikelihoodChoice::NAMES {
             assert_eq!(name.parse::<LikelihoodChoice>().unwrap().name(), name);
         }
-        for name in TaskChoice::NAMES {
-            assert_eq!(name.parse::<TaskChoice>().unwrap().name(), name);
+        for name in Task::NAMES {
+            assert_eq!(name.parse::<Task>().unwrap().name(), name);
         }
         for name in LatentChoice::NAMES {
             assert_eq!(name.parse::<LatentChoice>().unwrap().name(), name);
         }
-        let err = "multiclass".parse::<TaskChoice>().unwrap_err();
-        assert!(err.contains("multilabel, binary"), "{err}");
+        let err = "regression".parse::<Task>().unwrap_err();
+        assert!(err.contains("multilabel, binary, multiclass"), "{err}");
+        let c = TrainConfig {
+            likelihood: LikelihoodChoice::RobustMax,
+            task: Task::Multiclass,
+            robust_max_epsilon: Some(0.01),
+            mc_pairs: Some(4),
+            ..config(None)
+        };
+        let json = c.to_json();
+        assert_eq!(json["likelihood"], "robust-max");
+        assert_eq!(json["task"], "multiclass");
+        assert_eq!(json["robust_max_epsilon"], 0.01);
+        assert_eq!(json["mc_pairs"], 4);
+        assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
         assert!("logit".parse::<LikelihoodChoice>().is_err());
         assert!("shared".parse::<LatentChoice>().is_err());
     }

@@ -498,6 +498,18 @@ fn binary_needs_one_label_and_all_negatives() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("--negatives all is the only choice"), "{err}");
+    // The multi-class task refuses a dataset of one label, naming its kind and count.
+    let mut multiclass = train_args(&["--likelihood", "ove"]);
+    let at = multiclass.iter().position(|a| *a == "binary").unwrap();
+    multiclass[at] = "multiclass";
+    let out = pipeline(&ws, &multiclass);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--task multiclass needs a dataset of K ≥ 2 classes")
+            && err.contains("with 1 label(s)"),
+        "{err}"
+    );
 
     let toy_dir = tempfile::tempdir().unwrap();
     let toy = toy_dir.path().join("toy");
@@ -524,7 +536,7 @@ fn a_spec_with_a_bad_likelihood_task_or_latent_is_refused_before_any_stage() {
         "[synth]\nout = \"data\"\nrows = 50\ntest_rows = 10\nfeatures = 10\nlabels = 3\n\n\
          [ingest]\nname = \"toy\"\ntrain = \"data/train.txt\"\ntest = \"data/test.txt\"\n\n\
          [svd]\nrank = 3\ninducing = 4\n\n\
-         [train]\nlikelihood = \"logit\"\ntask = \"multiclass\"\nlatent = \"shared\"\n",
+         [train]\nlikelihood = \"logit\"\ntask = \"regression\"\nlatent = \"shared\"\n",
     )
     .unwrap();
     let out = pipeline(&dir.path().join("ws"), &["run", spec.to_str().unwrap()]);

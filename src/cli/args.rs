@@ -25,7 +25,7 @@ use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainOptions};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives,
-    QFormChoice, Retention, TaskChoice,
+    QFormChoice, Retention, Task,
 };
 
 /// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
@@ -463,21 +463,31 @@ pub struct TrainFlags {
     #[arg(long, default_value = "sites",
           value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
     pub q_form: QFormChoice,
-    /// The Bernoulli likelihood: logistic, p(y|f) = σ(y f), or probit, Φ(y f)
-    /// (docs/likelihood.md).
+    /// The likelihood. Binary and multilabel tasks: logistic, p(y|f) = σ(y f), or probit,
+    /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max or softmax
+    /// (by Monte Carlo) (docs/likelihood.md).
     #[arg(long, default_value = "logistic",
           value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
     pub likelihood: LikelihoodChoice,
-    /// The task: multilabel, or binary (a dataset with one label, label 0 the positive
-    /// class; every row is a term, so --negatives stays all).
+    /// The task: multilabel, binary (a dataset with one label, label 0 the positive
+    /// class; every row is a term, so --negatives stays all) or multiclass (one label per
+    /// row among K ≥ 2 classes; --likelihood ove, robust-max or softmax).
     #[arg(long, default_value = "multilabel",
-          value_parser = one_of::<TaskChoice>(&TaskChoice::NAMES))]
-    pub task: TaskChoice,
+          value_parser = one_of::<Task>(&Task::NAMES))]
+    pub task: Task,
     /// Latent functions: factor (f = Φ g + b with P GPs, Φ trained) or independent (one GP
     /// per label sharing the inducing inputs: P = K, Φ = I fixed; --factors left out).
     #[arg(long, default_value = "factor",
           value_parser = one_of::<LatentChoice>(&LatentChoice::NAMES))]
     pub latent: LatentChoice,
+    /// Robust-max's ε in (0, 1): the probability mass spread evenly over the K classes
+    /// (--likelihood robust-max only).
+    #[arg(long, default_value_t = crate::model::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
+    pub robust_max_epsilon: f64,
+    /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
+    /// softmax, and per row for the predictive class probabilities of softmax and ove runs.
+    #[arg(long, default_value_t = crate::model::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
+    pub mc_pairs: usize,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
     /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
     #[arg(long)]
@@ -609,6 +619,8 @@ impl TrainFlags {
             likelihood: self.likelihood,
             task: self.task,
             latent: self.latent,
+            robust_max_epsilon: self.robust_max_epsilon,
+            mc_pairs: self.mc_pairs,
             given: BTreeSet::new(),
         }
     }

@@ -64,7 +64,7 @@ impl TaskChoice {
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "auto" => Ok(TaskChoice::Auto),
-            task => Ok(TaskChoice::Given(task.parse()?)),
+            task => Ok(TaskChoice::Given(task.parse().map_err(anyhow::Error::msg)?)),
         }
     }
 
@@ -91,6 +91,7 @@ pub fn task_of_train_run(ws: &Workspace, run: i64) -> Result<Task> {
             .as_str()
             .with_context(|| format!("run {run}: parameter task is {v}, not a task name"))?
             .parse()
+            .map_err(anyhow::Error::msg)
             .with_context(|| format!("run {run}: parameter task")),
     }
 }

@@ -62,7 +62,7 @@ impl Evaluation {
         let value: serde_json::Value = serde_json::from_slice(bytes)?;
         let task = match value.get("task").and_then(|t| t.as_str()) {
             None => Task::Multilabel,
-            Some(name) => name.parse()?,
+            Some(name) => name.parse().map_err(anyhow::Error::msg)?,
         };
         let parsed = match task {
             Task::Multilabel => serde_json::from_value(value).map(Evaluation::Ranking),

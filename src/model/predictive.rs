@@ -98,6 +98,11 @@ impl<'p> Predictor<'p> {
         })
     }
 
+    /// The parameters it predicts with.
+    pub fn params(&self) -> &'p Params {
+        self.params
+    }
+
     /// The latent GPs' marginals (m [B×P], s [B×P], s ≥ 0) at the rows of `x`: what a
     /// multi-class likelihood needs to form the rows' joint utilities
     /// (`class_phase::class_probabilities`).

@@ -18,8 +18,8 @@
 use anyhow::{ensure, Result};
 
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::quadrature::GaussHermite;
 use super::probit::normal_cdf;
+use super::quadrature::GaussHermite;
 use crate::linalg::clear_upper_simd_state;
 
 /// GPflow's default ε.

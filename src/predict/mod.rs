@@ -30,7 +30,7 @@ use crate::store::npy::NpyMap;
 use crate::store::predictions::{uncompressed_bytes, PredictionBlock, PredictionWriter};
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
-use crate::trained::{load_run_checkpoint, SvdFiles, TaskChoice, TrainConfig};
+use crate::trained::{load_run_checkpoint, SvdFiles, Task, TrainConfig};
 
 /// What `pipeline predict` computes.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,7 +79,7 @@ impl PredictOptions {
 /// The options of a prediction with a binary run: its one label kept for every row
 /// (`--top-k` becomes 1, whatever was asked, since L = 1); None for other runs.
 fn binary_options(config: &TrainConfig, opts: &PredictOptions) -> Option<PredictOptions> {
-    (config.task == TaskChoice::Binary && opts.top_k != 1).then(|| PredictOptions {
+    (config.task == Task::Binary && opts.top_k != 1).then(|| PredictOptions {
         top_k: 1,
         ..opts.clone()
     })
@@ -130,11 +130,16 @@ pub fn run_on(
         "top_k": opts.top_k,
         "probabilities": opts.probabilities,
     });
-    let rule = config.probability_rule()?;
-    if opts.probabilities && rule != ProbabilityRule::LogisticProbitApproximation {
+    if config.task == Task::Multiclass {
+        // Classes are ranked by their predictive probabilities whether or not these are
+        // written, so the rule is recorded either way.
+        params["predictive"] = json!(format!("classes-{}", config.likelihood.name()));
+    } else if opts.probabilities
+        && config.probability_rule()? != ProbabilityRule::LogisticProbitApproximation
+    {
         // Recorded when it is not the rule predict has always used (whose runs' params,
         // and so their lookups, stay as they were).
-        params["predictive"] = json!(rule.name());
+        params["predictive"] = json!(config.probability_rule()?.name());
     }
     let cached = |done: &RunRow| {
         let art = ws
@@ -224,22 +229,38 @@ impl Job<'_> {
                 opts.split, opts.run, self.checkpoint_step
             )
         };
+        let class_lik = match self.config.task {
+            Task::Multiclass => Some(self.config.class_likelihood()?),
+            _ => None,
+        };
         let ranker = Ranker::open(
             inputs,
             k_tilde,
             self.config.kernel.kind(),
             unweighted.as_ref().unwrap_or(self.params),
-            opts.probabilities,
+            opts.probabilities || class_lik.is_some(),
         )
-        .with_context(scoring)?
-        .with_probability_rule(self.config.probability_rule()?);
+        .with_context(scoring)?;
+        let ranker = match class_lik {
+            Some(_) => ranker,
+            None => ranker.with_probability_rule(self.config.probability_rule()?),
+        };
+        let seed = self.config.predictive_seed();
         let started = Instant::now();
         let mut rows = 0u64;
         let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {
             let chunk = read_registered_chunk(file)?;
-            let blocks = ranker
-                .rank_chunk(&chunk, opts.top_k, opts.block_rows)
-                .with_context(scoring)?;
+            let blocks = match &class_lik {
+                None => ranker.rank_chunk(&chunk, opts.top_k, opts.block_rows),
+                Some(lik) => ranker.rank_chunk_classes(
+                    &chunk,
+                    &**lik,
+                    seed,
+                    (opts.top_k, opts.block_rows),
+                    opts.probabilities,
+                ),
+            }
+            .with_context(scoring)?;
             Ok(blocks.into_iter().map(|(_, block)| block).collect())
         };
         if self.comm.size() == 1 {

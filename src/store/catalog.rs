@@ -15,7 +15,7 @@ use rusqlite::{
 use serde::Serialize;
 
 pub use super::classes::ClassMap;
-pub use super::kinds::{ArtifactKind, LabelKind, RunStatus, StageKind};
+pub use super::kinds::{ArtifactKind, LabelKind, RunStatus, StageKind, Task};
 
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -132,14 +132,42 @@ text_enum! {
 }
 
 text_enum! {
-    /// What a dataset's label ids mean (`docs/formats.md`, "Label kinds"): `binary` (L = 1,
-    /// label id 0 is the positive class, a negative row has no label), `multiclass` (exactly
-    /// one label per row) or `multilabel` (any number per row; the Extreme Classification
-    /// Repository's datasets, and every dataset ingested before label kinds were recorded).
-    LabelKind {
+    /// What labels mean: of a dataset (its recorded label kind, `docs/formats.md`, "Label
+    /// kinds"), of a training run (`train --task`) and of an evaluation (`evaluate --task`).
+    /// `binary` is L = 1, label id 0 the positive class, a negative row without a label;
+    /// `multiclass` exactly one label per row; `multilabel` any number per row (the Extreme
+    /// Classification Repository's datasets, every dataset ingested before label kinds were
+    /// recorded, and every run before tasks were).
+    #[derive(Default)]
+    Task {
+        #[default]
+        Multilabel = "multilabel",
         Binary = "binary",
         Multiclass = "multiclass",
-        Multilabel = "multilabel",
+    }
+}
+
+/// A dataset's label kind is a [`Task`]: the one enum for the concept.
+pub type LabelKind = Task;
+
+impl Task {
+    /// Every name `FromStr` accepts, in declaration order.
+    pub const NAMES: [&'static str; 3] = ["multilabel", "binary", "multiclass"];
+
+    pub fn name(self) -> &'static str {
+        self.as_str()
+    }
+
+    /// Whether this is the default (left out of a configuration's or params' JSON).
+    pub fn is_multilabel(&self) -> bool {
+        *self == Task::Multilabel
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Task {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -155,9 +183,19 @@ mod tests {
         for &s in RunStatus::ALL {
             assert_eq!(s.as_str().parse::<RunStatus>(), Ok(s));
         }
-        for &k in LabelKind::ALL {
-            assert_eq!(k.as_str().parse::<LabelKind>(), Ok(k));
+        for &k in Task::ALL {
+            assert_eq!(k.as_str().parse::<Task>(), Ok(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            assert_eq!(
+                serde_json::from_value::<Task>(k.as_str().into()).unwrap(),
+                k
+            );
         }
+        assert_eq!(
+            Task::NAMES.to_vec(),
+            Task::ALL.iter().map(|t| t.name()).collect::<Vec<_>>()
+        );
+        assert!(serde_json::from_value::<Task>("regression".into()).is_err());
         for &a in ArtifactKind::ALL {
             assert_eq!(a.as_str().parse::<ArtifactKind>(), Ok(a));
             assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());

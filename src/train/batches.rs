@@ -46,6 +46,8 @@ pub mod streams {
     pub const ROW_SHUFFLE: u64 = 2;
     pub const NEGATIVES: u64 = 3;
     pub const INIT: u64 = 4;
+    /// The multi-class likelihoods' Monte Carlo noise (`classes.rs`).
+    pub const CLASSES: u64 = 5;
 }
 
 /// A 64-bit seed for one independent random stream: xxh3 of (seed, tag, indices…).

@@ -1,4 +1,5 @@
-//! The exact full-data bound: every training row, every label (weight 1), minus Σ_p KL_p.
+//! The exact full-data bound: every training row, every label (weight 1), minus Σ_p KL_p;
+//! of a multi-class run, every row's class term (weight 1) minus Σ_p KL_p.
 //! Computed at the end of a run and by `pipeline elbo` for any checkpoint.
 
 use std::sync::Arc;
@@ -7,9 +8,11 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 
 use super::batches::{Order, Prefetcher, Span};
+use super::classes::{class_ids, noise_seed, EXACT_BOUND_STEP};
 use super::setup::{thread_pool, Setup};
 use crate::model::feature_ard::{weighted_gram, without_weights, FeatureInputs, FeatureWarp};
 use crate::model::kernel::BasisInputs;
+use crate::model::multiclass::Classes;
 use crate::model::objective::{expected_loglik, kl_total};
 use crate::model::params::Params;
 use crate::model::scratch::Scratch;
@@ -50,9 +53,23 @@ pub fn exact_bound(
     let mut expected = 0.0;
     while let Some(batch) = queue.next_batch() {
         let batch = batch?;
-        let terms = TermSet::AllLabels {
-            positives: &batch.positives,
-            scale: 1.0,
+        let class_ids = match &setup.class_lik {
+            Some(_) => class_ids(&batch.positives, &batch.rows)?,
+            None => Vec::new(),
+        };
+        let terms = match &setup.class_lik {
+            // A sampling likelihood's noise: one seed for the whole bound, row i of each
+            // minibatch its stream i (the batches of the sequential order are fixed).
+            Some(lik) => TermSet::Classes(Classes {
+                class: &class_ids,
+                scale: 1.0,
+                lik: &**lik,
+                seed: noise_seed(setup.config.seed, EXACT_BOUND_STEP),
+            }),
+            None => TermSet::AllLabels {
+                positives: &batch.positives,
+                scale: 1.0,
+            },
         };
         expected += match (&weighted, &batch.features) {
             (Some((plain, basis, _)), Some(rows)) => {

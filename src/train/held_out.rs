@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{ensure, Result};
 
 use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
+use crate::model::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::projection::RowInputs;
 use crate::scoring::{model_inputs, Ranker};
@@ -19,7 +20,7 @@ use crate::trained::SvdFiles;
 /// Metrics at k = 1..HELD_OUT_K during training.
 const HELD_OUT_K: usize = 5;
 
-/// What `--eval-every` records for a binary run: the share of rows classified right and the
+/// What `--eval-every` records for a binary or multi-class run: the share of rows classified right and the
 /// mean negative log predictive probability.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BinaryFigures {
@@ -89,6 +90,57 @@ impl HeldOut {
                 right += u64::from(p > 0.5);
                 nlp_sum -= p.ln();
                 rows += 1;
+            }
+        }
+        let n = rows.max(1) as f64;
+        Ok(BinaryFigures {
+            accuracy: right as f64 / n,
+            nlp: nlp_sum / n,
+        })
+    }
+
+    /// A multi-class run's held-out figures under `params`: accuracy (the class of highest
+    /// predictive probability against the row's class; ties go to the lower class id) and
+    /// the mean negative log predictive probability −log p(c_i | x_i), the probabilities by
+    /// the run's class likelihood (`class_phase::class_probabilities`). A row of the split
+    /// without exactly one label is an error naming it.
+    pub fn evaluate_multiclass(
+        &self,
+        setup: &Setup,
+        params: &Params,
+        lik: &dyn ClassLikelihood,
+    ) -> Result<BinaryFigures> {
+        let (inputs, k_tilde, unweighted) =
+            model_inputs(&self.basis, self.n_features, self.in_features, params)?;
+        let ranker = Ranker::open(
+            inputs,
+            k_tilde,
+            setup.kind,
+            unweighted.as_ref().unwrap_or(params),
+            true,
+        )?;
+        let seed = setup.config.predictive_seed();
+        let (mut right, mut nlp_sum, mut rows) = (0u64, 0.0, 0u64);
+        for file in &self.files {
+            let chunk = read_registered_chunk(file)?;
+            for (start, probs) in ranker.class_probabilities(&chunk, lik, seed, 1024)? {
+                for i in 0..probs.nrows() {
+                    let r = start + i;
+                    let truth = &chunk.labels
+                        [chunk.label_offsets[r] as usize..chunk.label_offsets[r + 1] as usize];
+                    ensure!(
+                        truth.len() == 1,
+                        "'{}' row {}: {} labels, a multi-class row has exactly one",
+                        self.split,
+                        chunk.row_ids[r],
+                        truth.len()
+                    );
+                    let row: Vec<f64> = probs.row(i).iter().copied().collect();
+                    let best = (0..row.len()).fold(0, |b, k| if row[k] > row[b] { k } else { b });
+                    right += u64::from(best == truth[0] as usize);
+                    nlp_sum -= row[truth[0] as usize].ln();
+                    rows += 1;
+                }
             }
         }
         let n = rows.max(1) as f64;

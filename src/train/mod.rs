@@ -10,11 +10,13 @@
 //! `session` (start, memoise or resume a run), `resume` (what `--resume` may change),
 //! `steps` (the step loop), `checkpoints` (writing, registering and pruning them),
 //! `held_out` (`--eval-every`), `exact` (the full-data bound, `pipeline elbo`), `batches`
-//! (planner and prefetch queue), `init` (initial parameters), `ranks` (over MPI ranks: the
-//! all-reduce of the bound and gradient, the divergence check).
+//! (planner and prefetch queue), `classes` (the multi-class task's terms), `init` (initial
+//! parameters), `ranks` (over MPI ranks: the all-reduce of the bound and gradient, the
+//! divergence check).
 
 pub mod batches;
 mod checkpoints;
+mod classes;
 mod exact;
 mod held_out;
 pub mod init;

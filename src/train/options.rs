@@ -8,12 +8,12 @@ use anyhow::{ensure, Context, Result};
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
-use crate::store::catalog::StageKind;
+use crate::store::catalog::{DatasetRow, StageKind};
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
     newest_svd_run, ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice,
-    Negatives, QFormChoice, Retention, Steering, SvdFiles, TaskChoice, TrainConfig,
+    Negatives, QFormChoice, Retention, Steering, SvdFiles, Task, TrainConfig,
 };
 
 /// Options of a training run. The defaults are the command line's.
@@ -74,10 +74,15 @@ pub struct TrainOptions {
     pub q_form: QFormChoice,
     /// The Bernoulli likelihood's link (`--likelihood`).
     pub likelihood: LikelihoodChoice,
-    /// `--task`: binary needs a dataset with one label.
-    pub task: TaskChoice,
+    /// `--task`: binary needs a dataset with one label, multiclass one label per row.
+    pub task: Task,
     /// `--latent`: independent GPs (P = K, Φ = I fixed) or the factor model.
     pub latent: LatentChoice,
+    /// `--robust-max-epsilon`: robust-max's ε.
+    pub robust_max_epsilon: f64,
+    /// `--mc-pairs`: antithetic Monte Carlo pairs of the softmax (training with
+    /// `--likelihood softmax`, predictive probabilities of softmax and one-vs-each runs).
+    pub mc_pairs: usize,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -118,8 +123,10 @@ impl Default for TrainOptions {
             release_hyper_after: None,
             q_form: QFormChoice::Sites,
             likelihood: LikelihoodChoice::Logistic,
-            task: TaskChoice::Multilabel,
+            task: Task::Multilabel,
             latent: LatentChoice::Factor,
+            robust_max_epsilon: crate::model::robust_max::DEFAULT_EPSILON,
+            mc_pairs: crate::model::softmax_mc::DEFAULT_PAIRS,
             given: BTreeSet::new(),
         }
     }
@@ -166,8 +173,10 @@ impl TrainOptions {
             likelihood: self.likelihood,
             task: self.task,
             latent: self.latent,
+            robust_max_epsilon: self.stored_epsilon(),
+            mc_pairs: self.stored_pairs(),
         };
-        check_task(&config, name, dataset.n_labels)?;
+        check_task(&config, name, &dataset)?;
         check_limits(&config)?;
         check_q_form(&config, rank)?;
         Ok(config)
@@ -206,6 +215,24 @@ impl TrainOptions {
             InducingInputs::FixedSubspace => InducingInputs::Subspace,
             other => other,
         }
+    }
+
+    /// `--robust-max-epsilon` as a configuration stores it: only for a robust-max run, and
+    /// only when not the default.
+    pub fn stored_epsilon(&self) -> Option<f64> {
+        (self.likelihood == LikelihoodChoice::RobustMax
+            && self.robust_max_epsilon != crate::model::robust_max::DEFAULT_EPSILON)
+            .then_some(self.robust_max_epsilon)
+    }
+
+    /// `--mc-pairs` as a configuration stores it: only for a softmax or one-vs-each run,
+    /// and only when not the default.
+    pub fn stored_pairs(&self) -> Option<usize> {
+        (matches!(
+            self.likelihood,
+            LikelihoodChoice::Softmax | LikelihoodChoice::Ove
+        ) && self.mc_pairs != crate::model::softmax_mc::DEFAULT_PAIRS)
+            .then_some(self.mc_pairs)
     }
 
     /// The steering options these options ask for.
@@ -262,8 +289,9 @@ impl TrainOptions {
                 )
             },
         );
+        self.check_class_options(&mut c);
         c.check(
-            !(self.task == TaskChoice::Binary && self.negatives != Negatives::All),
+            !(self.task == Task::Binary && self.negatives != Negatives::All),
             "negatives",
             || {
                 format!(
@@ -290,6 +318,80 @@ impl TrainOptions {
     }
 }
 
+impl TrainOptions {
+    /// The likelihood must suit the task (a Bernoulli link for binary and multi-label, a
+    /// class likelihood for multi-class), and the options of one likelihood are refused
+    /// with another.
+    fn check_class_options(&self, c: &mut InvalidOptions) {
+        let lik = self.likelihood;
+        // On resume the likelihood and task not given are the run's, which the resume rules
+        // compare (`resume.rs`); only the values themselves are checked here then.
+        let new_run = self.resume.is_none();
+        c.check(
+            !new_run || self.task != Task::Multiclass || lik.is_multiclass(),
+            "likelihood",
+            || {
+                format!(
+                    "{} with --task multiclass: give a likelihood of one class among K, \
+                     --likelihood ove, robust-max or softmax",
+                    lik.name()
+                )
+            },
+        );
+        c.check(
+            !new_run || self.task == Task::Multiclass || !lik.is_multiclass(),
+            "likelihood",
+            || {
+                format!(
+                    "{} is a likelihood of one class among K: it needs --task multiclass \
+                     (--task {} takes logistic or probit)",
+                    lik.name(),
+                    self.task
+                )
+            },
+        );
+        c.check(
+            self.task != Task::Multiclass || self.negatives == Negatives::All,
+            "negatives",
+            || {
+                format!(
+                    "{} with --task multiclass: every row is one term (its class), so \
+                     --negatives all is the only choice",
+                    self.negatives
+                )
+            },
+        );
+        let eps = self.robust_max_epsilon;
+        c.check(eps > 0.0 && eps < 1.0, "robust-max-epsilon", || {
+            format!("must lie in (0, 1), not {eps}")
+        });
+        c.check(
+            !new_run
+                || lik == LikelihoodChoice::RobustMax
+                || eps == crate::model::robust_max::DEFAULT_EPSILON,
+            "robust-max-epsilon",
+            || format!("{eps} is robust-max's ε; the likelihood is {}", lik.name()),
+        );
+        c.check(self.mc_pairs >= 1, "mc-pairs", || {
+            "must be at least 1".into()
+        });
+        c.check(
+            !new_run
+                || matches!(lik, LikelihoodChoice::Softmax | LikelihoodChoice::Ove)
+                || self.mc_pairs == crate::model::softmax_mc::DEFAULT_PAIRS,
+            "mc-pairs",
+            || {
+                format!(
+                    "{} are the softmax's Monte Carlo pairs (--likelihood softmax or ove); \
+                     the likelihood is {}",
+                    self.mc_pairs,
+                    lik.name()
+                )
+            },
+        );
+    }
+}
+
 /// The checks of a configuration's step options (of a new run, or after a resume changed them).
 /// The unwhitened full-Cholesky form needs a non-singular K_Z: its KL holds K_Z⁻¹, so
 /// with the linear kernel, whose K_Z = σ_f² A K_X̃ Aᵀ has rank ≤ R, M inducing inputs in a
@@ -309,20 +411,45 @@ fn check_q_form(config: &TrainConfig, rank: usize) -> Result<()> {
 }
 
 /// `--task binary` is a dataset with one label (L = 1: label 0 the positive class, the
-/// rows without it the negative class), every row a term.
-fn check_task(config: &TrainConfig, dataset: &str, n_labels: u64) -> Result<()> {
-    if config.task == TaskChoice::Binary {
-        ensure!(
-            n_labels == 1,
-            "--task binary needs a dataset with one label (L = 1: label 0 the positive class, \
-             rows without it negative); dataset '{dataset}' has {n_labels} labels. Use --task \
-             multilabel, or ingest the binary problem (a LIBSVM file of ±1 labels)"
-        );
-        ensure!(
-            config.negatives == Negatives::All,
-            "--negatives {} with --task binary: every row is one term, use --negatives all",
-            config.negatives
-        );
+/// rows without it the negative class), every row a term. `--task multiclass` is a dataset
+/// of K ≥ 2 classes recorded as multi-class, or any other dataset but a binary one whose
+/// every training row turns out to hold exactly one label (checked row by row as the
+/// minibatches are formed; a row that does not stops the run naming it).
+fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<()> {
+    let n_labels = row.n_labels;
+    match config.task {
+        Task::Binary => {
+            ensure!(
+                n_labels == 1,
+                "--task binary needs a dataset with one label (L = 1: label 0 the positive \
+                 class, rows without it negative); dataset '{dataset}' has {n_labels} labels. \
+                 Use --task multilabel, or ingest the binary problem (a LIBSVM file of ±1 \
+                 labels)"
+            );
+            ensure!(
+                config.negatives == Negatives::All,
+                "--negatives {} with --task binary: every row is one term, use --negatives all",
+                config.negatives
+            );
+        }
+        Task::Multiclass => {
+            ensure!(
+                row.label_kind() != Task::Binary && n_labels >= 2,
+                "--task multiclass needs a dataset of K ≥ 2 classes, one label per row; \
+                 dataset '{dataset}' is {} with {n_labels} label(s). Use --task binary",
+                row.label_kind()
+            );
+            ensure!(
+                config.likelihood.is_multiclass(),
+                "--likelihood {} with --task multiclass: use ove, robust-max or softmax",
+                config.likelihood.name()
+            );
+        }
+        Task::Multilabel => ensure!(
+            !config.likelihood.is_multiclass(),
+            "--likelihood {} needs --task multiclass",
+            config.likelihood.name()
+        ),
     }
     Ok(())
 }
@@ -334,4 +461,39 @@ pub fn check_limits(config: &TrainConfig) -> Result<()> {
     );
     ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn likelihood_options_are_stored_only_for_their_likelihood_and_off_the_default() {
+        let mut o = TrainOptions {
+            task: Task::Multiclass,
+            likelihood: LikelihoodChoice::RobustMax,
+            ..TrainOptions::default()
+        };
+        assert_eq!((o.stored_epsilon(), o.stored_pairs()), (None, None));
+        o.robust_max_epsilon = 0.01;
+        assert_eq!(o.stored_epsilon(), Some(0.01));
+        assert!(o.validate().is_ok());
+        o.likelihood = LikelihoodChoice::Softmax;
+        assert_eq!(o.stored_epsilon(), None);
+        let e = o.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("robust-max's ε; the likelihood is softmax"),
+            "{e}"
+        );
+        o.robust_max_epsilon = crate::model::robust_max::DEFAULT_EPSILON;
+        o.mc_pairs = 4;
+        assert_eq!(o.stored_pairs(), Some(4));
+        assert!(o.validate().is_ok());
+        // On resume the run's likelihood decides (resume.rs compares what is given).
+        o.likelihood = LikelihoodChoice::Logistic;
+        assert!(o.validate().is_err());
+        o.resume = Some(3);
+        o.task = Task::Multilabel;
+        assert!(o.validate().is_ok());
+    }
 }

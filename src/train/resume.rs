@@ -6,7 +6,7 @@
 //! Those, when given, are applied and recorded in the run's record (never in its `params`,
 //! which stay what it started with); any other option given with a value other than the
 //! run's is refused before anything changes. That includes the model's form (`--kernel`,
-//! `--ard`, `--likelihood`, `--task`, `--latent`) and the hyperparameter schedule `--release-hyper-after`: a run whose schedule
+//! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`) and the hyperparameter schedule `--release-hyper-after`: a run whose schedule
 //! changed midway would equal no uninterrupted run.
 //!
 //! Checkpoints written after a change embed the configuration in force, so a run extended
@@ -96,6 +96,11 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
         "likelihood" => (cfg.likelihood.name().into(), opts.likelihood.name().into()),
         "task" => (cfg.task.name().into(), opts.task.name().into()),
         "latent" => (cfg.latent.name().into(), opts.latent.name().into()),
+        "robust_max_epsilon" => (
+            cfg.epsilon().to_string(),
+            opts.robust_max_epsilon.to_string(),
+        ),
+        "mc_pairs" => (cfg.pairs().to_string(), opts.mc_pairs.to_string()),
         "inducing" => (
             cfg.inducing.to_string(),
             given(opts.inducing.map(|m| m.to_string())),

@@ -12,6 +12,7 @@ use super::init;
 use crate::model::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::Likelihood;
+use crate::model::multiclass::ClassLikelihood;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
 use crate::projection::{basis_gram, identity_gram};
@@ -22,7 +23,7 @@ use crate::store::chunks::{label_counts, read_registered_chunk};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
-use crate::trained::{ArdChoice, InducingInputs, LatentChoice, SvdFiles, TrainConfig};
+use crate::trained::{ArdChoice, InducingInputs, LatentChoice, SvdFiles, Task, TrainConfig};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -39,8 +40,11 @@ pub fn thread_pool(threads: usize) -> Result<rayon::ThreadPool> {
 pub struct Setup {
     pub config: TrainConfig,
     pub kind: KernelKind,
-    /// The likelihood of `config.likelihood` with `config.quadrature` points.
+    /// The likelihood of `config.likelihood` with `config.quadrature` points (of a
+    /// multi-class run: unused, its terms carry `class_lik`).
     pub lik: Box<dyn Likelihood>,
+    /// The class likelihood of a multi-class run (None for the other tasks).
+    pub class_lik: Option<Box<dyn ClassLikelihood>>,
     pub source: Arc<Source>,
     spans: Vec<batches::ChunkSpan>,
     /// K_X̃ = X̃X̃ᵀ [R×R].
@@ -114,6 +118,10 @@ impl Setup {
         Ok(Setup {
             kind: config.kernel.kind(),
             lik: config.likelihood.build(config.quadrature)?,
+            class_lik: match config.task {
+                Task::Multiclass => Some(config.class_likelihood()?),
+                _ => None,
+            },
             n_labels: dataset.n_labels as usize,
             n_rows: source.n_rows as u64,
             source: Arc::new(source),

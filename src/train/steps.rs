@@ -12,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::batches::{stream_seed, streams, Batch, Planner, Prefetcher, Share, Span};
 use super::checkpoints::{prune_checkpoints, save_checkpoint};
+use super::classes::{class_ids, noise_seed};
 use super::exact::exact_bound;
 use super::held_out::HeldOut;
 use super::ranks;
@@ -21,6 +22,7 @@ use crate::failpoint;
 use crate::metrics::metric_rows;
 use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
+use crate::model::multiclass::Classes;
 use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Evaluation};
 use crate::model::optim::{AdamConfig, AdamState};
 use crate::model::params::{Block, Params};
@@ -30,7 +32,7 @@ use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
-use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, TaskChoice, TrainConfig};
+use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, Task, TrainConfig};
 
 /// How a training loop runs, beyond the configuration that fixes its numbers.
 pub struct LoopOptions {
@@ -317,12 +319,31 @@ impl Trainer<'_> {
             Negatives::All => None,
             Negatives::Sample(count) => Some(self.sampled_terms(batch, count, weight)),
         };
-        let terms = match &sampled {
-            None => TermSet::AllLabels {
+        let class_lik = self.setup.class_lik.as_deref();
+        let class_ids = match class_lik {
+            Some(_) => {
+                // The rows' Monte Carlo streams are their positions in the minibatch, which
+                // a rank's share does not know: one process only.
+                ensure!(
+                    ranks == 1,
+                    "--task multiclass trains in one process (not over {ranks} MPI ranks)"
+                );
+                class_ids(&batch.positives, &batch.rows)?
+            }
+            None => Vec::new(),
+        };
+        let terms = match (&sampled, class_lik) {
+            (_, Some(lik)) => TermSet::Classes(Classes {
+                class: &class_ids,
+                scale: weight,
+                lik,
+                seed: noise_seed(cfg.seed, self.state.step),
+            }),
+            (None, None) => TermSet::AllLabels {
                 positives: &batch.positives,
                 scale: weight,
             },
-            Some(list) => TermSet::List(list),
+            (Some(list), None) => TermSet::List(list),
         };
         // Without trainable A or kernel hyperparameters their gradients are not needed
         // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper
@@ -487,9 +508,9 @@ impl Trainer<'_> {
         Ok(())
     }
 
-    /// A binary run's held-out accuracy and mean negative log predictive probability,
-    /// recorded as the metrics `accuracy` and `nlp` of the epoch on the split.
-    fn evaluate_held_out_binary(
+    /// A binary or multi-class run's held-out accuracy and mean negative log predictive
+    /// probability, recorded as the metrics `accuracy` and `nlp` of the epoch on the split.
+    fn evaluate_held_out_classes(
         &self,
         run: &StageRun<'_>,
         h: &HeldOut,
@@ -497,7 +518,10 @@ impl Trainer<'_> {
     ) -> Result<()> {
         let t = Instant::now();
         let (setup, params) = (self.setup, &self.params);
-        let f = self.pool.install(|| h.evaluate_binary(setup, params))?;
+        let f = self.pool.install(|| match &setup.class_lik {
+            Some(lik) => h.evaluate_multiclass(setup, params, &**lik),
+            None => h.evaluate_binary(setup, params),
+        })?;
         let row = |name: &str, value: f64| MetricRow {
             split: Some(h.split.clone()),
             ..metric(name, value, Some(epoch_no))
@@ -529,8 +553,8 @@ impl Trainer<'_> {
     }
 
     fn evaluate_held_out(&self, run: &StageRun<'_>, h: &HeldOut, epoch_no: i64) -> Result<()> {
-        if self.setup.config.task == TaskChoice::Binary {
-            return self.evaluate_held_out_binary(run, h, epoch_no);
+        if self.setup.config.task != Task::Multilabel {
+            return self.evaluate_held_out_classes(run, h, epoch_no);
         }
         let t = Instant::now();
         let (setup, params) = (self.setup, &self.params);

@@ -1,0 +1,566 @@
+//! Multi-class GP classification end to end (`--task multiclass` with `--likelihood ove`,
+//! `robust-max` and `softmax`; docs/model.md, "Tasks and latent functions"): four Gaussian
+//! blobs made here, written as a LIBSVM file of class labels 1..4 and ingested with
+//! `--format libsvm`; trained with each likelihood (independent GPs, and one factor run),
+//! predicted with class probabilities and evaluated with `--task auto`: accuracy far above
+//! chance (¼); `pipeline elbo` against an independent one-batch sum; determinism and
+//! kill/resume to the same bytes with the sampling likelihood; the refusals.
+
+mod common;
+use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
+use common::*;
+use faer::Mat;
+use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::multiclass::Classes;
+use fsgp::model::objective::{evaluate_set, EvalOptions};
+use fsgp::model::params::Params;
+use fsgp::model::robust_max::RobustMax;
+use fsgp::model::scratch::Scratch;
+use fsgp::model::terms::TermSet;
+use fsgp::store::predictions::PredictionReader;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use std::path::{Path, PathBuf};
+
+/// Features per row, classes.
+const D: usize = 4;
+const K: usize = 4;
+const TRAIN_ROWS: usize = 400;
+const TEST_ROWS: usize = 200;
+
+/// Rows of K blobs: class k (written as k + 1) at 2·e_k plus N(0, 0.6²) noise per feature,
+/// as LIBSVM text. Returns the class ids (0-based, the ingest's label ids).
+fn write_split(path: &Path, rows: usize, rng: &mut ChaCha8Rng) -> Vec<u32> {
+    let noise = Normal::new(0.0, 0.6).unwrap();
+    let mut text = String::new();
+    let mut classes = Vec::new();
+    for i in 0..rows {
+        let class = i % K;
+        let feats: Vec<String> = (0..D)
+            .map(|j| {
+                let centre = if j == class { 2.0 } else { 0.0 };
+                let v: f64 = centre + noise.sample(rng);
+                format!("{}:{}", j + 1, (v * 1000.0).round() / 1000.0)
+            })
+            .collect();
+        text.push_str(&format!("{} {}\n", class + 1, feats.join(" ")));
+        classes.push(class as u32);
+    }
+    std::fs::write(path, text).unwrap();
+    classes
+}
+
+/// A workspace with the blobs dataset `blobs` ingested (100-row chunks, not normalised)
+/// and factorised (R = D = 4, M = 12), and the test rows' classes.
+struct Prepared {
+    _dir: tempfile::TempDir,
+    base: PathBuf,
+    test_classes: Vec<u32>,
+}
+
+impl Prepared {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base");
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(23);
+        write_split(&src.join("train.txt"), TRAIN_ROWS, &mut rng);
+        let test_classes = write_split(&src.join("test.txt"), TEST_ROWS, &mut rng);
+        let ok = |args: &[&str]| {
+            let out = pipeline(&base, args);
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        };
+        ok(&[
+            "ingest",
+            "--name",
+            "blobs",
+            "--format",
+            "libsvm",
+            "--train",
+            src.join("train.txt").to_str().unwrap(),
+            "--test",
+            src.join("test.txt").to_str().unwrap(),
+            "--no-normalize",
+            "--chunk-rows",
+            "100",
+        ]);
+        ok(&[
+            "svd",
+            "--dataset",
+            "blobs",
+            "--rank",
+            "4",
+            "--inducing",
+            "12",
+            "--threads",
+            "2",
+        ]);
+        Prepared {
+            _dir: dir,
+            base,
+            test_classes,
+        }
+    }
+
+    fn copy(&self, name: &str) -> PathBuf {
+        let to = self.base.parent().unwrap().join(name);
+        copy_dir(&self.base, &to);
+        to
+    }
+}
+
+/// The multi-class training command: 8 steps per epoch (B = 50), a checkpoint every 6
+/// steps, the SE kernel. `--epochs` is 12 and `--latent` independent unless `extra` gives
+/// them.
+fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "train",
+        "--dataset",
+        "blobs",
+        "--task",
+        "multiclass",
+        "--kernel",
+        "se",
+        "--batch",
+        "50",
+        "--lr",
+        "0.05",
+        "--checkpoint-every",
+        "6",
+        "--keep-checkpoints",
+        "all",
+        "--threads",
+        "2",
+        "--seed",
+        "7",
+    ];
+    if !extra.contains(&"--epochs") {
+        args.extend(["--epochs", "12"]);
+    }
+    if !extra.contains(&"--latent") {
+        args.extend(["--latent", "independent"]);
+    }
+    args.extend(extra);
+    args
+}
+
+fn train(ws: &Path, extra: &[&str]) -> i64 {
+    let out = pipeline(ws, &train_args(extra));
+    assert!(out.status.success(), "{}", stderr(&out));
+    newest_run(ws, "train")
+}
+
+fn newest_run(ws: &Path, stage: &str) -> i64 {
+    catalog(ws)
+        .query_row(
+            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
+            [stage],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// `predict --top-k 2 --probabilities` of the test split: per row its two classes and
+/// their probabilities (and scores, which must equal them), and the predict run's params.
+type Predicted = Vec<(u64, Vec<u32>, Vec<f32>)>;
+
+fn predict(ws: &Path, run: i64) -> (Predicted, serde_json::Value) {
+    let args = [
+        "predict",
+        "--run",
+        &run.to_string(),
+        "--top-k",
+        "2",
+        "--probabilities",
+    ];
+    let out = pipeline(ws, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = newest_run(ws, "predict");
+    let path: String = catalog(ws)
+        .query_row(
+            "SELECT path FROM artifacts WHERE stage_run_id = ?1 AND kind = 'predictions'",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let mut rows = Vec::new();
+    for block in PredictionReader::open(&ws.join(path)).unwrap() {
+        let b = block.unwrap();
+        let probs = b
+            .probabilities
+            .clone()
+            .expect("probabilities were asked for");
+        for i in 0..b.row_ids.len() {
+            let (start, end) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
+            assert_eq!(end - start, 2, "top-2 classes");
+            assert_eq!(
+                &b.scores[start..end],
+                &probs[start..end],
+                "scores = probabilities"
+            );
+            rows.push((
+                b.row_ids[i],
+                b.labels[start..end].to_vec(),
+                probs[start..end].to_vec(),
+            ));
+        }
+    }
+    (rows, run_params(ws, id))
+}
+
+/// Share of test rows whose most probable class is theirs; asserts the probabilities are
+/// ordered, in [0, 1] and sum to at most 1 over the two kept classes.
+fn accuracy(rows: &Predicted, classes: &[u32]) -> f64 {
+    assert_eq!(rows.len(), classes.len());
+    let mut right = 0;
+    for (i, (row, labels, p)) in rows.iter().enumerate() {
+        assert_eq!(*row, i as u64);
+        assert!(
+            p[0] >= p[1] && p[1] >= 0.0 && p[0] <= 1.0,
+            "row {row}: {p:?}"
+        );
+        assert!(p[0] + p[1] <= 1.0 + 1e-5, "row {row}: {p:?}");
+        right += usize::from(labels[0] == classes[i]);
+    }
+    right as f64 / classes.len() as f64
+}
+
+/// The bound of a robust-max run's `params` (ε = 10⁻³, 20 Gauss–Hermite points) with all
+/// training rows as one batch, computed apart from the streaming `pipeline elbo`: K_XX̃,
+/// norms and basis from the svd artifacts, classes from the chunks, every row a term of
+/// weight 1; `evaluate_set`'s value is Σ_i E_i − Σ_p KL_p.
+fn one_batch_robust_max_bound(ws: &Path, params: &Params) -> f64 {
+    let kxx: ndarray::Array2<f32> =
+        ndarray_npy::read_npy(common::toy::artifact(ws, "kxx")).unwrap();
+    let norms: ndarray::Array1<f32> =
+        ndarray_npy::read_npy(common::toy::artifact(ws, "sq_norms")).unwrap();
+    let basis: ndarray::Array2<f32> =
+        ndarray_npy::read_npy(common::toy::artifact(ws, "basis")).unwrap();
+    let mut chunk_paths: Vec<String> = catalog(ws)
+        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    chunk_paths.sort();
+    let mut class = Vec::new();
+    for path in chunk_paths {
+        let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
+        for i in 0..l.len() {
+            assert_eq!(l.row(i).len(), 1);
+            class.push(l.row(i)[0]);
+        }
+    }
+    assert_eq!(class.len(), TRAIN_ROWS);
+    let (n, r) = kxx.dim();
+    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
+    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
+    let kt = &basis * basis.transpose();
+    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
+    let x = BasisInputs {
+        kxx_b: kxx.as_ref(),
+        sq_norms: &sq,
+        k_tilde: kt.as_ref(),
+    };
+    let lik = RobustMax::new(1e-3, 20).unwrap();
+    let terms = TermSet::Classes(Classes {
+        class: &class,
+        scale: 1.0,
+        lik: &lik,
+        seed: 0,
+    });
+    let unused = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
+    let opts = EvalOptions::default();
+    evaluate_set(
+        KernelKind::SquaredExponential,
+        params,
+        &x,
+        &terms,
+        &unused,
+        &opts,
+        &Scratch::new(),
+    )
+    .unwrap()
+    .value
+}
+
+/// `evaluate --run RUN --k 4 --json` (its task from the run; every class listed, so NLP is
+/// defined): the metrics JSON.
+fn evaluate(ws: &Path, run: i64) -> serde_json::Value {
+    let out = pipeline(
+        ws,
+        &["evaluate", "--run", &run.to_string(), "--k", "4", "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() {
+    let p = Prepared::new();
+    let cases: [(&str, &[&str]); 4] = [
+        ("ove", &["--likelihood", "ove", "--eval-every", "6"]),
+        ("robust-max", &["--likelihood", "robust-max"]),
+        ("softmax", &["--likelihood", "softmax", "--mc-pairs", "4"]),
+        (
+            "ove-factor",
+            &[
+                "--likelihood",
+                "ove",
+                "--latent",
+                "factor",
+                "--factors",
+                "3",
+            ],
+        ),
+    ];
+    for (name, extra) in cases {
+        let ws = p.copy(name);
+        let id = train(&ws, extra);
+        let params = run_params(&ws, id);
+        assert_eq!(params["task"], "multiclass", "{name}");
+        let lik = if name == "ove-factor" { "ove" } else { name };
+        assert_eq!(params["likelihood"], lik, "{name}");
+        if name == "softmax" {
+            assert_eq!(params["mc_pairs"], 4);
+        } else {
+            assert!(params.get("mc_pairs").is_none(), "{name}: {params}");
+        }
+        let (rows, predict_params) = predict(&ws, id);
+        assert_eq!(
+            predict_params["predictive"],
+            format!("classes-{lik}"),
+            "{name}"
+        );
+        let acc = accuracy(&rows, &p.test_classes);
+        eprintln!("{name}: test accuracy {acc:.3}");
+        assert!(acc >= 0.85, "{name}: accuracy {acc} (chance 0.25)");
+        if name == "ove" {
+            // Held-out figures at epochs 6 and 12; the last is the predictions' accuracy.
+            let held = metrics(&ws, id, "accuracy");
+            assert_eq!(held.iter().map(|m| m.0).collect::<Vec<_>>(), [6, 12]);
+            let last = f64::from_bits(held[1].1);
+            assert!(
+                (last - acc).abs() < 1e-12,
+                "held-out {last} vs predicted {acc}"
+            );
+            let nlp = f64::from_bits(metrics(&ws, id, "nlp")[1].1);
+            assert!(nlp > 0.0 && nlp < 0.7, "mean NLP {nlp}");
+        }
+        if name == "ove-factor" {
+            let phi = read_ckpt(&ws, id, 96).params.phi;
+            assert_eq!((phi.nrows(), phi.ncols()), (K, 3));
+        }
+        let m = evaluate(&ws, id);
+        assert_eq!(m["task"], "multiclass", "{m}");
+        let top1 = m["accuracy"].as_f64().unwrap();
+        assert!(
+            (top1 - acc).abs() < 1e-9,
+            "{name}: evaluate {top1} vs {acc}"
+        );
+        assert!(m["top_k_accuracy"][1].as_f64().unwrap() >= top1);
+        assert_eq!(m["top_k_accuracy"][3].as_f64().unwrap(), 1.0, "{m}");
+        let nlp = m["nlp"].as_f64().unwrap();
+        eprintln!("{name}: evaluate NLP {nlp:.4}, ECE {}", m["ece"]);
+        assert!(nlp > 0.0 && nlp < 0.7, "{name}: {m}");
+    }
+}
+
+#[test]
+fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
+    let p = Prepared::new();
+    let ws = p.copy("elbo");
+    let id = train(&ws, &["--likelihood", "robust-max", "--epochs", "3"]);
+    let recorded = metrics(&ws, id, "elbo_exact");
+    assert_eq!(recorded.len(), 1, "the final bound");
+    let last = *checkpoints(&ws, id).keys().last().unwrap();
+    let out = pipeline(&ws, &["elbo", "--run", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recorded = metrics(&ws, id, "elbo_exact");
+    let streamed = f64::from_bits(recorded.last().unwrap().1);
+    let direct = one_batch_robust_max_bound(&ws, &read_ckpt(&ws, id, last).params);
+    eprintln!("exact bound: streamed {streamed}, one batch {direct}");
+    assert!(
+        (streamed - direct).abs() <= 1e-9 * direct.abs(),
+        "streamed {streamed} vs one batch {direct}"
+    );
+}
+
+#[test]
+fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
+    let p = Prepared::new();
+    let extra = [
+        "--likelihood",
+        "softmax",
+        "--mc-pairs",
+        "3",
+        "--epochs",
+        "4",
+    ];
+    let (ws_a, ws_b, ws_cut) = (p.copy("a"), p.copy("b"), p.copy("cut"));
+    let run_a = train(&ws_a, &extra);
+    let run_b = train(&ws_b, &extra);
+    let bytes = checkpoints(&ws_a, run_a);
+    assert_eq!(
+        bytes.keys().copied().collect::<Vec<_>>(),
+        [6, 12, 18, 24, 30, 32]
+    );
+    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
+    assert_eq!(
+        metrics(&ws_a, run_a, "elbo_exact"),
+        metrics(&ws_b, run_b, "elbo_exact")
+    );
+    // Another seed draws other noise (and another shuffle): other bytes.
+    let ws_c = p.copy("c");
+    let mut other = extra.to_vec();
+    other.extend(["--fresh"]);
+    let args: Vec<&str> = train_args(&other)
+        .into_iter()
+        .map(|a| if a == "7" { "8" } else { a })
+        .collect();
+    let out = pipeline(&ws_c, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ne!(
+        checkpoints(&ws_c, newest_run(&ws_c, "train"))[&32],
+        bytes[&32]
+    );
+
+    // Killed just after the checkpoint of step 18 was published, then resumed.
+    let out = std::process::Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(&ws_cut)
+        .args(train_args(&extra))
+        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
+        .env_remove("FSGP_WORKSPACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the failpoint did not fire");
+    let id = newest_run(&ws_cut, "train");
+    assert_eq!(run_status(&ws_cut, id), "interrupted");
+    // Resuming with another likelihood or other Monte Carlo pairs is refused, naming both.
+    let resume = |more: &[&str]| {
+        let mut args = vec!["train", "--resume"];
+        let id = id.to_string();
+        args.push(&id);
+        args.extend(more);
+        pipeline(&ws_cut, &args)
+    };
+    let out = resume(&["--likelihood", "ove"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--likelihood ove: run") && err.contains("has softmax"),
+        "{err}"
+    );
+    let out = resume(&["--mc-pairs", "5"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--mc-pairs 5: run") && err.contains("has 3"),
+        "{err}"
+    );
+    let out = resume(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
+    assert_eq!(
+        metrics(&ws_cut, id, "elbo_exact"),
+        metrics(&ws_a, run_a, "elbo_exact")
+    );
+}
+
+#[test]
+fn likelihoods_must_suit_the_task_and_the_data() {
+    let p = Prepared::new();
+    let ws = p.copy("refusals");
+    let refused = |ws: &Path, args: Vec<&str>, texts: &[&str]| {
+        let out = pipeline(ws, &args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = stderr(&out);
+        for t in texts {
+            assert!(err.contains(t), "{args:?}: expected {t:?} in {err}");
+        }
+    };
+    refused(
+        &ws,
+        train_args(&[]),
+        &[
+            "logistic with --task multiclass",
+            "ove, robust-max or softmax",
+        ],
+    );
+    let mut ove_multilabel = train_args(&["--likelihood", "ove"]);
+    let at = ove_multilabel
+        .iter()
+        .position(|a| *a == "multiclass")
+        .unwrap();
+    ove_multilabel[at] = "multilabel";
+    refused(
+        &ws,
+        ove_multilabel,
+        &["ove is a likelihood of one class among K"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "softmax", "--robust-max-epsilon", "0.01"]),
+        &["robust-max-epsilon", "the likelihood is softmax"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "robust-max", "--robust-max-epsilon", "1.5"]),
+        &["robust-max-epsilon", "(0, 1)"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "robust-max", "--mc-pairs", "2"]),
+        &["mc-pairs", "the likelihood is robust-max"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "ove", "--negatives", "2"]),
+        &["--negatives all is the only choice"],
+    );
+    // A multi-label dataset whose rows hold several labels: refused at the first row that
+    // does not hold exactly one, naming it.
+    let toy_dir = tempfile::tempdir().unwrap();
+    let toy = toy_dir.path().join("toy");
+    common::toy::prepare(&toy);
+    let mut args = common::toy::train_args(&[
+        "--task",
+        "multiclass",
+        "--likelihood",
+        "ove",
+        "--negatives",
+        "all",
+    ]);
+    args.extend(["--no-final-elbo"]);
+    refused(
+        &toy,
+        args,
+        &["--task multiclass: training row", "exactly one class"],
+    );
+}
+
+#[test]
+fn a_spec_with_a_likelihood_unfit_for_its_task_is_refused_before_any_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bad.toml");
+    std::fs::write(
+        &spec,
+        "[synth]\nout = \"data\"\nrows = 50\ntest_rows = 10\nfeatures = 10\nlabels = 3\n\n\
+         [ingest]\nname = \"toy\"\ntrain = \"data/train.txt\"\ntest = \"data/test.txt\"\n\n\
+         [svd]\nrank = 3\ninducing = 4\n\n\
+         [train]\ntask = \"multiclass\"\nlikelihood = \"probit\"\nmc_pairs = 0\n\
+         robust_max_epsilon = 2.0\n\n[predict]\n\n[evaluate]\n",
+    )
+    .unwrap();
+    let out = pipeline(&dir.path().join("ws"), &["run", spec.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    for key in ["likelihood", "mc_pairs", "robust_max_epsilon"] {
+        assert!(err.contains(&format!("[train] {key}")), "{key}: {err}");
+    }
+    assert!(!dir.path().join("data").exists(), "no stage ran");
+}
