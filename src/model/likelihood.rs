@@ -16,7 +16,7 @@
 
 use anyhow::Result;
 
-use super::quadrature::GaussHermite;
+use super::quadrature::{GaussHermite, SymmetricRule};
 
 /// The default number of quadrature points used by the trainer.
 pub const DEFAULT_POINTS: usize = 20;
@@ -120,21 +120,11 @@ impl BernoulliLogistic {
     /// The expectation with a `points`-point Gauss–Hermite rule; errors for 0 points.
     pub fn new(points: usize) -> Result<Self> {
         let rule = GaussHermite::new(points)?;
-        let inv_sqrt_pi = 1.0 / std::f64::consts::PI.sqrt();
-        let first_positive = points.div_ceil(2);
-        let half_nodes = rule.nodes[first_positive..]
-            .iter()
-            .map(|t| std::f64::consts::SQRT_2 * t)
-            .collect();
-        let half_weights = rule.weights[first_positive..]
-            .iter()
-            .map(|w| w * inv_sqrt_pi)
-            .collect();
-        let centre_weight = if points % 2 == 1 {
-            rule.weights[points / 2] * inv_sqrt_pi
-        } else {
-            0.0
-        };
+        let SymmetricRule {
+            half_nodes,
+            half_weights,
+            centre_weight,
+        } = rule.symmetric();
         Ok(Self {
             rule,
             half_nodes,

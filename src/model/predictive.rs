@@ -162,22 +162,15 @@ impl ProbabilityRule {
     /// E[σ(f)] with a `points`-point Gauss–Hermite rule.
     pub fn logistic_quadrature(points: usize) -> anyhow::Result<Self> {
         let rule = super::quadrature::GaussHermite::new(points)?;
-        let inv_sqrt_pi = 1.0 / std::f64::consts::PI.sqrt();
-        let first_positive = points.div_ceil(2);
+        let super::quadrature::SymmetricRule {
+            half_nodes,
+            half_weights,
+            centre_weight,
+        } = rule.symmetric();
         Ok(ProbabilityRule::LogisticQuadrature {
-            half_nodes: rule.nodes[first_positive..]
-                .iter()
-                .map(|t| std::f64::consts::SQRT_2 * t)
-                .collect(),
-            half_weights: rule.weights[first_positive..]
-                .iter()
-                .map(|w| w * inv_sqrt_pi)
-                .collect(),
-            centre_weight: if points % 2 == 1 {
-                rule.weights[points / 2] * inv_sqrt_pi
-            } else {
-                0.0
-            },
+            half_nodes,
+            half_weights,
+            centre_weight,
         })
     }
 

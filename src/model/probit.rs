@@ -17,7 +17,7 @@
 use anyhow::Result;
 
 use super::likelihood::{Expectation, Likelihood, VAR_FLOOR};
-use super::quadrature::GaussHermite;
+use super::quadrature::{GaussHermite, SymmetricRule};
 
 /// Below z = −MILLS_SWITCH, log Φ(z) and r(z) come from the continued fraction of the
 /// Mills ratio (erfc's value there is still accurate, but Φ(z) underflows at z ≈ −38.5 and
@@ -112,23 +112,16 @@ impl BernoulliProbit {
     /// The expectation with a `points`-point Gauss–Hermite rule; errors for 0 points.
     pub fn new(points: usize) -> Result<Self> {
         let rule = GaussHermite::new(points)?;
-        let inv_sqrt_pi = 1.0 / std::f64::consts::PI.sqrt();
-        let first_positive = points.div_ceil(2);
+        let SymmetricRule {
+            half_nodes,
+            half_weights,
+            centre_weight,
+        } = rule.symmetric();
         Ok(BernoulliProbit {
             points,
-            half_nodes: rule.nodes[first_positive..]
-                .iter()
-                .map(|t| std::f64::consts::SQRT_2 * t)
-                .collect(),
-            half_weights: rule.weights[first_positive..]
-                .iter()
-                .map(|w| w * inv_sqrt_pi)
-                .collect(),
-            centre_weight: if points % 2 == 1 {
-                rule.weights[points / 2] * inv_sqrt_pi
-            } else {
-                0.0
-            },
+            half_nodes,
+            half_weights,
+            centre_weight,
         })
     }
 

@@ -111,4 +111,40 @@ impl GaussHermite {
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
+
+    /// The rule for Gaussian expectations, stored as its symmetric node pairs ±x_k (the
+    /// likelihoods evaluate both members of a pair from one exponential):
+    /// E_{f~N(m,v)}[g(f)] ≈ u_0 g(m) + Σ_k u_k (g(m + √v x_k) + g(m − √v x_k)).
+    pub fn symmetric(&self) -> SymmetricRule {
+        let points = self.len();
+        let inv_sqrt_pi = 1.0 / std::f64::consts::PI.sqrt();
+        let first_positive = points.div_ceil(2);
+        SymmetricRule {
+            half_nodes: self.nodes[first_positive..]
+                .iter()
+                .map(|t| std::f64::consts::SQRT_2 * t)
+                .collect(),
+            half_weights: self.weights[first_positive..]
+                .iter()
+                .map(|w| w * inv_sqrt_pi)
+                .collect(),
+            centre_weight: if points % 2 == 1 {
+                self.weights[points / 2] * inv_sqrt_pi
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// A Gauss–Hermite rule for expectations under N(m, v), as symmetric pairs
+/// ([`GaussHermite::symmetric`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SymmetricRule {
+    /// x_k = √2 t_k for the positive nodes, ascending.
+    pub half_nodes: Vec<f64>,
+    /// u_k = w_k / √π for the positive nodes.
+    pub half_weights: Vec<f64>,
+    /// u_0 = w / √π of the node at 0 (odd Q), else 0.
+    pub centre_weight: f64,
 }
