@@ -9,8 +9,7 @@
 mod common;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
-use faer::Mat;
-use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::kernel::KernelKind;
 use fsgp::model::params::Params;
 use fsgp::model::probit::BernoulliProbit;
 use fsgp::store::predictions::PredictionReader;
@@ -207,41 +206,11 @@ fn accuracy(rows: &[(u64, u32, f32)], classes: &[bool]) -> f64 {
 /// the streaming `pipeline elbo`: K_XX̃, norms and basis from the svd artifacts, classes
 /// from the chunks, the probit likelihood with 20 points, every row a term.
 fn one_batch_probit_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 {
-    let kxx: ndarray::Array2<f32> =
-        ndarray_npy::read_npy(common::toy::artifact(ws, "kxx")).unwrap();
-    let norms: ndarray::Array1<f32> =
-        ndarray_npy::read_npy(common::toy::artifact(ws, "sq_norms")).unwrap();
-    let basis: ndarray::Array2<f32> =
-        ndarray_npy::read_npy(common::toy::artifact(ws, "basis")).unwrap();
-    let mut chunk_paths: Vec<String> = catalog(ws)
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    chunk_paths.sort();
-    let mut positives = Vec::new();
-    for path in chunk_paths {
-        let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
-        for i in 0..l.len() {
-            positives.push(l.row(i).to_vec());
-        }
-    }
-    assert_eq!(positives.len(), TRAIN_ROWS);
-    let (n, r) = kxx.dim();
-    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
-    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
-    let kt = &basis * basis.transpose();
-    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
-    let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
-        sq_norms: &sq,
-        k_tilde: kt.as_ref(),
-    };
+    let batch = common::toy::OneBatch::read(ws);
+    assert_eq!(batch.labels.len(), TRAIN_ROWS);
     let lik = BernoulliProbit::new(20).unwrap();
-    let terms = fsgp::model::terms::terms_all(&positives, 1, 1.0);
-    fsgp::model::objective::evaluate(kind, params, &x, &terms, &lik)
+    let terms = fsgp::model::terms::terms_all(&batch.labels, 1, 1.0);
+    fsgp::model::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }

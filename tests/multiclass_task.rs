@@ -9,8 +9,7 @@
 mod common;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
-use faer::Mat;
-use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::kernel::KernelKind;
 use fsgp::model::multiclass::Classes;
 use fsgp::model::objective::{evaluate_set, EvalOptions};
 use fsgp::model::params::Params;
@@ -232,39 +231,17 @@ fn accuracy(rows: &Predicted, classes: &[u32]) -> f64 {
 /// norms and basis from the svd artifacts, classes from the chunks, every row a term of
 /// weight 1; `evaluate_set`'s value is Σ_i E_i − Σ_p KL_p.
 fn one_batch_robust_max_bound(ws: &Path, params: &Params) -> f64 {
-    let kxx: ndarray::Array2<f32> =
-        ndarray_npy::read_npy(common::toy::artifact(ws, "kxx")).unwrap();
-    let norms: ndarray::Array1<f32> =
-        ndarray_npy::read_npy(common::toy::artifact(ws, "sq_norms")).unwrap();
-    let basis: ndarray::Array2<f32> =
-        ndarray_npy::read_npy(common::toy::artifact(ws, "basis")).unwrap();
-    let mut chunk_paths: Vec<String> = catalog(ws)
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
+    let batch = common::toy::OneBatch::read(ws);
+    let class: Vec<u32> = batch
+        .labels
+        .iter()
+        .map(|l| {
+            assert_eq!(l.len(), 1);
+            l[0]
+        })
         .collect();
-    chunk_paths.sort();
-    let mut class = Vec::new();
-    for path in chunk_paths {
-        let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
-        for i in 0..l.len() {
-            assert_eq!(l.row(i).len(), 1);
-            class.push(l.row(i)[0]);
-        }
-    }
     assert_eq!(class.len(), TRAIN_ROWS);
-    let (n, r) = kxx.dim();
-    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
-    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
-    let kt = &basis * basis.transpose();
-    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
-    let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
-        sq_norms: &sq,
-        k_tilde: kt.as_ref(),
-    };
+    let x = batch.inputs();
     let lik = RobustMax::new(1e-3, 20).unwrap();
     let terms = TermSet::Classes(Classes {
         class: &class,

@@ -311,47 +311,69 @@ pub fn artifact(ws: &Path, kind: &str) -> PathBuf {
     ws.join(path)
 }
 
+/// Every training row of the newest svd of a workspace as one batch, read apart from the
+/// streaming `pipeline elbo` so that tests can compute exact bounds independently: K_XX̃
+/// [N×R] and the squared norms from the svd artifacts, K_X̃ = X̃ X̃ᵀ from its basis, each
+/// row's labels from the chunks (in row order).
+pub struct OneBatch {
+    pub kxx: faer::Mat<f64>,
+    pub k_tilde: faer::Mat<f64>,
+    pub sq_norms: Vec<f64>,
+    pub labels: Vec<Vec<u32>>,
+}
+
+impl OneBatch {
+    pub fn read(ws: &Path) -> Self {
+        use faer::Mat;
+        let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
+        let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
+        let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
+        let mut chunk_paths: Vec<String> = catalog(ws)
+            .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        chunk_paths.sort();
+        let mut labels = Vec::new();
+        for path in chunk_paths {
+            let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
+            for i in 0..l.len() {
+                labels.push(l.row(i).to_vec());
+            }
+        }
+        let (n, r) = kxx.dim();
+        let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
+        OneBatch {
+            kxx: Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64),
+            k_tilde: &basis * basis.transpose(),
+            sq_norms: norms.iter().map(|&v| v as f64).collect(),
+            labels,
+        }
+    }
+
+    pub fn inputs(&self) -> fsgp::model::kernel::BasisInputs<'_> {
+        fsgp::model::kernel::BasisInputs {
+            kxx_b: self.kxx.as_ref(),
+            sq_norms: &self.sq_norms,
+            k_tilde: self.k_tilde.as_ref(),
+        }
+    }
+}
+
 /// The exact bound of `params` under kernel `kind` with all 900 training rows of the toy
-/// dataset as one batch, computed independently of the streaming `pipeline elbo`: the rows'
-/// K_XX̃, norms and basis read from the newest svd artifacts, the labels from the chunks.
+/// dataset as one batch ([`OneBatch`]), the logistic likelihood with 20 points.
 pub fn one_batch_bound(
     ws: &Path,
     kind: fsgp::model::kernel::KernelKind,
     params: &fsgp::model::params::Params,
 ) -> f64 {
-    use faer::Mat;
-    let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
-    let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
-    let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
-    let mut chunk_paths: Vec<String> = catalog(ws)
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    chunk_paths.sort();
-    let mut positives = Vec::new();
-    for path in chunk_paths {
-        let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
-        for i in 0..l.len() {
-            positives.push(l.row(i).to_vec());
-        }
-    }
-    assert_eq!(positives.len(), 900);
-    let (n, r) = kxx.dim();
-    let kxx = Mat::from_fn(n, r, |i, j| kxx[(i, j)] as f64);
-    let basis = Mat::from_fn(r, basis.ncols(), |i, j| basis[(i, j)] as f64);
-    let kt = &basis * basis.transpose();
-    let sq: Vec<f64> = norms.iter().map(|&v| v as f64).collect();
-    let x = fsgp::model::kernel::BasisInputs {
-        kxx_b: kxx.as_ref(),
-        sq_norms: &sq,
-        k_tilde: kt.as_ref(),
-    };
+    let batch = OneBatch::read(ws);
+    assert_eq!(batch.labels.len(), 900);
     let lik = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
-    let terms = fsgp::model::terms::terms_all(&positives, 30, 1.0);
-    fsgp::model::objective::evaluate(kind, params, &x, &terms, &lik)
+    let terms = fsgp::model::terms::terms_all(&batch.labels, 30, 1.0);
+    fsgp::model::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }
