@@ -106,6 +106,19 @@ impl<'p> Ranker<'p> {
         top_k: usize,
         block_rows: usize,
     ) -> Result<Vec<(usize, PredictionBlock)>> {
+        self.per_block(chunk, block_rows, |x, start, end| {
+            self.rank_block(x, &chunk.row_ids[start..end], top_k)
+        })
+    }
+
+    /// `f(inputs, start, end)` for each block [start, end) of `block_rows` rows of `chunk`,
+    /// with the block's K_XX̃ rows and squared norms: (start, result) per block, in order.
+    fn per_block<T>(
+        &self,
+        chunk: &CsrChunk,
+        block_rows: usize,
+        f: impl Fn(&BasisInputs<'_>, usize, usize) -> Result<T>,
+    ) -> Result<Vec<(usize, T)>> {
         let rows = self.inputs.of_chunk(chunk);
         (0..chunk.len())
             .step_by(block_rows.max(1))
@@ -118,10 +131,7 @@ impl<'p> Ranker<'p> {
                     sq_norms: &sq,
                     k_tilde: self.k_tilde.as_ref(),
                 };
-                Ok((
-                    start,
-                    self.rank_block(&x, &chunk.row_ids[start..end], top_k)?,
-                ))
+                Ok((start, f(&x, start, end)?))
             })
             .collect()
     }
@@ -176,38 +186,20 @@ impl<'p> Ranker<'p> {
             .predictor
             .as_ref()
             .context("internal: class probabilities of a ranker opened without them")?;
-        let rows = self.inputs.of_chunk(chunk);
-        (0..chunk.len())
-            .step_by(block_rows.max(1))
-            .map(|start| {
-                let end = (start + block_rows).min(chunk.len());
-                let kxx = rows.block(start, end)?;
-                let sq = self.inputs.sq_norms(chunk, start, end);
-                let x = BasisInputs {
-                    kxx_b: kxx.as_ref(),
-                    sq_norms: &sq,
-                    k_tilde: self.k_tilde.as_ref(),
-                };
-                let (m, s) = predictor.marginals(&x);
-                let first = chunk.row_ids[start];
-                ensure!(
-                    chunk.row_ids[start..end]
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &id)| id == first + i as u64),
-                    "internal: the row ids of a chunk are not consecutive"
-                );
-                let probs = class_probabilities(
-                    lik,
-                    predictor.params(),
-                    m.as_ref(),
-                    s.as_ref(),
-                    seed,
-                    first,
-                );
-                Ok((start, probs))
-            })
-            .collect()
+        self.per_block(chunk, block_rows, |x, start, end| {
+            let (m, s) = predictor.marginals(x);
+            let first = chunk.row_ids[start];
+            ensure!(
+                chunk.row_ids[start..end]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &id)| id == first + i as u64),
+                "internal: the row ids of a chunk are not consecutive"
+            );
+            let probs =
+                class_probabilities(lik, predictor.params(), m.as_ref(), s.as_ref(), seed, first);
+            Ok(probs)
+        })
     }
 
     /// The top-k classes of every row of `chunk` by their predictive probabilities under a
