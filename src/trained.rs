@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
+use crate::model::amortiser::DEFAULT_HIDDEN;
+use crate::model::ar_softmax::ArSoftmax;
 use crate::model::multiclass::ClassLikelihood;
 use crate::model::one_vs_each::OneVsEach;
 use crate::model::optim::AdamConfig;
@@ -238,11 +240,21 @@ pub enum LikelihoodChoice {
     #[serde(rename = "robust-max")]
     RobustMax,
     Softmax,
+    /// Augment and reduce (Ruiz, Titsias, Dieng & Blei): the softmax bound with amortised α.
+    #[serde(rename = "ar-softmax")]
+    ArSoftmax,
 }
 
 impl LikelihoodChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 5] = ["logistic", "probit", "ove", "robust-max", "softmax"];
+    pub const NAMES: [&'static str; 6] = [
+        "logistic",
+        "probit",
+        "ove",
+        "robust-max",
+        "softmax",
+        "ar-softmax",
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -251,6 +263,7 @@ impl LikelihoodChoice {
             LikelihoodChoice::Ove => "ove",
             LikelihoodChoice::RobustMax => "robust-max",
             LikelihoodChoice::Softmax => "softmax",
+            LikelihoodChoice::ArSoftmax => "ar-softmax",
         }
     }
 
@@ -264,6 +277,27 @@ impl LikelihoodChoice {
         matches!(
             self,
             LikelihoodChoice::Ove | LikelihoodChoice::RobustMax | LikelihoodChoice::Softmax
+        ) || self.is_amortised()
+    }
+
+    /// Whether this is an augment-and-reduce likelihood, whose local parameters come from
+    /// the amortisation network (`--amortiser-hidden`).
+    pub fn is_amortised(self) -> bool {
+        matches!(self, LikelihoodChoice::ArSoftmax)
+    }
+
+    /// Whether the likelihood's bound is a sum over the negative classes that
+    /// `--class-samples` may subsample.
+    pub fn samples_classes(self) -> bool {
+        matches!(self, LikelihoodChoice::Ove | LikelihoodChoice::ArSoftmax)
+    }
+
+    /// Whether the likelihood's predictive probabilities are the Monte Carlo softmax's
+    /// (`--mc-pairs`).
+    pub fn has_mc_pairs(self) -> bool {
+        matches!(
+            self,
+            LikelihoodChoice::Softmax | LikelihoodChoice::Ove | LikelihoodChoice::ArSoftmax
         )
     }
 
@@ -330,6 +364,7 @@ impl FromStr for LikelihoodChoice {
                 LikelihoodChoice::Ove,
                 LikelihoodChoice::RobustMax,
                 LikelihoodChoice::Softmax,
+                LikelihoodChoice::ArSoftmax,
             ],
         )
     }
@@ -519,6 +554,15 @@ pub struct TrainConfig {
     /// ([`DEFAULT_PAIRS`]); absent from the JSON otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mc_pairs: Option<usize>,
+    /// `--amortiser-hidden` of an augment-and-reduce run (the width H of the amortisation
+    /// network's two hidden layers), when not the default ([`DEFAULT_HIDDEN`]); absent from
+    /// the JSON otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amortiser_hidden: Option<usize>,
+    /// `--class-samples`: S negative classes per row and step (one-vs-each and
+    /// augment-and-reduce); absent from the JSON when not given (all negatives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_samples: Option<usize>,
 }
 
 impl TrainConfig {
@@ -571,13 +615,36 @@ impl TrainConfig {
         self.mc_pairs.unwrap_or(DEFAULT_PAIRS)
     }
 
-    /// The class likelihood of a multi-class run: one-vs-each (its K − 1 logistic
-    /// expectations by `quadrature` Gauss–Hermite points, its predictive probabilities by
-    /// the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature` points) or the softmax
-    /// by Monte Carlo (`mc_pairs` pairs).
+    /// The run's width H of the amortisation network's hidden layers.
+    pub fn amortiser_width(&self) -> usize {
+        self.amortiser_hidden.unwrap_or(DEFAULT_HIDDEN)
+    }
+
+    /// The class likelihood of a multi-class run's training steps: [`Self::bound_likelihood`]
+    /// with the run's `--class-samples` negatives per row.
     pub fn class_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
+        self.class_likelihood_sampling(self.class_samples)
+    }
+
+    /// The class likelihood of a multi-class run's exact bound: every negative class.
+    pub fn bound_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
+        self.class_likelihood_sampling(None)
+    }
+
+    /// The class likelihood with `class_samples` negatives per row (None: all): one-vs-each
+    /// (its K − 1 logistic expectations by `quadrature` Gauss–Hermite points, its predictive
+    /// probabilities by the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature`
+    /// points), the softmax by Monte Carlo (`mc_pairs` pairs) or augment-and-reduce's
+    /// softmax bound (predictive probabilities by the softmax with `mc_pairs` pairs).
+    fn class_likelihood_sampling(
+        &self,
+        class_samples: Option<usize>,
+    ) -> Result<Box<dyn ClassLikelihood>> {
         Ok(match self.likelihood {
-            LikelihoodChoice::Ove => Box::new(OneVsEach::new(self.quadrature, self.pairs())?),
+            LikelihoodChoice::Ove => Box::new(
+                OneVsEach::new(self.quadrature, self.pairs())?.with_class_samples(class_samples)?,
+            ),
+            LikelihoodChoice::ArSoftmax => Box::new(ArSoftmax::new(self.pairs(), class_samples)?),
             LikelihoodChoice::RobustMax => {
                 Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }
@@ -814,6 +881,8 @@ mod tests {
             latent: LatentChoice::Factor,
             robust_max_epsilon: None,
             mc_pairs: None,
+            amortiser_hidden: None,
+            class_samples: None,
         }
     }
 
@@ -864,6 +933,20 @@ mod tests {
         assert_eq!(json["task"], "multiclass");
         assert_eq!(json["robust_max_epsilon"], 0.01);
         assert_eq!(json["mc_pairs"], 4);
+        for key in ["amortiser_hidden", "class_samples"] {
+            assert!(json.get(key).is_none(), "{key} written at its default");
+        }
+        assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
+        let c = TrainConfig {
+            likelihood: LikelihoodChoice::ArSoftmax,
+            task: Task::Multiclass,
+            amortiser_hidden: Some(8),
+            class_samples: Some(3),
+            ..config(None)
+        };
+        let json = c.to_json();
+        assert_eq!(json["likelihood"], "ar-softmax");
+        assert_eq!((json["amortiser_hidden"].clone(), json["class_samples"].clone()), (8.into(), 3.into()));
         assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
         assert!("logit".parse::<LikelihoodChoice>().is_err());
         assert!("shared".parse::<LatentChoice>().is_err());

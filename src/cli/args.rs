@@ -488,6 +488,14 @@ pub struct TrainFlags {
     /// softmax, and per row for the predictive class probabilities of softmax and ove runs.
     #[arg(long, default_value_t = crate::model::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
     pub mc_pairs: usize,
+    /// Width H of the amortisation network's two hidden layers, which maps each row to its
+    /// local variational parameters (--likelihood ar-softmax only).
+    #[arg(long, default_value_t = crate::model::amortiser::DEFAULT_HIDDEN, value_name = "H")]
+    pub amortiser_hidden: usize,
+    /// S negative classes per row and step, drawn uniformly, their sum scaled by (K − 1)/S
+    /// (--likelihood ove or ar-softmax; default: all K − 1).
+    #[arg(long, value_name = "S")]
+    pub class_samples: Option<usize>,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
     /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
     #[arg(long)]
@@ -621,6 +629,8 @@ impl TrainFlags {
             latent: self.latent,
             robust_max_epsilon: self.robust_max_epsilon,
             mc_pairs: self.mc_pairs,
+            amortiser_hidden: self.amortiser_hidden,
+            class_samples: self.class_samples,
             given: BTreeSet::new(),
         }
     }
