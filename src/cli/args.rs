@@ -465,7 +465,8 @@ pub struct TrainFlags {
     pub q_form: QFormChoice,
     /// The likelihood. Binary and multilabel tasks: logistic, p(y|f) = σ(y f), or probit,
     /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max or softmax
-    /// (by Monte Carlo) (docs/likelihood.md).
+    /// (by Monte Carlo), or ar-softmax (augment and reduce: the softmax bound with each row's
+    /// α from an amortisation network, --amortiser-hidden) (docs/likelihood.md).
     #[arg(long, default_value = "logistic",
           value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
     pub likelihood: LikelihoodChoice,

@@ -348,7 +348,8 @@ impl TrainOptions {
             || {
                 format!(
                     "{} with --task multiclass: give a likelihood of one class among K, \
-                     --likelihood ove, robust-max or softmax",
+                     --likelihood ove, robust-max or softmax, or the augment-and-reduce \
+                     ar-softmax",
                     lik.name()
                 )
             },
@@ -503,7 +504,8 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
             );
             ensure!(
                 config.likelihood.is_multiclass(),
-                "--likelihood {} with --task multiclass: use ove, robust-max or softmax",
+                "--likelihood {} with --task multiclass: use ove, robust-max or softmax, or the \
+                 augment-and-reduce ar-softmax",
                 config.likelihood.name()
             );
         }
