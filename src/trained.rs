@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::amortiser::DEFAULT_HIDDEN;
+use crate::model::ar_logit::ArLogit;
 use crate::model::ar_softmax::ArSoftmax;
 use crate::model::multiclass::ClassLikelihood;
 use crate::model::one_vs_each::OneVsEach;
@@ -243,17 +244,21 @@ pub enum LikelihoodChoice {
     /// Augment and reduce (Ruiz, Titsias, Dieng & Blei): the softmax bound with amortised α.
     #[serde(rename = "ar-softmax")]
     ArSoftmax,
+    /// Augment and reduce with logistic noise: q(ε) amortised, pairs by Gauss–Hermite.
+    #[serde(rename = "ar-logit")]
+    ArLogit,
 }
 
 impl LikelihoodChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "logistic",
         "probit",
         "ove",
         "robust-max",
         "softmax",
         "ar-softmax",
+        "ar-logit",
     ];
 
     pub fn name(self) -> &'static str {
@@ -264,6 +269,7 @@ impl LikelihoodChoice {
             LikelihoodChoice::RobustMax => "robust-max",
             LikelihoodChoice::Softmax => "softmax",
             LikelihoodChoice::ArSoftmax => "ar-softmax",
+            LikelihoodChoice::ArLogit => "ar-logit",
         }
     }
 
@@ -283,22 +289,19 @@ impl LikelihoodChoice {
     /// Whether this is an augment-and-reduce likelihood, whose local parameters come from
     /// the amortisation network (`--amortiser-hidden`).
     pub fn is_amortised(self) -> bool {
-        matches!(self, LikelihoodChoice::ArSoftmax)
+        matches!(self, LikelihoodChoice::ArSoftmax | LikelihoodChoice::ArLogit)
     }
 
     /// Whether the likelihood's bound is a sum over the negative classes that
     /// `--class-samples` may subsample.
     pub fn samples_classes(self) -> bool {
-        matches!(self, LikelihoodChoice::Ove | LikelihoodChoice::ArSoftmax)
+        matches!(self, LikelihoodChoice::Ove) || self.is_amortised()
     }
 
     /// Whether the likelihood's predictive probabilities are the Monte Carlo softmax's
     /// (`--mc-pairs`).
     pub fn has_mc_pairs(self) -> bool {
-        matches!(
-            self,
-            LikelihoodChoice::Softmax | LikelihoodChoice::Ove | LikelihoodChoice::ArSoftmax
-        )
+        matches!(self, LikelihoodChoice::Softmax | LikelihoodChoice::Ove) || self.is_amortised()
     }
 
     /// The Bernoulli likelihood with a `points`-point Gauss–Hermite rule. A multi-class
@@ -365,6 +368,7 @@ impl FromStr for LikelihoodChoice {
                 LikelihoodChoice::RobustMax,
                 LikelihoodChoice::Softmax,
                 LikelihoodChoice::ArSoftmax,
+                LikelihoodChoice::ArLogit,
             ],
         )
     }
@@ -634,8 +638,10 @@ impl TrainConfig {
     /// The class likelihood with `class_samples` negatives per row (None: all): one-vs-each
     /// (its K − 1 logistic expectations by `quadrature` Gauss–Hermite points, its predictive
     /// probabilities by the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature`
-    /// points), the softmax by Monte Carlo (`mc_pairs` pairs) or augment-and-reduce's
-    /// softmax bound (predictive probabilities by the softmax with `mc_pairs` pairs).
+    /// points), the softmax by Monte Carlo (`mc_pairs` pairs), or augment-and-reduce's
+    /// softmax bound or logit bound (its ε rule of 2·`mc_pairs` points, its pairs by
+    /// `quadrature` points), both with predictive probabilities by the softmax with
+    /// `mc_pairs` pairs.
     fn class_likelihood_sampling(
         &self,
         class_samples: Option<usize>,
@@ -645,6 +651,11 @@ impl TrainConfig {
                 OneVsEach::new(self.quadrature, self.pairs())?.with_class_samples(class_samples)?,
             ),
             LikelihoodChoice::ArSoftmax => Box::new(ArSoftmax::new(self.pairs(), class_samples)?),
+            LikelihoodChoice::ArLogit => Box::new(ArLogit::new(
+                self.quadrature,
+                self.pairs(),
+                class_samples,
+            )?),
             LikelihoodChoice::RobustMax => {
                 Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }

@@ -10,6 +10,7 @@ mod common;
 use common::model::*;
 use faer::Mat;
 use fsgp::model::amortiser::Amortiser;
+use fsgp::model::ar_logit::ArLogit;
 use fsgp::model::ar_softmax::ArSoftmax;
 use fsgp::model::class_phase::ROW_BLOCK;
 use fsgp::model::cholesky_q::pack_factors;
@@ -26,7 +27,10 @@ use rand_chacha::ChaCha8Rng;
 
 /// The amortised likelihoods, with all negatives and with `samples` of them.
 fn amortised(samples: Option<usize>) -> Vec<Box<dyn ClassLikelihood>> {
-    vec![Box::new(ArSoftmax::new(4, samples).unwrap())]
+    vec![
+        Box::new(ArSoftmax::new(4, samples).unwrap()),
+        Box::new(ArLogit::new(20, 4, samples).unwrap()),
+    ]
 }
 
 /// Φ [K×P] row-major: the identity (K = P) or a general random matrix.
@@ -315,7 +319,7 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
     let phi = random_phi(&mut rng, k, p, false);
     let bias: Vec<f64> = (0..k).map(|_| rng.random::<f64>() - 0.5).collect();
     let row = (&mean[..], &var[..], &phi[..], &bias[..]);
-    let pairs: [(Box<dyn ClassLikelihood>, Box<dyn Fn(Option<usize>) -> Box<dyn ClassLikelihood>>); 2] = [
+    let pairs: [(Box<dyn ClassLikelihood>, Box<dyn Fn(Option<usize>) -> Box<dyn ClassLikelihood>>); 3] = [
         (
             Box::new(OneVsEach::new(20, 4).unwrap()),
             Box::new(|s| Box::new(OneVsEach::new(20, 4).unwrap().with_class_samples(s).unwrap())),
@@ -323,6 +327,10 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
         (
             Box::new(ArSoftmax::new(4, None).unwrap()),
             Box::new(|s| Box::new(ArSoftmax::new(4, s).unwrap())),
+        ),
+        (
+            Box::new(ArLogit::new(20, 4, None).unwrap()),
+            Box::new(|s| Box::new(ArLogit::new(20, 4, s).unwrap())),
         ),
     ];
     for (full, sampled) in pairs {
@@ -437,4 +445,104 @@ fn the_network_must_match_the_likelihood() {
     wide.amortiser = Some(Amortiser::init(7, 4, &[0.0], 1));
     let e = eval(&wide, &lik).unwrap_err();
     assert!(e.contains("maps 7 inputs to 1 outputs") && e.contains("rows of 3 columns"), "{e}");
+}
+
+/// log σ(x), stable.
+fn log_sigmoid(x: f64) -> f64 {
+    -((-x).max(0.0) + (-x.abs()).exp().ln_1p())
+}
+
+#[test]
+fn ar_logit_with_q_epsilon_near_a_point_mass_at_zero_is_one_vs_each_plus_a_constant() {
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    let (k, p) = (5, 3);
+    let ove = OneVsEach::new(20, 4).unwrap();
+    let lik = ArLogit::new(20, 4, None).unwrap();
+    for case in 0..3u64 {
+        let mean: Vec<f64> = (0..p).map(|_| rng.random::<f64>() * 2.0 - 1.0).collect();
+        let var: Vec<f64> = (0..p).map(|_| 0.1 + rng.random::<f64>()).collect();
+        let phi = random_phi(&mut rng, k, p, false);
+        let bias: Vec<f64> = (0..k).map(|_| rng.random::<f64>() - 0.5).collect();
+        let row = (&mean[..], &var[..], &phi[..], &bias[..]);
+        let class = case as usize % k;
+        let pairs = row_gradient_local(&ove, class, (0, case), row, &[]).0.value;
+        // β = softplus(−30) ≈ 9.4e-14: every ε_j within 1e-12 of 0.
+        let local = [0.0, -30.0];
+        let (_, beta) = ArLogit::noise(&local);
+        let ar = row_gradient_local(&lik, class, (0, case), row, &local).0.value;
+        // The ε-only terms at ε = 0: log σ(0) + log σ(−0) = −2 log 2, and H(q) = log β + 2.
+        let constant = -2.0 * std::f64::consts::LN_2 + beta.ln() + 2.0;
+        assert!(
+            (ar - constant - pairs).abs() < 1e-9,
+            "case {case}: AR-logit {ar} − constant {constant} vs OVE {pairs}"
+        );
+    }
+}
+
+/// The AR-logit bound of a row by brute force: for each negative k, a 2-D trapezoid over
+/// ε ~ Logistic(μ, β) and x = f_c − f_k ~ N(m_k, σ²_k) of log σ(ε + x); the ε-only terms by
+/// a 1-D trapezoid of the logistic density (log p(ε) − log q(ε) evaluated pointwise).
+fn ar_logit_brute_force(fbar: &[f64], cov: &dyn Fn(usize, usize) -> f64, class: usize, (mu, beta): (f64, f64)) -> f64 {
+    let n = 1600;
+    let (e_lo, e_hi) = (mu - 40.0 * beta, mu + 40.0 * beta);
+    let he = (e_hi - e_lo) / n as f64;
+    let q = |e: f64| {
+        let z = (e - mu) / beta;
+        (-z.abs()).exp() / (beta * (1.0 + (-z.abs()).exp()).powi(2))
+    };
+    let trap = |i: usize, n: usize| if i == 0 || i == n { 0.5 } else { 1.0 };
+    let mut total = 0.0;
+    for i in 0..=n {
+        let e = e_lo + i as f64 * he;
+        let qe = q(e);
+        if qe > 0.0 {
+            let log_p = log_sigmoid(e) + log_sigmoid(-e);
+            total += trap(i, n) * he * qe * (log_p - qe.ln());
+        }
+    }
+    for kk in (0..fbar.len()).filter(|&kk| kk != class) {
+        let m = fbar[class] - fbar[kk];
+        let v = cov(class, class) + cov(kk, kk) - 2.0 * cov(class, kk);
+        let sd = v.sqrt();
+        let nx = 600;
+        let (x_lo, x_hi) = (m - 10.0 * sd, m + 10.0 * sd);
+        let hx = (x_hi - x_lo) / nx as f64;
+        for i in 0..=n {
+            let e = e_lo + i as f64 * he;
+            let qe = q(e);
+            let mut inner = 0.0;
+            for jx in 0..=nx {
+                let x = x_lo + jx as f64 * hx;
+                let dens = (-(x - m).powi(2) / (2.0 * v)).exp() / (2.0 * std::f64::consts::PI * v).sqrt();
+                inner += trap(jx, nx) * hx * dens * log_sigmoid(e + x);
+            }
+            total += trap(i, n) * he * qe * inner;
+        }
+    }
+    total
+}
+
+#[test]
+fn ar_logit_bound_matches_a_brute_force_integral_on_three_classes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(29);
+    let (k, p) = (3, 2);
+    for case in 0..2u64 {
+        let mean: Vec<f64> = (0..p).map(|_| rng.random::<f64>() * 2.0 - 1.0).collect();
+        let var: Vec<f64> = (0..p).map(|_| 0.1 + 0.6 * rng.random::<f64>()).collect();
+        let phi = random_phi(&mut rng, k, p, false);
+        let bias: Vec<f64> = (0..k).map(|_| rng.random::<f64>() - 0.5).collect();
+        let class = case as usize;
+        let local = [rng.random::<f64>() - 0.5, rng.random::<f64>() - 1.0];
+        let fbar: Vec<f64> = (0..k)
+            .map(|kk| bias[kk] + (0..p).map(|q| phi[kk * p + q] * mean[q]).sum::<f64>())
+            .collect();
+        let cov = |a: usize, b: usize| (0..p).map(|q| phi[a * p + q] * phi[b * p + q] * var[q]).sum::<f64>();
+        let direct = ar_logit_brute_force(&fbar, &cov, class, ArLogit::noise(&local));
+        for (noise_pairs, tol) in [(8, 3e-2), (64, 5e-3), (512, 1e-3)] {
+            let lik = ArLogit::new(32, noise_pairs, None).unwrap();
+            let ar = row_gradient_local(&lik, class, (0, case), (&mean, &var, &phi, &bias), &local).0.value;
+            eprintln!("case {case}, J = {}: rule {ar} vs brute force {direct} ({:.1e})", 2 * noise_pairs, (ar - direct).abs());
+            assert!((ar - direct).abs() < tol, "case {case} J = {}: {ar} vs {direct}", 2 * noise_pairs);
+        }
+    }
 }

@@ -10,6 +10,7 @@ mod common;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
 use fsgp::model::kernel::KernelKind;
+use fsgp::model::ar_logit::ArLogit;
 use fsgp::model::ar_softmax::ArSoftmax;
 use fsgp::model::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::objective::{evaluate_set, EvalOptions};
@@ -284,7 +285,7 @@ fn evaluate(ws: &Path, run: i64) -> serde_json::Value {
 #[test]
 fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() {
     let p = Prepared::new();
-    let cases: [(&str, &[&str]); 7] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("ove", &["--likelihood", "ove", "--eval-every", "6"]),
         ("robust-max", &["--likelihood", "robust-max"]),
         ("softmax", &["--likelihood", "softmax", "--mc-pairs", "4"]),
@@ -312,6 +313,7 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
             ],
         ),
         ("ove-sampled", &["--likelihood", "ove", "--class-samples", "1"]),
+        ("ar-logit", &["--likelihood", "ar-logit"]),
     ];
     for (name, extra) in cases {
         let ws = p.copy(name);
@@ -352,10 +354,14 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
             let phi = read_ckpt(&ws, id, 96).params.phi;
             assert_eq!((phi.nrows(), phi.ncols()), (K, 3));
         }
-        // The augment-and-reduce runs carry the amortisation network (R = 4 inputs, one
-        // output, α); the flags are recorded only when given off their defaults.
+        // The augment-and-reduce runs carry the amortisation network (R = 4 inputs; one
+        // output, α, or two, q(ε)'s location and scale); the flags are recorded only when
+        // given off their defaults.
         let net = read_ckpt(&ws, id, 96).params.amortiser;
-        assert_eq!(net.is_some(), lik == "ar-softmax", "{name}");
+        assert_eq!(net.is_some(), lik.starts_with("ar-"), "{name}");
+        if lik == "ar-logit" {
+            assert_eq!(net.as_ref().unwrap().outputs(), 2);
+        }
         if name == "ar-softmax-sampled" {
             assert_eq!((params["class_samples"].clone(), params["amortiser_hidden"].clone()), (2.into(), 8.into()));
             let net = net.unwrap();
@@ -403,36 +409,47 @@ fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
 }
 
 #[test]
-fn the_exact_bound_of_a_subsampled_ar_softmax_run_sums_every_negative_through_the_network() {
+fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_through_the_network(
+) {
     let p = Prepared::new();
-    let ws = p.copy("ar-elbo");
-    let id = train(
-        &ws,
-        &[
-            "--likelihood",
+    let points = fsgp::model::likelihood::DEFAULT_POINTS;
+    let cases: [(&str, Box<dyn ClassLikelihood>, Box<dyn ClassLikelihood>); 2] = [
+        (
             "ar-softmax",
-            "--class-samples",
-            "1",
-            "--epochs",
-            "3",
-        ],
-    );
-    let last = *checkpoints(&ws, id).keys().last().unwrap();
-    let out = pipeline(&ws, &["elbo", "--run", &id.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let streamed = f64::from_bits(metrics(&ws, id, "elbo_exact").last().unwrap().1);
-    let params = read_ckpt(&ws, id, last).params;
-    assert!(params.amortiser.is_some());
-    let all = ArSoftmax::new(16, None).unwrap();
-    let direct = one_batch_bound(&ws, &params, &all);
-    eprintln!("ar-softmax exact bound: streamed {streamed}, one batch {direct}");
-    assert!(
-        (streamed - direct).abs() <= 1e-9 * direct.abs(),
-        "streamed {streamed} vs one batch {direct}"
-    );
-    // One sampled negative of three is another number: the exact bound is not it.
-    let sampled = one_batch_bound(&ws, &params, &ArSoftmax::new(16, Some(1)).unwrap());
-    assert!((sampled - direct).abs() > 1e-6 * direct.abs(), "{sampled} vs {direct}");
+            Box::new(ArSoftmax::new(16, None).unwrap()),
+            Box::new(ArSoftmax::new(16, Some(1)).unwrap()),
+        ),
+        (
+            "ar-logit",
+            Box::new(ArLogit::new(points, 16, None).unwrap()),
+            Box::new(ArLogit::new(points, 16, Some(1)).unwrap()),
+        ),
+    ];
+    for (name, all, one) in cases {
+        let ws = p.copy(&format!("{name}-elbo"));
+        let id = train(
+            &ws,
+            &["--likelihood", name, "--class-samples", "1", "--epochs", "3"],
+        );
+        let last = *checkpoints(&ws, id).keys().last().unwrap();
+        let out = pipeline(&ws, &["elbo", "--run", &id.to_string()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let streamed = f64::from_bits(metrics(&ws, id, "elbo_exact").last().unwrap().1);
+        let params = read_ckpt(&ws, id, last).params;
+        assert!(params.amortiser.is_some());
+        let direct = one_batch_bound(&ws, &params, all.as_ref());
+        eprintln!("{name} exact bound: streamed {streamed}, one batch {direct}");
+        assert!(
+            (streamed - direct).abs() <= 1e-9 * direct.abs(),
+            "{name}: streamed {streamed} vs one batch {direct}"
+        );
+        // One sampled negative of three is another number: the exact bound is not it.
+        let sampled = one_batch_bound(&ws, &params, one.as_ref());
+        assert!(
+            (sampled - direct).abs() > 1e-6 * direct.abs(),
+            "{name}: {sampled} vs {direct}"
+        );
+    }
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
 
 pub mod amortiser;
+pub mod ar_logit;
 pub mod ar_softmax;
 pub mod ard;
 pub mod cholesky_q;

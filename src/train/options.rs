@@ -86,7 +86,7 @@ pub struct TrainOptions {
     /// `--amortiser-hidden`: the width H of the amortisation network's hidden layers
     /// (augment-and-reduce likelihoods).
     pub amortiser_hidden: usize,
-    /// `--class-samples`: S negative classes per row and step (ove, ar-softmax); None: all.
+    /// `--class-samples`: S negative classes per row and step (ove, ar-softmax, ar-logit); None: all.
     pub class_samples: Option<usize>,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
@@ -349,7 +349,7 @@ impl TrainOptions {
                 format!(
                     "{} with --task multiclass: give a likelihood of one class among K, \
                      --likelihood ove, robust-max or softmax, or the augment-and-reduce \
-                     ar-softmax",
+                     ar-softmax or ar-logit",
                     lik.name()
                 )
             },
@@ -398,8 +398,8 @@ impl TrainOptions {
             "mc-pairs",
             || {
                 format!(
-                    "{} are the softmax's Monte Carlo pairs (--likelihood softmax, ove or \
-                     ar-softmax); the likelihood is {}",
+                    "{} are the softmax's Monte Carlo pairs (--likelihood softmax, ove, \
+                     ar-softmax or ar-logit); the likelihood is {}",
                     self.mc_pairs,
                     lik.name()
                 )
@@ -421,7 +421,7 @@ impl TrainOptions {
             || {
                 format!(
                     "{hidden} is the width of the augment-and-reduce likelihoods' amortisation \
-                     network (--likelihood ar-softmax); the likelihood is {}",
+                     network (--likelihood ar-softmax or ar-logit); the likelihood is {}",
                     lik.name()
                 )
             },
@@ -435,7 +435,7 @@ impl TrainOptions {
             || {
                 format!(
                     "class subsampling needs a bound that is a sum over the negative classes \
-                     (--likelihood ove or ar-softmax); the likelihood is {}",
+                     (--likelihood ove, ar-softmax or ar-logit); the likelihood is {}",
                     lik.name()
                 )
             },
@@ -505,7 +505,7 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
             ensure!(
                 config.likelihood.is_multiclass(),
                 "--likelihood {} with --task multiclass: use ove, robust-max or softmax, or the \
-                 augment-and-reduce ar-softmax",
+                 augment-and-reduce ar-softmax or ar-logit",
                 config.likelihood.name()
             );
         }
