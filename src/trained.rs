@@ -7,11 +7,11 @@ use std::str::FromStr;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::model::kernel::KernelKind;
-use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::amortiser::DEFAULT_HIDDEN;
 use crate::model::ar_logit::ArLogit;
 use crate::model::ar_softmax::ArSoftmax;
+use crate::model::kernel::KernelKind;
+use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::multiclass::ClassLikelihood;
 use crate::model::one_vs_each::OneVsEach;
 use crate::model::optim::AdamConfig;
@@ -289,7 +289,10 @@ impl LikelihoodChoice {
     /// Whether this is an augment-and-reduce likelihood, whose local parameters come from
     /// the amortisation network (`--amortiser-hidden`).
     pub fn is_amortised(self) -> bool {
-        matches!(self, LikelihoodChoice::ArSoftmax | LikelihoodChoice::ArLogit)
+        matches!(
+            self,
+            LikelihoodChoice::ArSoftmax | LikelihoodChoice::ArLogit
+        )
     }
 
     /// Whether the likelihood's bound is a sum over the negative classes that
@@ -651,11 +654,9 @@ impl TrainConfig {
                 OneVsEach::new(self.quadrature, self.pairs())?.with_class_samples(class_samples)?,
             ),
             LikelihoodChoice::ArSoftmax => Box::new(ArSoftmax::new(self.pairs(), class_samples)?),
-            LikelihoodChoice::ArLogit => Box::new(ArLogit::new(
-                self.quadrature,
-                self.pairs(),
-                class_samples,
-            )?),
+            LikelihoodChoice::ArLogit => {
+                Box::new(ArLogit::new(self.quadrature, self.pairs(), class_samples)?)
+            }
             LikelihoodChoice::RobustMax => {
                 Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }
@@ -957,7 +958,13 @@ mod tests {
         };
         let json = c.to_json();
         assert_eq!(json["likelihood"], "ar-softmax");
-        assert_eq!((json["amortiser_hidden"].clone(), json["class_samples"].clone()), (8.into(), 3.into()));
+        assert_eq!(
+            (
+                json["amortiser_hidden"].clone(),
+                json["class_samples"].clone()
+            ),
+            (8.into(), 3.into())
+        );
         assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
         assert!("logit".parse::<LikelihoodChoice>().is_err());
         assert!("shared".parse::<LatentChoice>().is_err());

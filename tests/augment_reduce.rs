@@ -12,8 +12,8 @@ use faer::Mat;
 use fsgp::model::amortiser::Amortiser;
 use fsgp::model::ar_logit::ArLogit;
 use fsgp::model::ar_softmax::ArSoftmax;
-use fsgp::model::class_phase::ROW_BLOCK;
 use fsgp::model::cholesky_q::pack_factors;
+use fsgp::model::class_phase::ROW_BLOCK;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::multiclass::{row_gradient_local, ClassLikelihood, Classes};
@@ -68,7 +68,10 @@ fn row_gradients_match_central_differences_including_the_local_parameters() {
                     };
                     let (g, g_local) = f(&args);
                     let analytic = [g.mean, g.var, g.phi, g.bias, g_local];
-                    let label = format!("{} S={samples:?} identity={identity} case {case}", lik.name());
+                    let label = format!(
+                        "{} S={samples:?} identity={identity} case {case}",
+                        lik.name()
+                    );
                     let h = 1e-5;
                     for (block, name) in ["m", "s", "Φ", "b", "o"].iter().enumerate() {
                         for j in 0..args[block].len() {
@@ -218,7 +221,8 @@ fn expected_exp_difference(mean: f64, var: f64) -> f64 {
     let mut total = 0.0;
     for i in 0..=n {
         let x = lo + i as f64 * h;
-        let density = (-(x - mean).powi(2) / (2.0 * var)).exp() / (2.0 * std::f64::consts::PI * var).sqrt();
+        let density =
+            (-(x - mean).powi(2) / (2.0 * var)).exp() / (2.0 * std::f64::consts::PI * var).sqrt();
         let w = if i == 0 || i == n { 0.5 } else { 1.0 };
         total += w * density * x.exp();
     }
@@ -242,7 +246,11 @@ fn ar_softmax_bound_is_eq17_by_an_independent_expectation_and_below_the_softmax(
         let fbar: Vec<f64> = (0..k)
             .map(|kk| bias[kk] + (0..p).map(|q| phi[kk * p + q] * mean[q]).sum::<f64>())
             .collect();
-        let cov = |a: usize, b: usize| (0..p).map(|q| phi[a * p + q] * phi[b * p + q] * var[q]).sum::<f64>();
+        let cov = |a: usize, b: usize| {
+            (0..p)
+                .map(|q| phi[a * p + q] * phi[b * p + q] * var[q])
+                .sum::<f64>()
+        };
         let alpha = 1.0 + o.exp().ln_1p();
         let sum: f64 = (0..k)
             .filter(|&kk| kk != class)
@@ -264,7 +272,8 @@ fn ar_softmax_bound_is_eq17_by_an_independent_expectation_and_below_the_softmax(
         for _ in 0..n {
             let gq: Vec<f64> = (0..p)
                 .map(|q| {
-                    let z: f64 = rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut draws);
+                    let z: f64 =
+                        rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut draws);
                     mean[q] + var[q].sqrt() * z
                 })
                 .collect();
@@ -279,7 +288,11 @@ fn ar_softmax_bound_is_eq17_by_an_independent_expectation_and_below_the_softmax(
         }
         let mc = acc / n as f64;
         let se = ((acc2 / n as f64 - mc * mc) / n as f64).sqrt();
-        assert!(g.value <= mc + 4.0 * se, "case {case}: bound {} above softmax {mc} ± {se}", g.value);
+        assert!(
+            g.value <= mc + 4.0 * se,
+            "case {case}: bound {} above softmax {mc} ± {se}",
+            g.value
+        );
     }
 }
 
@@ -294,21 +307,41 @@ fn the_optimal_alpha_makes_the_bound_the_softmax_at_fixed_utilities() {
     let var = vec![0.0; p];
     for class in 0..k {
         let f = &mean;
-        let best = 1.0 + (0..k).filter(|&kk| kk != class).map(|kk| (f[kk] - f[class]).exp()).sum::<f64>();
+        let best = 1.0
+            + (0..k)
+                .filter(|&kk| kk != class)
+                .map(|kk| (f[kk] - f[class]).exp())
+                .sum::<f64>();
         // α = 1 + softplus(o) = best ⇔ o = log(e^{best − 1} − 1).
         let o = (best - 1.0).exp_m1().ln();
         assert!((ArSoftmax::alpha(o) - best).abs() < 1e-12);
         let (g, g_o) = row_gradient_local(&lik, class, (0, 0), (&mean, &var, &phi, &bias), &[o]);
         let top = f.iter().cloned().fold(f64::MIN, f64::max);
         let log_softmax = f[class] - top - f.iter().map(|x| (x - top).exp()).sum::<f64>().ln();
-        assert!((g.value - log_softmax).abs() < 1e-12, "class {class}: {} vs {log_softmax}", g.value);
-        assert!(g_o[0].abs() < 1e-12, "class {class}: ∂E/∂o = {} at the optimum", g_o[0]);
+        assert!(
+            (g.value - log_softmax).abs() < 1e-12,
+            "class {class}: {} vs {log_softmax}",
+            g.value
+        );
+        assert!(
+            g_o[0].abs() < 1e-12,
+            "class {class}: ∂E/∂o = {} at the optimum",
+            g_o[0]
+        );
         for other in [o - 0.5, o + 0.5] {
-            let (worse, _) = row_gradient_local(&lik, class, (0, 0), (&mean, &var, &phi, &bias), &[other]);
-            assert!(worse.value < g.value, "class {class}: o = {other} gives {}", worse.value);
+            let (worse, _) =
+                row_gradient_local(&lik, class, (0, 0), (&mean, &var, &phi, &bias), &[other]);
+            assert!(
+                worse.value < g.value,
+                "class {class}: o = {other} gives {}",
+                worse.value
+            );
         }
     }
 }
+
+/// A likelihood with `--class-samples` S (None: all).
+type Sampled = Box<dyn Fn(Option<usize>) -> Box<dyn ClassLikelihood>>;
 
 #[test]
 fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
@@ -319,10 +352,17 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
     let phi = random_phi(&mut rng, k, p, false);
     let bias: Vec<f64> = (0..k).map(|_| rng.random::<f64>() - 0.5).collect();
     let row = (&mean[..], &var[..], &phi[..], &bias[..]);
-    let pairs: [(Box<dyn ClassLikelihood>, Box<dyn Fn(Option<usize>) -> Box<dyn ClassLikelihood>>); 3] = [
+    let pairs: [(Box<dyn ClassLikelihood>, Sampled); 3] = [
         (
             Box::new(OneVsEach::new(20, 4).unwrap()),
-            Box::new(|s| Box::new(OneVsEach::new(20, 4).unwrap().with_class_samples(s).unwrap())),
+            Box::new(|s| {
+                Box::new(
+                    OneVsEach::new(20, 4)
+                        .unwrap()
+                        .with_class_samples(s)
+                        .unwrap(),
+                )
+            }),
         ),
         (
             Box::new(ArSoftmax::new(4, None).unwrap()),
@@ -345,7 +385,11 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
         let lik = sampled(Some(2));
         let n = 20_000;
         let values: Vec<f64> = (0..n)
-            .map(|stream| row_gradient_local(lik.as_ref(), 2, (5, stream), row, &local).0.value)
+            .map(|stream| {
+                row_gradient_local(lik.as_ref(), 2, (5, stream), row, &local)
+                    .0
+                    .value
+            })
             .collect();
         let avg = values.iter().sum::<f64>() / n as f64;
         let sd = (values.iter().map(|v| (v - avg).powi(2)).sum::<f64>() / n as f64).sqrt();
@@ -372,7 +416,13 @@ fn bits(e: &Evaluation) -> Vec<u64> {
 #[test]
 fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_agrees() {
     for lik in amortised(Some(3)) {
-        let (pr, class) = problem(5, QForm::SiteDiagonal, false, 2 * ROW_BLOCK + 9, lik.as_ref());
+        let (pr, class) = problem(
+            5,
+            QForm::SiteDiagonal,
+            false,
+            2 * ROW_BLOCK + 9,
+            lik.as_ref(),
+        );
         let kind = KernelKind::SquaredExponential;
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -444,7 +494,10 @@ fn the_network_must_match_the_likelihood() {
     let mut wide = pr.params.clone();
     wide.amortiser = Some(Amortiser::init(7, 4, &[0.0], 1));
     let e = eval(&wide, &lik).unwrap_err();
-    assert!(e.contains("maps 7 inputs to 1 outputs") && e.contains("rows of 3 columns"), "{e}");
+    assert!(
+        e.contains("maps 7 inputs to 1 outputs") && e.contains("rows of 3 columns"),
+        "{e}"
+    );
 }
 
 /// log σ(x), stable.
@@ -469,7 +522,9 @@ fn ar_logit_with_q_epsilon_near_a_point_mass_at_zero_is_one_vs_each_plus_a_const
         // β = softplus(−30) ≈ 9.4e-14: every ε_j within 1e-12 of 0.
         let local = [0.0, -30.0];
         let (_, beta) = ArLogit::noise(&local);
-        let ar = row_gradient_local(&lik, class, (0, case), row, &local).0.value;
+        let ar = row_gradient_local(&lik, class, (0, case), row, &local)
+            .0
+            .value;
         // The ε-only terms at ε = 0: log σ(0) + log σ(−0) = −2 log 2, and H(q) = log β + 2.
         let constant = -2.0 * std::f64::consts::LN_2 + beta.ln() + 2.0;
         assert!(
@@ -482,7 +537,12 @@ fn ar_logit_with_q_epsilon_near_a_point_mass_at_zero_is_one_vs_each_plus_a_const
 /// The AR-logit bound of a row by brute force: for each negative k, a 2-D trapezoid over
 /// ε ~ Logistic(μ, β) and x = f_c − f_k ~ N(m_k, σ²_k) of log σ(ε + x); the ε-only terms by
 /// a 1-D trapezoid of the logistic density (log p(ε) − log q(ε) evaluated pointwise).
-fn ar_logit_brute_force(fbar: &[f64], cov: &dyn Fn(usize, usize) -> f64, class: usize, (mu, beta): (f64, f64)) -> f64 {
+fn ar_logit_brute_force(
+    fbar: &[f64],
+    cov: &dyn Fn(usize, usize) -> f64,
+    class: usize,
+    (mu, beta): (f64, f64),
+) -> f64 {
     let n = 1600;
     let (e_lo, e_hi) = (mu - 40.0 * beta, mu + 40.0 * beta);
     let he = (e_hi - e_lo) / n as f64;
@@ -513,7 +573,8 @@ fn ar_logit_brute_force(fbar: &[f64], cov: &dyn Fn(usize, usize) -> f64, class: 
             let mut inner = 0.0;
             for jx in 0..=nx {
                 let x = x_lo + jx as f64 * hx;
-                let dens = (-(x - m).powi(2) / (2.0 * v)).exp() / (2.0 * std::f64::consts::PI * v).sqrt();
+                let dens =
+                    (-(x - m).powi(2) / (2.0 * v)).exp() / (2.0 * std::f64::consts::PI * v).sqrt();
                 inner += trap(jx, nx) * hx * dens * log_sigmoid(e + x);
             }
             total += trap(i, n) * he * qe * inner;
@@ -536,13 +597,27 @@ fn ar_logit_bound_matches_a_brute_force_integral_on_three_classes() {
         let fbar: Vec<f64> = (0..k)
             .map(|kk| bias[kk] + (0..p).map(|q| phi[kk * p + q] * mean[q]).sum::<f64>())
             .collect();
-        let cov = |a: usize, b: usize| (0..p).map(|q| phi[a * p + q] * phi[b * p + q] * var[q]).sum::<f64>();
+        let cov = |a: usize, b: usize| {
+            (0..p)
+                .map(|q| phi[a * p + q] * phi[b * p + q] * var[q])
+                .sum::<f64>()
+        };
         let direct = ar_logit_brute_force(&fbar, &cov, class, ArLogit::noise(&local));
         for (noise_pairs, tol) in [(8, 3e-2), (64, 5e-3), (512, 1e-3)] {
             let lik = ArLogit::new(32, noise_pairs, None).unwrap();
-            let ar = row_gradient_local(&lik, class, (0, case), (&mean, &var, &phi, &bias), &local).0.value;
-            eprintln!("case {case}, J = {}: rule {ar} vs brute force {direct} ({:.1e})", 2 * noise_pairs, (ar - direct).abs());
-            assert!((ar - direct).abs() < tol, "case {case} J = {}: {ar} vs {direct}", 2 * noise_pairs);
+            let ar = row_gradient_local(&lik, class, (0, case), (&mean, &var, &phi, &bias), &local)
+                .0
+                .value;
+            eprintln!(
+                "case {case}, J = {}: rule {ar} vs brute force {direct} ({:.1e})",
+                2 * noise_pairs,
+                (ar - direct).abs()
+            );
+            assert!(
+                (ar - direct).abs() < tol,
+                "case {case} J = {}: {ar} vs {direct}",
+                2 * noise_pairs
+            );
         }
     }
 }

@@ -9,9 +9,9 @@
 mod common;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
-use fsgp::model::kernel::KernelKind;
 use fsgp::model::ar_logit::ArLogit;
 use fsgp::model::ar_softmax::ArSoftmax;
+use fsgp::model::kernel::KernelKind;
 use fsgp::model::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::objective::{evaluate_set, EvalOptions};
 use fsgp::model::params::Params;
@@ -312,7 +312,10 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
                 "8",
             ],
         ),
-        ("ove-sampled", &["--likelihood", "ove", "--class-samples", "1"]),
+        (
+            "ove-sampled",
+            &["--likelihood", "ove", "--class-samples", "1"],
+        ),
         ("ar-logit", &["--likelihood", "ar-logit"]),
     ];
     for (name, extra) in cases {
@@ -363,7 +366,13 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
             assert_eq!(net.as_ref().unwrap().outputs(), 2);
         }
         if name == "ar-softmax-sampled" {
-            assert_eq!((params["class_samples"].clone(), params["amortiser_hidden"].clone()), (2.into(), 8.into()));
+            assert_eq!(
+                (
+                    params["class_samples"].clone(),
+                    params["amortiser_hidden"].clone()
+                ),
+                (2.into(), 8.into())
+            );
             let net = net.unwrap();
             assert_eq!((net.inputs(), net.hidden(), net.outputs()), (4, 8, 1));
         } else if name == "ove-sampled" {
@@ -409,11 +418,12 @@ fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
 }
 
 #[test]
-fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_through_the_network(
-) {
+fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_through_the_network()
+{
     let p = Prepared::new();
     let points = fsgp::model::likelihood::DEFAULT_POINTS;
-    let cases: [(&str, Box<dyn ClassLikelihood>, Box<dyn ClassLikelihood>); 2] = [
+    type Lik = Box<dyn ClassLikelihood>;
+    let cases: [(&str, Lik, Lik); 2] = [
         (
             "ar-softmax",
             Box::new(ArSoftmax::new(16, None).unwrap()),
@@ -429,7 +439,14 @@ fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_th
         let ws = p.copy(&format!("{name}-elbo"));
         let id = train(
             &ws,
-            &["--likelihood", name, "--class-samples", "1", "--epochs", "3"],
+            &[
+                "--likelihood",
+                name,
+                "--class-samples",
+                "1",
+                "--epochs",
+                "3",
+            ],
         );
         let last = *checkpoints(&ws, id).keys().last().unwrap();
         let out = pipeline(&ws, &["elbo", "--run", &id.to_string()]);
@@ -462,8 +479,14 @@ fn ove_with_as_many_class_samples_as_negatives_trains_the_same_parameters() {
     with_s.extend(["--class-samples", "3"]);
     let run_s = train(&ws_s, &with_s);
     let last = *checkpoints(&ws_all, run_all).keys().last().unwrap();
-    let (a, b) = (read_ckpt(&ws_all, run_all, last), read_ckpt(&ws_s, run_s, last));
-    assert!(a.params == b.params && a.adam == b.adam, "S = K − 1 is every negative");
+    let (a, b) = (
+        read_ckpt(&ws_all, run_all, last),
+        read_ckpt(&ws_s, run_s, last),
+    );
+    assert!(
+        a.params == b.params && a.adam == b.adam,
+        "S = K − 1 is every negative"
+    );
     assert_eq!(
         metrics(&ws_all, run_all, "elbo_exact"),
         metrics(&ws_s, run_s, "elbo_exact")
@@ -663,7 +686,11 @@ fn likelihoods_must_suit_the_task_and_the_data() {
     refused(
         &ws,
         train_args(&["--likelihood", "robust-max", "--class-samples", "2"]),
-        &["class-samples", "sum over the negative classes", "the likelihood is robust-max"],
+        &[
+            "class-samples",
+            "sum over the negative classes",
+            "the likelihood is robust-max",
+        ],
     );
     refused(
         &ws,

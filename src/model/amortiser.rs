@@ -314,7 +314,9 @@ mod tests {
                 .map(|(i, j)| w[(i, j)] * o[(i, j)])
                 .sum::<f64>()
         };
-        let grad = net.backward(x.as_ref(), &net.forward(x.as_ref()), &w).values();
+        let grad = net
+            .backward(x.as_ref(), &net.forward(x.as_ref()), &w)
+            .values();
         let h = 1e-6;
         for (idx, g) in grad.iter().enumerate() {
             let mut up = net.clone();

@@ -62,7 +62,10 @@ impl ArLogit {
     /// of the ε rule (J = 2·noise_pairs) and of the predictive softmax, `class_samples`
     /// negatives per row (None: all). Errors for 0 of any.
     pub fn new(points: usize, noise_pairs: usize, class_samples: Option<usize>) -> Result<Self> {
-        ensure!(noise_pairs > 0, "AR-logit needs at least one pair of ε points");
+        ensure!(
+            noise_pairs > 0,
+            "AR-logit needs at least one pair of ε points"
+        );
         let j_count = 2 * noise_pairs;
         let nodes = (0..j_count)
             .map(|j| {
@@ -147,12 +150,16 @@ impl ClassLikelihood for ArLogit {
         let mut a_c = 0.0;
         for (a, &k) in negatives.iter().enumerate() {
             let (mut g_m, mut g_v) = (0.0, 0.0);
-            for j in 0..j_count {
-                let at = a * j_count + j;
-                total += w * scale * value[at];
-                g_m += w * scale * mean[at];
-                g_v += w * scale * var[at];
-                g_eps[j] += w * scale * mean[at];
+            let pairs = a * j_count..(a + 1) * j_count;
+            let columns = value[pairs.clone()]
+                .iter()
+                .zip(&mean[pairs.clone()])
+                .zip(&var[pairs]);
+            for (g_e, ((v, d_mean), d_var)) in g_eps.iter_mut().zip(columns) {
+                total += w * scale * v;
+                g_m += w * scale * d_mean;
+                g_v += w * scale * d_var;
+                *g_e += w * scale * d_mean;
             }
             a_c += g_m;
             grads.utility[k] = -g_m;
@@ -167,7 +174,12 @@ impl ClassLikelihood for ArLogit {
         }
         grads.utility[c] = a_c;
         let g_mu: f64 = g_eps.iter().sum();
-        let g_beta: f64 = g_eps.iter().zip(&self.nodes).map(|(g, t)| g * t).sum::<f64>() + 1.0 / beta;
+        let g_beta: f64 = g_eps
+            .iter()
+            .zip(&self.nodes)
+            .map(|(g, t)| g * t)
+            .sum::<f64>()
+            + 1.0 / beta;
         grads.local[0] = g_mu;
         grads.local[1] = g_beta * sigmoid(row.local[1]);
         total

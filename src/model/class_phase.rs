@@ -125,7 +125,9 @@ pub(crate) fn classes_part(
                         var: &s_rows[i * p_count..(i + 1) * p_count],
                         utility: &f_t[i * k_count..(i + 1) * k_count],
                         phi: &phi_rows,
-                        local: local_rows.get(i * o_count..(i + 1) * o_count).unwrap_or(&[]),
+                        local: local_rows
+                            .get(i * o_count..(i + 1) * o_count)
+                            .unwrap_or(&[]),
                     };
                     let mut grads = RowGrads {
                         utility: a_row,

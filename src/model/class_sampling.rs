@@ -23,7 +23,10 @@ pub struct ClassSampler {
 impl ClassSampler {
     /// Errors for S = 0.
     pub fn new(samples: usize) -> Result<Self> {
-        ensure!(samples > 0, "class subsampling needs at least one negative class");
+        ensure!(
+            samples > 0,
+            "class subsampling needs at least one negative class"
+        );
         Ok(ClassSampler { samples })
     }
 
@@ -49,7 +52,7 @@ impl ClassSampler {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(stream);
-        out.extend(sample(&mut rng, n_neg, self.samples).into_iter());
+        out.extend(sample(&mut rng, n_neg, self.samples));
         out.sort_unstable();
         // Rank r among the negatives is class r, or r + 1 from the true class on.
         for k in out.iter_mut() {
@@ -92,7 +95,9 @@ mod tests {
     #[test]
     fn enough_samples_give_every_negative_with_weight_one() {
         let mut out = Vec::new();
-        let w = ClassSampler::new(9).unwrap().negatives(4, 0, (1, 2), &mut out);
+        let w = ClassSampler::new(9)
+            .unwrap()
+            .negatives(4, 0, (1, 2), &mut out);
         assert_eq!((w, out), (1.0, vec![1, 2, 3]));
         assert!(ClassSampler::new(0).is_err());
     }

@@ -267,14 +267,7 @@ fn evaluate_inner(
     times.kernel_fwd = lap(&clock, 0.0);
     let vf = cond.forward(params, scratch)?;
     times.variational_fwd = lap(&clock, times.total());
-    let lg = likelihood_part(
-        params,
-        (vf.mean(), vf.var()),
-        x.kxx_b,
-        terms,
-        lik,
-        scratch,
-    );
+    let lg = likelihood_part(params, (vf.mean(), vf.var()), x.kxx_b, terms, lik, scratch);
     times.likelihood = lap(&clock, times.total());
     let vg = cond.backward(
         &vf,

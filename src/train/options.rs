@@ -237,8 +237,7 @@ impl TrainOptions {
     /// `--mc-pairs` as a configuration stores it: only for a softmax or one-vs-each run,
     /// and only when not the default.
     pub fn stored_pairs(&self) -> Option<usize> {
-        (self.likelihood.has_mc_pairs()
-            && self.mc_pairs != crate::model::softmax_mc::DEFAULT_PAIRS)
+        (self.likelihood.has_mc_pairs() && self.mc_pairs != crate::model::softmax_mc::DEFAULT_PAIRS)
             .then_some(self.mc_pairs)
     }
 
@@ -414,7 +413,9 @@ impl TrainOptions {
     fn check_augment_options(&self, c: &mut InvalidOptions) {
         let (lik, new_run) = (self.likelihood, self.resume.is_none());
         let hidden = self.amortiser_hidden;
-        c.check(hidden >= 1, "amortiser-hidden", || "must be at least 1".into());
+        c.check(hidden >= 1, "amortiser-hidden", || {
+            "must be at least 1".into()
+        });
         c.check(
             !new_run || lik.is_amortised() || hidden == crate::model::amortiser::DEFAULT_HIDDEN,
             "amortiser-hidden",
