@@ -229,8 +229,9 @@ impl FromStr for InducingInputs {
 /// `--likelihood`: for the binary and multi-label tasks the Bernoulli likelihood's link,
 /// p(y | f) = σ(y f) (`logistic`, the paper's, the default) or Φ(y f) (`probit`); for the
 /// multi-class task the likelihood of the row's class given its K utilities: the
-/// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`) or the softmax by
-/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class").
+/// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`), the softmax by
+/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class"), or the augment-and-reduce
+/// bounds with amortised local parameters (`ar-softmax`, `ar-logit`; "Augment and reduce").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LikelihoodChoice {

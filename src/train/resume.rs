@@ -6,9 +6,10 @@
 //! Those, when given, are applied and recorded in the run's record (never in its `params`,
 //! which stay what it started with); any other option given with a value other than the
 //! run's is refused before anything changes. That includes the model's form (`--kernel`,
-//! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`, `--amortiser-hidden`,
-//! `--class-samples`) and the hyperparameter schedule `--release-hyper-after`: a run whose schedule
-//! changed midway would equal no uninterrupted run.
+//! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`,
+//! `--amortiser-hidden`, `--class-samples`) and the hyperparameter schedule
+//! `--release-hyper-after`: a run whose schedule changed midway would equal no uninterrupted
+//! run.
 //!
 //! Checkpoints written after a change embed the configuration in force, so a run extended
 //! with `--epochs` or `--max-steps` ends with the bytes of an uninterrupted run started with
