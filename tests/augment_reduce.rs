@@ -603,7 +603,7 @@ fn ar_logit_bound_matches_a_brute_force_integral_on_three_classes() {
                 .sum::<f64>()
         };
         let direct = ar_logit_brute_force(&fbar, &cov, class, ArLogit::noise(&local));
-        for (noise_pairs, tol) in [(8, 3e-2), (64, 5e-3), (512, 1e-3)] {
+        for (noise_pairs, tol) in [(8, 1e-2), (16, 3e-3), (64, 5e-4), (512, 2e-5)] {
             let lik = ArLogit::new(32, noise_pairs, None).unwrap();
             let ar = row_gradient_local(&lik, class, (0, case), (&mean, &var, &phi, &bias), &local)
                 .0

@@ -7,16 +7,16 @@
 //! with q(ε) = Logistic(μ_i, β_i), its location μ_i = o_i0 and scale β_i = softplus(o_i1)
 //! the row's two amortisation-network outputs (`amortiser.rs`), H(q) = log β + 2 its
 //! entropy (exact), and w = (K − 1)/S with class subsampling (else 1). The expectations
-//! over ε use a fixed rule of J = 2S_ε points by reparametrisation, ε_j = μ + β t_j with
-//! t_j = logit(u_j) at the antithetic midpoint quantiles u_j = (j + ½)/J (t_{J−1−j} = −t_j),
-//! so the bound is a deterministic, smooth function of the parameters. Each
+//! over ε use a fixed symmetric rule of J = 2S_ε points by reparametrisation,
+//! ε_j = μ + β t_j with weights ω_j ([`epsilon_rule`]), so the bound is a deterministic,
+//! smooth function of the parameters. Each
 //! E_q[log σ(ε_j + f_c − f_k)] is the 1-D logistic expectation of `likelihood.rs` at mean
 //! m_k + ε_j and variance σ²_k, as one-vs-each computes them. With q(ε) a point mass at 0
 //! the pair terms are one-vs-each's.
 //!
 //! Gradients, with A_jk = ∂E/∂mean and B_jk = ∂E/∂var of pair (j, k), and d_k = Φ_c − Φ_k:
-//! ∂/∂m_k = (w/J) Σ_j A_jk, ∂/∂σ²_k = (w/J) Σ_j B_jk (then one-vs-each's chain to f̄, s and
-//! Φ); ∂/∂ε_j = (1/J)(−tanh(ε_j/2) + w Σ_k A_jk); ∂/∂μ = Σ_j ∂/∂ε_j,
+//! ∂/∂m_k = w Σ_j ω_j A_jk, ∂/∂σ²_k = w Σ_j ω_j B_jk (then one-vs-each's chain to f̄, s and
+//! Φ); ∂/∂ε_j = ω_j (−tanh(ε_j/2) + w Σ_k A_jk); ∂/∂μ = Σ_j ∂/∂ε_j,
 //! ∂/∂β = Σ_j t_j ∂/∂ε_j + 1/β, ∂/∂o_1 = σ(o_1) ∂/∂β.
 
 use anyhow::{ensure, Result};
@@ -31,8 +31,10 @@ use super::softmax_mc::SoftmaxMc;
 #[derive(Debug, Clone)]
 pub struct ArLogit {
     pairs: BernoulliLogistic,
-    /// t_j = logit(u_j) [J], the standard logistic's midpoint quantiles.
+    /// t_j = logit(u_j) [J], the rule's nodes in the standard logistic.
     nodes: Vec<f64>,
+    /// ω_j [J], the rule's weights (Σ_j ω_j = 1).
+    weights: Vec<f64>,
     sampler: Option<ClassSampler>,
     predictive: SoftmaxMc,
 }
@@ -52,6 +54,30 @@ fn sigmoid(x: f64) -> f64 {
     }
 }
 
+/// The ε rule of `j_count` points (`docs/likelihood.md`, "AR-logit"): nodes t_j = logit(u_j)
+/// and weights ω_j for E_{Logistic(0,1)}[g(t)] = ∫₀¹ g(logit u) du. The substitution
+/// u = θ²(3 − 2θ) (du = 6θ(1 − θ) dθ) flattens the integrand's logarithmic end-point
+/// singularities (g grows linearly in |t| in the tails); then the midpoint rule in θ,
+/// θ_j = (j + ½)/J, with the weights normalised to sum to 1 so that constants are exact. The
+/// rule is symmetric (t_{J−1−j} = −t_j, ω_{J−1−j} = ω_j): antithetic pairs.
+fn epsilon_rule(j_count: usize) -> (Vec<f64>, Vec<f64>) {
+    let theta = |j: usize| (j as f64 + 0.5) / j_count as f64;
+    let nodes = (0..j_count)
+        .map(|j| {
+            let th = theta(j);
+            // logit(θ²(3 − 2θ)) = log(θ²(3 − 2θ) / ((1 − θ)²(1 + 2θ))), symmetric in θ ↔ 1 − θ.
+            let (a, b) = (
+                th * th * (3.0 - 2.0 * th),
+                (1.0 - th) * (1.0 - th) * (1.0 + 2.0 * th),
+            );
+            (a / b).ln()
+        })
+        .collect();
+    let raw: Vec<f64> = (0..j_count).map(|j| theta(j) * (1.0 - theta(j))).collect();
+    let sum: f64 = raw.iter().sum();
+    (nodes, raw.iter().map(|r| r / sum).collect())
+}
+
 /// log σ(ε) + log σ(−ε) = −|ε| − 2 log(1 + e^{−|ε|}), the standard logistic's log density.
 fn log_logistic_density(eps: f64) -> f64 {
     -eps.abs() - 2.0 * (-eps.abs()).exp().ln_1p()
@@ -66,16 +92,11 @@ impl ArLogit {
             noise_pairs > 0,
             "AR-logit needs at least one pair of ε points"
         );
-        let j_count = 2 * noise_pairs;
-        let nodes = (0..j_count)
-            .map(|j| {
-                let u = (j as f64 + 0.5) / j_count as f64;
-                (u / (1.0 - u)).ln()
-            })
-            .collect();
+        let (nodes, weights) = epsilon_rule(2 * noise_pairs);
         Ok(ArLogit {
             pairs: BernoulliLogistic::new(points)?,
             nodes,
+            weights,
             sampler: class_samples.map(ClassSampler::new).transpose()?,
             predictive: SoftmaxMc::new(noise_pairs)?,
         })
@@ -137,13 +158,13 @@ impl ClassLikelihood for ArLogit {
         }
         // In place: mean ← A = ∂E/∂mean, var ← B = ∂E/∂var.
         self.pairs.expect_lanes(y, mean, var, value);
-        let scale = 1.0 / j_count as f64;
         let mut total = beta.ln() + 2.0;
         let mut g_eps: Vec<f64> = eps
             .iter()
-            .map(|&e| {
-                total += scale * log_logistic_density(e);
-                -scale * (0.5 * e).tanh()
+            .zip(&self.weights)
+            .map(|(&e, &omega)| {
+                total += omega * log_logistic_density(e);
+                -omega * (0.5 * e).tanh()
             })
             .collect();
         grads.utility.fill(0.0);
@@ -155,11 +176,13 @@ impl ClassLikelihood for ArLogit {
                 .iter()
                 .zip(&mean[pairs.clone()])
                 .zip(&var[pairs]);
-            for (g_e, ((v, d_mean), d_var)) in g_eps.iter_mut().zip(columns) {
-                total += w * scale * v;
-                g_m += w * scale * d_mean;
-                g_v += w * scale * d_var;
-                *g_e += w * scale * d_mean;
+            let weighted = g_eps.iter_mut().zip(&self.weights);
+            for ((g_e, omega), ((v, d_mean), d_var)) in weighted.zip(columns) {
+                let ww = w * omega;
+                total += ww * v;
+                g_m += ww * d_mean;
+                g_v += ww * d_var;
+                *g_e += ww * d_mean;
             }
             a_c += g_m;
             grads.utility[k] = -g_m;
