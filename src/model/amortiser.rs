@@ -18,7 +18,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::linalg::product;
+use crate::linalg::{clear_upper_simd_state, product};
 
 /// The default width H of the hidden layers (`--amortiser-hidden`).
 pub const DEFAULT_HIDDEN: usize = 32;
@@ -271,7 +271,11 @@ fn zip_vec(v: &mut [f64], g: &[f64], f: &mut impl FnMut(&mut f64, f64)) {
     }
 }
 
+/// tanh of every entry. It follows faer's GEMMs, whose AVX-512 kernels leave the upper
+/// register halves dirty, which makes libm's tanh pay a state-transition penalty per call
+/// (`docs/likelihood.md`, "libm after faer's GEMMs"): cleared first.
 fn tanh_in_place(z: &mut Mat<f64>) {
+    clear_upper_simd_state();
     for j in 0..z.ncols() {
         for v in z.col_mut(j).iter_mut() {
             *v = v.tanh();
