@@ -183,6 +183,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             ..KernelParams::new(0.0, 0.0)
         },
         chol: None,
+        amortiser: None,
     };
     if c.form != QForm::SiteDiagonal {
         // A well-conditioned lower-triangular factor per GP (the value does not change the

@@ -7,6 +7,9 @@ use std::str::FromStr;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::model::amortiser::DEFAULT_HIDDEN;
+use crate::model::ar_logit::ArLogit;
+use crate::model::ar_softmax::ArSoftmax;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::multiclass::ClassLikelihood;
@@ -226,8 +229,9 @@ impl FromStr for InducingInputs {
 /// `--likelihood`: for the binary and multi-label tasks the Bernoulli likelihood's link,
 /// p(y | f) = σ(y f) (`logistic`, the paper's, the default) or Φ(y f) (`probit`); for the
 /// multi-class task the likelihood of the row's class given its K utilities: the
-/// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`) or the softmax by
-/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class").
+/// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`), the softmax by
+/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class"), or the augment-and-reduce
+/// bounds with amortised local parameters (`ar-softmax`, `ar-logit`; "Augment and reduce").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LikelihoodChoice {
@@ -238,11 +242,25 @@ pub enum LikelihoodChoice {
     #[serde(rename = "robust-max")]
     RobustMax,
     Softmax,
+    /// Augment and reduce (Ruiz, Titsias, Dieng & Blei): the softmax bound with amortised α.
+    #[serde(rename = "ar-softmax")]
+    ArSoftmax,
+    /// Augment and reduce with logistic noise: q(ε) amortised, pairs by Gauss–Hermite.
+    #[serde(rename = "ar-logit")]
+    ArLogit,
 }
 
 impl LikelihoodChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 5] = ["logistic", "probit", "ove", "robust-max", "softmax"];
+    pub const NAMES: [&'static str; 7] = [
+        "logistic",
+        "probit",
+        "ove",
+        "robust-max",
+        "softmax",
+        "ar-softmax",
+        "ar-logit",
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -251,6 +269,8 @@ impl LikelihoodChoice {
             LikelihoodChoice::Ove => "ove",
             LikelihoodChoice::RobustMax => "robust-max",
             LikelihoodChoice::Softmax => "softmax",
+            LikelihoodChoice::ArSoftmax => "ar-softmax",
+            LikelihoodChoice::ArLogit => "ar-logit",
         }
     }
 
@@ -264,7 +284,28 @@ impl LikelihoodChoice {
         matches!(
             self,
             LikelihoodChoice::Ove | LikelihoodChoice::RobustMax | LikelihoodChoice::Softmax
+        ) || self.is_amortised()
+    }
+
+    /// Whether this is an augment-and-reduce likelihood, whose local parameters come from
+    /// the amortisation network (`--amortiser-hidden`).
+    pub fn is_amortised(self) -> bool {
+        matches!(
+            self,
+            LikelihoodChoice::ArSoftmax | LikelihoodChoice::ArLogit
         )
+    }
+
+    /// Whether the likelihood's bound is a sum over the negative classes that
+    /// `--class-samples` may subsample.
+    pub fn samples_classes(self) -> bool {
+        matches!(self, LikelihoodChoice::Ove) || self.is_amortised()
+    }
+
+    /// Whether the likelihood's predictive probabilities are the Monte Carlo softmax's
+    /// (`--mc-pairs`).
+    pub fn has_mc_pairs(self) -> bool {
+        matches!(self, LikelihoodChoice::Softmax | LikelihoodChoice::Ove) || self.is_amortised()
     }
 
     /// The Bernoulli likelihood with a `points`-point Gauss–Hermite rule. A multi-class
@@ -330,6 +371,8 @@ impl FromStr for LikelihoodChoice {
                 LikelihoodChoice::Ove,
                 LikelihoodChoice::RobustMax,
                 LikelihoodChoice::Softmax,
+                LikelihoodChoice::ArSoftmax,
+                LikelihoodChoice::ArLogit,
             ],
         )
     }
@@ -519,6 +562,15 @@ pub struct TrainConfig {
     /// ([`DEFAULT_PAIRS`]); absent from the JSON otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mc_pairs: Option<usize>,
+    /// `--amortiser-hidden` of an augment-and-reduce run (the width H of the amortisation
+    /// network's two hidden layers), when not the default ([`DEFAULT_HIDDEN`]); absent from
+    /// the JSON otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amortiser_hidden: Option<usize>,
+    /// `--class-samples`: S negative classes per row and step (one-vs-each and
+    /// augment-and-reduce); absent from the JSON when not given (all negatives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_samples: Option<usize>,
 }
 
 impl TrainConfig {
@@ -571,13 +623,41 @@ impl TrainConfig {
         self.mc_pairs.unwrap_or(DEFAULT_PAIRS)
     }
 
-    /// The class likelihood of a multi-class run: one-vs-each (its K − 1 logistic
-    /// expectations by `quadrature` Gauss–Hermite points, its predictive probabilities by
-    /// the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature` points) or the softmax
-    /// by Monte Carlo (`mc_pairs` pairs).
+    /// The run's width H of the amortisation network's hidden layers.
+    pub fn amortiser_width(&self) -> usize {
+        self.amortiser_hidden.unwrap_or(DEFAULT_HIDDEN)
+    }
+
+    /// The class likelihood of a multi-class run's training steps: [`Self::bound_likelihood`]
+    /// with the run's `--class-samples` negatives per row.
     pub fn class_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
+        self.class_likelihood_sampling(self.class_samples)
+    }
+
+    /// The class likelihood of a multi-class run's exact bound: every negative class.
+    pub fn bound_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
+        self.class_likelihood_sampling(None)
+    }
+
+    /// The class likelihood with `class_samples` negatives per row (None: all): one-vs-each
+    /// (its K − 1 logistic expectations by `quadrature` Gauss–Hermite points, its predictive
+    /// probabilities by the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature`
+    /// points), the softmax by Monte Carlo (`mc_pairs` pairs), or augment-and-reduce's
+    /// softmax bound or logit bound (its ε rule of 2·`mc_pairs` points, its pairs by
+    /// `quadrature` points), both with predictive probabilities by the softmax with
+    /// `mc_pairs` pairs.
+    fn class_likelihood_sampling(
+        &self,
+        class_samples: Option<usize>,
+    ) -> Result<Box<dyn ClassLikelihood>> {
         Ok(match self.likelihood {
-            LikelihoodChoice::Ove => Box::new(OneVsEach::new(self.quadrature, self.pairs())?),
+            LikelihoodChoice::Ove => Box::new(
+                OneVsEach::new(self.quadrature, self.pairs())?.with_class_samples(class_samples)?,
+            ),
+            LikelihoodChoice::ArSoftmax => Box::new(ArSoftmax::new(self.pairs(), class_samples)?),
+            LikelihoodChoice::ArLogit => {
+                Box::new(ArLogit::new(self.quadrature, self.pairs(), class_samples)?)
+            }
             LikelihoodChoice::RobustMax => {
                 Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }
@@ -814,6 +894,8 @@ mod tests {
             latent: LatentChoice::Factor,
             robust_max_epsilon: None,
             mc_pairs: None,
+            amortiser_hidden: None,
+            class_samples: None,
         }
     }
 
@@ -864,6 +946,26 @@ mod tests {
         assert_eq!(json["task"], "multiclass");
         assert_eq!(json["robust_max_epsilon"], 0.01);
         assert_eq!(json["mc_pairs"], 4);
+        for key in ["amortiser_hidden", "class_samples"] {
+            assert!(json.get(key).is_none(), "{key} written at its default");
+        }
+        assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
+        let c = TrainConfig {
+            likelihood: LikelihoodChoice::ArSoftmax,
+            task: Task::Multiclass,
+            amortiser_hidden: Some(8),
+            class_samples: Some(3),
+            ..config(None)
+        };
+        let json = c.to_json();
+        assert_eq!(json["likelihood"], "ar-softmax");
+        assert_eq!(
+            (
+                json["amortiser_hidden"].clone(),
+                json["class_samples"].clone()
+            ),
+            (8.into(), 3.into())
+        );
         assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
         assert!("logit".parse::<LikelihoodChoice>().is_err());
         assert!("shared".parse::<LatentChoice>().is_err());

@@ -363,6 +363,7 @@ fn larger_problem() -> Problem {
         bias: (0..k).map(|_| u(1.0) - 2.0).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
         chol: None,
+        amortiser: None,
     };
     let positives = (0..b)
         .map(|i| {

@@ -226,6 +226,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
         chol: None,
+        amortiser: None,
     };
     let class: Vec<u32> = (0..b).map(|i| ((i * 5 + 3) % k) as u32).collect();
     let pr = Problem {

@@ -9,8 +9,10 @@
 mod common;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
+use fsgp::model::ar_logit::ArLogit;
+use fsgp::model::ar_softmax::ArSoftmax;
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::multiclass::Classes;
+use fsgp::model::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::objective::{evaluate_set, EvalOptions};
 use fsgp::model::params::Params;
 use fsgp::model::robust_max::RobustMax;
@@ -231,6 +233,12 @@ fn accuracy(rows: &Predicted, classes: &[u32]) -> f64 {
 /// norms and basis from the svd artifacts, classes from the chunks, every row a term of
 /// weight 1; `evaluate_set`'s value is Σ_i E_i − Σ_p KL_p.
 fn one_batch_robust_max_bound(ws: &Path, params: &Params) -> f64 {
+    one_batch_bound(ws, params, &RobustMax::new(1e-3, 20).unwrap())
+}
+
+/// The bound of `params` with likelihood `lik` (noise seed 0) and all training rows as one
+/// batch, every row a term of weight 1 (see [`one_batch_robust_max_bound`]).
+fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64 {
     let batch = common::toy::OneBatch::read(ws);
     let class: Vec<u32> = batch
         .labels
@@ -242,11 +250,10 @@ fn one_batch_robust_max_bound(ws: &Path, params: &Params) -> f64 {
         .collect();
     assert_eq!(class.len(), TRAIN_ROWS);
     let x = batch.inputs();
-    let lik = RobustMax::new(1e-3, 20).unwrap();
     let terms = TermSet::Classes(Classes {
         class: &class,
         scale: 1.0,
-        lik: &lik,
+        lik,
         seed: 0,
     });
     let unused = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
@@ -278,7 +285,7 @@ fn evaluate(ws: &Path, run: i64) -> serde_json::Value {
 #[test]
 fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() {
     let p = Prepared::new();
-    let cases: [(&str, &[&str]); 4] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("ove", &["--likelihood", "ove", "--eval-every", "6"]),
         ("robust-max", &["--likelihood", "robust-max"]),
         ("softmax", &["--likelihood", "softmax", "--mc-pairs", "4"]),
@@ -293,13 +300,32 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
                 "3",
             ],
         ),
+        ("ar-softmax", &["--likelihood", "ar-softmax"]),
+        (
+            "ar-softmax-sampled",
+            &[
+                "--likelihood",
+                "ar-softmax",
+                "--class-samples",
+                "2",
+                "--amortiser-hidden",
+                "8",
+            ],
+        ),
+        (
+            "ove-sampled",
+            &["--likelihood", "ove", "--class-samples", "1"],
+        ),
+        ("ar-logit", &["--likelihood", "ar-logit"]),
     ];
     for (name, extra) in cases {
         let ws = p.copy(name);
         let id = train(&ws, extra);
         let params = run_params(&ws, id);
         assert_eq!(params["task"], "multiclass", "{name}");
-        let lik = if name == "ove-factor" { "ove" } else { name };
+        let lik = name
+            .trim_end_matches("-factor")
+            .trim_end_matches("-sampled");
         assert_eq!(params["likelihood"], lik, "{name}");
         if name == "softmax" {
             assert_eq!(params["mc_pairs"], 4);
@@ -330,6 +356,31 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
         if name == "ove-factor" {
             let phi = read_ckpt(&ws, id, 96).params.phi;
             assert_eq!((phi.nrows(), phi.ncols()), (K, 3));
+        }
+        // The augment-and-reduce runs carry the amortisation network (R = 4 inputs; one
+        // output, α, or two, q(ε)'s location and scale); the flags are recorded only when
+        // given off their defaults.
+        let net = read_ckpt(&ws, id, 96).params.amortiser;
+        assert_eq!(net.is_some(), lik.starts_with("ar-"), "{name}");
+        if lik == "ar-logit" {
+            assert_eq!(net.as_ref().unwrap().outputs(), 2);
+        }
+        if name == "ar-softmax-sampled" {
+            assert_eq!(
+                (
+                    params["class_samples"].clone(),
+                    params["amortiser_hidden"].clone()
+                ),
+                (2.into(), 8.into())
+            );
+            let net = net.unwrap();
+            assert_eq!((net.inputs(), net.hidden(), net.outputs()), (4, 8, 1));
+        } else if name == "ove-sampled" {
+            assert_eq!(params["class_samples"], 1);
+        } else {
+            for key in ["class_samples", "amortiser_hidden"] {
+                assert!(params.get(key).is_none(), "{name}: {params}");
+            }
         }
         let m = evaluate(&ws, id);
         assert_eq!(m["task"], "multiclass", "{m}");
@@ -363,6 +414,139 @@ fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
     assert!(
         (streamed - direct).abs() <= 1e-9 * direct.abs(),
         "streamed {streamed} vs one batch {direct}"
+    );
+}
+
+#[test]
+fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_through_the_network()
+{
+    let p = Prepared::new();
+    let points = fsgp::model::likelihood::DEFAULT_POINTS;
+    type Lik = Box<dyn ClassLikelihood>;
+    let cases: [(&str, Lik, Lik); 2] = [
+        (
+            "ar-softmax",
+            Box::new(ArSoftmax::new(16, None).unwrap()),
+            Box::new(ArSoftmax::new(16, Some(1)).unwrap()),
+        ),
+        (
+            "ar-logit",
+            Box::new(ArLogit::new(points, 16, None).unwrap()),
+            Box::new(ArLogit::new(points, 16, Some(1)).unwrap()),
+        ),
+    ];
+    for (name, all, one) in cases {
+        let ws = p.copy(&format!("{name}-elbo"));
+        let id = train(
+            &ws,
+            &[
+                "--likelihood",
+                name,
+                "--class-samples",
+                "1",
+                "--epochs",
+                "3",
+            ],
+        );
+        let last = *checkpoints(&ws, id).keys().last().unwrap();
+        let out = pipeline(&ws, &["elbo", "--run", &id.to_string()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let streamed = f64::from_bits(metrics(&ws, id, "elbo_exact").last().unwrap().1);
+        let params = read_ckpt(&ws, id, last).params;
+        assert!(params.amortiser.is_some());
+        let direct = one_batch_bound(&ws, &params, all.as_ref());
+        eprintln!("{name} exact bound: streamed {streamed}, one batch {direct}");
+        assert!(
+            (streamed - direct).abs() <= 1e-9 * direct.abs(),
+            "{name}: streamed {streamed} vs one batch {direct}"
+        );
+        // One sampled negative of three is another number: the exact bound is not it.
+        let sampled = one_batch_bound(&ws, &params, one.as_ref());
+        assert!(
+            (sampled - direct).abs() > 1e-6 * direct.abs(),
+            "{name}: {sampled} vs {direct}"
+        );
+    }
+}
+
+#[test]
+fn ove_with_as_many_class_samples_as_negatives_trains_the_same_parameters() {
+    let p = Prepared::new();
+    let (ws_all, ws_s) = (p.copy("all"), p.copy("s3"));
+    let extra = ["--likelihood", "ove", "--epochs", "2"];
+    let run_all = train(&ws_all, &extra);
+    let mut with_s = extra.to_vec();
+    with_s.extend(["--class-samples", "3"]);
+    let run_s = train(&ws_s, &with_s);
+    let last = *checkpoints(&ws_all, run_all).keys().last().unwrap();
+    let (a, b) = (
+        read_ckpt(&ws_all, run_all, last),
+        read_ckpt(&ws_s, run_s, last),
+    );
+    assert!(
+        a.params == b.params && a.adam == b.adam,
+        "S = K − 1 is every negative"
+    );
+    assert_eq!(
+        metrics(&ws_all, run_all, "elbo_exact"),
+        metrics(&ws_s, run_s, "elbo_exact")
+    );
+}
+
+#[test]
+fn ar_softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
+    let p = Prepared::new();
+    let extra = [
+        "--likelihood",
+        "ar-softmax",
+        "--class-samples",
+        "2",
+        "--amortiser-hidden",
+        "6",
+        "--epochs",
+        "4",
+    ];
+    let (ws_a, ws_b, ws_cut) = (p.copy("a"), p.copy("b"), p.copy("cut"));
+    let run_a = train(&ws_a, &extra);
+    let run_b = train(&ws_b, &extra);
+    let bytes = checkpoints(&ws_a, run_a);
+    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
+    let out = std::process::Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(&ws_cut)
+        .args(train_args(&extra))
+        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
+        .env_remove("FSGP_WORKSPACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the failpoint did not fire");
+    let id = newest_run(&ws_cut, "train");
+    let resume = |more: &[&str]| {
+        let mut args = vec!["train", "--resume"];
+        let id = id.to_string();
+        args.push(&id);
+        args.extend(more);
+        pipeline(&ws_cut, &args)
+    };
+    // Changing the class samples or the network's width is refused, naming both values.
+    for (flag, value, run) in [
+        ("--class-samples", "3", "has 2"),
+        ("--amortiser-hidden", "7", "has 6"),
+    ] {
+        let out = resume(&[flag, value]);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{flag} {value}: run")) && err.contains(run),
+            "{err}"
+        );
+    }
+    let out = resume(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
+    assert_eq!(
+        metrics(&ws_cut, id, "elbo_exact"),
+        metrics(&ws_a, run_a, "elbo_exact")
     );
 }
 
@@ -499,6 +683,30 @@ fn likelihoods_must_suit_the_task_and_the_data() {
         train_args(&["--likelihood", "ove", "--negatives", "2"]),
         &["--negatives all is the only choice"],
     );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "robust-max", "--class-samples", "2"]),
+        &[
+            "class-samples",
+            "sum over the negative classes",
+            "the likelihood is robust-max",
+        ],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "ove", "--class-samples", "0"]),
+        &["class-samples", "at least 1"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "ove", "--amortiser-hidden", "8"]),
+        &["amortiser-hidden", "the likelihood is ove"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "ar-softmax", "--amortiser-hidden", "0"]),
+        &["amortiser-hidden", "at least 1"],
+    );
     // A multi-label dataset whose rows hold several labels: refused at the first row that
     // does not hold exactly one, naming it.
     let toy_dir = tempfile::tempdir().unwrap();
@@ -530,13 +738,20 @@ fn a_spec_with_a_likelihood_unfit_for_its_task_is_refused_before_any_stage() {
          [ingest]\nname = \"toy\"\ntrain = \"data/train.txt\"\ntest = \"data/test.txt\"\n\n\
          [svd]\nrank = 3\ninducing = 4\n\n\
          [train]\ntask = \"multiclass\"\nlikelihood = \"probit\"\nmc_pairs = 0\n\
-         robust_max_epsilon = 2.0\n\n[predict]\n\n[evaluate]\n",
+         robust_max_epsilon = 2.0\nclass_samples = 0\namortiser_hidden = 0\n\n\
+         [predict]\n\n[evaluate]\n",
     )
     .unwrap();
     let out = pipeline(&dir.path().join("ws"), &["run", spec.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    for key in ["likelihood", "mc_pairs", "robust_max_epsilon"] {
+    for key in [
+        "likelihood",
+        "mc_pairs",
+        "robust_max_epsilon",
+        "class_samples",
+        "amortiser_hidden",
+    ] {
         assert!(err.contains(&format!("[train] {key}")), "{key}: {err}");
     }
     assert!(!dir.path().join("data").exists(), "no stage ran");

@@ -64,6 +64,7 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
         bias: (0..K).map(|_| u(&mut rng, 1.0)).collect(),
         kernel: KernelParams::new(u(&mut rng, 0.5), u(&mut rng, 0.5)),
         chol: Some(pack_factors(&factors, form == QForm::Whitened)),
+        amortiser: None,
     };
     let positives = (0..b)
         .map(|i| (0..K as u32).filter(|k| (k + i as u32) % 3 == 0).collect())

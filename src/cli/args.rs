@@ -465,7 +465,9 @@ pub struct TrainFlags {
     pub q_form: QFormChoice,
     /// The likelihood. Binary and multilabel tasks: logistic, p(y|f) = σ(y f), or probit,
     /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max or softmax
-    /// (by Monte Carlo) (docs/likelihood.md).
+    /// (by Monte Carlo), or ar-softmax / ar-logit (augment and reduce: the softmax bound
+    /// with each row's α, or the logit bound with each row's q(ε), from an amortisation
+    /// network, --amortiser-hidden) (docs/likelihood.md).
     #[arg(long, default_value = "logistic",
           value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
     pub likelihood: LikelihoodChoice,
@@ -485,9 +487,18 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = crate::model::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
     pub robust_max_epsilon: f64,
     /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
-    /// softmax, and per row for the predictive class probabilities of softmax and ove runs.
+    /// softmax, per row for the predictive class probabilities of softmax, ove and
+    /// augment-and-reduce runs, and ar-logit's ε rule of 2S points.
     #[arg(long, default_value_t = crate::model::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
     pub mc_pairs: usize,
+    /// Width H of the amortisation network's two hidden layers, which maps each row to its
+    /// local variational parameters (--likelihood ar-softmax or ar-logit only).
+    #[arg(long, default_value_t = crate::model::amortiser::DEFAULT_HIDDEN, value_name = "H")]
+    pub amortiser_hidden: usize,
+    /// S negative classes per row and step, drawn uniformly, their sum scaled by (K − 1)/S
+    /// (--likelihood ove, ar-softmax or ar-logit; default: all K − 1).
+    #[arg(long, value_name = "S")]
+    pub class_samples: Option<usize>,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
     /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
     #[arg(long)]
@@ -621,6 +632,8 @@ impl TrainFlags {
             latent: self.latent,
             robust_max_epsilon: self.robust_max_epsilon,
             mc_pairs: self.mc_pairs,
+            amortiser_hidden: self.amortiser_hidden,
+            class_samples: self.class_samples,
             given: BTreeSet::new(),
         }
     }

@@ -13,6 +13,7 @@
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
+use super::amortiser::{Amortiser, AmortiserForward};
 use super::multiclass::{ClassLikelihood, Classes, RowGrads, RowInput};
 use super::params::Params;
 use super::scratch::Scratch;
@@ -33,6 +34,27 @@ pub(crate) struct ClassGrads {
     pub phi: Mat<f64>,
     /// ∂/∂b [K].
     pub bias: Vec<f64>,
+    /// ∂/∂(network weights), for a likelihood with amortised local parameters.
+    pub amortiser: Option<Amortiser>,
+}
+
+/// The amortisation network's outputs on the minibatch's rows, for a likelihood with local
+/// parameters: the forward pass and its outputs row-major [B×O]. None without.
+fn local_outputs(
+    params: &Params,
+    rows: MatRef<'_, f64>,
+    lik: &dyn ClassLikelihood,
+) -> Option<(AmortiserForward, Vec<f64>)> {
+    if lik.local_init(params.phi.nrows()).is_empty() {
+        return None;
+    }
+    let net = params
+        .amortiser
+        .as_ref()
+        .expect("objective::check_shapes: the likelihood's network is present");
+    let fwd = net.forward(rows);
+    let out = row_major(fwd.out.as_ref(), false);
+    Some((fwd, out))
 }
 
 /// The entries of `x` [rows×cols] row by row (each row contiguous), negative entries
@@ -57,15 +79,21 @@ fn utilities_into(f_t: &mut [f64], params: &Params, m: MatRef<'_, f64>) {
     }
 }
 
-/// scale · Σ_i E_i and its gradients with respect to m, s, Φ and b (see the module docs).
+/// scale · Σ_i E_i and its gradients with respect to m, s, Φ and b (see the module docs),
+/// and with respect to the amortisation network's weights for a likelihood with local
+/// parameters, whose network reads `rows` [B×D_in] (the minibatch as the model sees it).
 pub(crate) fn classes_part(
     params: &Params,
-    m: MatRef<'_, f64>,
-    s: MatRef<'_, f64>,
+    (m, s): (MatRef<'_, f64>, MatRef<'_, f64>),
+    rows: MatRef<'_, f64>,
     classes: &Classes<'_>,
     scratch: &Scratch,
 ) -> ClassGrads {
     let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
+    let local = local_outputs(params, rows, classes.lik);
+    let o_count = local.as_ref().map_or(0, |(f, _)| f.out.ncols());
+    let no_local = Vec::new();
+    let local_rows = local.as_ref().map_or(&no_local, |(_, o)| o);
     let phi = params.phi.as_ref();
     let phi_rows = row_major(phi, false);
     let m_rows = row_major(m, false);
@@ -73,12 +101,13 @@ pub(crate) fn classes_part(
     let (mut f_t, mut a_t) = scratch.take_dense(k_count * b);
     utilities_into(&mut f_t, params, m);
     let mut g_var_rows = vec![0.0; b * p_count];
-    let blocks: Vec<(Vec<f64>, Vec<f64>)> = a_t
+    let blocks: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = a_t
         .par_chunks_mut(ROW_BLOCK * k_count)
         .zip(g_var_rows.par_chunks_mut(ROW_BLOCK * p_count))
         .enumerate()
         .map(|(block, (a_block, gv_block))| {
             let mut phi_sum = vec![0.0; k_count * p_count];
+            let mut g_local = vec![0.0; a_block.len() / k_count * o_count];
             let mut work = Vec::new();
             let rows = a_block
                 .chunks_mut(k_count)
@@ -86,6 +115,7 @@ pub(crate) fn classes_part(
             let values = rows
                 .enumerate()
                 .map(|(j, (a_row, gv_row))| {
+                    let g_local_row = &mut g_local[j * o_count..(j + 1) * o_count];
                     let i = block * ROW_BLOCK + j;
                     let input = RowInput {
                         class: classes.class[i] as usize,
@@ -95,23 +125,33 @@ pub(crate) fn classes_part(
                         var: &s_rows[i * p_count..(i + 1) * p_count],
                         utility: &f_t[i * k_count..(i + 1) * k_count],
                         phi: &phi_rows,
+                        local: local_rows
+                            .get(i * o_count..(i + 1) * o_count)
+                            .unwrap_or(&[]),
                     };
                     let mut grads = RowGrads {
                         utility: a_row,
                         var: gv_row,
                         phi: &mut phi_sum,
+                        local: g_local_row,
                     };
                     // The likelihoods call libm (exp, erfc); see `clear_upper_simd_state`.
                     clear_upper_simd_state();
                     classes.lik.row(&input, &mut grads, &mut work)
                 })
                 .collect();
-            (values, phi_sum)
+            (values, phi_sum, g_local)
         })
         .collect();
     let scale = classes.scale;
     // Σ_i E_i in row order.
-    let expected = scale * blocks.iter().flat_map(|(v, _)| v).sum::<f64>();
+    let expected = scale * blocks.iter().flat_map(|(v, _, _)| v).sum::<f64>();
+    let amortiser = local.map(|(fwd, _)| {
+        let g_local: Vec<f64> = blocks.iter().flat_map(|(_, _, g)| g).copied().collect();
+        let g_out = Mat::from_fn(b, o_count, |i, o| scale * g_local[i * o_count + o]);
+        let net = params.amortiser.as_ref().expect("checked by local_outputs");
+        net.backward(rows, &fwd, &g_out)
+    });
     for a in a_t.iter_mut() {
         *a *= scale;
     }
@@ -119,7 +159,7 @@ pub(crate) fn classes_part(
     let g_mean = product(at.transpose(), phi);
     let mut g_phi = product(at, m);
     let mut cov_phi = vec![0.0; k_count * p_count];
-    for (_, block_sum) in &blocks {
+    for (_, block_sum, _) in &blocks {
         for (acc, x) in cov_phi.iter_mut().zip(block_sum) {
             *acc += x;
         }
@@ -143,6 +183,7 @@ pub(crate) fn classes_part(
         var: Mat::from_fn(b, p_count, |i, p| scale * g_var_rows[i * p_count + p]),
         phi: g_phi,
         bias: g_bias,
+        amortiser,
     }
 }
 
@@ -177,6 +218,7 @@ pub fn class_probabilities(
                 var: &s_rows[i * p_count..(i + 1) * p_count],
                 utility: &f_t[i * k_count..(i + 1) * k_count],
                 phi: &phi_rows,
+                local: &[],
             };
             clear_upper_simd_state();
             lik.probabilities(&input, out, work);

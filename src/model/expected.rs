@@ -6,6 +6,7 @@
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
+use super::amortiser::Amortiser;
 use super::class_phase::classes_part;
 use super::likelihood::Likelihood;
 use super::params::Params;
@@ -24,14 +25,18 @@ pub(crate) struct LikelihoodGrads {
     pub phi: Mat<f64>,
     /// ∂/∂b [K].
     pub bias: Vec<f64>,
+    /// ∂/∂(amortisation network weights), multi-class likelihoods with local parameters
+    /// only.
+    pub amortiser: Option<Amortiser>,
 }
 
 /// Σ_terms w E and the gradients with respect to m, s, Φ and b, for the marginals `mean` and
-/// `var` [B×P] of the rows the terms refer to.
+/// `var` [B×P] of the rows the terms refer to; `rows` [B×D_in] are those rows as the model
+/// sees them, the input of an amortised multi-class likelihood's network.
 pub(crate) fn likelihood_part(
     params: &Params,
-    mean: MatRef<'_, f64>,
-    var: MatRef<'_, f64>,
+    (mean, var): (MatRef<'_, f64>, MatRef<'_, f64>),
+    rows: MatRef<'_, f64>,
     terms: &TermSet<'_>,
     lik: &dyn Likelihood,
     scratch: &Scratch,
@@ -42,13 +47,14 @@ pub(crate) fn likelihood_part(
             likelihood_dense(params, mean, var, positives, *scale, lik, scratch)
         }
         TermSet::Classes(classes) => {
-            let part = classes_part(params, mean, var, classes, scratch);
+            let part = classes_part(params, (mean, var), rows, classes, scratch);
             LikelihoodGrads {
                 expected: part.expected,
                 mean: part.mean,
                 var: part.var,
                 phi: part.phi,
                 bias: part.bias,
+                amortiser: part.amortiser,
             }
         }
     }
@@ -139,6 +145,7 @@ fn likelihood_list(
         var: Mat::from_fn(b, p_count, |i, p| g_var_rows[i * p_count + p]),
         phi: Mat::from_fn(k_count, p_count, |k, p| g_phi_rows[k * p_count + p]),
         bias: g_bias,
+        amortiser: None,
     }
 }
 
@@ -217,5 +224,6 @@ fn likelihood_dense(
         var: g_var,
         phi: g_phi,
         bias: g_bias,
+        amortiser: None,
     }
 }

@@ -1,9 +1,13 @@
 //! The model layer: MLGPF's parameters, kernels, q(u), likelihoods, bound, optimiser and
 //! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
 
+pub mod amortiser;
+pub mod ar_logit;
+pub mod ar_softmax;
 pub mod ard;
 pub mod cholesky_q;
 pub mod class_phase;
+pub mod class_sampling;
 pub mod conditional;
 pub(crate) mod expected;
 pub mod feature_ard;

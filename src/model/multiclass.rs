@@ -36,6 +36,9 @@ pub struct RowInput<'a> {
     pub utility: &'a [f64],
     /// Φ [K×P], row-major (row k at `phi[k * P..(k + 1) * P]`).
     pub phi: &'a [f64],
+    /// The row's amortisation-network outputs o_i [O] (`amortiser.rs`), empty for a
+    /// likelihood without local parameters ([`ClassLikelihood::local_init`]).
+    pub local: &'a [f64],
 }
 
 impl RowInput<'_> {
@@ -64,6 +67,8 @@ pub struct RowGrads<'a> {
     pub var: &'a mut [f64],
     /// The covariance path's ∂E_i/∂Φ [K×P] row-major, added to (accumulated over rows).
     pub phi: &'a mut [f64],
+    /// ∂E_i/∂o_i [O], written (empty without local parameters).
+    pub local: &'a mut [f64],
 }
 
 /// A likelihood p(c | f) of one class c among K given the row's K utilities, seen through
@@ -83,6 +88,14 @@ pub trait ClassLikelihood: Sync + fmt::Debug {
     /// The predictive class probabilities p(c | x) for every c [K] (summing to 1) under the
     /// row's Gaussian; `row.class` is ignored.
     fn probabilities(&self, row: &RowInput<'_>, probs: &mut [f64], work: &mut Vec<f64>);
+
+    /// The starting biases c₃ [O] of the amortisation network's outputs for a model of
+    /// `classes` classes, one per output the likelihood reads from [`RowInput::local`];
+    /// empty (the default) for a likelihood without amortised local parameters.
+    fn local_init(&self, classes: usize) -> Vec<f64> {
+        let _ = classes;
+        Vec::new()
+    }
 }
 
 /// The multi-class term set of a minibatch: row i's true class `class[i]`, the weight
@@ -134,6 +147,18 @@ pub fn row_gradient(
     phi: &[f64],
     bias: &[f64],
 ) -> RowGradient {
+    row_gradient_local(lik, class, (seed, stream), (mean, var, phi, bias), &[]).0
+}
+
+/// [`row_gradient`] for a likelihood with local parameters: the row's network outputs
+/// `local` [O] in, ∂E_i/∂o_i [O] out beside the rest.
+pub fn row_gradient_local(
+    lik: &dyn ClassLikelihood,
+    class: usize,
+    (seed, stream): (u64, u64),
+    (mean, var, phi, bias): (&[f64], &[f64], &[f64], &[f64]),
+    local: &[f64],
+) -> (RowGradient, Vec<f64>) {
     let (k_count, p_count) = (bias.len(), mean.len());
     let utility = utilities(mean, phi, bias);
     let input = RowInput {
@@ -144,7 +169,9 @@ pub fn row_gradient(
         var,
         utility: &utility,
         phi,
+        local,
     };
+    let mut g_local = vec![0.0; local.len()];
     let mut out = RowGradient {
         value: 0.0,
         mean: vec![0.0; p_count],
@@ -156,6 +183,7 @@ pub fn row_gradient(
         utility: &mut out.bias,
         var: &mut out.var,
         phi: &mut out.phi,
+        local: &mut g_local,
     };
     out.value = lik.row(&input, &mut grads, &mut Vec::new());
     for k in 0..k_count {
@@ -165,7 +193,7 @@ pub fn row_gradient(
             out.phi[k * p_count + p] += a * mean[p];
         }
     }
-    out
+    (out, g_local)
 }
 
 /// Predictive probabilities [K] of one row from its marginals m_i, s_i [P] (see
@@ -187,6 +215,7 @@ pub fn row_probabilities(
         var,
         utility: &utility,
         phi,
+        local: &[],
     };
     let mut probs = vec![0.0; bias.len()];
     lik.probabilities(&input, &mut probs, &mut Vec::new());

@@ -20,6 +20,7 @@ use super::expected::likelihood_part;
 use super::feature_ard::{without_weights, FeatureInputs, FeatureWarp};
 use super::kernel::{BasisInputs, InputGrads, KernelKind};
 use super::likelihood::Likelihood;
+use super::multiclass::Classes;
 use super::params::{CholFactors, Grads, Params};
 use super::scratch::Scratch;
 use super::terms::{Term, TermSet};
@@ -127,9 +128,39 @@ fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Re
             if let Some(&c) = classes.class.iter().find(|&&c| c as usize >= k_count) {
                 bail!("class {c} outside the {k_count} classes");
             }
+            check_amortiser(params, x, classes)?;
         }
     }
     Ok(())
+}
+
+/// A likelihood with amortised local parameters needs the network, with as many inputs as
+/// the minibatch's rows have columns and as many outputs as it reads; the others none.
+fn check_amortiser(params: &Params, x: &BasisInputs<'_>, classes: &Classes<'_>) -> Result<()> {
+    let outputs = classes.lik.local_init(params.phi.nrows()).len();
+    match (&params.amortiser, outputs) {
+        (None, 0) => Ok(()),
+        (Some(_), 0) => bail!(
+            "the parameters carry an amortisation network the {} likelihood does not use",
+            classes.lik.name()
+        ),
+        (None, _) => bail!(
+            "the {} likelihood needs an amortisation network; the parameters have none",
+            classes.lik.name()
+        ),
+        (Some(net), o) => {
+            ensure!(
+                net.shapes_agree() && net.outputs() == o && net.inputs() == x.kxx_b.ncols(),
+                "the amortisation network maps {} inputs to {} outputs; the {} likelihood \
+                 reads {o} outputs from rows of {} columns",
+                net.inputs(),
+                net.outputs(),
+                classes.lik.name(),
+                x.kxx_b.ncols()
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Evaluates F and ∂F on a minibatch: `x` holds its Kxx rows and squared norms. A one-off
@@ -194,6 +225,11 @@ pub fn evaluate_features(
         params.kernel.log_ard.is_empty(),
         "ARD over the features and subspace ARD exclude each other"
     );
+    ensure!(
+        params.amortiser.is_none(),
+        "ARD over the features reweights the rows the amortisation network reads; the two \
+         exclude each other"
+    );
     let warp = FeatureWarp::new(log_w, fx);
     let plain = without_weights(params);
     let opts = EvalOptions {
@@ -231,7 +267,7 @@ fn evaluate_inner(
     times.kernel_fwd = lap(&clock, 0.0);
     let vf = cond.forward(params, scratch)?;
     times.variational_fwd = lap(&clock, times.total());
-    let lg = likelihood_part(params, vf.mean(), vf.var(), terms, lik, scratch);
+    let lg = likelihood_part(params, (vf.mean(), vf.var()), x.kxx_b, terms, lik, scratch);
     times.likelihood = lap(&clock, times.total());
     let vg = cond.backward(
         &vf,
@@ -272,6 +308,7 @@ fn evaluate_inner(
                 whitened: c.whitened,
                 packed: vg.chol,
             }),
+            amortiser: lg.amortiser,
         },
         times,
     };
@@ -298,8 +335,8 @@ pub fn expected_loglik(
         Conditional::new(kind, params, x, Factorisation::Auto)?.marginals(params, scratch)?;
     let lg = likelihood_part(
         params,
-        marginals.mean.as_ref(),
-        marginals.var.as_ref(),
+        (marginals.mean.as_ref(), marginals.var.as_ref()),
+        x.kxx_b,
         terms,
         lik,
         scratch,

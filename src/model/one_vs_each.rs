@@ -14,6 +14,7 @@
 
 use anyhow::Result;
 
+use super::class_sampling::ClassSampler;
 use super::likelihood::BernoulliLogistic;
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use super::softmax_mc::SoftmaxMc;
@@ -24,6 +25,9 @@ use super::softmax_mc::SoftmaxMc;
 pub struct OneVsEach {
     pairs: BernoulliLogistic,
     predictive: SoftmaxMc,
+    /// `--class-samples`: S of the K − 1 pairs per row, their sum scaled by (K − 1)/S
+    /// (`class_sampling.rs`); None: every pair.
+    sampler: Option<ClassSampler>,
 }
 
 impl OneVsEach {
@@ -33,6 +37,67 @@ impl OneVsEach {
         Ok(OneVsEach {
             pairs: BernoulliLogistic::new(points)?,
             predictive: SoftmaxMc::new(predictive_pairs)?,
+            sampler: None,
+        })
+    }
+
+    /// w · Σ_{k ∈ negatives} E(+1, f̄_c − f̄_k, σ²_k) with its gradients (see the module
+    /// docs). With every negative and w = 1 the arithmetic is the full bound's (w · x = x
+    /// exactly).
+    fn pairs_sum(
+        &self,
+        row: &RowInput<'_>,
+        grads: &mut RowGrads<'_>,
+        work: &mut Vec<f64>,
+        negatives: impl Iterator<Item = usize> + Clone,
+        w: f64,
+    ) -> f64 {
+        let (p_count, c) = (row.latents(), row.class);
+        let n = negatives.clone().count();
+        work.clear();
+        work.resize(4 * n, 0.0);
+        let (y, rest) = work.split_at_mut(n);
+        let (mean, rest) = rest.split_at_mut(n);
+        let (var, value) = rest.split_at_mut(n);
+        y.fill(1.0);
+        let phi_c = row.phi_row(c);
+        for (j, k) in negatives.clone().enumerate() {
+            mean[j] = row.utility[c] - row.utility[k];
+            let phi_k = row.phi_row(k);
+            let mut v = 0.0;
+            for p in 0..p_count {
+                let d = phi_c[p] - phi_k[p];
+                v += d * d * row.var[p];
+            }
+            var[j] = v;
+        }
+        // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
+        self.pairs.expect_lanes(y, mean, var, value);
+        let (mut total, mut a_c) = (0.0, 0.0);
+        for (j, k) in negatives.enumerate() {
+            total += w * value[j];
+            a_c += w * mean[j];
+            grads.utility[k] = -(w * mean[j]);
+            let beta = w * var[j];
+            let phi_k = row.phi_row(k);
+            for p in 0..p_count {
+                let d = phi_c[p] - phi_k[p];
+                let cov = 2.0 * beta * d * row.var[p];
+                grads.var[p] += beta * d * d;
+                grads.phi[k * p_count + p] -= cov;
+                grads.phi[c * p_count + p] += cov;
+            }
+        }
+        grads.utility[c] = a_c;
+        total
+    }
+
+    /// The same bound over `class_samples` sampled negatives per row (None: all). Errors
+    /// for 0.
+    pub fn with_class_samples(self, class_samples: Option<usize>) -> Result<Self> {
+        Ok(OneVsEach {
+            sampler: class_samples.map(ClassSampler::new).transpose()?,
+            ..self
         })
     }
 }
@@ -46,45 +111,17 @@ impl ClassLikelihood for OneVsEach {
     /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::LANES`]-wide
     /// blocks.
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
-        let (k_count, p_count, c) = (row.classes(), row.latents(), row.class);
-        let n = k_count - 1;
-        work.clear();
-        work.resize(4 * n, 0.0);
-        let (y, rest) = work.split_at_mut(n);
-        let (mean, rest) = rest.split_at_mut(n);
-        let (var, value) = rest.split_at_mut(n);
-        y.fill(1.0);
-        let others = (0..k_count).filter(|&k| k != c);
-        let phi_c = row.phi_row(c);
-        for (j, k) in others.clone().enumerate() {
-            mean[j] = row.utility[c] - row.utility[k];
-            let phi_k = row.phi_row(k);
-            let mut v = 0.0;
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                v += d * d * row.var[p];
-            }
-            var[j] = v;
-        }
-        // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
-        self.pairs.expect_lanes(y, mean, var, value);
-        let (mut total, mut a_c) = (0.0, 0.0);
-        for (j, k) in others.enumerate() {
-            total += value[j];
-            a_c += mean[j];
-            grads.utility[k] = -mean[j];
-            let beta = var[j];
-            let phi_k = row.phi_row(k);
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                let cov = 2.0 * beta * d * row.var[p];
-                grads.var[p] += beta * d * d;
-                grads.phi[k * p_count + p] -= cov;
-                grads.phi[c * p_count + p] += cov;
+        let (k_count, c) = (row.classes(), row.class);
+        match &self.sampler {
+            None => self.pairs_sum(row, grads, work, (0..k_count).filter(|&k| k != c), 1.0),
+            Some(sampler) => {
+                let mut negatives = Vec::new();
+                let w = sampler.negatives(k_count, c, (row.seed, row.stream), &mut negatives);
+                // The pairs not drawn have no gradient this step.
+                grads.utility.fill(0.0);
+                self.pairs_sum(row, grads, work, negatives.into_iter(), w)
             }
         }
-        grads.utility[c] = a_c;
-        total
     }
 
     fn probabilities(&self, row: &RowInput<'_>, probs: &mut [f64], work: &mut Vec<f64>) {

@@ -137,6 +137,16 @@ impl AdamState {
             }
             idx += 1;
         }
+        // The amortisation network (augment-and-reduce likelihoods only), last.
+        if let (Some(net), Some(g_net)) = (params.amortiser.as_mut(), grads.amortiser.as_ref()) {
+            let coef = coef_of(Block::Amortiser);
+            net.zip_mut(g_net, |theta, g| {
+                if let Some(coef) = &coef {
+                    self.update(idx, g, theta, coef);
+                }
+                idx += 1;
+            });
+        }
         debug_assert_eq!(idx, self.m.len());
     }
 
@@ -160,6 +170,7 @@ struct Coefficients {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::amortiser::Amortiser;
     use crate::model::kernel::KernelParams;
     use faer::Mat;
 
@@ -172,6 +183,7 @@ mod tests {
             bias: vec![0.0],
             kernel: KernelParams::new(0.0, 0.0),
             chol: None,
+            amortiser: None,
         }
     }
 
@@ -224,9 +236,10 @@ mod tests {
                 ..KernelParams::new(0.2, -0.1)
             },
             chol: None,
+            amortiser: Some(Amortiser::init(2, 3, &[0.1], 5)),
         };
-        let grads: Vec<Params> = (0..4)
-            .map(|_| Params {
+        let grads: Vec<Params> = (0..4u64)
+            .map(|g| Params {
                 a: random(3, 2),
                 mu: random(3, 4),
                 rho: random(3, 4),
@@ -238,11 +251,12 @@ mod tests {
                     ..KernelParams::new(-0.3, 0.7)
                 },
                 chol: None,
+                amortiser: Some(Amortiser::init(2, 3, &[0.3], 100 + g)),
             })
             .collect();
         let cfg = AdamConfig::default();
         let frozen = |block: Block| block == Block::Rho || block == Block::LogEll;
-        assert_eq!(flat_len(&p), 6 + 12 + 12 + 20 + 5 + 2 + 1 + 2);
+        assert_eq!(flat_len(&p), 6 + 12 + 12 + 20 + 5 + 2 + 1 + 2 + 25);
         let (mut p_ref, mut st_ref, mut st) = (p.clone(), AdamState::new(&p), AdamState::new(&p));
         for g in &grads {
             st.step(&cfg, &mut p, g, &frozen);

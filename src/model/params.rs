@@ -7,6 +7,7 @@ use std::fmt;
 use anyhow::{ensure, Result};
 use faer::Mat;
 
+use super::amortiser::Amortiser;
 use super::kernel::KernelParams;
 
 /// All trainable parameters.
@@ -27,6 +28,9 @@ pub struct Params {
     /// The full-Cholesky q(u) forms' factors L_p ([`QForm::Cholesky`],
     /// [`QForm::Whitened`]); None for the paper's form. With them, ρ is empty (0×0).
     pub chol: Option<CholFactors>,
+    /// The amortisation network of the augment-and-reduce likelihoods
+    /// (`amortiser.rs`); None for every other likelihood.
+    pub amortiser: Option<Amortiser>,
 }
 
 /// The lower-triangular factors L_p [M×M] of a full-Cholesky q(u), one per latent GP, packed
@@ -142,12 +146,14 @@ pub enum Block {
     LogArd,
     /// log w [D], ARD weights over the input features (only with `--ard features`).
     LogFeatures,
+    /// The amortisation network's weights (augment-and-reduce likelihoods only).
+    Amortiser,
 }
 
 impl Block {
     /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2`, `LogArd` and
     /// `LogFeatures` hold entries only for the kernels and ARD modes that have them.
-    pub const ALL: [Block; 11] = [
+    pub const ALL: [Block; 12] = [
         Block::A,
         Block::Mu,
         Block::Rho,
@@ -159,6 +165,7 @@ impl Block {
         Block::LogLin2,
         Block::LogArd,
         Block::LogFeatures,
+        Block::Amortiser,
     ];
 
     /// Whether the block is a kernel hyperparameter (σ's, ℓ, ARD weights; not A): what
@@ -185,6 +192,7 @@ impl Block {
             Block::LogLin2 => "log σ_lin²",
             Block::LogArd => "log ω",
             Block::LogFeatures => "log w",
+            Block::Amortiser => "amortiser",
         }
     }
 }
@@ -209,6 +217,7 @@ pub fn flat_len(p: &Params) -> usize {
         + usize::from(k.log_lin2.is_some())
         + k.log_ard.len()
         + k.log_features.len()
+        + p.amortiser.as_ref().map_or(0, Amortiser::len)
 }
 
 /// A mutable reference to a parameter by flat index (for finite-difference checks and the
@@ -245,10 +254,15 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
             k.log_lin2.as_mut().expect("counted in scalars"),
         ),
         i if i - scalars < k.log_ard.len() => (Block::LogArd, &mut k.log_ard[i - scalars]),
-        i => (
+        i if i - scalars - k.log_ard.len() < k.log_features.len() => (
             Block::LogFeatures,
             &mut k.log_features[i - scalars - k.log_ard.len()],
         ),
+        i => {
+            let net = p.amortiser.as_mut().expect("index within flat_len");
+            let at = i - scalars - k.log_ard.len() - k.log_features.len();
+            (Block::Amortiser, net.entry_mut(at))
+        }
     }
 }
 
@@ -271,6 +285,9 @@ pub fn flat_values(p: &Params) -> Vec<f64> {
     out.extend(k.log_lin2);
     out.extend(&k.log_ard);
     out.extend(&k.log_features);
+    if let Some(net) = &p.amortiser {
+        out.extend(net.values());
+    }
     out
 }
 
@@ -313,6 +330,10 @@ pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
     for x in k.log_ard.iter_mut().chain(k.log_features.iter_mut()) {
         *x = next();
     }
+    if let Some(net) = p.amortiser.as_mut() {
+        let copy = net.clone();
+        net.zip_mut(&copy, |x, _| *x = next());
+    }
     Ok(())
 }
 
@@ -346,6 +367,7 @@ pub(crate) mod tests {
                 whitened: true,
                 packed: mat(6, 2),
             }),
+            amortiser: Some(Amortiser::init(2, 3, &[0.5], 1)),
         }
     }
 

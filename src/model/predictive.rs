@@ -248,6 +248,7 @@ mod tests {
                 ..KernelParams::new(u(0.5), if kind == KernelKind::Linear { 0.0 } else { 0.7 })
             },
             chol: None,
+            amortiser: None,
         };
         (params, k_tilde, kxx, sq)
     }

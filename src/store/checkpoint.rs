@@ -6,7 +6,7 @@
 //!
 //! | column | type      | meaning                                           |
 //! |--------|-----------|---------------------------------------------------|
-//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`; then `chol` or `chol_whitened` for the full-Cholesky q(u) forms and `ard` with subspace ARD |
+//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`; then `chol` or `chol_whitened` for the full-Cholesky q(u) forms, `ard` with subspace ARD, `ard_features` with feature ARD, `amortiser_w1`, `_c1`, `_w2`, `_c2`, `_w3`, `_c3` with an augment-and-reduce likelihood |
 //! | rows   | u64       | first dimension                                   |
 //! | cols   | u64       | second dimension                                  |
 //! | values | list<f64> | the entries in row-major (C) order                |
@@ -33,6 +33,7 @@ use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
+use crate::model::amortiser::Amortiser;
 use crate::model::kernel::KernelParams;
 use crate::model::optim::AdamState;
 use crate::model::params::{packed_len, CholFactors, Params};
@@ -133,7 +134,50 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
     if !p.kernel.log_features.is_empty() {
         all.push(vector("ard_features", &p.kernel.log_features));
     }
+    // The augment-and-reduce likelihoods' amortisation network, only when the model has it.
+    if let Some(net) = &p.amortiser {
+        all.extend([
+            row_major("amortiser_w1", &net.w1),
+            vector("amortiser_c1", &net.c1),
+            row_major("amortiser_w2", &net.w2),
+            vector("amortiser_c2", &net.c2),
+            row_major("amortiser_w3", &net.w3),
+            vector("amortiser_c3", &net.c3),
+        ]);
+    }
     all
+}
+
+/// The amortisation network if the checkpoint holds its tensors (all six or none).
+fn read_amortiser(
+    found: &[StoredTensor],
+    mat: &dyn Fn(&str) -> Result<Mat<f64>>,
+    vector: &dyn Fn(&str) -> Result<Vec<f64>>,
+    path: &Path,
+) -> Result<Option<Amortiser>> {
+    if !found.iter().any(|t| t.0.starts_with("amortiser_")) {
+        return Ok(None);
+    }
+    let net = Amortiser {
+        w1: mat("amortiser_w1")?,
+        c1: vector("amortiser_c1")?,
+        w2: mat("amortiser_w2")?,
+        c2: vector("amortiser_c2")?,
+        w3: mat("amortiser_w3")?,
+        c3: vector("amortiser_c3")?,
+    };
+    ensure!(
+        net.shapes_agree(),
+        "{}: the amortiser tensors' shapes do not chain (W₁ {}×{}, W₂ {}×{}, W₃ {}×{})",
+        path.display(),
+        net.w1.nrows(),
+        net.w1.ncols(),
+        net.w2.nrows(),
+        net.w2.ncols(),
+        net.w3.nrows(),
+        net.w3.ncols()
+    );
+    Ok(Some(net))
 }
 
 /// The tensor holding the packed Cholesky factors [M(M+1)/2 × P]: its name says the form.
@@ -313,6 +357,7 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             ..KernelParams::new(kernel[0], kernel[1])
         },
         chol: read_chol(&found, &mat, path)?,
+        amortiser: read_amortiser(&found, &mat, &vector, path)?,
     };
     let (m, p) = (params.mu.nrows(), params.mu.ncols());
     let q_ok = match &params.chol {
@@ -446,6 +491,7 @@ mod tests {
             bias: vec![-1.0, f64::MIN_POSITIVE, 3.5, -0.0, 1e300],
             kernel: KernelParams::new(0.1, -1.0 / 3.0),
             chol: None,
+            amortiser: None,
         };
         let mut adam = AdamState::new(&params);
         for (i, x) in adam.m.iter_mut().enumerate() {
@@ -578,5 +624,35 @@ mod tests {
         write_checkpoint(&path, &c).unwrap();
         let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
         assert!(e.contains("4 feature ARD weights"), "{e}");
+    }
+
+    #[test]
+    fn amortiser_weights_round_trip_as_their_own_tensors() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(tensors(&sample())
+            .iter()
+            .all(|t| !t.name.starts_with("amortiser")));
+        let mut c = sample();
+        c.params.amortiser = Some(Amortiser::init(2, 3, &[0.75], 9));
+        c.adam = AdamState::new(&c.params);
+        *c.adam.v.last_mut().unwrap() = 0.25;
+        let names: Vec<&str> = tensors(&c).iter().map(|t| t.name).collect();
+        assert!(names.ends_with(&[
+            "amortiser_w1",
+            "amortiser_c1",
+            "amortiser_w2",
+            "amortiser_c2",
+            "amortiser_w3",
+            "amortiser_c3"
+        ]));
+        let path = dir.path().join("a.parquet");
+        write_checkpoint(&path, &c).unwrap();
+        assert_eq!(read_checkpoint(&path).unwrap(), c);
+        // Shapes that do not chain are refused.
+        c.params.amortiser.as_mut().unwrap().c2.pop();
+        c.adam = AdamState::new(&c.params);
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("amortiser tensors"), "{e}");
     }
 }

@@ -50,14 +50,19 @@ pub fn exact_bound(
             weighted_gram(log_w, basis.as_ref()),
         )
     });
+    // The exact bound sums every negative class, whatever `--class-samples` the steps use.
+    let bound_lik = match &setup.class_lik {
+        Some(_) => Some(setup.config.bound_likelihood()?),
+        None => None,
+    };
     let mut expected = 0.0;
     while let Some(batch) = queue.next_batch() {
         let batch = batch?;
-        let class_ids = match &setup.class_lik {
+        let class_ids = match &bound_lik {
             Some(_) => class_ids(&batch.positives, &batch.rows)?,
             None => Vec::new(),
         };
-        let terms = match &setup.class_lik {
+        let terms = match &bound_lik {
             // A sampling likelihood's noise: one seed for the whole bound, row i of each
             // minibatch its stream i (the batches of the sequential order are fixed).
             Some(lik) => TermSet::Classes(Classes {

@@ -192,6 +192,7 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
         bias: bias_from_counts(x.label_counts, x.n_rows),
         kernel,
         chol: None,
+        amortiser: None,
     })
 }
 

@@ -83,6 +83,11 @@ pub struct TrainOptions {
     /// `--mc-pairs`: antithetic Monte Carlo pairs of the softmax (training with
     /// `--likelihood softmax`, predictive probabilities of softmax and one-vs-each runs).
     pub mc_pairs: usize,
+    /// `--amortiser-hidden`: the width H of the amortisation network's hidden layers
+    /// (augment-and-reduce likelihoods).
+    pub amortiser_hidden: usize,
+    /// `--class-samples`: S negative classes per row and step (ove, ar-softmax, ar-logit); None: all.
+    pub class_samples: Option<usize>,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -127,6 +132,8 @@ impl Default for TrainOptions {
             latent: LatentChoice::Factor,
             robust_max_epsilon: crate::model::robust_max::DEFAULT_EPSILON,
             mc_pairs: crate::model::softmax_mc::DEFAULT_PAIRS,
+            amortiser_hidden: crate::model::amortiser::DEFAULT_HIDDEN,
+            class_samples: None,
             given: BTreeSet::new(),
         }
     }
@@ -175,6 +182,8 @@ impl TrainOptions {
             latent: self.latent,
             robust_max_epsilon: self.stored_epsilon(),
             mc_pairs: self.stored_pairs(),
+            amortiser_hidden: self.stored_hidden(),
+            class_samples: self.class_samples,
         };
         check_task(&config, name, &dataset)?;
         check_limits(&config)?;
@@ -228,11 +237,16 @@ impl TrainOptions {
     /// `--mc-pairs` as a configuration stores it: only for a softmax or one-vs-each run,
     /// and only when not the default.
     pub fn stored_pairs(&self) -> Option<usize> {
-        (matches!(
-            self.likelihood,
-            LikelihoodChoice::Softmax | LikelihoodChoice::Ove
-        ) && self.mc_pairs != crate::model::softmax_mc::DEFAULT_PAIRS)
+        (self.likelihood.has_mc_pairs() && self.mc_pairs != crate::model::softmax_mc::DEFAULT_PAIRS)
             .then_some(self.mc_pairs)
+    }
+
+    /// `--amortiser-hidden` as a configuration stores it: only for an augment-and-reduce
+    /// run, and only when not the default.
+    pub fn stored_hidden(&self) -> Option<usize> {
+        (self.likelihood.is_amortised()
+            && self.amortiser_hidden != crate::model::amortiser::DEFAULT_HIDDEN)
+            .then_some(self.amortiser_hidden)
     }
 
     /// The steering options these options ask for.
@@ -333,7 +347,8 @@ impl TrainOptions {
             || {
                 format!(
                     "{} with --task multiclass: give a likelihood of one class among K, \
-                     --likelihood ove, robust-max or softmax",
+                     --likelihood ove, robust-max or softmax, or the augment-and-reduce \
+                     ar-softmax or ar-logit",
                     lik.name()
                 )
             },
@@ -377,14 +392,63 @@ impl TrainOptions {
         });
         c.check(
             !new_run
-                || matches!(lik, LikelihoodChoice::Softmax | LikelihoodChoice::Ove)
+                || lik.has_mc_pairs()
                 || self.mc_pairs == crate::model::softmax_mc::DEFAULT_PAIRS,
             "mc-pairs",
             || {
                 format!(
-                    "{} are the softmax's Monte Carlo pairs (--likelihood softmax or ove); \
-                     the likelihood is {}",
+                    "{} are the softmax's Monte Carlo pairs (--likelihood softmax, ove, \
+                     ar-softmax or ar-logit); the likelihood is {}",
                     self.mc_pairs,
+                    lik.name()
+                )
+            },
+        );
+        self.check_augment_options(c);
+    }
+
+    /// `--amortiser-hidden` and `--class-samples`: positive, and only with the likelihoods
+    /// that have them; an amortised likelihood reads the rows as the model sees them, which
+    /// `--ard features` reweights every step.
+    fn check_augment_options(&self, c: &mut InvalidOptions) {
+        let (lik, new_run) = (self.likelihood, self.resume.is_none());
+        let hidden = self.amortiser_hidden;
+        c.check(hidden >= 1, "amortiser-hidden", || {
+            "must be at least 1".into()
+        });
+        c.check(
+            !new_run || lik.is_amortised() || hidden == crate::model::amortiser::DEFAULT_HIDDEN,
+            "amortiser-hidden",
+            || {
+                format!(
+                    "{hidden} is the width of the augment-and-reduce likelihoods' amortisation \
+                     network (--likelihood ar-softmax or ar-logit); the likelihood is {}",
+                    lik.name()
+                )
+            },
+        );
+        c.check(self.class_samples != Some(0), "class-samples", || {
+            "must be at least 1".into()
+        });
+        c.check(
+            !new_run || self.class_samples.is_none() || lik.samples_classes(),
+            "class-samples",
+            || {
+                format!(
+                    "class subsampling needs a bound that is a sum over the negative classes \
+                     (--likelihood ove, ar-softmax or ar-logit); the likelihood is {}",
+                    lik.name()
+                )
+            },
+        );
+        c.check(
+            !(lik.is_amortised() && self.ard == ArdChoice::Features),
+            "ard",
+            || {
+                format!(
+                    "features with --likelihood {}: the amortisation network reads the rows as \
+                     the model sees them, which feature ARD reweights every step; use --ard \
+                     subspace or none",
                     lik.name()
                 )
             },
@@ -441,7 +505,8 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
             );
             ensure!(
                 config.likelihood.is_multiclass(),
-                "--likelihood {} with --task multiclass: use ove, robust-max or softmax",
+                "--likelihood {} with --task multiclass: use ove, robust-max or softmax, or the \
+                 augment-and-reduce ar-softmax or ar-logit",
                 config.likelihood.name()
             );
         }

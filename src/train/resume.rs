@@ -6,8 +6,10 @@
 //! Those, when given, are applied and recorded in the run's record (never in its `params`,
 //! which stay what it started with); any other option given with a value other than the
 //! run's is refused before anything changes. That includes the model's form (`--kernel`,
-//! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`) and the hyperparameter schedule `--release-hyper-after`: a run whose schedule
-//! changed midway would equal no uninterrupted run.
+//! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`,
+//! `--amortiser-hidden`, `--class-samples`) and the hyperparameter schedule
+//! `--release-hyper-after`: a run whose schedule changed midway would equal no uninterrupted
+//! run.
 //!
 //! Checkpoints written after a change embed the configuration in force, so a run extended
 //! with `--epochs` or `--max-steps` ends with the bytes of an uninterrupted run started with
@@ -101,6 +103,14 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
             opts.robust_max_epsilon.to_string(),
         ),
         "mc_pairs" => (cfg.pairs().to_string(), opts.mc_pairs.to_string()),
+        "amortiser_hidden" => (
+            cfg.amortiser_width().to_string(),
+            opts.amortiser_hidden.to_string(),
+        ),
+        "class_samples" => (
+            given(cfg.class_samples.map(|s| s.to_string())),
+            given(opts.class_samples.map(|s| s.to_string())),
+        ),
         "inducing" => (
             cfg.inducing.to_string(),
             given(opts.inducing.map(|m| m.to_string())),

@@ -9,6 +9,7 @@ use faer::Mat;
 use super::batches::{self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner};
 use super::batches::{RowView, Source};
 use super::init;
+use crate::model::amortiser::Amortiser;
 use crate::model::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::Likelihood;
@@ -211,12 +212,30 @@ impl Setup {
             // One GP per label: Φ = I [K×K] (P = K), never trained.
             params.phi = Mat::identity(self.n_labels, self.n_labels);
         }
+        if let Some(lik) = self.class_lik.as_deref() {
+            params.amortiser = self.initial_amortiser(lik);
+        }
         init::with_q_form(
             params,
             self.config.q_form.form(),
             self.kind,
             self.k_tilde.as_ref(),
         )
+    }
+
+    /// The amortisation network of a likelihood with local parameters, drawn from the run's
+    /// seed: its input is a row as the minibatches carry it (K_XX̃ row [R], or densified
+    /// features [D] with inducing inputs in input space). None for the other likelihoods.
+    fn initial_amortiser(&self, lik: &dyn ClassLikelihood) -> Option<Amortiser> {
+        let out_bias = lik.local_init(self.n_labels);
+        (!out_bias.is_empty()).then(|| {
+            Amortiser::init(
+                self.source.width(),
+                self.config.amortiser_width(),
+                &out_bias,
+                stream_seed(self.config.seed, streams::INIT, &[2]),
+            )
+        })
     }
 
     /// Training rows `rows` (increasing global ids) densified [rows×D], reading only the

@@ -57,6 +57,7 @@ pub fn random_site_params(
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5)),
         chol: None,
+        amortiser: None,
     }
 }
 
