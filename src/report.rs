@@ -18,11 +18,13 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 pub mod boundary;
+mod chart;
 
 use crate::metrics::calibration::Calibration;
 use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
 use crate::store::workspace::Workspace;
+use chart::{draw_both, ChartArea, PALETTE};
 
 /// Where `pipeline report` put its files.
 #[derive(Debug, Clone)]
@@ -43,18 +45,6 @@ const COVERAGE_CHART: &str = "coverage";
 const METRICS_CHART_SERIES: [&str; 7] = ["P@1", "P@3", "P@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@5"];
 /// The measures the coverage chart draws.
 const COVERAGE_CHART_SERIES: [&str; 3] = ["coverage@1", "coverage@3", "coverage@5"];
-
-/// Line colours: the Okabe–Ito palette (Okabe & Ito, *Color Universal Design*, 2002), told
-/// apart under the common colour-vision deficiencies, without its yellow (too pale on white).
-const PALETTE: [RGBColor; 7] = [
-    RGBColor(0x00, 0x72, 0xB2), // blue
-    RGBColor(0xD5, 0x5E, 0x00), // vermillion
-    RGBColor(0x00, 0x9E, 0x73), // bluish green
-    RGBColor(0xCC, 0x79, 0xA7), // reddish purple
-    RGBColor(0xE6, 0x9F, 0x00), // orange
-    RGBColor(0x56, 0xB4, 0xE9), // sky blue
-    RGBColor(0x00, 0x00, 0x00), // black
-];
 
 /// Width in pixels of the legend column right of the plotting area.
 const LEGEND_WIDTH: u32 = 150;
@@ -204,41 +194,6 @@ fn register_font() -> Result<&'static str> {
     plotters::style::register_font("fsgp", FontStyle::Normal, bytes)
         .map_err(|_| anyhow!("{origin}: not a usable TrueType font"))?;
     Ok("fsgp")
-}
-
-/// Draws the same chart to `<dir>/<stem>.png` (1000×600) and `<dir>/<stem>.svg`.
-fn draw_both(dir: &Path, stem: &str, draw: impl Fn(&ChartArea) -> Result<()>) -> Result<()> {
-    draw_both_sized(dir, stem, (1000, 600), draw)
-}
-
-/// [`draw_both`] at `size` (width, height) in pixels.
-fn draw_both_sized(
-    dir: &Path,
-    stem: &str,
-    size: (u32, u32),
-    draw: impl Fn(&ChartArea) -> Result<()>,
-) -> Result<()> {
-    let png = dir.join(format!("{stem}.png"));
-    {
-        let root = BitMapBackend::new(&png, size).into_drawing_area();
-        draw(&ChartArea::Bitmap(root.clone()))?;
-        root.present()
-            .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
-    }
-    let svg = dir.join(format!("{stem}.svg"));
-    {
-        let root = SVGBackend::new(&svg, size).into_drawing_area();
-        draw(&ChartArea::Svg(root.clone()))?;
-        root.present()
-            .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
-    }
-    Ok(())
-}
-
-/// A drawing area of either backend.
-enum ChartArea<'a> {
-    Bitmap(DrawingArea<BitMapBackend<'a>, Shift>),
-    Svg(DrawingArea<SVGBackend<'a>, Shift>),
 }
 
 fn line_chart(

@@ -17,7 +17,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{draw_both_sized, ChartArea, PALETTE};
+use super::chart::{draw_both_sized, ChartArea, PALETTE};
 use crate::model::params::Params;
 use crate::scoring::{model_inputs, Ranker};
 use crate::store::catalog::{DatasetRow, RunRow, Task};
