@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Banana (Hensman, Matthews & Ghahramani, *Scalable Variational Gaussian Process
 # Classification*, Figure 1): runs pipelines/classification/banana/m{4,8,16,32,64}.toml into
-# WORKSPACE (each: ingest once, k-means start for its M, train seeds 0, 1, 2, predict and
+# WORKSPACE (each: ingest once, k-means start for its M, train the spec's seeds, predict and
 # evaluate on the 4 900 test rows), draws each M's decision boundary from its seed-0 run
 # with `pipeline report` and copies the PNG to IMG_DIR/banana-m<M>.png (default
 # WORKSPACE/banana-img), and prints one Markdown row per M: held-out mean NLP and accuracy
-# (mean ± sample sd over the seeds) and the training loop's seconds per seed (mean).
+# (mean ± sample sd over the seeds when there are several) and the training loop's seconds
+# per seed (mean).
 # Runs already in the workspace are found in the catalog, not trained again.
 # Usage: scripts/banana.sh PIPELINE_BINARY WORKSPACE [IMG_DIR]
 set -euo pipefail
@@ -35,9 +36,11 @@ def seconds(run):
                       "ORDER BY id DESC LIMIT 1", (run,)).fetchone()
     return v
 def cell(values, scale, digits):
+    # One seed: the value; several: mean ± sample sd.
     v = [scale * x for x in values]
-    sd = statistics.stdev(v) if len(v) > 1 else float("nan")
-    return f"{statistics.mean(v):.{digits}f} ± {sd:.{digits}f}"
+    if len(v) == 1:
+        return f"{v[0]:.{digits}f}"
+    return f"{statistics.mean(v):.{digits}f} ± {statistics.stdev(v):.{digits}f}"
 nlp = cell([r["metrics"]["nlp"] for r in runs], 1, 4)
 acc = cell([r["metrics"]["accuracy"] for r in runs], 100, 2)
 secs = statistics.mean(seconds(r["train_run"]) for r in runs)
