@@ -1,8 +1,9 @@
 //! `pipeline report --run RUN`: charts (PNG and SVG) of a training run's ELBO per epoch and
 //! of the held-out metrics and coverage@k it recorded per epoch (`pipeline train
 //! --eval-every`), a reliability diagram per evaluation of its predictions that measured
-//! calibration (from the bins its `metrics.json` stores), and a Markdown summary of the run
-//! (data, parameters, timings, metrics) beside them.
+//! calibration (from the bins its `metrics.json` stores), for a binary run on 2-D inputs
+//! its decision boundary with the inducing inputs over the data ([`boundary`]), and a
+//! Markdown summary of the run (data, parameters, timings, metrics) beside them.
 //!
 //! Everything comes from the catalog; the report is a view, rebuilt on every call and
 //! swapped in whole (written to a scratch directory, then renamed over the old one).
@@ -16,10 +17,14 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+pub mod boundary;
+mod chart;
+
 use crate::metrics::calibration::Calibration;
 use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
 use crate::store::workspace::Workspace;
+use chart::{draw_both, ChartArea, PALETTE};
 
 /// Where `pipeline report` put its files.
 #[derive(Debug, Clone)]
@@ -40,18 +45,6 @@ const COVERAGE_CHART: &str = "coverage";
 const METRICS_CHART_SERIES: [&str; 7] = ["P@1", "P@3", "P@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@5"];
 /// The measures the coverage chart draws.
 const COVERAGE_CHART_SERIES: [&str; 3] = ["coverage@1", "coverage@3", "coverage@5"];
-
-/// Line colours: the Okabe–Ito palette (Okabe & Ito, *Color Universal Design*, 2002), told
-/// apart under the common colour-vision deficiencies, without its yellow (too pale on white).
-const PALETTE: [RGBColor; 7] = [
-    RGBColor(0x00, 0x72, 0xB2), // blue
-    RGBColor(0xD5, 0x5E, 0x00), // vermillion
-    RGBColor(0x00, 0x9E, 0x73), // bluish green
-    RGBColor(0xCC, 0x79, 0xA7), // reddish purple
-    RGBColor(0xE6, 0x9F, 0x00), // orange
-    RGBColor(0x56, 0xB4, 0xE9), // sky blue
-    RGBColor(0x00, 0x00, 0x00), // black
-];
 
 /// Width in pixels of the legend column right of the plotting area.
 const LEGEND_WIDTH: u32 = 150;
@@ -160,10 +153,16 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
         files.extend([format!("{stem}.png"), format!("{stem}.svg")]);
         reliability.push(eval_run);
     }
+    let boundary = boundary::write_chart(ws, train, dir, font)?;
+    if let boundary::Boundary::Drawn { .. } = boundary {
+        let stem = boundary::STEM;
+        files.extend([format!("{stem}.png"), format!("{stem}.svg")]);
+    }
     let charts = Charts {
         metrics: !per_epoch.is_empty(),
         coverage: !coverage.is_empty(),
         reliability,
+        boundary,
     };
     let summary = summary_markdown(ws, train, &metrics, charts)?;
     std::fs::write(dir.join("README.md"), summary)?;
@@ -195,32 +194,6 @@ fn register_font() -> Result<&'static str> {
     plotters::style::register_font("fsgp", FontStyle::Normal, bytes)
         .map_err(|_| anyhow!("{origin}: not a usable TrueType font"))?;
     Ok("fsgp")
-}
-
-/// Draws the same chart to `<dir>/<stem>.png` (1000×600) and `<dir>/<stem>.svg`.
-fn draw_both(dir: &Path, stem: &str, draw: impl Fn(&ChartArea) -> Result<()>) -> Result<()> {
-    let size = (1000, 600);
-    let png = dir.join(format!("{stem}.png"));
-    {
-        let root = BitMapBackend::new(&png, size).into_drawing_area();
-        draw(&ChartArea::Bitmap(root.clone()))?;
-        root.present()
-            .map_err(|e| anyhow!("writing {}: {e}", png.display()))?;
-    }
-    let svg = dir.join(format!("{stem}.svg"));
-    {
-        let root = SVGBackend::new(&svg, size).into_drawing_area();
-        draw(&ChartArea::Svg(root.clone()))?;
-        root.present()
-            .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
-    }
-    Ok(())
-}
-
-/// A drawing area of either backend.
-enum ChartArea<'a> {
-    Bitmap(DrawingArea<BitMapBackend<'a>, Shift>),
-    Svg(DrawingArea<SVGBackend<'a>, Shift>),
 }
 
 fn line_chart(
@@ -407,6 +380,8 @@ struct Charts {
     coverage: bool,
     /// Evaluate runs with a reliability diagram.
     reliability: Vec<i64>,
+    /// The decision-boundary chart of a binary run, or why there is none.
+    boundary: boundary::Boundary,
 }
 
 /// The Markdown summary: data, parameters, timings, metrics.
@@ -503,6 +478,7 @@ fn summary_markdown(
         )?;
     }
     evaluations_markdown(&mut md, ws, train, &charts)?;
+    boundary_markdown(&mut md, &charts.boundary)?;
     md.push_str(&seeds_markdown(ws, train)?);
     Ok(md)
 }
@@ -534,6 +510,47 @@ fn evaluations_markdown(
         }
         if charts.reliability.contains(&eval_run) {
             reliability_markdown(md, eval_run)?;
+        }
+    }
+    Ok(())
+}
+
+/// The "Decision boundary" section of a binary run: the chart, or one line saying why
+/// there is none; nothing for other tasks.
+fn boundary_markdown(md: &mut String, chart: &boundary::Boundary) -> Result<()> {
+    match chart {
+        boundary::Boundary::NotBinary => {}
+        boundary::Boundary::Skipped(why) => {
+            writeln!(
+                md,
+                "## Decision boundary
+
+Not drawn: {why}.
+"
+            )?;
+        }
+        boundary::Boundary::Drawn {
+            step,
+            inducing,
+            normalization,
+        } => {
+            writeln!(
+                md,
+                "## Decision boundary
+
+![decision boundary]({}.png)
+
+p(y = 1 | x) at                  checkpoint step {step} on a {n}×{n} grid over the training rows (shades                  change at 0.25, 0.5 and 0.75; lines: those contours), the training rows by                  class and the M = {inducing} inducing inputs Z as black dots (Hensman,                  Matthews & Ghahramani, *Scalable Variational Gaussian Process                  Classification*, Figure 1).",
+                boundary::STEM,
+                n = boundary::GRID
+            )?;
+            if normalization != "none" {
+                writeln!(
+                    md,
+                    "The rows were normalised at ingest ({normalization}): the axes are the                      normalised features the model sees."
+                )?;
+            }
+            writeln!(md)?;
         }
     }
     Ok(())

@@ -170,6 +170,23 @@ impl<'p> Ranker<'p> {
         Ok(out)
     }
 
+    /// p(y = 1) of `label` at every row of `chunk` by the ranker's rule, in f64: the values
+    /// [`Ranker::rank_chunk`] writes (as f32) into the probabilities column for the same
+    /// rows. Needs a ranker opened with probabilities; `pipeline report` evaluates a binary
+    /// run over a grid of points with it.
+    pub fn label_probabilities(
+        &self,
+        chunk: &CsrChunk,
+        label: usize,
+        block_rows: usize,
+    ) -> Result<Vec<f64>> {
+        let moments = self.label_moments(chunk, label, block_rows)?;
+        Ok(moments
+            .into_iter()
+            .map(|(mean, var)| self.rule.probability(mean, var))
+            .collect())
+    }
+
     /// The predictive class probabilities [rows×K] of every row of `chunk` under a
     /// multi-class likelihood, in blocks of `block_rows` rows: (first row of the block within
     /// the chunk, its probabilities). Row r's Monte Carlo noise (sampling likelihoods) is
