@@ -329,6 +329,10 @@ type Segment = ((f64, f64), (f64, f64));
 /// The contour p = `level` of `grid` by marching squares: in each cell, the points where p
 /// crosses the level on its edges (linear interpolation between the corners), joined in
 /// pairs; a saddle cell (two opposite corners above) is split by the mean of its corners.
+///
+/// Why not the `contour` crate (a port of d3-contour): it returns closed rings around the
+/// region p ≥ level, which run along the grid's border wherever that region touches it;
+/// a decision boundary is the open level line only, which is what this draws.
 fn contour(grid: &Grid, level: f64) -> Vec<Segment> {
     let mut segments = Vec::new();
     for j in 0..grid.n - 1 {
