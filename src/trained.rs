@@ -7,6 +7,7 @@ use std::str::FromStr;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::model::hernandez_lobato::HernandezLobato;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::multiclass::ClassLikelihood;
@@ -227,7 +228,8 @@ impl FromStr for InducingInputs {
 /// p(y | f) = σ(y f) (`logistic`, the paper's, the default) or Φ(y f) (`probit`); for the
 /// multi-class task the likelihood of the row's class given its K utilities: the
 /// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`) or the softmax by
-/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class").
+/// Monte Carlo (`softmax`), or the Hernández-Lobato likelihood, the one-vs-each bound with
+/// the probit link (`hl`) (`docs/likelihood.md`, "Multi-class").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LikelihoodChoice {
@@ -238,11 +240,13 @@ pub enum LikelihoodChoice {
     #[serde(rename = "robust-max")]
     RobustMax,
     Softmax,
+    Hl,
 }
 
 impl LikelihoodChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 5] = ["logistic", "probit", "ove", "robust-max", "softmax"];
+    pub const NAMES: [&'static str; 6] =
+        ["logistic", "probit", "ove", "robust-max", "softmax", "hl"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -251,6 +255,7 @@ impl LikelihoodChoice {
             LikelihoodChoice::Ove => "ove",
             LikelihoodChoice::RobustMax => "robust-max",
             LikelihoodChoice::Softmax => "softmax",
+            LikelihoodChoice::Hl => "hl",
         }
     }
 
@@ -263,7 +268,10 @@ impl LikelihoodChoice {
     pub fn is_multiclass(self) -> bool {
         matches!(
             self,
-            LikelihoodChoice::Ove | LikelihoodChoice::RobustMax | LikelihoodChoice::Softmax
+            LikelihoodChoice::Ove
+                | LikelihoodChoice::RobustMax
+                | LikelihoodChoice::Softmax
+                | LikelihoodChoice::Hl
         )
     }
 
@@ -330,6 +338,7 @@ impl FromStr for LikelihoodChoice {
                 LikelihoodChoice::Ove,
                 LikelihoodChoice::RobustMax,
                 LikelihoodChoice::Softmax,
+                LikelihoodChoice::Hl,
             ],
         )
     }
@@ -574,7 +583,8 @@ impl TrainConfig {
     /// The class likelihood of a multi-class run: one-vs-each (its K − 1 logistic
     /// expectations by `quadrature` Gauss–Hermite points, its predictive probabilities by
     /// the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature` points) or the softmax
-    /// by Monte Carlo (`mc_pairs` pairs).
+    /// by Monte Carlo (`mc_pairs` pairs), or Hernández-Lobato (`quadrature` points per probit
+    /// expectation and per argmax quadrature).
     pub fn class_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
         Ok(match self.likelihood {
             LikelihoodChoice::Ove => Box::new(OneVsEach::new(self.quadrature, self.pairs())?),
@@ -582,6 +592,7 @@ impl TrainConfig {
                 Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }
             LikelihoodChoice::Softmax => Box::new(SoftmaxMc::new(self.pairs())?),
+            LikelihoodChoice::Hl => Box::new(HernandezLobato::new(self.quadrature)?),
             binary => anyhow::bail!(
                 "the {} likelihood is a Bernoulli likelihood, not one of K classes",
                 binary.name()

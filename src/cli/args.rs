@@ -464,14 +464,15 @@ pub struct TrainFlags {
           value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
     pub q_form: QFormChoice,
     /// The likelihood. Binary and multilabel tasks: logistic, p(y|f) = σ(y f), or probit,
-    /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max or softmax
-    /// (by Monte Carlo) (docs/likelihood.md).
+    /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max, softmax
+    /// (by Monte Carlo) or hl (Hernández-Lobato: one-vs-each with the probit link)
+    /// (docs/likelihood.md).
     #[arg(long, default_value = "logistic",
           value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
     pub likelihood: LikelihoodChoice,
     /// The task: multilabel, binary (a dataset with one label, label 0 the positive
     /// class; every row is a term, so --negatives stays all) or multiclass (one label per
-    /// row among K ≥ 2 classes; --likelihood ove, robust-max or softmax).
+    /// row among K ≥ 2 classes; --likelihood ove, robust-max, softmax or hl).
     #[arg(long, default_value = "multilabel",
           value_parser = one_of::<Task>(&Task::NAMES))]
     pub task: Task,

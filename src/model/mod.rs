@@ -2,12 +2,14 @@
 //! predictive distribution, with no knowledge of files (`docs/model.md`, "Code map").
 
 pub mod ard;
+pub mod argmax;
 pub mod cholesky_q;
 pub mod class_phase;
 pub mod conditional;
 pub(crate) mod expected;
 pub mod feature_ard;
 pub mod gp_factor;
+pub mod hernandez_lobato;
 pub(crate) mod inducing;
 pub mod kernel;
 pub(crate) mod kl;

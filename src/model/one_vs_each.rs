@@ -14,7 +14,7 @@
 
 use anyhow::Result;
 
-use super::likelihood::BernoulliLogistic;
+use super::likelihood::{BernoulliLogistic, Likelihood};
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use super::softmax_mc::SoftmaxMc;
 
@@ -46,48 +46,61 @@ impl ClassLikelihood for OneVsEach {
     /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::LANES`]-wide
     /// blocks.
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
-        let (k_count, p_count, c) = (row.classes(), row.latents(), row.class);
-        let n = k_count - 1;
-        work.clear();
-        work.resize(4 * n, 0.0);
-        let (y, rest) = work.split_at_mut(n);
-        let (mean, rest) = rest.split_at_mut(n);
-        let (var, value) = rest.split_at_mut(n);
-        y.fill(1.0);
-        let others = (0..k_count).filter(|&k| k != c);
-        let phi_c = row.phi_row(c);
-        for (j, k) in others.clone().enumerate() {
-            mean[j] = row.utility[c] - row.utility[k];
-            let phi_k = row.phi_row(k);
-            let mut v = 0.0;
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                v += d * d * row.var[p];
-            }
-            var[j] = v;
-        }
-        // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
-        self.pairs.expect_lanes(y, mean, var, value);
-        let (mut total, mut a_c) = (0.0, 0.0);
-        for (j, k) in others.enumerate() {
-            total += value[j];
-            a_c += mean[j];
-            grads.utility[k] = -mean[j];
-            let beta = var[j];
-            let phi_k = row.phi_row(k);
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                let cov = 2.0 * beta * d * row.var[p];
-                grads.var[p] += beta * d * d;
-                grads.phi[k * p_count + p] -= cov;
-                grads.phi[c * p_count + p] += cov;
-            }
-        }
-        grads.utility[c] = a_c;
-        total
+        pairwise_row(&self.pairs, row, grads, work)
     }
 
     fn probabilities(&self, row: &RowInput<'_>, probs: &mut [f64], work: &mut Vec<f64>) {
         self.predictive.probabilities(row, probs, work)
     }
+}
+
+/// Σ_{k≠c} E(+1, f̄_c − f̄_k, Var(f_c − f_k)) of one row for any Bernoulli link `pairs` (the
+/// logistic for one-vs-each, the probit for the Hernández-Lobato likelihood), with the
+/// gradients of the module's documentation: ∂E/∂f̄ written to `grads.utility`, the
+/// covariance path added to `grads.var` and `grads.phi`. `work` is resized to 4(K − 1).
+pub(crate) fn pairwise_row<L: Likelihood>(
+    pairs: &L,
+    row: &RowInput<'_>,
+    grads: &mut RowGrads<'_>,
+    work: &mut Vec<f64>,
+) -> f64 {
+    let (k_count, p_count, c) = (row.classes(), row.latents(), row.class);
+    let n = k_count - 1;
+    work.clear();
+    work.resize(4 * n, 0.0);
+    let (y, rest) = work.split_at_mut(n);
+    let (mean, rest) = rest.split_at_mut(n);
+    let (var, value) = rest.split_at_mut(n);
+    y.fill(1.0);
+    let others = (0..k_count).filter(|&k| k != c);
+    let phi_c = row.phi_row(c);
+    for (j, k) in others.clone().enumerate() {
+        mean[j] = row.utility[c] - row.utility[k];
+        let phi_k = row.phi_row(k);
+        let mut v = 0.0;
+        for p in 0..p_count {
+            let d = phi_c[p] - phi_k[p];
+            v += d * d * row.var[p];
+        }
+        var[j] = v;
+    }
+    // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
+    pairs.expect_lanes(y, mean, var, value);
+    let (mut total, mut a_c) = (0.0, 0.0);
+    for (j, k) in others.enumerate() {
+        total += value[j];
+        a_c += mean[j];
+        grads.utility[k] = -mean[j];
+        let beta = var[j];
+        let phi_k = row.phi_row(k);
+        for p in 0..p_count {
+            let d = phi_c[p] - phi_k[p];
+            let cov = 2.0 * beta * d * row.var[p];
+            grads.var[p] += beta * d * d;
+            grads.phi[k * p_count + p] -= cov;
+            grads.phi[c * p_count + p] += cov;
+        }
+    }
+    grads.utility[c] = a_c;
+    total
 }

@@ -333,7 +333,7 @@ impl TrainOptions {
             || {
                 format!(
                     "{} with --task multiclass: give a likelihood of one class among K, \
-                     --likelihood ove, robust-max or softmax",
+                     --likelihood ove, robust-max, softmax or hl",
                     lik.name()
                 )
             },
@@ -441,7 +441,7 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
             );
             ensure!(
                 config.likelihood.is_multiclass(),
-                "--likelihood {} with --task multiclass: use ove, robust-max or softmax",
+                "--likelihood {} with --task multiclass: use ove, robust-max, softmax or hl",
                 config.likelihood.name()
             );
         }
