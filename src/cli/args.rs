@@ -235,6 +235,11 @@ pub struct IngestArgs {
     /// indices beyond it are errors.
     #[arg(long, value_name = "D")]
     pub features: Option<u32>,
+    /// With --first-label: number the classes of every split's rows (all, the default) or of
+    /// the training rows only (train); a test row whose class no training row has is then
+    /// kept without a class, counted, and scored as wrong (docs/formats.md).
+    #[arg(long, default_value = "all", value_parser = PossibleValuesParser::new(["all", "train"]))]
+    pub class_map: String,
 }
 
 /// The values of `pipeline ingest --format`.
@@ -264,6 +269,7 @@ impl IngestArgs {
             label_kind: self.label_kind,
             first_label: self.first_label,
             features: self.features,
+            class_map_from_train: self.class_map == "train",
         };
         config.validate()?;
         Ok(config)
