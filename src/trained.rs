@@ -528,6 +528,11 @@ pub struct TrainConfig {
     /// ([`DEFAULT_PAIRS`]); absent from the JSON otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mc_pairs: Option<usize>,
+    /// `--learn-epsilon` of a robust-max run: ε is trained as θ = logit ε
+    /// (`Params::logit_epsilon`), starting at `robust_max_epsilon`; absent from the JSON
+    /// when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learn_epsilon: bool,
 }
 
 impl TrainConfig {
@@ -825,6 +830,7 @@ mod tests {
             latent: LatentChoice::Factor,
             robust_max_epsilon: None,
             mc_pairs: None,
+            learn_epsilon: false,
         }
     }
 
@@ -837,6 +843,7 @@ mod tests {
             "latent",
             "robust_max_epsilon",
             "mc_pairs",
+            "learn_epsilon",
         ] {
             assert!(json.get(key).is_none(), "{key} in {json}");
         }

@@ -16,7 +16,7 @@ use fsgp::model::likelihood::BernoulliLogistic;
 use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood, Classes};
 use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
 use fsgp::model::one_vs_each::OneVsEach;
-use fsgp::model::params::{flat_entry, flat_len, Params, QForm};
+use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
 use fsgp::model::robust_max::{RobustMax, DEFAULT_EPSILON};
 use fsgp::model::scratch::Scratch;
 use fsgp::model::softmax_mc::SoftmaxMc;
@@ -212,6 +212,40 @@ fn bound_gradient_matches_central_differences() {
     }
 }
 
+/// Robust-max with ε learnt (`Params::logit_epsilon`): the bound at θ = logit ε equals the
+/// fixed-ε bound, and every entry of its gradient, ∂/∂θ = Σ_i scale ((1 − ε) − S_i) among
+/// them, matches central differences, for both q(u) forms and both latent modes.
+#[test]
+fn learnt_epsilon_gradient_matches_central_differences() {
+    let fixed = RobustMax::new(0.05, 20).unwrap();
+    for form in [QForm::SiteDiagonal, QForm::Whitened] {
+        for identity in [false, true] {
+            let kind = KernelKind::SquaredExponential;
+            let (mut pr, class) = problem(29, form, identity, 5);
+            let reference = bound(kind, &pr, &pr.params, &class, &fixed);
+            assert!(reference.grads.logit_epsilon.is_none());
+            pr.params.logit_epsilon = Some((0.05f64 / 0.95).ln());
+            let eval = bound(kind, &pr, &pr.params, &class, &fixed);
+            assert!(
+                (eval.value - reference.value).abs() <= 1e-12 * reference.value.abs(),
+                "{} vs {}",
+                eval.value,
+                reference.value
+            );
+            let g = eval.grads.logit_epsilon.expect("a gradient for θ");
+            assert!(g.abs() > 1e-3, "∂/∂θ = {g}");
+            let fds = central_differences(&pr.params, 2e-5, |q| {
+                bound(kind, &pr, q, &class, &fixed).value
+            });
+            let label = format!("learnt ε {form:?} identity={identity}");
+            let ((worst, block), seen) =
+                assert_gradient_matches(&eval.grads, &fds, false, (1e-6, 1e-6), &label);
+            assert_eq!(seen.last(), Some(&Block::LogitEpsilon));
+            eprintln!("{label}: ∂/∂θ {g:.6}, worst relative error {worst:.2e} ({block})");
+        }
+    }
+}
+
 /// Every flat entry of `e`'s gradient and its value, as bits.
 fn bits(e: &Evaluation) -> Vec<u64> {
     let mut g = e.grads.clone();
@@ -229,6 +263,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
     let (kxx, norms) = random_rows(&mut u, b, r, 0.6);
     let params = Params {
+        logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.6)),
         mu: Mat::from_fn(m, p, |_, _| u(1.0)),
         rho: Mat::from_fn(m, p, |_, _| u(2.0)),

@@ -517,6 +517,61 @@ fn hernandez_lobato_runs_train_exactly_deterministically_and_resume() {
     assert_eq!(metrics(&ws_cut, id, "elbo_exact"), recorded);
 }
 
+/// `--learn-epsilon`: robust-max's ε trained as logit ε from the fixed default 10⁻³,
+/// recorded in the run and its checkpoints, used by the exact bound, and fixed on resume.
+#[test]
+fn robust_max_with_a_learnt_epsilon_trains_and_records_it() {
+    let p = Prepared::new();
+    let ws = p.copy("learn-eps");
+    let extra = [
+        "--likelihood",
+        "robust-max",
+        "--learn-epsilon",
+        "--epochs",
+        "6",
+    ];
+    let id = train(&ws, &extra);
+    assert_eq!(run_params(&ws, id)["learn_epsilon"], true);
+    let bytes = checkpoints(&ws, id);
+    let last = *bytes.keys().last().unwrap();
+    let params = read_ckpt(&ws, id, last).params;
+    let theta = params.logit_epsilon.expect("the checkpoint holds logit ε");
+    let start = (1e-3f64 / (1.0 - 1e-3)).ln();
+    let eps = 1.0 / (1.0 + (-theta).exp());
+    eprintln!("learnt ε {eps:.3e} (from 1e-3)");
+    assert!((theta - start).abs() > 1e-3, "θ stayed at {theta}");
+    let (rows, _) = predict(&ws, id);
+    let acc = accuracy(&rows, &p.test_classes);
+    assert!(acc >= 0.85, "accuracy {acc}");
+    // The exact bound is the one-batch sum at the learnt ε (the fixed ε is then unused).
+    let streamed = f64::from_bits(metrics(&ws, id, "elbo_exact").last().unwrap().1);
+    let lik = RobustMax::new(1e-3, 20).unwrap();
+    let direct = one_batch_bound(&ws, &params, &lik);
+    assert!(
+        (streamed - direct).abs() <= 1e-9 * direct.abs(),
+        "streamed {streamed} vs one batch {direct}"
+    );
+    // A fixed-ε run has no such block, and a resume cannot switch learning on.
+    let ws_fixed = p.copy("fixed-eps");
+    let fixed = train(&ws_fixed, &["--likelihood", "robust-max", "--epochs", "1"]);
+    assert!(run_params(&ws_fixed, fixed).get("learn_epsilon").is_none());
+    let fixed_last = *checkpoints(&ws_fixed, fixed).keys().last().unwrap();
+    assert!(read_ckpt(&ws_fixed, fixed, fixed_last)
+        .params
+        .logit_epsilon
+        .is_none());
+    let out = pipeline(
+        &ws_fixed,
+        &["train", "--resume", &fixed.to_string(), "--learn-epsilon"],
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--learn-epsilon true: run") && err.contains("has false"),
+        "{err}"
+    );
+}
+
 #[test]
 fn likelihoods_must_suit_the_task_and_the_data() {
     let p = Prepared::new();
@@ -557,6 +612,11 @@ fn likelihoods_must_suit_the_task_and_the_data() {
         &ws,
         train_args(&["--likelihood", "robust-max", "--robust-max-epsilon", "1.5"]),
         &["robust-max-epsilon", "(0, 1)"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "ove", "--learn-epsilon"]),
+        &["learn-epsilon", "the likelihood is ove"],
     );
     refused(
         &ws,

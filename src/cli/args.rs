@@ -491,6 +491,10 @@ pub struct TrainFlags {
     /// (--likelihood robust-max only).
     #[arg(long, default_value_t = crate::model::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
     pub robust_max_epsilon: f64,
+    /// Train robust-max's ε (as logit ε, from --robust-max-epsilon) with the other
+    /// parameters (--likelihood robust-max only; GPflow's RobustMax with ε trainable).
+    #[arg(long)]
+    pub learn_epsilon: bool,
     /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
     /// softmax, and per row for the predictive class probabilities of softmax and ove runs.
     #[arg(long, default_value_t = crate::model::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
@@ -628,6 +632,7 @@ impl TrainFlags {
             latent: self.latent,
             robust_max_epsilon: self.robust_max_epsilon,
             mc_pairs: self.mc_pairs,
+            learn_epsilon: self.learn_epsilon,
             given: BTreeSet::new(),
         }
     }

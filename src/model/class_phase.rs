@@ -33,6 +33,8 @@ pub(crate) struct ClassGrads {
     pub phi: Mat<f64>,
     /// ∂/∂b [K].
     pub bias: Vec<f64>,
+    /// ∂/∂θ of the likelihood's learnt parameter (`Params::logit_epsilon`); None without.
+    pub lik_param: Option<f64>,
 }
 
 /// The entries of `x` [rows×cols] row by row (each row contiguous), negative entries
@@ -73,12 +75,12 @@ pub(crate) fn classes_part(
     let (mut f_t, mut a_t) = scratch.take_dense(k_count * b);
     utilities_into(&mut f_t, params, m);
     let mut g_var_rows = vec![0.0; b * p_count];
-    let blocks: Vec<(Vec<f64>, Vec<f64>)> = a_t
+    let blocks: Vec<(Vec<f64>, Vec<f64>, f64)> = a_t
         .par_chunks_mut(ROW_BLOCK * k_count)
         .zip(g_var_rows.par_chunks_mut(ROW_BLOCK * p_count))
         .enumerate()
         .map(|(block, (a_block, gv_block))| {
-            let mut phi_sum = vec![0.0; k_count * p_count];
+            let (mut phi_sum, mut lik_sum) = (vec![0.0; k_count * p_count], 0.0);
             let mut work = Vec::new();
             let rows = a_block
                 .chunks_mut(k_count)
@@ -95,23 +97,29 @@ pub(crate) fn classes_part(
                         var: &s_rows[i * p_count..(i + 1) * p_count],
                         utility: &f_t[i * k_count..(i + 1) * k_count],
                         phi: &phi_rows,
+                        lik_param: params.logit_epsilon,
                     };
                     let mut grads = RowGrads {
                         utility: a_row,
                         var: gv_row,
                         phi: &mut phi_sum,
+                        lik_param: &mut lik_sum,
                     };
                     // The likelihoods call libm (exp, erfc); see `clear_upper_simd_state`.
                     clear_upper_simd_state();
                     classes.lik.row(&input, &mut grads, &mut work)
                 })
                 .collect();
-            (values, phi_sum)
+            (values, phi_sum, lik_sum)
         })
         .collect();
     let scale = classes.scale;
     // Σ_i E_i in row order.
-    let expected = scale * blocks.iter().flat_map(|(v, _)| v).sum::<f64>();
+    let expected = scale * blocks.iter().flat_map(|(v, _, _)| v).sum::<f64>();
+    // Each block's rows in order, then the blocks in order.
+    let lik_param = params
+        .logit_epsilon
+        .map(|_| scale * blocks.iter().map(|(_, _, g)| g).sum::<f64>());
     for a in a_t.iter_mut() {
         *a *= scale;
     }
@@ -119,7 +127,7 @@ pub(crate) fn classes_part(
     let g_mean = product(at.transpose(), phi);
     let mut g_phi = product(at, m);
     let mut cov_phi = vec![0.0; k_count * p_count];
-    for (_, block_sum) in &blocks {
+    for (_, block_sum, _) in &blocks {
         for (acc, x) in cov_phi.iter_mut().zip(block_sum) {
             *acc += x;
         }
@@ -143,6 +151,7 @@ pub(crate) fn classes_part(
         var: Mat::from_fn(b, p_count, |i, p| scale * g_var_rows[i * p_count + p]),
         phi: g_phi,
         bias: g_bias,
+        lik_param,
     }
 }
 
@@ -177,6 +186,7 @@ pub fn class_probabilities(
                 var: &s_rows[i * p_count..(i + 1) * p_count],
                 utility: &f_t[i * k_count..(i + 1) * k_count],
                 phi: &phi_rows,
+                lik_param: params.logit_epsilon,
             };
             clear_upper_simd_state();
             lik.probabilities(&input, out, work);

@@ -24,6 +24,9 @@ pub(crate) struct LikelihoodGrads {
     pub phi: Mat<f64>,
     /// ∂/∂b [K].
     pub bias: Vec<f64>,
+    /// ∂/∂θ of a class likelihood's learnt parameter (`Params::logit_epsilon`); None
+    /// without one.
+    pub lik_param: Option<f64>,
 }
 
 /// Σ_terms w E and the gradients with respect to m, s, Φ and b, for the marginals `mean` and
@@ -49,6 +52,7 @@ pub(crate) fn likelihood_part(
                 var: part.var,
                 phi: part.phi,
                 bias: part.bias,
+                lik_param: part.lik_param,
             }
         }
     }
@@ -139,6 +143,7 @@ fn likelihood_list(
         var: Mat::from_fn(b, p_count, |i, p| g_var_rows[i * p_count + p]),
         phi: Mat::from_fn(k_count, p_count, |k, p| g_phi_rows[k * p_count + p]),
         bias: g_bias,
+        lik_param: None,
     }
 }
 
@@ -217,5 +222,6 @@ fn likelihood_dense(
         var: g_var,
         phi: g_phi,
         bias: g_bias,
+        lik_param: None,
     }
 }

@@ -36,6 +36,9 @@ pub struct RowInput<'a> {
     pub utility: &'a [f64],
     /// Φ [K×P], row-major (row k at `phi[k * P..(k + 1) * P]`).
     pub phi: &'a [f64],
+    /// The likelihood's learnt parameter θ when it has one (robust-max's logit ε,
+    /// `Params::logit_epsilon`); None: the likelihood's own fixed value.
+    pub lik_param: Option<f64>,
 }
 
 impl RowInput<'_> {
@@ -64,6 +67,8 @@ pub struct RowGrads<'a> {
     pub var: &'a mut [f64],
     /// The covariance path's ∂E_i/∂Φ [K×P] row-major, added to (accumulated over rows).
     pub phi: &'a mut [f64],
+    /// ∂E_i/∂θ of the learnt parameter, added to (untouched when `lik_param` is None).
+    pub lik_param: &'a mut f64,
 }
 
 /// A likelihood p(c | f) of one class c among K given the row's K utilities, seen through
@@ -144,6 +149,7 @@ pub fn row_gradient(
         var,
         utility: &utility,
         phi,
+        lik_param: None,
     };
     let mut out = RowGradient {
         value: 0.0,
@@ -152,10 +158,12 @@ pub fn row_gradient(
         phi: vec![0.0; k_count * p_count],
         bias: vec![0.0; k_count],
     };
+    let mut lik_param = 0.0;
     let mut grads = RowGrads {
         utility: &mut out.bias,
         var: &mut out.var,
         phi: &mut out.phi,
+        lik_param: &mut lik_param,
     };
     out.value = lik.row(&input, &mut grads, &mut Vec::new());
     for k in 0..k_count {
@@ -187,6 +195,7 @@ pub fn row_probabilities(
         var,
         utility: &utility,
         phi,
+        lik_param: None,
     };
     let mut probs = vec![0.0; bias.len()];
     lik.probabilities(&input, &mut probs, &mut Vec::new());

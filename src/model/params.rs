@@ -27,6 +27,9 @@ pub struct Params {
     /// The full-Cholesky q(u) forms' factors L_p ([`QForm::Cholesky`],
     /// [`QForm::Whitened`]); None for the paper's form. With them, ρ is empty (0×0).
     pub chol: Option<CholFactors>,
+    /// θ = logit ε of robust-max's ε when it is learnt (`--learn-epsilon`); None otherwise
+    /// (ε fixed, or another likelihood). `docs/likelihood.md`, "Robust-max".
+    pub logit_epsilon: Option<f64>,
 }
 
 /// The lower-triangular factors L_p [M×M] of a full-Cholesky q(u), one per latent GP, packed
@@ -142,12 +145,14 @@ pub enum Block {
     LogArd,
     /// log w [D], ARD weights over the input features (only with `--ard features`).
     LogFeatures,
+    /// logit ε, robust-max's learnt ε (only with `--learn-epsilon`).
+    LogitEpsilon,
 }
 
 impl Block {
     /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2`, `LogArd` and
     /// `LogFeatures` hold entries only for the kernels and ARD modes that have them.
-    pub const ALL: [Block; 11] = [
+    pub const ALL: [Block; 12] = [
         Block::A,
         Block::Mu,
         Block::Rho,
@@ -159,6 +164,7 @@ impl Block {
         Block::LogLin2,
         Block::LogArd,
         Block::LogFeatures,
+        Block::LogitEpsilon,
     ];
 
     /// Whether the block is a kernel hyperparameter (σ's, ℓ, ARD weights; not A): what
@@ -171,7 +177,7 @@ impl Block {
     }
 
     /// The display name ("A", "μ", "ρ", "L", "Φ", "b", "log σ_f²", "log ℓ", "log σ_lin²",
-    /// "log ω", "log w"), for messages only.
+    /// "log ω", "log w", "logit ε"), for messages only.
     pub fn name(self) -> &'static str {
         match self {
             Block::A => "A",
@@ -185,6 +191,7 @@ impl Block {
             Block::LogLin2 => "log σ_lin²",
             Block::LogArd => "log ω",
             Block::LogFeatures => "log w",
+            Block::LogitEpsilon => "logit ε",
         }
     }
 }
@@ -209,6 +216,7 @@ pub fn flat_len(p: &Params) -> usize {
         + usize::from(k.log_lin2.is_some())
         + k.log_ard.len()
         + k.log_features.len()
+        + usize::from(p.logit_epsilon.is_some())
 }
 
 /// A mutable reference to a parameter by flat index (for finite-difference checks and the
@@ -245,9 +253,15 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
             k.log_lin2.as_mut().expect("counted in scalars"),
         ),
         i if i - scalars < k.log_ard.len() => (Block::LogArd, &mut k.log_ard[i - scalars]),
-        i => (
+        i if i - scalars - k.log_ard.len() < k.log_features.len() => (
             Block::LogFeatures,
             &mut k.log_features[i - scalars - k.log_ard.len()],
+        ),
+        _ => (
+            Block::LogitEpsilon,
+            p.logit_epsilon
+                .as_mut()
+                .expect("index within flat_len: the last entry"),
         ),
     }
 }
@@ -271,6 +285,7 @@ pub fn flat_values(p: &Params) -> Vec<f64> {
     out.extend(k.log_lin2);
     out.extend(&k.log_ard);
     out.extend(&k.log_features);
+    out.extend(p.logit_epsilon);
     out
 }
 
@@ -313,6 +328,9 @@ pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
     for x in k.log_ard.iter_mut().chain(k.log_features.iter_mut()) {
         *x = next();
     }
+    if let Some(x) = p.logit_epsilon.as_mut() {
+        *x = next();
+    }
     Ok(())
 }
 
@@ -330,6 +348,7 @@ pub(crate) mod tests {
             })
         };
         Params {
+            logit_epsilon: Some(-2.5),
             a: mat(3, 2),
             mu: mat(3, 2),
             rho: mat(0, 0),

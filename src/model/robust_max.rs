@@ -13,7 +13,8 @@
 //! model the utilities are correlated; robust-max then uses their marginal variances
 //! v_k = Σ_p Φ_kp² s_p and ignores the cross-covariances (what a multi-output GP likelihood
 //! sees when only the marginals are propagated), which is an approximation of E_q, not a
-//! bound on it. ε is fixed.
+//! bound on it. ε is fixed, or learnt as θ = logit ε (`RowInput::lik_param`, with
+//! ∂E/∂θ = (1 − ε) − S).
 
 use anyhow::{ensure, Result};
 
@@ -48,12 +49,10 @@ impl RobustMax {
         self.epsilon
     }
 
-    /// (log(1 − ε), log(ε/(K − 1))): E = L₀ + S (L₁ − L₀).
-    fn logs(&self, k_count: usize) -> (f64, f64) {
-        (
-            (-self.epsilon).ln_1p(),
-            (self.epsilon / (k_count - 1) as f64).ln(),
-        )
+    /// The row's ε: its learnt θ = logit ε mapped back, ε = 1/(1 + e^{−θ}), or the fixed ε.
+    fn epsilon_of(&self, row: &RowInput<'_>) -> f64 {
+        row.lik_param
+            .map_or(self.epsilon, |theta| 1.0 / (1.0 + (-theta).exp()))
     }
 
     /// S = q(f_c > f_k ∀k ≠ c) for independent f_k ~ N(mean_k, var_k), with its exact
@@ -69,6 +68,11 @@ impl RobustMax {
     ) -> f64 {
         self.argmax.probability(c, mean, var, grads, tmp)
     }
+}
+
+/// (log(1 − ε), log(ε/(K − 1))): E = L₀ + S (L₁ − L₀).
+fn logs(epsilon: f64, k_count: usize) -> (f64, f64) {
+    ((-epsilon).ln_1p(), (epsilon / (k_count - 1) as f64).ln())
 }
 
 /// v_k = Σ_p Φ_kp² s_p [K] into `out`.
@@ -104,7 +108,8 @@ impl ClassLikelihood for RobustMax {
             Some((&mut *grads.utility, &mut *d_var)),
             tmp,
         );
-        let (l1, l0) = self.logs(k_count);
+        let epsilon = self.epsilon_of(row);
+        let (l1, l0) = logs(epsilon, k_count);
         let gain = l1 - l0;
         for a in grads.utility.iter_mut() {
             *a *= gain;
@@ -117,6 +122,10 @@ impl ClassLikelihood for RobustMax {
                 grads.var[p] += beta * f * f;
                 g_phi_k[p] += 2.0 * beta * f * row.var[p];
             }
+        }
+        if row.lik_param.is_some() {
+            // E = L₀ + S (L₁ − L₀) with dε/dθ = ε(1 − ε): ∂E/∂θ = (1 − ε) − S.
+            *grads.lik_param += (1.0 - epsilon) - s;
         }
         l0 + s * gain
     }
@@ -134,10 +143,11 @@ impl ClassLikelihood for RobustMax {
         let (var, tmp) = work.split_at_mut(k_count);
         marginal_variances(row, var);
         self.argmax.probabilities(row.utility, var, probs, tmp);
-        let other = self.epsilon / (k_count - 1) as f64;
+        let epsilon = self.epsilon_of(row);
+        let other = epsilon / (k_count - 1) as f64;
         for p in probs.iter_mut() {
             let s = *p;
-            *p = (1.0 - self.epsilon) * s + other * (1.0 - s);
+            *p = (1.0 - epsilon) * s + other * (1.0 - s);
         }
     }
 }

@@ -83,6 +83,8 @@ pub struct TrainOptions {
     /// `--mc-pairs`: antithetic Monte Carlo pairs of the softmax (training with
     /// `--likelihood softmax`, predictive probabilities of softmax and one-vs-each runs).
     pub mc_pairs: usize,
+    /// `--learn-epsilon`: train robust-max's ε (from `--robust-max-epsilon`).
+    pub learn_epsilon: bool,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -127,6 +129,7 @@ impl Default for TrainOptions {
             latent: LatentChoice::Factor,
             robust_max_epsilon: crate::model::robust_max::DEFAULT_EPSILON,
             mc_pairs: crate::model::softmax_mc::DEFAULT_PAIRS,
+            learn_epsilon: false,
             given: BTreeSet::new(),
         }
     }
@@ -175,6 +178,7 @@ impl TrainOptions {
             latent: self.latent,
             robust_max_epsilon: self.stored_epsilon(),
             mc_pairs: self.stored_pairs(),
+            learn_epsilon: self.learn_epsilon,
         };
         check_task(&config, name, &dataset)?;
         check_limits(&config)?;
@@ -371,6 +375,11 @@ impl TrainOptions {
                 || eps == crate::model::robust_max::DEFAULT_EPSILON,
             "robust-max-epsilon",
             || format!("{eps} is robust-max's ε; the likelihood is {}", lik.name()),
+        );
+        c.check(
+            !new_run || !self.learn_epsilon || lik == LikelihoodChoice::RobustMax,
+            "learn-epsilon",
+            || format!("trains robust-max's ε; the likelihood is {}", lik.name()),
         );
         c.check(self.mc_pairs >= 1, "mc-pairs", || {
             "must be at least 1".into()

@@ -101,6 +101,10 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
             opts.robust_max_epsilon.to_string(),
         ),
         "mc_pairs" => (cfg.pairs().to_string(), opts.mc_pairs.to_string()),
+        "learn_epsilon" => (
+            cfg.learn_epsilon.to_string(),
+            opts.learn_epsilon.to_string(),
+        ),
         "inducing" => (
             cfg.inducing.to_string(),
             given(opts.inducing.map(|m| m.to_string())),

@@ -211,6 +211,9 @@ impl Setup {
             // One GP per label: Φ = I [K×K] (P = K), never trained.
             params.phi = Mat::identity(self.n_labels, self.n_labels);
         }
+        // `--learn-epsilon`: θ = logit ε starts at the run's (fixed-default) ε.
+        let eps = self.config.epsilon();
+        params.logit_epsilon = self.config.learn_epsilon.then(|| (eps / (1.0 - eps)).ln());
         init::with_q_form(
             params,
             self.config.q_form.form(),
