@@ -431,3 +431,29 @@ fn hernandez_lobato_equals_grid_integrals_and_bounds_the_multinomial_probit() {
     }
     assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-14);
 }
+
+#[test]
+fn hernandez_lobato_prediction_prunes_to_a_positive_bound() {
+    let mut rng = ChaCha8Rng::seed_from_u64(131);
+    let hl = HernandezLobato::new(20).unwrap();
+    let k = 60;
+    let row = random_row(&mut rng, k, k, true, 1.0);
+    let mean: Vec<f64> = (0..k).map(|c| row.mean[c] * 12.0).collect();
+    let probs = row_probabilities(&hl, (0, 0), &mean, &row.var, &row.phi, &vec![0.0; k]);
+    let noisy: Vec<f64> = row.var.iter().map(|v| v + 0.5).collect();
+    let rm = RobustMax::new(1e-3, 20).unwrap();
+    let full: Vec<f64> = (0..k)
+        .map(|c| rm.argmax_probability(c, &mean, &noisy, None, &mut vec![0.0; 4 * k]))
+        .collect();
+    let total: f64 = full.iter().sum();
+    let pruned = full.iter().filter(|&&s| s < 1e-12).count();
+    assert!(pruned > k / 2, "only {pruned} of {k} classes negligible");
+    for (c, (&p_c, &s_c)) in probs.iter().zip(&full).enumerate() {
+        assert!(p_c > 0.0, "c={c}: probability 0");
+        assert!(
+            (p_c - s_c / total).abs() < 1e-11,
+            "c={c}: {p_c} vs {}",
+            s_c / total
+        );
+    }
+}

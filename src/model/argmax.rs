@@ -18,7 +18,7 @@ use crate::linalg::clear_upper_simd_state;
 pub const VAR_MIN: f64 = 1e-12;
 
 /// [`ArgmaxRule::probabilities`] skips the quadrature of a class c whose S_c is provably
-/// below this (it is set to 0).
+/// below this (it is set to 0, or to the bound).
 pub const PRUNE_BELOW: f64 = 1e-12;
 
 /// φ(z), the standard normal density.
@@ -123,8 +123,17 @@ impl ArgmaxRule {
     /// quadrature error); `tmp` holds 4K doubles. A class whose S_c is certainly below
     /// [`PRUNE_BELOW`] is given S_c = 0 without its quadrature: S_c ≤ q(f_c > f_j) =
     /// Φ((f̄_c − f̄_j)/√(v_c + v_j)) for any j ≠ c, taken with j the class of largest f̄ (the
-    /// second largest for that class itself). O(Q·K) per class left, O(Q·K²) at worst.
-    pub fn probabilities(&self, mean: &[f64], var: &[f64], probs: &mut [f64], tmp: &mut [f64]) {
+    /// second largest for that class itself); with `keep_bound` it is given that bound
+    /// instead (floored at the smallest normal f64), so no class has probability 0 (a
+    /// likelihood without robust-max's ε floor needs that for a finite NLP). O(Q·K) per
+    /// class left, O(Q·K²) at worst.
+    pub fn probabilities(
+        &self,
+        (mean, var): (&[f64], &[f64]),
+        keep_bound: bool,
+        probs: &mut [f64],
+        tmp: &mut [f64],
+    ) {
         let k_count = mean.len();
         let by_mean = |a: &usize, b: &usize| mean[*a].total_cmp(&mean[*b]);
         let top = (0..k_count).max_by(by_mean).unwrap_or(0);
@@ -135,8 +144,12 @@ impl ArgmaxRule {
         for (c, out) in probs.iter_mut().enumerate() {
             let rival = if c == top { second } else { top };
             let z = (mean[c] - mean[rival]) / (var[c] + var[rival]).max(VAR_MIN).sqrt();
-            *out = if normal_cdf(z) < PRUNE_BELOW {
-                0.0
+            let bound = normal_cdf(z);
+            *out = if bound < PRUNE_BELOW {
+                match keep_bound {
+                    true => bound.max(f64::MIN_POSITIVE),
+                    false => 0.0,
+                }
             } else {
                 self.probability(c, mean, var, None, tmp)
             };

@@ -66,7 +66,8 @@ impl ClassLikelihood for HernandezLobato {
     }
 
     /// p(c | x) = q(f_c + n_c > f_k + n_k ∀k ≠ c) with the marginal variances v_k + ½,
-    /// normalised and pruned as robust-max's: O(Q·K) per class left, O(Q·K²) at worst.
+    /// normalised and pruned as robust-max's, a pruned class keeping its upper bound
+    /// (< 1e-12) rather than 0: O(Q·K) per class left, O(Q·K²) at worst.
     fn probabilities(&self, row: &RowInput<'_>, probs: &mut [f64], work: &mut Vec<f64>) {
         let k_count = row.classes();
         work.clear();
@@ -76,6 +77,9 @@ impl ClassLikelihood for HernandezLobato {
         for v in var.iter_mut() {
             *v += NOISE_VAR;
         }
-        self.argmax.probabilities(row.utility, var, probs, tmp);
+        // A pruned class keeps its bound (< 1e-12), not 0: without robust-max's ε floor a
+        // true class of probability 0 would make the NLP infinite.
+        self.argmax
+            .probabilities((row.utility, var), true, probs, tmp);
     }
 }

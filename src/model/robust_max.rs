@@ -142,7 +142,8 @@ impl ClassLikelihood for RobustMax {
         work.resize(5 * k_count, 0.0);
         let (var, tmp) = work.split_at_mut(k_count);
         marginal_variances(row, var);
-        self.argmax.probabilities(row.utility, var, probs, tmp);
+        self.argmax
+            .probabilities((row.utility, var), false, probs, tmp);
         let epsilon = self.epsilon_of(row);
         let other = epsilon / (k_count - 1) as f64;
         for p in probs.iter_mut() {
