@@ -168,6 +168,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     let norms: Vec<f64> = (0..b).map(|_| 1.0).collect();
     let kt = Mat::<f64>::identity(r, r);
     let mut params = Params {
+        logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.2)),
         mu: Mat::from_fn(m, p, |_, _| u(0.1)),
         rho: Mat::from_fn(m, p, |_, _| u(1.0)),

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::amortiser::DEFAULT_HIDDEN;
 use crate::model::ar_logit::ArLogit;
 use crate::model::ar_softmax::ArSoftmax;
+use crate::model::hernandez_lobato::HernandezLobato;
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::{BernoulliLogistic, Likelihood};
 use crate::model::multiclass::ClassLikelihood;
@@ -230,7 +231,8 @@ impl FromStr for InducingInputs {
 /// p(y | f) = σ(y f) (`logistic`, the paper's, the default) or Φ(y f) (`probit`); for the
 /// multi-class task the likelihood of the row's class given its K utilities: the
 /// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`), the softmax by
-/// Monte Carlo (`softmax`) (`docs/likelihood.md`, "Multi-class"), or the augment-and-reduce
+/// Monte Carlo (`softmax`), the Hernández-Lobato likelihood, the one-vs-each bound with the
+/// probit link (`hl`) (`docs/likelihood.md`, "Multi-class"), or the augment-and-reduce
 /// bounds with amortised local parameters (`ar-softmax`, `ar-logit`; "Augment and reduce").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -248,11 +250,12 @@ pub enum LikelihoodChoice {
     /// Augment and reduce with logistic noise: q(ε) amortised, pairs by Gauss–Hermite.
     #[serde(rename = "ar-logit")]
     ArLogit,
+    Hl,
 }
 
 impl LikelihoodChoice {
     /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "logistic",
         "probit",
         "ove",
@@ -260,6 +263,7 @@ impl LikelihoodChoice {
         "softmax",
         "ar-softmax",
         "ar-logit",
+        "hl",
     ];
 
     pub fn name(self) -> &'static str {
@@ -271,6 +275,7 @@ impl LikelihoodChoice {
             LikelihoodChoice::Softmax => "softmax",
             LikelihoodChoice::ArSoftmax => "ar-softmax",
             LikelihoodChoice::ArLogit => "ar-logit",
+            LikelihoodChoice::Hl => "hl",
         }
     }
 
@@ -283,7 +288,10 @@ impl LikelihoodChoice {
     pub fn is_multiclass(self) -> bool {
         matches!(
             self,
-            LikelihoodChoice::Ove | LikelihoodChoice::RobustMax | LikelihoodChoice::Softmax
+            LikelihoodChoice::Ove
+                | LikelihoodChoice::RobustMax
+                | LikelihoodChoice::Softmax
+                | LikelihoodChoice::Hl
         ) || self.is_amortised()
     }
 
@@ -373,6 +381,7 @@ impl FromStr for LikelihoodChoice {
                 LikelihoodChoice::Softmax,
                 LikelihoodChoice::ArSoftmax,
                 LikelihoodChoice::ArLogit,
+                LikelihoodChoice::Hl,
             ],
         )
     }
@@ -571,6 +580,11 @@ pub struct TrainConfig {
     /// augment-and-reduce); absent from the JSON when not given (all negatives).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_samples: Option<usize>,
+    /// `--learn-epsilon` of a robust-max run: ε is trained as θ = logit ε
+    /// (`Params::logit_epsilon`), starting at `robust_max_epsilon`; absent from the JSON
+    /// when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learn_epsilon: bool,
 }
 
 impl TrainConfig {
@@ -630,6 +644,11 @@ impl TrainConfig {
 
     /// The class likelihood of a multi-class run's training steps: [`Self::bound_likelihood`]
     /// with the run's `--class-samples` negatives per row.
+    /// The class likelihood of a multi-class run: one-vs-each (its K − 1 logistic
+    /// expectations by `quadrature` Gauss–Hermite points, its predictive probabilities by
+    /// the softmax with `mc_pairs` pairs), robust-max (ε, `quadrature` points) or the softmax
+    /// by Monte Carlo (`mc_pairs` pairs), or Hernández-Lobato (`quadrature` points per probit
+    /// expectation and per argmax quadrature).
     pub fn class_likelihood(&self) -> Result<Box<dyn ClassLikelihood>> {
         self.class_likelihood_sampling(self.class_samples)
     }
@@ -662,6 +681,7 @@ impl TrainConfig {
                 Box::new(RobustMax::new(self.epsilon(), self.quadrature)?)
             }
             LikelihoodChoice::Softmax => Box::new(SoftmaxMc::new(self.pairs())?),
+            LikelihoodChoice::Hl => Box::new(HernandezLobato::new(self.quadrature)?),
             binary => anyhow::bail!(
                 "the {} likelihood is a Bernoulli likelihood, not one of K classes",
                 binary.name()
@@ -896,6 +916,7 @@ mod tests {
             mc_pairs: None,
             amortiser_hidden: None,
             class_samples: None,
+            learn_epsilon: false,
         }
     }
 
@@ -908,6 +929,7 @@ mod tests {
             "latent",
             "robust_max_epsilon",
             "mc_pairs",
+            "learn_epsilon",
         ] {
             assert!(json.get(key).is_none(), "{key} in {json}");
         }

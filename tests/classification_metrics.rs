@@ -269,6 +269,43 @@ fn multiclass_hand_worked() {
     assert!((got - nlp).abs() < 1e-15, "{got} vs {nlp}");
 }
 
+/// `ingest --class-map train`: a row of a class the training rows lack is wrong at every k,
+/// a wrong top-1 in the calibration, not in the NLP; its classes join K*, uncovered.
+#[test]
+fn unseen_class_rows_are_wrong_and_their_classes_join_k_star() {
+    let mut acc = MulticlassAccumulator::new(3, 2).unwrap();
+    acc.add_unseen_classes(2);
+    acc.add_row(&[0, 1], &[0.75, 0.25], &[0]).unwrap();
+    acc.add_row(&[1, 0], &[0.5, 0.5], &[1]).unwrap();
+    acc.add_unseen_row(&[0.5, 0.25]).unwrap();
+    acc.add_unseen_row(&[0.25, 0.25]).unwrap();
+    assert!(acc.add_unseen_row(&[1.5]).is_err());
+    let m = acc.finish();
+    assert_eq!((m.rows, m.unseen_rows, m.unseen_classes), (4, 2, 2));
+    // K* = {0, 1} seen plus 2 unseen; K_TP = {0, 1}.
+    assert_eq!((m.test_classes, m.covered_classes), (4, 2));
+    close(m.accuracy, 0.5, "accuracy");
+    assert_eq!(m.top_k_accuracy, vec![0.5, 0.5]);
+    close(m.coverage, 0.5, "coverage");
+    let nlp = -(0.75f64.ln() + 0.5f64.ln()) / 2.0;
+    assert!((m.nlp.unwrap() - nlp).abs() < 1e-15);
+    // Brier over the top-1 confidences: (0.25² + 0.5² + 0.5² + 0.25²) / 4.
+    close(m.brier, 0.625 / 4.0, "brier");
+    let json = serde_json::to_value(&m).unwrap();
+    assert_eq!(
+        (
+            json["unseen_rows"].as_u64(),
+            json["unseen_classes"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    // Without unseen rows the JSON has neither key (metrics files stay as they were).
+    let mut plain = MulticlassAccumulator::new(3, 2).unwrap();
+    plain.add_row(&[0], &[0.5], &[0]).unwrap();
+    let json = serde_json::to_value(plain.finish()).unwrap();
+    assert!(json.get("unseen_rows").is_none() && json.get("unseen_classes").is_none());
+}
+
 #[test]
 fn multiclass_rows_must_have_one_class() {
     let mut acc = MulticlassAccumulator::new(3, 2).unwrap();

@@ -356,6 +356,7 @@ fn larger_problem() -> Problem {
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
     let (kxx, norms) = random_rows(&mut u, b, r, 0.4);
     let params = Params {
+        logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.4)),
         mu: Mat::from_fn(m, p, |_, _| u(1.0)),
         rho: Mat::from_fn(m, p, |_, _| u(2.0)),

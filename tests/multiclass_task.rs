@@ -1,16 +1,18 @@
 //! Multi-class GP classification end to end (`--task multiclass` with `--likelihood ove`,
-//! `robust-max` and `softmax`; docs/model.md, "Tasks and latent functions"): four Gaussian
+//! `robust-max`, `softmax` and `hl`; docs/model.md, "Tasks and latent functions"): four Gaussian
 //! blobs made here, written as a LIBSVM file of class labels 1..4 and ingested with
 //! `--format libsvm`; trained with each likelihood (independent GPs, and one factor run),
 //! predicted with class probabilities and evaluated with `--task auto`: accuracy far above
 //! chance (¼); `pipeline elbo` against an independent one-batch sum; determinism and
-//! kill/resume to the same bytes with the sampling likelihood; the refusals.
+//! kill/resume to the same bytes with the sampling likelihood and with Hernández-Lobato's
+//! (whose exact bound is also checked); the refusals.
 
 mod common;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
 use fsgp::model::ar_logit::ArLogit;
 use fsgp::model::ar_softmax::ArSoftmax;
+use fsgp::model::hernandez_lobato::HernandezLobato;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::objective::{evaluate_set, EvalOptions};
@@ -228,16 +230,10 @@ fn accuracy(rows: &Predicted, classes: &[u32]) -> f64 {
     right as f64 / classes.len() as f64
 }
 
-/// The bound of a robust-max run's `params` (ε = 10⁻³, 20 Gauss–Hermite points) with all
+/// The bound of a run's `params` under the class likelihood `lik` (noise seed 0) with all
 /// training rows as one batch, computed apart from the streaming `pipeline elbo`: K_XX̃,
 /// norms and basis from the svd artifacts, classes from the chunks, every row a term of
 /// weight 1; `evaluate_set`'s value is Σ_i E_i − Σ_p KL_p.
-fn one_batch_robust_max_bound(ws: &Path, params: &Params) -> f64 {
-    one_batch_bound(ws, params, &RobustMax::new(1e-3, 20).unwrap())
-}
-
-/// The bound of `params` with likelihood `lik` (noise seed 0) and all training rows as one
-/// batch, every row a term of weight 1 (see [`one_batch_robust_max_bound`]).
 fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64 {
     let batch = common::toy::OneBatch::read(ws);
     let class: Vec<u32> = batch
@@ -409,7 +405,9 @@ fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
     assert!(out.status.success(), "{}", stderr(&out));
     let recorded = metrics(&ws, id, "elbo_exact");
     let streamed = f64::from_bits(recorded.last().unwrap().1);
-    let direct = one_batch_robust_max_bound(&ws, &read_ckpt(&ws, id, last).params);
+    // ε = 10⁻³, 20 Gauss–Hermite points: the run's.
+    let lik = RobustMax::new(1e-3, 20).unwrap();
+    let direct = one_batch_bound(&ws, &read_ckpt(&ws, id, last).params, &lik);
     eprintln!("exact bound: streamed {streamed}, one batch {direct}");
     assert!(
         (streamed - direct).abs() <= 1e-9 * direct.abs(),
@@ -632,6 +630,127 @@ fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
     );
 }
 
+/// The Hernández-Lobato likelihood end to end: far above chance on the four blobs, its
+/// exact bound the one-batch sum of `HernandezLobato` (20 points), the same bytes from the
+/// same seed, and a run killed after a checkpoint resumes to those bytes.
+#[test]
+fn hernandez_lobato_runs_train_exactly_deterministically_and_resume() {
+    let p = Prepared::new();
+    let extra = ["--likelihood", "hl"];
+    let (ws_a, ws_b, ws_cut) = (p.copy("hl-a"), p.copy("hl-b"), p.copy("hl-cut"));
+    let run_a = train(&ws_a, &extra);
+    let params = run_params(&ws_a, run_a);
+    assert_eq!(params["likelihood"], "hl");
+    assert!(params.get("mc_pairs").is_none(), "{params}");
+    let (rows, predict_params) = predict(&ws_a, run_a);
+    assert_eq!(predict_params["predictive"], "classes-hl");
+    let acc = accuracy(&rows, &p.test_classes);
+    eprintln!("hl: test accuracy {acc:.3}");
+    assert!(acc >= 0.85, "hl: accuracy {acc} (chance 0.25)");
+    let m = evaluate(&ws_a, run_a);
+    assert!((m["accuracy"].as_f64().unwrap() - acc).abs() < 1e-9, "{m}");
+    let nlp = m["nlp"].as_f64().unwrap();
+    assert!(nlp > 0.0 && nlp < 0.7, "hl: {m}");
+
+    let bytes = checkpoints(&ws_a, run_a);
+    let last = *bytes.keys().last().unwrap();
+    let recorded = metrics(&ws_a, run_a, "elbo_exact");
+    let streamed = f64::from_bits(recorded.last().unwrap().1);
+    let lik = HernandezLobato::new(20).unwrap();
+    let direct = one_batch_bound(&ws_a, &read_ckpt(&ws_a, run_a, last).params, &lik);
+    eprintln!("hl exact bound: streamed {streamed}, one batch {direct}");
+    assert!(
+        (streamed - direct).abs() <= 1e-9 * direct.abs(),
+        "streamed {streamed} vs one batch {direct}"
+    );
+
+    let run_b = train(&ws_b, &extra);
+    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
+    let out = std::process::Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(&ws_cut)
+        .args(train_args(&extra))
+        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
+        .env_remove("FSGP_WORKSPACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the failpoint did not fire");
+    let id = newest_run(&ws_cut, "train");
+    assert_eq!(run_status(&ws_cut, id), "interrupted");
+    let resume = |more: &[&str]| {
+        let id = id.to_string();
+        let mut args = vec!["train", "--resume", id.as_str()];
+        args.extend(more);
+        pipeline(&ws_cut, &args)
+    };
+    let out = resume(&["--likelihood", "ove"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--likelihood ove: run") && err.contains("has hl"),
+        "{err}"
+    );
+    let out = resume(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
+    assert_eq!(metrics(&ws_cut, id, "elbo_exact"), recorded);
+}
+
+/// `--learn-epsilon`: robust-max's ε trained as logit ε from the fixed default 10⁻³,
+/// recorded in the run and its checkpoints, used by the exact bound, and fixed on resume.
+#[test]
+fn robust_max_with_a_learnt_epsilon_trains_and_records_it() {
+    let p = Prepared::new();
+    let ws = p.copy("learn-eps");
+    let extra = [
+        "--likelihood",
+        "robust-max",
+        "--learn-epsilon",
+        "--epochs",
+        "6",
+    ];
+    let id = train(&ws, &extra);
+    assert_eq!(run_params(&ws, id)["learn_epsilon"], true);
+    let bytes = checkpoints(&ws, id);
+    let last = *bytes.keys().last().unwrap();
+    let params = read_ckpt(&ws, id, last).params;
+    let theta = params.logit_epsilon.expect("the checkpoint holds logit ε");
+    let start = (1e-3f64 / (1.0 - 1e-3)).ln();
+    let eps = 1.0 / (1.0 + (-theta).exp());
+    eprintln!("learnt ε {eps:.3e} (from 1e-3)");
+    assert!((theta - start).abs() > 1e-3, "θ stayed at {theta}");
+    let (rows, _) = predict(&ws, id);
+    let acc = accuracy(&rows, &p.test_classes);
+    assert!(acc >= 0.85, "accuracy {acc}");
+    // The exact bound is the one-batch sum at the learnt ε (the fixed ε is then unused).
+    let streamed = f64::from_bits(metrics(&ws, id, "elbo_exact").last().unwrap().1);
+    let lik = RobustMax::new(1e-3, 20).unwrap();
+    let direct = one_batch_bound(&ws, &params, &lik);
+    assert!(
+        (streamed - direct).abs() <= 1e-9 * direct.abs(),
+        "streamed {streamed} vs one batch {direct}"
+    );
+    // A fixed-ε run has no such block, and a resume cannot switch learning on.
+    let ws_fixed = p.copy("fixed-eps");
+    let fixed = train(&ws_fixed, &["--likelihood", "robust-max", "--epochs", "1"]);
+    assert!(run_params(&ws_fixed, fixed).get("learn_epsilon").is_none());
+    let fixed_last = *checkpoints(&ws_fixed, fixed).keys().last().unwrap();
+    assert!(read_ckpt(&ws_fixed, fixed, fixed_last)
+        .params
+        .logit_epsilon
+        .is_none());
+    let out = pipeline(
+        &ws_fixed,
+        &["train", "--resume", &fixed.to_string(), "--learn-epsilon"],
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--learn-epsilon true: run") && err.contains("has false"),
+        "{err}"
+    );
+}
+
 #[test]
 fn likelihoods_must_suit_the_task_and_the_data() {
     let p = Prepared::new();
@@ -649,7 +768,7 @@ fn likelihoods_must_suit_the_task_and_the_data() {
         train_args(&[]),
         &[
             "logistic with --task multiclass",
-            "ove, robust-max or softmax",
+            "ove, robust-max, softmax or hl",
         ],
     );
     let mut ove_multilabel = train_args(&["--likelihood", "ove"]);
@@ -672,6 +791,11 @@ fn likelihoods_must_suit_the_task_and_the_data() {
         &ws,
         train_args(&["--likelihood", "robust-max", "--robust-max-epsilon", "1.5"]),
         &["robust-max-epsilon", "(0, 1)"],
+    );
+    refused(
+        &ws,
+        train_args(&["--likelihood", "ove", "--learn-epsilon"]),
+        &["learn-epsilon", "the likelihood is ove"],
     );
     refused(
         &ws,

@@ -5,8 +5,10 @@
 //! against a grid integral (unbiased over seeds, and a high-sample estimate close to it);
 //! one-vs-each ≤ softmax on random cases (equal at K = 2); the predictive probabilities
 //! against grid integrals and Monte Carlo, and robust-max's pruned prediction against the
-//! unpruned one.
+//! unpruned one; Hernández-Lobato's bound against grid integrals, below the multinomial
+//! probit it bounds (equal at K = 2), and its predictive against the argmax grid.
 
+use fsgp::model::hernandez_lobato::HernandezLobato;
 use fsgp::model::likelihood::log_sigmoid;
 use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood};
 use fsgp::model::one_vs_each::OneVsEach;
@@ -354,5 +356,104 @@ fn robust_max_prediction_prunes_only_negligible_classes() {
         let s = s_c / total;
         let want = (1.0 - 1e-3) * s + 1e-3 / (k - 1) as f64 * (1.0 - s);
         assert!((p_c - want).abs() < 1e-11, "c={c}: {p_c} vs {want}");
+    }
+}
+
+/// log p(c | f) of the multinomial probit with utility noise N(0, ½ I), the model the
+/// Hernández-Lobato bound is on: log q(f_c + n_c > f_k + n_k ∀k ≠ c) by a trapezoid over n_c
+/// (step 0.05 sd: the integrand is smooth, the rule converges geometrically).
+fn log_multinomial_probit(f: &[f64], c: usize) -> f64 {
+    let cdf = |z: f64| 0.5 * libm::erfc(-z / std::f64::consts::SQRT_2);
+    let sd = 0.5f64.sqrt();
+    grid_expectation(&[f[c]], &[0.5], 0.05, |u| {
+        (0..f.len())
+            .filter(|&k| k != c)
+            .map(|k| cdf((u[0] - f[k]) / sd))
+            .product()
+    })
+    .ln()
+}
+
+#[test]
+fn hernandez_lobato_equals_grid_integrals_and_bounds_the_multinomial_probit() {
+    let hl = HernandezLobato::new(32).unwrap();
+    let log_cdf = |z: f64| (0.5 * libm::erfc(-z / std::f64::consts::SQRT_2)).ln();
+    let mut rng = ChaCha8Rng::seed_from_u64(121);
+    let (mut worst, mut smallest_gap) = (0.0f64, f64::MAX);
+    for case in 0..6 {
+        // Even cases: a factor model with P = 2 and K = 2, 4, 3; odd: Φ = I with K = 3.
+        let identity = case % 2 == 1;
+        let (k, p) = if identity { (3, 3) } else { (2 + case % 3, 2) };
+        let row = random_row(&mut rng, k, p, identity, 0.7);
+        let c = case % k;
+        let got = row.value(&hl, c, 0);
+        // Σ_{k≠c} E[log Φ(f_c − f_k)] over the latent values, whatever the pair covariances.
+        let step = if p == 3 { 0.15 } else { 0.05 };
+        let reference = grid_expectation(&row.mean, &row.var, step, |g| {
+            let f = row.utilities(g);
+            (0..k)
+                .filter(|&j| j != c)
+                .map(|j| log_cdf(f[c] - f[j]))
+                .sum()
+        });
+        worst = worst.max((got - reference).abs());
+        assert!(
+            (got - reference).abs() < 1e-7,
+            "case {case}: {got} vs {reference}"
+        );
+        if identity {
+            continue;
+        }
+        // The model's E_q[log p(c | f)]: a nested grid, so a coarser outer step.
+        let probit = grid_expectation(&row.mean, &row.var, 0.1, |g| {
+            log_multinomial_probit(&row.utilities(g), c)
+        });
+        if k == 2 {
+            // p(c | f) = Φ(f_c − f_k) exactly: the bound is the model itself.
+            assert!((got - probit).abs() < 1e-7, "K = 2: {got} vs {probit}");
+        } else {
+            assert!(got < probit - 1e-6, "case {case}: {got} vs {probit}");
+            smallest_gap = smallest_gap.min(probit - got);
+        }
+    }
+    eprintln!(
+        "hernandez-lobato against grid integrals: worst |difference| {worst:.2e}; below the \
+         multinomial probit by at least {smallest_gap:.3e} (K ≥ 3)"
+    );
+    // Predictive with Φ = I: the argmax probabilities of f + n, variances s_k + ½.
+    let row = random_row(&mut rng, 3, 3, true, 1.0);
+    let probs = row_probabilities(&hl, (0, 0), &row.mean, &row.var, &row.phi, &row.bias);
+    let f_bar: Vec<f64> = (0..3).map(|k| row.mean[k] + row.bias[k]).collect();
+    let noisy: Vec<f64> = row.var.iter().map(|v| v + 0.5).collect();
+    for (c, &p_c) in probs.iter().enumerate() {
+        let want = argmax_grid(c, &f_bar, &noisy);
+        assert!((p_c - want).abs() < 1e-6, "c={c}: {p_c} vs {want}");
+    }
+    assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-14);
+}
+
+#[test]
+fn hernandez_lobato_prediction_prunes_to_a_positive_bound() {
+    let mut rng = ChaCha8Rng::seed_from_u64(131);
+    let hl = HernandezLobato::new(20).unwrap();
+    let k = 60;
+    let row = random_row(&mut rng, k, k, true, 1.0);
+    let mean: Vec<f64> = (0..k).map(|c| row.mean[c] * 12.0).collect();
+    let probs = row_probabilities(&hl, (0, 0), &mean, &row.var, &row.phi, &vec![0.0; k]);
+    let noisy: Vec<f64> = row.var.iter().map(|v| v + 0.5).collect();
+    let rm = RobustMax::new(1e-3, 20).unwrap();
+    let full: Vec<f64> = (0..k)
+        .map(|c| rm.argmax_probability(c, &mean, &noisy, None, &mut vec![0.0; 4 * k]))
+        .collect();
+    let total: f64 = full.iter().sum();
+    let pruned = full.iter().filter(|&&s| s < 1e-12).count();
+    assert!(pruned > k / 2, "only {pruned} of {k} classes negligible");
+    for (c, (&p_c, &s_c)) in probs.iter().zip(&full).enumerate() {
+        assert!(p_c > 0.0, "c={c}: probability 0");
+        assert!(
+            (p_c - s_c / total).abs() < 1e-11,
+            "c={c}: {p_c} vs {}",
+            s_c / total
+        );
     }
 }

@@ -207,6 +207,7 @@ fn binary_problem(seed: u64, whitened: bool) -> Problem {
             std::cmp::Ordering::Greater => u(0.8),
         });
         params = Params {
+            logit_epsilon: None,
             rho: Mat::new(),
             chol: Some(pack_factors(&[factor], true)),
             ..params

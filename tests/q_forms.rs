@@ -57,6 +57,7 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
     let factors = random_factors(&mut rng, m, p);
     let params = Params {
+        logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(&mut rng, 1.0)),
         mu: Mat::from_fn(m, p, |_, _| u(&mut rng, 1.0)),
         rho: Mat::new(),

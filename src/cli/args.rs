@@ -235,6 +235,11 @@ pub struct IngestArgs {
     /// indices beyond it are errors.
     #[arg(long, value_name = "D")]
     pub features: Option<u32>,
+    /// With --first-label: number the classes of every split's rows (all, the default) or of
+    /// the training rows only (train); a test row whose class no training row has is then
+    /// kept without a class, counted, and scored as wrong (docs/formats.md).
+    #[arg(long, default_value = "all", value_parser = PossibleValuesParser::new(["all", "train"]))]
+    pub class_map: String,
 }
 
 /// The values of `pipeline ingest --format`.
@@ -264,6 +269,7 @@ impl IngestArgs {
             label_kind: self.label_kind,
             first_label: self.first_label,
             features: self.features,
+            class_map_from_train: self.class_map == "train",
         };
         config.validate()?;
         Ok(config)
@@ -464,16 +470,18 @@ pub struct TrainFlags {
           value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
     pub q_form: QFormChoice,
     /// The likelihood. Binary and multilabel tasks: logistic, p(y|f) = σ(y f), or probit,
-    /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max or softmax
-    /// (by Monte Carlo), or ar-softmax / ar-logit (augment and reduce: the softmax bound
-    /// with each row's α, or the logit bound with each row's q(ε), from an amortisation
-    /// network, --amortiser-hidden) (docs/likelihood.md).
+    /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max, softmax
+    /// (by Monte Carlo), hl (Hernández-Lobato: one-vs-each with the probit link), or
+    /// ar-softmax / ar-logit (augment and reduce: the softmax bound with each row's α, or
+    /// the logit bound with each row's q(ε), from an amortisation network,
+    /// --amortiser-hidden) (docs/likelihood.md).
     #[arg(long, default_value = "logistic",
           value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
     pub likelihood: LikelihoodChoice,
     /// The task: multilabel, binary (a dataset with one label, label 0 the positive
     /// class; every row is a term, so --negatives stays all) or multiclass (one label per
-    /// row among K ≥ 2 classes; --likelihood ove, robust-max or softmax).
+    /// row among K ≥ 2 classes; --likelihood ove, robust-max, softmax, hl, ar-softmax or
+    /// ar-logit).
     #[arg(long, default_value = "multilabel",
           value_parser = one_of::<Task>(&Task::NAMES))]
     pub task: Task,
@@ -486,6 +494,10 @@ pub struct TrainFlags {
     /// (--likelihood robust-max only).
     #[arg(long, default_value_t = crate::model::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
     pub robust_max_epsilon: f64,
+    /// Train robust-max's ε (as logit ε, from --robust-max-epsilon) with the other
+    /// parameters (--likelihood robust-max only; GPflow's RobustMax with ε trainable).
+    #[arg(long)]
+    pub learn_epsilon: bool,
     /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
     /// softmax, per row for the predictive class probabilities of softmax, ove and
     /// augment-and-reduce runs, and ar-logit's ε rule of 2S points.
@@ -634,6 +646,7 @@ impl TrainFlags {
             mc_pairs: self.mc_pairs,
             amortiser_hidden: self.amortiser_hidden,
             class_samples: self.class_samples,
+            learn_epsilon: self.learn_epsilon,
             given: BTreeSet::new(),
         }
     }

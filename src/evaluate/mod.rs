@@ -378,9 +378,22 @@ impl Job<'_> {
 
     fn measure_multiclass(&self, reader: PredictionReader) -> Result<MulticlassMetrics> {
         let mut acc = MulticlassAccumulator::new(self.dataset.n_labels as usize, self.opts.k)?;
+        // `ingest --class-map train`: the split's rows of classes no training row has are
+        // stored without a class; they are scored as wrong and their classes join K*.
+        let unseen = self
+            .dataset
+            .class_map
+            .as_ref()
+            .and_then(|m| m.unseen_in(self.split));
+        if let Some(u) = unseen {
+            acc.add_unseen_classes(u.values.len() as u64);
+        }
         self.for_each_row(reader, |block, i, labels| {
             let probs = block.probabilities(i).context("no probabilities")?;
-            acc.add_row(block.labels(i), probs, labels)
+            match (labels, unseen) {
+                ([], Some(_)) => acc.add_unseen_row(probs),
+                _ => acc.add_row(block.labels(i), probs, labels),
+            }
         })?;
         Ok(acc.finish())
     }

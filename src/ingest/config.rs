@@ -42,6 +42,10 @@ pub struct IngestConfig {
     pub first_label: bool,
     /// `--features D` (LIBSVM only): D, instead of the largest feature index seen.
     pub features: Option<u32>,
+    /// `--class-map train`: number the classes of the training rows only (with
+    /// `--first-label`); rows of other splits whose class is not among them are kept
+    /// without a label id and counted (`docs/formats.md`, "Label kinds and the class map").
+    pub class_map_from_train: bool,
 }
 
 impl IngestConfig {
@@ -97,6 +101,15 @@ impl IngestConfig {
         c.check(self.features != Some(0), "features", || {
             "must be positive".into()
         });
+        c.check(
+            !self.class_map_from_train || self.first_label,
+            "class-map",
+            || {
+                "train applies with --first-label (a multi-class dataset from a multi-label \
+                 one); without it the classes of every split are numbered"
+                    .into()
+            },
+        );
         let kind_ok =
             !self.first_label || matches!(self.label_kind, None | Some(LabelKind::Multiclass));
         c.check(kind_ok, "label-kind", || {
@@ -152,6 +165,9 @@ impl IngestConfig {
         }
         if let Some(d) = self.features {
             params["features"] = json!(d);
+        }
+        if self.class_map_from_train {
+            params["class_map"] = json!("train");
         }
         Ok(params)
     }

@@ -8,6 +8,7 @@
 //! The scan streams like the ingest itself: memory is the parser's bounded blocks plus the
 //! set of distinct label values, which is bounded by the number of classes, not by N.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,10 +16,12 @@ use anyhow::{anyhow, bail, Result};
 use indicatif::ProgressBar;
 
 use super::config::IngestConfig;
-use super::input::UNDECLARED;
+use super::input::{Route, UNDECLARED};
 use super::parse::{LabelRules, LabelScan};
 use super::stream::stream_rows;
+use super::validation::CARVED_FROM;
 use crate::store::catalog::{ClassMap, LabelKind};
+use crate::store::classes::UnseenClasses;
 
 /// What the scan decided.
 #[derive(Debug, Clone)]
@@ -48,6 +51,9 @@ impl LabelPlan {
 #[derive(Debug, Default)]
 struct Scanned {
     all: LabelScan,
+    /// The distinct label values of each split fed by a whole stream, in stream order
+    /// (`--class-map train` numbers those of `train` only).
+    by_split: Vec<(&'static str, BTreeSet<i64>)>,
     first_unlabeled: Option<(PathBuf, u64)>,
     first_multi_label: Option<(PathBuf, u64)>,
     qid_tokens: u64,
@@ -84,12 +90,24 @@ pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Re
     let mut scanned = Scanned::default();
     for stream in opened.streams {
         let path = stream.path.clone();
+        match (&stream.route, config.class_map_from_train) {
+            (Route::Whole(split), _) => scanned.by_split.push((split, BTreeSet::new())),
+            (Route::ByRow { .. }, true) => bail!(
+                "--class-map train: {} feeds several splits through a row table; it needs \
+                 the training rows in files of their own (--train/--test)",
+                path.display()
+            ),
+            (Route::ByRow { .. }, false) => {}
+        }
         let mut scan = LabelScan::default();
         stream_rows(stream.input, &rules, threads, progress, &mut |parsed| {
             scanned.qid_tokens += parsed.block.qid_tokens;
             scan.merge(parsed.block.scan);
             Ok(())
         })?;
+        if let (Route::Whole(_), Some((_, values))) = (&stream.route, scanned.by_split.last_mut()) {
+            values.extend(scan.values.iter().copied());
+        }
         scanned.add(&path, scan);
     }
     let plan = decide(config, &scanned, declared_d)?;
@@ -109,7 +127,10 @@ fn decide(config: &IngestConfig, s: &Scanned, declared_d: Option<u32>) -> Result
             )
         })?,
     };
-    let values: Vec<i64> = s.all.values.iter().copied().collect();
+    let values: Vec<i64> = match config.class_map_from_train {
+        true => training_values(s).into_iter().collect(),
+        false => s.all.values.iter().copied().collect(),
+    };
     if values.is_empty() {
         bail!(
             "{files}: found no label in any of {} rows, expected class labels",
@@ -121,10 +142,13 @@ fn decide(config: &IngestConfig, s: &Scanned, declared_d: Option<u32>) -> Result
         (false, Some(kind)) => kind,
         (false, None) => detect(s, &values)?,
     };
-    let classes = match kind {
+    let mut classes = match kind {
         LabelKind::Binary => binary_map(&values)?,
         _ => ClassMap::new(values, None)?,
     };
+    if config.class_map_from_train {
+        classes.unseen = unseen_classes(s);
+    }
     Ok(LabelPlan {
         kind,
         classes: Arc::new(classes),
@@ -132,6 +156,38 @@ fn decide(config: &IngestConfig, s: &Scanned, declared_d: Option<u32>) -> Result
         exactly_one: kind != LabelKind::Multilabel && !config.first_label,
         qid_tokens: s.qid_tokens,
     })
+}
+
+/// The label values of the training rows (`--class-map train`).
+fn training_values(s: &Scanned) -> BTreeSet<i64> {
+    s.by_split
+        .iter()
+        .filter(|(split, _)| *split == CARVED_FROM)
+        .flat_map(|(_, values)| values.iter().copied())
+        .collect()
+}
+
+/// Per split other than train, its label values that no training row has (row counts 0:
+/// the writing pass counts the rows).
+fn unseen_classes(s: &Scanned) -> Vec<UnseenClasses> {
+    let train = training_values(s);
+    let mut out: Vec<UnseenClasses> = Vec::new();
+    for (split, values) in s.by_split.iter().filter(|(split, _)| *split != CARVED_FROM) {
+        let missing = values.iter().filter(|v| !train.contains(v)).copied();
+        match out.iter_mut().find(|u| u.split == *split) {
+            Some(u) => {
+                let merged: BTreeSet<i64> = u.values.iter().copied().chain(missing).collect();
+                u.values = merged.into_iter().collect();
+            }
+            None => out.push(UnseenClasses {
+                split: split.to_string(),
+                values: missing.collect(),
+                rows: 0,
+            }),
+        }
+    }
+    out.retain(|u| !u.values.is_empty());
+    out
 }
 
 /// The kind the rows show: multi-label when a row has no label or several; else binary
@@ -170,6 +226,9 @@ fn binary_map(values: &[i64]) -> Result<ClassMap> {
 /// Prints the detected kind, L, the class map (its first entries) and the `qid:` count.
 fn report(config: &IngestConfig, s: &Scanned, plan: &LabelPlan) {
     let how = match (config.first_label, config.label_kind) {
+        (true, _) if config.class_map_from_train => {
+            "--first-label, classes of the training rows".to_string()
+        }
         (true, _) => "--first-label".to_string(),
         (false, Some(_)) => "--label-kind".to_string(),
         (false, None) => match (&s.first_multi_label, &s.first_unlabeled) {
@@ -200,6 +259,14 @@ fn report(config: &IngestConfig, s: &Scanned, plan: &LabelPlan) {
         plan.n_features,
         shown.join(", ")
     );
+    for u in &map.unseen {
+        eprintln!(
+            "labels: {} classes of split '{}' are not among the training rows' (their rows \
+             are kept without a class and scored as wrong)",
+            u.values.len(),
+            u.split
+        );
+    }
     if plan.qid_tokens > 0 {
         eprintln!(
             "warning: ignored {} 'qid:' tokens (SVMlight query ids; fsgp does not rank \

@@ -43,6 +43,10 @@ pub struct RowRules {
     pub labels: LabelRules,
 }
 
+/// The label id the writing pass gives a row whose class is one of the class map's unseen
+/// ones (`--class-map train`); never stored: [`super::sink::SplitSink`] strips it.
+pub const UNSEEN_CLASS: u32 = u32::MAX;
+
 /// How a row's labels become label ids.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LabelRules {
@@ -426,7 +430,13 @@ impl RowRules {
             if map.negative == Some(v) {
                 continue;
             }
-            let id = map.id_of(v).ok_or_else(|| unknown_class(v, map))?;
+            let id = match map.id_of(v) {
+                Some(id) => id,
+                // `--class-map train`: a class no training row has; the sink counts the row
+                // and stores it without a label id.
+                None if map.is_unseen(v) => UNSEEN_CLASS,
+                None => return Err(unknown_class(v, map)),
+            };
             s.labels.push(id);
         }
         Ok(())

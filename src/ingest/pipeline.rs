@@ -19,7 +19,7 @@ use super::sink::{Encoder, SplitSink};
 use super::source::SourceInfo;
 use super::stream::{stream_rows, Parsed};
 use super::validation::{ValidationSplit, CARVED_FROM, VALIDATION};
-use crate::store::catalog::LabelKind;
+use crate::store::catalog::{ClassMap, LabelKind};
 use crate::store::chunks::CsrChunk;
 
 /// Skip reasons kept for the summary (the counts are always exact).
@@ -185,6 +185,7 @@ fn write_dataset(
         if let Some(v) = &config.validation {
             check_carved(&sinks, v)?;
         }
+        let class_map = plan.map(|p| counted_unseen(&p.classes, &sinks));
         Ok(Built {
             n_features: u64::from(d),
             n_labels: u64::from(l),
@@ -199,9 +200,22 @@ fn write_dataset(
             sources,
             skip_reasons: reasons,
             label_kind: kind,
-            class_map: plan.map(|p| (*p.classes).clone()),
+            class_map,
         })
     })
+}
+
+/// The class map with the rows of each split's unseen classes counted by its sinks.
+fn counted_unseen(classes: &ClassMap, sinks: &[SplitSink]) -> ClassMap {
+    let mut map = classes.clone();
+    for u in &mut map.unseen {
+        u.rows = sinks
+            .iter()
+            .filter(|s| s.name == u.split)
+            .map(|s| s.counts.unseen_rows)
+            .sum();
+    }
+    map
 }
 
 /// Where the rows a stream's route sends to one of its splits are written: the split's

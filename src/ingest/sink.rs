@@ -10,6 +10,7 @@ use std::thread::ScopedJoinHandle;
 use anyhow::{anyhow, Context, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
+use super::parse::UNSEEN_CLASS;
 use crate::store::chunks::{write_chunk, CsrChunk, RowRef, WrittenFile};
 use crate::store::space::ensure_free;
 
@@ -115,6 +116,8 @@ pub struct SplitCounts {
     pub skipped_rows: u64,
     pub crlf_lines: u64,
     pub n_chunks: u64,
+    /// Rows whose class the training rows lack (`--class-map train`), stored without one.
+    pub unseen_rows: u64,
 }
 
 /// Collects the rows of one split into chunk files under `dir`.
@@ -180,8 +183,11 @@ impl SplitSink {
     ) -> Result<()> {
         self.decide_chunk_rows(block);
         for i in which {
-            let row = block.row(i);
-            if row.labels.is_empty() {
+            let mut row = block.row(i);
+            if row.labels == [UNSEEN_CLASS] {
+                self.counts.unseen_rows += 1;
+                row.labels = &[];
+            } else if row.labels.is_empty() {
                 self.counts.unlabeled_rows += 1;
                 if self.drop_unlabeled {
                     self.counts.dropped_unlabeled += 1;

@@ -39,6 +39,11 @@ pub struct MulticlassAccumulator {
     calibration: CalibrationAccumulator,
     /// One code per class id < K.
     classes: Vec<u8>,
+    /// Rows whose class the training rows lack (a dataset ingested with `--class-map
+    /// train`): wrong at every k.
+    unseen_rows: u64,
+    /// The distinct classes of those rows, counted in K* and never covered.
+    unseen_classes: u64,
 }
 
 impl MulticlassAccumulator {
@@ -61,7 +66,29 @@ impl MulticlassAccumulator {
             nlp_unlisted: 0,
             calibration: CalibrationAccumulator::new(),
             classes: vec![CLASS_ABSENT; n_classes],
+            unseen_rows: 0,
+            unseen_classes: 0,
         })
+    }
+
+    /// Declares `n` classes of the evaluated rows that the training rows lack (they have no
+    /// class id < K): K* counts them, and none of them can be covered.
+    pub fn add_unseen_classes(&mut self, n: u64) {
+        self.unseen_classes = n;
+    }
+
+    /// Adds a row whose true class the training rows lack: wrong at every k, and in the
+    /// calibration as a wrong top-1 prediction with its confidence; not in the NLP (the
+    /// model has no probability for a class it does not know). On error nothing changes.
+    pub fn add_unseen_row(&mut self, probabilities: &[f32]) -> Result<()> {
+        let confidence = match probabilities.first() {
+            Some(&p) => checked_probability(p)?,
+            None => 0.0,
+        };
+        self.calibration.add(confidence, false)?;
+        self.rows += 1;
+        self.unseen_rows += 1;
+        Ok(())
     }
 
     /// Adds one row: `pred_ranked` the predicted classes best first, `probabilities` theirs
@@ -138,6 +165,8 @@ impl MulticlassAccumulator {
         self.nlp = nlp;
         self.rows += other.rows;
         self.nlp_unlisted += other.nlp_unlisted;
+        self.unseen_rows += other.unseen_rows;
+        self.unseen_classes = self.unseen_classes.max(other.unseen_classes);
         for (a, b) in self.hits.iter_mut().zip(&other.hits) {
             *a += *b;
         }
@@ -150,7 +179,8 @@ impl MulticlassAccumulator {
     /// The metrics of the rows added so far.
     pub fn finish(&self) -> MulticlassMetrics {
         let rows = self.rows as f64;
-        let test_classes = self.classes.iter().filter(|&&c| c != CLASS_ABSENT).count() as u64;
+        let test_classes = self.classes.iter().filter(|&&c| c != CLASS_ABSENT).count() as u64
+            + self.unseen_classes;
         let covered_classes = self.classes.iter().filter(|&&c| c == CLASS_COVERED).count() as u64;
         let calibration = self.calibration.finish();
         MulticlassMetrics {
@@ -170,6 +200,8 @@ impl MulticlassAccumulator {
             ece: calibration.ece,
             mce: calibration.mce,
             calibration,
+            unseen_rows: self.unseen_rows,
+            unseen_classes: self.unseen_classes,
         }
     }
 }
@@ -183,7 +215,7 @@ pub struct MulticlassMetrics {
     pub rows: u64,
     /// K, the number of classes.
     pub classes: u64,
-    /// K*: classes present in the test truth.
+    /// K*: classes present in the test truth (with `unseen_classes`).
     pub test_classes: u64,
     /// K_TP: test classes with at least one row predicted (top 1) as them.
     pub covered_classes: u64,
@@ -206,4 +238,15 @@ pub struct MulticlassMetrics {
     pub mce: f64,
     /// The bins behind ECE and MCE, for the reliability diagram.
     pub calibration: Calibration,
+    /// Rows whose class the training rows lack (`ingest --class-map train`): in `rows`,
+    /// wrong at every k, in the calibration, not in the NLP. Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unseen_rows: u64,
+    /// Their distinct classes, counted in K* (`test_classes`). Absent from the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unseen_classes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -36,6 +36,8 @@ pub(crate) struct ClassGrads {
     pub bias: Vec<f64>,
     /// ∂/∂(network weights), for a likelihood with amortised local parameters.
     pub amortiser: Option<Amortiser>,
+    /// ∂/∂θ of the likelihood's learnt parameter (`Params::logit_epsilon`); None without.
+    pub lik_param: Option<f64>,
 }
 
 /// The amortisation network's outputs on the minibatch's rows, for a likelihood with local
@@ -101,12 +103,12 @@ pub(crate) fn classes_part(
     let (mut f_t, mut a_t) = scratch.take_dense(k_count * b);
     utilities_into(&mut f_t, params, m);
     let mut g_var_rows = vec![0.0; b * p_count];
-    let blocks: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = a_t
+    let blocks: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, f64)> = a_t
         .par_chunks_mut(ROW_BLOCK * k_count)
         .zip(g_var_rows.par_chunks_mut(ROW_BLOCK * p_count))
         .enumerate()
         .map(|(block, (a_block, gv_block))| {
-            let mut phi_sum = vec![0.0; k_count * p_count];
+            let (mut phi_sum, mut lik_sum) = (vec![0.0; k_count * p_count], 0.0);
             let mut g_local = vec![0.0; a_block.len() / k_count * o_count];
             let mut work = Vec::new();
             let rows = a_block
@@ -128,30 +130,36 @@ pub(crate) fn classes_part(
                         local: local_rows
                             .get(i * o_count..(i + 1) * o_count)
                             .unwrap_or(&[]),
+                        lik_param: params.logit_epsilon,
                     };
                     let mut grads = RowGrads {
                         utility: a_row,
                         var: gv_row,
                         phi: &mut phi_sum,
                         local: g_local_row,
+                        lik_param: &mut lik_sum,
                     };
                     // The likelihoods call libm (exp, erfc); see `clear_upper_simd_state`.
                     clear_upper_simd_state();
                     classes.lik.row(&input, &mut grads, &mut work)
                 })
                 .collect();
-            (values, phi_sum, g_local)
+            (values, phi_sum, g_local, lik_sum)
         })
         .collect();
     let scale = classes.scale;
     // Σ_i E_i in row order.
-    let expected = scale * blocks.iter().flat_map(|(v, _, _)| v).sum::<f64>();
+    let expected = scale * blocks.iter().flat_map(|(v, _, _, _)| v).sum::<f64>();
     let amortiser = local.map(|(fwd, _)| {
-        let g_local: Vec<f64> = blocks.iter().flat_map(|(_, _, g)| g).copied().collect();
+        let g_local: Vec<f64> = blocks.iter().flat_map(|(_, _, g, _)| g).copied().collect();
         let g_out = Mat::from_fn(b, o_count, |i, o| scale * g_local[i * o_count + o]);
         let net = params.amortiser.as_ref().expect("checked by local_outputs");
         net.backward(rows, &fwd, &g_out)
     });
+    // Each block's rows in order, then the blocks in order.
+    let lik_param = params
+        .logit_epsilon
+        .map(|_| scale * blocks.iter().map(|(_, _, _, g)| g).sum::<f64>());
     for a in a_t.iter_mut() {
         *a *= scale;
     }
@@ -159,7 +167,7 @@ pub(crate) fn classes_part(
     let g_mean = product(at.transpose(), phi);
     let mut g_phi = product(at, m);
     let mut cov_phi = vec![0.0; k_count * p_count];
-    for (_, block_sum, _) in &blocks {
+    for (_, block_sum, _, _) in &blocks {
         for (acc, x) in cov_phi.iter_mut().zip(block_sum) {
             *acc += x;
         }
@@ -184,6 +192,7 @@ pub(crate) fn classes_part(
         phi: g_phi,
         bias: g_bias,
         amortiser,
+        lik_param,
     }
 }
 
@@ -219,6 +228,7 @@ pub fn class_probabilities(
                 utility: &f_t[i * k_count..(i + 1) * k_count],
                 phi: &phi_rows,
                 local: &[],
+                lik_param: params.logit_epsilon,
             };
             clear_upper_simd_state();
             lik.probabilities(&input, out, work);

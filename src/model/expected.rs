@@ -28,6 +28,9 @@ pub(crate) struct LikelihoodGrads {
     /// ∂/∂(amortisation network weights), multi-class likelihoods with local parameters
     /// only.
     pub amortiser: Option<Amortiser>,
+    /// ∂/∂θ of a class likelihood's learnt parameter (`Params::logit_epsilon`); None
+    /// without one.
+    pub lik_param: Option<f64>,
 }
 
 /// Σ_terms w E and the gradients with respect to m, s, Φ and b, for the marginals `mean` and
@@ -55,6 +58,7 @@ pub(crate) fn likelihood_part(
                 phi: part.phi,
                 bias: part.bias,
                 amortiser: part.amortiser,
+                lik_param: part.lik_param,
             }
         }
     }
@@ -146,6 +150,7 @@ fn likelihood_list(
         phi: Mat::from_fn(k_count, p_count, |k, p| g_phi_rows[k * p_count + p]),
         bias: g_bias,
         amortiser: None,
+        lik_param: None,
     }
 }
 
@@ -225,5 +230,6 @@ fn likelihood_dense(
         phi: g_phi,
         bias: g_bias,
         amortiser: None,
+        lik_param: None,
     }
 }

@@ -39,6 +39,9 @@ pub struct RowInput<'a> {
     /// The row's amortisation-network outputs o_i [O] (`amortiser.rs`), empty for a
     /// likelihood without local parameters ([`ClassLikelihood::local_init`]).
     pub local: &'a [f64],
+    /// The likelihood's learnt parameter θ when it has one (robust-max's logit ε,
+    /// `Params::logit_epsilon`); None: the likelihood's own fixed value.
+    pub lik_param: Option<f64>,
 }
 
 impl RowInput<'_> {
@@ -69,6 +72,8 @@ pub struct RowGrads<'a> {
     pub phi: &'a mut [f64],
     /// ∂E_i/∂o_i [O], written (empty without local parameters).
     pub local: &'a mut [f64],
+    /// ∂E_i/∂θ of the learnt parameter, added to (untouched when `lik_param` is None).
+    pub lik_param: &'a mut f64,
 }
 
 /// A likelihood p(c | f) of one class c among K given the row's K utilities, seen through
@@ -170,6 +175,7 @@ pub fn row_gradient_local(
         utility: &utility,
         phi,
         local,
+        lik_param: None,
     };
     let mut g_local = vec![0.0; local.len()];
     let mut out = RowGradient {
@@ -179,11 +185,13 @@ pub fn row_gradient_local(
         phi: vec![0.0; k_count * p_count],
         bias: vec![0.0; k_count],
     };
+    let mut lik_param = 0.0;
     let mut grads = RowGrads {
         utility: &mut out.bias,
         var: &mut out.var,
         phi: &mut out.phi,
         local: &mut g_local,
+        lik_param: &mut lik_param,
     };
     out.value = lik.row(&input, &mut grads, &mut Vec::new());
     for k in 0..k_count {
@@ -216,6 +224,7 @@ pub fn row_probabilities(
         utility: &utility,
         phi,
         local: &[],
+        lik_param: None,
     };
     let mut probs = vec![0.0; bias.len()];
     lik.probabilities(&input, &mut probs, &mut Vec::new());

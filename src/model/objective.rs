@@ -298,6 +298,8 @@ fn evaluate_inner(
         kl,
         jitter,
         grads: Params {
+            // 0 when the class likelihood does not use it (it then does not change F).
+            logit_epsilon: params.logit_epsilon.map(|_| lg.lik_param.unwrap_or(0.0)),
             a: g_a,
             mu: vg.mu,
             rho: vg.rho,

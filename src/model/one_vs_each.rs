@@ -15,7 +15,7 @@
 use anyhow::Result;
 
 use super::class_sampling::ClassSampler;
-use super::likelihood::BernoulliLogistic;
+use super::likelihood::{BernoulliLogistic, Likelihood};
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use super::softmax_mc::SoftmaxMc;
 
@@ -41,57 +41,6 @@ impl OneVsEach {
         })
     }
 
-    /// w · Σ_{k ∈ negatives} E(+1, f̄_c − f̄_k, σ²_k) with its gradients (see the module
-    /// docs). With every negative and w = 1 the arithmetic is the full bound's (w · x = x
-    /// exactly).
-    fn pairs_sum(
-        &self,
-        row: &RowInput<'_>,
-        grads: &mut RowGrads<'_>,
-        work: &mut Vec<f64>,
-        negatives: impl Iterator<Item = usize> + Clone,
-        w: f64,
-    ) -> f64 {
-        let (p_count, c) = (row.latents(), row.class);
-        let n = negatives.clone().count();
-        work.clear();
-        work.resize(4 * n, 0.0);
-        let (y, rest) = work.split_at_mut(n);
-        let (mean, rest) = rest.split_at_mut(n);
-        let (var, value) = rest.split_at_mut(n);
-        y.fill(1.0);
-        let phi_c = row.phi_row(c);
-        for (j, k) in negatives.clone().enumerate() {
-            mean[j] = row.utility[c] - row.utility[k];
-            let phi_k = row.phi_row(k);
-            let mut v = 0.0;
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                v += d * d * row.var[p];
-            }
-            var[j] = v;
-        }
-        // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
-        self.pairs.expect_lanes(y, mean, var, value);
-        let (mut total, mut a_c) = (0.0, 0.0);
-        for (j, k) in negatives.enumerate() {
-            total += w * value[j];
-            a_c += w * mean[j];
-            grads.utility[k] = -(w * mean[j]);
-            let beta = w * var[j];
-            let phi_k = row.phi_row(k);
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                let cov = 2.0 * beta * d * row.var[p];
-                grads.var[p] += beta * d * d;
-                grads.phi[k * p_count + p] -= cov;
-                grads.phi[c * p_count + p] += cov;
-            }
-        }
-        grads.utility[c] = a_c;
-        total
-    }
-
     /// The same bound over `class_samples` sampled negatives per row (None: all). Errors
     /// for 0.
     pub fn with_class_samples(self, class_samples: Option<usize>) -> Result<Self> {
@@ -113,13 +62,13 @@ impl ClassLikelihood for OneVsEach {
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
         let (k_count, c) = (row.classes(), row.class);
         match &self.sampler {
-            None => self.pairs_sum(row, grads, work, (0..k_count).filter(|&k| k != c), 1.0),
+            None => pairwise_row(&self.pairs, row, grads, work),
             Some(sampler) => {
                 let mut negatives = Vec::new();
                 let w = sampler.negatives(k_count, c, (row.seed, row.stream), &mut negatives);
                 // The pairs not drawn have no gradient this step.
                 grads.utility.fill(0.0);
-                self.pairs_sum(row, grads, work, negatives.into_iter(), w)
+                pairs_sum(&self.pairs, row, grads, work, negatives.into_iter(), w)
             }
         }
     }
@@ -127,4 +76,70 @@ impl ClassLikelihood for OneVsEach {
     fn probabilities(&self, row: &RowInput<'_>, probs: &mut [f64], work: &mut Vec<f64>) {
         self.predictive.probabilities(row, probs, work)
     }
+}
+
+/// Σ_{k≠c} E(+1, f̄_c − f̄_k, Var(f_c − f_k)) of one row for any Bernoulli link `pairs` (the
+/// logistic for one-vs-each, the probit for the Hernández-Lobato likelihood), with the
+/// gradients of the module's documentation: ∂E/∂f̄ written to `grads.utility`, the
+/// covariance path added to `grads.var` and `grads.phi`. `work` is resized to 4(K − 1).
+pub(crate) fn pairwise_row<L: Likelihood>(
+    pairs: &L,
+    row: &RowInput<'_>,
+    grads: &mut RowGrads<'_>,
+    work: &mut Vec<f64>,
+) -> f64 {
+    let c = row.class;
+    let others = (0..row.classes()).filter(move |&k| k != c);
+    pairs_sum(pairs, row, grads, work, others, 1.0)
+}
+
+/// w · Σ_{k ∈ negatives} E(+1, f̄_c − f̄_k, σ²_k) with its gradients (see the module docs),
+/// for [`pairwise_row`] (every negative, w = 1: the arithmetic of the full bound, since
+/// w · x = x exactly) and for `--class-samples` (S sampled negatives, w = (K − 1)/S).
+fn pairs_sum<L: Likelihood>(
+    pairs: &L,
+    row: &RowInput<'_>,
+    grads: &mut RowGrads<'_>,
+    work: &mut Vec<f64>,
+    negatives: impl Iterator<Item = usize> + Clone,
+    w: f64,
+) -> f64 {
+    let (p_count, c) = (row.latents(), row.class);
+    let n = negatives.clone().count();
+    work.clear();
+    work.resize(4 * n, 0.0);
+    let (y, rest) = work.split_at_mut(n);
+    let (mean, rest) = rest.split_at_mut(n);
+    let (var, value) = rest.split_at_mut(n);
+    y.fill(1.0);
+    let phi_c = row.phi_row(c);
+    for (j, k) in negatives.clone().enumerate() {
+        mean[j] = row.utility[c] - row.utility[k];
+        let phi_k = row.phi_row(k);
+        let mut v = 0.0;
+        for p in 0..p_count {
+            let d = phi_c[p] - phi_k[p];
+            v += d * d * row.var[p];
+        }
+        var[j] = v;
+    }
+    // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
+    pairs.expect_lanes(y, mean, var, value);
+    let (mut total, mut a_c) = (0.0, 0.0);
+    for (j, k) in negatives.enumerate() {
+        total += w * value[j];
+        a_c += w * mean[j];
+        grads.utility[k] = -(w * mean[j]);
+        let beta = w * var[j];
+        let phi_k = row.phi_row(k);
+        for p in 0..p_count {
+            let d = phi_c[p] - phi_k[p];
+            let cov = 2.0 * beta * d * row.var[p];
+            grads.var[p] += beta * d * d;
+            grads.phi[k * p_count + p] -= cov;
+            grads.phi[c * p_count + p] += cov;
+        }
+    }
+    grads.utility[c] = a_c;
+    total
 }

@@ -131,6 +131,9 @@ impl AdamState {
         for (theta, &g) in pk.log_features.iter_mut().zip(&gk.log_features) {
             scalars.push((Block::LogFeatures, theta, g));
         }
+        if let (Some(theta), Some(g)) = (params.logit_epsilon.as_mut(), grads.logit_epsilon) {
+            scalars.push((Block::LogitEpsilon, theta, g));
+        }
         for (block, theta, g) in scalars {
             if let Some(coef) = coef_of(block) {
                 self.update(idx, g, theta, &coef);
@@ -176,6 +179,7 @@ mod tests {
 
     fn params(x: f64) -> Params {
         Params {
+            logit_epsilon: None,
             a: Mat::from_fn(1, 1, |_, _| x),
             mu: Mat::zeros(1, 1),
             rho: Mat::zeros(1, 1),
@@ -225,6 +229,7 @@ mod tests {
         };
         let mut random = |rows: usize, cols: usize| Mat::from_fn(rows, cols, |_, _| next());
         let mut p = Params {
+            logit_epsilon: None,
             a: random(3, 2),
             mu: random(3, 4),
             rho: random(3, 4),
@@ -240,6 +245,7 @@ mod tests {
         };
         let grads: Vec<Params> = (0..4u64)
             .map(|g| Params {
+                logit_epsilon: None,
                 a: random(3, 2),
                 mu: random(3, 4),
                 rho: random(3, 4),

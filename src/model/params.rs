@@ -31,6 +31,9 @@ pub struct Params {
     /// The amortisation network of the augment-and-reduce likelihoods
     /// (`amortiser.rs`); None for every other likelihood.
     pub amortiser: Option<Amortiser>,
+    /// θ = logit ε of robust-max's ε when it is learnt (`--learn-epsilon`); None otherwise
+    /// (ε fixed, or another likelihood). `docs/likelihood.md`, "Robust-max".
+    pub logit_epsilon: Option<f64>,
 }
 
 /// The lower-triangular factors L_p [M×M] of a full-Cholesky q(u), one per latent GP, packed
@@ -148,12 +151,14 @@ pub enum Block {
     LogFeatures,
     /// The amortisation network's weights (augment-and-reduce likelihoods only).
     Amortiser,
+    /// logit ε, robust-max's learnt ε (only with `--learn-epsilon`).
+    LogitEpsilon,
 }
 
 impl Block {
     /// Every block, in the order of the flat index ([`flat_entry`]). `LogLin2`, `LogArd` and
     /// `LogFeatures` hold entries only for the kernels and ARD modes that have them.
-    pub const ALL: [Block; 12] = [
+    pub const ALL: [Block; 13] = [
         Block::A,
         Block::Mu,
         Block::Rho,
@@ -166,6 +171,7 @@ impl Block {
         Block::LogArd,
         Block::LogFeatures,
         Block::Amortiser,
+        Block::LogitEpsilon,
     ];
 
     /// Whether the block is a kernel hyperparameter (σ's, ℓ, ARD weights; not A): what
@@ -178,7 +184,7 @@ impl Block {
     }
 
     /// The display name ("A", "μ", "ρ", "L", "Φ", "b", "log σ_f²", "log ℓ", "log σ_lin²",
-    /// "log ω", "log w"), for messages only.
+    /// "log ω", "log w", "logit ε"), for messages only.
     pub fn name(self) -> &'static str {
         match self {
             Block::A => "A",
@@ -193,6 +199,7 @@ impl Block {
             Block::LogArd => "log ω",
             Block::LogFeatures => "log w",
             Block::Amortiser => "amortiser",
+            Block::LogitEpsilon => "logit ε",
         }
     }
 }
@@ -218,6 +225,7 @@ pub fn flat_len(p: &Params) -> usize {
         + k.log_ard.len()
         + k.log_features.len()
         + p.amortiser.as_ref().map_or(0, Amortiser::len)
+        + usize::from(p.logit_epsilon.is_some())
 }
 
 /// A mutable reference to a parameter by flat index (for finite-difference checks and the
@@ -259,9 +267,16 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
             &mut k.log_features[i - scalars - k.log_ard.len()],
         ),
         i => {
-            let net = p.amortiser.as_mut().expect("index within flat_len");
             let at = i - scalars - k.log_ard.len() - k.log_features.len();
-            (Block::Amortiser, net.entry_mut(at))
+            match p.amortiser.as_mut() {
+                Some(net) if at < net.len() => (Block::Amortiser, net.entry_mut(at)),
+                _ => (
+                    Block::LogitEpsilon,
+                    p.logit_epsilon
+                        .as_mut()
+                        .expect("index within flat_len: the last entry"),
+                ),
+            }
         }
     }
 }
@@ -288,6 +303,7 @@ pub fn flat_values(p: &Params) -> Vec<f64> {
     if let Some(net) = &p.amortiser {
         out.extend(net.values());
     }
+    out.extend(p.logit_epsilon);
     out
 }
 
@@ -334,6 +350,9 @@ pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
         let copy = net.clone();
         net.zip_mut(&copy, |x, _| *x = next());
     }
+    if let Some(x) = p.logit_epsilon.as_mut() {
+        *x = next();
+    }
     Ok(())
 }
 
@@ -351,6 +370,7 @@ pub(crate) mod tests {
             })
         };
         Params {
+            logit_epsilon: Some(-2.5),
             a: mat(3, 2),
             mu: mat(3, 2),
             rho: mat(0, 0),

@@ -233,6 +233,7 @@ mod tests {
             .map(|i| rows.row(i).iter().map(|v| v * v).sum())
             .collect();
         let params = Params {
+            logit_epsilon: None,
             a: Mat::from_fn(m, r, |_, _| u(2.0)),
             mu: Mat::from_fn(m, p, |_, _| u(1.0)),
             rho: Mat::from_fn(m, p, |_, _| u(2.0)),

@@ -6,7 +6,7 @@
 //!
 //! | column | type      | meaning                                           |
 //! |--------|-----------|---------------------------------------------------|
-//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`; then `chol` or `chol_whitened` for the full-Cholesky q(u) forms, `ard` with subspace ARD, `ard_features` with feature ARD, `amortiser_w1`, `_c1`, `_w2`, `_c2`, `_w3`, `_c3` with an augment-and-reduce likelihood |
+//! | name   | utf8      | `A`, `mu`, `rho`, `phi`, `bias`, `kernel`, `adam_m`, `adam_v`; then `chol` or `chol_whitened` for the full-Cholesky q(u) forms, `ard` with subspace ARD, `ard_features` with feature ARD, `amortiser_w1`, `_c1`, `_w2`, `_c2`, `_w3`, `_c3` with an augment-and-reduce likelihood, `logit_epsilon` with `--learn-epsilon` |
 //! | rows   | u64       | first dimension                                   |
 //! | cols   | u64       | second dimension                                  |
 //! | values | list<f64> | the entries in row-major (C) order                |
@@ -144,6 +144,10 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
             row_major("amortiser_w3", &net.w3),
             vector("amortiser_c3", &net.c3),
         ]);
+    }
+    // Robust-max's learnt logit ε [1×1], written only when the model learns it.
+    if let Some(theta) = p.logit_epsilon {
+        all.push(vector("logit_epsilon", &[theta]));
     }
     all
 }
@@ -344,7 +348,21 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         true => vector("ard_features")?,
         false => Vec::new(),
     };
+    let logit_epsilon = match found.iter().any(|t| t.0 == "logit_epsilon") {
+        true => {
+            let v = vector("logit_epsilon")?;
+            ensure!(
+                v.len() == 1,
+                "{}: logit_epsilon tensor must hold 1 value, not {}",
+                path.display(),
+                v.len()
+            );
+            Some(v[0])
+        }
+        false => None,
+    };
     let params = Params {
+        logit_epsilon,
         a: mat("A")?,
         mu: mat("mu")?,
         rho: mat("rho")?,
@@ -472,6 +490,17 @@ fn check_kernel_tensors(params: &Params, config: &serde_json::Value, path: &Path
         k.log_features.len(),
         field("ard")
     );
+    let learns = config.get("learn_epsilon").and_then(|v| v.as_bool()) == Some(true);
+    ensure!(
+        params.logit_epsilon.is_some() == learns,
+        "{}: {} a logit_epsilon tensor but the configuration's learn_epsilon is {learns}",
+        path.display(),
+        if params.logit_epsilon.is_some() {
+            "has"
+        } else {
+            "lacks"
+        },
+    );
     Ok(())
 }
 
@@ -484,6 +513,7 @@ mod tests {
             Mat::from_fn(r, c, |i, j| s * (i as f64 - j as f64 * 0.37).sin())
         };
         let params = Params {
+            logit_epsilon: None,
             a: f(4, 3, 1.0),
             mu: f(4, 2, 1e-3),
             rho: f(4, 2, -2.0),
@@ -654,5 +684,27 @@ mod tests {
         write_checkpoint(&path, &c).unwrap();
         let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
         assert!(e.contains("amortiser tensors"), "{e}");
+    }
+
+    #[test]
+    fn a_learnt_epsilon_round_trips_as_its_own_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(tensors(&sample()).iter().all(|t| t.name != "logit_epsilon"));
+        let mut c = sample();
+        c.config = serde_json::json!({"kernel": "linear", "learn_epsilon": true, "seed": 5});
+        c.params.logit_epsilon = Some(-6.25);
+        c.adam = AdamState::new(&c.params);
+        *c.adam.v.last_mut().unwrap() = 0.375;
+        let t = tensors(&c);
+        let last = t.last().unwrap();
+        assert_eq!((last.name, last.rows, last.cols), ("logit_epsilon", 1, 1));
+        let path = dir.path().join("e.parquet");
+        write_checkpoint(&path, &c).unwrap();
+        assert_eq!(read_checkpoint(&path).unwrap(), c);
+        // A learnt ε without `"learn_epsilon": true` in the configuration is refused.
+        c.config = serde_json::json!({"kernel": "linear"});
+        write_checkpoint(&path, &c).unwrap();
+        let e = format!("{:#}", read_checkpoint(&path).unwrap_err());
+        assert!(e.contains("has a logit_epsilon tensor"), "{e}");
     }
 }

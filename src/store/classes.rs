@@ -5,7 +5,10 @@
 //! Stored as JSON text in the catalog's `datasets.class_map` column (`docs/formats.md`,
 //! "Label kinds and the class map"): `{"values":[v_0, v_1, ...]}`, plus `"negative":v` for a
 //! binary dataset (the label of the rows that have no positive label). The values are
-//! strictly increasing, so label id = rank of the value in ascending numeric order.
+//! strictly increasing, so label id = rank of the value in ascending numeric order. A map
+//! built from the training rows only (`ingest --class-map train`) adds `"unseen"`: per
+//! other split, the classes of its rows that no training row has, and how many rows are of
+//! them (those rows are stored without a label id).
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -19,6 +22,20 @@ pub struct ClassMap {
     /// the input held positive rows only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub negative: Option<i64>,
+    /// `--class-map train`: per split other than train, its classes absent from the training
+    /// rows; empty (and absent from the text) otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unseen: Vec<UnseenClasses>,
+}
+
+/// The classes of one split that the training rows lack, and its rows of those classes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnseenClasses {
+    pub split: String,
+    /// The original labels, strictly increasing.
+    pub values: Vec<i64>,
+    /// Rows of the split whose class is one of `values` (stored without a label id).
+    pub rows: u64,
 }
 
 impl ClassMap {
@@ -31,7 +48,23 @@ impl ClassMap {
                 w[1]
             );
         }
-        Ok(ClassMap { values, negative })
+        Ok(ClassMap {
+            values,
+            negative,
+            unseen: Vec::new(),
+        })
+    }
+
+    /// Whether `value` is a class of some split that the training rows lack.
+    pub fn is_unseen(&self, value: i64) -> bool {
+        self.unseen
+            .iter()
+            .any(|u| u.values.binary_search(&value).is_ok())
+    }
+
+    /// The unseen classes of `split`, if it has any.
+    pub fn unseen_in(&self, split: &str) -> Option<&UnseenClasses> {
+        self.unseen.iter().find(|u| u.split == split)
     }
 
     /// Number of label ids (L).
@@ -62,7 +95,10 @@ impl ClassMap {
     pub fn from_text(text: &str) -> Result<Self> {
         let map: ClassMap = serde_json::from_str(text)
             .with_context(|| format!("class map '{text}': expected {{\"values\": [...]}}"))?;
-        ClassMap::new(map.values, map.negative)
+        let unseen = map.unseen;
+        let mut checked = ClassMap::new(map.values, map.negative)?;
+        checked.unseen = unseen;
+        Ok(checked)
     }
 }
 

@@ -185,6 +185,7 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     let mut kernel = initial_kernel(x.kind, x.lengthscale, if x.ard { a.ncols() } else { 0 });
     kernel.log_features = vec![0.0; x.feature_weights];
     Ok(Params {
+        logit_epsilon: None,
         a,
         mu: Mat::zeros(x.inducing, x.factors),
         rho: Mat::from_fn(x.inducing, x.factors, |_, _| RHO_INIT),

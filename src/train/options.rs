@@ -88,6 +88,8 @@ pub struct TrainOptions {
     pub amortiser_hidden: usize,
     /// `--class-samples`: S negative classes per row and step (ove, ar-softmax, ar-logit); None: all.
     pub class_samples: Option<usize>,
+    /// `--learn-epsilon`: train robust-max's ε (from `--robust-max-epsilon`).
+    pub learn_epsilon: bool,
     /// The options the caller set explicitly, by their command-line names with `_` for `-`
     /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
     /// come from the run. Empty: everything comes from the run.
@@ -134,6 +136,7 @@ impl Default for TrainOptions {
             mc_pairs: crate::model::softmax_mc::DEFAULT_PAIRS,
             amortiser_hidden: crate::model::amortiser::DEFAULT_HIDDEN,
             class_samples: None,
+            learn_epsilon: false,
             given: BTreeSet::new(),
         }
     }
@@ -184,6 +187,7 @@ impl TrainOptions {
             mc_pairs: self.stored_pairs(),
             amortiser_hidden: self.stored_hidden(),
             class_samples: self.class_samples,
+            learn_epsilon: self.learn_epsilon,
         };
         check_task(&config, name, &dataset)?;
         check_limits(&config)?;
@@ -347,7 +351,7 @@ impl TrainOptions {
             || {
                 format!(
                     "{} with --task multiclass: give a likelihood of one class among K, \
-                     --likelihood ove, robust-max or softmax, or the augment-and-reduce \
+                     --likelihood ove, robust-max, softmax or hl, or the augment-and-reduce \
                      ar-softmax or ar-logit",
                     lik.name()
                 )
@@ -386,6 +390,11 @@ impl TrainOptions {
                 || eps == crate::model::robust_max::DEFAULT_EPSILON,
             "robust-max-epsilon",
             || format!("{eps} is robust-max's ε; the likelihood is {}", lik.name()),
+        );
+        c.check(
+            !new_run || !self.learn_epsilon || lik == LikelihoodChoice::RobustMax,
+            "learn-epsilon",
+            || format!("trains robust-max's ε; the likelihood is {}", lik.name()),
         );
         c.check(self.mc_pairs >= 1, "mc-pairs", || {
             "must be at least 1".into()
@@ -505,8 +514,8 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
             );
             ensure!(
                 config.likelihood.is_multiclass(),
-                "--likelihood {} with --task multiclass: use ove, robust-max or softmax, or the \
-                 augment-and-reduce ar-softmax or ar-logit",
+                "--likelihood {} with --task multiclass: use ove, robust-max, softmax or hl, or \
+                 the augment-and-reduce ar-softmax or ar-logit",
                 config.likelihood.name()
             );
         }

@@ -111,6 +111,10 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
             given(cfg.class_samples.map(|s| s.to_string())),
             given(opts.class_samples.map(|s| s.to_string())),
         ),
+        "learn_epsilon" => (
+            cfg.learn_epsilon.to_string(),
+            opts.learn_epsilon.to_string(),
+        ),
         "inducing" => (
             cfg.inducing.to_string(),
             given(opts.inducing.map(|m| m.to_string())),

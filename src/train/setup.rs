@@ -215,6 +215,9 @@ impl Setup {
         if let Some(lik) = self.class_lik.as_deref() {
             params.amortiser = self.initial_amortiser(lik);
         }
+        // `--learn-epsilon`: θ = logit ε starts at the run's (fixed-default) ε.
+        let eps = self.config.epsilon();
+        params.logit_epsilon = self.config.learn_epsilon.then(|| (eps / (1.0 - eps)).ln());
         init::with_q_form(
             params,
             self.config.q_form.form(),

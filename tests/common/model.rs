@@ -50,6 +50,7 @@ pub fn random_site_params(
     (m, r, p, k): (usize, usize, usize, usize),
 ) -> Params {
     Params {
+        logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(1.0)),
         mu: Mat::from_fn(m, p, |_, _| u(1.0)),
         rho: Mat::from_fn(m, p, |_, _| u(2.0)),
