@@ -22,7 +22,7 @@
 use anyhow::{ensure, Result};
 
 use super::class_sampling::ClassSampler;
-use super::likelihood::BernoulliLogistic;
+use super::likelihood::{sigmoid, softplus, BernoulliLogistic};
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use super::softmax_mc::SoftmaxMc;
 
@@ -37,21 +37,6 @@ pub struct ArLogit {
     weights: Vec<f64>,
     sampler: Option<ClassSampler>,
     predictive: SoftmaxMc,
-}
-
-/// softplus(x) = log(1 + eˣ), stable for either sign.
-fn softplus(x: f64) -> f64 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
-}
-
-/// σ(x), stable for either sign.
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
 }
 
 /// The ε rule of `j_count` points (`docs/likelihood.md`, "AR-logit"): nodes t_j = logit(u_j)
@@ -129,7 +114,7 @@ impl ClassLikelihood for ArLogit {
     /// O(S·P + S·J·Q) per row: the difference variances and their gradients as one-vs-each,
     /// and S·J logistic expectations of Q points.
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
-        let (p_count, c) = (row.latents(), row.class);
+        let c = row.class;
         let mut negatives = Vec::new();
         let w = self.negatives(row, &mut negatives);
         let (n, j_count) = (negatives.len(), self.nodes.len());
@@ -141,15 +126,9 @@ impl ClassLikelihood for ArLogit {
         let (mean, rest) = rest.split_at_mut(n * j_count);
         let (var, value) = rest.split_at_mut(n * j_count);
         y.fill(1.0);
-        let phi_c = row.phi_row(c);
         // Pair (k at position a, ε_j) at index a·J + j.
         for (a, &k) in negatives.iter().enumerate() {
-            let phi_k = row.phi_row(k);
-            let mut v = 0.0;
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                v += d * d * row.var[p];
-            }
+            let v = row.pair_variance(c, k);
             let m = row.utility[c] - row.utility[k];
             for (j, e) in eps.iter().enumerate() {
                 mean[a * j_count + j] = m + e;
@@ -186,14 +165,7 @@ impl ClassLikelihood for ArLogit {
             }
             a_c += g_m;
             grads.utility[k] = -g_m;
-            let phi_k = row.phi_row(k);
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                let cov = 2.0 * g_v * d * row.var[p];
-                grads.var[p] += g_v * d * d;
-                grads.phi[k * p_count + p] -= cov;
-                grads.phi[c * p_count + p] += cov;
-            }
+            grads.add_pair_variance(row, c, k, g_v);
         }
         grads.utility[c] = a_c;
         let g_mu: f64 = g_eps.iter().sum();

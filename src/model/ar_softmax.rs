@@ -20,6 +20,7 @@
 use anyhow::Result;
 
 use super::class_sampling::ClassSampler;
+use super::likelihood::{sigmoid, softplus};
 use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use super::softmax_mc::SoftmaxMc;
 
@@ -30,21 +31,6 @@ use super::softmax_mc::SoftmaxMc;
 pub struct ArSoftmax {
     sampler: Option<ClassSampler>,
     predictive: SoftmaxMc,
-}
-
-/// softplus(x) = log(1 + eˣ), stable for either sign.
-fn softplus(x: f64) -> f64 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
-}
-
-/// σ(x), stable for either sign.
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
 }
 
 impl ArSoftmax {
@@ -71,7 +57,7 @@ impl ClassLikelihood for ArSoftmax {
     /// O(S·P) per row (S = K − 1 without subsampling): 3SP flops for the difference
     /// variances, 6SP for their gradients, S exponentials.
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
-        let (k_count, p_count, c) = (row.classes(), row.latents(), row.class);
+        let (k_count, c) = (row.classes(), row.class);
         let mut negatives = Vec::new();
         let weight = match &self.sampler {
             Some(s) => s.negatives(k_count, c, (row.seed, row.stream), &mut negatives),
@@ -80,16 +66,10 @@ impl ClassLikelihood for ArSoftmax {
                 1.0
             }
         };
-        let phi_c = row.phi_row(c);
         work.clear();
         let mut sum = 0.0;
         for &k in &negatives {
-            let phi_k = row.phi_row(k);
-            let mut v = 0.0;
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                v += d * d * row.var[p];
-            }
+            let v = row.pair_variance(c, k);
             let e = (row.utility[k] - row.utility[c] + 0.5 * v).exp();
             work.push(e);
             sum += e;
@@ -102,17 +82,9 @@ impl ClassLikelihood for ArSoftmax {
         let mut a_c = 0.0;
         for (&k, &e) in negatives.iter().zip(work.iter()) {
             let a = weight * e / alpha;
-            let beta = -0.5 * a;
             a_c += a;
             grads.utility[k] = -a;
-            let phi_k = row.phi_row(k);
-            for p in 0..p_count {
-                let d = phi_c[p] - phi_k[p];
-                let cov = 2.0 * beta * d * row.var[p];
-                grads.var[p] += beta * d * d;
-                grads.phi[k * p_count + p] -= cov;
-                grads.phi[c * p_count + p] += cov;
-            }
+            grads.add_pair_variance(row, c, k, -0.5 * a);
         }
         grads.utility[c] = a_c;
         1.0 - alpha.ln() - total / alpha

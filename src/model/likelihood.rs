@@ -525,6 +525,13 @@ pub fn log_sigmoid(t: f64) -> f64 {
     node_log(t)
 }
 
+/// softplus(t) = log(1 + e^t), stable for either sign (the augment-and-reduce likelihoods'
+/// positive parameters).
+#[inline]
+pub fn softplus(t: f64) -> f64 {
+    t.max(0.0) + (-t.abs()).exp().ln_1p()
+}
+
 /// Numerically stable σ(t) = 1 / (1 + e^{−t}).
 #[inline]
 pub fn sigmoid(t: f64) -> f64 {

@@ -60,6 +60,18 @@ impl RowInput<'_> {
         let p = self.latents();
         &self.phi[k * p..(k + 1) * p]
     }
+
+    /// Var(f_c − f_k) = Σ_p (Φ_cp − Φ_kp)² s_p, the variance of a pair's utility difference
+    /// (exact under the factor model; s_c + s_k with Φ = I).
+    pub fn pair_variance(&self, c: usize, k: usize) -> f64 {
+        let (phi_c, phi_k) = (self.phi_row(c), self.phi_row(k));
+        let mut v = 0.0;
+        for p in 0..self.latents() {
+            let d = phi_c[p] - phi_k[p];
+            v += d * d * self.var[p];
+        }
+        v
+    }
 }
 
 /// Where a likelihood writes a row's gradient.
@@ -74,6 +86,22 @@ pub struct RowGrads<'a> {
     pub local: &'a mut [f64],
     /// ∂E_i/∂θ of the learnt parameter, added to (untouched when `lik_param` is None).
     pub lik_param: &'a mut f64,
+}
+
+impl RowGrads<'_> {
+    /// Adds the covariance path of a pair term whose ∂E/∂Var(f_c − f_k) is `beta`:
+    /// ∂/∂s_p += β d_p², ∂/∂Φ_kp −= 2β d_p s_p, ∂/∂Φ_cp += 2β d_p s_p with d = Φ_c − Φ_k.
+    pub fn add_pair_variance(&mut self, row: &RowInput<'_>, c: usize, k: usize, beta: f64) {
+        let p_count = row.latents();
+        let (phi_c, phi_k) = (row.phi_row(c), row.phi_row(k));
+        for p in 0..p_count {
+            let d = phi_c[p] - phi_k[p];
+            let cov = 2.0 * beta * d * row.var[p];
+            self.var[p] += beta * d * d;
+            self.phi[k * p_count + p] -= cov;
+            self.phi[c * p_count + p] += cov;
+        }
+    }
 }
 
 /// A likelihood p(c | f) of one class c among K given the row's K utilities, seen through

@@ -104,7 +104,7 @@ fn pairs_sum<L: Likelihood>(
     negatives: impl Iterator<Item = usize> + Clone,
     w: f64,
 ) -> f64 {
-    let (p_count, c) = (row.latents(), row.class);
+    let c = row.class;
     let n = negatives.clone().count();
     work.clear();
     work.resize(4 * n, 0.0);
@@ -112,16 +112,9 @@ fn pairs_sum<L: Likelihood>(
     let (mean, rest) = rest.split_at_mut(n);
     let (var, value) = rest.split_at_mut(n);
     y.fill(1.0);
-    let phi_c = row.phi_row(c);
     for (j, k) in negatives.clone().enumerate() {
         mean[j] = row.utility[c] - row.utility[k];
-        let phi_k = row.phi_row(k);
-        let mut v = 0.0;
-        for p in 0..p_count {
-            let d = phi_c[p] - phi_k[p];
-            v += d * d * row.var[p];
-        }
-        var[j] = v;
+        var[j] = row.pair_variance(c, k);
     }
     // In place: mean ← α = ∂E/∂mean, var ← β = ∂E/∂var.
     pairs.expect_lanes(y, mean, var, value);
@@ -130,15 +123,7 @@ fn pairs_sum<L: Likelihood>(
         total += w * value[j];
         a_c += w * mean[j];
         grads.utility[k] = -(w * mean[j]);
-        let beta = w * var[j];
-        let phi_k = row.phi_row(k);
-        for p in 0..p_count {
-            let d = phi_c[p] - phi_k[p];
-            let cov = 2.0 * beta * d * row.var[p];
-            grads.var[p] += beta * d * d;
-            grads.phi[k * p_count + p] -= cov;
-            grads.phi[c * p_count + p] += cov;
-        }
+        grads.add_pair_variance(row, c, k, w * var[j]);
     }
     grads.utility[c] = a_c;
     total
