@@ -59,6 +59,18 @@ fn local_outputs(
     Some((fwd, out))
 }
 
+/// One row block's share of the likelihood phase, summed in the block's row order.
+struct BlockSums {
+    /// E_i of each row.
+    values: Vec<f64>,
+    /// The covariance path's ∂/∂Φ [K×P], row-major.
+    phi: Vec<f64>,
+    /// ∂E_i/∂o_i of each row [rows×O] (empty without local parameters).
+    local: Vec<f64>,
+    /// Σ_i ∂E_i/∂θ of the learnt likelihood parameter (0 without one).
+    lik_param: f64,
+}
+
 /// The entries of `x` [rows×cols] row by row (each row contiguous), negative entries
 /// clamped to 0 when `clamp` (rounding can make a marginal variance slightly negative).
 fn row_major(x: MatRef<'_, f64>, clamp: bool) -> Vec<f64> {
@@ -103,7 +115,7 @@ pub(crate) fn classes_part(
     let (mut f_t, mut a_t) = scratch.take_dense(k_count * b);
     utilities_into(&mut f_t, params, m);
     let mut g_var_rows = vec![0.0; b * p_count];
-    let blocks: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, f64)> = a_t
+    let blocks: Vec<BlockSums> = a_t
         .par_chunks_mut(ROW_BLOCK * k_count)
         .zip(g_var_rows.par_chunks_mut(ROW_BLOCK * p_count))
         .enumerate()
@@ -144,14 +156,19 @@ pub(crate) fn classes_part(
                     classes.lik.row(&input, &mut grads, &mut work)
                 })
                 .collect();
-            (values, phi_sum, g_local, lik_sum)
+            BlockSums {
+                values,
+                phi: phi_sum,
+                local: g_local,
+                lik_param: lik_sum,
+            }
         })
         .collect();
     let scale = classes.scale;
     // Σ_i E_i in row order.
-    let expected = scale * blocks.iter().flat_map(|(v, _, _, _)| v).sum::<f64>();
+    let expected = scale * blocks.iter().flat_map(|s| &s.values).sum::<f64>();
     let amortiser = local.map(|(fwd, _)| {
-        let g_local: Vec<f64> = blocks.iter().flat_map(|(_, _, g, _)| g).copied().collect();
+        let g_local: Vec<f64> = blocks.iter().flat_map(|s| &s.local).copied().collect();
         let g_out = Mat::from_fn(b, o_count, |i, o| scale * g_local[i * o_count + o]);
         let net = params.amortiser.as_ref().expect("checked by local_outputs");
         net.backward(rows, &fwd, &g_out)
@@ -159,7 +176,7 @@ pub(crate) fn classes_part(
     // Each block's rows in order, then the blocks in order.
     let lik_param = params
         .logit_epsilon
-        .map(|_| scale * blocks.iter().map(|(_, _, _, g)| g).sum::<f64>());
+        .map(|_| scale * blocks.iter().map(|s| s.lik_param).sum::<f64>());
     for a in a_t.iter_mut() {
         *a *= scale;
     }
@@ -167,8 +184,8 @@ pub(crate) fn classes_part(
     let g_mean = product(at.transpose(), phi);
     let mut g_phi = product(at, m);
     let mut cov_phi = vec![0.0; k_count * p_count];
-    for (_, block_sum, _, _) in &blocks {
-        for (acc, x) in cov_phi.iter_mut().zip(block_sum) {
+    for sums in &blocks {
+        for (acc, x) in cov_phi.iter_mut().zip(&sums.phi) {
             *acc += x;
         }
     }
