@@ -148,32 +148,6 @@ fn problem(
     (problem, classes)
 }
 
-fn bound(
-    kind: KernelKind,
-    pr: &Problem,
-    params: &Params,
-    class: &[u32],
-    lik: &dyn ClassLikelihood,
-) -> Evaluation {
-    let unused = BernoulliLogistic::new(2).unwrap();
-    let classes = Classes {
-        class,
-        scale: 2.5,
-        lik,
-        seed: 17,
-    };
-    evaluate_set(
-        kind,
-        params,
-        &pr.x(),
-        &TermSet::Classes(classes),
-        &unused,
-        &EvalOptions::default(),
-        &Scratch::new(),
-    )
-    .unwrap()
-}
-
 #[test]
 fn bound_gradient_matches_central_differences_through_the_network() {
     for samples in [None, Some(2)] {
@@ -182,9 +156,9 @@ fn bound_gradient_matches_central_differences_through_the_network() {
                 for identity in [false, true] {
                     for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
                         let (pr, class) = problem(23, form, identity, 6, lik.as_ref());
-                        let eval = bound(kind, &pr, &pr.params, &class, lik.as_ref());
+                        let eval = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
                         let fds = five_point_differences(&pr.params, 1e-3, |q| {
-                            bound(kind, &pr, q, &class, lik.as_ref()).value
+                            class_bound(kind, &pr, q, &class, lik.as_ref()).value
                         });
                         let label = format!(
                             "{} S={samples:?} {form:?} identity={identity} {kind:?}",
@@ -429,7 +403,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_a
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| bits(&bound(kind, &pr, &pr.params, &class, lik.as_ref())))
+            pool.install(|| bits(&class_bound(kind, &pr, &pr.params, &class, lik.as_ref())))
         };
         assert!(run(1) == run(2), "{}: the bound differs", lik.name());
         let unused = BernoulliLogistic::new(2).unwrap();
@@ -439,7 +413,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_a
             lik: lik.as_ref(),
             seed: 17,
         };
-        let ev = bound(kind, &pr, &pr.params, &class, lik.as_ref());
+        let ev = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
         let expected = expected_loglik(
             kind,
             &pr.params,

@@ -151,33 +151,6 @@ fn problem(seed: u64, form: QForm, identity: bool, b: usize) -> (Problem, Vec<u3
     (problem, classes)
 }
 
-fn bound(
-    kind: KernelKind,
-    pr: &Problem,
-    params: &Params,
-    class: &[u32],
-    lik: &dyn ClassLikelihood,
-) -> Evaluation {
-    // The per-term likelihood argument is not used by a class term set.
-    let unused = BernoulliLogistic::new(2).unwrap();
-    let classes = Classes {
-        class,
-        scale: 2.5,
-        lik,
-        seed: 17,
-    };
-    evaluate_set(
-        kind,
-        params,
-        &pr.x(),
-        &TermSet::Classes(classes),
-        &unused,
-        &EvalOptions::default(),
-        &Scratch::new(),
-    )
-    .unwrap()
-}
-
 #[test]
 fn bound_gradient_matches_central_differences() {
     for lik in likelihoods() {
@@ -186,10 +159,10 @@ fn bound_gradient_matches_central_differences() {
                 for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
                     let (pr, class) = problem(23, form, identity, 5);
                     assert_eq!(pr.params.q_form(), form);
-                    let eval = bound(kind, &pr, &pr.params, &class, lik.as_ref());
+                    let eval = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
                     assert_eq!(eval.jitter, 0.0);
                     let fds = central_differences(&pr.params, 2e-5, |q| {
-                        bound(kind, &pr, q, &class, lik.as_ref()).value
+                        class_bound(kind, &pr, q, &class, lik.as_ref()).value
                     });
                     let label = format!("{} {form:?} identity={identity} {kind:?}", lik.name());
                     let linear = kind == KernelKind::Linear;
@@ -222,10 +195,10 @@ fn learnt_epsilon_gradient_matches_central_differences() {
         for identity in [false, true] {
             let kind = KernelKind::SquaredExponential;
             let (mut pr, class) = problem(29, form, identity, 5);
-            let reference = bound(kind, &pr, &pr.params, &class, &fixed);
+            let reference = class_bound(kind, &pr, &pr.params, &class, &fixed);
             assert!(reference.grads.logit_epsilon.is_none());
             pr.params.logit_epsilon = Some((0.05f64 / 0.95).ln());
-            let eval = bound(kind, &pr, &pr.params, &class, &fixed);
+            let eval = class_bound(kind, &pr, &pr.params, &class, &fixed);
             assert!(
                 (eval.value - reference.value).abs() <= 1e-12 * reference.value.abs(),
                 "{} vs {}",
@@ -235,7 +208,7 @@ fn learnt_epsilon_gradient_matches_central_differences() {
             let g = eval.grads.logit_epsilon.expect("a gradient for θ");
             assert!(g.abs() > 1e-3, "∂/∂θ = {g}");
             let fds = central_differences(&pr.params, 2e-5, |q| {
-                bound(kind, &pr, q, &class, &fixed).value
+                class_bound(kind, &pr, q, &class, &fixed).value
             });
             let label = format!("learnt ε {form:?} identity={identity}");
             let ((worst, block), seen) =
@@ -291,7 +264,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                     .build()
                     .unwrap();
                 pool.install(|| {
-                    let e = bound(kind, &pr, &pr.params, &class, lik.as_ref());
+                    let e = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
                     let probs = class_probabilities(
                         lik.as_ref(),
                         &pr.params,
@@ -402,7 +375,7 @@ fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
             };
             let terms = TermSet::Classes(classes);
             let kind = KernelKind::SquaredExponential;
-            let ev = bound(kind, &pr, &pr.params, &class, lik.as_ref());
+            let ev = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
             let expected =
                 expected_loglik(kind, &pr.params, &pr.x(), &terms, &unused, &Scratch::new())
                     .unwrap();

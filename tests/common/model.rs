@@ -3,8 +3,13 @@
 //! form, and an analytic gradient paired entry by entry with finite differences.
 
 use faer::Mat;
-use fsgp::model::kernel::{BasisInputs, KernelParams};
+use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::likelihood::BernoulliLogistic;
+use fsgp::model::multiclass::{ClassLikelihood, Classes};
+use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
+use fsgp::model::scratch::Scratch;
+use fsgp::model::terms::TermSet;
 
 /// One batch as the bound sees it: K_XX̃ [B×R], the rows' squared norms [B], the basis
 /// Gram K_X̃ [R×R], each row's positive labels, and the parameters.
@@ -136,4 +141,34 @@ pub fn assert_gradient_matches(
         );
     }
     (worst, seen)
+}
+
+/// The bound of a multi-class problem: every row of `pr` a term of class `class[i]` under
+/// `lik`, scaled by 2.5, Monte Carlo noise seed 17 (the gradient tests of every class
+/// likelihood use this one set-up).
+pub fn class_bound(
+    kind: KernelKind,
+    pr: &Problem,
+    params: &Params,
+    class: &[u32],
+    lik: &dyn ClassLikelihood,
+) -> Evaluation {
+    // The per-term likelihood argument is not used by a class term set.
+    let unused = BernoulliLogistic::new(2).unwrap();
+    let classes = Classes {
+        class,
+        scale: 2.5,
+        lik,
+        seed: 17,
+    };
+    evaluate_set(
+        kind,
+        params,
+        &pr.x(),
+        &TermSet::Classes(classes),
+        &unused,
+        &EvalOptions::default(),
+        &Scratch::new(),
+    )
+    .unwrap()
 }
