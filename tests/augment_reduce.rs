@@ -95,6 +95,26 @@ fn row_gradients_match_central_differences_including_the_local_parameters() {
     }
 }
 
+/// The row's utilities under q, computed directly: f̄ = Φ m + b [K] and
+/// Cov(f_a, f_b) = Σ_q Φ_aq Φ_bq s_q (Φ [K×P] row-major).
+fn utility_moments<'a>(
+    mean: &'a [f64],
+    var: &'a [f64],
+    phi: &'a [f64],
+    bias: &'a [f64],
+) -> (Vec<f64>, impl Fn(usize, usize) -> f64 + 'a) {
+    let p = mean.len();
+    let fbar = (0..bias.len())
+        .map(|kk| bias[kk] + (0..p).map(|q| phi[kk * p + q] * mean[q]).sum::<f64>())
+        .collect();
+    let cov = move |a: usize, b: usize| {
+        (0..p)
+            .map(|q| phi[a * p + q] * phi[b * p + q] * var[q])
+            .sum::<f64>()
+    };
+    (fbar, cov)
+}
+
 /// A minibatch of `b` rows with classes and an amortisation network for `lik`: the paper's
 /// q(u) (M = 5 > R = 3) or the whitened Cholesky q(u) (M = 4, R = 5); Φ = I (K = P = 4) or
 /// a general Φ (K = 5, P = 3).
@@ -217,14 +237,7 @@ fn ar_softmax_bound_is_eq17_by_an_independent_expectation_and_below_the_softmax(
         let o = rng.random::<f64>() * 3.0;
         let (g, _) = row_gradient_local(&lik, class, (1, case), (&mean, &var, &phi, &bias), &[o]);
         // Independently: the joint Gaussian's moments, then eq. (17).
-        let fbar: Vec<f64> = (0..k)
-            .map(|kk| bias[kk] + (0..p).map(|q| phi[kk * p + q] * mean[q]).sum::<f64>())
-            .collect();
-        let cov = |a: usize, b: usize| {
-            (0..p)
-                .map(|q| phi[a * p + q] * phi[b * p + q] * var[q])
-                .sum::<f64>()
-        };
+        let (fbar, cov) = utility_moments(&mean, &var, &phi, &bias);
         let alpha = 1.0 + o.exp().ln_1p();
         let sum: f64 = (0..k)
             .filter(|&kk| kk != class)
@@ -568,14 +581,7 @@ fn ar_logit_bound_matches_a_brute_force_integral_on_three_classes() {
         let bias: Vec<f64> = (0..k).map(|_| rng.random::<f64>() - 0.5).collect();
         let class = case as usize;
         let local = [rng.random::<f64>() - 0.5, rng.random::<f64>() - 1.0];
-        let fbar: Vec<f64> = (0..k)
-            .map(|kk| bias[kk] + (0..p).map(|q| phi[kk * p + q] * mean[q]).sum::<f64>())
-            .collect();
-        let cov = |a: usize, b: usize| {
-            (0..p)
-                .map(|q| phi[a * p + q] * phi[b * p + q] * var[q])
-                .sum::<f64>()
-        };
+        let (fbar, cov) = utility_moments(&mean, &var, &phi, &bias);
         let direct = ar_logit_brute_force(&fbar, &cov, class, ArLogit::noise(&local));
         for (noise_pairs, tol) in [(8, 1e-2), (16, 3e-3), (64, 5e-4), (512, 2e-5)] {
             let lik = ArLogit::new(32, noise_pairs, None).unwrap();
