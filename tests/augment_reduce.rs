@@ -425,6 +425,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_a
             scale: 2.5,
             lik: lik.as_ref(),
             seed: 17,
+            first_stream: 0,
         };
         let ev = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
         let expected = expected_loglik(
@@ -458,6 +459,7 @@ fn the_network_must_match_the_likelihood() {
             scale: 1.0,
             lik,
             seed: 0,
+            first_stream: 0,
         };
         evaluate_set(
             KernelKind::Linear,

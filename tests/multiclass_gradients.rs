@@ -3,7 +3,8 @@
 //! softmax and Hernández-Lobato's, with a general Φ (the factor model) and Φ = I (independent latents); the same
 //! through the whole bound (`objective::evaluate_set` with `TermSet::Classes`) for the
 //! paper's O(M) q(u) and the whitened full-Cholesky q(u) with the linear and SE kernels;
-//! bitwise independence from the thread count; the forward-only bound; shape errors.
+//! bitwise independence from the thread count; the forward-only bound; shape errors; a
+//! minibatch cut in shares (as MPI ranks cut it) with its noise streams offset per share.
 
 mod common;
 use common::model::*;
@@ -335,6 +336,7 @@ fn class_term_sets_are_checked() {
             scale: 1.0,
             lik: &lik,
             seed: 0,
+            first_stream: 0,
         };
         evaluate_set(
             KernelKind::Linear,
@@ -372,6 +374,7 @@ fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
                 scale: 2.5,
                 lik: lik.as_ref(),
                 seed: 17,
+                first_stream: 0,
             };
             let terms = TermSet::Classes(classes);
             let kind = KernelKind::SquaredExponential;
@@ -388,5 +391,56 @@ fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
                 ev.value
             );
         }
+    }
+}
+
+/// A minibatch cut in two shares, as MPI ranks cut it (`train::batches::Share`): the
+/// shares' data terms, each with its rows' noise streams offset by its first row's position
+/// (`Classes::first_stream`), add up to the whole minibatch's for the sampling likelihoods
+/// (the Monte Carlo softmax; one-vs-each with 1 of 3 negatives drawn per row), to rounding.
+/// The second share drawing the first share's streams instead (offset 0) does not.
+#[test]
+fn shares_with_their_stream_offsets_add_up_to_the_whole_minibatch() {
+    let unused = BernoulliLogistic::new(2).unwrap();
+    let liks: Vec<Box<dyn ClassLikelihood>> = vec![
+        Box::new(SoftmaxMc::new(4).unwrap()),
+        Box::new(
+            OneVsEach::new(20, 4)
+                .unwrap()
+                .with_class_samples(Some(1))
+                .unwrap(),
+        ),
+    ];
+    // 70 rows: the whole batch spans two row blocks, the cut (at 33) falls inside the first.
+    let (b, cut) = (70, 33);
+    let (pr, class) = problem(13, QForm::SiteDiagonal, false, b);
+    for lik in &liks {
+        let data = |rows: std::ops::Range<usize>, first_stream: u64| {
+            let x = fsgp::model::kernel::BasisInputs {
+                kxx_b: pr.kxx.as_ref().subrows(rows.start, rows.len()),
+                sq_norms: &pr.norms[rows.clone()],
+                k_tilde: pr.kt.as_ref(),
+            };
+            let terms = TermSet::Classes(Classes {
+                class: &class[rows],
+                scale: 2.5,
+                lik: lik.as_ref(),
+                seed: 17,
+                first_stream,
+            });
+            let kind = KernelKind::SquaredExponential;
+            expected_loglik(kind, &pr.params, &x, &terms, &unused, &Scratch::new()).unwrap()
+        };
+        let whole = data(0..b, 0);
+        let shares = data(0..cut, 0) + data(cut..b, cut as u64);
+        let rel = (whole - shares).abs() / whole.abs();
+        assert!(rel < 1e-13, "{}: {whole} vs {shares}", lik.name());
+        let unshifted = data(0..cut, 0) + data(cut..b, 0);
+        let off = (whole - unshifted).abs() / whole.abs();
+        assert!(
+            off > 1e-4,
+            "{}: the streams do not matter ({whole} vs {unshifted})",
+            lik.name()
+        );
     }
 }

@@ -251,6 +251,7 @@ fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64
         scale: 1.0,
         lik,
         seed: 0,
+        first_stream: 0,
     });
     let unused = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
     let opts = EvalOptions::default();

@@ -133,7 +133,7 @@ pub(crate) fn classes_part(
                     let i = block * ROW_BLOCK + j;
                     let input = RowInput {
                         class: classes.class[i] as usize,
-                        stream: i as u64,
+                        stream: classes.first_stream + i as u64,
                         seed: classes.seed,
                         mean: &m_rows[i * p_count..(i + 1) * p_count],
                         var: &s_rows[i * p_count..(i + 1) * p_count],

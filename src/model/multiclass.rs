@@ -23,8 +23,8 @@ use std::fmt;
 pub struct RowInput<'a> {
     /// The true class c (< K); ignored by [`ClassLikelihood::probabilities`].
     pub class: usize,
-    /// The Monte Carlo stream of this row (its position in the minibatch, or its row id at
-    /// prediction); with `seed` it fixes the noise of sampling likelihoods.
+    /// The Monte Carlo stream of this row (its position in the global minibatch, or its row
+    /// id at prediction); with `seed` it fixes the noise of sampling likelihoods.
     pub stream: u64,
     /// The seed of this step's (or prediction's) Monte Carlo noise.
     pub seed: u64,
@@ -142,6 +142,11 @@ pub struct Classes<'a> {
     pub scale: f64,
     pub lik: &'a dyn ClassLikelihood,
     pub seed: u64,
+    /// Position of row 0 of `class` in the global minibatch: row i's noise stream is
+    /// `first_stream + i`. 0 in one process (and for the exact bound); over MPI ranks a
+    /// rank's share starts at its first row's position (`train::batches::Batch::first`), so
+    /// every row draws the noise it draws in one process.
+    pub first_stream: u64,
 }
 
 /// f̄_i = Φ m_i + b [K] for one row (Φ row-major [K×P]).

@@ -70,6 +70,7 @@ pub fn exact_bound(
                 scale: 1.0,
                 lik: &**lik,
                 seed: noise_seed(setup.config.seed, EXACT_BOUND_STEP),
+                first_stream: 0,
             }),
             None => TermSet::AllLabels {
                 positives: &batch.positives,

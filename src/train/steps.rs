@@ -321,23 +321,18 @@ impl Trainer<'_> {
         };
         let class_lik = self.setup.class_lik.as_deref();
         let class_ids = match class_lik {
-            Some(_) => {
-                // The rows' Monte Carlo streams are their positions in the minibatch, which
-                // a rank's share does not know: one process only.
-                ensure!(
-                    ranks == 1,
-                    "--task multiclass trains in one process (not over {ranks} MPI ranks)"
-                );
-                class_ids(&batch.positives, &batch.rows)?
-            }
+            Some(_) => class_ids(&batch.positives, &batch.rows)?,
             None => Vec::new(),
         };
         let terms = match (&sampled, class_lik) {
+            // A row's noise stream is its position in the global minibatch (a rank's share
+            // starts at `batch.first`), so the K shares draw the one process's noise.
             (_, Some(lik)) => TermSet::Classes(Classes {
                 class: &class_ids,
                 scale: weight,
                 lik,
                 seed: noise_seed(cfg.seed, self.state.step),
+                first_stream: batch.first as u64,
             }),
             (None, None) => TermSet::AllLabels {
                 positives: &batch.positives,

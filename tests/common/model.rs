@@ -160,6 +160,7 @@ pub fn class_bound(
         scale: 2.5,
         lik,
         seed: 17,
+        first_stream: 0,
     };
     evaluate_set(
         kind,
