@@ -360,6 +360,33 @@ fn assert_no_scratch(ws: &Path) {
     assert!(left.is_empty(), "scratch left behind: {left:?}");
 }
 
+/// Runs `train` in one process in workspace `one` and over 2 ranks in `two` (copies of one
+/// workspace), checks that both succeed, that the ranks all-reduced their gradients and that
+/// `two` holds exactly one finished run under the same id as `one`'s and no scratch files;
+/// returns that run id.
+fn train_in_one_process_and_over_two_ranks(
+    one: &Path,
+    two: &Path,
+    train: &[&str],
+    name: &str,
+) -> i64 {
+    let single = pipeline(one, train);
+    assert!(single.status.success(), "{name}: {}", stderr(&single));
+    let ranks = mpirun(2, two, train, &[]);
+    assert!(ranks.status.success(), "{name}: {}", stderr(&ranks));
+    assert!(
+        stderr(&ranks).contains("gradient all-reduce"),
+        "{name}: {}",
+        stderr(&ranks)
+    );
+    let run = common::toy::train_run_id(two);
+    assert_eq!(run, common::toy::train_run_id(one));
+    assert_eq!(common::toy::count_runs(two, "train", Some("ok")), 1);
+    assert_eq!(common::toy::count_runs(two, "train", None), 1);
+    assert_no_scratch(two);
+    run
+}
+
 #[test]
 fn training_over_two_ranks_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,20 +401,7 @@ fn training_over_two_ranks_matches_one_process() {
         copy_dir(&base, &one);
         copy_dir(&base, &two);
         let train = toy_train(overrides);
-        let single = pipeline(&one, &train);
-        assert!(single.status.success(), "{}", stderr(&single));
-        let ranks = mpirun(2, &two, &train, &[]);
-        assert!(ranks.status.success(), "{}", stderr(&ranks));
-        assert!(
-            stderr(&ranks).contains("gradient all-reduce"),
-            "{}",
-            stderr(&ranks)
-        );
-        let run = common::toy::train_run_id(&two);
-        assert_eq!(run, common::toy::train_run_id(&one));
-        assert_eq!(common::toy::count_runs(&two, "train", Some("ok")), 1);
-        assert_eq!(common::toy::count_runs(&two, "train", None), 1);
-        assert_no_scratch(&two);
+        let run = train_in_one_process_and_over_two_ranks(&one, &two, &train, name);
         // Only the order of the sums differs: each rank sums its rows' terms, then the
         // all-reduce adds the ranks' sums (and rank 1's share carries +KL − KL).
         let elbo_rel = epoch_elbo_rel_diff(&one, &two, run);
@@ -762,20 +776,7 @@ fn multiclass_over_ranks_matches_one_process(
         "7",
     ];
     train.extend_from_slice(extra);
-    let single = pipeline(&one, &train);
-    assert!(single.status.success(), "{name}: {}", stderr(&single));
-    let ranks = mpirun(2, &two, &train, &[]);
-    assert!(ranks.status.success(), "{name}: {}", stderr(&ranks));
-    assert!(
-        stderr(&ranks).contains("gradient all-reduce"),
-        "{name}: {}",
-        stderr(&ranks)
-    );
-    let run = common::toy::train_run_id(&two);
-    assert_eq!(run, common::toy::train_run_id(&one));
-    assert_eq!(common::toy::count_runs(&two, "train", Some("ok")), 1);
-    assert_eq!(common::toy::count_runs(&two, "train", None), 1);
-    assert_no_scratch(&two);
+    let run = train_in_one_process_and_over_two_ranks(&one, &two, &train, name);
     let (ckpts_one, ckpts_two) = (
         common::toy::checkpoints(&one, run),
         common::toy::checkpoints(&two, run),
