@@ -585,15 +585,46 @@ pub struct TrainConfig {
     /// when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub learn_epsilon: bool,
+    /// `--lr-decay-at` and `--lr-decay`: Adam's step size η falls by a factor after given
+    /// epochs; absent from the JSON when η stays constant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_decay: Option<LrDecay>,
+}
+
+/// A step-size schedule: η·γⁿ in an epoch after which n of the listed epoch counts have
+/// passed (multi-step decay). `after` holds epoch counts, strictly increasing and ≥ 1:
+/// `after = [45]` trains the first 45 epochs with η and the rest with γη.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LrDecay {
+    pub after: Vec<u64>,
+    pub factor: f64,
+}
+
+impl LrDecay {
+    /// The multiplier of η in (0-based) `epoch`: γⁿ, n = the listed counts ≤ `epoch`.
+    pub fn multiplier(&self, epoch: u64) -> f64 {
+        let passed = self.after.iter().filter(|&&e| e <= epoch).count();
+        (0..passed).fold(1.0, |m, _| m * self.factor)
+    }
 }
 
 impl TrainConfig {
-    pub fn adam(&self) -> AdamConfig {
+    /// Adam's settings for a step in (0-based) `epoch`: η as `--lr-decay` has it then.
+    pub fn adam(&self, epoch: u64) -> AdamConfig {
         AdamConfig {
-            lr: self.lr,
+            lr: self.lr_in(epoch),
             beta1: self.beta1,
             beta2: self.beta2,
             eps: self.eps,
+        }
+    }
+
+    /// η in (0-based) `epoch`: `--lr` times the decay of the epochs passed (exactly `--lr`
+    /// without a schedule, so runs without one keep their bits).
+    pub fn lr_in(&self, epoch: u64) -> f64 {
+        match &self.lr_decay {
+            Some(decay) => self.lr * decay.multiplier(epoch),
+            None => self.lr,
         }
     }
 
@@ -917,7 +948,29 @@ mod tests {
             amortiser_hidden: None,
             class_samples: None,
             learn_epsilon: false,
+            lr_decay: None,
         }
+    }
+
+    #[test]
+    fn the_step_size_falls_by_the_factor_after_each_listed_epoch_count() {
+        let c = config(None);
+        assert!(c.to_json().get("lr_decay").is_none());
+        assert_eq!((0..9).map(|e| c.lr_in(e)).collect::<Vec<_>>(), [0.01; 9]);
+        let c = TrainConfig {
+            lr_decay: Some(LrDecay {
+                after: vec![2, 5],
+                factor: 0.5,
+            }),
+            ..config(None)
+        };
+        let lr: Vec<f64> = (0..7).map(|e| c.lr_in(e)).collect();
+        assert_eq!(lr, [0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.0025]);
+        assert_eq!(c.adam(5).lr, 0.0025);
+        let json = c.to_json();
+        assert_eq!(json["lr_decay"]["after"], serde_json::json!([2, 5]));
+        assert_eq!(json["lr_decay"]["factor"], 0.5);
+        assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
     }
 
     #[test]

@@ -530,6 +530,13 @@ pub struct TrainFlags {
     /// Adam's learning rate η.
     #[arg(long, default_value_t = 0.01)]
     pub lr: f64,
+    /// Multiply η by --lr-decay after each of these epoch counts (multi-step decay):
+    /// `--lr-decay-at 40,50` trains epochs 1–40 with η, 41–50 with γη and the rest with γ²η.
+    #[arg(long, value_name = "E1,E2,…", value_delimiter = ',')]
+    pub lr_decay_at: Vec<u64>,
+    /// γ, the factor of each --lr-decay-at decay.
+    #[arg(long, value_name = "γ", default_value_t = crate::train::DEFAULT_LR_DECAY)]
+    pub lr_decay: f64,
     #[arg(long, default_value_t = 0.9)]
     pub beta1: f64,
     #[arg(long, default_value_t = 0.999)]
@@ -618,6 +625,8 @@ impl TrainFlags {
             epochs: self.epochs,
             max_steps: self.max_steps,
             lr: self.lr,
+            lr_decay_at: self.lr_decay_at.clone(),
+            lr_decay: self.lr_decay,
             beta1: self.beta1,
             beta2: self.beta2,
             negatives: self.negatives,

@@ -159,8 +159,13 @@ impl Spec {
                 toml::Value::String(s) => push_option(&mut argv, flag, s.clone()),
                 toml::Value::Integer(i) => push_option(&mut argv, flag, i.to_string()),
                 toml::Value::Float(f) => push_option(&mut argv, flag, f.to_string()),
+                // A list option (`lr_decay_at = [40, 50]`) as its comma-separated flag.
+                toml::Value::Array(items) if items.iter().all(toml::Value::is_integer) => {
+                    let values: Vec<String> = items.iter().map(|v| v.to_string()).collect();
+                    push_option(&mut argv, flag, values.join(","))
+                }
                 other => bail!(
-                    "{}: expected a string, number or boolean, found {}",
+                    "{}: expected a string, number, boolean or array of integers, found {}",
                     at(),
                     other.type_str()
                 ),
@@ -642,6 +647,29 @@ mod tests {
         .to_string();
         assert!(e.contains("[train] release_hyper_after must be ≥ 1"), "{e}");
         assert!(e.contains("cannot be combined with --freeze-hyper"), "{e}");
+        // A step-size schedule: a list as a string, one epoch as an integer.
+        for keys in ["lr_decay_at = [1, 2]\nlr_decay = 0.5", "lr_decay_at = 2"] {
+            let s = spec(&MINIMAL.replace("lr = 0.5", &format!("lr = 0.5\n{keys}"))).unwrap();
+            let argv = s.argv("train", &[]).unwrap();
+            assert!(
+                argv.iter().any(|a| a.starts_with("--lr-decay-at")),
+                "{argv:?}"
+            );
+        }
+        let e = spec(&MINIMAL.replace("lr = 0.5", "lr = 0.5\nlr_decay_at = [2, 1]"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[train] lr_decay_at must increase strictly, not 2,1"),
+            "{e}"
+        );
+        let e = spec(&MINIMAL.replace("lr = 0.5", "lr = 0.5\nlr_decay_at = '1,2'"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[train] lr_decay_at: expected an array of integers ≥ 0, found a string"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -13,8 +13,16 @@ use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
     newest_svd_run, ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice,
-    Negatives, QFormChoice, Retention, Steering, SvdFiles, Task, TrainConfig,
+    LrDecay, Negatives, QFormChoice, Retention, Steering, SvdFiles, Task, TrainConfig,
 };
+
+/// `--lr-decay`'s default γ: each decay divides η by 10.
+pub const DEFAULT_LR_DECAY: f64 = 0.1;
+
+/// Epoch counts as the command line writes them: `40,50`.
+pub(super) fn join_epochs(at: &[u64]) -> String {
+    at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
 
 /// Options of a training run. The defaults are the command line's.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +42,11 @@ pub struct TrainOptions {
     /// Stop after this many optimiser steps in all, counted from step 0.
     pub max_steps: Option<u64>,
     pub lr: f64,
+    /// `--lr-decay-at`: epoch counts after which η is multiplied by `lr_decay` (empty: η
+    /// constant).
+    pub lr_decay_at: Vec<u64>,
+    /// `--lr-decay`: γ, the factor of each decay.
+    pub lr_decay: f64,
     pub beta1: f64,
     pub beta2: f64,
     pub negatives: Negatives,
@@ -108,6 +121,8 @@ impl Default for TrainOptions {
             epochs: 10,
             max_steps: None,
             lr: 0.01,
+            lr_decay_at: Vec::new(),
+            lr_decay: DEFAULT_LR_DECAY,
             beta1: 0.9,
             beta2: 0.999,
             negatives: Negatives::All,
@@ -188,6 +203,7 @@ impl TrainOptions {
             amortiser_hidden: self.stored_hidden(),
             class_samples: self.class_samples,
             learn_epsilon: self.learn_epsilon,
+            lr_decay: self.stored_lr_decay(),
         };
         check_task(&config, name, &dataset)?;
         check_limits(&config)?;
@@ -228,6 +244,15 @@ impl TrainOptions {
             InducingInputs::FixedSubspace => InducingInputs::Subspace,
             other => other,
         }
+    }
+
+    /// `--lr-decay-at` and `--lr-decay` as a configuration stores them: only with a decay
+    /// epoch listed.
+    pub fn stored_lr_decay(&self) -> Option<LrDecay> {
+        (!self.lr_decay_at.is_empty()).then(|| LrDecay {
+            after: self.lr_decay_at.clone(),
+            factor: self.lr_decay,
+        })
     }
 
     /// `--robust-max-epsilon` as a configuration stores it: only for a robust-max run, and
@@ -280,6 +305,7 @@ impl TrainOptions {
         c.check(!self.lr.is_finite() || self.lr > 0.0, "lr", || {
             "must be > 0".into()
         });
+        self.check_lr_decay(&mut c);
         for (option, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             c.check((0.0..1.0).contains(&beta), option, || {
                 format!("must be in [0, 1), not {beta}")
@@ -337,6 +363,41 @@ impl TrainOptions {
 }
 
 impl TrainOptions {
+    /// `--lr-decay-at`: strictly increasing epoch counts, each ≥ 1 and, for a new run, below
+    /// `--epochs` (a decay after the last epoch would change nothing); `--lr-decay`: finite
+    /// and > 0, and only with `--lr-decay-at`.
+    fn check_lr_decay(&self, c: &mut InvalidOptions) {
+        let at = &self.lr_decay_at;
+        c.check(at.first() != Some(&0), "lr-decay-at", || {
+            "must be ≥ 1 (epochs trained before each decay)".into()
+        });
+        c.check(at.windows(2).all(|w| w[0] < w[1]), "lr-decay-at", || {
+            format!("must increase strictly, not {}", join_epochs(at))
+        });
+        c.check(
+            self.resume.is_some() || at.last().is_none_or(|&e| e < self.epochs),
+            "lr-decay-at",
+            || {
+                format!(
+                    "{}: a decay after epoch {} or later never takes effect in a run of \
+                     --epochs {}",
+                    join_epochs(at),
+                    self.epochs,
+                    self.epochs
+                )
+            },
+        );
+        let gamma = self.lr_decay;
+        c.check(gamma.is_finite() && gamma > 0.0, "lr-decay", || {
+            format!("must be finite and > 0, not {gamma}")
+        });
+        c.check(
+            self.resume.is_some() || !at.is_empty() || gamma == DEFAULT_LR_DECAY,
+            "lr-decay",
+            || format!("{gamma} is the factor of --lr-decay-at's decays; give the epochs too"),
+        );
+    }
+
     /// The likelihood must suit the task (a Bernoulli link for binary and multi-label, a
     /// class likelihood for multi-class), and the options of one likelihood are refused
     /// with another.

@@ -7,9 +7,9 @@
 //! which stay what it started with); any other option given with a value other than the
 //! run's is refused before anything changes. That includes the model's form (`--kernel`,
 //! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`,
-//! `--amortiser-hidden`, `--class-samples`) and the hyperparameter schedule
-//! `--release-hyper-after`: a run whose schedule changed midway would equal no uninterrupted
-//! run.
+//! `--amortiser-hidden`, `--class-samples`) and the schedules `--release-hyper-after` and
+//! `--lr-decay-at`/`--lr-decay`: a run whose schedule changed midway would equal no
+//! uninterrupted run.
 //!
 //! Checkpoints written after a change embed the configuration in force, so a run extended
 //! with `--epochs` or `--max-steps` ends with the bytes of an uninterrupted run started with
@@ -18,7 +18,7 @@
 
 use anyhow::{bail, ensure, Result};
 
-use super::options::{check_limits, TrainOptions};
+use super::options::{check_limits, join_epochs, TrainOptions, DEFAULT_LR_DECAY};
 use super::setup::Setup;
 use crate::stage::threads_or_all;
 use crate::store::checkpoint::TrainState;
@@ -122,6 +122,11 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
         "factors" => (cfg.factors.to_string(), opts.factors.to_string()),
         "batch" => (cfg.batch.to_string(), opts.batch.to_string()),
         "lr" => (cfg.lr.to_string(), opts.lr.to_string()),
+        "lr_decay_at" => (
+            given(cfg.lr_decay.as_ref().map(|d| join_epochs(&d.after))),
+            given(Some(join_epochs(&opts.lr_decay_at)).filter(|s| !s.is_empty())),
+        ),
+        "lr_decay" => (decay_factor(cfg, opts), opts.lr_decay.to_string()),
         "beta1" => (cfg.beta1.to_string(), opts.beta1.to_string()),
         "beta2" => (cfg.beta2.to_string(), opts.beta2.to_string()),
         "negatives" => (cfg.negatives.to_string(), opts.negatives.to_string()),
@@ -144,6 +149,16 @@ fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(S
         ),
         _ => return None,
     })
+}
+
+/// The run's γ as a refusal names it: with no decay listed γ changes nothing, so only its
+/// default reads as the run's.
+fn decay_factor(cfg: &TrainConfig, opts: &TrainOptions) -> String {
+    match &cfg.lr_decay {
+        Some(d) => d.factor.to_string(),
+        None if opts.lr_decay == DEFAULT_LR_DECAY => DEFAULT_LR_DECAY.to_string(),
+        None => "none".into(),
+    }
 }
 
 /// Applies the changeable options `opts` gives to the configuration and steering options.

@@ -24,7 +24,7 @@ use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::multiclass::Classes;
 use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Evaluation};
-use crate::model::optim::{AdamConfig, AdamState};
+use crate::model::optim::AdamState;
 use crate::model::params::{Block, Params};
 use crate::model::scratch::Scratch;
 use crate::model::terms::{terms_sampled, Term, TermSet};
@@ -149,7 +149,6 @@ struct Trainer<'a> {
     planner: Arc<Planner>,
     /// When the kernel hyperparameters are released (`--release-hyper-after`).
     release: Option<Release>,
-    adam_cfg: AdamConfig,
     params: Params,
     adam: AdamState,
     /// Buffers recycled across steps (and by the exact bound at the end).
@@ -198,7 +197,6 @@ pub fn train_loop(
         pb,
         release: Release::of(cfg, &planner),
         planner,
-        adam_cfg: cfg.adam(),
         last_saved: ckpt.state.step,
         params: ckpt.params,
         adam: ckpt.adam,
@@ -422,7 +420,7 @@ impl Trainer<'_> {
         }
         let (cfg, release, epoch) = (&self.setup.config, self.release, batch.epoch);
         self.adam
-            .step_scheduled(&self.adam_cfg, &mut self.params, &ev.grads, &|blk| {
+            .step_scheduled(&cfg.adam(epoch), &mut self.params, &ev.grads, &|blk| {
                 trained_since(cfg, release, blk, epoch)
             });
         if !params_finite(&self.params) {

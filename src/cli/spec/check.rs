@@ -268,12 +268,18 @@ enum ValueKind {
     /// Text, parsed by the option (a name, a path; an integer is accepted too, as in
     /// `negatives = 100`).
     Text,
+    /// A comma-separated list of non-negative integers on the command line
+    /// (`--lr-decay-at 40,50`): an array of integers, or one integer.
+    IntegerList,
 }
 
 impl ValueKind {
     fn of(arg: &clap::Arg) -> Self {
         if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
             return ValueKind::Flag;
+        }
+        if arg.get_value_delimiter().is_some() {
+            return ValueKind::IntegerList;
         }
         let parsed = arg.get_value_parser().type_id();
         let unsigned = [
@@ -300,7 +306,9 @@ impl ValueKind {
                 | (ValueKind::Integer { .. }, V::Integer(_))
                 | (ValueKind::Number, V::Integer(_) | V::Float(_))
                 | (ValueKind::Text, V::String(_) | V::Integer(_))
-        )
+                | (ValueKind::IntegerList, V::Integer(_))
+        ) || matches!((self, value), (ValueKind::IntegerList, V::Array(items))
+                if items.iter().all(|v| matches!(v, V::Integer(i) if *i >= 0)))
     }
 
     fn expected(self) -> &'static str {
@@ -309,6 +317,7 @@ impl ValueKind {
             ValueKind::Integer { .. } => "an integer",
             ValueKind::Number => "a number",
             ValueKind::Text => "a string",
+            ValueKind::IntegerList => "an array of integers ≥ 0",
         }
     }
 }
