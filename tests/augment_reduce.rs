@@ -16,8 +16,8 @@ use fsgp::model::cholesky_q::pack_factors;
 use fsgp::model::class_phase::ROW_BLOCK;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{row_gradient_local, ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
+use fsgp::model::multiclass::{row_gradient_local, ClassLikelihood};
+use fsgp::model::objective::{expected_loglik, kl_total, Evaluation};
 use fsgp::model::one_vs_each::OneVsEach;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
 use fsgp::model::scratch::Scratch;
@@ -420,19 +420,12 @@ fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_a
         };
         assert!(run(1) == run(2), "{}: the bound differs", lik.name());
         let unused = BernoulliLogistic::new(2).unwrap();
-        let classes = Classes {
-            class: &class,
-            scale: 2.5,
-            lik: lik.as_ref(),
-            seed: 17,
-            first_stream: 0,
-        };
         let ev = class_bound(kind, &pr, &pr.params, &class, lik.as_ref());
         let expected = expected_loglik(
             kind,
             &pr.params,
             &pr.x(),
-            &TermSet::Classes(classes),
+            &TermSet::Classes(bound_classes(&class, lik.as_ref())),
             &unused,
             &Scratch::new(),
         )
@@ -452,26 +445,10 @@ fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_a
 fn the_network_must_match_the_likelihood() {
     let lik = ArSoftmax::new(4, None).unwrap();
     let (pr, class) = problem(3, QForm::SiteDiagonal, false, 4, &lik);
-    let unused = BernoulliLogistic::new(2).unwrap();
     let eval = |params: &Params, lik: &dyn ClassLikelihood| {
-        let classes = Classes {
-            class: &class,
-            scale: 1.0,
-            lik,
-            seed: 0,
-            first_stream: 0,
-        };
-        evaluate_set(
-            KernelKind::Linear,
-            params,
-            &pr.x(),
-            &TermSet::Classes(classes),
-            &unused,
-            &EvalOptions::default(),
-            &Scratch::new(),
-        )
-        .map(|e| e.value)
-        .map_err(|e| e.to_string())
+        try_class_bound(KernelKind::Linear, &pr, params, &class, lik)
+            .map(|e| e.value)
+            .map_err(|e| e.to_string())
     };
     assert!(eval(&pr.params, &lik).is_ok());
     let mut none = pr.params.clone();

@@ -7,6 +7,7 @@
 #![cfg(feature = "mpi")]
 
 mod common;
+use common::blobs::Blobs;
 use common::toy::copy_dir;
 use common::*;
 use ndarray::{Array1, Array2};
@@ -619,68 +620,15 @@ fn delicious_training_over_two_ranks_matches_one_process() {
     assert_no_scratch(&two);
 }
 
-/// Classes of the multi-class blobs: 5, so that `--class-samples 2` draws 2 of 4 negatives.
-const BLOB_CLASSES: usize = 5;
-
-/// `rows` rows of 5 Gaussian blobs in 5 features as LIBSVM text (class k, written k + 1,
-/// centred at 2·e_k, N(0, 0.7²) noise per feature).
-fn write_blobs(path: &Path, rows: usize, rng: &mut rand_chacha::ChaCha8Rng) {
-    use rand_distr::Distribution;
-    let noise = rand_distr::Normal::new(0.0, 0.7).unwrap();
-    let mut text = String::new();
-    for i in 0..rows {
-        let class = i % BLOB_CLASSES;
-        let feats: Vec<String> = (0..BLOB_CLASSES)
-            .map(|j| {
-                let v = f64::from(u8::from(j == class)) * 2.0 + noise.sample(rng);
-                format!("{}:{:.3}", j + 1, v)
-            })
-            .collect();
-        text.push_str(&format!("{} {}\n", class + 1, feats.join(" ")));
-    }
-    std::fs::write(path, text).unwrap();
-}
-
-/// A workspace with the blobs (600 training rows in 6 chunks of 100, 100 test rows)
-/// ingested as `blobs` and factorised (R = 5, M = 12).
-fn blobs_workspace(dir: &Path) -> PathBuf {
-    use rand::SeedableRng;
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(29);
-    write_blobs(&src.join("train.txt"), 600, &mut rng);
-    write_blobs(&src.join("test.txt"), 100, &mut rng);
-    let ws = dir.join("base");
-    for args in [
-        &[
-            "ingest",
-            "--name",
-            "blobs",
-            "--format",
-            "libsvm",
-            "--train",
-            src.join("train.txt").to_str().unwrap(),
-            "--test",
-            src.join("test.txt").to_str().unwrap(),
-            "--no-normalize",
-            "--chunk-rows",
-            "100",
-        ][..],
-        &[
-            "svd",
-            "--dataset",
-            "blobs",
-            "--rank",
-            "5",
-            "--inducing",
-            "12",
-        ],
-    ] {
-        let out = pipeline(&ws, args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-    }
-    ws
-}
+/// The multi-class blobs: 5 classes, so that `--class-samples 2` draws 2 of 4 negatives;
+/// 600 training rows in 6 chunks of 100 and 100 test rows, factorised with M = 12.
+const BLOBS: Blobs = Blobs {
+    classes: 5,
+    noise_sd: 0.7,
+    train_rows: 600,
+    test_rows: 100,
+    seed: 29,
+};
 
 /// Largest |a − b| / max(|a|, 1e-3) over every trained parameter of two checkpoints, in
 /// `flat_values` order (q(u), Φ, b, the kernel, the amortisation network, logit ε), after
@@ -748,7 +696,7 @@ fn multiclass_over_ranks_matches_one_process(
 ) -> OneProcessRun {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let base = blobs_workspace(dir);
+    let (base, _) = BLOBS.workspace(dir, 12);
     let (one, two) = (dir.join("one"), dir.join("two"));
     copy_dir(&base, &one);
     copy_dir(&base, &two);

@@ -8,6 +8,7 @@
 //! (whose exact bound is also checked); the refusals.
 
 mod common;
+use common::blobs::Blobs;
 use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
 use common::*;
 use fsgp::model::ar_logit::ArLogit;
@@ -21,41 +22,15 @@ use fsgp::model::robust_max::RobustMax;
 use fsgp::model::scratch::Scratch;
 use fsgp::model::terms::TermSet;
 use fsgp::store::predictions::PredictionReader;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Normal};
 use std::path::{Path, PathBuf};
 
-/// Features per row, classes.
-const D: usize = 4;
+/// Classes (and features per row).
 const K: usize = 4;
 const TRAIN_ROWS: usize = 400;
 const TEST_ROWS: usize = 200;
 
-/// Rows of K blobs: class k (written as k + 1) at 2·e_k plus N(0, 0.6²) noise per feature,
-/// as LIBSVM text. Returns the class ids (0-based, the ingest's label ids).
-fn write_split(path: &Path, rows: usize, rng: &mut ChaCha8Rng) -> Vec<u32> {
-    let noise = Normal::new(0.0, 0.6).unwrap();
-    let mut text = String::new();
-    let mut classes = Vec::new();
-    for i in 0..rows {
-        let class = i % K;
-        let feats: Vec<String> = (0..D)
-            .map(|j| {
-                let centre = if j == class { 2.0 } else { 0.0 };
-                let v: f64 = centre + noise.sample(rng);
-                format!("{}:{}", j + 1, (v * 1000.0).round() / 1000.0)
-            })
-            .collect();
-        text.push_str(&format!("{} {}\n", class + 1, feats.join(" ")));
-        classes.push(class as u32);
-    }
-    std::fs::write(path, text).unwrap();
-    classes
-}
-
 /// A workspace with the blobs dataset `blobs` ingested (100-row chunks, not normalised)
-/// and factorised (R = D = 4, M = 12), and the test rows' classes.
+/// and factorised (R = K = 4, M = 12), and the test rows' classes.
 struct Prepared {
     _dir: tempfile::TempDir,
     base: PathBuf,
@@ -65,41 +40,14 @@ struct Prepared {
 impl Prepared {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("base");
-        let src = dir.path().join("src");
-        std::fs::create_dir_all(&src).unwrap();
-        let mut rng = ChaCha8Rng::seed_from_u64(23);
-        write_split(&src.join("train.txt"), TRAIN_ROWS, &mut rng);
-        let test_classes = write_split(&src.join("test.txt"), TEST_ROWS, &mut rng);
-        let ok = |args: &[&str]| {
-            let out = pipeline(&base, args);
-            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let blobs = Blobs {
+            classes: K,
+            noise_sd: 0.6,
+            train_rows: TRAIN_ROWS,
+            test_rows: TEST_ROWS,
+            seed: 23,
         };
-        ok(&[
-            "ingest",
-            "--name",
-            "blobs",
-            "--format",
-            "libsvm",
-            "--train",
-            src.join("train.txt").to_str().unwrap(),
-            "--test",
-            src.join("test.txt").to_str().unwrap(),
-            "--no-normalize",
-            "--chunk-rows",
-            "100",
-        ]);
-        ok(&[
-            "svd",
-            "--dataset",
-            "blobs",
-            "--rank",
-            "4",
-            "--inducing",
-            "12",
-            "--threads",
-            "2",
-        ]);
+        let (base, test_classes) = blobs.workspace(dir.path(), 12);
         Prepared {
             _dir: dir,
             base,

@@ -2,6 +2,7 @@
 //! workspace from the outside.
 #![allow(dead_code)]
 
+pub mod blobs;
 pub mod model;
 pub mod ranks;
 pub mod registered;

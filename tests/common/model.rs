@@ -143,9 +143,42 @@ pub fn assert_gradient_matches(
     (worst, seen)
 }
 
-/// The bound of a multi-class problem: every row of `pr` a term of class `class[i]` under
+/// The class terms of the multi-class bound: every row a term of class `class[i]` under
 /// `lik`, scaled by 2.5, Monte Carlo noise seed 17 (the gradient tests of every class
 /// likelihood use this one set-up).
+pub fn bound_classes<'a>(class: &'a [u32], lik: &'a dyn ClassLikelihood) -> Classes<'a> {
+    Classes {
+        class,
+        scale: 2.5,
+        lik,
+        seed: 17,
+        first_stream: 0,
+    }
+}
+
+/// The bound of a multi-class problem with the terms of [`bound_classes`], or the error
+/// `evaluate_set` gives.
+pub fn try_class_bound(
+    kind: KernelKind,
+    pr: &Problem,
+    params: &Params,
+    class: &[u32],
+    lik: &dyn ClassLikelihood,
+) -> anyhow::Result<Evaluation> {
+    // The per-term likelihood argument is not used by a class term set.
+    let unused = BernoulliLogistic::new(2).unwrap();
+    evaluate_set(
+        kind,
+        params,
+        &pr.x(),
+        &TermSet::Classes(bound_classes(class, lik)),
+        &unused,
+        &EvalOptions::default(),
+        &Scratch::new(),
+    )
+}
+
+/// [`try_class_bound`], which must succeed.
 pub fn class_bound(
     kind: KernelKind,
     pr: &Problem,
@@ -153,23 +186,5 @@ pub fn class_bound(
     class: &[u32],
     lik: &dyn ClassLikelihood,
 ) -> Evaluation {
-    // The per-term likelihood argument is not used by a class term set.
-    let unused = BernoulliLogistic::new(2).unwrap();
-    let classes = Classes {
-        class,
-        scale: 2.5,
-        lik,
-        seed: 17,
-        first_stream: 0,
-    };
-    evaluate_set(
-        kind,
-        params,
-        &pr.x(),
-        &TermSet::Classes(classes),
-        &unused,
-        &EvalOptions::default(),
-        &Scratch::new(),
-    )
-    .unwrap()
+    try_class_bound(kind, pr, params, class, lik).unwrap()
 }
