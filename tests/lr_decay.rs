@@ -88,12 +88,7 @@ fn crashes_around_the_decay_resume_to_the_bytes_of_an_uninterrupted_run() {
                     format!("--lr-decay 0.1: run {id} has 0.5"),
                 ),
             ] {
-                let out = pipeline(
-                    &ws,
-                    &["train", "--resume", &id.to_string(), args[0], args[1]],
-                );
-                assert!(!out.status.success(), "{args:?} was accepted");
-                assert!(stderr(&out).contains(&message), "{}", stderr(&out));
+                assert_resume_refused(&ws, id, &args, &message);
             }
         }
         let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);

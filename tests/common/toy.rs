@@ -190,6 +190,17 @@ pub fn crash_at(ws: &Path, overrides: &[&str], point: &str) -> i64 {
     id
 }
 
+/// Resumes run `id` with `args` added, which must be refused with an error containing
+/// `message` (each refused option names the given value and the run's).
+pub fn assert_resume_refused(ws: &Path, id: i64, args: &[&str], message: &str) {
+    let id = id.to_string();
+    let mut argv = vec!["train", "--resume", &id];
+    argv.extend(args);
+    let out = pipeline(ws, &argv);
+    assert!(!out.status.success(), "{args:?} was accepted on resume");
+    assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+}
+
 /// Starts TRAIN with `overrides`, SIGKILLs it after `secs` and returns the id of the run it
 /// left behind, asserting that the run is then found interrupted; None when the kill came
 /// before the run was recorded or after it finished.
