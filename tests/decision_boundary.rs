@@ -6,6 +6,7 @@
 //! line saying why there is none.
 
 mod common;
+use common::blobs::ingest_and_factorise;
 use common::toy::catalog;
 use common::*;
 use fsgp::report::boundary::{probabilities_at, STEM};
@@ -70,36 +71,7 @@ fn prepare(ws: &Path, d: usize) {
     write_libsvm(&src.join("train.txt"), TRAIN_ROWS, d, &mut rng);
     write_libsvm(&src.join("test.txt"), 100, d, &mut rng);
     let (train, test) = (src.join("train.txt"), src.join("test.txt"));
-    ok(
-        ws,
-        &[
-            "ingest",
-            "--name",
-            "disc",
-            "--format",
-            "libsvm",
-            "--train",
-            train.to_str().unwrap(),
-            "--test",
-            test.to_str().unwrap(),
-            "--no-normalize",
-            "--chunk-rows",
-            "100",
-        ],
-    );
-    let rank = d.to_string();
-    ok(
-        ws,
-        &[
-            "svd",
-            "--dataset",
-            "disc",
-            "--rank",
-            &rank,
-            "--inducing",
-            "8",
-        ],
-    );
+    ingest_and_factorise(ws, "disc", (&train, &test), d, 8);
 }
 
 /// A binary SE run of 8 epochs (B = 50) with `extra` options; returns its id.

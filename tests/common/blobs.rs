@@ -1,5 +1,6 @@
 //! K Gaussian blobs in K features as a LIBSVM multi-class dataset, ingested and factorised:
-//! the toy data of the multi-class tests (tests/multiclass_task.rs, tests/mpi_ranks.rs).
+//! the toy data of the multi-class tests (tests/multiclass_task.rs, tests/mpi_ranks.rs); and
+//! the ingest and svd set-up of any toy LIBSVM dataset (tests/decision_boundary.rs too).
 
 use super::{pipeline, stderr};
 use rand::SeedableRng;
@@ -52,37 +53,50 @@ impl Blobs {
         self.write(&train, self.train_rows, &mut rng);
         let test_classes = self.write(&test, self.test_rows, &mut rng);
         let ws = dir.join("base");
-        let (rank, m) = (self.classes.to_string(), inducing.to_string());
-        for args in [
-            &[
-                "ingest",
-                "--name",
-                "blobs",
-                "--format",
-                "libsvm",
-                "--train",
-                train.to_str().unwrap(),
-                "--test",
-                test.to_str().unwrap(),
-                "--no-normalize",
-                "--chunk-rows",
-                "100",
-            ][..],
-            &[
-                "svd",
-                "--dataset",
-                "blobs",
-                "--rank",
-                &rank,
-                "--inducing",
-                &m,
-                "--threads",
-                "2",
-            ],
-        ] {
-            let out = pipeline(&ws, args);
-            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        }
+        ingest_and_factorise(&ws, "blobs", (&train, &test), self.classes, inducing);
         (ws, test_classes)
+    }
+}
+
+/// Ingests the LIBSVM files `splits` (train, test) into workspace `ws` as dataset `name`
+/// (100-row chunks, not normalised) and factorises it (rank R, M inducing inputs, 2
+/// threads): the set-up of every toy classification test.
+pub fn ingest_and_factorise(
+    ws: &Path,
+    name: &str,
+    splits: (&Path, &Path),
+    rank: usize,
+    inducing: usize,
+) {
+    let (rank, m) = (rank.to_string(), inducing.to_string());
+    for args in [
+        &[
+            "ingest",
+            "--name",
+            name,
+            "--format",
+            "libsvm",
+            "--train",
+            splits.0.to_str().unwrap(),
+            "--test",
+            splits.1.to_str().unwrap(),
+            "--no-normalize",
+            "--chunk-rows",
+            "100",
+        ][..],
+        &[
+            "svd",
+            "--dataset",
+            name,
+            "--rank",
+            &rank,
+            "--inducing",
+            &m,
+            "--threads",
+            "2",
+        ],
+    ] {
+        let out = pipeline(ws, args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     }
 }
