@@ -647,7 +647,7 @@ mod tests {
         .to_string();
         assert!(e.contains("[train] release_hyper_after must be ≥ 1"), "{e}");
         assert!(e.contains("cannot be combined with --freeze-hyper"), "{e}");
-        // A step-size schedule: a list as a string, one epoch as an integer.
+        // A step-size schedule: a list as an array, one epoch as an integer; not a string.
         for keys in ["lr_decay_at = [1, 2]\nlr_decay = 0.5", "lr_decay_at = 2"] {
             let s = spec(&MINIMAL.replace("lr = 0.5", &format!("lr = 0.5\n{keys}"))).unwrap();
             let argv = s.argv("train", &[]).unwrap();
