@@ -121,9 +121,7 @@ fn malformed_schedules_are_refused_with_the_flag_named() {
         ),
         (&["--lr-decay-at", "two"][..], "invalid value 'two'"),
     ] {
-        let out = pipeline(&ws, &train_args(args));
-        assert!(!out.status.success(), "{args:?} was accepted");
-        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+        assert_train_refused(&ws, args, message);
     }
     assert_eq!(
         count_runs(&ws, "train", None),

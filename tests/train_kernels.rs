@@ -157,9 +157,7 @@ fn invalid_schedules_are_refused_with_the_flag_named() {
         ),
         (&["--kernel", "se+lin"][..], "se+linear"),
     ] {
-        let out = pipeline(&ws, &train_args(args));
-        assert!(!out.status.success(), "{args:?} was accepted");
-        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+        assert_train_refused(&ws, args, message);
     }
 }
 

@@ -190,6 +190,17 @@ pub fn crash_at(ws: &Path, overrides: &[&str], point: &str) -> i64 {
     id
 }
 
+/// Runs TRAIN with `overrides`, which must be refused with an error containing `message`.
+pub fn assert_train_refused(ws: &Path, overrides: &[&str], message: &str) {
+    let out = pipeline(ws, &train_args(overrides));
+    assert!(!out.status.success(), "{overrides:?} was accepted");
+    assert!(
+        stderr(&out).contains(message),
+        "{overrides:?}: {}",
+        stderr(&out)
+    );
+}
+
 /// Resumes run `id` with `args` added, which must be refused with an error containing
 /// `message` (each refused option names the given value and the run's).
 pub fn assert_resume_refused(ws: &Path, id: i64, args: &[&str], message: &str) {
