@@ -18,7 +18,7 @@
 
 use faer::{Mat, MatRef};
 
-use crate::linalg::inner;
+use crate::linalg::{clear_upper_simd_state, inner};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelKind {
@@ -144,6 +144,9 @@ fn se_parts(
     h: &Mat<f64>,
     sq_norms: &[f64],
 ) -> (Mat<f64>, Mat<f64>, Mat<f64>, Mat<f64>) {
+    // G and H come straight from faer's GEMMs and (B + M)·M calls of libm's exp follow:
+    // see `clear_upper_simd_state` (a 1.9× shorter M = 200 binary epoch on AVX-512).
+    clear_upper_simd_state();
     let inv_2l2 = 0.5 * (-2.0 * log_ell).exp();
     let m = g.nrows();
     let diag: Vec<f64> = (0..m).map(|i| g[(i, i)]).collect();

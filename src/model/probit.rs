@@ -18,6 +18,7 @@ use anyhow::Result;
 
 use super::likelihood::{Expectation, Likelihood, VAR_FLOOR};
 use super::quadrature::{GaussHermite, SymmetricRule};
+use crate::linalg::clear_upper_simd_state;
 
 /// Below z = −MILLS_SWITCH, log Φ(z) and r(z) come from the continued fraction of the
 /// Mills ratio (erfc's value there is still accurate, but Φ(z) underflows at z ≈ −38.5 and
@@ -197,6 +198,8 @@ impl Likelihood for BernoulliProbit {
             mean.len() == n && var.len() == n && value.len() == n,
             "expect_lanes: slices of different lengths"
         );
+        // A rayon worker may come here from a faer GEMM: see `clear_upper_simd_state`.
+        clear_upper_simd_state();
         for j in 0..n {
             let e = self.expect(y[j], mean[j], var[j]);
             value[j] = e.value;
