@@ -7,7 +7,10 @@
 //! independent GPs (also with K = 30 labels); determinism and kill/resume; the refusals.
 
 mod common;
-use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
+use common::toy::{
+    assert_resume_refused, catalog, checkpoints, copy_dir, crash_with, metrics, newest_run,
+    read_ckpt, run_params,
+};
 use common::*;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::params::Params;
@@ -138,16 +141,6 @@ fn train(ws: &Path, extra: &[&str]) -> i64 {
     let out = pipeline(ws, &train_args(extra));
     assert!(out.status.success(), "{}", stderr(&out));
     newest_run(ws, "train")
-}
-
-fn newest_run(ws: &Path, stage: &str) -> i64 {
-    catalog(ws)
-        .query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
-            [stage],
-            |r| r.get(0),
-        )
-        .unwrap()
 }
 
 /// `predict --probabilities` of the test split: (row id, label, probability) per row, and
@@ -416,33 +409,13 @@ fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_byte
     );
 
     // Killed just after the checkpoint of step 18 was published, then resumed.
-    let out = std::process::Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws_cut)
-        .args(train_args(&extra))
-        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the failpoint did not fire");
-    let id = newest_run(&ws_cut, "train");
-    assert_eq!(run_status(&ws_cut, id), "interrupted");
+    let id = crash_with(&ws_cut, &train_args(&extra), "checkpoint-renamed:18");
     // Resuming with another likelihood is refused, naming both.
-    let out = pipeline(
+    assert_resume_refused(
         &ws_cut,
-        &[
-            "train",
-            "--resume",
-            &id.to_string(),
-            "--likelihood",
-            "logistic",
-        ],
-    );
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("--likelihood logistic: run") && err.contains("has probit"),
-        "{err}"
+        id,
+        &["--likelihood", "logistic"],
+        &format!("--likelihood logistic: run {id} has probit"),
     );
     let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -7,7 +7,7 @@
 
 mod common;
 use common::blobs::ingest_and_factorise;
-use common::toy::catalog;
+use common::toy::{catalog, newest_run};
 use common::*;
 use fsgp::report::boundary::{probabilities_at, STEM};
 use fsgp::store::chunks::read_registered_chunk;
@@ -50,16 +50,6 @@ fn write_libsvm(path: &Path, rows: usize, d: usize, rng: &mut ChaCha8Rng) {
 fn ok(ws: &Path, args: &[&str]) {
     let out = pipeline(ws, args);
     assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-}
-
-fn newest_run(ws: &Path, stage: &str) -> i64 {
-    catalog(ws)
-        .query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
-            [stage],
-            |r| r.get(0),
-        )
-        .unwrap()
 }
 
 /// A workspace with dataset `disc` of `d` features ingested unnormalised (100-row chunks)

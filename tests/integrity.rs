@@ -7,6 +7,7 @@
 
 mod common;
 use common::registered::*;
+use common::toy::catalog;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -16,10 +17,6 @@ use std::sync::OnceLock;
 /// evaluate 5.
 fn spec() -> String {
     pipeline_spec()
-}
-
-fn catalog(ws: &Path) -> rusqlite::Connection {
-    rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap()
 }
 
 /// The undisturbed workspace, built once per test binary.

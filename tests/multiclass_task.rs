@@ -9,7 +9,10 @@
 
 mod common;
 use common::blobs::Blobs;
-use common::toy::{catalog, checkpoints, copy_dir, metrics, read_ckpt, run_params, run_status};
+use common::toy::{
+    assert_resume_refused, catalog, checkpoints, copy_dir, crash_with, metrics, newest_run,
+    read_ckpt, run_params,
+};
 use common::*;
 use fsgp::model::ar_logit::ArLogit;
 use fsgp::model::ar_softmax::ArSoftmax;
@@ -101,16 +104,6 @@ fn train(ws: &Path, extra: &[&str]) -> i64 {
     let out = pipeline(ws, &train_args(extra));
     assert!(out.status.success(), "{}", stderr(&out));
     newest_run(ws, "train")
-}
-
-fn newest_run(ws: &Path, stage: &str) -> i64 {
-    catalog(ws)
-        .query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
-            [stage],
-            |r| r.get(0),
-        )
-        .unwrap()
 }
 
 /// `predict --top-k 2 --probabilities` of the test split: per row its two classes and
@@ -458,37 +451,13 @@ fn ar_softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes()
     let run_b = train(&ws_b, &extra);
     let bytes = checkpoints(&ws_a, run_a);
     assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
-    let out = std::process::Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws_cut)
-        .args(train_args(&extra))
-        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the failpoint did not fire");
-    let id = newest_run(&ws_cut, "train");
-    let resume = |more: &[&str]| {
-        let mut args = vec!["train", "--resume"];
-        let id = id.to_string();
-        args.push(&id);
-        args.extend(more);
-        pipeline(&ws_cut, &args)
-    };
+    let id = crash_with(&ws_cut, &train_args(&extra), "checkpoint-renamed:18");
     // Changing the class samples or the network's width is refused, naming both values.
-    for (flag, value, run) in [
-        ("--class-samples", "3", "has 2"),
-        ("--amortiser-hidden", "7", "has 6"),
-    ] {
-        let out = resume(&[flag, value]);
-        assert!(!out.status.success());
-        let err = stderr(&out);
-        assert!(
-            err.contains(&format!("{flag} {value}: run")) && err.contains(run),
-            "{err}"
-        );
+    for (flag, value, run) in [("--class-samples", "3", 2), ("--amortiser-hidden", "7", 6)] {
+        let message = format!("{flag} {value}: run {id} has {run}");
+        assert_resume_refused(&ws_cut, id, &[flag, value], &message);
     }
-    let out = resume(&[]);
+    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
     assert_eq!(
@@ -537,40 +506,14 @@ fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
     );
 
     // Killed just after the checkpoint of step 18 was published, then resumed.
-    let out = std::process::Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws_cut)
-        .args(train_args(&extra))
-        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the failpoint did not fire");
-    let id = newest_run(&ws_cut, "train");
-    assert_eq!(run_status(&ws_cut, id), "interrupted");
+    let id = crash_with(&ws_cut, &train_args(&extra), "checkpoint-renamed:18");
     // Resuming with another likelihood or other Monte Carlo pairs is refused, naming both.
-    let resume = |more: &[&str]| {
-        let mut args = vec!["train", "--resume"];
-        let id = id.to_string();
-        args.push(&id);
-        args.extend(more);
-        pipeline(&ws_cut, &args)
-    };
-    let out = resume(&["--likelihood", "ove"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("--likelihood ove: run") && err.contains("has softmax"),
-        "{err}"
-    );
-    let out = resume(&["--mc-pairs", "5"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("--mc-pairs 5: run") && err.contains("has 3"),
-        "{err}"
-    );
-    let out = resume(&[]);
+    let refused = [("--likelihood", "ove", "softmax"), ("--mc-pairs", "5", "3")];
+    for (flag, value, run) in refused {
+        let message = format!("{flag} {value}: run {id} has {run}");
+        assert_resume_refused(&ws_cut, id, &[flag, value], &message);
+    }
+    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
     assert_eq!(
@@ -615,31 +558,10 @@ fn hernandez_lobato_runs_train_exactly_deterministically_and_resume() {
 
     let run_b = train(&ws_b, &extra);
     assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
-    let out = std::process::Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws_cut)
-        .args(train_args(&extra))
-        .env("FSGP_FAILPOINT", "checkpoint-renamed:18")
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "the failpoint did not fire");
-    let id = newest_run(&ws_cut, "train");
-    assert_eq!(run_status(&ws_cut, id), "interrupted");
-    let resume = |more: &[&str]| {
-        let id = id.to_string();
-        let mut args = vec!["train", "--resume", id.as_str()];
-        args.extend(more);
-        pipeline(&ws_cut, &args)
-    };
-    let out = resume(&["--likelihood", "ove"]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("--likelihood ove: run") && err.contains("has hl"),
-        "{err}"
-    );
-    let out = resume(&[]);
+    let id = crash_with(&ws_cut, &train_args(&extra), "checkpoint-renamed:18");
+    let message = format!("--likelihood ove: run {id} has hl");
+    assert_resume_refused(&ws_cut, id, &["--likelihood", "ove"], &message);
+    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
     assert_eq!(metrics(&ws_cut, id, "elbo_exact"), recorded);

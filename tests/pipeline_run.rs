@@ -5,6 +5,7 @@
 //! during training and re-invoked ending with the same metrics as an uninterrupted one.
 
 mod common;
+use common::toy::{catalog, newest_run};
 use common::*;
 use fsgp::store::checkpoint::read_checkpoint;
 use fsgp::store::chunks::read_chunk;
@@ -30,20 +31,6 @@ fn run_spec(ws: &Path, spec: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["run", spec.to_str().unwrap()];
     args.extend(extra);
     pipeline(ws, &args)
-}
-
-fn catalog(ws: &Path) -> rusqlite::Connection {
-    rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap()
-}
-
-fn newest_run(ws: &Path, stage: &str) -> i64 {
-    catalog(ws)
-        .query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
-            [stage],
-            |r| r.get(0),
-        )
-        .unwrap()
 }
 
 fn one_path(ws: &Path, sql: &str, run: i64) -> PathBuf {

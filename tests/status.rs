@@ -4,6 +4,7 @@
 //! Parquet files (checkpoints, chunks, predictions).
 
 mod common;
+use common::toy::{catalog, newest_run};
 use common::*;
 use fsgp::store::checkpoint::CHECKPOINT_FORMAT;
 use fsgp::store::chunks::{read_chunk_metadata, CHUNK_FORMAT};
@@ -25,20 +26,6 @@ fn trained_workspace(dir: &Path) -> std::path::PathBuf {
     let out = pipeline(&ws, &["run", spec_path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     ws
-}
-
-fn catalog(ws: &Path) -> rusqlite::Connection {
-    rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap()
-}
-
-fn newest_run(ws: &Path, stage: &str) -> i64 {
-    catalog(ws)
-        .query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
-            [stage],
-            |r| r.get(0),
-        )
-        .unwrap()
 }
 
 /// The newest value of metric `name` of a run (and its step).

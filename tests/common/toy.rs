@@ -135,14 +135,19 @@ pub fn metrics(ws: &Path, run: i64, name: &str) -> Vec<(i64, u64)> {
     .collect()
 }
 
-pub fn train_run_id(ws: &Path) -> i64 {
+/// The id of the newest run of `stage` in the workspace's catalog.
+pub fn newest_run(ws: &Path, stage: &str) -> i64 {
     catalog(ws)
         .query_row(
-            "SELECT max(id) FROM stage_runs WHERE stage = 'train'",
-            [],
+            "SELECT max(id) FROM stage_runs WHERE stage = ?1",
+            [stage],
             |r| r.get(0),
         )
         .unwrap()
+}
+
+pub fn train_run_id(ws: &Path) -> i64 {
+    newest_run(ws, "train")
 }
 
 pub fn run_status(ws: &Path, id: i64) -> String {
@@ -176,10 +181,15 @@ pub fn train_args<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
 /// "checkpoint-renamed:14") aborts it; asserts that it did and that the run is then found
 /// interrupted, and returns the run's id.
 pub fn crash_at(ws: &Path, overrides: &[&str], point: &str) -> i64 {
+    crash_with(ws, &train_args(overrides), point)
+}
+
+/// [`crash_at`] for a whole `train` command line `args` of the caller's own.
+pub fn crash_with(ws: &Path, args: &[&str], point: &str) -> i64 {
     let out = std::process::Command::new(pipeline_bin())
         .arg("--workspace")
         .arg(ws)
-        .args(train_args(overrides))
+        .args(args)
         .env("FSGP_FAILPOINT", point)
         .env_remove("FSGP_WORKSPACE")
         .output()
