@@ -8,8 +8,8 @@
 
 mod common;
 use common::toy::{
-    assert_resume_refused, catalog, checkpoints, copy_dir, crash_with, metrics, newest_run,
-    read_ckpt, run_params,
+    assert_resume_refused, assert_resumes_to, assert_same_run_bytes, catalog, checkpoints,
+    copy_dir, crash_with, metrics, newest_run, read_ckpt, run_params,
 };
 use common::*;
 use fsgp::model::kernel::KernelKind;
@@ -397,15 +397,10 @@ fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_byte
     let (ws_a, ws_b, ws_cut) = (p.copy("a"), p.copy("b"), p.copy("cut"));
     let run_a = train(&ws_a, &extra);
     let run_b = train(&ws_b, &extra);
-    let bytes = checkpoints(&ws_a, run_a);
+    let bytes = assert_same_run_bytes((&ws_a, run_a), (&ws_b, run_b));
     assert_eq!(
         bytes.keys().copied().collect::<Vec<_>>(),
         [6, 12, 18, 24, 30, 32]
-    );
-    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
-    assert_eq!(
-        metrics(&ws_a, run_a, "elbo_exact"),
-        metrics(&ws_b, run_b, "elbo_exact")
     );
 
     // Killed just after the checkpoint of step 18 was published, then resumed.
@@ -417,18 +412,12 @@ fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_byte
         &["--likelihood", "logistic"],
         &format!("--likelihood logistic: run {id} has probit"),
     );
-    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
+    assert_resumes_to(&ws_cut, id, &bytes, &metrics(&ws_a, run_a, "elbo_exact"));
     let phi = read_ckpt(&ws_cut, id, 32).params.phi;
     assert_eq!(
         phi[(0, 0)].to_bits(),
         1.0f64.to_bits(),
         "Φ = I after the resume"
-    );
-    assert_eq!(
-        metrics(&ws_cut, id, "elbo_exact"),
-        metrics(&ws_a, run_a, "elbo_exact")
     );
 }
 

@@ -10,8 +10,8 @@
 mod common;
 use common::blobs::Blobs;
 use common::toy::{
-    assert_resume_refused, catalog, checkpoints, copy_dir, crash_with, metrics, newest_run,
-    read_ckpt, run_params,
+    assert_resume_refused, assert_resumes_to, assert_same_run_bytes, catalog, checkpoints,
+    copy_dir, crash_with, metrics, newest_run, read_ckpt, run_params,
 };
 use common::*;
 use fsgp::model::ar_logit::ArLogit;
@@ -449,21 +449,14 @@ fn ar_softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes()
     let (ws_a, ws_b, ws_cut) = (p.copy("a"), p.copy("b"), p.copy("cut"));
     let run_a = train(&ws_a, &extra);
     let run_b = train(&ws_b, &extra);
-    let bytes = checkpoints(&ws_a, run_a);
-    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
+    let bytes = assert_same_run_bytes((&ws_a, run_a), (&ws_b, run_b));
     let id = crash_with(&ws_cut, &train_args(&extra), "checkpoint-renamed:18");
     // Changing the class samples or the network's width is refused, naming both values.
     for (flag, value, run) in [("--class-samples", "3", 2), ("--amortiser-hidden", "7", 6)] {
         let message = format!("{flag} {value}: run {id} has {run}");
         assert_resume_refused(&ws_cut, id, &[flag, value], &message);
     }
-    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
-    assert_eq!(
-        metrics(&ws_cut, id, "elbo_exact"),
-        metrics(&ws_a, run_a, "elbo_exact")
-    );
+    assert_resumes_to(&ws_cut, id, &bytes, &metrics(&ws_a, run_a, "elbo_exact"));
 }
 
 #[test]
@@ -480,15 +473,10 @@ fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
     let (ws_a, ws_b, ws_cut) = (p.copy("a"), p.copy("b"), p.copy("cut"));
     let run_a = train(&ws_a, &extra);
     let run_b = train(&ws_b, &extra);
-    let bytes = checkpoints(&ws_a, run_a);
+    let bytes = assert_same_run_bytes((&ws_a, run_a), (&ws_b, run_b));
     assert_eq!(
         bytes.keys().copied().collect::<Vec<_>>(),
         [6, 12, 18, 24, 30, 32]
-    );
-    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
-    assert_eq!(
-        metrics(&ws_a, run_a, "elbo_exact"),
-        metrics(&ws_b, run_b, "elbo_exact")
     );
     // Another seed draws other noise (and another shuffle): other bytes.
     let ws_c = p.copy("c");
@@ -513,13 +501,7 @@ fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
         let message = format!("{flag} {value}: run {id} has {run}");
         assert_resume_refused(&ws_cut, id, &[flag, value], &message);
     }
-    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
-    assert_eq!(
-        metrics(&ws_cut, id, "elbo_exact"),
-        metrics(&ws_a, run_a, "elbo_exact")
-    );
+    assert_resumes_to(&ws_cut, id, &bytes, &metrics(&ws_a, run_a, "elbo_exact"));
 }
 
 /// The Hernández-Lobato likelihood end to end: far above chance on the four blobs, its
@@ -557,14 +539,11 @@ fn hernandez_lobato_runs_train_exactly_deterministically_and_resume() {
     );
 
     let run_b = train(&ws_b, &extra);
-    assert_eq!(bytes, checkpoints(&ws_b, run_b), "same seed, same bytes");
+    assert_same_run_bytes((&ws_a, run_a), (&ws_b, run_b));
     let id = crash_with(&ws_cut, &train_args(&extra), "checkpoint-renamed:18");
     let message = format!("--likelihood ove: run {id} has hl");
     assert_resume_refused(&ws_cut, id, &["--likelihood", "ove"], &message);
-    let out = pipeline(&ws_cut, &["train", "--resume", &id.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(checkpoints(&ws_cut, id), bytes, "resumed to the same bytes");
-    assert_eq!(metrics(&ws_cut, id, "elbo_exact"), recorded);
+    assert_resumes_to(&ws_cut, id, &bytes, &recorded);
 }
 
 /// `--learn-epsilon`: robust-max's ε trained as logit ε from the fixed default 10⁻³,

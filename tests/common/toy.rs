@@ -200,6 +200,30 @@ pub fn crash_with(ws: &Path, args: &[&str], point: &str) -> i64 {
     id
 }
 
+/// Asserts that train runs `a` and `b` (each `(workspace, run id)`) wrote the same
+/// checkpoint bytes and the same exact-bound metric; returns run a's checkpoint bytes.
+pub fn assert_same_run_bytes(
+    (ws_a, a): (&Path, i64),
+    (ws_b, b): (&Path, i64),
+) -> BTreeMap<u64, Vec<u8>> {
+    let bytes = checkpoints(ws_a, a);
+    assert_eq!(bytes, checkpoints(ws_b, b), "same seed, same bytes");
+    assert_eq!(
+        metrics(ws_a, a, "elbo_exact"),
+        metrics(ws_b, b, "elbo_exact")
+    );
+    bytes
+}
+
+/// Resumes run `id` unchanged, which must succeed and finish with checkpoint bytes `bytes`
+/// and the exact-bound metric `elbo` of an uninterrupted run.
+pub fn assert_resumes_to(ws: &Path, id: i64, bytes: &BTreeMap<u64, Vec<u8>>, elbo: &[(i64, u64)]) {
+    let out = pipeline(ws, &["train", "--resume", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(&checkpoints(ws, id), bytes, "resumed to the same bytes");
+    assert_eq!(metrics(ws, id, "elbo_exact"), elbo);
+}
+
 /// Runs TRAIN with `overrides`, which must be refused with an error containing `message`.
 pub fn assert_train_refused(ws: &Path, overrides: &[&str], message: &str) {
     let out = pipeline(ws, &train_args(overrides));
