@@ -10,8 +10,15 @@ quadrature for the expected log-likelihood, Adam with eta = 0.01 on minibatches 
 The whole training set is held in memory, as GPflow needs; the inducing inputs start at M
 rows drawn with the seed (the start does not change the cost of a step).
 
+With --classes K (K > 2) the model is instead the one fsgp's `--task multiclass --latent
+independent --likelihood robust-max` trains: K latent GPs sharing the SE kernel's
+hyperparameters and the M inducing inputs (GPflow's SharedIndependent kernel and inducing
+variables), a whitened full-Cholesky q(u) per GP, and GPflow's MultiClass likelihood with
+RobustMax (epsilon = 1e-3, fixed, as fsgp's default) and its Gauss-Hermite expectation;
+the labels are the class integers 0..K-1.
+
 Usage: scripts/gpflow-svgp-epoch.py TRAIN.txt.gz [--inducing 200] [--batch 500]
-       [--epochs 3] [--threads 2]
+       [--epochs 3] [--threads 2] [--classes K]
 Prints one line per epoch (seconds, mean minibatch ELBO) and the mean of the epochs after
 the first (the first includes tracing the step function).
 """
@@ -22,8 +29,9 @@ import time
 import numpy as np
 
 
-def read_libsvm(path, features):
-    """Rows of `label idx:val ...` (1-based indices) as a dense float64 matrix and labels."""
+def read_libsvm(path, features, classes=2):
+    """Rows of `label idx:val ...` (1-based indices) as a dense float64 matrix and labels:
+    {0, 1} for two classes (from ±1 or 0/1), else the class integers as given."""
     rows, labels = [], []
     with gzip.open(path, "rt") as f:
         for line in f:
@@ -37,9 +45,41 @@ def read_libsvm(path, features):
             rows.append(x)
             labels.append(float(parts[0]))
     y = np.array(labels)
-    # Labels ±1 or 0/1 → {0, 1}.
-    y = (y > 0).astype(np.float64)
+    if classes == 2:
+        # Labels ±1 or 0/1 → {0, 1}.
+        y = (y > 0).astype(np.float64)
     return np.vstack(rows), y[:, None]
+
+
+def build_model(gpflow, z, n, classes):
+    """The SVGP of the module docstring: Bernoulli for two classes, else RobustMax."""
+    if classes == 2:
+        return gpflow.models.SVGP(
+            kernel=gpflow.kernels.SquaredExponential(),
+            likelihood=gpflow.likelihoods.Bernoulli(),
+            inducing_variable=z,
+            num_data=n,
+            whiten=True,
+            q_diag=False,
+        )
+    kernel = gpflow.kernels.SharedIndependent(
+        gpflow.kernels.SquaredExponential(), output_dim=classes
+    )
+    inducing = gpflow.inducing_variables.SharedIndependentInducingVariables(
+        gpflow.inducing_variables.InducingPoints(z)
+    )
+    likelihood = gpflow.likelihoods.MultiClass(
+        classes, invlink=gpflow.likelihoods.RobustMax(classes)
+    )
+    return gpflow.models.SVGP(
+        kernel=kernel,
+        likelihood=likelihood,
+        inducing_variable=inducing,
+        num_latent_gps=classes,
+        num_data=n,
+        whiten=True,
+        q_diag=False,
+    )
 
 
 def main():
@@ -51,6 +91,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--classes", type=int, default=2)
     args = ap.parse_args()
 
     import tensorflow as tf
@@ -59,18 +100,11 @@ def main():
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     import gpflow
 
-    x, y = read_libsvm(args.train, args.features)
+    x, y = read_libsvm(args.train, args.features, args.classes)
     n = x.shape[0]
     rng = np.random.default_rng(args.seed)
     z = x[rng.choice(n, args.inducing, replace=False)].copy()
-    model = gpflow.models.SVGP(
-        kernel=gpflow.kernels.SquaredExponential(),
-        likelihood=gpflow.likelihoods.Bernoulli(),
-        inducing_variable=z,
-        num_data=n,
-        whiten=True,
-        q_diag=False,
-    )
+    model = build_model(gpflow, z, n, args.classes)
     opt = tf.optimizers.Adam(learning_rate=0.01)
     steps = n // args.batch
     data = (
@@ -98,7 +132,7 @@ def main():
               f"mean minibatch ELBO {total / steps:.6e}")
     later = seconds[1:] or seconds
     print(f"mean s/epoch after the first: {sum(later) / len(later):.2f} "
-          f"(M = {args.inducing}, B = {args.batch}, {steps} steps an epoch, "
+          f"(M = {args.inducing}, B = {args.batch}, K = {args.classes}, {steps} steps an epoch, "
           f"gpflow {gpflow.__version__}, tensorflow {tf.__version__})")
 
 
