@@ -521,15 +521,7 @@ impl Catalog {
             "SELECT {} FROM stage_runs ORDER BY id DESC LIMIT ?1",
             Self::RUN_COLUMNS
         );
-        let mut stmt = self
-            .conn
-            .prepare(&sql)
-            .map_err(|e| explain(&self.path, e))?;
-        let rows = stmt
-            .query_map([limit as i64], Self::run_from_row)
-            .map_err(|e| explain(&self.path, e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| explain(&self.path, e))
+        self.rows(&sql, [limit as i64], Self::run_from_row)
     }
 
     /// Runs still marked 'running' (live, or dead without having said so).
@@ -538,15 +530,7 @@ impl Catalog {
             "SELECT {} FROM stage_runs WHERE status = 'running' ORDER BY id",
             Self::RUN_COLUMNS
         );
-        let mut stmt = self
-            .conn
-            .prepare(&sql)
-            .map_err(|e| explain(&self.path, e))?;
-        let rows = stmt
-            .query_map([], Self::run_from_row)
-            .map_err(|e| explain(&self.path, e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| explain(&self.path, e))
+        self.rows(&sql, [], Self::run_from_row)
     }
 
     /// Registers a dataset with its splits, sources and artifacts and marks its run 'ok',
@@ -731,12 +715,23 @@ impl Catalog {
         )
     }
 
+    /// Every row of `sql` with `args`, each turned into a `T` by `row`; errors name the
+    /// catalog file.
+    fn rows<T>(
+        &self,
+        sql: &str,
+        args: impl rusqlite::Params,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let e = |e| explain(&self.path, e);
+        let mut stmt = self.conn.prepare(sql).map_err(e)?;
+        let rows = stmt.query_map(args, row).map_err(e)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+    }
+
     fn query_runs(&self, tail: &str, args: impl rusqlite::Params) -> Result<Vec<RunRow>> {
         let sql = format!("SELECT {} FROM stage_runs {tail}", Self::RUN_COLUMNS);
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self.conn.prepare(&sql).map_err(e)?;
-        let rows = stmt.query_map(args, Self::run_from_row).map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+        self.rows(&sql, args, Self::run_from_row)
     }
 
     /// The artifact of `kind` a run registered, if any (the first when there are several).
@@ -749,16 +744,12 @@ impl Catalog {
 
     /// Artifacts produced by one run, in id order.
     pub fn run_artifacts(&self, run_id: i64) -> Result<Vec<ArtifactRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
+        self.rows(
+            "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
                  WHERE stage_run_id = ?1 ORDER BY id",
-            )
-            .map_err(e)?;
-        let rows = stmt.query_map([run_id], artifact_from_row).map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            [run_id],
+            artifact_from_row,
+        )
     }
 
     pub fn dataset(&self, name: &str) -> Result<Option<DatasetRow>> {
@@ -820,19 +811,14 @@ impl Catalog {
     }
 
     fn splits(&self, dataset_id: i64) -> Result<Vec<SplitRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT split, n_rows, nnz, label_nnz, unlabeled_rows, dropped_unlabeled, \
+        self.rows(
+            "SELECT split, n_rows, nnz, label_nnz, unlabeled_rows, dropped_unlabeled, \
                  skipped_rows, chunk_rows, n_chunks, path FROM dataset_splits \
                  WHERE dataset_id = ?1 \
                  ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'validation' THEN 1 ELSE 2 END, \
                  split DESC",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([dataset_id], |r| {
+            [dataset_id],
+            |r| {
                 let u = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
                 Ok(SplitRow {
                     split: r.get(0)?,
@@ -846,22 +832,16 @@ impl Catalog {
                     n_chunks: u(8)?,
                     path: r.get(9)?,
                 })
-            })
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            },
+        )
     }
 
     fn sources(&self, dataset_id: i64) -> Result<Vec<SourceRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT role, path, bytes, checksum, compression FROM sources \
+        self.rows(
+            "SELECT role, path, bytes, checksum, compression FROM sources \
                  WHERE dataset_id = ?1 ORDER BY role",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([dataset_id], |r| {
+            [dataset_id],
+            |r| {
                 Ok(SourceRow {
                     role: r.get(0)?,
                     path: r.get(1)?,
@@ -869,23 +849,18 @@ impl Catalog {
                     checksum: r.get(3)?,
                     compression: r.get(4)?,
                 })
-            })
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            },
+        )
     }
 
     /// Artifacts, optionally only those of one dataset, in id order.
     pub fn artifacts(&self, dataset_id: Option<i64>) -> Result<Vec<ArtifactRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
+        self.rows(
+            "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
                  WHERE ?1 IS NULL OR dataset_id = ?1 ORDER BY id",
-            )
-            .map_err(e)?;
-        let rows = stmt.query_map([dataset_id], artifact_from_row).map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            [dataset_id],
+            artifact_from_row,
+        )
     }
 
     /// One stage run by id.
@@ -956,24 +931,18 @@ impl Catalog {
 
     /// Figures of a run in the order recorded.
     pub fn metrics(&self, run_id: i64) -> Result<Vec<MetricRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT name, value, step, split FROM metrics WHERE stage_run_id = ?1 ORDER BY id",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([run_id], |r| {
+        self.rows(
+            "SELECT name, value, step, split FROM metrics WHERE stage_run_id = ?1 ORDER BY id",
+            [run_id],
+            |r| {
                 Ok(MetricRow {
                     name: r.get(0)?,
                     value: r.get(1)?,
                     step: r.get(2)?,
                     split: r.get(3)?,
                 })
-            })
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            },
+        )
     }
 
     /// Registers a checkpoint whose file is complete and in place. Re-registering a step
@@ -1012,35 +981,26 @@ impl Catalog {
         let sql = format!(
             "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints {tail}"
         );
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self.conn.prepare(&sql).map_err(e)?;
-        let rows = stmt
-            .query_map(args, |r| {
-                Ok(CheckpointRow {
-                    run_id: r.get(0)?,
-                    step: r.get::<_, i64>(1)? as u64,
-                    epoch: r.get::<_, i64>(2)? as u64,
-                    path: r.get(3)?,
-                    bytes: r.get::<_, i64>(4)? as u64,
-                    checksum: r.get(5)?,
-                })
+        self.rows(&sql, args, |r| {
+            Ok(CheckpointRow {
+                run_id: r.get(0)?,
+                step: r.get::<_, i64>(1)? as u64,
+                epoch: r.get::<_, i64>(2)? as u64,
+                path: r.get(3)?,
+                bytes: r.get::<_, i64>(4)? as u64,
+                checksum: r.get(5)?,
             })
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+        })
     }
 
     /// Paths (relative to the workspace) that registered rows point to.
     pub fn referenced_paths(&self) -> Result<Vec<String>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT path FROM datasets UNION SELECT path FROM artifacts \
+        self.rows(
+            "SELECT path FROM datasets UNION SELECT path FROM artifacts \
                  UNION SELECT path FROM checkpoints",
-            )
-            .map_err(e)?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            [],
+            |r| r.get::<_, String>(0),
+        )
     }
 
     /// Records (or replaces) how a run is steered.
@@ -1163,28 +1123,23 @@ impl Catalog {
              JOIN stage_runs r ON r.id = a.stage_run_id \
              LEFT JOIN datasets d ON d.id = a.dataset_id {tail}"
         );
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self.conn.prepare(&sql).map_err(e)?;
-        let rows = stmt
-            .query_map(args, |r| {
-                Ok(StoredArtifact {
-                    id: r.get(0)?,
-                    run_id: r.get(1)?,
-                    stage: r.get(2)?,
-                    dataset: r.get(3)?,
-                    verified_at: r.get(4)?,
-                    artifact: ArtifactRow {
-                        kind: r.get(5)?,
-                        path: r.get(6)?,
-                        bytes: r.get::<_, i64>(7)? as u64,
-                        rows: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
-                        checksum: r.get(9)?,
-                        split: r.get(10)?,
-                    },
-                })
+        self.rows(&sql, args, |r| {
+            Ok(StoredArtifact {
+                id: r.get(0)?,
+                run_id: r.get(1)?,
+                stage: r.get(2)?,
+                dataset: r.get(3)?,
+                verified_at: r.get(4)?,
+                artifact: ArtifactRow {
+                    kind: r.get(5)?,
+                    path: r.get(6)?,
+                    bytes: r.get::<_, i64>(7)? as u64,
+                    rows: r.get::<_, Option<i64>>(8)?.map(|v| v as u64),
+                    checksum: r.get(9)?,
+                    split: r.get(10)?,
+                },
             })
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+        })
     }
 
     /// Records that artifact `id` was hashed in full and found as registered.
@@ -1294,11 +1249,8 @@ impl Catalog {
     /// an evaluate run names its predictions by checksum, the predictions artifact names
     /// the predict run that wrote it, and that run's parameters name the training run.
     pub fn evaluations_of_train_run(&self, train_run: i64) -> Result<Vec<EvaluationLink>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT ev.id, min(pr.id), json_extract(ev.params, '$.split'), \
+        self.rows(
+            "SELECT ev.id, min(pr.id), json_extract(ev.params, '$.split'), \
                  json_extract(pr.params, '$.checkpoint_step') \
                  FROM stage_runs ev \
                  JOIN artifacts a ON a.kind = ?2 \
@@ -1307,28 +1259,22 @@ impl Catalog {
                  WHERE ev.stage = ?3 AND ev.status = ?5 AND pr.stage = ?4 AND pr.status = ?5 \
                  AND json_extract(pr.params, '$.train_run') = ?1 \
                  GROUP BY ev.id ORDER BY ev.id",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map(
-                params![
-                    train_run,
-                    ArtifactKind::Predictions,
-                    StageKind::Evaluate,
-                    StageKind::Predict,
-                    RunStatus::Ok
-                ],
-                |r| {
-                    Ok(EvaluationLink {
-                        evaluate_run: r.get(0)?,
-                        predict_run: r.get(1)?,
-                        split: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                        checkpoint_step: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
-                    })
-                },
-            )
-            .map_err(e)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(e)
+            params![
+                train_run,
+                ArtifactKind::Predictions,
+                StageKind::Evaluate,
+                StageKind::Predict,
+                RunStatus::Ok
+            ],
+            |r| {
+                Ok(EvaluationLink {
+                    evaluate_run: r.get(0)?,
+                    predict_run: r.get(1)?,
+                    split: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    checkpoint_step: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                })
+            },
+        )
     }
 }
 
