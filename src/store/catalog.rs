@@ -758,51 +758,41 @@ impl Catalog {
 
     /// All datasets with their splits and sources, oldest first.
     pub fn datasets(&self) -> Result<Vec<DatasetRow>> {
-        let e = |e| explain(&self.path, e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, name, format, normalization, index_base, n_features, n_labels, path, \
-                 checksum, params, stage_run_id, created_at, label_kind, class_map \
-                 FROM datasets ORDER BY id",
-            )
-            .map_err(e)?;
-        let mut datasets = stmt
-            .query_map([], |r| {
-                let params: String = r.get(9)?;
-                let class_map = r
-                    .get::<_, Option<String>>(13)?
-                    .map(|text| ClassMap::from_text(&text))
-                    .transpose()
-                    .map_err(|e| {
-                        rusqlite::Error::FromSqlConversionFailure(
-                            13,
-                            rusqlite::types::Type::Text,
-                            e.into(),
-                        )
-                    })?;
-                Ok(DatasetRow {
-                    id: r.get(0)?,
-                    name: r.get(1)?,
-                    format: r.get(2)?,
-                    normalization: r.get(3)?,
-                    index_base: r.get(4)?,
-                    n_features: r.get::<_, i64>(5)? as u64,
-                    n_labels: r.get::<_, i64>(6)? as u64,
-                    path: r.get(7)?,
-                    checksum: r.get(8)?,
-                    params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
-                    stage_run_id: r.get(10)?,
-                    created_at: r.get(11)?,
-                    splits: Vec::new(),
-                    sources: Vec::new(),
-                    recorded_label_kind: r.get(12)?,
-                    class_map,
-                })
+        let sql = "SELECT id, name, format, normalization, index_base, n_features, n_labels, \
+                   path, checksum, params, stage_run_id, created_at, label_kind, class_map \
+                   FROM datasets ORDER BY id";
+        let mut datasets = self.rows(sql, [], |r| {
+            let params: String = r.get(9)?;
+            let class_map = r
+                .get::<_, Option<String>>(13)?
+                .map(|text| ClassMap::from_text(&text))
+                .transpose()
+                .map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        13,
+                        rusqlite::types::Type::Text,
+                        e.into(),
+                    )
+                })?;
+            Ok(DatasetRow {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                format: r.get(2)?,
+                normalization: r.get(3)?,
+                index_base: r.get(4)?,
+                n_features: r.get::<_, i64>(5)? as u64,
+                n_labels: r.get::<_, i64>(6)? as u64,
+                path: r.get(7)?,
+                checksum: r.get(8)?,
+                params: serde_json::from_str(&params).unwrap_or(serde_json::Value::Null),
+                stage_run_id: r.get(10)?,
+                created_at: r.get(11)?,
+                splits: Vec::new(),
+                sources: Vec::new(),
+                recorded_label_kind: r.get(12)?,
+                class_map,
             })
-            .map_err(e)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(e)?;
+        })?;
         for d in &mut datasets {
             d.splits = self.splits(d.id)?;
             d.sources = self.sources(d.id)?;
