@@ -7,9 +7,10 @@
 //! glibc's `exp` wrapper (legacy SSE) around its FMA core (VEX) then pays a state transition
 //! on every call. The first two rows time the same 10⁵ exponentials after the same
 //! sequential GEMM, without and with the clear; their ratio is the penalty on this machine
-//! (1.0 on a CPU without AVX, or in a build with `-C target-cpu=native`, whose own code is
-//! VEX-encoded). The third row is `KernelKind::SquaredExponential.forward` (three GEMMs and
-//! (B + M)·M exponentials), which clears before its exponentials.
+//! (1.0 on a CPU without AVX, or in a build with `-C target-cpu=native`, where the compiler
+//! issues `vzeroupper` before its own calls into libm). The third row is
+//! `KernelKind::SquaredExponential.forward` (three GEMMs and (B + M)·M exponentials), which
+//! clears before its exponentials.
 //!
 //! Run: `cargo bench --bench libm_after_gemm` (FSGP_BENCH_STEPS: repetitions, default 50;
 //! the best is reported).
