@@ -746,7 +746,7 @@ impl Catalog {
     pub fn run_artifacts(&self, run_id: i64) -> Result<Vec<ArtifactRow>> {
         self.rows(
             "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
-                 WHERE stage_run_id = ?1 ORDER BY id",
+             WHERE stage_run_id = ?1 ORDER BY id",
             [run_id],
             artifact_from_row,
         )
@@ -803,10 +803,10 @@ impl Catalog {
     fn splits(&self, dataset_id: i64) -> Result<Vec<SplitRow>> {
         self.rows(
             "SELECT split, n_rows, nnz, label_nnz, unlabeled_rows, dropped_unlabeled, \
-                 skipped_rows, chunk_rows, n_chunks, path FROM dataset_splits \
-                 WHERE dataset_id = ?1 \
-                 ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'validation' THEN 1 ELSE 2 END, \
-                 split DESC",
+             skipped_rows, chunk_rows, n_chunks, path FROM dataset_splits \
+             WHERE dataset_id = ?1 \
+             ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'validation' THEN 1 ELSE 2 END, \
+             split DESC",
             [dataset_id],
             |r| {
                 let u = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
@@ -829,7 +829,7 @@ impl Catalog {
     fn sources(&self, dataset_id: i64) -> Result<Vec<SourceRow>> {
         self.rows(
             "SELECT role, path, bytes, checksum, compression FROM sources \
-                 WHERE dataset_id = ?1 ORDER BY role",
+             WHERE dataset_id = ?1 ORDER BY role",
             [dataset_id],
             |r| {
                 Ok(SourceRow {
@@ -847,7 +847,7 @@ impl Catalog {
     pub fn artifacts(&self, dataset_id: Option<i64>) -> Result<Vec<ArtifactRow>> {
         self.rows(
             "SELECT kind, path, bytes, rows, checksum, split FROM artifacts \
-                 WHERE ?1 IS NULL OR dataset_id = ?1 ORDER BY id",
+             WHERE ?1 IS NULL OR dataset_id = ?1 ORDER BY id",
             [dataset_id],
             artifact_from_row,
         )
@@ -987,7 +987,7 @@ impl Catalog {
     pub fn referenced_paths(&self) -> Result<Vec<String>> {
         self.rows(
             "SELECT path FROM datasets UNION SELECT path FROM artifacts \
-                 UNION SELECT path FROM checkpoints",
+             UNION SELECT path FROM checkpoints",
             [],
             |r| r.get::<_, String>(0),
         )
@@ -1241,14 +1241,14 @@ impl Catalog {
     pub fn evaluations_of_train_run(&self, train_run: i64) -> Result<Vec<EvaluationLink>> {
         self.rows(
             "SELECT ev.id, min(pr.id), json_extract(ev.params, '$.split'), \
-                 json_extract(pr.params, '$.checkpoint_step') \
-                 FROM stage_runs ev \
-                 JOIN artifacts a ON a.kind = ?2 \
+             json_extract(pr.params, '$.checkpoint_step') \
+             FROM stage_runs ev \
+             JOIN artifacts a ON a.kind = ?2 \
                       AND a.checksum = json_extract(ev.params, '$.predictions_checksum') \
-                 JOIN stage_runs pr ON pr.id = a.stage_run_id \
-                 WHERE ev.stage = ?3 AND ev.status = ?5 AND pr.stage = ?4 AND pr.status = ?5 \
-                 AND json_extract(pr.params, '$.train_run') = ?1 \
-                 GROUP BY ev.id ORDER BY ev.id",
+             JOIN stage_runs pr ON pr.id = a.stage_run_id \
+             WHERE ev.stage = ?3 AND ev.status = ?5 AND pr.stage = ?4 AND pr.status = ?5 \
+             AND json_extract(pr.params, '$.train_run') = ?1 \
+             GROUP BY ev.id ORDER BY ev.id",
             params![
                 train_run,
                 ArtifactKind::Predictions,
