@@ -85,26 +85,37 @@ impl<T> Outcome<Option<T>> {
 pub enum Lookup {
     /// A finished run: its outputs can be reused.
     Done(RunRow),
-    /// A run whose process died: it can be resumed (training).
-    Interrupted(RunRow),
+    /// A run that did not finish — its process died, it failed, or `pipeline verify
+    /// --repair` removed its damaged outputs: it can be resumed from what it registered
+    /// (training).
+    Unfinished(RunRow),
     /// Nothing: the stage must run.
     New,
 }
 
-/// The newest run of `kind` with exactly `params` in force that finished, else one that was
-/// interrupted, else one whose damaged outputs `pipeline verify --repair` removed (resumed
-/// like an interrupted run, from what it still has). The parameters in force are those a
-/// run started with unless a resume changed them (training; `run_options` in the catalog).
+/// The newest run of `kind` with exactly `params` in force that finished, else the newest
+/// that did not (interrupted or failed), else one whose damaged outputs `pipeline verify
+/// --repair` removed. The parameters in force are those a run started with unless a
+/// resume changed them (training; `run_options` in the catalog).
+///
+/// A failed run is taken up like an interrupted one: what it registered is whole (each
+/// file was checked when written), and most failures come from outside the run (a full
+/// disk, a damaged input). One that came from the run itself (a diverged bound) recurs
+/// from its last checkpoint at no more cost than a fresh run's.
 pub fn lookup(ws: &Workspace, kind: StageKind, params: &serde_json::Value) -> Result<Lookup> {
     let find = |status| ws.catalog.find_run_in_force(kind, params, status);
     if let Some(done) = find(RunStatus::Ok)? {
         return Ok(Lookup::Done(done));
     }
-    if let Some(run) = find(RunStatus::Interrupted)? {
-        return Ok(Lookup::Interrupted(run));
+    let unfinished = [find(RunStatus::Interrupted)?, find(RunStatus::Failed)?]
+        .into_iter()
+        .flatten()
+        .max_by_key(|r| r.id);
+    if let Some(run) = unfinished {
+        return Ok(Lookup::Unfinished(run));
     }
     Ok(match ws.catalog.find_repaired_run(kind, params)? {
-        Some(repaired) => Lookup::Interrupted(repaired),
+        Some(repaired) => Lookup::Unfinished(repaired),
         None => Lookup::New,
     })
 }
@@ -465,13 +476,35 @@ impl<'a> StageRun<'a> {
         format!("{dir}/{name}.run{}", self.id)
     }
 
-    /// Renames `tmp_dir/<from>` to the workspace-relative `to` (same file system, atomic).
+    /// Renames `tmp_dir/<from>` to the workspace-relative `to` (same file system, atomic),
+    /// marked as this run's at a new generation of the catalog (`store::identity`).
+    ///
+    /// A directory already at `to` is what this run left when it died before its commit
+    /// (the name carries the run id, this process holds the run, and the catalog that said
+    /// so was checked to vouch for the workspace when it was opened): it is replaced.
     pub fn publish(&self, from: &str, to: &str) -> Result<PathBuf> {
         let src = self.tmp_dir.join(from);
         let dst = self.ws.resolve(to);
+        self.ws.stamp_run_dir(&src, self.id, self.kind)?;
+        if fs::symlink_metadata(&dst).is_ok() {
+            remove_path(&dst)?;
+        }
         fs::rename(&src, &dst)
             .with_context(|| format!("publishing {} as {}", src.display(), dst.display()))?;
         Ok(dst)
+    }
+
+    /// Creates the published directory `rel` (workspace-relative) of a run that registers
+    /// its files as it goes (training), marked as this run's, unless it exists. It appears
+    /// whole: made and marked in scratch, then renamed into place.
+    pub fn create_output_dir(&self, rel: &str) -> Result<PathBuf> {
+        let dst = self.ws.resolve(rel);
+        if dst.is_dir() {
+            return Ok(dst);
+        }
+        let staged = self.tmp_dir.join("output-dir");
+        fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
+        self.publish("output-dir", rel)
     }
 
     /// The last step of every stage: renames `tmp_dir/<from>` to the workspace-relative `to`,

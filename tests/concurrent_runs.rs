@@ -169,3 +169,155 @@ fn a_run_whose_process_is_gone_is_taken_up_as_interrupted() {
     assert_eq!(&outputs(&ws), baseline());
     assert!(pipeline(&ws, &["verify"]).status.success());
 }
+
+/// The state letter of process `pid` (`/proc/PID/stat`), None once it is reaped.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+#[test]
+fn a_killed_process_not_yet_reaped_counts_as_gone() {
+    let (_dir, spec) = spec_dir("zombie");
+    let ws = spec.parent().unwrap().join("ws");
+    let mut first = Paused::start(&ws, &spec, "train");
+    // SIGKILL, and no wait: the process stays a zombie of this one until reaped below, as
+    // under `timeout -s KILL` or a parent that never waits.
+    first.child.kill().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while process_state(first.pid()) != Some('Z') {
+        assert!(
+            Instant::now() < deadline,
+            "the killed process never became a zombie"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = run_spec_with(&ws, &spec, &[]);
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("run 3 with these parameters was interrupted; resuming it"),
+        "{log}"
+    );
+    assert_eq!(process_state(first.pid()), Some('Z'), "reaped too early");
+    // The rerun took the run's own id and ended as an undisturbed run.
+    assert_eq!(&outputs(&ws), baseline());
+    assert_eq!(count(&ws, "stage_runs"), 5);
+    assert!(pipeline(&ws, &["verify"]).status.success());
+    first.child.wait().unwrap();
+}
+
+#[test]
+fn a_running_run_is_refused_when_its_lock_file_was_deleted() {
+    let (_dir, spec) = spec_dir("lockless");
+    let ws = spec.parent().unwrap().join("ws");
+    let first = Paused::start(&ws, &spec, "train");
+    for lock in std::fs::read_dir(ws.join("locks")).unwrap() {
+        std::fs::remove_file(lock.unwrap().path()).unwrap();
+    }
+    let (runs, checkpoints) = (count(&ws, "stage_runs"), count(&ws, "checkpoints"));
+    let out = run_spec_with(&ws, &spec, &[]);
+    let log = stderr(&out);
+    assert!(!out.status.success(), "the second process trained: {log}");
+    let pid = first.pid();
+    for part in [
+        format!("another process (pid {pid}) is running train run 3 with these parameters"),
+        "although its lock file ".to_string(),
+        format!("stop it (kill {pid})"),
+    ] {
+        assert!(log.contains(&part), "{part:?} missing from: {log}");
+    }
+    assert_eq!(count(&ws, "stage_runs"), runs);
+    assert_eq!(count(&ws, "checkpoints"), checkpoints);
+    first.release();
+    assert_eq!(&outputs(&ws), baseline());
+}
+
+/// A consistent copy of the catalog of `ws` at `to`, taken beside running processes (as
+/// a backup tool would: SQLite's `VACUUM INTO`).
+fn back_up_catalog(ws: &Path, to: &Path) {
+    let db = rusqlite::Connection::open(ws.join("catalog.sqlite")).unwrap();
+    db.execute("VACUUM INTO ?1", [to.to_str().unwrap()])
+        .unwrap();
+}
+
+/// Puts the catalog backup `from` in place of the catalog of `ws`.
+fn restore_catalog(ws: &Path, from: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(ws.join(format!("catalog.sqlite{suffix}")));
+    }
+    std::fs::copy(from, ws.join("catalog.sqlite")).unwrap();
+}
+
+#[test]
+fn a_catalog_backup_taken_mid_run_is_refused_and_deletes_nothing() {
+    let (dir, spec) = spec_dir("backup");
+    let ws = spec.parent().unwrap().join("ws");
+    let first = Paused::start(&ws, &spec, "train");
+    let mid_run = dir.path().join("mid-run.sqlite");
+    back_up_catalog(&ws, &mid_run);
+    first.release();
+    let newest = dir.path().join("newest.sqlite");
+    back_up_catalog(&ws, &newest);
+
+    restore_catalog(&ws, &mid_run);
+    let before = common::contents(&ws);
+    for args in [
+        vec!["status"],
+        vec!["verify"],
+        vec!["verify", "--repair"],
+        vec!["run", spec.to_str().unwrap()],
+    ] {
+        let out = pipeline(&ws, &args);
+        let log = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {log}");
+        for part in [
+            "is older than the files it should describe (",
+            "it looks like a restored backup",
+            "nothing was changed or deleted",
+            "predictions/",
+        ] {
+            assert!(log.contains(part), "{args:?}: {part:?} missing from: {log}");
+        }
+        assert_eq!(common::contents(&ws), before, "{args:?} changed files");
+    }
+    // The newest backup vouches for everything again.
+    restore_catalog(&ws, &newest);
+    let out = run_spec_with(&ws, &spec, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stages_ran(&stderr(&out)).is_empty(), "{}", stderr(&out));
+    assert_eq!(&outputs(&ws), baseline());
+    assert!(pipeline(&ws, &["verify"]).status.success());
+}
+
+#[test]
+fn two_commands_creating_one_workspace_at_once_both_succeed() {
+    let (dir, spec) = spec_dir("create");
+    // The generated data of the spec, ingested under two names into new workspaces.
+    let out = run_spec_with(&dir.path().join("seed-ws"), &spec, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let train = spec.parent().unwrap().join("data/train.txt");
+    for trial in 0..6 {
+        let ws = dir.path().join(format!("ws{trial}"));
+        let start = |name: &str| {
+            Command::new(pipeline_bin())
+                .arg("--workspace")
+                .arg(&ws)
+                .args(["ingest", "--name", name, "--train", train.to_str().unwrap()])
+                .env_remove("FSGP_WORKSPACE")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (start("a"), start("b"));
+        for child in [a, b] {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "trial {trial}: {}", stderr(&out));
+        }
+        let mut names = dataset_names(&ws);
+        names.sort();
+        assert_eq!(names, ["a", "b"], "trial {trial}");
+        assert!(pipeline(&ws, &["verify"]).status.success());
+    }
+}

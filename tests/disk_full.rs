@@ -61,10 +61,81 @@ fn a_failed_checkpoint_write_names_where_and_resumes_to_identical_bytes() {
         assert_eq!(Some(bytes), expected.get(step), "step {step}");
     }
     let dir = ws.join(format!("train/toy-linear.run{id}"));
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    assert_eq!(checkpoint_files(&dir), 2);
 
     let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(run_status(&ws, id), "ok");
+    assert_eq!(checkpoints(&ws, id), expected);
+}
+
+/// The checkpoint files in a training run's directory.
+fn checkpoint_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("ckpt-")
+        })
+        .count()
+}
+
+#[test]
+fn a_training_that_failed_on_a_full_disk_is_resumed_by_the_same_command() {
+    let p = prepared();
+    let reference = p.copy("ref");
+    let expected = checkpoints(&reference, train_ok(&reference, &[]));
+
+    let ws = p.copy("failed");
+    let train = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(pipeline_bin());
+        cmd.arg("--workspace")
+            .arg(&ws)
+            .args(TRAIN)
+            .env_remove("FSGP_WORKSPACE")
+            .env_remove("FSGP_FAILPOINT");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let out = train(&[("FSGP_FAILPOINT", "checkpoint-write-enospc:21")]);
+    assert!(!out.status.success(), "the write failpoint did not fire");
+    let id = train_run_id(&ws);
+    assert_eq!(run_status(&ws, id), "failed");
+
+    // Still no room: the same command takes the failed run up and fails at once, before
+    // any step, with both figures; its checkpoints stay as they were.
+    let out = train(&[("FSGP_FREE_SPACE_BYTES", "1000")]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    for part in [
+        format!(
+            "run {id} with these parameters failed (train run {id}: writing checkpoint at step 21"
+        ),
+        format!("train run {id}: a checkpoint of this run needs "),
+        ", the workspace's file system has 1000 B free".to_string(),
+    ] {
+        assert!(err.contains(&part), "{part:?} missing from: {err}");
+    }
+    assert_eq!(
+        checkpoints(&ws, id).keys().copied().collect::<Vec<_>>(),
+        vec![7, 14]
+    );
+
+    // With room, the same command resumes it from step 14 under its own id and ends with
+    // the bytes of an undisturbed run.
+    let out = train(&[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("resuming run {id} from step 14")),
+        "{err}"
+    );
+    assert_eq!(train_run_id(&ws), id, "a new run was started");
     assert_eq!(run_status(&ws, id), "ok");
     assert_eq!(checkpoints(&ws, id), expected);
 }
@@ -88,8 +159,7 @@ fn svd_refuses_outputs_that_do_not_fit_and_registers_nothing() {
     // K_XX̃ [900×6] + basis [6×60] + norms [900], f32: 4 × (5400 + 360 + 900) bytes.
     for part in [
         format!("svd run {id}: "),
-        "kxx.npy".to_string(),
-        "needs 26.0 KiB".to_string(),
+        "writing kxx.npy, basis.npy and sq_norms.npy needs 26.0 KiB".to_string(),
         "has 1000 B free".to_string(),
     ] {
         assert!(err.contains(&part), "{part:?} missing from: {err}");
@@ -276,8 +346,8 @@ fn a_real_full_file_system_refuses_an_ingest_chunk_then_reruns_to_identical_outp
     };
     let (_dir, spec, _) = spec_in("tmpfs", &text);
     let ws = fs.path().join("ws");
-    let out = pipeline(&ws, &["status"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    // The workspace and its catalog first, so the filler below leaves their room.
+    drop(fsgp::store::workspace::Workspace::open(&ws).unwrap());
     // Leave 96 KiB free: room for the catalog's WAL and shared memory, not for the chunk.
     let free = fsgp::store::space::free_bytes(fs.path()).unwrap();
     let filler = fs.path().join("filler");

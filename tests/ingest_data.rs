@@ -422,7 +422,7 @@ fn sigkill_midway_leaves_nothing_registered_and_a_rerun_succeeds() {
     let f = dir.path().join("big.txt");
     big_xc(&f, 300_000);
     // Prime the workspace so its directories exist.
-    assert!(pipeline(ws.path(), &["status"]).status.success());
+    create_workspace(ws.path());
     let mut child = std::process::Command::new(pipeline_bin())
         .args([
             "--workspace",
@@ -462,6 +462,8 @@ fn sigkill_midway_leaves_nothing_registered_and_a_rerun_succeeds() {
     let st = status_json(ws.path());
     assert!(st["datasets"].as_array().unwrap().is_empty());
     assert_eq!(st["runs"][0]["status"], "interrupted");
+    // `status` only reads; the next command that writes collects the dead run's scratch.
+    create_workspace(ws.path());
     assert!(
         listing(ws.path()).iter().all(|p| !p.ends_with(".parquet")),
         "scratch files removed: {:?}",

@@ -336,10 +336,22 @@ fn orphan_files_are_reported_and_removed_by_repair() {
         "{text}"
     );
 
-    assert_eq!(verify(&ws, &["--repair"]).status.code(), Some(1));
-    for s in &strays {
-        assert!(!ws.join(s).exists(), "{s} left behind");
-    }
+    // The stray inside the run's directory is the catalog's to judge and is removed; the
+    // one at the top of svd/ was written by no run the catalog knows, and is left to its
+    // owner.
+    let out = verify(&ws, &["--repair"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!ws.join(&strays[1]).exists(), "{} left behind", strays[1]);
+    assert!(
+        stderr(&out).contains(
+            "repaired: left orphan svd/stray.bin in place: no run of this catalog wrote it; \
+             move it out or delete it yourself"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(ws.join(&strays[0]).exists(), "svd/stray.bin was deleted");
+    std::fs::remove_file(ws.join(&strays[0])).unwrap();
     assert!(verify(&ws, &[]).status.success());
     assert_eq!(outputs(&ws), baseline().outputs);
 }
@@ -392,12 +404,276 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
         )
         .unwrap();
     }
-    for _ in 0..2 {
-        let out = verify(&ws, &[]);
-        assert!(out.status.success(), "{}", stderr(&out));
+    let version = || -> i64 {
+        catalog(&ws)
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    // Read-only commands read it upgraded in memory and leave the file as it is.
+    for args in [vec!["status"], vec!["verify"]] {
+        let out = pipeline(&ws, &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(version(), 2, "{args:?} wrote the catalog");
     }
-    let version: i64 = catalog(&ws)
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
+    // A command that writes upgrades it in place.
+    for _ in 0..2 {
+        let out = verify(&ws, &["--repair"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(version(), 5);
+    }
+}
+
+// When the catalog cannot vouch for the files (`store::identity`): every command refuses,
+// read-only or not, and no file of the workspace changes.
+
+/// Runs status, verify, verify --repair and the spec on `ws`: each must exit 1 with every
+/// one of `parts` in its message, and leave every file of the workspace as it was.
+fn assert_refused_untouched(ws: &Path, parts: &[&str]) {
+    let before = contents(ws);
+    assert!(!before.is_empty());
+    let spec = baseline().spec.to_str().unwrap();
+    for args in [
+        vec!["status"],
+        vec!["verify"],
+        vec!["verify", "--repair"],
+        vec!["run", spec],
+    ] {
+        let out = pipeline(ws, &args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        for part in parts {
+            assert!(err.contains(part), "{args:?}: {part:?} missing from: {err}");
+        }
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(
+            contents(ws),
+            before,
+            "{args:?} changed the workspace's files"
+        );
+    }
+}
+
+/// Moves the catalog's files (database, WAL, shared memory) of `ws` into `to`.
+fn move_catalog(ws: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(ws).unwrap() {
+        let name = e.unwrap().file_name();
+        if name.to_string_lossy().starts_with("catalog.sqlite") {
+            std::fs::rename(ws.join(&name), to.join(&name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_missing_or_empty_catalog_is_refused_and_deletes_nothing() {
+    for empty in [false, true] {
+        let (dir, ws) = fresh_copy();
+        let kept = dir.path().join("kept");
+        move_catalog(&ws, &kept);
+        let state = if empty {
+            std::fs::write(ws.join("catalog.sqlite"), b"").unwrap();
+            "is empty (0 bytes), but the workspace holds the outputs of earlier runs ("
+        } else {
+            "is missing, but the workspace holds the outputs of earlier runs ("
+        };
+        assert_refused_untouched(
+            &ws,
+            &[
+                state,
+                "datasets/toy.run1",
+                "nothing was opened, changed or deleted",
+                "Restore catalog.sqlite from a backup",
+            ],
+        );
+        assert_eq!(
+            ws.join("catalog.sqlite").exists(),
+            empty,
+            "a catalog was created"
+        );
+        // With its catalog back the workspace is whole.
+        let _ = std::fs::remove_file(ws.join("catalog.sqlite"));
+        move_catalog(&kept, &ws);
+        assert!(verify(&ws, &[]).status.success());
+        assert_eq!(outputs(&ws), baseline().outputs);
+    }
+}
+
+#[test]
+fn a_catalog_of_another_workspace_is_refused_and_deletes_nothing() {
+    let (dir, ws) = fresh_copy();
+    // Another workspace: the same data ingested on its own.
+    let other = dir.path().join("other");
+    let data = baseline().spec.parent().unwrap().join("data/train.txt");
+    let out = pipeline(
+        &other,
+        &["ingest", "--name", "toy", "--train", data.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    move_catalog(&ws, &dir.path().join("kept"));
+    std::fs::copy(other.join("catalog.sqlite"), ws.join("catalog.sqlite")).unwrap();
+    assert_refused_untouched(
+        &ws,
+        &[
+            "belongs to another workspace (its id ",
+            "while workspace.json says ",
+            "nothing was changed or deleted",
+        ],
+    );
+}
+
+#[test]
+fn a_run_directory_linked_from_another_disk_is_the_run_and_is_kept() {
+    let (dir, ws) = fresh_copy();
+    let train_dir = Path::new(&one(&ws, LAST_CHECKPOINT))
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let moved = dir.path().join("other-disk/train-run");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(ws.join(&train_dir), &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, ws.join(&train_dir)).unwrap();
+    let before = contents(&ws);
+    for args in [vec![], vec!["--repair"]] {
+        let out = verify(&ws, &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(": no problems"), "{}", stderr(&out));
+    }
+    assert!(ws.join(&train_dir).is_symlink(), "the link was removed");
+    // The spec finds everything done, reading the checkpoints through the link.
+    let out = run_spec(&ws, &baseline().spec);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stages_ran(&stderr(&out)).is_empty(), "{}", stderr(&out));
+    assert_eq!(contents(&ws), before);
+    assert_eq!(outputs(&ws), baseline().outputs);
+}
+
+/// A read-only view of a copy of the baseline workspace: a tmpfs remounted read-only where
+/// this process may mount (root), else a copy without write permissions (which binds an
+/// unprivileged process only). Undone when dropped.
+struct ReadOnlyCopy {
+    dir: tempfile::TempDir,
+    mounted: bool,
+}
+
+impl ReadOnlyCopy {
+    fn new() -> ReadOnlyCopy {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let mount = |args: &[&str]| {
+            std::process::Command::new("mount")
+                .args(args)
+                .arg(dir.path())
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        // SAFETY: geteuid(2) takes nothing and cannot fail.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let mounted = is_root && mount(&["-t", "tmpfs", "-o", "size=64m", "tmpfs"]);
+        common::toy::copy_dir(&baseline().ws, &dir.path().join("ws"));
+        let read_only = if mounted {
+            mount(&["-o", "remount,ro"])
+        } else {
+            chmod_tree(dir.path(), false);
+            !is_root
+        };
+        assert!(
+            read_only,
+            "cannot make a read-only workspace here (root without mount)"
+        );
+        ReadOnlyCopy { dir, mounted }
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+}
+
+impl Drop for ReadOnlyCopy {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .output();
+        } else {
+            chmod_tree(self.dir.path(), true);
+        }
+    }
+}
+
+/// Adds or removes the write permissions of everything below `dir`.
+fn chmod_tree(dir: &Path, writable: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path| {
+        let mode = std::fs::metadata(p).unwrap().permissions().mode();
+        let mode = if writable {
+            mode | 0o200
+        } else {
+            mode & !0o222
+        };
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    if writable {
+        set(dir);
+    }
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            chmod_tree(&p, writable);
+        } else {
+            set(&p);
+        }
+    }
+    if !writable {
+        set(dir);
+    }
+}
+
+#[test]
+fn a_read_only_workspace_is_read_as_it_is() {
+    let copy = ReadOnlyCopy::new();
+    let ws = copy.ws();
+    let before = contents(&ws);
+    let status = status_json(&ws);
+    assert_eq!(status["datasets"][0]["name"], "toy", "{status}");
+    let out = pipeline(&ws, &["status", "--run", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("run #3 (train): ok"),
+        "{}",
+        stdout(&out)
+    );
+    let out = verify(&ws, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(": no problems"), "{}", stderr(&out));
+    assert_eq!(contents(&ws), before);
+}
+
+#[test]
+fn a_catalog_of_a_newer_schema_is_refused_with_one_message() {
+    let (_dir, ws) = fresh_copy();
+    catalog(&ws)
+        .execute_batch("PRAGMA user_version = 99;")
         .unwrap();
-    assert_eq!(version, 4);
+    let before = contents(&ws);
+    let spec = baseline().spec.to_str().unwrap();
+    for args in [
+        vec!["status"],
+        vec!["verify"],
+        vec!["verify", "--repair"],
+        vec!["run", spec],
+    ] {
+        let out = pipeline(&ws, &args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(
+                "has schema version 99, newer than this build's (5): it was written by a newer \
+                 fsgp; use that version (this one changed nothing)"
+            ),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("--repair"), "{args:?}: {err}");
+        assert_eq!(contents(&ws), before, "{args:?}");
+    }
 }

@@ -86,7 +86,8 @@ fn killed_at_point_then_rerun(stage: &str, point: &str) {
         _ => assert_eq!(published.len(), 1, "{context}: {published:?}"),
     }
 
-    // The next process (here `status`) takes the run as interrupted and removes its files.
+    // `status` shows the run as interrupted, and only reads: its files stay until a
+    // command that writes collects them.
     let st = status_json(&ws);
     let run = st["runs"]
         .as_array()
@@ -95,8 +96,12 @@ fn killed_at_point_then_rerun(stage: &str, point: &str) {
         .find(|r| r["id"] == id)
         .unwrap_or_else(|| panic!("{context}: run {id} not in status: {st:#}"));
     assert_eq!(run["status"], "interrupted", "{context}");
-    assert!(!scratch.exists(), "{context}: scratch left");
-    assert!(entries(&ws, output_dir).is_empty(), "{context}");
+    assert_eq!(
+        entries(&ws, output_dir),
+        published,
+        "{context}: status deleted"
+    );
+    assert!(scratch.is_dir(), "{context}: status deleted the scratch");
 
     let out = run_spec_with(&ws, &spec, &[]);
     let log = stderr(&out);
@@ -108,6 +113,7 @@ fn killed_at_point_then_rerun(stage: &str, point: &str) {
         "{context}: {log}"
     );
     assert_eq!(stages_ran(&log), from(stage), "{context}: {log}");
+    assert!(!scratch.exists(), "{context}: scratch left");
     assert_eq!(&outputs(&ws), baseline(), "{context}");
     let out = pipeline(&ws, &["verify"]);
     assert!(out.status.success(), "{context}: {}", stderr(&out));

@@ -227,6 +227,8 @@ fn killed_svd_registers_nothing_and_a_rerun_completes() {
     assert_eq!(st["runs"][0]["stage"], "svd");
     assert_eq!(st["runs"][0]["status"], "interrupted");
     assert!(svd_artifacts(ws.path()).is_empty());
+    // `status` only reads; the next command that writes collects the dead run's files.
+    create_workspace(ws.path());
     assert!(
         listing(ws.path())
             .iter()

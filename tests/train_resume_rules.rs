@@ -21,11 +21,13 @@ fn resume(ws: &Path, id: i64, extra: &[&str]) -> Output {
 }
 
 /// Names of the checkpoint files in run `id`'s directory, sorted.
+/// The checkpoint files in run `id`'s directory (beside them only its marker).
 fn files(ws: &Path, id: i64) -> Vec<String> {
     let dir = ws.join(format!("train/toy-linear.run{id}"));
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != ".fsgp-run.json")
         .collect();
     names.sort();
     names
@@ -201,6 +203,9 @@ fn options_that_cannot_change_are_refused_and_change_nothing() {
     let p = prepared();
     let ws = p.copy("refused");
     let id = crash_at(&ws, &["--max-steps", "21"], "checkpoint-renamed:14");
+    // What the crash left is collected by the first command that writes; refused or not,
+    // every one after must leave the workspace as it is then.
+    create_workspace(&ws);
     let before = (listing(&ws), checkpoints(&ws, id), run_options(&ws, id));
     let cases: [(&[&str], &[String]); 4] = [
         (

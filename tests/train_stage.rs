@@ -109,10 +109,12 @@ fn crashes_around_a_checkpoint_resume_to_identical_bytes() {
         let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
         assert!(out.status.success(), "{point}: {}", stderr(&out));
         assert_eq!(checkpoints(&ws, id), expected, "{point}");
-        // No stray files: every checkpoint in the run's directory is registered.
+        // No stray files: every checkpoint in the run's directory is registered, and
+        // beside them is only the directory's marker.
         let dir = ws.join(format!("train/toy-linear.run{id}"));
         let files = std::fs::read_dir(&dir).unwrap().count();
-        assert_eq!(files, expected.len(), "{point}");
+        assert_eq!(files, expected.len() + 1, "{point}");
+        assert!(dir.join(".fsgp-run.json").is_file(), "{point}");
     }
     // A finished run cannot be resumed.
     let out = pipeline(&reference, &["train", "--resume", &run_ref.to_string()]);

@@ -65,6 +65,18 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         // Checks the catalog before opening the workspace trusts it.
         return verify(&cli.workspace, args);
     }
+    // The commands that only read: the workspace is opened read-only (nothing created,
+    // written or deleted; a read-only workspace is read as it is).
+    match &cli.command {
+        Command::Status(args) => {
+            return status::print(&Workspace::open_read_only(&cli.workspace)?, args)
+        }
+        Command::Report(args) => {
+            let ws = Workspace::open_read_only(&cli.workspace)?;
+            return crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ());
+        }
+        _ => {}
+    }
     // Flags that name missing input files fail before the workspace is created.
     let ingest = match &cli.command {
         Command::Ingest(args) => Some(args.config()?),
@@ -88,9 +100,9 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Predict(args) => crate::predict::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Evaluate(args) => evaluate(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
-        Command::Report(args) => crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ()),
-        Command::Status(args) => status::print(&ws, &args),
-        Command::Verify(_) => unreachable!("handled above"),
+        Command::Report(_) | Command::Status(_) | Command::Verify(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::store::catalog::{
     ArtifactKind, ClassMap, LabelKind, MetricRow, RunRow, RunStatus, StageKind,
 };
 use crate::store::footer::parquet_key_values;
-use crate::store::workspace::Workspace;
+use crate::store::workspace::{as_seen, Workspace};
 use crate::train::batches::{spans_from_rows, Order, Planner};
 use crate::trained::TrainConfig;
 
@@ -39,7 +39,12 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
         return print_run(ws, id, args.json);
     }
     let datasets = ws.catalog.datasets()?;
-    let runs = ws.catalog.runs(args.runs)?;
+    let runs: Vec<RunRow> = ws
+        .catalog
+        .runs(args.runs)?
+        .into_iter()
+        .map(as_seen)
+        .collect();
     let artifacts = ws.catalog.artifacts(None)?;
     let train_runs = train_summaries(ws, args.runs)?;
     if args.json {
@@ -277,8 +282,8 @@ impl Precision {
 fn train_summaries(ws: &Workspace, limit: usize) -> Result<Vec<TrainRunSummary>> {
     ws.catalog
         .runs_of_stage(StageKind::Train, limit)?
-        .iter()
-        .map(|r| train_summary(ws, r))
+        .into_iter()
+        .map(|r| train_summary(ws, &as_seen(r)))
         .collect()
 }
 
@@ -518,7 +523,7 @@ struct RunDetail {
 }
 
 fn run_detail(ws: &Workspace, id: i64) -> Result<RunDetail> {
-    let run = ws.catalog.run(id)?.with_context(|| {
+    let run = ws.catalog.run(id)?.map(as_seen).with_context(|| {
         format!("no run {id} in the catalog ('pipeline status' lists the runs)")
     })?;
     let artifacts = ws

@@ -1,31 +1,57 @@
 //! `pipeline verify`: runs the workspace check and prints its report.
 
+use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, Result};
 
 use super::args::VerifyArgs;
-use crate::store::verify::{check_catalog, VerifyReport};
-use crate::store::workspace::Workspace;
+use crate::store::identity::{writable_dir, Refusal};
+use crate::store::verify::{check_catalog, Problem, VerifyReport};
+use crate::store::workspace::{Workspace, CATALOG_FILE};
 
 /// Checks the catalog file first (a damaged catalog stops there: nothing else can be
-/// trusted), then the workspace.
+/// trusted), then the workspace: read-only, unless `--repair`. A catalog that cannot vouch
+/// for the workspace's files (missing, empty, another workspace's, older than the files:
+/// `store::identity`) is reported as the one problem, and nothing is touched.
 pub fn run(root: &Path, args: &VerifyArgs) -> Result<VerifyReport> {
-    let catalog = root.join("catalog.sqlite");
-    if !catalog.is_file() {
-        bail!(
-            "no workspace at {} (no catalog.sqlite); give --workspace DIR",
-            root.display()
-        );
-    }
-    let problems = check_catalog(&catalog);
+    let catalog = root.join(CATALOG_FILE);
+    let problems = match fs::metadata(&catalog) {
+        Ok(m) if m.is_file() && m.len() > 0 => check_catalog(&catalog, writable_dir(root)),
+        // Missing or empty: opening says whether that is a new workspace or lost outputs.
+        _ => Vec::new(),
+    };
     if !problems.is_empty() {
         return Ok(VerifyReport {
             problems,
             ..VerifyReport::default()
         });
     }
-    let ws = Workspace::open(root)?;
+    // Only an existing catalog is opened to repair: a missing or empty one is a new
+    // workspace or lost outputs, which the read-only open tells apart and refuses.
+    let present = fs::metadata(&catalog).is_ok_and(|m| m.len() > 0);
+    let opened = if args.repair && present {
+        Workspace::open(root)
+    } else {
+        Workspace::open_read_only(root)
+    };
+    let ws = match opened {
+        Ok(ws) => ws,
+        Err(e) => match e.downcast::<Refusal>() {
+            Ok(refusal) => {
+                return Ok(VerifyReport {
+                    problems: vec![Problem {
+                        subject: format!("catalog ({})", catalog.display()),
+                        run: None,
+                        path: None,
+                        problem: refusal.to_string(),
+                    }],
+                    ..VerifyReport::default()
+                })
+            }
+            Err(e) => return Err(e),
+        },
+    };
     crate::store::verify::run(&ws, args.options())
 }
 
@@ -70,6 +96,12 @@ pub fn outcome(report: &VerifyReport, repaired: bool) -> Result<()> {
     let n = report.problems.len();
     if n == 0 {
         return Ok(());
+    }
+    if report.problems.iter().all(Problem::concerns_catalog) {
+        bail!(
+            "the catalog cannot be used as it is (above); 'pipeline verify --repair' cannot \
+             rebuild it, and changed nothing"
+        );
     }
     if repaired {
         bail!(

@@ -3,7 +3,8 @@
 //!
 //! Invariant: a row that names files is committed only after those files are complete and
 //! renamed into place, so anything the catalog lists is whole. Files without a row are
-//! garbage from an interrupted run and are collected by [`super::workspace::Workspace::open`].
+//! garbage from an interrupted run and are collected by [`super::workspace::Workspace::open`],
+//! once the catalog has been shown to be the one that wrote them (`super::identity`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,10 +23,10 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`,
 /// `artifacts.verified_at` and `stage_runs.repaired_at`; 4: adds `datasets.label_kind` and
-/// `datasets.class_map` ([`ADDED_COLUMNS`]). Every statement
-/// of [`SCHEMA`] is idempotent, so upgrading runs it again, then adds the columns a table
-/// created by an older version lacks.
-const SCHEMA_VERSION: i64 = 4;
+/// `datasets.class_map` ([`ADDED_COLUMNS`]); 5: adds `workspace` (the workspace's identity
+/// and generation, [`Identity`]). Every statement of [`SCHEMA`] is idempotent, so upgrading
+/// runs it again, then adds the columns a table created by an older version lacks.
+const SCHEMA_VERSION: i64 = 5;
 
 /// Columns added after their table was first created: (table, column, declaration).
 /// `verified_at`: when a large artifact (K_XX̃) was last hashed in full after registration
@@ -119,6 +120,11 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     checksum      TEXT NOT NULL,
     created_at    TEXT NOT NULL,
     PRIMARY KEY (stage_run_id, step)
+);
+CREATE TABLE IF NOT EXISTS workspace (
+    one         INTEGER PRIMARY KEY CHECK (one = 1),
+    id          TEXT NOT NULL,
+    generation  INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS run_options (
     stage_run_id  INTEGER PRIMARY KEY REFERENCES stage_runs(id),
@@ -406,7 +412,225 @@ fn explain(path: &Path, e: rusqlite::Error) -> anyhow::Error {
     anyhow::Error::new(e).context(format!("catalog {}", path.display()))
 }
 
+/// Puts the database of `conn` in WAL mode unless it is already. Switching needs an
+/// exclusive lock, and SQLite answers a switch that meets another connection's lock with
+/// SQLITE_BUSY at once, without its busy handler: two processes opening a new workspace
+/// together both switch. So the switch is retried until the busy timeout has passed.
+fn switch_to_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
+        if mode.eq_ignore_ascii_case("wal") {
+            return Ok(());
+        }
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+            Ok(_) => return Ok(()),
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                    && started.elapsed() < DEFAULT_BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The refusal of a catalog written by a newer fsgp: one message wherever it is met
+/// (opening to write, opening to read, `pipeline verify`).
+fn newer_schema(path: &Path, version: i64) -> anyhow::Error {
+    anyhow!(
+        "catalog {} has schema version {version}, newer than this build's ({SCHEMA_VERSION}): \
+         it was written by a newer fsgp; use that version (this one changed nothing)",
+        path.display()
+    )
+}
+
+/// The workspace's identity as its catalog records it: a random id given when the
+/// workspace was created, and a generation raised each time a run is about to publish
+/// files, recorded in those files' directories too (`store::identity`), so a catalog older
+/// than the files it should describe is recognised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub id: String,
+    pub generation: i64,
+}
+
+/// `path` as an SQLite URI opening it immutable (nothing written, nothing locked), with
+/// the characters a URI path gives meaning to escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' | '?' | '#' => uri.push_str(&format!("%{:02X}", c as u32)),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 impl Catalog {
+    /// Opens the catalog at `path` without writing it: read-only, and immutable when its
+    /// directory cannot be written (a read-only mount or permissions), where SQLite could
+    /// not create the shared-memory file a WAL database is read through. Refuses a
+    /// catalog of a newer schema; one of an older schema is read upgraded in memory.
+    pub fn open_read_only(path: &Path, writable_dir: bool) -> Result<Self> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = if writable_dir {
+            Connection::open_with_flags(path, flags)
+        } else {
+            Connection::open_with_flags(immutable_uri(path), flags)
+        }
+        .with_context(|| format!("opening catalog {} to read", path.display()))?;
+        conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)
+            .map_err(|e| explain(path, e))?;
+        let catalog = Catalog {
+            conn,
+            path: path.to_path_buf(),
+        };
+        let version = catalog.schema_version()?;
+        if version > SCHEMA_VERSION {
+            return Err(newer_schema(path, version));
+        }
+        if version < SCHEMA_VERSION {
+            return catalog.upgraded_in_memory();
+        }
+        Ok(catalog)
+    }
+
+    /// A catalog of an older schema, read without writing it: copied into memory (SQLite's
+    /// online backup) and upgraded there. Catalogs are small (rows, not data).
+    fn upgraded_in_memory(self) -> Result<Self> {
+        use rusqlite::backup::{Backup, StepResult};
+        let e = |e| explain(&self.path, e);
+        let mut memory = Connection::open_in_memory().map_err(e)?;
+        {
+            let backup = Backup::new(&self.conn, &mut memory).map_err(e)?;
+            let started = std::time::Instant::now();
+            loop {
+                match backup.step(-1).map_err(e)? {
+                    StepResult::Done => break,
+                    StepResult::More => {}
+                    // A writer holds the file: wait for it as a reader would.
+                    _ if started.elapsed() < DEFAULT_BUSY_TIMEOUT => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    _ => {
+                        return Err(explain(
+                            &self.path,
+                            rusqlite::Error::SqliteFailure(
+                                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                                None,
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        let upgraded = Catalog {
+            conn: memory,
+            path: self.path,
+        };
+        upgraded.migrate()?;
+        Ok(upgraded)
+    }
+
+    fn schema_version(&self) -> Result<i64> {
+        self.conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// The identity recorded in the catalog; None for a catalog that has none yet (new, or
+    /// of a schema before 5).
+    pub fn identity(&self) -> Result<Option<Identity>> {
+        let has_table: bool = self
+            .conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = \
+                 'workspace')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| explain(&self.path, e))?;
+        if !has_table {
+            return Ok(None);
+        }
+        self.conn
+            .query_row(
+                "SELECT id, generation FROM workspace WHERE one = 1",
+                [],
+                |r| {
+                    Ok(Identity {
+                        id: r.get(0)?,
+                        generation: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| explain(&self.path, e))
+    }
+
+    /// Records `id` as the workspace's identity unless the catalog has one, and returns the
+    /// one it has then (another process may have recorded its own first).
+    pub fn claim_identity(&self, id: &str) -> Result<Identity> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        tx.execute(
+            "INSERT OR IGNORE INTO workspace (one, id, generation) VALUES (1, ?1, 0)",
+            [id],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)?;
+        self.identity()?.with_context(|| {
+            format!(
+                "catalog {}: no identity after recording one",
+                self.path.display()
+            )
+        })
+    }
+
+    /// Raises the workspace's generation by one and returns it: called before a run puts
+    /// files in place, whose directory then records it (`store::identity::RunMarker`).
+    pub fn next_generation(&self) -> Result<i64> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        let generation = tx
+            .query_row(
+                "UPDATE workspace SET generation = generation + 1 WHERE one = 1 \
+                 RETURNING generation",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(e)?
+            .with_context(|| {
+                format!(
+                    "catalog {}: the workspace has no identity yet",
+                    self.path.display()
+                )
+            })?;
+        tx.commit().map_err(e)?;
+        Ok(generation)
+    }
+
+    /// The largest run id the catalog has given out (0 for none): its AUTOINCREMENT
+    /// counter, which outlives deleted rows.
+    pub fn last_run_id(&self) -> Result<i64> {
+        self.conn
+            .query_row(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = \
+                 'stage_runs'), 0), coalesce((SELECT max(id) FROM stage_runs), 0))",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| explain(&self.path, e))
+    }
+
     /// Opens (creating if needed) the catalog database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let conn = Connection::open(path)
@@ -415,8 +639,7 @@ impl Catalog {
             .map_err(|e| explain(path, e))?;
         // WAL lets readers (`pipeline status`) run beside a writer; NORMAL sync is durable
         // at every checkpoint and never corrupts on power loss in WAL mode.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| explain(path, e))?;
+        switch_to_wal(&conn).map_err(|e| explain(path, e))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| explain(path, e))?;
         conn.pragma_update(None, "foreign_keys", "ON")
@@ -447,11 +670,7 @@ impl Catalog {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| explain(&path, e))?;
         if version > SCHEMA_VERSION {
-            anyhow::bail!(
-                "catalog {} has schema version {version}, newer than this build ({SCHEMA_VERSION}); \
-                 use a newer fsgp",
-                path.display()
-            );
+            return Err(newer_schema(&path, version));
         }
         if version < SCHEMA_VERSION {
             tx.execute_batch(SCHEMA).map_err(|e| explain(&path, e))?;
@@ -1213,9 +1432,15 @@ impl Catalog {
     /// SQLite's `PRAGMA integrity_check` of the catalog file at `path`, without migrating
     /// or otherwise writing it: an empty list when the database is sound, else SQLite's
     /// findings (an unreadable file is one finding).
-    pub fn integrity_check(path: &Path) -> Vec<String> {
+    pub fn integrity_check(path: &Path, writable_dir: bool) -> Vec<String> {
         let check = || -> rusqlite::Result<Vec<String>> {
-            let conn = Connection::open(path)?;
+            use rusqlite::OpenFlags;
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
+            let conn = if writable_dir {
+                Connection::open_with_flags(path, flags)?
+            } else {
+                Connection::open_with_flags(immutable_uri(path), flags)?
+            };
             let mut stmt = conn.prepare("PRAGMA integrity_check")?;
             let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
             rows.collect()

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod chunks;
 pub mod classes;
 pub mod footer;
+pub mod identity;
 pub mod integrity;
 pub mod kinds;
 pub mod npy;

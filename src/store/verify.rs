@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::catalog::{Catalog, RunRow, RunStatus, StageKind};
+use super::identity::{read_marker, RUN_MARKER};
 use super::integrity::Registered;
 use super::workspace::{remove_path, run_is_live, Workspace};
 
@@ -45,6 +46,14 @@ pub struct Problem {
     /// Workspace-relative path, if a file.
     pub path: Option<String>,
     pub problem: String,
+}
+
+impl Problem {
+    /// Whether this is a problem of the catalog itself (damaged, or unable to vouch for the
+    /// files), which `--repair` cannot mend.
+    pub fn concerns_catalog(&self) -> bool {
+        self.run.is_none() && self.path.is_none() && self.subject.starts_with("catalog (")
+    }
 }
 
 impl std::fmt::Display for Problem {
@@ -69,8 +78,8 @@ pub struct VerifyReport {
 
 /// SQLite's `PRAGMA integrity_check` of the catalog at `path` (before the workspace is
 /// opened, since opening it trusts the catalog to collect garbage).
-pub fn check_catalog(path: &Path) -> Vec<Problem> {
-    let findings = Catalog::integrity_check(path);
+pub fn check_catalog(path: &Path, writable_dir: bool) -> Vec<Problem> {
+    let findings = Catalog::integrity_check(path, writable_dir);
     if findings.is_empty() {
         return Vec::new();
     }
@@ -183,10 +192,52 @@ fn repair(
         report.repaired.push(repair_run(ws, id, d)?);
     }
     for rel in orphans {
-        remove_path(&ws.resolve(rel))?;
-        report.repaired.push(format!("removed orphan {rel}"));
+        match why_kept(ws, rel, live)? {
+            None => {
+                remove_path(&ws.resolve(rel))?;
+                report.repaired.push(format!("removed orphan {rel}"));
+            }
+            Some(why) => report.repaired.push(format!(
+                "left orphan {rel} in place: {why}; move it out or delete it yourself"
+            )),
+        }
     }
     Ok(())
+}
+
+/// Why `--repair` must not delete the orphan `rel` (None: it may). An orphan inside a run
+/// directory is the catalog's to judge: the directory is the run's, and the catalog
+/// vouches for the workspace (it was checked when the workspace was opened). An orphan
+/// run directory is deleted only when the catalog knows its run as ended without success
+/// (and its marker, if any, is this workspace's and names that run); anything else at the
+/// top of a stage's directory was not written by a run the catalog knows, and is left.
+fn why_kept(ws: &Workspace, rel: &str, live: &BTreeSet<i64>) -> Result<Option<String>> {
+    if rel.split('/').count() > 2 {
+        return Ok(None);
+    }
+    let run = rel
+        .rsplit_once(".run")
+        .and_then(|(_, id)| id.parse::<i64>().ok());
+    let Some(run) = run else {
+        return Ok(Some("no run of this catalog wrote it".into()));
+    };
+    if let Some(marker) = read_marker(&ws.resolve(rel))? {
+        if !ws.owns_marker(&marker) || marker.run != run {
+            return Ok(Some(format!(
+                "its marker names run {} of workspace {}, not this workspace's run {run}",
+                marker.run, marker.workspace
+            )));
+        }
+    }
+    Ok(match ws.catalog.run(run)? {
+        _ if live.contains(&run) => Some(format!("run {run} is running")),
+        None => Some(format!("the catalog has no run {run}")),
+        Some(r) if r.status == RunStatus::Ok => Some(format!(
+            "run {run} finished and its rows name other files; the directory may hold its \
+             outputs"
+        )),
+        Some(_) => None,
+    })
 }
 
 /// Marks run `id` damaged in the catalog, then removes the files it no longer vouches for.
@@ -359,7 +410,15 @@ fn walk(
             any_referenced = true;
             continue;
         }
-        let is_referenced = if entry.file_type()?.is_dir() {
+        if entry.file_name() == RUN_MARKER {
+            // The run directory's marker (`store::identity`): part of the directory, never
+            // registered; it neither makes the directory referenced nor is an orphan.
+            continue;
+        }
+        // Through symbolic links: a run directory moved to another disk and linked back is
+        // the run's directory, whose files are registered inside it.
+        let is_dir = fs::metadata(entry.path()).is_ok_and(|m| m.is_dir());
+        let is_referenced = if is_dir {
             // A dataset's row names its directory, its artifacts the files inside: look
             // inside every directory. One holding a registered path is not an orphan even
             // when that file is missing (reported as damage instead).

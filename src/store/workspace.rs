@@ -4,6 +4,7 @@
 //! ```text
 //! WORKSPACE/
 //!   catalog.sqlite           the catalog (+ -wal, -shm)
+//!   workspace.json           the workspace's identity (`store::identity`)
 //!   tmp/run-<id>/            scratch of stage run <id>; never read by other stages
 //!   datasets/<name>.run<id>/ an ingested dataset, published by renaming from tmp/
 //!   svd/<name>-r<R>.run<id>/ basis, singular values, K_XX̃ and A init of one SVD run
@@ -13,9 +14,12 @@
 //!                            parameters hashed; removed when it ends
 //! ```
 //! How stages write here is the stage protocol's business (`crate::stage`): only below
-//! `tmp/run-<id>/`, then a rename into place, then the catalog rows. Opening a workspace
-//! collects what dead runs left: their scratch directories and any published directory
-//! that no catalog row references.
+//! `tmp/run-<id>/`, then a rename into place, then the catalog rows; each published
+//! directory holds a marker (`.fsgp-run.json`) tying it to the workspace, its run and the
+//! catalog's generation. Every open first checks that the catalog vouches for the files
+//! (`store::identity`); opening to write then collects what dead runs left: their scratch
+//! directories and the unreferenced published directories the catalog knows as theirs.
+//! Opening to read ([`Workspace::open_read_only`]) creates, writes and deletes nothing.
 //!
 //! Two processes never compute the same stage with the same parameters at once: the run
 //! holds [`StageLock`] (an exclusive `flock` on a file named after the stage and a hash of
@@ -32,8 +36,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 
 use super::catalog::{
-    ArtifactKind, Catalog, CheckpointRow, DatasetRow, RunRow, RunStatus, StageKind, StoredArtifact,
+    ArtifactKind, Catalog, CheckpointRow, DatasetRow, Identity, RunRow, RunStatus, StageKind,
+    StoredArtifact,
 };
+use super::identity::{self, PublishedDir, RunMarker};
 use super::integrity::Registered;
 use super::npy::NpyMap;
 use crate::error::did_you_mean;
@@ -46,32 +52,76 @@ fn output_dirs() -> impl Iterator<Item = &'static str> {
 /// Directory of the workspace that holds the stage locks.
 const LOCK_DIR: &str = "locks";
 
+/// The catalog's file name in a workspace.
+pub const CATALOG_FILE: &str = "catalog.sqlite";
+
 pub struct Workspace {
     root: PathBuf,
     pub catalog: Catalog,
+    /// The id of `workspace.json` and of the catalog (`store::identity`).
+    workspace_id: String,
+}
+
+/// Whether the catalog file is missing or empty: SQLite would make a new catalog of either.
+fn catalog_is_absent(path: &Path) -> bool {
+    fs::metadata(path).map_or(true, |m| m.len() == 0)
 }
 
 /// Identity of this process for liveness checks: its pid and its start time in clock ticks
 /// since boot (so a reused pid is not mistaken for the original process).
 pub fn process_identity(pid: u32) -> Option<String> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 2 (comm) may contain spaces and parentheses; fields after the last ')' are plain.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // `rest` starts at field 3 (state); starttime is field 22.
-    rest.split_whitespace().nth(19).map(str::to_string)
+    process_state(pid).map(|(_, start)| start)
 }
 
-/// Whether the process that recorded `pid`/`pid_start` is still running.
+/// Whether the process that recorded `pid`/`pid_start` is still running. A zombie (ended,
+/// not yet reaped by its parent: `timeout -s KILL`, a parent that never waits, a container
+/// without an init) has ended: its files and locks are released, so it counts as gone.
 pub fn run_is_live(pid: i64, pid_start: &str) -> bool {
     u32::try_from(pid)
         .ok()
-        .and_then(process_identity)
-        .is_some_and(|s| s == pid_start)
+        .and_then(process_state)
+        .is_some_and(|(state, start)| start == pid_start && !matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// What the garbage collection of a writing open would record for `run`: a run still
+/// marked running whose process is gone is shown interrupted (a read-only open records
+/// nothing, so `pipeline status` sees the catalog as the next writer will leave it).
+pub fn as_seen(mut run: RunRow) -> RunRow {
+    if run.status == RunStatus::Running && !run_is_live(run.pid, &run.pid_start) {
+        run.status = RunStatus::Interrupted;
+        run.error = Some(DEAD_RUN.into());
+    }
+    run
+}
+
+/// The catalog's error of a run whose process ended without saying so.
+const DEAD_RUN: &str = "the process ended without finishing (killed or crashed)";
+
+/// The state letter (`R`, `S`, `Z`, …) and start time of process `pid`, from
+/// `/proc/PID/stat`.
+fn process_state(pid: u32) -> Option<(char, String)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 2 (comm) may contain spaces and parentheses; fields after the last ')' are plain.
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    // `rest` is now at field 4; starttime is field 22.
+    Some((state, rest.nth(18)?.to_string()))
 }
 
 impl Workspace {
-    /// Opens the workspace at `root`, creating it if needed, and cleans up after dead runs.
+    /// Opens the workspace at `root` to run stages in it, creating it if needed: checks
+    /// that its catalog vouches for its files (`store::identity`), then cleans up after
+    /// dead runs. A catalog that cannot vouch is refused before anything is written.
     pub fn open(root: &Path) -> Result<Self> {
+        fs::create_dir_all(root)
+            .with_context(|| format!("creating workspace {}", root.display()))?;
+        let catalog_path = root.join(CATALOG_FILE);
+        let dirs = identity::published_dirs(root)?;
+        if catalog_is_absent(&catalog_path) {
+            if let Some(refusal) = identity::missing_catalog(root, &catalog_path, &dirs) {
+                return Err(refusal.into());
+            }
+        }
         for dir in ["tmp", LOCK_DIR] {
             fs::create_dir_all(root.join(dir))
                 .with_context(|| format!("creating workspace {}", root.display()))?;
@@ -79,13 +129,78 @@ impl Workspace {
         for dir in output_dirs() {
             fs::create_dir_all(root.join(dir))?;
         }
-        let catalog = Catalog::open(&root.join("catalog.sqlite"))?;
+        let file_id = identity::read_identity_file(root)?;
+        let catalog = Catalog::open(&catalog_path)?;
+        // A catalog without an identity is new, or of a schema before 5: it takes the
+        // workspace's (a legacy catalog restored into a workspace with markers then shows
+        // as older than them, at generation 0).
+        let claimed = match catalog.identity()? {
+            Some(known) => known,
+            None => {
+                let id = match &file_id {
+                    Some(id) => id.clone(),
+                    None => identity::new_workspace_id(),
+                };
+                catalog.claim_identity(&id)?
+            }
+        };
+        let file_id = match file_id {
+            Some(id) => id,
+            None => identity::create_identity_file(root, &claimed.id)?,
+        };
+        identity::check_vouches(
+            root,
+            &catalog_path,
+            &claimed,
+            Some(&file_id),
+            catalog.last_run_id()?,
+            &dirs,
+        )?;
         let ws = Workspace {
             root: root.to_path_buf(),
             catalog,
+            workspace_id: claimed.id,
         };
-        ws.collect_garbage()?;
+        ws.collect_garbage(&dirs)?;
         Ok(ws)
+    }
+
+    /// Opens the workspace at `root` to read it (`pipeline status`, `verify` without
+    /// `--repair`): nothing is created, written or deleted, and a read-only workspace (a
+    /// read-only mount, or no write permission) is read as it is. The same checks as
+    /// [`Workspace::open`] refuse a catalog that cannot vouch for the files.
+    pub fn open_read_only(root: &Path) -> Result<Self> {
+        let catalog_path = root.join(CATALOG_FILE);
+        let dirs = identity::published_dirs(root)?;
+        if catalog_is_absent(&catalog_path) {
+            if let Some(refusal) = identity::missing_catalog(root, &catalog_path, &dirs) {
+                return Err(refusal.into());
+            }
+            bail!(
+                "no workspace at {} (no {CATALOG_FILE}); give --workspace DIR",
+                root.display()
+            );
+        }
+        let file_id = identity::read_identity_file(root)?;
+        let catalog = Catalog::open_read_only(&catalog_path, identity::writable_dir(root))?;
+        // A catalog of schema 4 has no identity: it vouches like one at generation 0.
+        let recorded = catalog.identity()?.unwrap_or_else(|| Identity {
+            id: file_id.clone().unwrap_or_default(),
+            generation: 0,
+        });
+        identity::check_vouches(
+            root,
+            &catalog_path,
+            &recorded,
+            file_id.as_deref(),
+            catalog.last_run_id()?,
+            &dirs,
+        )?;
+        Ok(Workspace {
+            root: root.to_path_buf(),
+            catalog,
+            workspace_id: recorded.id,
+        })
     }
 
     /// Opens a workspace another process of the same job (MPI rank 0) opened and owns:
@@ -93,11 +208,33 @@ impl Workspace {
     /// one (its pid means nothing on another node). Used by the other ranks, which read the
     /// catalog and never write it.
     pub fn open_as_follower(root: &Path) -> Result<Self> {
-        let catalog = Catalog::open(&root.join("catalog.sqlite"))?;
+        let catalog = Catalog::open(&root.join(CATALOG_FILE))?;
+        let workspace_id = catalog.identity()?.map(|i| i.id).unwrap_or_default();
         Ok(Workspace {
             root: root.to_path_buf(),
             catalog,
+            workspace_id,
         })
+    }
+
+    /// Whether `marker` is this workspace's.
+    pub fn owns_marker(&self, marker: &RunMarker) -> bool {
+        marker.workspace == self.workspace_id
+    }
+
+    /// Marks run directory `dir` (absolute) as `run`'s of `stage`, at a new generation of
+    /// the catalog: called before the run puts files there (`store::identity`).
+    pub fn stamp_run_dir(&self, dir: &Path, run: i64, stage: StageKind) -> Result<()> {
+        let generation = self.catalog.next_generation()?;
+        identity::write_marker(
+            dir,
+            &RunMarker {
+                workspace: self.workspace_id.clone(),
+                run,
+                stage: stage.as_str().into(),
+                generation,
+            },
+        )
     }
 
     pub fn root(&self) -> &Path {
@@ -233,29 +370,21 @@ impl Workspace {
         }
     }
 
-    /// Marks runs whose process died as 'interrupted' and removes their scratch space and
-    /// any published directory no catalog row references.
+    /// Marks runs whose process died as 'interrupted' and removes what dead runs left: their
+    /// scratch directories, and the published directories `dirs` that no catalog row
+    /// references and that the catalog vouches are a dead run's ([`Workspace::is_garbage`]).
     ///
-    /// Another process may be starting a run meanwhile: the directories are listed before
+    /// Another process may be starting a run meanwhile: the directories were listed before
     /// the live runs are asked for, and a run's row is written before its directories, so
     /// every directory listed belongs to a run the catalog already shows as running.
-    fn collect_garbage(&self) -> Result<()> {
+    fn collect_garbage(&self, dirs: &[PublishedDir]) -> Result<()> {
         for run in self.catalog.running_runs()? {
             if !run_is_live(run.pid, &run.pid_start) {
-                self.catalog.end_run(
-                    run.id,
-                    RunStatus::Interrupted,
-                    Some("the process ended without finishing (killed or crashed)"),
-                )?;
+                self.catalog
+                    .end_run(run.id, RunStatus::Interrupted, Some(DEAD_RUN))?;
             }
         }
         let scratch = list_dir(&self.root.join("tmp"))?;
-        let mut published = Vec::new();
-        for dir in output_dirs() {
-            for name in list_dir(&self.root.join(dir))? {
-                published.push((format!("{dir}/{name}"), self.root.join(dir).join(&name)));
-            }
-        }
         let live: Vec<i64> = self
             .catalog
             .running_runs()?
@@ -263,29 +392,44 @@ impl Workspace {
             .filter(|run| run_is_live(run.pid, &run.pid_start))
             .map(|run| run.id)
             .collect();
+        let last_run = self.catalog.last_run_id()?;
         for name in scratch {
             // `run-<id>`, or `run-<id>.rank<r>` (an MPI rank's private scratch of run id).
             let owner = name
                 .strip_prefix("run-")
                 .and_then(|s| s.split('.').next())
                 .and_then(|s| s.parse::<i64>().ok());
-            if owner.is_some_and(|id| !live.contains(&id)) {
+            if owner.is_some_and(|id| id <= last_run && !live.contains(&id)) {
                 remove_path(&self.root.join("tmp").join(&name))?;
             }
         }
         let referenced = self.catalog.referenced_paths()?;
-        for (rel, path) in published {
-            let owner = rel
-                .rsplit_once(".run")
-                .and_then(|(_, id)| id.parse::<i64>().ok());
+        for dir in dirs {
             let is_referenced = referenced
                 .iter()
-                .any(|p| p == &rel || p.starts_with(&format!("{rel}/")));
-            if !is_referenced && owner.is_some_and(|id| !live.contains(&id)) {
-                remove_path(&path)?;
+                .any(|p| p == &dir.rel || p.starts_with(&format!("{}/", dir.rel)));
+            if !is_referenced && self.is_garbage(dir, &live)? {
+                remove_path(&dir.path)?;
             }
         }
         Ok(())
+    }
+
+    /// Whether the unreferenced published directory `dir` is what a dead run left: its
+    /// marker is this workspace's and names the run its name carries, and the catalog
+    /// knows that run as ended without success. A directory without a marker is never
+    /// garbage here (`pipeline verify` reports it).
+    fn is_garbage(&self, dir: &PublishedDir, live: &[i64]) -> Result<bool> {
+        let (Some(run), Some(marker)) = (dir.run, &dir.marker) else {
+            return Ok(false);
+        };
+        if !self.owns_marker(marker) || marker.run != run || live.contains(&run) {
+            return Ok(false);
+        }
+        Ok(self
+            .catalog
+            .run(run)?
+            .is_some_and(|r| matches!(r.status, RunStatus::Interrupted | RunStatus::Failed)))
     }
 
     /// Takes the lock of `kind` with `params` for this process, or refuses, naming the run
@@ -305,10 +449,39 @@ impl Workspace {
             .root
             .join(LOCK_DIR)
             .join(format!("{kind}-{hash:016x}.lock"));
-        match StageLock::try_take(&path)? {
-            Some(lock) => Ok(lock),
-            None => Err(self.lock_refusal(kind, &path)),
+        let lock = match StageLock::try_take(&path)? {
+            Some(lock) => lock,
+            None => return Err(self.lock_refusal(kind, &path)),
+        };
+        // The lock file may have been deleted under a running holder (by hand, or by a
+        // cleaner of stale files): the catalog still shows its run, so ask it too. An
+        // ingest's parameters do not name its dataset, so its runs are told apart by the
+        // lock alone.
+        if subject.is_empty() {
+            if let Some(run) = self.live_run_with(kind, params)? {
+                return Err(anyhow::anyhow!(
+                    "another process (pid {pid}) is running {kind} run {id} with these \
+                     parameters in {root} (started {started}), although its lock file {lock} \
+                     is gone (deleted while it ran?); wait for it to finish and run this \
+                     again, or stop it (kill {pid})",
+                    pid = run.pid,
+                    id = run.id,
+                    root = self.root.display(),
+                    started = run.started_at,
+                    lock = path.display()
+                ));
+            }
         }
+        Ok(lock)
+    }
+
+    /// A run of `kind` with `params` that the catalog shows running under a live process.
+    fn live_run_with(&self, kind: StageKind, params: &serde_json::Value) -> Result<Option<RunRow>> {
+        Ok(self
+            .catalog
+            .running_runs()?
+            .into_iter()
+            .find(|r| r.stage == kind && &r.params == params && run_is_live(r.pid, &r.pid_start)))
     }
 
     /// The refusal when another process holds the lock of `kind` at `path`.

@@ -246,7 +246,7 @@ fn compute(
         ensure_free(
             &out,
             output_bytes(all.n_rows, all.n_cols, args.rank),
-            "kxx.npy, basis.npy and sq_norms.npy",
+            "writing kxx.npy, basis.npy and sq_norms.npy",
         )?;
     }
     let share;

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use crate::failpoint::{enospc_at, kill_at};
 use crate::stage::StageRun;
-use crate::store::catalog::CheckpointRow;
+use crate::store::catalog::{CheckpointRow, StageKind};
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
 use crate::store::space::ensure_free;
 use crate::store::workspace::{remove_path, Workspace};
@@ -26,8 +26,11 @@ pub fn save_checkpoint(
     let step = ckpt.state.step;
     let name = format!("ckpt-{step:09}.parquet");
     let tmp = run.tmp_dir().join(&name);
-    let what = format!("the checkpoint at step {step}");
-    ensure_free(run.tmp_dir(), uncompressed_bytes(ckpt), &what)?;
+    ensure_free(
+        run.tmp_dir(),
+        uncompressed_bytes(ckpt),
+        &format!("the checkpoint at step {step}"),
+    )?;
     let written = enospc_at("checkpoint-write-enospc", step)
         .map_err(anyhow::Error::from)
         .and_then(|()| write_checkpoint(&tmp, ckpt))
@@ -40,6 +43,9 @@ pub fn save_checkpoint(
         .and_then(|d| d.sync_all())
         .with_context(|| format!("syncing {}", dir.display()))?;
     kill_at("checkpoint-renamed", ckpt.state.step);
+    // The directory records the generation at which the catalog registers this checkpoint,
+    // so a catalog restored from before it is recognised as older (`store::identity`).
+    ws.stamp_run_dir(&dir, run.id, StageKind::Train)?;
     ws.catalog.commit_checkpoint(&CheckpointRow {
         run_id: run.id,
         step: ckpt.state.step,
@@ -48,6 +54,16 @@ pub fn save_checkpoint(
         bytes: written.bytes,
         checksum: written.checksum,
     })
+}
+
+/// Refuses, with the figures, when the run's file system has no room for a checkpoint like
+/// `ckpt` (every checkpoint of a run has the same tensors).
+pub fn ensure_room_for_checkpoint(run: &StageRun<'_>, ckpt: &Checkpoint) -> Result<()> {
+    ensure_free(
+        run.tmp_dir(),
+        uncompressed_bytes(ckpt),
+        "a checkpoint of this run",
+    )
 }
 
 /// The checkpoint's tensors as raw f64 (the parameters and Adam's two moments, each as

@@ -9,12 +9,10 @@
 //! the same checkpoint (or compute the same seeded initialisation) and train their share
 //! of every minibatch, writing nothing.
 
-use std::fs;
-
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoints::prune_checkpoints;
+use super::checkpoints::{ensure_room_for_checkpoint, prune_checkpoints};
 use super::held_out::HeldOut;
 use super::options::TrainOptions;
 use super::resume;
@@ -22,7 +20,7 @@ use super::setup::Setup;
 use super::steps::{train_loop, Job, LoopOptions, TrainSummary};
 use crate::comm::{Comm, Single};
 use crate::stage::{self, Lookup, Outcome, StageRun};
-use crate::store::catalog::StageKind;
+use crate::store::catalog::{RunStatus, StageKind};
 use crate::store::checkpoint::Checkpoint;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_checkpoint, RunRecord, Steering, TrainConfig};
@@ -80,14 +78,19 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
                 },
             });
         }
-        Lookup::Interrupted(prev) if !opts.fresh => {
+        Lookup::Unfinished(prev) if !opts.fresh => {
             eprintln!(
-                "run {} with these parameters was interrupted; resuming it (--fresh starts over)",
-                prev.id
+                "run {} with these parameters {}; resuming it (--fresh starts over)",
+                prev.id,
+                match (prev.status, &prev.error) {
+                    (RunStatus::Failed, Some(error)) => format!("failed ({error})"),
+                    (RunStatus::Failed, None) => "failed".to_string(),
+                    _ => "was interrupted".to_string(),
+                }
             );
             return resume(ws, comm, prev.id, opts);
         }
-        Lookup::Interrupted(_) | Lookup::New => {}
+        Lookup::Unfinished(_) | Lookup::New => {}
     }
     let setup = Setup::open(ws, config, opts.prefetch)?;
     let run = StageRun::start(ws, StageKind::Train, &setup.config.to_json())?;
@@ -198,7 +201,7 @@ fn drive(
     steering: &Steering,
 ) -> Result<TrainSummary> {
     let out_rel = setup.out_rel(run);
-    fs::create_dir_all(ws.resolve(&out_rel))?;
+    run.create_output_dir(&out_rel)?;
     let told = Start {
         run_id: run.id,
         config: setup.config.clone(),
@@ -211,6 +214,9 @@ fn drive(
         comm.barrier()?;
     }
     prune_checkpoints(ws, run, &out_rel, steering.keep_checkpoints)?;
+    // A disk too full for one checkpoint fails the run now, with the figures, rather than
+    // after the steps up to its first checkpoint.
+    ensure_room_for_checkpoint(run, &start)?;
     let held_out = match steering.eval_every {
         0 => None,
         every => Some(HeldOut::open(ws, setup, every, &steering.eval_split)?),

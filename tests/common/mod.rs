@@ -83,6 +83,12 @@ pub fn listing(ws: &Path) -> Vec<String> {
     out
 }
 
+/// Opens (creating it if needed) the workspace at `ws` as a command that writes does,
+/// which also collects what dead runs left; `status` only reads.
+pub fn create_workspace(ws: &Path) {
+    drop(fsgp::store::workspace::Workspace::open(ws).expect("opening the workspace"));
+}
+
 pub fn shared_data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/data")
@@ -156,4 +162,27 @@ seed = 5
 k = 5
 "#
     )
+}
+
+/// Every file below `ws` (through symbolic links) except the catalog's own files and the
+/// stage locks, with an xxh3 hash of its bytes: what a command must leave as it was.
+pub fn contents(ws: &Path) -> std::collections::BTreeMap<String, u64> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, u64>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel.starts_with("catalog.sqlite") || rel.starts_with("locks") {
+                continue;
+            }
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                out.insert(rel, xxhash_rust::xxh3::xxh3_64(&bytes));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(ws, ws, &mut out);
+    out
 }

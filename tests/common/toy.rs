@@ -150,14 +150,13 @@ pub fn train_run_id(ws: &Path) -> i64 {
     newest_run(ws, "train")
 }
 
+/// The status of run `id` as `pipeline status` shows it: a run whose process is gone is
+/// interrupted (status records nothing; the next command that writes does).
 pub fn run_status(ws: &Path, id: i64) -> String {
-    // Opening the workspace (status) marks dead runs interrupted first.
-    let _ = status_json(ws);
-    catalog(ws)
-        .query_row("SELECT status FROM stage_runs WHERE id = ?1", [id], |r| {
-            r.get(0)
-        })
-        .unwrap()
+    let out = pipeline(ws, &["status", "--run", &id.to_string(), "--json"]);
+    assert!(out.status.success(), "status failed: {}", stderr(&out));
+    let detail: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    detail["run"]["status"].as_str().unwrap().to_string()
 }
 
 /// TRAIN with `overrides` ("--flag", "value" pairs, or a lone "--switch") applied.
