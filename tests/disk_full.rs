@@ -116,7 +116,10 @@ fn a_training_that_failed_on_a_full_disk_is_resumed_by_the_same_command() {
         format!(
             "run {id} with these parameters failed (train run {id}: writing checkpoint at step 21"
         ),
-        format!("train run {id}: a checkpoint of this run needs "),
+        format!(
+            "train run {id}: writing the 12 checkpoints this run has left (all kept) and the \
+             catalog's journal needs "
+        ),
         ", the workspace's file system has 1000 B free".to_string(),
     ] {
         assert!(err.contains(&part), "{part:?} missing from: {err}");
@@ -468,4 +471,55 @@ fn a_predictions_write_failing_midway_leaves_nothing_and_reruns_to_identical_out
         "predictions-write-enospc:1",
         "predictions.parquet",
     );
+}
+
+#[test]
+fn a_training_on_a_really_full_file_system_fails_at_once_then_resumes_with_room() {
+    let fs = match Tmpfs::mount("4m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!(
+                "skipped: the real-file-system test needs to mount a tmpfs (root or \
+                 CAP_SYS_ADMIN): {why}"
+            );
+            return;
+        }
+    };
+    let p = prepared();
+    let reference = p.copy("ref");
+    let expected = checkpoints(&reference, train_ok(&reference, &[]));
+    let ws = fs.path().join("ws");
+    copy_dir(&p.copy("tmpfs-source"), &ws);
+
+    // Room for the catalog's journal and half the run's 14 checkpoints of 8.1 KiB: refused
+    // before the first step, with both figures, twice; nothing registered, nothing left.
+    let free = fsgp::store::space::free_bytes(fs.path()).unwrap();
+    let filler = fs.path().join("filler");
+    let room = fsgp::store::catalog::WAL_BOUND_BYTES + 7 * 8300;
+    std::fs::write(&filler, vec![0x5au8; (free - room) as usize]).unwrap();
+    for attempt in 0..2 {
+        let out = pipeline(&ws, TRAIN);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "trained on a full file system: {err}");
+        let id = train_run_id(&ws);
+        for part in [
+            format!("train run {id}: writing the 14 checkpoints this run has left (all kept) \
+                     and the catalog's journal needs "),
+            ", the workspace's file system has ".to_string(),
+        ] {
+            assert!(err.contains(&part), "{attempt}: {part:?} missing from: {err}");
+        }
+        assert!(!err.contains("epoch 1/"), "{attempt}: a step was taken: {err}");
+        assert!(checkpoints(&ws, id).is_empty(), "{attempt}");
+        assert_eq!(count(&ws, "SELECT count(*) FROM stage_runs WHERE stage = 'train'"), 1);
+    }
+
+    // With room made, the same command takes the failed run up under its own id and ends
+    // with the bytes of an undisturbed run.
+    std::fs::remove_file(&filler).unwrap();
+    let out = pipeline(&ws, TRAIN);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = train_run_id(&ws);
+    assert_eq!(count(&ws, "SELECT count(*) FROM stage_runs WHERE stage = 'train'"), 1);
+    assert_eq!(checkpoints(&ws, id), expected);
 }

@@ -18,6 +18,19 @@ use serde::Serialize;
 pub use super::classes::ClassMap;
 pub use super::kinds::{ArtifactKind, LabelKind, RunStatus, StageKind, Task};
 
+/// Pages the catalog's write-ahead log grows to before SQLite checkpoints it into the
+/// database (SQLite's default is 1000). The catalog's transactions are a few pages each, so
+/// checkpointing this often costs nothing, and it bounds the room the log needs on a disk
+/// being filled by a run ([`WAL_BOUND_BYTES`]).
+const WAL_AUTOCHECKPOINT_PAGES: u64 = 100;
+
+/// The catalog's page size (SQLite's default, which the catalog never changes).
+const PAGE_BYTES: u64 = 4096;
+
+/// About the most the catalog's write-ahead log grows to between two checkpoints: what a
+/// stage that writes until the disk is full must leave free for its registrations.
+pub const WAL_BOUND_BYTES: u64 = WAL_AUTOCHECKPOINT_PAGES * PAGE_BYTES;
+
 /// How long a write waits for another process's lock before failing with a clear message.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -640,6 +653,8 @@ impl Catalog {
         // WAL lets readers (`pipeline status`) run beside a writer; NORMAL sync is durable
         // at every checkpoint and never corrupts on power loss in WAL mode.
         switch_to_wal(&conn).map_err(|e| explain(path, e))?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES as i64)
+            .map_err(|e| explain(path, e))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| explain(path, e))?;
         conn.pragma_update(None, "foreign_keys", "ON")

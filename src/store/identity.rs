@@ -136,9 +136,15 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Writes the marker of run directory `dir` (replacing the one there, atomically).
 pub fn write_marker(dir: &Path, marker: &RunMarker) -> Result<()> {
     let tmp = dir.join(format!("{RUN_MARKER}.tmp"));
-    write_synced(&tmp, &serde_json::to_vec(marker)?)?;
     let path = dir.join(RUN_MARKER);
-    fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+    let written = write_synced(&tmp, &serde_json::to_vec(marker)?).and_then(|()| {
+        fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+    });
+    if written.is_err() {
+        // A full disk: the marker before stays whole, and no torn copy is left beside it.
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The marker of run directory `dir`: None when it has none; an unreadable marker is an

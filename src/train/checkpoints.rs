@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use crate::failpoint::{enospc_at, kill_at};
 use crate::stage::StageRun;
-use crate::store::catalog::{CheckpointRow, StageKind};
+use crate::store::catalog::{CheckpointRow, StageKind, WAL_BOUND_BYTES};
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
 use crate::store::space::ensure_free;
 use crate::store::workspace::{remove_path, Workspace};
@@ -56,14 +56,53 @@ pub fn save_checkpoint(
     })
 }
 
-/// Refuses, with the figures, when the run's file system has no room for a checkpoint like
-/// `ckpt` (every checkpoint of a run has the same tensors).
-pub fn ensure_room_for_checkpoint(run: &StageRun<'_>, ckpt: &Checkpoint) -> Result<()> {
-    ensure_free(
-        run.tmp_dir(),
-        uncompressed_bytes(ckpt),
-        "a checkpoint of this run",
-    )
+/// Refuses, with the figures, when the run's file system has no room for the checkpoints
+/// the run still writes: from its step `from` to `total`, one every `every` steps and one
+/// at the end, each the size of `ckpt`, of which the directory holds at once as many more
+/// than the `held` registered now as `keep` lets it (one more than it keeps, while the
+/// newest is written and the oldest not yet pruned). So a run on a disk too small fails
+/// before its first step, with both figures, not after the steps to a checkpoint.
+pub fn ensure_room_for_checkpoints(
+    run: &StageRun<'_>,
+    ckpt: &Checkpoint,
+    (from, total, every): (u64, u64, u64),
+    keep: Retention,
+    held: usize,
+) -> Result<()> {
+    let left = saves_left(from, total, every);
+    let at_once = match keep {
+        Retention::All => left,
+        Retention::Last(n) => left.min(n.saturating_add(2).saturating_sub(held as u64)),
+    };
+    if at_once == 0 {
+        return Ok(());
+    }
+    let what = match keep {
+        Retention::All => format!(
+            "writing the {left} checkpoints this run has left (all kept) and the catalog's \
+             journal"
+        ),
+        Retention::Last(_) => format!(
+            "writing the checkpoints this run has left ({left}, of which {at_once} more than \
+             now on disk at once) and the catalog's journal"
+        ),
+    };
+    let bytes = uncompressed_bytes(ckpt)
+        .saturating_mul(at_once)
+        // The catalog's log grows with every registration until it is checkpointed: a
+        // run whose checkpoints fit exactly would fail on its catalog's next commit.
+        .saturating_add(WAL_BOUND_BYTES);
+    ensure_free(run.tmp_dir(), bytes, &what)
+}
+
+/// How many checkpoints a run at step `from` writes until step `total`: at every multiple
+/// of `every` after `from`, and at `total` if that is not one.
+fn saves_left(from: u64, total: u64, every: u64) -> u64 {
+    if total <= from {
+        return 0;
+    }
+    let every = every.max(1);
+    total / every - from / every + u64::from(total % every != 0)
 }
 
 /// The checkpoint's tensors as raw f64 (the parameters and Adam's two moments, each as
@@ -103,4 +142,23 @@ pub fn prune_checkpoints(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::saves_left;
+
+    #[test]
+    fn the_checkpoints_left_are_counted_as_the_loop_writes_them() {
+        for every in 1..9 {
+            for total in 0..40 {
+                for from in 0..=total {
+                    let looped = (from + 1..=total)
+                        .filter(|s| s % every == 0 || *s == total)
+                        .count() as u64;
+                    assert_eq!(saves_left(from, total, every), looped, "{from} {total} {every}");
+                }
+            }
+        }
+    }
 }

@@ -12,7 +12,7 @@
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoints::{ensure_room_for_checkpoint, prune_checkpoints};
+use super::checkpoints::{ensure_room_for_checkpoints, prune_checkpoints};
 use super::held_out::HeldOut;
 use super::options::TrainOptions;
 use super::resume;
@@ -214,9 +214,15 @@ fn drive(
         comm.barrier()?;
     }
     prune_checkpoints(ws, run, &out_rel, steering.keep_checkpoints)?;
-    // A disk too full for one checkpoint fails the run now, with the figures, rather than
-    // after the steps up to its first checkpoint.
-    ensure_room_for_checkpoint(run, &start)?;
+    let total = setup.total_steps(&setup.shuffled());
+    let held = ws.catalog.checkpoints(run.id)?.len();
+    ensure_room_for_checkpoints(
+        run,
+        &start,
+        (start.state.step, total, setup.config.checkpoint_every),
+        steering.keep_checkpoints,
+        held,
+    )?;
     let held_out = match steering.eval_every {
         0 => None,
         every => Some(HeldOut::open(ws, setup, every, &steering.eval_split)?),
