@@ -18,21 +18,29 @@ fn count(ws: &std::path::Path, sql: &str) -> i64 {
     catalog(ws).query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
+/// `pipeline train` with the toy command line and `env` set.
+fn train_with(ws: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(pipeline_bin());
+    cmd.arg("--workspace")
+        .arg(ws)
+        .args(TRAIN)
+        .env_remove("FSGP_WORKSPACE")
+        .env_remove("FSGP_FAILPOINT")
+        .env_remove("FSGP_FREE_SPACE_BYTES");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
 #[test]
-fn a_failed_checkpoint_write_names_where_and_resumes_to_identical_bytes() {
+fn a_failed_checkpoint_write_names_where_and_the_same_command_resumes_to_identical_bytes() {
     let p = prepared();
     let reference = p.copy("ref");
     let expected = checkpoints(&reference, train_ok(&reference, &[]));
 
     let ws = p.copy("enospc");
-    let out = Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws)
-        .args(TRAIN)
-        .env_remove("FSGP_WORKSPACE")
-        .env("FSGP_FAILPOINT", "checkpoint-write-enospc:21")
-        .output()
-        .unwrap();
+    let out = train_with(&ws, &[("FSGP_FAILPOINT", "checkpoint-write-enospc:21")]);
     assert!(!out.status.success(), "the write failpoint did not fire");
     let err = stderr(&out);
     let id = train_run_id(&ws);
@@ -63,8 +71,36 @@ fn a_failed_checkpoint_write_names_where_and_resumes_to_identical_bytes() {
     let dir = ws.join(format!("train/toy-linear.run{id}"));
     assert_eq!(checkpoint_files(&dir), 2);
 
-    let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    // Still no room: the same command takes the failed run up and fails at once, before
+    // any step, with both figures; its checkpoints stay as they were.
+    let out = train_with(&ws, &[("FSGP_FREE_SPACE_BYTES", "1000")]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    for part in [
+        format!(
+            "run {id} with these parameters failed (train run {id}: writing checkpoint at \
+             step 21"
+        ),
+        format!(
+            "train run {id}: writing the 12 checkpoints this run has left (all kept) and the \
+             catalog's journal needs "
+        ),
+        ", the workspace's file system has 1000 B free".to_string(),
+    ] {
+        assert!(err.contains(&part), "{part:?} missing from: {err}");
+    }
+    assert_eq!(checkpoints(&ws, id), kept);
+
+    // With room, the same command resumes it from step 14 under its own id and ends with
+    // the bytes of an undisturbed run.
+    let out = train_with(&ws, &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("resuming run {id} from step 14")),
+        "{err}"
+    );
+    assert_eq!(train_run_id(&ws), id, "a new run was started");
     assert_eq!(run_status(&ws, id), "ok");
     assert_eq!(checkpoints(&ws, id), expected);
 }
@@ -81,66 +117,6 @@ fn checkpoint_files(dir: &std::path::Path) -> usize {
                 .starts_with("ckpt-")
         })
         .count()
-}
-
-#[test]
-fn a_training_that_failed_on_a_full_disk_is_resumed_by_the_same_command() {
-    let p = prepared();
-    let reference = p.copy("ref");
-    let expected = checkpoints(&reference, train_ok(&reference, &[]));
-
-    let ws = p.copy("failed");
-    let train = |env: &[(&str, &str)]| {
-        let mut cmd = Command::new(pipeline_bin());
-        cmd.arg("--workspace")
-            .arg(&ws)
-            .args(TRAIN)
-            .env_remove("FSGP_WORKSPACE")
-            .env_remove("FSGP_FAILPOINT");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
-    };
-    let out = train(&[("FSGP_FAILPOINT", "checkpoint-write-enospc:21")]);
-    assert!(!out.status.success(), "the write failpoint did not fire");
-    let id = train_run_id(&ws);
-    assert_eq!(run_status(&ws, id), "failed");
-
-    // Still no room: the same command takes the failed run up and fails at once, before
-    // any step, with both figures; its checkpoints stay as they were.
-    let out = train(&[("FSGP_FREE_SPACE_BYTES", "1000")]);
-    let err = stderr(&out);
-    assert!(!out.status.success(), "{err}");
-    for part in [
-        format!(
-            "run {id} with these parameters failed (train run {id}: writing checkpoint at step 21"
-        ),
-        format!(
-            "train run {id}: writing the 12 checkpoints this run has left (all kept) and the \
-             catalog's journal needs "
-        ),
-        ", the workspace's file system has 1000 B free".to_string(),
-    ] {
-        assert!(err.contains(&part), "{part:?} missing from: {err}");
-    }
-    assert_eq!(
-        checkpoints(&ws, id).keys().copied().collect::<Vec<_>>(),
-        vec![7, 14]
-    );
-
-    // With room, the same command resumes it from step 14 under its own id and ends with
-    // the bytes of an undisturbed run.
-    let out = train(&[]);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        err.contains(&format!("resuming run {id} from step 14")),
-        "{err}"
-    );
-    assert_eq!(train_run_id(&ws), id, "a new run was started");
-    assert_eq!(run_status(&ws, id), "ok");
-    assert_eq!(checkpoints(&ws, id), expected);
 }
 
 #[test]
@@ -321,6 +297,18 @@ impl Tmpfs {
         Ok(Tmpfs { dir })
     }
 
+    /// [`Tmpfs::mount`], or None after saying why the test is skipped.
+    fn mount_or_skip(size: &str) -> Option<Tmpfs> {
+        Tmpfs::mount(size)
+            .inspect_err(|why| {
+                eprintln!(
+                    "skipped: the real-file-system test needs to mount a tmpfs (root or \
+                     CAP_SYS_ADMIN): {why}"
+                )
+            })
+            .ok()
+    }
+
     fn path(&self) -> &std::path::Path {
         self.dir.path()
     }
@@ -337,15 +325,8 @@ fn a_real_full_file_system_refuses_an_ingest_chunk_then_reruns_to_identical_outp
     // One chunk of the training split (900 rows, 169.4 KiB of CSR arrays), so the refusal
     // comes at the first chunk and the catalog's own writes fit beside the filler.
     let text = registered::pipeline_spec().replace("chunk_rows = 200", "chunk_rows = 2000");
-    let fs = match Tmpfs::mount("1m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            eprintln!(
-                "skipped: the real-file-system test needs to mount a tmpfs (root or \
-                 CAP_SYS_ADMIN): {why}"
-            );
-            return;
-        }
+    let Some(fs) = Tmpfs::mount_or_skip("1m") else {
+        return;
     };
     let (_dir, spec, _) = spec_in("tmpfs", &text);
     let ws = fs.path().join("ws");
@@ -475,15 +456,8 @@ fn a_predictions_write_failing_midway_leaves_nothing_and_reruns_to_identical_out
 
 #[test]
 fn a_training_on_a_really_full_file_system_fails_at_once_then_resumes_with_room() {
-    let fs = match Tmpfs::mount("4m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            eprintln!(
-                "skipped: the real-file-system test needs to mount a tmpfs (root or \
-                 CAP_SYS_ADMIN): {why}"
-            );
-            return;
-        }
+    let Some(fs) = Tmpfs::mount_or_skip("4m") else {
+        return;
     };
     let p = prepared();
     let reference = p.copy("ref");
@@ -500,26 +474,43 @@ fn a_training_on_a_really_full_file_system_fails_at_once_then_resumes_with_room(
     for attempt in 0..2 {
         let out = pipeline(&ws, TRAIN);
         let err = stderr(&out);
-        assert!(!out.status.success(), "trained on a full file system: {err}");
+        assert!(
+            !out.status.success(),
+            "trained on a full file system: {err}"
+        );
         let id = train_run_id(&ws);
         for part in [
-            format!("train run {id}: writing the 14 checkpoints this run has left (all kept) \
-                     and the catalog's journal needs "),
+            format!(
+                "train run {id}: writing the 14 checkpoints this run has left (all kept) \
+                     and the catalog's journal needs "
+            ),
             ", the workspace's file system has ".to_string(),
         ] {
-            assert!(err.contains(&part), "{attempt}: {part:?} missing from: {err}");
+            assert!(
+                err.contains(&part),
+                "{attempt}: {part:?} missing from: {err}"
+            );
         }
-        assert!(!err.contains("epoch 1/"), "{attempt}: a step was taken: {err}");
+        assert!(
+            !err.contains("epoch 1/"),
+            "{attempt}: a step was taken: {err}"
+        );
         assert!(checkpoints(&ws, id).is_empty(), "{attempt}");
-        assert_eq!(count(&ws, "SELECT count(*) FROM stage_runs WHERE stage = 'train'"), 1);
+        assert_eq!(
+            count(&ws, "SELECT count(*) FROM stage_runs WHERE stage = 'train'"),
+            1
+        );
     }
 
     // With room made, the same command takes the failed run up under its own id and ends
     // with the bytes of an undisturbed run.
     std::fs::remove_file(&filler).unwrap();
-    let out = pipeline(&ws, TRAIN);
+    let out = train_with(&ws, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let id = train_run_id(&ws);
-    assert_eq!(count(&ws, "SELECT count(*) FROM stage_runs WHERE stage = 'train'"), 1);
+    assert_eq!(
+        count(&ws, "SELECT count(*) FROM stage_runs WHERE stage = 'train'"),
+        1
+    );
     assert_eq!(checkpoints(&ws, id), expected);
 }

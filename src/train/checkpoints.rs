@@ -156,7 +156,11 @@ mod tests {
                     let looped = (from + 1..=total)
                         .filter(|s| s % every == 0 || *s == total)
                         .count() as u64;
-                    assert_eq!(saves_left(from, total, every), looped, "{from} {total} {every}");
+                    assert_eq!(
+                        saves_left(from, total, every),
+                        looped,
+                        "{from} {total} {every}"
+                    );
                 }
             }
         }
