@@ -407,7 +407,11 @@ fn a_fifo_is_refused_before_the_workspace_is_touched() {
     let fifo = fifo.display().to_string();
     let good = c.file("g.txt", GOOD);
     let located = format!("{fifo}: found a FIFO (named pipe){NOT_REGULAR}");
-    c.refused_up_front(&["--train", &fifo], &located, "save the data to a file first");
+    c.refused_up_front(
+        &["--train", &fifo],
+        &located,
+        "save the data to a file first",
+    );
     c.refused_up_front(
         &["--train", &good, "--test", &fifo, "--format", "xc"],
         &located,
@@ -486,7 +490,12 @@ fn a_line_longer_than_the_cap_is_refused_naming_it() {
 #[test]
 fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
     let c = Case::new();
-    for id in ["4000000000", "2147483648", "9223372036854775807", "99999999999999999999999"] {
+    for id in [
+        "4000000000",
+        "2147483648",
+        "9223372036854775807",
+        "99999999999999999999999",
+    ] {
         let f = c.file("big.svm", &format!("+1 1:1\n-1 2:1 {id}:0.5\n"));
         c.fails(
             &["--train", &f, "--format", "libsvm"],
@@ -500,7 +509,14 @@ fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
     // --features cannot raise the limit.
     let f = c.file("ok.svm", "+1 1:1\n-1 2:1\n");
     c.refused_up_front(
-        &["--train", &f, "--format", "libsvm", "--features", "4000000000"],
+        &[
+            "--train",
+            &f,
+            "--format",
+            "libsvm",
+            "--features",
+            "4000000000",
+        ],
         "--features must be at most 2147483647",
         "D is at most 2^31 - 1",
     );
@@ -508,7 +524,9 @@ fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
     let f = c.file("max.svm", "+1 1:1\n-1 2147483647:1\n");
     let out = pipeline(
         c.ws.path(),
-        &["ingest", "--name", "max", "--train", &f, "--format", "libsvm"],
+        &[
+            "ingest", "--name", "max", "--train", &f, "--format", "libsvm",
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("D = 2147483647"), "{}", stderr(&out));

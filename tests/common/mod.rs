@@ -47,7 +47,9 @@ pub fn pipeline_within(ws: &Path, args: &[&str], limit: std::time::Duration) -> 
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    child.wait_with_output().expect("collecting pipeline's output")
+    child
+        .wait_with_output()
+        .expect("collecting pipeline's output")
 }
 
 pub fn stderr(o: &Output) -> String {
