@@ -535,24 +535,14 @@ fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
 #[test]
 fn absurd_header_sizes_are_refused_before_anything_is_sized_by_them() {
     let c = Case::new();
-    let f = c.file("d.txt", "2 4000000000 4\n0 0:1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 1),
-        "found D = 4000000000 in the header, expected at most 2147483647",
-    );
-    let f = c.file("l.txt", "2 5 9223372036854775807\n0 0:1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 1),
-        "found L = 9223372036854775807 in the header, expected at most 2147483647",
-    );
-    let f = c.file("n.txt", "99999999999999999999999 5 4\n0 0:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 1),
-        "found N = 99999999999999999999999 in the header, expected at most 18446744073709551615",
-    );
+    for (name, header, expected) in [
+        ("d.txt", "2 4000000000 4", "found D = 4000000000 in the header, expected at most 2147483647"),
+        ("l.txt", "2 5 9223372036854775807", "found L = 9223372036854775807 in the header, expected at most 2147483647"),
+        ("n.txt", "99999999999999999999999 5 4", "found N = 99999999999999999999999 in the header, expected at most 18446744073709551615"),
+    ] {
+        let f = c.file(name, &format!("{header}\n0 0:1\n1 1:1\n"));
+        c.fails(&["--train", &f], &loc(&f, 1), expected);
+    }
     // The split layout sizes its row table by N: an N the file cannot hold is refused.
     let data = c.file("data.txt", "1000000000000000 5 4\n0 0:1\n1 1:1\n");
     let tr = c.file("trSplit.txt", "1\n");
