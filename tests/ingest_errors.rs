@@ -552,6 +552,21 @@ fn absurd_header_sizes_are_refused_before_anything_is_sized_by_them() {
         "found N = 1000000000000000 in the header, expected at most 33 rows: the file has 33 \
          bytes, and every row takes at least one byte",
     );
+    // Compressed, N is held to the most the file's bytes can decompress to (zstd: 32768
+    // bytes per byte).
+    let zst = c.dir.path().join("data.txt.zst");
+    let packed = zstd::encode_all(&b"1000000000000000 5 4\n0 0:1\n"[..], 3).unwrap();
+    std::fs::write(&zst, &packed).unwrap();
+    let zst = zst.display().to_string();
+    let most = packed.len() * 32768;
+    c.fails(
+        &["--data", &zst, "--train-split", &tr],
+        &loc(&zst, 1),
+        &format!(
+            "expected at most {most} rows: the file's {} zstd bytes decompress to at most {most}",
+            packed.len()
+        ),
+    );
     let x = c.file("X.txt", "2 5\n0:1\n1:1\n");
     let y = c.file("Y.txt", "2 4000000000\n0:1\n1:1\n");
     c.fails(
