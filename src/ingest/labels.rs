@@ -199,9 +199,9 @@ fn detect(s: &Scanned, values: &[i64], files: &str) -> Result<LabelKind> {
     match values {
         [-1, 1] | [0, 1] => Ok(LabelKind::Binary),
         [single] => bail!(
-            "{files}: found the same label {single} in all {} rows, expected at least two classes; \
-             pass --label-kind binary (if {single} is one of -1/+1 or 0/1) or --label-kind \
-             multiclass to ingest it anyway",
+            "{files}: found the same label {single} in all {} rows, expected at least two \
+             classes; pass --label-kind binary (if {single} is one of -1/+1 or 0/1) or \
+             --label-kind multiclass to ingest it anyway",
             s.all.rows
         ),
         _ => Ok(LabelKind::Multiclass),

@@ -13,8 +13,8 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::InputError;
 
 /// The longest line ingest reads, in bytes without its '\n': 64 MiB. Rows are held whole
-/// while they are parsed, so without a cap one line of a file that is not text (a disk
-/// image, `/dev/zero` behind a symlink) would be read into memory until allocation fails.
+/// while they are parsed, so without a cap one "line" of a file that is not rows of text
+/// (a disk image, a file of zeros) would be read into memory until allocation fails.
 /// The longest real rows are far shorter: an XC-repository row with a few hundred
 /// thousand `id:value` tokens is a few MB, a dense LIBSVM row of 1 million features about
 /// 20 MB (`docs/formats.md`, "Limits").
