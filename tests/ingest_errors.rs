@@ -470,17 +470,18 @@ const MAX_LINE: usize = 64 << 20;
 fn a_line_longer_than_the_cap_is_refused_naming_it() {
     assert_eq!(fsgp::ingest::source::MAX_LINE_BYTES, MAX_LINE);
     let c = Case::new();
-    // A row of MAX_LINE + 1 bytes: a label list of one id, then zero padding ("0000...0").
-    let mut text = b"3 5 4\n0 0:1\n".to_vec();
-    text.resize(text.len() + MAX_LINE + 1, b'0');
+    // A row of MAX_LINE + 4 bytes ("0000...0"), right after the header: the reads double
+    // to exactly the cap there, and the one past it ends the line within 64 KiB.
+    let mut text = b"2 5 4\n".to_vec();
+    text.resize(text.len() + MAX_LINE + 4, b'0');
     text.extend_from_slice(b"\n1 1:1\n");
     let f = c.dir.path().join("long.txt");
     std::fs::write(&f, &text).unwrap();
     let f = f.display().to_string();
     let msg = "found a line longer than 67108864 bytes, expected lines of at most 64 MiB";
-    c.fails(&["--train", &f], &loc(&f, 3), msg);
-    // The LIBSVM scan pass reads the same way (its first row "+1 1:1", then the long one).
-    text.splice(..12, *b"+1 1:1\n");
+    c.fails(&["--train", &f], &loc(&f, 2), msg);
+    // The LIBSVM scan pass reads the same way (the long row after a short one, "+1 1:1").
+    text.splice(..6, *b"+1 1:1\n");
     let g = c.dir.path().join("long.svm");
     std::fs::write(&g, &text).unwrap();
     let g = g.display().to_string();

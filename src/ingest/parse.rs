@@ -187,8 +187,11 @@ fn show(token: &[u8]) -> String {
     }
 }
 
-/// Parses an unsigned decimal integer of at most `u64::MAX`.
+/// Parses an unsigned decimal integer of at most `u64::MAX` (leading zeros allowed).
 pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    // Zeros in front add no value, however many (a zero itself keeps its last digit).
+    let significant = bytes.iter().position(|&b| b != b'0');
+    let bytes = &bytes[significant.unwrap_or(bytes.len().saturating_sub(1))..];
     if bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
@@ -818,6 +821,10 @@ mod tests {
                     );
                 }
             }
+            // Leading zeros are no part of the size.
+            let zeros = format!("{}{largest}:1\n", "0".repeat(30));
+            let b = parse_block(zeros.as_bytes(), 1, true, LineSyntax::Features, &rl).unwrap();
+            assert_eq!(b.rows.row(0).indices, &[MAX_IDS - 1]);
             // More digits than any integer type holds: still "too large", not "not an integer".
             let (_, e) = parse_block(
                 b"+1 123456789012345678901234567890:1\n",
