@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use std::path::Path;
+use std::time::Duration;
 
 const GOOD: &str = "3 5 4\n0,2 0:1.0 3:2.0\n1 1:0.5\n3 4:1.5 2:1\n";
 
@@ -47,7 +48,8 @@ impl Case {
             .len();
         let mut full = vec!["ingest", "--name", "bad"];
         full.extend_from_slice(args);
-        let out = pipeline(self.ws.path(), &full);
+        // No bad input may hang the ingest either (a FIFO used to).
+        let out = pipeline_within(self.ws.path(), &full, Duration::from_secs(120));
         let err = stderr(&out);
         assert!(!out.status.success(), "should fail: {args:?}");
         assert_eq!(out.status.code(), Some(1));
@@ -73,6 +75,16 @@ impl Case {
             );
         }
         err
+    }
+}
+
+impl Case {
+    /// [`Case::fails`] for an input refused before the ingest starts: no run is recorded.
+    fn refused_up_front(&self, args: &[&str], expect_location: &str, expect_text: &str) {
+        let runs = |ws: &Path| status_json(ws)["runs"].as_array().unwrap().len();
+        let before = runs(self.ws.path());
+        self.fails(args, expect_location, expect_text);
+        assert_eq!(runs(self.ws.path()), before, "no run recorded for {args:?}");
     }
 }
 
@@ -378,4 +390,205 @@ fn repeated_ingest_is_a_no_op_and_conflicts_need_replace() {
         .collect();
     assert_eq!(dirs.len(), 1, "old dataset files removed: {dirs:?}");
     let _ = Path::new(&good);
+}
+
+/// The message of an input that is not a regular file, after `PATH: found `.
+const NOT_REGULAR: &str = ", expected a regular file: ingest reads each input more than once";
+
+#[test]
+fn a_fifo_is_refused_before_the_workspace_is_touched() {
+    let c = Case::new();
+    let fifo = c.dir.path().join("rows.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo failed");
+    let fifo = fifo.display().to_string();
+    let good = c.file("g.txt", GOOD);
+    let located = format!("{fifo}: found a FIFO (named pipe){NOT_REGULAR}");
+    c.refused_up_front(
+        &["--train", &fifo],
+        &located,
+        "save the data to a file first",
+    );
+    c.refused_up_front(
+        &["--train", &good, "--test", &fifo, "--format", "xc"],
+        &located,
+        "",
+    );
+    c.refused_up_front(&["--train", &fifo, "--format", "libsvm"], &located, "");
+    c.refused_up_front(
+        &["--train-features", &good, "--train-labels", &fifo],
+        &located,
+        "",
+    );
+    c.refused_up_front(&["--data", &good, "--train-split", &fifo], &located, "");
+    // A workspace that does not exist yet is not created.
+    let fresh = c.dir.path().join("fresh-ws");
+    let out = pipeline_within(
+        &fresh,
+        &["ingest", "--name", "x", "--train", &fifo],
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&located), "{}", stderr(&out));
+    assert!(!fresh.exists(), "the workspace was created");
+}
+
+#[test]
+fn devices_and_directories_are_refused_naming_what_they_are() {
+    let c = Case::new();
+    c.refused_up_front(
+        &["--train", "/dev/zero"],
+        &format!("/dev/zero: found a character device{NOT_REGULAR}"),
+        "",
+    );
+    // A symlink is followed, and the path as given is named.
+    let link = c.dir.path().join("zero.txt");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    let link = link.display().to_string();
+    c.refused_up_front(
+        &["--train", &link, "--format", "libsvm"],
+        &format!("{link}: found a character device"),
+        "",
+    );
+    let dir = c.dir.path().join("sub");
+    std::fs::create_dir(&dir).unwrap();
+    let dir = dir.display().to_string();
+    c.refused_up_front(
+        &["--train", &dir],
+        &format!("{dir}: found a directory{NOT_REGULAR}"),
+        "",
+    );
+}
+
+/// `fsgp::ingest::source::MAX_LINE_BYTES`, as the message states it.
+const MAX_LINE: usize = 64 << 20;
+
+#[test]
+fn a_line_longer_than_the_cap_is_refused_naming_it() {
+    assert_eq!(fsgp::ingest::source::MAX_LINE_BYTES, MAX_LINE);
+    let c = Case::new();
+    // A row of MAX_LINE + 4 bytes ("0000...0"), right after the header: the reads double
+    // to exactly the cap there, and the one past it ends the line within 64 KiB.
+    let mut text = b"2 5 4\n".to_vec();
+    text.resize(text.len() + MAX_LINE + 4, b'0');
+    text.extend_from_slice(b"\n1 1:1\n");
+    let f = c.dir.path().join("long.txt");
+    std::fs::write(&f, &text).unwrap();
+    let f = f.display().to_string();
+    let msg = "found a line longer than 67108864 bytes, expected lines of at most 64 MiB";
+    c.fails(&["--train", &f], &loc(&f, 2), msg);
+    // The LIBSVM scan pass reads the same way (the long row after a short one, "+1 1:1").
+    text.splice(..6, *b"+1 1:1\n");
+    let g = c.dir.path().join("long.svm");
+    std::fs::write(&g, &text).unwrap();
+    let g = g.display().to_string();
+    c.fails(&["--train", &g, "--format", "libsvm"], &loc(&g, 2), msg);
+}
+
+#[test]
+fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
+    let c = Case::new();
+    for id in [
+        "4000000000",
+        "2147483648",
+        "9223372036854775807",
+        "99999999999999999999999",
+    ] {
+        let f = c.file("big.svm", &format!("+1 1:1\n-1 2:1 {id}:0.5\n"));
+        c.fails(
+            &["--train", &f, "--format", "libsvm"],
+            &loc(&f, 2),
+            &format!(
+                "found feature id {id}, expected at most 2147483647: it is larger than the \
+                 largest id fsgp reads (D and L are at most 2^31 - 1"
+            ),
+        );
+    }
+    // --features cannot raise the limit.
+    let f = c.file("ok.svm", "+1 1:1\n-1 2:1\n");
+    c.refused_up_front(
+        &[
+            "--train",
+            &f,
+            "--format",
+            "libsvm",
+            "--features",
+            "4000000000",
+        ],
+        "--features must be at most 2147483647",
+        "D is at most 2^31 - 1",
+    );
+    // The largest id is accepted: D = 2^31 - 1.
+    let f = c.file("max.svm", "+1 1:1\n-1 2147483647:1\n");
+    let out = pipeline(
+        c.ws.path(),
+        &[
+            "ingest", "--name", "max", "--train", &f, "--format", "libsvm",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("D = 2147483647"), "{}", stderr(&out));
+}
+
+#[test]
+fn absurd_header_sizes_are_refused_before_anything_is_sized_by_them() {
+    let c = Case::new();
+    for (name, header, expected) in [
+        ("d.txt", "2 4000000000 4", "found D = 4000000000 in the header, expected at most 2147483647"),
+        ("l.txt", "2 5 9223372036854775807", "found L = 9223372036854775807 in the header, expected at most 2147483647"),
+        ("n.txt", "99999999999999999999999 5 4", "found N = 99999999999999999999999 in the header, expected at most 18446744073709551615"),
+    ] {
+        let f = c.file(name, &format!("{header}\n0 0:1\n1 1:1\n"));
+        c.fails(&["--train", &f], &loc(&f, 1), expected);
+    }
+    // The split layout sizes its row table by N: an N the file cannot hold is refused.
+    let data = c.file("data.txt", "1000000000000000 5 4\n0 0:1\n1 1:1\n");
+    let tr = c.file("trSplit.txt", "1\n");
+    c.fails(
+        &["--data", &data, "--train-split", &tr],
+        &loc(&data, 1),
+        "found N = 1000000000000000 in the header, expected at most 33 rows: the file has 33 \
+         bytes, and every row takes at least one byte",
+    );
+    // Compressed, N is held to the most the file's bytes can decompress to (zstd: 32768
+    // bytes per byte).
+    let zst = c.dir.path().join("data.txt.zst");
+    let packed = zstd::encode_all(&b"1000000000000000 5 4\n0 0:1\n"[..], 3).unwrap();
+    std::fs::write(&zst, &packed).unwrap();
+    let zst = zst.display().to_string();
+    let most = packed.len() * 32768;
+    c.fails(
+        &["--data", &zst, "--train-split", &tr],
+        &loc(&zst, 1),
+        &format!(
+            "expected at most {most} rows: the file's {} zstd bytes decompress to at most {most}",
+            packed.len()
+        ),
+    );
+    let x = c.file("X.txt", "2 5\n0:1\n1:1\n");
+    let y = c.file("Y.txt", "2 4000000000\n0:1\n1:1\n");
+    c.fails(
+        &["--train-features", &x, "--train-labels", &y],
+        &loc(&y, 1),
+        "found L = 4000000000 in the header, expected at most 2147483647",
+    );
+}
+
+#[test]
+fn chunk_sizes_beyond_the_limits_are_refused_up_front() {
+    let c = Case::new();
+    let f = c.file("t.txt", GOOD);
+    c.refused_up_front(
+        &["--train", &f, "--chunk-rows", "4194305"],
+        "--chunk-rows must be at most 4194304",
+        "",
+    );
+    c.refused_up_front(
+        &["--train", &f, "--chunk-mb", "18446744073709551615"],
+        "--chunk-mb must be at most 4096",
+        "",
+    );
 }

@@ -1,7 +1,9 @@
 //! Property tests of the row parser: it never panics on any input, and valid rows written
 //! out as text are read back exactly.
 
-use fsgp::ingest::parse::{parse_block, parse_bow_block, parse_header, LineSyntax, RowRules};
+use fsgp::ingest::parse::{
+    parse_block, parse_bow_block, parse_header, LineSyntax, ParsedBlock, RowRules, MAX_IDS,
+};
 use proptest::prelude::*;
 
 fn rules(lenient: bool, normalize: bool, index_base: u32) -> RowRules {
@@ -111,5 +113,102 @@ proptest! {
             // f32 → shortest decimal → f64 → f32 is exact.
             prop_assert_eq!(row.values, &feats.iter().map(|f| f.1).collect::<Vec<_>>()[..]);
         }
+    }
+}
+
+/// Bytes that look like rows often enough to reach every check: row syntax bytes, ids at
+/// and beyond the limit (2^31 - 1), integers of any size, and any byte at all.
+fn row_like_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        4 => prop::sample::select(b" :,\n\t\r-+.e#qid0123456789".to_vec()).prop_map(|b| vec![b]),
+        1 => any::<u8>().prop_map(|b| vec![b]),
+        1 => any::<u64>().prop_map(|v| v.to_string().into_bytes()),
+        1 => prop::sample::select(vec![
+            "2147483646", "2147483647", "2147483648", "4000000000",
+            "9223372036854775807", "99999999999999999999999",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+    ];
+    prop::collection::vec(piece, 0..120).prop_map(|p| p.concat())
+}
+
+/// The lines the parser sees in a block (a last line without '\n' counts).
+fn lines_of(bytes: &[u8]) -> u64 {
+    let newlines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    newlines + u64::from(!bytes.is_empty() && bytes.last() != Some(&b'\n'))
+}
+
+/// What a parsed block may hold, given its input: no more rows than lines; no more feature
+/// entries than `id:value` tokens fit (each at least 3 bytes and a separator) nor label
+/// entries than ids fit (a digit and a separator); every id below the limit. So nothing the
+/// parser keeps is sized by a value read from the input, only by the input's length.
+fn assert_bounded(
+    block: &ParsedBlock,
+    input_bytes: usize,
+    lines: u64,
+) -> Result<(), TestCaseError> {
+    let rows = &block.rows;
+    prop_assert!(rows.len() as u64 <= lines);
+    prop_assert!(4 * rows.indices.len() <= input_bytes + 1);
+    prop_assert!(2 * rows.labels.len() <= input_bytes + 1);
+    prop_assert!(rows
+        .indices
+        .iter()
+        .chain(&rows.labels)
+        .all(|&id| id < MAX_IDS));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Under the widest rules (D = L = the limit, as the LIBSVM scan pass parses), any bytes
+    /// give a bounded block or an error naming one of the block's lines and saying what was
+    /// found.
+    #[test]
+    fn any_bytes_give_bounded_rows_or_an_error_naming_a_line(bytes in row_like_bytes(), labels in row_like_bytes(), lenient: bool, base in 0u32..2, syntax in 0usize..4) {
+        const FIRST: u64 = 5;
+        let syntax = [LineSyntax::LabelsFeatures, LineSyntax::Features, LineSyntax::LabelValues, LineSyntax::Libsvm][syntax];
+        let rules = RowRules { lenient, ..RowRules::new(MAX_IDS, MAX_IDS, base) };
+        let lines = lines_of(&bytes);
+        let named = |line: u64| (FIRST..FIRST + lines.max(1)).contains(&line);
+        let terminated = bytes.last() == Some(&b'\n');
+        match parse_block(&bytes, FIRST, terminated, syntax, &rules) {
+            Ok(block) => assert_bounded(&block, bytes.len(), lines)?,
+            Err((source, e)) => {
+                prop_assert_eq!(source, 0);
+                prop_assert!(named(e.line), "line {} of {lines}: {e}", e.line);
+                prop_assert!(e.msg.starts_with("found "), "{e}");
+            }
+        }
+        let label_terminated = labels.last() == Some(&b'\n');
+        match parse_bow_block(&bytes, &labels, FIRST, (terminated, label_terminated), &rules) {
+            Ok(block) => assert_bounded(&block, bytes.len() + labels.len(), lines)?,
+            Err((source, e)) => {
+                prop_assert!(source <= 1);
+                prop_assert!(named(e.line), "line {} of {lines}: {e}", e.line);
+                prop_assert!(e.msg.starts_with("found "), "{e}");
+            }
+        }
+        match parse_header(&bytes, &["N", "D", "L"]) {
+            Ok(values) => prop_assert_eq!(values.len(), 3),
+            Err(msg) => prop_assert!(msg.starts_with("found "), "{msg}"),
+        }
+    }
+
+    /// An id above the limit is refused as too large, whatever its size, never wrapped or
+    /// taken as "not an integer".
+    #[test]
+    fn ids_beyond_the_limit_are_too_large(above in 0..=u64::MAX - (1 << 31), extra_digits in 0usize..4, base in 0u32..2, label: bool) {
+        let id = u64::from(MAX_IDS) + u64::from(base) + above;
+        let id = format!("{id}{}", "9".repeat(extra_digits));
+        let row = if label { format!("{id} 1:1\n") } else { format!("1 {id}:1\n") };
+        let rules = RowRules::new(MAX_IDS, MAX_IDS, base);
+        let (_, e) = parse_block(row.as_bytes(), 3, true, LineSyntax::LabelsFeatures, &rules).unwrap_err();
+        prop_assert_eq!(e.line, 3);
+        let what = if label { "label" } else { "feature" };
+        let largest = u64::from(MAX_IDS) - 1 + u64::from(base);
+        let expected = format!("found {what} id {}, expected at most {largest}: it is larger", &id[..id.len().min(40)]);
+        prop_assert!(e.msg.starts_with(&expected), "{e}");
     }
 }

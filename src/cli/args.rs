@@ -272,6 +272,7 @@ impl IngestArgs {
             class_map_from_train: self.class_map == "train",
         };
         config.validate()?;
+        config.check_input_files()?;
         Ok(config)
     }
 

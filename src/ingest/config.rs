@@ -4,7 +4,9 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::input::{absolute, InputLayout};
-use super::parse::{LabelRules, RowRules};
+use super::parse::{LabelRules, RowRules, MAX_IDS};
+use super::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
+use super::source::refuse_special_file;
 use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
 use crate::store::catalog::LabelKind;
@@ -68,6 +70,20 @@ impl IngestConfig {
             "must be positive".into()
         });
         c.check(self.chunk_mb != 0, "chunk-mb", || "must be positive".into());
+        // A chunk is held whole in memory, several at once, before it is written.
+        c.check(
+            self.chunk_rows.is_none_or(|r| r <= MAX_CHUNK_ROWS),
+            "chunk-rows",
+            || {
+                format!(
+                    "must be at most {MAX_CHUNK_ROWS}, the largest automatic size \
+                     (docs/formats.md, \"Limits\")"
+                )
+            },
+        );
+        c.check(self.chunk_mb <= MAX_CHUNK_MB, "chunk-mb", || {
+            format!("must be at most {MAX_CHUNK_MB} (docs/formats.md, \"Limits\")")
+        });
         self.check_label_options(&mut c);
         if let Some(v) = &self.validation {
             c.check(
@@ -102,6 +118,16 @@ impl IngestConfig {
             "must be positive".into()
         });
         c.check(
+            self.features.is_none_or(|d| d <= MAX_IDS),
+            "features",
+            || {
+                format!(
+                    "must be at most {MAX_IDS}: D is at most 2^31 - 1 (docs/formats.md, \
+                     \"Limits\")"
+                )
+            },
+        );
+        c.check(
             !self.class_map_from_train || self.first_label,
             "class-map",
             || {
@@ -118,6 +144,16 @@ impl IngestConfig {
                 self.label_kind.map_or("", |k| k.as_str())
             )
         });
+    }
+
+    /// Refuses input paths that exist but are not regular files (a FIFO, a device, a
+    /// directory: [`refuse_special_file`]) before the workspace is touched. Missing files are
+    /// left to the ingest's "cannot open": a spec's earlier stage may write them.
+    pub fn check_input_files(&self) -> Result<()> {
+        for (_, path) in self.layout.sources() {
+            refuse_special_file(&path)?;
+        }
+        Ok(())
     }
 
     /// Whether this ingest assigns the label ids through a class map (a scan pass first).

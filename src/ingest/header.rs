@@ -4,42 +4,61 @@ use std::path::Path;
 
 use anyhow::{anyhow, Result};
 
-use super::parse::parse_header;
-use super::source::LineSource;
+use super::parse::{parse_header, MAX_IDS};
+use super::source::{Compression, LineSource};
 use super::stream::Parsed;
 use crate::error::InputError;
 
-/// Reads a header line, checking it is there and well-formed.
+/// Reads a header line (its first field N, the number of rows), checking it is there,
+/// well-formed, and that the file can hold N rows: N may size a table before the rows are
+/// read (the split layout's row assignment), so an absurd N is refused here.
 pub fn read_header(source: &mut LineSource, names: &[&str]) -> Result<Vec<u64>> {
     let mut line = Vec::new();
     let path = source.path().to_path_buf();
-    match source.read_line(&mut line)? {
-        None => Err(anyhow!(InputError::new(
-            &path,
-            1,
-            format!(
-                "found an empty file, expected a header '{}'",
-                names.join(" ")
-            )
-        ))),
-        Some(_) => {
-            parse_header(&line, names).map_err(|msg| anyhow!(InputError::new(&path, 1, msg)))
-        }
+    let fail = |msg: String| anyhow!(InputError::new(&path, 1, msg));
+    if source.read_line(&mut line)?.is_none() {
+        return Err(fail(format!(
+            "found an empty file, expected a header '{}'",
+            names.join(" ")
+        )));
     }
+    let values = parse_header(&line, names).map_err(fail)?;
+    debug_assert_eq!(names[0], "N");
+    if values[0] > source.max_lines() {
+        return Err(fail(format!(
+            "found N = {} in the header, expected at most {} rows: {}, and every row takes at \
+             least one byte (its '\\n')",
+            values[0],
+            source.max_lines(),
+            match source.compression() {
+                Compression::None => format!("the file has {} bytes", source.raw_len()),
+                c => format!(
+                    "the file's {} {} bytes decompress to at most {}",
+                    source.raw_len(),
+                    c.name(),
+                    source.max_lines()
+                ),
+            }
+        )));
+    }
+    Ok(values)
 }
 
-/// A header count (D or L) as the u32 the parser works with.
+/// A header count (D or L) as the u32 the parser works with, at most [`MAX_IDS`].
 pub fn to_u32(value: u64, what: &str, path: &Path) -> Result<u32> {
-    u32::try_from(value).map_err(|_| {
-        anyhow!(InputError::new(
-            path,
-            1,
-            format!(
-                "found {what} = {value} in the header, expected at most {}",
-                u32::MAX
-            )
-        ))
-    })
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| v <= MAX_IDS)
+        .ok_or_else(|| {
+            anyhow!(InputError::new(
+                path,
+                1,
+                format!(
+                    "found {what} = {value} in the header, expected at most {MAX_IDS} (D and L \
+                     are at most 2^31 - 1; docs/formats.md, \"Limits\")"
+                )
+            ))
+        })
 }
 
 /// Checks rows against the header's N as blocks arrive; `lines` counts data lines so far.

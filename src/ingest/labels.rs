@@ -140,7 +140,7 @@ fn decide(config: &IngestConfig, s: &Scanned, declared_d: Option<u32>) -> Result
     let kind = match (config.first_label, config.label_kind) {
         (true, _) => LabelKind::Multiclass,
         (false, Some(kind)) => kind,
-        (false, None) => detect(s, &values)?,
+        (false, None) => detect(s, &values, &files)?,
     };
     let mut classes = match kind {
         LabelKind::Binary => binary_map(&values)?,
@@ -192,16 +192,16 @@ fn unseen_classes(s: &Scanned) -> Vec<UnseenClasses> {
 
 /// The kind the rows show: multi-label when a row has no label or several; else binary
 /// when the values are {−1, +1} or {0, 1}; else multi-class.
-fn detect(s: &Scanned, values: &[i64]) -> Result<LabelKind> {
+fn detect(s: &Scanned, values: &[i64], files: &str) -> Result<LabelKind> {
     if s.all.multi_label_rows > 0 || s.all.unlabeled_rows > 0 {
         return Ok(LabelKind::Multilabel);
     }
     match values {
         [-1, 1] | [0, 1] => Ok(LabelKind::Binary),
         [single] => bail!(
-            "found the same label {single} in all {} rows, expected at least two classes; \
-             pass --label-kind binary (if {single} is one of -1/+1 or 0/1) or --label-kind \
-             multiclass to ingest it anyway",
+            "{files}: found the same label {single} in all {} rows, expected at least two \
+             classes; pass --label-kind binary (if {single} is one of -1/+1 or 0/1) or \
+             --label-kind multiclass to ingest it anyway",
             s.all.rows
         ),
         _ => Ok(LabelKind::Multiclass),

@@ -51,6 +51,7 @@ pub struct IngestOutcome {
 /// pipeline into the run's scratch directory, published under `datasets/` and registered.
 pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
     config.validate()?;
+    config.check_input_files()?;
     let params = config.params_json()?;
     if let Some(existing) = ws.catalog.dataset(&config.name)? {
         let same = existing.params == params && sources_unchanged(&existing.sources)?;

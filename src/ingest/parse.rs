@@ -43,6 +43,13 @@ pub struct RowRules {
     pub labels: LabelRules,
 }
 
+/// The largest D and L a dataset may have, so every feature and label id (0-based) is below
+/// it: 2³¹ − 1, the largest index the LIBSVM format's own tools write (a C `int`). Ids are
+/// checked against it as they are parsed, before any size is derived from them, so a stray
+/// id such as 4 000 000 000 is refused at its line instead of becoming a D no later stage
+/// can allocate for (`docs/formats.md`, "Limits").
+pub const MAX_IDS: u32 = i32::MAX as u32;
+
 /// The label id the writing pass gives a row whose class is one of the class map's unseen
 /// ones (`--class-map train`); never stored: [`super::sink::SplitSink`] strips it.
 pub const UNSEEN_CLASS: u32 = u32::MAX;
@@ -180,24 +187,11 @@ fn show(token: &[u8]) -> String {
     }
 }
 
-/// Parses an unsigned decimal integer of at most `u32::MAX`.
-pub fn parse_u32(bytes: &[u8]) -> Option<u32> {
-    if bytes.is_empty() || bytes.len() > 10 {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &b in bytes {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v * 10 + u64::from(d);
-    }
-    u32::try_from(v).ok()
-}
-
-/// Parses an unsigned decimal integer of at most `u64::MAX`.
+/// Parses an unsigned decimal integer of at most `u64::MAX` (leading zeros allowed).
 pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    // Zeros in front add no value, however many (a zero itself keeps its last digit).
+    let significant = bytes.iter().position(|&b| b != b'0');
+    let bytes = &bytes[significant.unwrap_or(bytes.len().saturating_sub(1))..];
     if bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
@@ -257,25 +251,52 @@ pub fn parse_header(line: &[u8], names: &[&str]) -> Result<Vec<u64>, String> {
         .iter()
         .zip(names)
         .map(|(t, name)| {
-            parse_u64(t).ok_or_else(|| {
-                format!(
+            parse_u64(t).ok_or_else(|| match t.iter().all(u8::is_ascii_digit) {
+                true => format!(
+                    "found {name} = {} in the header, expected at most {} (header \
+                     '{expected}')",
+                    show(t),
+                    u64::MAX
+                ),
+                false => format!(
                     "found '{}' for {name} in the header, expected a non-negative integer \
                      (header '{expected}')",
                     show(t)
-                )
+                ),
             })
         })
         .collect()
 }
 
+/// The message for a decimal id above `max_written`, the largest a dataset may use as
+/// written in its file ([`MAX_IDS`] − 1, plus `--index-base`).
+pub fn id_too_large(what: &str, token: &[u8], max_written: u64) -> String {
+    format!(
+        "found {what} id {}, expected at most {max_written}: it is larger than the largest id \
+         fsgp reads (D and L are at most 2^31 - 1; docs/formats.md, \"Limits\")",
+        show(token)
+    )
+}
+
 impl RowRules {
+    /// The largest id accepted as written in the file: [`MAX_IDS`] − 1 after `index_base`.
+    fn max_written_id(&self) -> u64 {
+        u64::from(MAX_IDS) - 1 + u64::from(self.index_base)
+    }
+
     fn id(&self, token: &[u8], what: &str, limit: u32, header: char) -> Result<u32, String> {
-        let raw = parse_u32(token).ok_or_else(|| {
-            format!(
+        if token.is_empty() || !token.iter().all(u8::is_ascii_digit) {
+            return Err(format!(
                 "found {what} id '{}', expected a non-negative integer",
                 show(token)
-            )
-        })?;
+            ));
+        }
+        let max = self.max_written_id();
+        // Digits only: any value that does not fit (however many digits) is too large.
+        let raw = parse_u64(token)
+            .filter(|&v| v <= max)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| id_too_large(what, token, max))?;
         if raw < self.index_base {
             return Err(format!(
                 "found {what} id {raw}, expected ids >= 1 (--index-base 1)"
@@ -766,7 +787,55 @@ mod tests {
         assert!(err("1 1:1\r\n").contains("CRLF"));
         assert!(err("1 1:1").starts_with("line 2: found the last line without a '\\n'"));
         assert!(err("1 -1:1\n").contains("found feature id '-1'"));
-        assert!(err("1 99999999999:1\n").contains("found feature id '99999999999'"));
+        assert!(err("1 99999999999:1\n").starts_with(
+            "line 2: found feature id 99999999999, expected at most 2147483646: it is larger"
+        ));
+    }
+
+    #[test]
+    fn ids_above_the_limit_are_too_large_not_malformed() {
+        for (base, largest) in [(0, "2147483646"), (1, "2147483647")] {
+            let rl = RowRules::new(MAX_IDS, MAX_IDS, base);
+            let ok = format!("{largest} {largest}:1\n");
+            let b = parse_block(ok.as_bytes(), 1, true, LineSyntax::LabelsFeatures, &rl).unwrap();
+            assert_eq!(b.rows.row(0).indices, &[MAX_IDS - 1]);
+            assert_eq!(b.rows.row(0).labels, &[MAX_IDS - 1]);
+            for id in [
+                u64::from(MAX_IDS) + u64::from(base),
+                4_000_000_000,
+                u64::MAX,
+            ] {
+                for (line, what) in [
+                    (format!("{id}:1\n"), "feature"),
+                    (format!("{id}\n"), "label"),
+                ] {
+                    let (_, e) =
+                        parse_block(line.as_bytes(), 7, true, LineSyntax::LabelsFeatures, &rl)
+                            .unwrap_err();
+                    assert_eq!(e.line, 7);
+                    assert!(
+                        e.msg.starts_with(&format!(
+                            "found {what} id {id}, expected at most {largest}"
+                        )),
+                        "{e}"
+                    );
+                }
+            }
+            // Leading zeros are no part of the size.
+            let zeros = format!("{}{largest}:1\n", "0".repeat(30));
+            let b = parse_block(zeros.as_bytes(), 1, true, LineSyntax::Features, &rl).unwrap();
+            assert_eq!(b.rows.row(0).indices, &[MAX_IDS - 1]);
+            // More digits than any integer type holds: still "too large", not "not an integer".
+            let (_, e) = parse_block(
+                b"+1 123456789012345678901234567890:1\n",
+                1,
+                true,
+                LineSyntax::Libsvm,
+                &rl,
+            )
+            .unwrap_err();
+            assert!(e.msg.contains("expected at most"), "{e}");
+        }
     }
 
     #[test]
@@ -884,5 +953,10 @@ mod tests {
         assert!(parse_header(b"3 4 5\r", &["N", "D", "L"])
             .unwrap_err()
             .contains("CRLF"));
+        assert!(
+            parse_header(b"3 4 99999999999999999999999", &["N", "D", "L"])
+                .unwrap_err()
+                .starts_with("found L = 99999999999999999999999 in the header, expected at most")
+        );
     }
 }

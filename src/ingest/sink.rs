@@ -14,9 +14,14 @@ use super::parse::UNSEEN_CLASS;
 use crate::store::chunks::{write_chunk, CsrChunk, RowRef, WrittenFile};
 use crate::store::space::ensure_free;
 
-/// Smallest and largest automatic chunk sizes, in rows.
+/// Smallest and largest automatic chunk sizes, in rows; the largest is also the most
+/// `--chunk-rows` accepts, since a chunk is held whole in memory (`threads + 1` of them
+/// waiting for the encoder) before it is written.
 const MIN_CHUNK_ROWS: usize = 1024;
-const MAX_CHUNK_ROWS: usize = 1 << 22;
+pub const MAX_CHUNK_ROWS: usize = 1 << 22;
+/// The largest `--chunk-mb`: 4 GiB keeps a chunk's list columns far below the 2^31 entries
+/// their i32 offsets can address (`docs/formats.md`, "Limits").
+pub const MAX_CHUNK_MB: usize = 4096;
 
 struct Job {
     split: usize,

@@ -3,11 +3,28 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use xxhash_rust::xxh3::Xxh3;
+
+use crate::error::InputError;
+
+/// The longest line ingest reads, in bytes without its '\n': 64 MiB. Rows are held whole
+/// while they are parsed, so without a cap one "line" of a file that is not rows of text
+/// (a disk image, a file of zeros) would be read into memory until allocation fails.
+/// The longest real rows are far shorter: an XC-repository row with a few hundred
+/// thousand `id:value` tokens is a few MB, a dense LIBSVM row of 1 million features about
+/// 20 MB (`docs/formats.md`, "Limits").
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// The most bytes gzip (deflate: a 258-byte match in 2 bits) can decompress one input
+/// byte to.
+const GZIP_MAX_RATIO: u64 = 1032;
+/// The same for zstd: an RLE block of 128 KiB is 4 bytes (3 of header, 1 repeated).
+const ZSTD_MAX_RATIO: u64 = 32768;
 
 /// How an input file is compressed, detected from its first bytes (not its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +41,17 @@ impl Compression {
             Compression::Gzip => "gzip",
             Compression::Zstd => "zstd",
         }
+    }
+
+    /// The most bytes `raw_bytes` of this compression can decompress to: a bound on the
+    /// lines (hence rows) a file can hold, known before it is read.
+    pub fn max_decompressed(self, raw_bytes: u64) -> u64 {
+        let ratio = match self {
+            Compression::None => 1,
+            Compression::Gzip => GZIP_MAX_RATIO,
+            Compression::Zstd => ZSTD_MAX_RATIO,
+        };
+        raw_bytes.saturating_mul(ratio)
     }
 
     fn detect(magic: &[u8]) -> Self {
@@ -91,16 +119,76 @@ pub struct LineSource {
     lines: u64,
     carry: Vec<u8>,
     eof: bool,
+    /// Size of the file on disk when it was opened.
+    raw_len: u64,
+}
+
+/// What `path` is when it exists but is not a regular file (symlinks followed); None for a
+/// regular file, or when there is nothing to look at (opening it reports that).
+fn special_kind(path: &Path) -> Option<&'static str> {
+    let kind = std::fs::metadata(path).ok()?.file_type();
+    Some(if kind.is_file() {
+        return None;
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a file that is not a regular file"
+    })
+}
+
+/// Refuses an input that exists but is not a regular file, before anything opens it
+/// (opening a FIFO blocks until a writer comes; a device never ends). Ingest reads every
+/// input more than once and records its size and checksum, which only a regular file
+/// can give.
+pub fn refuse_special_file(path: &Path) -> Result<(), InputError> {
+    match special_kind(path) {
+        None => Ok(()),
+        Some(kind) => Err(InputError::new(
+            path,
+            0,
+            format!(
+                "found {kind}, expected a regular file: ingest reads each input more than \
+                 once (label scan, parse, and the checksum that recognises a repeated \
+                 ingest), which a pipe or device cannot replay; save the data to a file first"
+            ),
+        )),
+    }
+}
+
+/// The message for a line longer than [`MAX_LINE_BYTES`].
+fn line_too_long(path: &Path, line: u64) -> anyhow::Error {
+    anyhow!(InputError::new(
+        path,
+        line,
+        format!(
+            "found a line longer than {MAX_LINE_BYTES} bytes, expected lines of at most \
+             {} MiB (is this a text file of rows? docs/formats.md, \"Limits\")",
+            MAX_LINE_BYTES >> 20
+        )
+    ))
 }
 
 impl LineSource {
     pub fn open(path: &Path) -> Result<Self> {
+        refuse_special_file(path)?;
         let mut file =
             File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
         let mut magic = [0u8; 4];
         let got = read_up_to(&mut file, &mut magic)
             .with_context(|| format!("{}: cannot read", path.display()))?;
         let compression = Compression::detect(&magic[..got]);
+        let raw_len = file
+            .metadata()
+            .with_context(|| format!("{}: cannot read", path.display()))?
+            .len();
         drop(file);
         let state = Arc::new(Mutex::new(HashState::default()));
         let raw = HashingReader {
@@ -128,6 +216,7 @@ impl LineSource {
             lines: 0,
             carry: Vec::new(),
             eof: false,
+            raw_len,
         })
     }
 
@@ -138,6 +227,21 @@ impl LineSource {
     /// Lines handed out so far (the 1-based number of the last one).
     pub fn lines_read(&self) -> u64 {
         self.lines
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// Size of the file on disk (compressed size for compressed input).
+    pub fn raw_len(&self) -> u64 {
+        self.raw_len
+    }
+
+    /// The most lines the file can hold: every line but an unterminated last one ends with
+    /// '\n', and that one has at least a byte, so no more than its (decompressed) bytes.
+    pub fn max_lines(&self) -> u64 {
+        self.compression.max_decompressed(self.raw_len)
     }
 
     /// Raw bytes read from disk so far (for progress).
@@ -158,10 +262,7 @@ impl LineSource {
     pub fn read_line(&mut self, buf: &mut Vec<u8>) -> Result<Option<bool>> {
         debug_assert!(self.carry.is_empty(), "read_line after read_block");
         buf.clear();
-        let n = self
-            .reader
-            .read_until(b'\n', buf)
-            .with_context(|| self.io_context())?;
+        let n = self.read_capped_line(buf)?;
         if n == 0 {
             self.eof = true;
             return Ok(None);
@@ -172,6 +273,22 @@ impl LineSource {
             buf.pop();
         }
         Ok(Some(terminated))
+    }
+
+    /// Appends the next line (with its '\n') to `buf`, reading at most [`MAX_LINE_BYTES`] + 1
+    /// bytes of it: a longer line is an error naming it, not an allocation. Returns the
+    /// bytes read (0 at end of file).
+    fn read_capped_line(&mut self, buf: &mut Vec<u8>) -> Result<usize> {
+        let start = buf.len();
+        let read = (&mut self.reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', buf);
+        let n = read.with_context(|| self.io_context())?;
+        let text = n - usize::from(buf.last() == Some(&b'\n') && buf.len() > start);
+        if text > MAX_LINE_BYTES {
+            return Err(line_too_long(&self.path, self.lines + 1));
+        }
+        Ok(n)
     }
 
     /// Reads about `target` bytes of whole lines into `buf` (a block handed back by a
@@ -193,12 +310,23 @@ impl LineSource {
             if self.eof || memchr::memrchr(b'\n', &buf).is_some() {
                 break;
             }
-            // A single line longer than `target`: keep reading until it ends.
-            let want = buf.len() * 2;
+            // A single line longer than `target`: keep reading until it ends, holding at
+            // most MAX_LINE_BYTES + 1 bytes of it (plus one read of 64 KiB). The block then
+            // starts with that line.
+            if buf.len() > MAX_LINE_BYTES {
+                return Err(line_too_long(&self.path, self.lines + 1));
+            }
+            let want = (buf.len() * 2).min(MAX_LINE_BYTES + 1);
+            buf.reserve_exact((want - buf.len()).max(1 << 16));
             self.fill(&mut buf, want)?;
         }
         if buf.is_empty() {
             return Ok(None);
+        }
+        // The last read may have ended a line up to 64 KiB past the cap; only a block's
+        // first line can be that long (every other one is within `target` + 64 KiB).
+        if memchr::memchr(b'\n', &buf).unwrap_or(buf.len()) > MAX_LINE_BYTES {
+            return Err(line_too_long(&self.path, self.lines + 1));
         }
         if !self.eof {
             let cut = memchr::memrchr(b'\n', &buf).expect("checked above") + 1;
@@ -228,10 +356,7 @@ impl LineSource {
         };
         while block.n_lines < n {
             let before = block.bytes.len();
-            let got = self
-                .reader
-                .read_until(b'\n', &mut block.bytes)
-                .with_context(|| self.io_context())?;
+            let got = self.read_capped_line(&mut block.bytes)?;
             if got == 0 {
                 self.eof = true;
                 break;
@@ -306,6 +431,7 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 /// Checksum of a file's raw bytes without parsing it (used to decide whether a repeated
 /// ingest has the same inputs).
 pub fn checksum_source(path: &Path) -> Result<SourceInfo> {
+    refuse_special_file(path)?;
     let mut raw = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let mut hasher = Xxh3::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -330,4 +456,102 @@ pub fn checksum_source(path: &Path) -> Result<SourceInfo> {
         checksum: format!("{:016x}", hasher.digest()),
         compression: Compression::detect(&magic),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of `head`, then a line of `long` bytes 'x' (and '\n' when `terminated`).
+    fn file_with_long_line(head: &str, long: usize, terminated: bool) -> tempfile::NamedTempFile {
+        let mut text = head.as_bytes().to_vec();
+        text.resize(head.len() + long, b'x');
+        if terminated {
+            text.push(b'\n');
+        }
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
+    }
+
+    fn too_long_at(e: &anyhow::Error, path: &Path, line: u64) {
+        let at = format!(
+            "{}:{line}: found a line longer than {MAX_LINE_BYTES} bytes",
+            path.display()
+        );
+        assert!(e.to_string().starts_with(&at), "{e:#}");
+    }
+
+    /// Reads a header line, then every block, as the layouts do (the header leaves the
+    /// buffered reader part-full, so later reads come short); returns the lines of the blocks,
+    /// or the first error.
+    fn read_all(path: &Path) -> Result<u64> {
+        let mut src = LineSource::open(path)?;
+        src.read_line(&mut Vec::new())?;
+        let mut lines = 0;
+        while let Some(b) = src.read_block_into(4 << 20, Vec::new())? {
+            lines += b.n_lines;
+        }
+        Ok(lines)
+    }
+
+    #[test]
+    fn a_line_at_the_cap_is_read_one_byte_longer_is_refused() {
+        for terminated in [true, false] {
+            // The long line right after the header (where the reads double to exactly the
+            // cap), and after two short rows (where they do not).
+            for (head, rows) in [("h\n", 1), ("h\n1\n2\n", 3)] {
+                let ok = file_with_long_line(head, MAX_LINE_BYTES, terminated);
+                assert_eq!(read_all(ok.path()).unwrap(), rows);
+                // Also lines that end within the last read's 64 KiB past the cap.
+                for over in [1, 4, 60_000] {
+                    let bad = file_with_long_line(head, MAX_LINE_BYTES + over, terminated);
+                    too_long_at(&read_all(bad.path()).unwrap_err(), bad.path(), rows + 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn single_lines_are_capped_too() {
+        let bad = file_with_long_line("", MAX_LINE_BYTES + 1, true);
+        let mut src = LineSource::open(bad.path()).unwrap();
+        too_long_at(&src.read_line(&mut Vec::new()).unwrap_err(), bad.path(), 1);
+        let bad = file_with_long_line("a\nb\n", MAX_LINE_BYTES + 1, false);
+        let mut src = LineSource::open(bad.path()).unwrap();
+        too_long_at(&src.read_lines(5).unwrap_err(), bad.path(), 3);
+    }
+
+    #[test]
+    fn special_files_are_refused_before_they_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = LineSource::open(dir.path()).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("found a directory, expected a regular file"),
+            "{e}"
+        );
+        let e = checksum_source(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/dev/zero: found a character device"),
+            "{e}"
+        );
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Opening it would block until a writer came: the test would hang.
+        let e = LineSource::open(&fifo).err().unwrap();
+        assert!(e.to_string().contains("found a FIFO (named pipe)"), "{e}");
+    }
+
+    #[test]
+    fn line_capacity_is_the_decompressed_bound() {
+        assert_eq!(Compression::None.max_decompressed(10), 10);
+        assert_eq!(Compression::Gzip.max_decompressed(10), 10_320);
+        assert_eq!(Compression::Zstd.max_decompressed(u64::MAX), u64::MAX);
+    }
 }

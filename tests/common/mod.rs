@@ -15,15 +15,41 @@ pub fn pipeline_bin() -> &'static str {
     env!("CARGO_BIN_EXE_pipeline")
 }
 
-/// Runs `pipeline --workspace WS ARGS...`.
-pub fn pipeline(ws: &Path, args: &[&str]) -> Output {
-    Command::new(pipeline_bin())
-        .arg("--workspace")
+/// The command `pipeline --workspace WS ARGS...`.
+fn command(ws: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(pipeline_bin());
+    cmd.arg("--workspace")
         .arg(ws)
         .args(args)
-        .env_remove("FSGP_WORKSPACE")
-        .output()
-        .expect("running pipeline")
+        .env_remove("FSGP_WORKSPACE");
+    cmd
+}
+
+/// Runs `pipeline --workspace WS ARGS...`.
+pub fn pipeline(ws: &Path, args: &[&str]) -> Output {
+    command(ws, args).output().expect("running pipeline")
+}
+
+/// [`pipeline`], but a run that has not ended after `limit` is killed and the test fails
+/// (for inputs that used to hang, such as a FIFO no one writes to).
+pub fn pipeline_within(ws: &Path, args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = command(ws, args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running pipeline");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("waiting for pipeline").is_none() {
+        if started.elapsed() > limit {
+            child.kill().expect("killing a hung pipeline");
+            let out = child.wait_with_output().expect("reaping pipeline");
+            panic!("pipeline {args:?} hung for {limit:?}: {}", stderr(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+        .wait_with_output()
+        .expect("collecting pipeline's output")
 }
 
 pub fn stderr(o: &Output) -> String {
