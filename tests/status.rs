@@ -282,3 +282,23 @@ fn help_shows_examples_that_parse() {
         }
     }
 }
+
+#[test]
+fn status_of_a_directory_without_a_workspace_is_empty_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("nothing-run-here");
+    let out = pipeline(&ws, &["status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("no workspace here yet: nothing has been run in it"),
+        "{}",
+        stdout(&out)
+    );
+    let json = status_json(&ws);
+    assert_eq!(json["datasets"], serde_json::json!([]), "{json}");
+    assert_eq!(json["runs"], serde_json::json!([]), "{json}");
+    assert!(!ws.exists(), "status created the workspace");
+    let out = pipeline(&ws, &["status", "--run", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("there is no workspace at"), "{}", stderr(&out));
+}

@@ -10,7 +10,7 @@ mod verify;
 use anyhow::{bail, Result};
 
 use crate::comm::Comm;
-use crate::store::workspace::Workspace;
+use crate::store::workspace::{NoWorkspace, Workspace};
 use args::{Cli, Command, EvaluateArgs, VerifyArgs};
 
 /// Runs one parsed command line: in one process, or, built with the `mpi` feature, on
@@ -69,7 +69,12 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
     // written or deleted; a read-only workspace is read as it is).
     match &cli.command {
         Command::Status(args) => {
-            return status::print(&Workspace::open_read_only(&cli.workspace)?, args)
+            return match Workspace::open_read_only(&cli.workspace) {
+                Ok(ws) => status::print(&ws, args),
+                // Nothing has been run there: an empty status, not an error.
+                Err(e) if e.is::<NoWorkspace>() => status::print_empty(&cli.workspace, args),
+                Err(e) => Err(e),
+            };
         }
         Command::Report(args) => {
             let ws = Workspace::open_read_only(&cli.workspace)?;

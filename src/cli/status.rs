@@ -34,6 +34,32 @@ fn human_bytes(b: u64) -> String {
 
 /// Prints the workspace's datasets, derived artifacts, training runs and recent stage runs,
 /// or with `--run N` that one run in full.
+/// `pipeline status` of a directory that holds no workspace yet (nothing was run there):
+/// the status of an empty workspace, and nothing created.
+pub fn print_empty(root: &std::path::Path, args: &StatusArgs) -> Result<()> {
+    if let Some(id) = args.run {
+        anyhow::bail!(
+            "no run {id}: there is no workspace at {} yet",
+            root.display()
+        );
+    }
+    if args.json {
+        let doc = serde_json::json!({
+            "workspace": root.display().to_string(),
+            "datasets": [],
+            "runs": [],
+            "artifacts": { "count": 0, "bytes": 0 },
+            "train_runs": [],
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("workspace {}", root.display());
+        println!();
+        println!("no workspace here yet: nothing has been run in it (no catalog.sqlite)");
+    }
+    Ok(())
+}
+
 pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
     if let Some(id) = args.run {
         return print_run(ws, id, args.json);

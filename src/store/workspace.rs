@@ -62,6 +62,12 @@ pub struct Workspace {
     workspace_id: String,
 }
 
+/// A directory that holds no workspace: no catalog and no outputs (a read-only open
+/// refuses it; `pipeline status` says so).
+#[derive(Debug, thiserror::Error)]
+#[error("no workspace at {} (no catalog.sqlite and no outputs); give --workspace DIR", .0.display())]
+pub struct NoWorkspace(pub PathBuf);
+
 /// Whether the catalog file is missing or empty: SQLite would make a new catalog of either.
 fn catalog_is_absent(path: &Path) -> bool {
     fs::metadata(path).map_or(true, |m| m.len() == 0)
@@ -176,10 +182,7 @@ impl Workspace {
             if let Some(refusal) = identity::missing_catalog(root, &catalog_path, &dirs) {
                 return Err(refusal.into());
             }
-            bail!(
-                "no workspace at {} (no {CATALOG_FILE}); give --workspace DIR",
-                root.display()
-            );
+            return Err(NoWorkspace(root.to_path_buf()).into());
         }
         let file_id = identity::read_identity_file(root)?;
         let catalog = Catalog::open_read_only(&catalog_path, identity::writable_dir(root))?;
