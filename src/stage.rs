@@ -522,6 +522,7 @@ impl<'a> StageRun<'a> {
         });
         match published.and_then(|()| commit()) {
             Ok(value) => {
+                self.ws.record_rows(&self.ws.resolve(to), self.id);
                 self.succeeded()?;
                 Ok(value)
             }

@@ -664,3 +664,89 @@ fn a_catalog_of_a_newer_schema_is_refused_with_one_message() {
         ],
     );
 }
+
+/// Every row of every table of the catalog at `path`, in a stable order, as text.
+fn all_rows(path: &Path) -> Vec<String> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let tables: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut rows = Vec::new();
+    for table in tables {
+        let mut stmt = db.prepare(&format!("SELECT * FROM {table}")).unwrap();
+        let n = stmt.column_count();
+        let mut found: Vec<String> = stmt
+            .query_map([], |r| {
+                let values: Vec<String> = (0..n)
+                    .map(|i| match r.get_ref(i).unwrap() {
+                        rusqlite::types::ValueRef::Text(t) => {
+                            String::from_utf8_lossy(t).into_owned()
+                        }
+                        other => format!("{other:?}"),
+                    })
+                    .collect();
+                Ok(format!("{table}: {}", values.join(" | ")))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        found.sort();
+        rows.extend(found);
+    }
+    rows
+}
+
+#[test]
+fn a_lost_catalog_is_rebuilt_from_the_run_directories_row_for_row() {
+    for empty in [false, true] {
+        let (dir, ws) = fresh_copy();
+        let kept = dir.path().join("kept");
+        move_catalog(&ws, &kept);
+        if empty {
+            std::fs::write(ws.join("catalog.sqlite"), b"").unwrap();
+        }
+        let before = contents(&ws);
+        let out = verify(&ws, &["--rebuild-catalog"]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        for part in [
+            "rebuilt: run 1 from datasets/toy.run1",
+            "rebuilt: run 3 from train/",
+            "with 5 runs; checking the workspace against it",
+            ": no problems",
+        ] {
+            assert!(err.contains(part), "{part:?} missing from: {err}");
+        }
+        // Every row of every table as the lost catalog had it, and no file touched.
+        let (rebuilt, lost) = (
+            all_rows(&ws.join("catalog.sqlite")),
+            all_rows(&kept.join("catalog.sqlite")),
+        );
+        let only = |a: &[String], b: &[String]| -> Vec<String> {
+            a.iter().filter(|r| !b.contains(r)).cloned().collect()
+        };
+        assert!(
+            rebuilt == lost,
+            "only in the rebuilt catalog: {:#?}\nonly in the lost one: {:#?}",
+            only(&rebuilt, &lost),
+            only(&lost, &rebuilt)
+        );
+        assert_eq!(contents(&ws), before);
+        let out = run_spec(&ws, &baseline().spec);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stages_ran(&stderr(&out)).is_empty(), "{}", stderr(&out));
+        assert_eq!(outputs(&ws), baseline().outputs);
+        // A catalog that is there is never overwritten.
+        let out = verify(&ws, &["--rebuild-catalog"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stderr(&out).contains("--rebuild-catalog never overwrites a catalog"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

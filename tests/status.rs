@@ -300,5 +300,9 @@ fn status_of_a_directory_without_a_workspace_is_empty_and_creates_nothing() {
     assert!(!ws.exists(), "status created the workspace");
     let out = pipeline(&ws, &["status", "--run", "1"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("there is no workspace at"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("there is no workspace at"),
+        "{}",
+        stderr(&out)
+    );
 }

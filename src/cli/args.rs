@@ -911,6 +911,11 @@ pub struct VerifyArgs {
     /// files: the next `pipeline run` recomputes exactly what was lost.
     #[arg(long)]
     pub repair: bool,
+    /// Build a new catalog from the rows each run directory carries in its marker, for a
+    /// workspace whose catalog is lost (missing or empty; move a wrong or older one out
+    /// first), then check the workspace as without it (docs/reliability.md).
+    #[arg(long, conflicts_with = "repair")]
+    pub rebuild_catalog: bool,
     /// Print the report as JSON (on stdout) instead of lines.
     #[arg(long)]
     pub json: bool,

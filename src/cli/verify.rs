@@ -7,6 +7,7 @@ use anyhow::{bail, Result};
 
 use super::args::VerifyArgs;
 use crate::store::identity::{writable_dir, Refusal};
+use crate::store::rebuild::rebuild_catalog;
 use crate::store::verify::{check_catalog, Problem, VerifyReport};
 use crate::store::workspace::{Workspace, CATALOG_FILE};
 
@@ -16,6 +17,20 @@ use crate::store::workspace::{Workspace, CATALOG_FILE};
 /// `store::identity`) is reported as the one problem, and nothing is touched.
 pub fn run(root: &Path, args: &VerifyArgs) -> Result<VerifyReport> {
     let catalog = root.join(CATALOG_FILE);
+    if args.rebuild_catalog {
+        let rebuilt = rebuild_catalog(root)?;
+        for (run, rel) in &rebuilt.restored {
+            eprintln!("rebuilt: run {run} from {rel}");
+        }
+        for line in &rebuilt.not_restored {
+            eprintln!("not rebuilt: {line}");
+        }
+        eprintln!(
+            "rebuilt {} with {} runs; checking the workspace against it",
+            catalog.display(),
+            rebuilt.restored.len()
+        );
+    }
     let problems = match fs::metadata(&catalog) {
         Ok(m) if m.is_file() && m.len() > 0 => check_catalog(&catalog, writable_dir(root)),
         // Missing or empty: opening says whether that is a new workspace or lost outputs.

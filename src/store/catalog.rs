@@ -449,6 +449,59 @@ fn switch_to_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
+/// The tables that hold one run's rows, each with the condition that selects them (`?1` is
+/// the run id), parents first: the order a rebuilt catalog takes them back in.
+const RUN_TABLES: [(&str, &str); 8] = [
+    ("stage_runs", "id = ?1"),
+    ("datasets", "stage_run_id = ?1"),
+    (
+        "dataset_splits",
+        "dataset_id IN (SELECT id FROM datasets WHERE stage_run_id = ?1)",
+    ),
+    (
+        "sources",
+        "dataset_id IN (SELECT id FROM datasets WHERE stage_run_id = ?1)",
+    ),
+    ("artifacts", "stage_run_id = ?1"),
+    ("metrics", "stage_run_id = ?1"),
+    ("checkpoints", "stage_run_id = ?1"),
+    ("run_options", "stage_run_id = ?1"),
+];
+
+/// Every catalog row of one run, table by table, each row as column → value: what a run
+/// directory's marker carries so that a lost catalog can be rebuilt from the directories
+/// (`store::identity`, `store::rebuild`).
+pub type RunRows =
+    std::collections::BTreeMap<String, Vec<serde_json::Map<String, serde_json::Value>>>;
+
+/// An SQLite value as JSON (the catalog stores no blobs; reals round-trip through JSON's
+/// shortest representation exactly).
+fn value_to_json(v: rusqlite::types::ValueRef<'_>) -> serde_json::Value {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => serde_json::Value::Null,
+        ValueRef::Integer(i) => i.into(),
+        ValueRef::Real(f) => f.into(),
+        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+        ValueRef::Blob(b) => b.iter().map(|&x| u64::from(x)).collect::<Vec<_>>().into(),
+    }
+}
+
+/// A JSON value of [`value_to_json`] back as an SQLite value.
+fn json_to_value(v: &serde_json::Value) -> rusqlite::types::Value {
+    use rusqlite::types::Value;
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Integer(i64::from(*b)),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Real(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::Text(s.clone()),
+        other => Value::Text(other.to_string()),
+    }
+}
+
 /// The refusal of a catalog written by a newer fsgp: one message wherever it is met
 /// (opening to write, opening to read, `pipeline verify`).
 fn newer_schema(path: &Path, version: i64) -> anyhow::Error {
@@ -629,6 +682,67 @@ impl Catalog {
             })?;
         tx.commit().map_err(e)?;
         Ok(generation)
+    }
+
+    /// Every row of run `run` ([`RUN_TABLES`]).
+    pub fn run_rows(&self, run: i64) -> Result<RunRows> {
+        let mut rows = RunRows::new();
+        for (table, condition) in RUN_TABLES {
+            let sql = format!("SELECT * FROM {table} WHERE {condition}");
+            let e = |e| explain(&self.path, e);
+            let mut stmt = self.conn.prepare(&sql).map_err(e)?;
+            let columns: Vec<String> = stmt.column_names().map(str::to_string).collect();
+            let found = stmt
+                .query_map([run], |r| {
+                    let mut row = serde_json::Map::new();
+                    for (i, column) in columns.iter().enumerate() {
+                        row.insert(column.clone(), value_to_json(r.get_ref(i)?));
+                    }
+                    Ok(row)
+                })
+                .map_err(e)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(e)?;
+            if !found.is_empty() {
+                rows.insert(table.to_string(), found);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Inserts the rows of one run, as [`Catalog::run_rows`] gave them, in one transaction:
+    /// all of them or, on any conflict (a dataset name taken, a parent row missing), none.
+    pub fn restore_run_rows(&self, rows: &RunRows) -> Result<()> {
+        let tx = self.write_tx()?;
+        let e = |e| explain(&self.path, e);
+        for (table, _) in RUN_TABLES {
+            for row in rows.get(table).into_iter().flatten() {
+                let columns: Vec<&str> = row.keys().map(String::as_str).collect();
+                let marks: Vec<String> = (1..=columns.len()).map(|i| format!("?{i}")).collect();
+                let sql = format!(
+                    "INSERT INTO {table} ({}) VALUES ({})",
+                    columns.join(", "),
+                    marks.join(", ")
+                );
+                let values: Vec<rusqlite::types::Value> = row.values().map(json_to_value).collect();
+                tx.execute(&sql, rusqlite::params_from_iter(values))
+                    .map_err(e)
+                    .with_context(|| format!("restoring a row of {table}"))?;
+            }
+        }
+        tx.commit().map_err(e)
+    }
+
+    /// Sets the workspace's generation (a rebuilt catalog takes the highest its run
+    /// directories recorded).
+    pub fn set_generation(&self, generation: i64) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE workspace SET generation = ?1 WHERE one = 1",
+                [generation],
+            )
+            .map_err(|e| explain(&self.path, e))?;
+        Ok(())
     }
 
     /// The largest run id the catalog has given out (0 for none): its AUTOINCREMENT

@@ -12,7 +12,9 @@
 //!   id, the run, and the catalog's *generation* when the run put files there. The
 //!   generation is raised in the catalog just before a run publishes (a memoised stage's
 //!   output directory, each checkpoint of a training run), so the catalog's generation is
-//!   never below any marker's while it is the catalog that wrote them.
+//!   never below any marker's while it is the catalog that wrote them. After each commit
+//!   the marker also carries the run's catalog rows, from which `pipeline verify
+//!   --rebuild-catalog` rebuilds a lost catalog (`store::rebuild`).
 //!
 //! A catalog is refused ([`Refusal`]) when it is missing or empty beside outputs, when its
 //! id differs from the workspace's or from a run directory's, or when a run directory was
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::catalog::{Identity, StageKind};
+use super::catalog::{Identity, RunRows, StageKind};
 
 /// The workspace's identity file, at its root.
 pub const IDENTITY_FILE: &str = "workspace.json";
@@ -57,6 +59,11 @@ pub struct RunMarker {
     pub stage: String,
     /// The catalog's generation when the run last put files in this directory.
     pub generation: i64,
+    /// The run's catalog rows when it last registered files here (after each commit):
+    /// what `pipeline verify --rebuild-catalog` restores a lost catalog from. Absent before
+    /// the run's first commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RunRows>,
 }
 
 /// Reads the workspace's id from `root/workspace.json` (None: there is no such file).
@@ -165,6 +172,14 @@ pub fn read_marker(dir: &Path) -> Result<Option<RunMarker>> {
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
+}
+
+/// The published directory holding the workspace-relative file `rel`:
+/// `<stage dir>/<name>.run<id>`.
+pub fn run_dir(rel: &str) -> Option<String> {
+    let mut parts = rel.split('/');
+    let (top, name) = (parts.next()?, parts.next()?);
+    parts.next().map(|_| format!("{top}/{name}"))
 }
 
 /// One entry of a stage's output directory: `<stage dir>/<name>.run<id>`.
@@ -390,6 +405,7 @@ mod tests {
                 run,
                 stage: "svd".into(),
                 generation,
+                rows: None,
             }),
         }
     }
@@ -452,6 +468,7 @@ mod tests {
             run: 3,
             stage: "train".into(),
             generation: 7,
+            rows: None,
         };
         assert_eq!(read_marker(root.path()).unwrap(), None);
         write_marker(root.path(), &marker).unwrap();

@@ -10,6 +10,7 @@ pub mod integrity;
 pub mod kinds;
 pub mod npy;
 pub mod predictions;
+pub mod rebuild;
 pub mod space;
 pub mod verify;
 pub mod workspace;

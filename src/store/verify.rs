@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::catalog::{Catalog, RunRow, RunStatus, StageKind};
-use super::identity::{read_marker, RUN_MARKER};
+use super::identity::{read_marker, run_dir, RUN_MARKER};
 use super::integrity::Registered;
 use super::workspace::{remove_path, run_is_live, Workspace};
 
@@ -259,6 +259,10 @@ fn repair_run(ws: &Workspace, id: i64, d: &DamagedRun) -> Result<String> {
             for rel in &dropped {
                 remove_path(&ws.resolve(rel))?;
             }
+            // The run's directory stays, and carries its rows as they are now.
+            if let Some(dir) = dropped.first().and_then(|rel| run_dir(rel)) {
+                ws.record_rows(&ws.resolve(&dir), id);
+            }
             Ok(format!(
                 "train run {id}: marked failed; dropped its checkpoints from step {step} on \
                  ({} files); the next run resumes it from the one before",
@@ -284,13 +288,6 @@ fn repair_run(ws: &Workspace, id: i64, d: &DamagedRun) -> Result<String> {
             ))
         }
     }
-}
-
-/// The published directory holding a file: `<stage dir>/<name>.run<id>`.
-fn run_dir(rel: &str) -> Option<String> {
-    let mut parts = rel.split('/');
-    let (top, name) = (parts.next()?, parts.next()?);
-    parts.next().map(|_| format!("{top}/{name}"))
 }
 
 /// What a finished run read that is no longer there (or is itself damaged).

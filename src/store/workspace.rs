@@ -236,8 +236,34 @@ impl Workspace {
                 run,
                 stage: stage.as_str().into(),
                 generation,
+                rows: None,
             },
         )
+    }
+
+    /// Copies run `run`'s catalog rows into the marker of its directory `dir` (absolute),
+    /// after a commit: what `pipeline verify --rebuild-catalog` restores a lost catalog
+    /// from. The rows are committed already, so a failure here is only a warning: the
+    /// directory then holds the rows of the commit before (or none).
+    pub fn record_rows(&self, dir: &Path, run: i64) {
+        let recorded = (|| -> Result<()> {
+            let marker = identity::read_marker(dir)?
+                .with_context(|| format!("{} has no marker", dir.display()))?;
+            let rows = self.catalog.run_rows(run)?;
+            identity::write_marker(
+                dir,
+                &RunMarker {
+                    rows: Some(rows),
+                    ..marker
+                },
+            )
+        })();
+        if let Err(e) = recorded {
+            eprintln!(
+                "warning: run {run}'s rows were not copied into its directory ({e:#}); a \
+                 catalog rebuilt from the directories would lack its latest registrations"
+            );
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -367,6 +393,13 @@ impl Workspace {
             (Some(id), None) => {
                 let map = NpyMap::open_registered(file)?;
                 self.catalog.mark_verified(id)?;
+                // The row changed: so does the copy its run's directory carries.
+                if let (Some(a), Some(dir)) = (
+                    self.catalog.stored_artifact_at(&file.rel)?,
+                    identity::run_dir(&file.rel),
+                ) {
+                    self.record_rows(&self.resolve(&dir), a.run_id);
+                }
                 Ok(map)
             }
             _ => NpyMap::open_registered_size_checked(file),

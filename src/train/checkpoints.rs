@@ -53,7 +53,9 @@ pub fn save_checkpoint(
         path: format!("{out_rel}/{name}"),
         bytes: written.bytes,
         checksum: written.checksum,
-    })
+    })?;
+    ws.record_rows(&dir, run.id);
+    Ok(())
 }
 
 /// Refuses, with the figures, when the run's file system has no room for the checkpoints

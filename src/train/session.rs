@@ -100,7 +100,7 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
         let start = setup.initial_checkpoint()?;
         drive(ws, comm, &run, &setup, (start, false), &steering)
     })();
-    finish(run, result)
+    finish(ws, &setup, run, result)
 }
 
 /// The stage's lookup on the configuration in force. A run that started with `config` but
@@ -184,7 +184,7 @@ fn resume(
         let steering = plan.record.steering.clone().expect("a plan sets steering");
         drive(ws, comm, &run, &setup, start, &steering)
     })();
-    finish(run, result)
+    finish(ws, &setup, run, result)
 }
 
 /// Runs the step loop of `run` from `start` (a checkpoint, and whether it is a registered
@@ -313,9 +313,18 @@ fn follow(ws: &Workspace, comm: &dyn Comm) -> Result<Outcome<Option<TrainSummary
     })
 }
 
-fn finish(run: StageRun<'_>, result: Result<TrainSummary>) -> Result<Outcome<TrainSummary>> {
+/// Records how `run` ended; a finished run's final rows (its status, last figures) are
+/// copied into its directory's marker too.
+fn finish(
+    ws: &Workspace,
+    setup: &Setup,
+    run: StageRun<'_>,
+    result: Result<TrainSummary>,
+) -> Result<Outcome<TrainSummary>> {
     let run_id = run.id;
+    let out_dir = ws.resolve(&setup.out_rel(&run));
     let value = run.finish(result)?;
+    ws.record_rows(&out_dir, run_id);
     Ok(Outcome {
         run_id,
         computed: true,
