@@ -14,9 +14,12 @@ use std::time::{Duration, Instant};
 use common::toy::{catalog, crash_at, prepare, train_args, STEPS};
 use common::*;
 
-/// The workspace's files and the catalog's runs (id, stage, status, error): what a refused
-/// command must leave unchanged.
-fn state(ws: &Path) -> (Vec<String>, Vec<(i64, String, String, Option<String>)>) {
+/// A catalog run: id, stage, status, error.
+type Run = (i64, String, String, Option<String>);
+
+/// The workspace's files and the catalog's runs: what a refused command must leave
+/// unchanged.
+fn state(ws: &Path) -> (Vec<String>, Vec<Run>) {
     let conn = catalog(ws);
     let mut stmt = conn
         .prepare("SELECT id, stage, status, error FROM stage_runs ORDER BY id")
@@ -310,7 +313,11 @@ fn absurd_epochs_are_refused_and_status_of_a_million_epochs_returns_at_once() {
     let out = run_within(&ws, &["status"], Duration::from_secs(120))
         .expect("status of a run of 2⁶³ − 1 epochs did not return within 120 s");
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains(&format!("7/{}", u64::MAX)), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("7/{}", u64::MAX)),
+        "{}",
+        stdout(&out)
+    );
     catalog(&ws)
         .execute(
             "UPDATE stage_runs SET params = json_set(params, '$.epochs', 1000000) WHERE id = ?1",
