@@ -103,17 +103,7 @@ fn svd_refuses_a_rank_above_min_n_d_inducing_above_n_and_what_does_not_fit() {
     // A finished run is reused whatever memory there is now.
     let out = pipeline_env(
         &ws,
-        &[
-            "svd",
-            "--dataset",
-            "toy",
-            "--rank",
-            "8",
-            "--inducing",
-            "16",
-            "--threads",
-            "2",
-        ],
+        &svd("8", "16"),
         &[("FSGP_AVAILABLE_MEMORY_BYTES", "1000")],
     );
     assert!(out.status.success(), "{}", stderr(&out));
@@ -291,13 +281,7 @@ fn absurd_epochs_are_refused_and_status_of_a_million_epochs_returns_at_once() {
     let out = run_within(&ws, &["status", "--json"], Duration::from_secs(120))
         .expect("status of a run of a million epochs did not return within 120 s");
     assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let run = json["train_runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == id)
-        .unwrap();
+    let run = train_summary(&ws, id);
     // 16 minibatches in every epoch of the toy plan (STEPS over its 6 epochs).
     assert_eq!(run["steps_total"], (STEPS / 6) * 1_000_000);
     assert_eq!(run["steps_done"], 7);

@@ -513,8 +513,8 @@ impl TrainMemory {
         ensure!(
             self.total() <= available,
             "training needs about {}: the M×M and M×B matrices of each of the {gps} (M = {m}, \
-             B = {b}) {}; the parameters with their gradient, Adam's moments and a \
-             checkpoint's copies {}; the kernel's and the likelihood's matrices and the \
+             B = {b}) {}; the parameters (Φ [K×P] among them) with their gradient, Adam's \
+             moments and a checkpoint's copies {}; the kernel's and the likelihood's matrices and the \
              minibatch queue {}{input_space}. This machine has {} available (MemAvailable); \
              {ways}, or a smaller --batch",
             memory(self.total()),
@@ -606,16 +606,24 @@ impl InputsMemory {
 mod tests {
     use super::*;
 
-    #[test]
-    fn input_space_memory_is_counted_and_refused_with_the_numbers() {
-        let mut config: TrainConfig = serde_json::from_value(serde_json::json!({
+    /// A configuration at M = B = 500, P = 30, one thread, with `extra` fields set.
+    fn config(extra: serde_json::Value) -> TrainConfig {
+        let mut json = serde_json::json!({
             "dataset": "d", "dataset_checksum": "c", "svd_run": 1, "kernel": "linear",
             "inducing": 500, "factors": 30, "batch": 500, "epochs": 1, "lr": 0.01,
             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "negatives": "all", "quadrature": 20,
             "seed": 0, "threads": 1, "freeze_a": false, "freeze_hyper": false,
-            "shuffle_chunks": 2, "checkpoint_every": 10, "inducing_inputs": "free"
-        }))
-        .unwrap();
+            "shuffle_chunks": 2, "checkpoint_every": 10
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            json[k] = v.clone();
+        }
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn input_space_memory_is_counted_and_refused_with_the_numbers() {
+        let mut config = config(serde_json::json!({"inducing_inputs": "free"}));
         // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 32 MB.
         let delicious = InputsMemory::of(&config, 500, 4);
         assert_eq!(
@@ -655,14 +663,9 @@ mod tests {
 
     #[test]
     fn the_training_estimate_counts_every_part_and_refuses_with_both_figures() {
-        let config: TrainConfig = serde_json::from_value(serde_json::json!({
-            "dataset": "d", "dataset_checksum": "c", "svd_run": 1, "kernel": "linear",
-            "inducing": 500, "factors": 52946, "batch": 500, "epochs": 1, "lr": 0.01,
-            "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "negatives": "all", "quadrature": 20,
-            "seed": 0, "threads": 2, "freeze_a": false, "freeze_hyper": false,
-            "shuffle_chunks": 2, "checkpoint_every": 10, "latent": "independent"
-        }))
-        .unwrap();
+        let config = config(serde_json::json!({
+            "factors": 52946, "threads": 2, "latent": "independent"
+        }));
         let sizes = RunSizes {
             n_labels: 52946,
             rank: 250,
