@@ -645,3 +645,49 @@ fn print_summary(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(n_rows: u64, n_cols: usize) -> ChunkFiles {
+        ChunkFiles {
+            files: Vec::new(),
+            n_rows,
+            n_cols,
+        }
+    }
+
+    #[test]
+    fn a_huge_d_is_refused_before_the_sketch_is_allocated() {
+        // D = 4·10⁹ from a LIBSVM file, R = 2, p = 20: the Gaussian sketch alone was the
+        // 704 GB allocation that panicked; Q and B together are twice that.
+        let opts = SvdOptions::new("big", 2);
+        let need = SvdMemory::of(&opts, &split(1000, 4_000_000_000));
+        assert_eq!(need.passes, 16 * 4_000_000_000 * 22);
+        assert!(need.total() >= need.passes);
+        let err = need.check(Some(24 << 30)).unwrap_err().to_string();
+        assert!(err.starts_with("svd needs about 1.3 TiB"), "{err}");
+        assert!(err.contains("this machine has 24.0 GiB available"), "{err}");
+        need.check(None).unwrap();
+        check_sizes(&opts, "big", &split(1000, 4_000_000_000)).unwrap();
+    }
+
+    #[test]
+    fn rank_and_inducing_are_held_to_the_data() {
+        let mut opts = SvdOptions::new("toy", 60);
+        opts.inducing = 900;
+        check_sizes(&opts, "toy", &split(900, 60)).unwrap();
+        opts.rank = 61;
+        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
+        assert!(err.to_string().contains("give --rank ≤ 60"), "{err}");
+        opts.rank = 8;
+        opts.inducing = 901;
+        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
+        assert!(err.to_string().contains("give --inducing ≤ 900"), "{err}");
+        opts.inducing = 200;
+        opts.kmeans_max_rows = 100;
+        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
+        assert!(err.to_string().contains("give --inducing ≤ 100"), "{err}");
+    }
+}
