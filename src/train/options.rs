@@ -539,8 +539,8 @@ impl TrainOptions {
 
 /// M against where the inducing inputs come from, before anything is allocated for them
 /// (M×M per GP): `fixed-rows` takes M distinct training rows, so M ≤ N; the other kinds
-/// start at the first M k-means centroids of the svd run's `a_init.npy` (`svd_rows`: the
-/// run and its row count), so M ≤ those rows, and k-means of N rows has at most N distinct
+/// start at the first M k-means centroids of the svd run's `a_init.npy` (the run's id and
+/// that file's row count are given), so M ≤ those rows, and k-means of N rows has at most N distinct
 /// centroids, so M ≤ N too.
 fn check_inducing_count(
     config: &TrainConfig,
