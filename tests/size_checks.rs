@@ -97,7 +97,7 @@ fn svd_refuses_a_rank_above_min_n_d_inducing_above_n_and_what_does_not_fit() {
         &[
             "svd needs about 44.2 KiB (its passes hold Q and B, two D×k f64 matrices with \
              k = --rank + --oversample: 27.2 KiB; A's k-means initialisation 44.2 KiB)",
-            "this machine has 19.5 KiB available; lower --rank or --oversample",
+            "this machine has 19.5 KiB available (MemAvailable); lower --rank or --oversample",
         ],
     );
     // A finished run is reused whatever memory there is now.

@@ -158,8 +158,8 @@ impl SvdMemory {
         ensure!(
             self.total() <= available,
             "svd needs about {} (its passes hold Q and B, two D×k f64 matrices with k = --rank \
-             + --oversample: {}; A's k-means initialisation {}), this machine has {} available; \
-             lower --rank or --oversample, or ingest fewer features (D)",
+             + --oversample: {}; A's k-means initialisation {}), this machine has {} available \
+             (MemAvailable); lower --rank or --oversample, or ingest fewer features (D)",
             human_bytes(self.total()),
             human_bytes(self.passes),
             human_bytes(self.kmeans),
