@@ -522,6 +522,7 @@ pub struct TrainFlags {
     /// B: rows per minibatch.
     #[arg(long, default_value_t = 500)]
     pub batch: usize,
+    /// Passes over the training rows, at most 1 000 000 (`train::batches::MAX_EPOCHS`).
     #[arg(long, default_value_t = 10)]
     pub epochs: u64,
     /// Stop after S optimiser steps in all, counted from step 0 (or at the end of --epochs if

@@ -380,12 +380,9 @@ fn planned_steps(ws: &Workspace, config: &TrainConfig) -> Result<Option<u64>> {
             window: config.shuffle_chunks,
         },
     };
-    let epoch_steps: u64 = (0..config.epochs)
-        .map(|e| planner.batches_in_epoch(e))
-        .sum();
-    Ok(Some(
-        config.max_steps.map_or(epoch_steps, |s| s.min(epoch_steps)),
-    ))
+    // O(chunks) whatever the epoch count (None, shown "?", only for a run recorded before
+    // `--epochs` was limited whose epochs the shuffle cuts differently).
+    Ok(planner.steps_in(config.epochs, config.max_steps.unwrap_or(u64::MAX)))
 }
 
 /// P@k of every `pipeline evaluate` run of the training run's predictions.

@@ -14,20 +14,20 @@ pub mod rsvd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array1, Array2};
 use serde_json::json;
 
 use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
-use crate::memtrace;
+use crate::memtrace::{self, available_memory_bytes};
 use crate::sparse::project_chunk;
-use crate::stage::{memoised_on, thread_pool, threads_or_all, Outcome, Staged};
+use crate::stage::{lookup, memoised_on, thread_pool, threads_or_all, Lookup, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
 use crate::store::chunks::WrittenFile;
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
-use crate::store::space::ensure_free;
+use crate::store::space::{ensure_free, human_bytes};
 use crate::store::workspace::Workspace;
 use kmeans::{InitMethod, KMeansConfig};
 use rsvd::{randomized_svd_on, ChunkFiles, RowSource, SvdConfig};
@@ -84,6 +84,88 @@ impl SvdOptions {
             "must be at least 1".into()
         });
         c.into_result()
+    }
+}
+
+/// R and M against the training split `src` of dataset `name`, before anything is
+/// allocated for them: the basis is R orthonormal directions spanned by N rows of D
+/// features, so R ≤ min(N, D); k-means places the M inducing inputs at centroids of the
+/// rows it is given (N, or its sample of `--kmeans-max-rows`), and S rows have at most S
+/// distinct centroids — more would be copies, which make K_Z singular — so M ≤ S.
+fn check_sizes(opts: &SvdOptions, name: &str, src: &ChunkFiles) -> Result<()> {
+    let (n, d) = (src.n_rows, src.n_cols as u64);
+    let (rank, m) = (opts.rank as u64, opts.inducing as u64);
+    ensure!(
+        rank <= n.min(d),
+        "--rank {rank} exceeds min(N, D) = min({n}, {d}) of the training split of '{name}': \
+         the basis is R orthonormal directions of the span of its N rows in D features, which \
+         has dimension at most min(N, D); give --rank ≤ {}",
+        n.min(d)
+    );
+    let rows = n.min(opts.kmeans_max_rows as u64);
+    ensure!(
+        m <= rows,
+        "--inducing {m}: the M inducing inputs are k-means centroids of {rows} rows (the \
+         N = {n} training rows of '{name}', at most --kmeans-max-rows {}), and {rows} rows \
+         have at most {rows} distinct centroids (copies would make K_Z singular); give \
+         --inducing ≤ {rows}",
+        opts.kmeans_max_rows
+    );
+    Ok(())
+}
+
+/// What the svd stage holds in memory, in bytes, estimated before anything is allocated
+/// (`docs/reliability.md`, "Memory estimate"). The two phases do not overlap: Q and B are
+/// dropped before the basis is written and k-means runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SvdMemory {
+    /// The passes: Q and B, two D×k f64 matrices (k = R + oversample, at most D).
+    pub passes: u64,
+    /// A's initialisation: X̃ᵀ [D×R] f32 (kept until the stage ends), k-means++'s sample of
+    /// rows (R f32 and a distance each) and three M×R f64 centroid arrays.
+    pub kmeans: u64,
+}
+
+impl SvdMemory {
+    pub fn of(opts: &SvdOptions, src: &ChunkFiles) -> Self {
+        let (d, r, m) = (src.n_cols as u64, opts.rank as u64, opts.inducing as u64);
+        let k = r.saturating_add(opts.oversample as u64).min(d);
+        let mul = |a: u64, b: u64| a.saturating_mul(b);
+        let seed_rows = match opts.init {
+            InitMethod::KmeansPlusPlus => src.n_rows.min(
+                (kmeans::SEED_SAMPLE_MIN as u64)
+                    .max(mul(kmeans::SEED_SAMPLE_PER_CLUSTER as u64, m)),
+            ),
+            InitMethod::RandomRows => 0,
+        };
+        SvdMemory {
+            passes: mul(16, mul(d, k)),
+            kmeans: mul(4, mul(d, r))
+                .saturating_add(mul(seed_rows, mul(4, r).saturating_add(8)))
+                .saturating_add(mul(24, mul(m, r))),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.passes.max(self.kmeans)
+    }
+
+    /// Refuses when the total exceeds `available` bytes (None: no figure, no refusal).
+    pub fn check(&self, available: Option<u64>) -> Result<()> {
+        let Some(available) = available else {
+            return Ok(());
+        };
+        ensure!(
+            self.total() <= available,
+            "svd needs about {} (its passes hold Q and B, two D×k f64 matrices with k = --rank \
+             + --oversample: {}; A's k-means initialisation {}), this machine has {} available \
+             (MemAvailable); lower --rank or --oversample, or ingest fewer features (D)",
+            human_bytes(self.total()),
+            human_bytes(self.passes),
+            human_bytes(self.kmeans),
+            human_bytes(available)
+        );
+        Ok(())
     }
 }
 
@@ -180,6 +262,11 @@ pub fn run_on(
     };
     let pool = thread_pool(threads_or_all(opts.threads))?;
     let src = train_chunk_files(ws, &dataset)?;
+    check_sizes(opts, &dataset.name, &src)?;
+    // Before the run is recorded; a finished run is reused whatever memory there is now.
+    if !matches!(lookup(ws, StageKind::Svd, &params)?, Lookup::Done(_)) {
+        SvdMemory::of(opts, &src).check(available_memory_bytes()?)?;
+    }
     memoised_on(
         ws,
         comm,
@@ -556,5 +643,51 @@ fn print_summary(
             args.inducing,
             objective.len() - 1
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(n_rows: u64, n_cols: usize) -> ChunkFiles {
+        ChunkFiles {
+            files: Vec::new(),
+            n_rows,
+            n_cols,
+        }
+    }
+
+    #[test]
+    fn a_huge_d_is_refused_before_the_sketch_is_allocated() {
+        // D = 4·10⁹ from a LIBSVM file, R = 2, p = 20: the Gaussian sketch alone was the
+        // 704 GB allocation that panicked; Q and B together are twice that.
+        let opts = SvdOptions::new("big", 2);
+        let need = SvdMemory::of(&opts, &split(1000, 4_000_000_000));
+        assert_eq!(need.passes, 16 * 4_000_000_000 * 22);
+        assert!(need.total() >= need.passes);
+        let err = need.check(Some(24 << 30)).unwrap_err().to_string();
+        assert!(err.starts_with("svd needs about 1.3 TiB"), "{err}");
+        assert!(err.contains("this machine has 24.0 GiB available"), "{err}");
+        need.check(None).unwrap();
+        check_sizes(&opts, "big", &split(1000, 4_000_000_000)).unwrap();
+    }
+
+    #[test]
+    fn rank_and_inducing_are_held_to_the_data() {
+        let mut opts = SvdOptions::new("toy", 60);
+        opts.inducing = 900;
+        check_sizes(&opts, "toy", &split(900, 60)).unwrap();
+        opts.rank = 61;
+        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
+        assert!(err.to_string().contains("give --rank ≤ 60"), "{err}");
+        opts.rank = 8;
+        opts.inducing = 901;
+        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
+        assert!(err.to_string().contains("give --inducing ≤ 900"), "{err}");
+        opts.inducing = 200;
+        opts.kmeans_max_rows = 100;
+        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
+        assert!(err.to_string().contains("give --inducing ≤ 100"), "{err}");
     }
 }

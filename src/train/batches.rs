@@ -76,6 +76,14 @@ pub enum Order {
     Sequential,
 }
 
+/// The largest `--epochs` (and `--release-hyper-after`) a run may ask for. An epoch is a
+/// full pass over the training rows; the shipped pipelines train 10–50 and nothing here
+/// converges slower than a few hundred, so a million is far beyond any run that is meant,
+/// while 2⁶³ − 1 (a typo, or a "train forever") would make every step count a sum over
+/// that many epochs. It also bounds the epoch-by-epoch sum of [`Planner::steps_in`] where
+/// the shuffle changes an epoch's count: at most a million draws of the chunk order.
+pub const MAX_EPOCHS: u64 = 1_000_000;
+
 /// The deterministic schedule of minibatches.
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -113,6 +121,94 @@ impl Planner {
             .iter()
             .map(|g| self.batches_of(self.group_len(g)))
             .sum()
+    }
+
+    /// Minibatches in epochs `0..epochs`, at most `cap` (`--max-steps`, or `u64::MAX`).
+    /// Closed form when every epoch cuts the same number ([`Self::fixed_epoch_batches`]);
+    /// otherwise summed epoch by epoch, stopping at `cap`, and None when that would take
+    /// more than [`MAX_EPOCHS`] epochs (a limit `--epochs` is held to, so only a run
+    /// recorded before it meets it).
+    pub fn steps_in(&self, epochs: u64, cap: u64) -> Option<u64> {
+        if let Some(per_epoch) = self.fixed_epoch_batches() {
+            return Some(epochs.saturating_mul(per_epoch).min(cap));
+        }
+        let mut total = 0u64;
+        for e in 0..epochs {
+            if e == MAX_EPOCHS {
+                return None;
+            }
+            total = total.saturating_add(self.batches_in_epoch(e));
+            if total >= cap {
+                return Some(cap);
+            }
+        }
+        Some(total)
+    }
+
+    /// Minibatches per epoch when the plan makes that count the same in every epoch, found
+    /// from the chunk sizes alone (O(chunks), no shuffle drawn); None when the place
+    /// the shuffle gives chunks of different lengths changes it.
+    ///
+    /// An epoch cuts each group of chunks into ⌈rows/B⌉ minibatches. File order, one chunk
+    /// per group or one group of every chunk fix the groups' lengths. Otherwise the groups
+    /// are ⌊C/w⌋ of w chunks and one of C mod w, and their lengths are fixed when every
+    /// chunk has the same length, or — ingest's layout: chunks of `chunk_rows`, the last one
+    /// shorter — when the odd chunk yields the same count wherever it falls.
+    pub fn fixed_epoch_batches(&self) -> Option<u64> {
+        let per_chunk = || self.chunks.iter().map(|c| self.batches_of(c.n_rows)).sum();
+        let window = match self.order {
+            Order::Sequential => return Some(per_chunk()),
+            Order::Shuffled { window, .. } => window.max(1),
+        };
+        let n_chunks = self.chunks.len();
+        if window == 1 {
+            return Some(per_chunk());
+        }
+        if window >= n_chunks {
+            return Some(self.batches_of(self.chunks.iter().map(|c| c.n_rows).sum()));
+        }
+        let (full, rest) = ((n_chunks / window) as u64, (n_chunks % window) as u64);
+        let (common, odd) = self.chunk_lengths()?;
+        // A group of `k` chunks, all of the common length or one of them the odd one.
+        let group = |k: u64, odd: Option<u64>| {
+            self.batches_of(match odd {
+                None => common * k,
+                Some(o) => common * (k - 1) + o,
+            })
+        };
+        let (w, rest_group) = (window as u64, (rest > 0).then_some(rest));
+        let Some(odd) = odd else {
+            return Some(full * group(w, None) + rest_group.map_or(0, |k| group(k, None)));
+        };
+        let in_full = (full - 1) * group(w, None)
+            + group(w, Some(odd))
+            + rest_group.map_or(0, |k| group(k, None));
+        let in_rest = rest_group.map(|k| full * group(w, None) + group(k, Some(odd)));
+        match in_rest {
+            Some(n) if n != in_full => None,
+            _ => Some(in_full),
+        }
+    }
+
+    /// The length every chunk has but at most one, and that one's (None when the lengths
+    /// take three values or more, or two values each held by several chunks).
+    fn chunk_lengths(&self) -> Option<(u64, Option<u64>)> {
+        let common = self.chunks[0].n_rows;
+        let mut odd: Vec<u64> = Vec::new();
+        for c in &self.chunks {
+            if c.n_rows != common {
+                odd.push(c.n_rows);
+            }
+        }
+        match odd.as_slice() {
+            [] => Some((common, None)),
+            [one] => Some((common, Some(*one))),
+            // The first chunk may be the odd one out.
+            rest if rest.iter().all(|&n| n == rest[0]) && self.chunks.len() == rest.len() + 1 => {
+                Some((rest[0], Some(common)))
+            }
+            _ => None,
+        }
     }
 
     /// Global row ids of group `g` of epoch `epoch`, in the order they are used.
@@ -582,6 +678,7 @@ pub fn spans_from_rows(files: Vec<(Registered, u64)>) -> Vec<ChunkSpan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::path::PathBuf;
 
     fn planner(sizes: &[u64], batch: usize, window: usize) -> Planner {
@@ -671,5 +768,77 @@ mod tests {
             .flat_map(|(g, grp)| q.group_rows(0, g, grp))
             .collect();
         assert_eq!(seq, (0..150).collect::<Vec<u64>>());
+    }
+
+    /// The per-epoch sum the closed form replaces.
+    fn summed(p: &Planner, epochs: u64, cap: u64) -> u64 {
+        (0..epochs)
+            .map(|e| p.batches_in_epoch(e))
+            .sum::<u64>()
+            .min(cap)
+    }
+
+    #[test]
+    fn ingest_layouts_have_a_fixed_count_and_an_odd_chunk_may_not() {
+        // The toy workspace: 900 rows in chunks of 200 (the last 100), groups of 2, B = 64.
+        let toy = planner(&[200, 200, 200, 200, 100], 64, 2);
+        assert_eq!(toy.fixed_epoch_batches(), Some(16));
+        assert_eq!(toy.steps_in(6, u64::MAX), Some(96));
+        assert_eq!(toy.steps_in(u64::MAX, u64::MAX), Some(u64::MAX));
+        assert_eq!(toy.steps_in(u64::MAX, 21), Some(21));
+        // The short chunk in a pair gives 3 + 3 + 2 minibatches, alone 3 + 3 + 1.
+        let varying = planner(&[10, 10, 10, 10, 5], 7, 2);
+        assert_eq!(varying.fixed_epoch_batches(), None);
+        let counts: BTreeSet<u64> = (0..40).map(|e| varying.batches_in_epoch(e)).collect();
+        assert_eq!(counts, BTreeSet::from([7, 8]));
+        assert_eq!(
+            varying.steps_in(40, u64::MAX),
+            Some(summed(&varying, 40, u64::MAX))
+        );
+        assert_eq!(varying.steps_in(MAX_EPOCHS + 1, u64::MAX), None);
+        assert_eq!(
+            varying.steps_in(u64::MAX, 100),
+            Some(100),
+            "stops at the cap"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// On random plans (ingest's layout of equal chunks with a shorter last one, one odd
+        /// chunk anywhere, or any lengths), the closed form equals the per-epoch sum, and a
+        /// fixed count is the count of every epoch.
+        #[test]
+        fn steps_equal_the_per_epoch_sum(
+            layout in 0usize..3,
+            common in 1u64..40,
+            odd in 1u64..40,
+            n_chunks in 1usize..9,
+            odd_at in 0usize..9,
+            lengths in proptest::collection::vec(1u64..40, 1..9),
+            batch in 1usize..30,
+            window in 0usize..7,
+            seed in 0u64..1000,
+            epochs in 0u64..30,
+            cap in proptest::option::of(0u64..400),
+        ) {
+            let sizes: Vec<u64> = match layout {
+                0 => (0..n_chunks).map(|i| if i + 1 == n_chunks { odd.min(common) } else { common }).collect(),
+                1 => (0..n_chunks).map(|i| if i == odd_at % n_chunks { odd } else { common }).collect(),
+                _ => lengths,
+            };
+            let mut p = planner(&sizes, batch, window);
+            p.order = Order::Shuffled { seed, window };
+            let cap = cap.unwrap_or(u64::MAX);
+            proptest::prop_assert_eq!(p.steps_in(epochs, cap), Some(summed(&p, epochs, cap)));
+            if let Some(n) = p.fixed_epoch_batches() {
+                for e in 0..30 {
+                    proptest::prop_assert_eq!(p.batches_in_epoch(e), n, "epoch {}", e);
+                }
+            }
+            let seq = Planner { order: Order::Sequential, ..p.clone() };
+            proptest::prop_assert_eq!(seq.steps_in(epochs, cap), Some(summed(&seq, epochs, cap)));
+        }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{ensure, Context, Result};
 
+use super::batches::MAX_EPOCHS;
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
@@ -207,6 +208,8 @@ impl TrainOptions {
         };
         check_task(&config, name, &dataset)?;
         check_limits(&config)?;
+        let train_rows = dataset.split("train").map_or(0, |s| s.n_rows);
+        check_inducing_count(&config, (svd_run, a_rows), train_rows)?;
         check_q_form(&config, rank)?;
         Ok(config)
     }
@@ -296,6 +299,9 @@ impl TrainOptions {
         c.check(self.inducing != Some(0), "inducing", at_least_1);
         c.check(self.factors >= 1, "factors", at_least_1);
         c.check(self.batch >= 1, "batch", at_least_1);
+        c.check(self.epochs <= MAX_EPOCHS, "epochs", || {
+            epochs_problem(self.epochs)
+        });
         c.check(self.max_steps != Some(0), "max-steps", || {
             "must be ≥ 1".into()
         });
@@ -352,6 +358,11 @@ impl TrainOptions {
             self.release_hyper_after != Some(0),
             "release-hyper-after",
             || "must be ≥ 1 (epochs with the hyperparameters frozen)".into(),
+        );
+        c.check(
+            self.release_hyper_after.is_none_or(|e| e <= MAX_EPOCHS),
+            "release-hyper-after",
+            || epochs_problem(self.release_hyper_after.unwrap_or(0)),
         );
         c.check(
             !(self.freeze_hyper && self.release_hyper_after.is_some()),
@@ -526,6 +537,37 @@ impl TrainOptions {
     }
 }
 
+/// M against where the inducing inputs come from, before anything is allocated for them
+/// (M×M per GP): `fixed-rows` takes M distinct training rows, so M ≤ N; the other kinds
+/// start at the first M k-means centroids of the svd run's `a_init.npy` (the run's id and
+/// that file's row count are given), so M ≤ those rows, and k-means of N rows has at most N distinct
+/// centroids, so M ≤ N too.
+fn check_inducing_count(
+    config: &TrainConfig,
+    (svd_run, a_rows): (i64, usize),
+    train_rows: u64,
+) -> Result<()> {
+    let (m, kind) = (config.inducing as u64, config.inducing_inputs.name());
+    ensure!(
+        m <= train_rows,
+        "--inducing {m} with --inducing-inputs {kind}: the inducing inputs are {} of the \
+         N = {train_rows} training rows of '{}', so M can be at most N = {train_rows}; give \
+         --inducing ≤ {train_rows}",
+        match config.inducing_inputs {
+            InducingInputs::FixedRows => "M distinct rows",
+            _ => "k-means centroids",
+        },
+        config.dataset
+    );
+    ensure!(
+        config.inducing_inputs == InducingInputs::FixedRows || m <= a_rows as u64,
+        "--inducing {m} with --inducing-inputs {kind}: the inducing inputs start at the \
+         k-means centroids of svd run {svd_run}, which initialised {a_rows}; give --inducing \
+         ≤ {a_rows}, or rerun `pipeline svd --inducing {m}`"
+    );
+    Ok(())
+}
+
 /// The checks of a configuration's step options (of a new run, or after a resume changed them).
 /// The unwhitened full-Cholesky form needs a non-singular K_Z: its KL holds K_Z⁻¹, so
 /// with the linear kernel, whose K_Z = σ_f² A K_X̃ Aᵀ has rank ≤ R, M inducing inputs in a
@@ -589,10 +631,24 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
     Ok(())
 }
 
+/// Why an epoch count is refused ([`MAX_EPOCHS`]).
+fn epochs_problem(epochs: u64) -> String {
+    format!(
+        "must be at most {MAX_EPOCHS}, not {epochs}: an epoch is a full pass over the training \
+         rows and runs here converge within a few hundred; give fewer (--max-steps ends a run \
+         after a number of steps)"
+    )
+}
+
 pub fn check_limits(config: &TrainConfig) -> Result<()> {
     ensure!(
         config.checkpoint_every >= 1,
         "--checkpoint-every must be ≥ 1"
+    );
+    ensure!(
+        config.epochs <= MAX_EPOCHS,
+        "--epochs {}",
+        epochs_problem(config.epochs)
     );
     ensure!(config.max_steps != Some(0), "--max-steps must be ≥ 1");
     Ok(())

@@ -233,7 +233,7 @@ impl ResumePlan {
     /// run cannot go back.
     pub fn check_position(&self, setup: &Setup, state: &TrainState) -> Result<()> {
         let cfg = &self.record.in_force;
-        let total = setup.total_steps(&setup.shuffled());
+        let total = setup.total_steps(&setup.shuffled())?;
         ensure!(
             state.step <= total,
             "run {} is at step {} (epoch {}), past the {total} steps of --epochs {}{}; \

@@ -6,9 +6,12 @@ use std::sync::Arc;
 use anyhow::{ensure, Context, Result};
 use faer::Mat;
 
-use super::batches::{self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner};
+use super::batches::{
+    self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner, MAX_EPOCHS,
+};
 use super::batches::{RowView, Source};
 use super::init;
+use crate::memtrace::available_memory_bytes;
 use crate::model::amortiser::Amortiser;
 use crate::model::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
@@ -16,6 +19,7 @@ use crate::model::likelihood::Likelihood;
 use crate::model::multiclass::ClassLikelihood;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
+use crate::model::variational::GP_CHUNK;
 use crate::projection::{basis_gram, identity_gram};
 use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, StageKind};
@@ -23,8 +27,11 @@ use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::chunks::{label_counts, read_registered_chunk};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
+use crate::store::space::human_bytes as memory;
 use crate::store::workspace::Workspace;
-use crate::trained::{ArdChoice, InducingInputs, LatentChoice, SvdFiles, Task, TrainConfig};
+use crate::trained::{
+    ArdChoice, InducingInputs, LatentChoice, QFormChoice, SvdFiles, Task, TrainConfig,
+};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -97,6 +104,14 @@ impl Setup {
             NpyMap::open_registered(&files.sq_norms)?,
             view,
         )?;
+        // Before the first allocation that grows with M, P or K (K_X̃, the parameters).
+        let sizes = RunSizes {
+            n_labels: dataset.n_labels,
+            rank: source.rank as u64,
+            n_features: dataset.n_features,
+            prefetch,
+        };
+        TrainMemory::of(&config, sizes).check(&config, available_memory_bytes()?)?;
         let spans = train_spans(ws, &dataset)?;
         let train_rows = dataset.split("train").map_or(0, |s| s.n_rows);
         ensure!(
@@ -152,13 +167,9 @@ impl Setup {
 
     /// Steps the run makes in all, counted from step 0: every minibatch of `epochs` epochs,
     /// or `max_steps` if that is fewer.
-    pub fn total_steps(&self, planner: &Planner) -> u64 {
-        let epoch_steps: u64 = (0..self.config.epochs)
-            .map(|e| planner.batches_in_epoch(e))
-            .sum();
-        self.config
-            .max_steps
-            .map_or(epoch_steps, |s| s.min(epoch_steps))
+    pub fn total_steps(&self, planner: &Planner) -> Result<u64> {
+        let cap = self.config.max_steps.unwrap_or(u64::MAX);
+        steps_before(planner, self.config.epochs, cap)
     }
 
     /// Counts of every label over the training rows (one pass over the label columns).
@@ -292,6 +303,14 @@ impl Setup {
     }
 }
 
+/// Minibatches of `planner` in epochs `0..epochs`, at most `cap`; refused past
+/// [`MAX_EPOCHS`] (which `check_limits` holds new and resumed runs to).
+pub fn steps_before(planner: &Planner, epochs: u64, cap: u64) -> Result<u64> {
+    planner.steps_in(epochs, cap).with_context(|| {
+        format!("{epochs} epochs: above the limit of {MAX_EPOCHS} epochs; give fewer")
+    })
+}
+
 /// X̃ [R×D] of `basis.npy` in f64, checked to have `n_features` columns and, with the
 /// matrices `--ard features` derives from it, to fit the memory limit
 /// ([`FeatureArdMemory`]).
@@ -351,6 +370,158 @@ impl FeatureArdMemory {
              subspace (R weights), an svd run of smaller --rank, or raise the limit with \
              {MEMORY_LIMIT_VAR}=MIB",
             self.bytes as f64 / f64::from(1u32 << 20)
+        );
+        Ok(())
+    }
+}
+
+/// Copies of every parameter a run holds at its peak, while a checkpoint is written: the
+/// parameters, their gradient (as blocks and flattened for Adam) and Adam's two moments
+/// (5), and the checkpoint writer's clone of the parameters and moments, their tensors and
+/// the one flat column it encodes (9).
+const PARAM_COPIES: u64 = 14;
+
+/// Per-GP work of the q(u) algebra in M×M and M×B f64 matrices, kept for the P GPs
+/// across a step. The paper's form: L_p⁻¹ [M×M], V_p and W_p [M×B]. The full-Cholesky
+/// forms: L_v,p and the unpacked L_p, the backward's L̄_v,p and Y_p [M×M] with the packed
+/// factors' gradient per chunk and as a matrix (about one M×M together), T_p and U_p
+/// [M×B]. Checked against peak RSS (`docs/reliability.md`, "Memory estimate").
+const SITES_PER_GP: (u64, u64) = (1, 2);
+const CHOLESKY_PER_GP: (u64, u64) = (5, 2);
+
+/// What a training step holds in memory, in bytes, estimated from the configuration and
+/// the data's sizes before anything is allocated (`docs/reliability.md`, "Memory
+/// estimate"). The per-GP q(u) work dominates whenever P·M is large; the memory checks of
+/// inducing inputs in input space ([`InputsMemory`]) and of `--ard features`
+/// ([`FeatureArdMemory`]) enter as parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainMemory {
+    /// The per-GP work ([`SITES_PER_GP`], [`CHOLESKY_PER_GP`]) for each of the P GPs, and
+    /// the buffers of the GP chunks running at once (2 × M × 3(M+B) each).
+    pub per_gp: u64,
+    /// [`PARAM_COPIES`] × the parameters: A [M×R], μ [M×P], ρ [M×P] or the packed L_p
+    /// [M(M+1)/2 × P], Φ [K×P], b [K].
+    pub params: u64,
+    /// Once per step: the kernel's M×M and B×M matrices (K_Z and its factor, G; H, K_bZ), the
+    /// likelihood's two [K×B] buffers, and the queued minibatches' rows in the basis.
+    pub shared: u64,
+    /// Inducing inputs in input space ([`InputsMemory::total`]); 0 on the subspace path.
+    pub inputs: u64,
+    /// `--ard features` ([`FeatureArdMemory`]); 0 without.
+    pub feature_ard: u64,
+}
+
+/// The sizes a training run's memory depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSizes {
+    pub n_labels: u64,
+    pub rank: u64,
+    pub n_features: u64,
+    pub prefetch: usize,
+}
+
+impl TrainMemory {
+    pub fn of(config: &TrainConfig, sizes: RunSizes) -> Self {
+        let (m, p, b) = (
+            config.inducing as u64,
+            config.factors as u64,
+            config.batch as u64,
+        );
+        let k = sizes.n_labels;
+        let f64s = |n: u64| n.saturating_mul(8);
+        let mul = |a: u64, b: u64| a.saturating_mul(b);
+        let chunks_at_once = (config.threads.max(1) as u64).min(p.div_ceil(GP_CHUNK as u64));
+        // q(u): its work per GP, and μ and ρ, or μ and the packed L_p, per GP.
+        let ((squares, rows), q_per_gp) = match config.q_form {
+            QFormChoice::Sites => (SITES_PER_GP, mul(2, m)),
+            _ => (
+                CHOLESKY_PER_GP,
+                m.saturating_add(mul(m, m.saturating_add(1)) / 2),
+            ),
+        };
+        let work = mul(squares, mul(m, m)).saturating_add(mul(rows, mul(m, b)));
+        let per_gp =
+            mul(p, work).saturating_add(mul(chunks_at_once, mul(6, mul(m, m.saturating_add(b)))));
+        let in_features = config.inducing_inputs.in_features();
+        // In input space Z [M×D] replaces A and is counted with its moments in `inputs`.
+        let a = if in_features { 0 } else { mul(m, sizes.rank) };
+        let params = mul(
+            PARAM_COPIES,
+            a.saturating_add(mul(p, q_per_gp))
+                .saturating_add(mul(k, p))
+                .saturating_add(k),
+        );
+        let queue = if in_features {
+            0
+        } else {
+            mul(sizes.prefetch as u64 + 2, mul(b, sizes.rank))
+        };
+        let shared = mul(4, mul(m, m))
+            .saturating_add(mul(3, mul(b, m)))
+            .saturating_add(mul(2, mul(k, b)))
+            .saturating_add(queue);
+        let feature_ard = match config.ard {
+            ArdChoice::Features => FeatureArdMemory::of(sizes.rank, sizes.n_features).bytes,
+            _ => 0,
+        };
+        let inputs = match in_features {
+            true => InputsMemory::of(config, sizes.n_features, sizes.prefetch).total(),
+            false => 0,
+        };
+        TrainMemory {
+            per_gp: f64s(per_gp),
+            params: f64s(params),
+            shared: f64s(shared),
+            inputs,
+            feature_ard,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.per_gp
+            .saturating_add(self.params)
+            .saturating_add(self.shared)
+            .saturating_add(self.inputs)
+            .saturating_add(self.feature_ard)
+    }
+
+    /// Refuses when the total exceeds `available` bytes (None: no figure, no refusal),
+    /// stating both, what the total is made of, and the ways on.
+    pub fn check(&self, config: &TrainConfig, available: Option<u64>) -> Result<()> {
+        let Some(available) = available else {
+            return Ok(());
+        };
+        let (m, p, b) = (config.inducing, config.factors, config.batch);
+        let gps = match config.latent {
+            LatentChoice::Independent => format!("P = K = {p} GPs, one per label"),
+            LatentChoice::Factor => format!("P = {p} GPs"),
+        };
+        let ways = match config.latent {
+            LatentChoice::Independent => {
+                "lower --inducing, or use --latent factor (a few --factors GPs shared by \
+                 the labels)"
+            }
+            LatentChoice::Factor => "lower --inducing or --factors",
+        };
+        let input_space = match self.inputs.saturating_add(self.feature_ard) {
+            0 => String::new(),
+            bytes => format!(
+                "; inducing inputs in input space or feature ARD {}",
+                memory(bytes)
+            ),
+        };
+        ensure!(
+            self.total() <= available,
+            "training needs about {}: the M×M and M×B matrices of each of the {gps} (M = {m}, \
+             B = {b}) {}; the parameters (Φ [K×P] among them) with their gradient, Adam's \
+             moments and a checkpoint's copies {}; the kernel's and the likelihood's matrices and the \
+             minibatch queue {}{input_space}. This machine has {} available (MemAvailable); \
+             {ways}, or a smaller --batch",
+            memory(self.total()),
+            memory(self.per_gp),
+            memory(self.params),
+            memory(self.shared),
+            memory(available),
         );
         Ok(())
     }
@@ -435,16 +606,24 @@ impl InputsMemory {
 mod tests {
     use super::*;
 
-    #[test]
-    fn input_space_memory_is_counted_and_refused_with_the_numbers() {
-        let mut config: TrainConfig = serde_json::from_value(serde_json::json!({
+    /// A configuration at M = B = 500, P = 30, one thread, with `extra` fields set.
+    fn config(extra: serde_json::Value) -> TrainConfig {
+        let mut json = serde_json::json!({
             "dataset": "d", "dataset_checksum": "c", "svd_run": 1, "kernel": "linear",
             "inducing": 500, "factors": 30, "batch": 500, "epochs": 1, "lr": 0.01,
             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "negatives": "all", "quadrature": 20,
             "seed": 0, "threads": 1, "freeze_a": false, "freeze_hyper": false,
-            "shuffle_chunks": 2, "checkpoint_every": 10, "inducing_inputs": "free"
-        }))
-        .unwrap();
+            "shuffle_chunks": 2, "checkpoint_every": 10
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            json[k] = v.clone();
+        }
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn input_space_memory_is_counted_and_refused_with_the_numbers() {
+        let mut config = config(serde_json::json!({"inducing_inputs": "free"}));
         // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 32 MB.
         let delicious = InputsMemory::of(&config, 500, 4);
         assert_eq!(
@@ -480,5 +659,46 @@ mod tests {
             bad.to_string().contains("FSGP_INPUTS_MEMORY_MIB=\"lots\""),
             "{bad}"
         );
+    }
+
+    #[test]
+    fn the_training_estimate_counts_every_part_and_refuses_with_both_figures() {
+        let config = config(serde_json::json!({
+            "factors": 52946, "threads": 2, "latent": "independent"
+        }));
+        let sizes = RunSizes {
+            n_labels: 52946,
+            rank: 250,
+            n_features: 100_000,
+            prefetch: 4,
+        };
+        let est = TrainMemory::of(&config, sizes);
+        let (m, p, b, k, r) = (500u64, 52946u64, 500u64, 52946u64, 250u64);
+        // L_p⁻¹ [M×M], V_p and W_p [M×B] per GP, and two chunks' buffers.
+        assert_eq!(
+            est.per_gp,
+            8 * (p * (m * m + 2 * m * b) + 2 * 6 * m * (m + b))
+        );
+        assert_eq!(est.params, 8 * 14 * (m * r + 2 * m * p + k * p + k));
+        assert_eq!(
+            est.shared,
+            8 * (4 * m * m + 3 * b * m + 2 * k * b + 6 * b * r)
+        );
+        assert_eq!((est.inputs, est.feature_ard), (0, 0));
+        // The 52 946-label run the OOM killer stopped at 24 GB: hundreds of GiB.
+        assert!(est.total() > 300 << 30, "{}", est.total());
+        let err = est.check(&config, Some(24 << 30)).unwrap_err().to_string();
+        assert!(err.starts_with("training needs about "), "{err}");
+        assert!(err.contains("P = K = 52946 GPs, one per label"), "{err}");
+        assert!(err.contains("This machine has 24.0 GiB available"), "{err}");
+        est.check(&config, Some(est.total())).unwrap();
+        est.check(&config, None).unwrap();
+        // The factor model with 30 GPs fits in far less.
+        let factor = TrainConfig {
+            factors: 30,
+            latent: LatentChoice::Factor,
+            ..config
+        };
+        assert!(TrainMemory::of(&factor, sizes).total() < 1 << 30);
     }
 }

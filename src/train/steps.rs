@@ -16,7 +16,7 @@ use super::classes::{class_ids, noise_seed};
 use super::exact::exact_bound;
 use super::held_out::HeldOut;
 use super::ranks;
-use super::setup::{thread_pool, Setup};
+use super::setup::{steps_before, thread_pool, Setup};
 use crate::comm::Comm;
 use crate::failpoint;
 use crate::metrics::metric_rows;
@@ -81,11 +81,15 @@ struct Release {
 }
 
 impl Release {
-    fn of(cfg: &TrainConfig, planner: &Planner) -> Option<Release> {
-        cfg.release_hyper_after.map(|epoch| Release {
-            epoch,
-            step: (0..epoch).map(|e| planner.batches_in_epoch(e)).sum(),
-        })
+    fn of(cfg: &TrainConfig, planner: &Planner) -> Result<Option<Release>> {
+        cfg.release_hyper_after
+            .map(|epoch| {
+                Ok(Release {
+                    epoch,
+                    step: steps_before(planner, epoch, u64::MAX)?,
+                })
+            })
+            .transpose()
     }
 }
 
@@ -178,7 +182,7 @@ pub fn train_loop(
 ) -> Result<TrainSummary> {
     let cfg = &setup.config;
     let planner = Arc::new(setup.shuffled());
-    let total = setup.total_steps(&planner);
+    let total = setup.total_steps(&planner)?;
     let share = Share {
         rank: job.comm.rank(),
         ranks: job.comm.size(),
@@ -195,7 +199,7 @@ pub fn train_loop(
         opts,
         pool: thread_pool(cfg.threads)?,
         pb,
-        release: Release::of(cfg, &planner),
+        release: Release::of(cfg, &planner)?,
         planner,
         last_saved: ckpt.state.step,
         params: ckpt.params,
