@@ -214,7 +214,7 @@ fn drive(
         comm.barrier()?;
     }
     prune_checkpoints(ws, run, &out_rel, steering.keep_checkpoints)?;
-    let total = setup.total_steps(&setup.shuffled());
+    let total = setup.total_steps(&setup.shuffled())?;
     let held = ws.catalog.checkpoints(run.id)?.len();
     ensure_room_for_checkpoints(
         run,
