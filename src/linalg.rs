@@ -58,7 +58,7 @@ pub fn product(lhs: MatRef<'_, f64>, rhs: MatRef<'_, f64>) -> Mat<f64> {
 }
 
 /// dst = lhs · rhs on the current rayon pool; `results_are_bitwise_identical_for_one_and_two_threads`
-/// (tests/elbo_gradients.rs) checks that the pool size does not change the bits.
+/// (tests/it/elbo_gradients.rs) checks that the pool size does not change the bits.
 pub fn product_into(dst: MatMut<'_, f64>, lhs: MatRef<'_, f64>, rhs: MatRef<'_, f64>) {
     matmul(dst, Accum::Replace, lhs, rhs, 1.0, Par::rayon(0));
 }

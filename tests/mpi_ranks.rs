@@ -6,6 +6,7 @@
 //! `cargo test --features mpi --test mpi_ranks`; the default build skips this file.
 #![cfg(feature = "mpi")]
 
+#[path = "it/common/mod.rs"]
 mod common;
 use common::blobs::Blobs;
 use common::toy::copy_dir;

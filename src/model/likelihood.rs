@@ -487,7 +487,7 @@ impl BernoulliLogistic {
     ///
     /// Same quadrature sums and branches as [`Self::expect`], evaluated [`LANES`] pairs at a
     /// time with exp and log1p written as polynomials so the compiler vectorises them; the
-    /// results agree with `expect` to about 1e-15 relative (`tests/likelihood.rs`). The
+    /// results agree with `expect` to about 1e-15 relative (`tests/it/likelihood.rs`). The
     /// arithmetic is IEEE with explicit fused multiply-adds in the polynomials (`mul_add`:
     /// one instruction with FMA, the exact libm `fma` without), so the results are bit for
     /// bit the same whichever instruction set the runtime dispatch picks.

@@ -1,0 +1,218 @@
+//! Free inducing inputs as the identity basis (`docs/model.md`, "Free inducing inputs: the
+//! identity basis"): Z [M×D] trained against dense rows X_b [B×D] with K_X̃ = I_D.
+//!
+//! - A subspace model with a full-rank orthonormal basis X̃ [D×D] and A = Z X̃ᵀ is the same
+//!   model as the identity basis with Z: same bound to 1e-9 relative, and ∂Z = ∂A X̃, for
+//!   both kernels and both factorisation paths.
+//! - The identity basis's analytic gradient, ∂Z included, against central finite
+//!   differences, for both kernels and both factorisation paths.
+
+use crate::common;
+use common::model::{central_differences, flat_entries, random_site_params, rel_error};
+use faer::Mat;
+use fsgp::model::conditional::Factorisation;
+use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::likelihood::BernoulliLogistic;
+use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::params::{Block, Params};
+use fsgp::model::scratch::Scratch;
+use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const K: usize = 6;
+
+/// Every (kernel, factorisation) pair: linear through C_p and through the subspace J_p
+/// (which, with K_X̃ = I_D, factorises I_D), squared exponential through C_p.
+const SETUPS: [(KernelKind, Factorisation); 3] = [
+    (KernelKind::Linear, Factorisation::Inducing),
+    (KernelKind::Linear, Factorisation::Subspace),
+    (KernelKind::SquaredExponential, Factorisation::Inducing),
+];
+
+/// Dense rows X [B×D] with some zero features (as densified sparse rows are), their exact
+/// squared norms, and parameters with Z [M×D]. D ≤ ¾M so the subspace path applies.
+struct Problem {
+    x: Mat<f64>,
+    norms: Vec<f64>,
+    params: Params,
+    positives: Vec<Vec<u32>>,
+}
+
+fn problem(seed: u64, (m, d, b, p): (usize, usize, usize, usize)) -> Problem {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
+    let x = Mat::from_fn(b, d, |i, j| if (i + 2 * j) % 3 == 0 { 0.0 } else { u(1.2) });
+    let norms = (0..b)
+        .map(|i| (0..d).map(|j| x[(i, j)].powi(2)).sum())
+        .collect();
+    let params = random_site_params(&mut u, (m, d, p, K));
+    let positives = (0..b)
+        .map(|i| (0..K as u32).filter(|k| (i as u32 + k) % 3 == 0).collect())
+        .collect();
+    Problem {
+        x,
+        norms,
+        params,
+        positives,
+    }
+}
+
+/// An orthonormal basis X̃ [D×D] (rows), by modified Gram–Schmidt on a random matrix.
+fn orthonormal_basis(d: usize, seed: u64) -> Mat<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut q = Mat::from_fn(d, d, |_, _| rng.random::<f64>() - 0.5);
+    for i in 0..d {
+        for k in 0..i {
+            let dot: f64 = (0..d).map(|j| q[(i, j)] * q[(k, j)]).sum();
+            for j in 0..d {
+                q[(i, j)] -= dot * q[(k, j)];
+            }
+        }
+        let norm = (0..d).map(|j| q[(i, j)].powi(2)).sum::<f64>().sqrt();
+        for j in 0..d {
+            q[(i, j)] /= norm;
+        }
+    }
+    q
+}
+
+fn evaluate(
+    (kind, fact): (KernelKind, Factorisation),
+    params: &Params,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+) -> Evaluation {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let opts = EvalOptions {
+        factorisation: fact,
+        ..EvalOptions::default()
+    };
+    evaluate_set(kind, params, x, terms, &lik, &opts, &Scratch::new()).unwrap()
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / a.abs().max(b.abs()).max(1e-12)
+}
+
+/// The largest relative difference between two matrices, relative to the larger's norm.
+fn mat_rel(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
+    let scale = a.norm_max().max(b.norm_max()).max(1e-12);
+    (a - b).norm_max() / scale
+}
+
+#[test]
+fn subspace_at_full_rank_equals_the_identity_basis_with_the_equivalent_z() {
+    let (m, d, b, p) = (8, 5, 7, 3);
+    for (s, setup) in SETUPS.into_iter().enumerate() {
+        let pr = problem(40 + s as u64, (m, d, b, p));
+        let basis = orthonormal_basis(d, 90 + s as u64);
+        let terms = terms_all(&pr.positives, K, 2.5);
+        let terms = TermSet::List(&terms);
+        // Identity basis: X_b itself, K_X̃ = I_D, Z = params.a.
+        let identity = Mat::<f64>::identity(d, d);
+        let free = BasisInputs {
+            kxx_b: pr.x.as_ref(),
+            sq_norms: &pr.norms,
+            k_tilde: identity.as_ref(),
+        };
+        let by_z = evaluate(setup, &pr.params, &free, &terms);
+        // The same model through the basis: Kxx_b = X_b X̃ᵀ, K_X̃ = X̃X̃ᵀ, A = Z X̃ᵀ.
+        let kxx = &pr.x * basis.transpose();
+        let k_tilde = &basis * basis.transpose();
+        let mut subspace_params = pr.params.clone();
+        subspace_params.a = &pr.params.a * basis.transpose();
+        let through_basis = BasisInputs {
+            kxx_b: kxx.as_ref(),
+            sq_norms: &pr.norms,
+            k_tilde: k_tilde.as_ref(),
+        };
+        let by_a = evaluate(setup, &subspace_params, &through_basis, &terms);
+        let bound_diff = rel(by_z.value, by_a.value);
+        assert!(
+            bound_diff <= 1e-9,
+            "{setup:?}: bound {} (identity) vs {} (basis), relative {bound_diff:e}",
+            by_z.value,
+            by_a.value
+        );
+        // Z = A X̃, so ∂F/∂Z = ∂F/∂A X̃; every other block is the same.
+        let dz_from_a = &by_a.grads.a * &basis;
+        let grad_diff = mat_rel(&by_z.grads.a, &dz_from_a);
+        assert!(
+            grad_diff <= 1e-9,
+            "{setup:?}: ∂Z vs ∂A X̃ differ by {grad_diff:e}"
+        );
+        for (name, x, y) in [
+            ("μ", &by_z.grads.mu, &by_a.grads.mu),
+            ("ρ", &by_z.grads.rho, &by_a.grads.rho),
+            ("Φ", &by_z.grads.phi, &by_a.grads.phi),
+        ] {
+            assert!(
+                mat_rel(x, y) <= 1e-9,
+                "{setup:?} ∂{name}: {:e}",
+                mat_rel(x, y)
+            );
+        }
+        assert!(rel(by_z.grads.kernel.log_sf2, by_a.grads.kernel.log_sf2) <= 1e-9);
+        assert!(rel(by_z.grads.kernel.log_ell, by_a.grads.kernel.log_ell) <= 1e-9);
+        eprintln!(
+            "{setup:?}: bound {:.17e} vs {:.17e}, relative difference {bound_diff:.1e}, ∂Z {grad_diff:.1e}",
+            by_z.value, by_a.value
+        );
+    }
+}
+
+fn value(setup: (KernelKind, Factorisation), pr: &Problem, params: &Params, terms: &[Term]) -> f64 {
+    let identity = Mat::<f64>::identity(pr.x.ncols(), pr.x.ncols());
+    let x = BasisInputs {
+        kxx_b: pr.x.as_ref(),
+        sq_norms: &pr.norms,
+        k_tilde: identity.as_ref(),
+    };
+    evaluate(setup, params, &x, &TermSet::List(terms)).value
+}
+
+#[test]
+fn identity_basis_gradient_matches_central_differences() {
+    for (s, setup) in SETUPS.into_iter().enumerate() {
+        for sampled in [false, true] {
+            let pr = problem(60 + 2 * s as u64 + sampled as u64, (6, 4, 5, 2));
+            let mut rng = ChaCha8Rng::seed_from_u64(3);
+            let terms = if sampled {
+                terms_sampled(&pr.positives, K, 2, 3.0, &mut rng)
+            } else {
+                terms_all(&pr.positives, K, 3.0)
+            };
+            let identity = Mat::<f64>::identity(4, 4);
+            let x = BasisInputs {
+                kxx_b: pr.x.as_ref(),
+                sq_norms: &pr.norms,
+                k_tilde: identity.as_ref(),
+            };
+            let grads = evaluate(setup, &pr.params, &x, &TermSet::List(&terms)).grads;
+            let h = 2e-5;
+            let fds = central_differences(&pr.params, h, |q| value(setup, &pr, q, &terms));
+            let (mut worst, mut worst_z) = (0.0f64, 0.0f64);
+            for (idx, ((name, analytic), fd)) in
+                flat_entries(&grads).into_iter().zip(fds).enumerate()
+            {
+                if setup.0 == KernelKind::Linear && name == Block::LogEll {
+                    assert_eq!(analytic, 0.0);
+                    continue;
+                }
+                let err = rel_error(analytic, fd, 1e-4);
+                assert!(
+                    err <= 1e-6,
+                    "{setup:?} sampled={sampled} {name}[{idx}]: analytic {analytic} vs fd {fd}"
+                );
+                worst = worst.max(err);
+                if name == Block::A {
+                    worst_z = worst_z.max(err);
+                }
+            }
+            eprintln!(
+                "{setup:?} sampled={sampled}: worst relative error {worst:.1e} (∂Z {worst_z:.1e})"
+            );
+        }
+    }
+}
