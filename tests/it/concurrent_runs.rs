@@ -281,6 +281,25 @@ fn a_catalog_backup_taken_mid_run_is_refused_and_deletes_nothing() {
         }
         assert_eq!(common::contents(&ws), before, "{args:?} changed files");
     }
+    // Without the later runs' directories, only the generation tells: training registered
+    // checkpoints after the backup, which the run's own id does not show. Trusted, the
+    // backup would have its resume prune those checkpoints as unregistered.
+    let alone = dir.path().join("train-alone");
+    common::toy::copy_dir(&ws, &alone);
+    for later in ["predictions", "evaluations"] {
+        std::fs::remove_dir_all(alone.join(later)).unwrap();
+    }
+    let alone_before = common::contents(&alone);
+    for args in [vec!["status"], vec!["run", spec.to_str().unwrap()]] {
+        let out = pipeline(&alone, &args);
+        let log = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {log}");
+        assert!(
+            log.contains("train/toy-linear.run3 was published at generation "),
+            "{args:?}: {log}"
+        );
+        assert_eq!(common::contents(&alone), alone_before, "{args:?} changed files");
+    }
     // With the old catalog set aside, the run directories rebuild it, row for row as the
     // newest backup has it.
     for suffix in ["", "-wal", "-shm"] {
