@@ -522,6 +522,21 @@ pub struct Identity {
     pub generation: i64,
 }
 
+/// A read-only connection to the database at `path`: immutable when its directory cannot
+/// be written (a read-only mount or permissions), where SQLite could not create the
+/// shared-memory file a WAL database is read through.
+fn read_only_connection(path: &Path, writable_dir: bool) -> rusqlite::Result<Connection> {
+    use rusqlite::OpenFlags;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if writable_dir {
+        Connection::open_with_flags(path, flags)
+    } else {
+        Connection::open_with_flags(immutable_uri(path), flags)
+    }
+}
+
 /// `path` as an SQLite URI opening it immutable (nothing written, nothing locked), with
 /// the characters a URI path gives meaning to escaped.
 fn immutable_uri(path: &Path) -> String {
@@ -537,21 +552,11 @@ fn immutable_uri(path: &Path) -> String {
 }
 
 impl Catalog {
-    /// Opens the catalog at `path` without writing it: read-only, and immutable when its
-    /// directory cannot be written (a read-only mount or permissions), where SQLite could
-    /// not create the shared-memory file a WAL database is read through. Refuses a
+    /// Opens the catalog at `path` without writing it ([`read_only_connection`]). Refuses a
     /// catalog of a newer schema; one of an older schema is read upgraded in memory.
     pub fn open_read_only(path: &Path, writable_dir: bool) -> Result<Self> {
-        use rusqlite::OpenFlags;
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = if writable_dir {
-            Connection::open_with_flags(path, flags)
-        } else {
-            Connection::open_with_flags(immutable_uri(path), flags)
-        }
-        .with_context(|| format!("opening catalog {} to read", path.display()))?;
+        let conn = read_only_connection(path, writable_dir)
+            .with_context(|| format!("opening catalog {} to read", path.display()))?;
         conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)
             .map_err(|e| explain(path, e))?;
         let catalog = Catalog {
@@ -1563,13 +1568,7 @@ impl Catalog {
     /// findings (an unreadable file is one finding).
     pub fn integrity_check(path: &Path, writable_dir: bool) -> Vec<String> {
         let check = || -> rusqlite::Result<Vec<String>> {
-            use rusqlite::OpenFlags;
-            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
-            let conn = if writable_dir {
-                Connection::open_with_flags(path, flags)?
-            } else {
-                Connection::open_with_flags(immutable_uri(path), flags)?
-            };
+            let conn = read_only_connection(path, writable_dir)?;
             let mut stmt = conn.prepare("PRAGMA integrity_check")?;
             let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
             rows.collect()

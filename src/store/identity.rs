@@ -162,7 +162,10 @@ pub fn read_marker(dir: &Path) -> Result<Option<RunMarker>> {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
             format!(
                 "{}: found {}, expected a run directory's marker ({{\"workspace\": …, \
-                 \"run\": …, \"stage\": …, \"generation\": …}})",
+                 \"run\": …, \"stage\": …, \"generation\": …}}); nothing was changed. \
+                 Restore it from a backup, or delete it: the directory then proves nothing \
+                 and is never deleted as garbage (docs/formats.md, \"Workspace identity and \
+                 run markers\")",
                 path.display(),
                 summarise(&String::from_utf8_lossy(&bytes))
             )
@@ -211,20 +214,28 @@ pub fn published_dirs(root: &Path) -> Result<Vec<PublishedDir>> {
                 .file_name()
                 .to_string_lossy()
                 .into_owned();
-            let path = top.join(&name);
-            let run = name
-                .rsplit_once(".run")
-                .and_then(|(_, id)| id.parse::<i64>().ok());
-            found.push(PublishedDir {
-                rel: format!("{}/{name}", kind.output_dir()),
-                marker: read_marker(&path)?,
-                path,
-                run,
-            });
+            found.push(published_dir(
+                root,
+                &format!("{}/{name}", kind.output_dir()),
+            )?);
         }
     }
     found.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(found)
+}
+
+/// The entry `rel` (workspace-relative, `<stage dir>/<name>`) of the workspace at `root`:
+/// the run id its name carries and its marker, if any.
+pub fn published_dir(root: &Path, rel: &str) -> Result<PublishedDir> {
+    let path = root.join(rel);
+    Ok(PublishedDir {
+        rel: rel.to_string(),
+        marker: read_marker(&path)?,
+        run: rel
+            .rsplit_once(".run")
+            .and_then(|(_, id)| id.parse::<i64>().ok()),
+        path,
+    })
 }
 
 /// Why the catalog cannot vouch for the workspace's files. Each says what was found, that

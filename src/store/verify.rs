@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::catalog::{Catalog, RunRow, RunStatus, StageKind};
-use super::identity::{read_marker, run_dir, RUN_MARKER};
+use super::identity::{published_dir, run_dir, RUN_MARKER};
 use super::integrity::Registered;
 use super::workspace::{remove_path, run_is_live, Workspace};
 
@@ -207,37 +207,15 @@ fn repair(
 
 /// Why `--repair` must not delete the orphan `rel` (None: it may). An orphan inside a run
 /// directory is the catalog's to judge: the directory is the run's, and the catalog
-/// vouches for the workspace (it was checked when the workspace was opened). An orphan
-/// run directory is deleted only when the catalog knows its run as ended without success
-/// (and its marker, if any, is this workspace's and names that run); anything else at the
-/// top of a stage's directory was not written by a run the catalog knows, and is left.
+/// vouches for the workspace (it was checked when the workspace was opened). An orphan at
+/// the top of a stage's directory follows the rule of garbage collection
+/// ([`Workspace::why_kept`]), which here lets an unmarked run directory go too.
 fn why_kept(ws: &Workspace, rel: &str, live: &BTreeSet<i64>) -> Result<Option<String>> {
     if rel.split('/').count() > 2 {
         return Ok(None);
     }
-    let run = rel
-        .rsplit_once(".run")
-        .and_then(|(_, id)| id.parse::<i64>().ok());
-    let Some(run) = run else {
-        return Ok(Some("no run of this catalog wrote it".into()));
-    };
-    if let Some(marker) = read_marker(&ws.resolve(rel))? {
-        if !ws.owns_marker(&marker) || marker.run != run {
-            return Ok(Some(format!(
-                "its marker names run {} of workspace {}, not this workspace's run {run}",
-                marker.run, marker.workspace
-            )));
-        }
-    }
-    Ok(match ws.catalog.run(run)? {
-        _ if live.contains(&run) => Some(format!("run {run} is running")),
-        None => Some(format!("the catalog has no run {run}")),
-        Some(r) if r.status == RunStatus::Ok => Some(format!(
-            "run {run} finished and its rows name other files; the directory may hold its \
-             outputs"
-        )),
-        Some(_) => None,
-    })
+    let dir = published_dir(ws.root(), rel)?;
+    ws.why_kept(&dir, |r| live.contains(&r), true)
 }
 
 /// Marks run `id` damaged in the catalog, then removes the files it no longer vouches for.

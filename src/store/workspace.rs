@@ -408,7 +408,7 @@ impl Workspace {
 
     /// Marks runs whose process died as 'interrupted' and removes what dead runs left: their
     /// scratch directories, and the published directories `dirs` that no catalog row
-    /// references and that the catalog vouches are a dead run's ([`Workspace::is_garbage`]).
+    /// references and that the catalog vouches are a dead run's ([`Workspace::why_kept`]).
     ///
     /// Another process may be starting a run meanwhile: the directories were listed before
     /// the live runs are asked for, and a run's row is written before its directories, so
@@ -444,28 +444,47 @@ impl Workspace {
             let is_referenced = referenced
                 .iter()
                 .any(|p| p == &dir.rel || p.starts_with(&format!("{}/", dir.rel)));
-            if !is_referenced && self.is_garbage(dir, &live)? {
+            if !is_referenced && self.why_kept(dir, |r| live.contains(&r), false)?.is_none() {
                 remove_path(&dir.path)?;
             }
         }
         Ok(())
     }
 
-    /// Whether the unreferenced published directory `dir` is what a dead run left: its
-    /// marker is this workspace's and names the run its name carries, and the catalog
-    /// knows that run as ended without success. A directory without a marker is never
-    /// garbage here (`pipeline verify` reports it).
-    fn is_garbage(&self, dir: &PublishedDir, live: &[i64]) -> Result<bool> {
-        let (Some(run), Some(marker)) = (dir.run, &dir.marker) else {
-            return Ok(false);
+    /// Why the unreferenced published directory `dir` must stay (None: it is what a dead
+    /// run left, and may go): it may go only when its name carries a run id, its marker is
+    /// this workspace's and names that run, the run is not `live`, and the catalog knows it
+    /// as ended without success. A directory without a marker proves nothing: it may go
+    /// only with `unmarked_may_go` (`verify --repair`, which a person asks for), never when
+    /// a workspace is opened.
+    pub fn why_kept(
+        &self,
+        dir: &PublishedDir,
+        live: impl Fn(i64) -> bool,
+        unmarked_may_go: bool,
+    ) -> Result<Option<String>> {
+        let Some(run) = dir.run else {
+            return Ok(Some("no run of this catalog wrote it".into()));
         };
-        if !self.owns_marker(marker) || marker.run != run || live.contains(&run) {
-            return Ok(false);
+        match &dir.marker {
+            Some(m) if !self.owns_marker(m) || m.run != run => {
+                return Ok(Some(format!(
+                    "its marker names run {} of workspace {}, not this workspace's run {run}",
+                    m.run, m.workspace
+                )))
+            }
+            None if !unmarked_may_go => return Ok(Some("it has no marker".into())),
+            _ => {}
         }
-        Ok(self
-            .catalog
-            .run(run)?
-            .is_some_and(|r| matches!(r.status, RunStatus::Interrupted | RunStatus::Failed)))
+        Ok(match self.catalog.run(run)?.map(as_seen) {
+            _ if live(run) => Some(format!("run {run} is running")),
+            None => Some(format!("the catalog has no run {run}")),
+            Some(r) if r.status == RunStatus::Ok => Some(format!(
+                "run {run} finished and its rows name other files; the directory may hold its \
+                 outputs"
+            )),
+            Some(_) => None,
+        })
     }
 
     /// Takes the lock of `kind` with `params` for this process, or refuses, naming the run

@@ -298,7 +298,11 @@ fn a_catalog_backup_taken_mid_run_is_refused_and_deletes_nothing() {
             log.contains("train/toy-linear.run3 was published at generation "),
             "{args:?}: {log}"
         );
-        assert_eq!(common::contents(&alone), alone_before, "{args:?} changed files");
+        assert_eq!(
+            common::contents(&alone),
+            alone_before,
+            "{args:?} changed files"
+        );
     }
     // With the old catalog set aside, the run directories rebuild it, row for row as the
     // newest backup has it.
