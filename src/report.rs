@@ -22,7 +22,7 @@ mod chart;
 
 use crate::metrics::calibration::Calibration;
 use crate::metrics::evaluation::Evaluation;
-use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, StageKind};
+use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, Split, StageKind};
 use crate::store::workspace::Workspace;
 use chart::{draw_both, ChartArea, PALETTE};
 
@@ -361,8 +361,8 @@ fn per_epoch_split(metrics: &[MetricRow]) -> String {
     metrics
         .iter()
         .find(|m| m.name == "P@1")
-        .and_then(|m| m.split.clone())
-        .unwrap_or_else(|| "held-out".into())
+        .and_then(|m| m.split)
+        .map_or_else(|| "held-out".into(), |s| s.to_string())
 }
 
 fn value_of(metrics: &[MetricRow], name: &str) -> Option<f64> {
@@ -957,13 +957,14 @@ fn over_values(name: &str, values: &[f64]) -> MetricOverSeeds {
 fn seeds_markdown(ws: &Workspace, train: &RunRow) -> Result<String> {
     let siblings = seed_siblings(ws, train)?;
     // split → (seed, training run, evaluate run, metric rows).
-    let mut by_split: BTreeMap<String, Vec<SeedEvaluation>> = BTreeMap::new();
+    // By the split's name, the order the section has always listed them in.
+    let mut by_split: BTreeMap<&str, Vec<SeedEvaluation>> = BTreeMap::new();
     for run in &siblings {
         let seed = run.params["seed"].as_u64().unwrap_or(0);
-        let mut newest: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+        let mut newest: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
         for link in ws.catalog.evaluations_of_train_run(run.id)? {
             let key = (link.checkpoint_step.unwrap_or(0), link.evaluate_run);
-            let slot = newest.entry(link.split.clone()).or_insert(key);
+            let slot = newest.entry(link.split.map_or("", Split::name)).or_insert(key);
             *slot = (*slot).max(key);
         }
         for (split, (_, eval_run)) in newest {
@@ -1029,7 +1030,7 @@ mod tests {
                 name: name.into(),
                 value,
                 step: None,
-                split: Some("validation".into()),
+                split: Some(Split::Validation),
             })
             .collect()
     }

@@ -22,7 +22,9 @@ use crate::model::probit::BernoulliProbit;
 use crate::model::robust_max::{RobustMax, DEFAULT_EPSILON};
 use crate::model::softmax_mc::{SoftmaxMc, DEFAULT_PAIRS};
 pub use crate::store::catalog::Task;
-use crate::store::catalog::{ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, StageKind};
+use crate::store::catalog::{
+    ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, Split, StageKind,
+};
 use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
 use crate::store::integrity::Registered;
 use crate::store::workspace::Workspace;
@@ -491,7 +493,7 @@ pub struct Steering {
     pub prefetch: usize,
     /// Rank `eval_split` every this many epochs (0: never).
     pub eval_every: u64,
-    pub eval_split: String,
+    pub eval_split: Split,
     /// Compute the exact full-data bound at the end.
     pub final_elbo: bool,
 }

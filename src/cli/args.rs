@@ -17,7 +17,7 @@ use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
 use crate::ingest::validation::ValidationSplit;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::PredictOptions;
-use crate::store::catalog::LabelKind;
+use crate::store::catalog::{LabelKind, Split};
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
@@ -238,7 +238,8 @@ pub struct IngestArgs {
     /// With --first-label: number the classes of every split's rows (all, the default) or of
     /// the training rows only (train); a test row whose class no training row has is then
     /// kept without a class, counted, and scored as wrong (docs/formats.md).
-    #[arg(long, default_value = "all", value_parser = PossibleValuesParser::new(["all", "train"]))]
+    #[arg(long, default_value = "all",
+          value_parser = PossibleValuesParser::new(["all", Split::Train.name()]))]
     pub class_map: String,
 }
 
@@ -269,7 +270,7 @@ impl IngestArgs {
             label_kind: self.label_kind,
             first_label: self.first_label,
             features: self.features,
-            class_map_from_train: self.class_map == "train",
+            class_map_from_train: self.class_map == Split::Train.name(),
         };
         config.validate()?;
         config.check_input_files()?;
@@ -603,8 +604,8 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
     /// The held-out split --eval-every ranks.
-    #[arg(long, default_value = "test")]
-    pub eval_split: String,
+    #[arg(long, default_value_t = Split::Test, value_parser = one_of::<Split>(&Split::NAMES))]
+    pub eval_split: Split,
     /// Keep the last N checkpoints plus the final one (while the run goes on: the newest,
     /// which it resumes from); older ones are deleted. `all` keeps every one. The default
     /// bounds a run's disk use whatever its length: a 200-epoch run on AmazonCat-13K writes
@@ -645,7 +646,7 @@ impl TrainFlags {
             shuffle_chunks: self.shuffle_chunks,
             final_elbo: !self.no_final_elbo,
             eval_every: self.eval_every,
-            eval_split: self.eval_split.clone(),
+            eval_split: self.eval_split,
             keep_checkpoints: self.keep_checkpoints,
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
@@ -673,8 +674,8 @@ pub struct ElboArgs {
     #[arg(long)]
     pub checkpoint: Option<u64>,
     /// Split whose bound is computed (only the training split has K_XX̃ factors).
-    #[arg(long, default_value = "train")]
-    pub split: String,
+    #[arg(long, default_value_t = Split::Train, value_parser = one_of::<Split>(&Split::NAMES))]
+    pub split: Split,
     #[arg(long)]
     pub threads: Option<usize>,
 }
@@ -684,7 +685,7 @@ impl ElboArgs {
         ElboOptions {
             run: self.run,
             checkpoint: self.checkpoint,
-            split: self.split.clone(),
+            split: self.split,
             threads: self.threads,
         }
     }
@@ -699,8 +700,8 @@ pub struct PredictArgs {
     /// Checkpoint step (default: the run's last).
     #[arg(long)]
     pub checkpoint: Option<u64>,
-    #[arg(long, default_value = "test")]
-    pub split: String,
+    #[arg(long, default_value_t = Split::Test, value_parser = one_of::<Split>(&Split::NAMES))]
+    pub split: Split,
     /// Labels kept per row.
     #[arg(long, default_value_t = 5)]
     pub top_k: usize,
@@ -720,7 +721,7 @@ impl PredictArgs {
         PredictOptions {
             run: self.run,
             checkpoint: self.checkpoint,
-            split: self.split.clone(),
+            split: self.split,
             top_k: self.top_k,
             block_rows: self.block_rows,
             probabilities: self.probabilities,
@@ -742,8 +743,9 @@ pub struct EvaluateArgs {
     #[arg(long, requires = "run")]
     pub checkpoint: Option<u64>,
     /// With --run: the split to predict and evaluate.
-    #[arg(long, default_value = "test", requires = "run")]
-    pub split: String,
+    #[arg(long, default_value_t = Split::Test, requires = "run",
+          value_parser = one_of::<Split>(&Split::NAMES))]
+    pub split: Split,
     /// Metrics at k = 1..K.
     #[arg(long, default_value_t = 5)]
     pub k: usize,
@@ -790,7 +792,7 @@ impl EvaluateArgs {
     pub fn predict_first(&self) -> Option<PredictOptions> {
         self.run.map(|run| PredictOptions {
             checkpoint: self.checkpoint,
-            split: self.split.clone(),
+            split: self.split,
             top_k: self.k,
             ..PredictOptions::new(run)
         })

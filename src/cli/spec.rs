@@ -413,7 +413,7 @@ pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
 fn print_sweep(sweep: &[Evaluated], json: bool) {
     let pairs: Vec<(u64, Vec<MetricRow>)> = sweep
         .iter()
-        .map(|e| (e.seed, e.metrics.metric_rows(None, "")))
+        .map(|e| (e.seed, e.metrics.metric_rows(None, None)))
         .collect();
     let summary = SeedSummary::of(&pairs);
     if json {

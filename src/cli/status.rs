@@ -10,12 +10,17 @@ use serde::Serialize;
 
 use super::args::StatusArgs;
 use crate::store::catalog::{
-    ArtifactKind, ClassMap, LabelKind, MetricRow, RunRow, RunStatus, StageKind,
+    ArtifactKind, ClassMap, LabelKind, MetricRow, RunRow, RunStatus, Split, StageKind,
 };
 use crate::store::footer::parquet_key_values;
 use crate::store::workspace::{as_seen, Workspace};
 use crate::train::batches::{spans_from_rows, Order, Planner};
 use crate::trained::TrainConfig;
+
+/// A split as `status --json` has always shown it: its name, "" when none was recorded.
+fn split_name<S: serde::Serializer>(split: &Option<Split>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(split.map_or("", Split::name))
+}
 
 fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -90,7 +95,7 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
     // "validation" is wider than the column of "train" and "test".
     let sw = datasets
         .iter()
-        .flat_map(|d| d.splits.iter().map(|s| s.split.len()))
+        .flat_map(|d| d.splits.iter().map(|s| s.split.name().len()))
         .max()
         .unwrap_or(0)
         .max(6);
@@ -241,7 +246,9 @@ struct Precision {
     /// The evaluate run, for source `evaluate`.
     #[serde(skip_serializing_if = "Option::is_none")]
     evaluate_run: Option<i64>,
-    split: String,
+    /// The split's name ("" when the run recorded none).
+    #[serde(serialize_with = "split_name")]
+    split: Option<Split>,
     /// The training checkpoint evaluated, for source `evaluate`.
     #[serde(skip_serializing_if = "Option::is_none")]
     checkpoint_step: Option<u64>,
@@ -256,7 +263,7 @@ struct Precision {
 impl Precision {
     fn from_metrics(
         source: &'static str,
-        split: String,
+        split: Option<Split>,
         metrics: &[MetricRow],
         step: Option<i64>,
     ) -> Self {
@@ -264,7 +271,7 @@ impl Precision {
             metrics
                 .iter()
                 .rev()
-                .find(|m| m.name == name && m.step == step && m.split.as_ref() == Some(&split))
+                .find(|m| m.name == name && m.step == step && split.is_some() && m.split == split)
                 .map(|m| m.value)
         };
         Precision {
@@ -277,6 +284,10 @@ impl Precision {
             checkpoint_step: None,
             epoch: None,
         }
+    }
+
+    fn split_name(&self) -> &'static str {
+        self.split.map_or("", Split::name)
     }
 
     /// `P@1/P@3/P@5` in percent.
@@ -295,11 +306,11 @@ impl Precision {
         match (self.evaluate_run, self.checkpoint_step, self.epoch) {
             (Some(run), step, _) => format!(
                 "evaluate #{run} on {} at step {}",
-                self.split,
+                self.split_name(),
                 step.map_or("?".into(), |s| s.to_string())
             ),
-            (None, _, Some(epoch)) => format!("held-out {} at epoch {epoch}", self.split),
-            _ => self.split.clone(),
+            (None, _, Some(epoch)) => format!("held-out {} at epoch {epoch}", self.split_name()),
+            _ => self.split_name().to_string(),
         }
     }
 }
@@ -373,7 +384,7 @@ fn planned_steps(ws: &Workspace, config: &TrainConfig) -> Result<Option<u64>> {
         return Ok(None);
     }
     let planner = Planner {
-        chunks: spans_from_rows(ws.split_chunks(&dataset, "train")?),
+        chunks: spans_from_rows(ws.split_chunks(&dataset, Split::Train)?),
         batch: config.batch,
         order: Order::Shuffled {
             seed: config.seed,
@@ -406,8 +417,7 @@ fn held_out(metrics: &[MetricRow]) -> Option<Precision> {
         .iter()
         .filter(|m| m.name == "P@1" && m.step.is_some())
         .max_by_key(|m| m.step)?;
-    let split = last.split.clone().unwrap_or_default();
-    let mut p = Precision::from_metrics("held_out", split, metrics, last.step);
+    let mut p = Precision::from_metrics("held_out", last.split, metrics, last.step);
     p.epoch = last.step;
     Some(p)
 }
@@ -505,7 +515,7 @@ struct FileDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     rows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    split: Option<String>,
+    split: Option<Split>,
     /// Checkpoints: the step and epoch.
     #[serde(skip_serializing_if = "Option::is_none")]
     step: Option<u64>,
@@ -667,10 +677,7 @@ fn print_files(title: &str, files: &[FileDetail]) {
             what = format!("step {step} (epoch {epoch})");
         }
         let rows = f.rows.map_or(String::new(), |r| format!("  {r} rows"));
-        let split = f
-            .split
-            .as_deref()
-            .map_or(String::new(), |s| format!("  split {s}"));
+        let split = f.split.map_or(String::new(), |s| format!("  split {s}"));
         println!(
             "  {what:<18} {}  {} ({} B)  xxh3 {}{rows}{split}",
             f.path,
@@ -701,10 +708,10 @@ fn print_metrics(metrics: &[MetricRow]) {
         return;
     }
     // (step, split) → the figures recorded there.
-    type Group<'a> = ((Option<i64>, Option<&'a str>), Vec<String>);
-    let mut lines: Vec<Group<'_>> = Vec::new();
+    type Group = ((Option<i64>, Option<Split>), Vec<String>);
+    let mut lines: Vec<Group> = Vec::new();
     for m in metrics {
-        let key = (m.step, m.split.as_deref());
+        let key = (m.step, m.split);
         let figure = format!("{}={}", m.name, format_value(m.value));
         match lines.iter_mut().find(|l| l.0 == key) {
             Some(l) => l.1.push(figure),

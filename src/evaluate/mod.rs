@@ -26,7 +26,7 @@ use crate::metrics::{
     inverse_propensity, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
 };
 use crate::stage::{memoised, Outcome, Staged};
-use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
+use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
 use crate::store::chunks::{checksum_file, label_counts, read_registered_chunk_labels};
 use crate::store::integrity::Registered;
 use crate::store::predictions::{PredictionBlock, PredictionReader};
@@ -130,7 +130,11 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>
             .cloned()
             .with_context(|| format!("{}: no `{key}` in the file's metadata", path.display()))
     };
-    let (dataset_name, split) = (meta("fsgp.dataset")?, meta("fsgp.split")?);
+    let dataset_name = meta("fsgp.dataset")?;
+    let split: Split = meta("fsgp.split")?
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{}: `fsgp.split`", path.display()))?;
     let step: Option<i64> = meta("fsgp.checkpoint_step")
         .ok()
         .and_then(|s| s.parse().ok());
@@ -177,10 +181,10 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>
         opts,
         task,
         dataset: &dataset,
-        split: &split,
+        split,
         path: &path,
-        train_chunks: chunk_paths(ws, &dataset, "train")?,
-        truth_chunks: chunk_paths(ws, &dataset, &split)?,
+        train_chunks: chunk_paths(ws, &dataset, Split::Train)?,
+        truth_chunks: chunk_paths(ws, &dataset, split)?,
     };
     memoised(
         ws,
@@ -196,10 +200,10 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>
                 bytes: written.bytes,
                 rows: None,
                 checksum: written.checksum,
-                split: Some(split.clone()),
+                split: Some(split),
             };
             ws.catalog
-                .record_metrics(published.run_id, &metrics.metric_rows(step, &split))?;
+                .record_metrics(published.run_id, &metrics.metric_rows(step, Some(split)))?;
             ws.catalog
                 .commit_artifacts(published.run_id, Some(dataset.id), &[artifact])?;
             Ok(metrics)
@@ -252,7 +256,7 @@ fn check_task(
     Ok(())
 }
 
-fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: &str) -> Result<Vec<Registered>> {
+fn chunk_paths(ws: &Workspace, dataset: &DatasetRow, split: Split) -> Result<Vec<Registered>> {
     Ok(ws
         .split_chunks(dataset, split)?
         .into_iter()
@@ -265,7 +269,7 @@ struct Job<'a> {
     opts: &'a EvaluateOptions,
     task: Task,
     dataset: &'a DatasetRow,
-    split: &'a str,
+    split: Split,
     path: &'a Path,
     train_chunks: Vec<Registered>,
     truth_chunks: Vec<Registered>,
@@ -331,7 +335,7 @@ impl Job<'_> {
     /// pairs of each row's first k predictions.
     fn measure_ranking(&self, reader: PredictionReader) -> Result<Metrics> {
         let (dataset, opts) = (self.dataset, self.opts);
-        let n_train: u64 = dataset.split("train").map_or(0, |s| s.n_rows);
+        let n_train: u64 = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
         let counts = label_counts(&self.train_chunks, dataset.n_labels as usize)?;
         let inv_prop = inverse_propensity(&counts, n_train, opts.propensity.a, opts.propensity.b);
         let mut acc = MetricsAccumulator::new(opts.k, inv_prop, opts.labelless)?;

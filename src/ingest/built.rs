@@ -5,7 +5,7 @@ use super::config::IngestConfig;
 use super::sink::{SplitCounts, WrittenChunk};
 use super::source::SourceInfo;
 use crate::store::catalog::{
-    ArtifactKind, ArtifactRow, ClassMap, LabelKind, NewDataset, SourceRow, SplitRow,
+    ArtifactKind, ArtifactRow, ClassMap, LabelKind, NewDataset, SourceRow, Split, SplitRow,
 };
 
 /// The written (not yet published) dataset.
@@ -13,7 +13,7 @@ pub struct Built {
     pub n_features: u64,
     pub n_labels: u64,
     /// (name, counts, rows per chunk) of each split, in chunk order.
-    pub splits: Vec<(String, SplitCounts, usize)>,
+    pub splits: Vec<(Split, SplitCounts, usize)>,
     /// Ordered by split and chunk index.
     pub chunks: Vec<WrittenChunk>,
     /// (role, file) of every input read.
@@ -38,7 +38,7 @@ impl Built {
             .chunks
             .iter()
             .map(|c| {
-                let split = &self.splits[c.split].0;
+                let split = self.splits[c.split].0;
                 let file = c
                     .path
                     .file_name()
@@ -51,7 +51,7 @@ impl Built {
                     bytes: c.file.bytes,
                     rows: Some(c.rows),
                     checksum: c.file.checksum.clone(),
-                    split: Some(split.clone()),
+                    split: Some(split),
                 }
             })
             .collect();
@@ -69,7 +69,7 @@ impl Built {
                 .splits
                 .iter()
                 .map(|(name, c, chunk_rows)| SplitRow {
-                    split: name.clone(),
+                    split: *name,
                     n_rows: c.n_rows,
                     nnz: c.nnz,
                     label_nnz: c.label_nnz,
@@ -117,7 +117,7 @@ pub fn print_summary(name: &str, built: &Built, seconds: f64) {
     let width = built
         .splits
         .iter()
-        .map(|s| s.0.len())
+        .map(|s| s.0.name().len())
         .max()
         .unwrap_or(0)
         .max(6);

@@ -9,7 +9,7 @@ use super::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
 use super::source::refuse_special_file;
 use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
-use crate::store::catalog::LabelKind;
+use crate::store::catalog::{LabelKind, Split};
 
 /// Configuration of one ingest.
 #[derive(Debug)]
@@ -203,7 +203,8 @@ impl IngestConfig {
             params["features"] = json!(d);
         }
         if self.class_map_from_train {
-            params["class_map"] = json!("train");
+            // `--class-map train`: the option's value is the split's name.
+            params["class_map"] = json!(Split::Train.name());
         }
         Ok(params)
     }

@@ -13,6 +13,7 @@ use anyhow::{anyhow, Result};
 use super::source::SourceInfo;
 use super::stream::RowInput;
 use crate::error::InputError;
+use crate::store::catalog::Split;
 
 /// One way the input files of a dataset are laid out.
 pub trait InputLayout: Debug + Send + Sync {
@@ -73,11 +74,11 @@ pub struct RowStream {
 /// Which split each row of a stream goes to.
 pub enum Route {
     /// Every row goes to this split.
-    Whole(&'static str),
+    Whole(Split),
     /// Rows are assigned by a table over the stream's rows.
     ByRow {
         /// Splits fed by this stream; skipped rows are counted against the first.
-        splits: Vec<&'static str>,
+        splits: Vec<Split>,
         /// One entry per data row (row r at `assign[r - 1]`): 0 for none, else the
         /// 1-based position of its split in `splits`.
         assign: Vec<u8>,
@@ -86,9 +87,9 @@ pub enum Route {
 
 impl Route {
     /// The splits this stream feeds, in order.
-    pub fn splits(&self) -> Vec<&'static str> {
+    pub fn splits(&self) -> Vec<Split> {
         match self {
-            Route::Whole(split) => vec![split],
+            Route::Whole(split) => vec![*split],
             Route::ByRow { splits, .. } => splits.clone(),
         }
     }

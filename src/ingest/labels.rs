@@ -20,7 +20,7 @@ use super::input::{Route, UNDECLARED};
 use super::parse::{LabelRules, LabelScan};
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
-use crate::store::catalog::{ClassMap, LabelKind};
+use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::classes::UnseenClasses;
 
 /// What the scan decided.
@@ -53,7 +53,7 @@ struct Scanned {
     all: LabelScan,
     /// The distinct label values of each split fed by a whole stream, in stream order
     /// (`--class-map train` numbers those of `train` only).
-    by_split: Vec<(&'static str, BTreeSet<i64>)>,
+    by_split: Vec<(Split, BTreeSet<i64>)>,
     first_unlabeled: Option<(PathBuf, u64)>,
     first_multi_label: Option<(PathBuf, u64)>,
     qid_tokens: u64,
@@ -91,7 +91,7 @@ pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Re
     for stream in opened.streams {
         let path = stream.path.clone();
         match (&stream.route, config.class_map_from_train) {
-            (Route::Whole(split), _) => scanned.by_split.push((split, BTreeSet::new())),
+            (Route::Whole(split), _) => scanned.by_split.push((*split, BTreeSet::new())),
             (Route::ByRow { .. }, true) => bail!(
                 "--class-map train: {} feeds several splits through a row table; it needs \
                  the training rows in files of their own (--train/--test)",
@@ -180,7 +180,7 @@ fn unseen_classes(s: &Scanned) -> Vec<UnseenClasses> {
                 u.values = merged.into_iter().collect();
             }
             None => out.push(UnseenClasses {
-                split: split.to_string(),
+                split: *split,
                 values: missing.collect(),
                 rows: 0,
             }),

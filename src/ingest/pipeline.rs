@@ -18,8 +18,8 @@ use super::parse::{LabelRules, RowRules};
 use super::sink::{Encoder, SplitSink};
 use super::source::SourceInfo;
 use super::stream::{stream_rows, Parsed};
-use super::validation::{ValidationSplit, CARVED_FROM, VALIDATION};
-use crate::store::catalog::{ClassMap, LabelKind};
+use super::validation::{ValidationSplit, CARVED_FROM};
+use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::chunks::CsrChunk;
 
 /// Skip reasons kept for the summary (the counts are always exact).
@@ -91,14 +91,14 @@ struct Shared<'a> {
 }
 
 impl Shared<'_> {
-    /// The sink of split `name`, whose chunks come `index`-th among the splits.
-    fn sink(&self, name: &str, index: usize) -> Result<SplitSink> {
+    /// The sink of `split`, whose chunks come `index`-th among the splits.
+    fn sink(&self, split: Split, index: usize) -> Result<SplitSink> {
         let mut meta = self.meta.clone();
-        meta.push(("fsgp.split".into(), name.into()));
+        meta.push(("fsgp.split".into(), split.name().into()));
         SplitSink::new(
-            name,
+            split,
             index,
-            &self.out.join(name),
+            &self.out.join(split.name()),
             self.config.chunk_rows,
             self.config.chunk_mb << 20,
             self.drop_unlabeled,
@@ -162,7 +162,7 @@ fn write_dataset(
                 // The validation split's chunks come right after the split it is carved from.
                 let carve = match config.validation {
                     Some(v) if split == CARVED_FROM => {
-                        sinks.push(shared.sink(VALIDATION, sinks.len())?);
+                        sinks.push(shared.sink(Split::Validation, sinks.len())?);
                         Some((sink + 1, v))
                     }
                     _ => None,
@@ -193,7 +193,7 @@ fn write_dataset(
                 .into_iter()
                 .map(|s| {
                     let rows = s.chunk_rows().unwrap_or(0);
-                    (s.name.clone(), s.counts.clone(), rows)
+                    (s.split, s.counts.clone(), rows)
                 })
                 .collect(),
             chunks,
@@ -211,7 +211,7 @@ fn counted_unseen(classes: &ClassMap, sinks: &[SplitSink]) -> ClassMap {
     for u in &mut map.unseen {
         u.rows = sinks
             .iter()
-            .filter(|s| s.name == u.split)
+            .filter(|s| s.split == u.split)
             .map(|s| s.counts.unseen_rows)
             .sum();
     }
@@ -229,14 +229,14 @@ struct Target {
 /// Refuses a carve that left the validation or the training split without rows (known only
 /// once every row has streamed: `--drop-unlabeled` and `--lenient` remove rows too).
 fn check_carved(sinks: &[SplitSink], v: &ValidationSplit) -> Result<()> {
-    let rows = |name: &str| {
+    let rows = |split: Split| {
         sinks
             .iter()
-            .filter(|s| s.name == name)
+            .filter(|s| s.split == split)
             .map(|s| s.counts.n_rows)
             .sum::<u64>()
     };
-    let (train, validation) = (rows(CARVED_FROM), rows(VALIDATION));
+    let (train, validation) = (rows(CARVED_FROM), rows(Split::Validation));
     if validation == 0 {
         bail!(
             "--validation-fraction {} --validation-seed {}: the validation split would be \

@@ -13,6 +13,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use super::parse::UNSEEN_CLASS;
 use crate::store::chunks::{write_chunk, CsrChunk, RowRef, WrittenFile};
 use crate::store::space::ensure_free;
+use crate::store::catalog::Split;
 
 /// Smallest and largest automatic chunk sizes, in rows; the largest is also the most
 /// `--chunk-rows` accepts, since a chunk is held whole in memory (`threads + 1` of them
@@ -127,7 +128,7 @@ pub struct SplitCounts {
 
 /// Collects the rows of one split into chunk files under `dir`.
 pub struct SplitSink {
-    pub name: String,
+    pub split: Split,
     index: usize,
     dir: PathBuf,
     /// Rows per chunk; fixed from the first rows seen unless given.
@@ -142,7 +143,7 @@ pub struct SplitSink {
 impl SplitSink {
     /// `index` orders this split's chunks among all splits of the dataset.
     pub fn new(
-        name: &str,
+        split: Split,
         index: usize,
         dir: &Path,
         chunk_rows: Option<usize>,
@@ -152,7 +153,7 @@ impl SplitSink {
     ) -> Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(SplitSink {
-            name: name.to_string(),
+            split,
             index,
             dir: dir.to_path_buf(),
             chunk_rows,
@@ -235,7 +236,7 @@ impl SplitSink {
         ensure_free(
             &self.dir,
             chunk.heap_bytes() as u64,
-            &format!("chunk {name} of split '{}'", self.name),
+            &format!("chunk {name} of split '{}'", self.split),
         )?;
         encoder.submit(Job {
             split: self.index,

@@ -21,11 +21,10 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-/// Name of the carved split.
-pub const VALIDATION: &str = "validation";
+use crate::store::catalog::Split;
 
-/// The split a carved validation split is taken from.
-pub const CARVED_FROM: &str = "train";
+/// The split a carved validation split ([`Split::Validation`]) is taken from.
+pub const CARVED_FROM: Split = Split::Train;
 
 /// A seeded, deterministic selection of training rows for the validation split.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -11,7 +11,7 @@ use super::calibration::Calibration;
 use super::multiclass::MulticlassMetrics;
 use super::task::Task;
 use super::{metric_rows, Metrics};
-use crate::store::catalog::MetricRow;
+use crate::store::catalog::{MetricRow, Split};
 
 /// The metrics of one evaluation. Serialised without a tag: a multi-label evaluation's
 /// JSON is [`Metrics`]'s exactly, the others carry `"task"`.
@@ -74,7 +74,7 @@ impl Evaluation {
 
     /// The catalog rows: a multi-label evaluation's are [`metric_rows`]'s, then `ece`,
     /// `mce`, `brier` when it has calibration; see [`classification_rows`] for the others.
-    pub fn metric_rows(&self, step: Option<i64>, split: &str) -> Vec<MetricRow> {
+    pub fn metric_rows(&self, step: Option<i64>, split: Option<Split>) -> Vec<MetricRow> {
         let named = |pairs: Vec<(String, f64)>| {
             pairs
                 .into_iter()
@@ -82,7 +82,7 @@ impl Evaluation {
                     name,
                     value,
                     step,
-                    split: Some(split.to_string()),
+                    split,
                 })
                 .collect::<Vec<_>>()
         };

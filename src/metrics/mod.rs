@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Result};
 
-use crate::store::catalog::MetricRow;
+use crate::store::catalog::{MetricRow, Split};
 use calibration::Calibration;
 use fixed::{add_all_i128, from_fixed, ratio, to_fixed};
 
@@ -591,7 +591,7 @@ fn sorted_with_duplicate(dst: &mut Vec<u32>, src: &[u32]) -> Option<u32> {
 }
 
 /// The catalog rows recorded for `m` (names like `P@1`, values as fractions).
-pub fn metric_rows(m: &Metrics, step: Option<i64>, split: &str) -> Vec<MetricRow> {
+pub fn metric_rows(m: &Metrics, step: Option<i64>, split: Option<Split>) -> Vec<MetricRow> {
     let mut rows = Vec::new();
     for k in 1..=m.k_max {
         for (name, values) in [
@@ -605,7 +605,7 @@ pub fn metric_rows(m: &Metrics, step: Option<i64>, split: &str) -> Vec<MetricRow
                 name: format!("{name}@{k}"),
                 value: values[k - 1],
                 step,
-                split: Some(split.to_string()),
+                split,
             });
         }
     }

@@ -23,7 +23,7 @@ use crate::model::params::Params;
 use crate::model::predictive::ProbabilityRule;
 use crate::scoring::{model_inputs, Ranker};
 use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
-use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
+use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
@@ -39,7 +39,7 @@ pub struct PredictOptions {
     pub run: i64,
     /// Checkpoint step (None: the run's last).
     pub checkpoint: Option<u64>,
-    pub split: String,
+    pub split: Split,
     /// Labels kept per row.
     pub top_k: usize,
     /// Rows scored together (memory: rows × labels f64 scores).
@@ -57,7 +57,7 @@ impl PredictOptions {
         PredictOptions {
             run,
             checkpoint: None,
-            split: "test".into(),
+            split: Split::Test,
             top_k: 5,
             block_rows: 1024,
             probabilities: false,
@@ -112,7 +112,7 @@ pub fn run_on(
     let opts = binary.as_ref().unwrap_or(opts);
     let dataset = config.dataset_row(ws)?;
     let files: Vec<Registered> = ws
-        .split_chunks(&dataset, &opts.split)?
+        .split_chunks(&dataset, opts.split)?
         .into_iter()
         .map(|c| c.0)
         .collect();
@@ -183,7 +183,7 @@ pub fn run_on(
                 bytes: written.bytes,
                 rows: Some(rows),
                 checksum: written.checksum,
-                split: Some(opts.split.clone()),
+                split: Some(opts.split),
             };
             ws.catalog
                 .commit_artifacts(published.run_id, Some(dataset.id), &[artifact])?;
@@ -210,7 +210,7 @@ impl Job<'_> {
     /// ranks: this rank's share, the file written by rank 0 alone).
     fn write(&self, scratch: &Path) -> Result<Staged<(crate::store::chunks::WrittenFile, u64)>> {
         let (opts, dataset) = (self.opts, self.dataset);
-        let split_rows = dataset.split(&opts.split).map_or(0, |s| s.n_rows);
+        let split_rows = dataset.split(opts.split).map_or(0, |s| s.n_rows);
         let mut writer = match self.comm.is_root() {
             true => Some(self.create_writer(scratch, split_rows)?),
             false => None,
@@ -329,7 +329,7 @@ impl Job<'_> {
         )?;
         let metadata = vec![
             ("fsgp.dataset".to_string(), dataset.name.clone()),
-            ("fsgp.split".to_string(), opts.split.clone()),
+            ("fsgp.split".to_string(), opts.split.name().to_string()),
             ("fsgp.train_run".to_string(), opts.run.to_string()),
             (
                 "fsgp.checkpoint_step".to_string(),

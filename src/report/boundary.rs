@@ -20,7 +20,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::chart::{draw_both_sized, ChartArea, PALETTE};
 use crate::model::params::Params;
 use crate::scoring::{model_inputs, Ranker};
-use crate::store::catalog::{DatasetRow, RunRow, Task};
+use crate::store::catalog::{DatasetRow, RunRow, Split, Task};
 use crate::store::chunks::{read_registered_chunk, CsrChunk, RowRef};
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
@@ -268,12 +268,12 @@ fn inducing_inputs(
 /// One pass over the training split: the range of its rows and every k-th row (k the
 /// smallest that keeps at most [`MAX_POINTS`]), with its class (label 0 present).
 fn training_rows(ws: &Workspace, dataset: &DatasetRow) -> Result<TrainingRows> {
-    let n_rows = dataset.split("train").map_or(0, |s| s.n_rows) as usize;
+    let n_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows) as usize;
     let stride = n_rows.div_ceil(MAX_POINTS).max(1);
     let mut range = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     let mut drawn = Vec::new();
     let mut seen = 0usize;
-    for (file, _) in ws.split_chunks(dataset, "train")? {
+    for (file, _) in ws.split_chunks(dataset, Split::Train)? {
         let chunk = read_registered_chunk(&file)?;
         for r in 0..chunk.len() {
             let mut x = [0.0f64; 2];

@@ -16,7 +16,7 @@ use rusqlite::{
 use serde::Serialize;
 
 pub use super::classes::ClassMap;
-pub use super::kinds::{ArtifactKind, LabelKind, RunStatus, StageKind, Task};
+pub use super::kinds::{ArtifactKind, LabelKind, RunStatus, Split, StageKind, Task};
 
 /// Pages the catalog's write-ahead log grows to before SQLite checkpoints it into the
 /// database (SQLite's default is 1000). The catalog's transactions are a few pages each, so
@@ -168,7 +168,7 @@ pub struct RunRow {
 /// One split of a dataset as recorded.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct SplitRow {
-    pub split: String,
+    pub split: Split,
     pub n_rows: u64,
     pub nnz: u64,
     pub label_nnz: u64,
@@ -200,7 +200,7 @@ pub struct ArtifactRow {
     pub bytes: u64,
     pub rows: Option<u64>,
     pub checksum: String,
-    pub split: Option<String>,
+    pub split: Option<Split>,
 }
 
 /// A registered artifact with who registered it (the catalog's view for reading and
@@ -224,7 +224,7 @@ pub struct MetricRow {
     pub name: String,
     pub value: f64,
     pub step: Option<i64>,
-    pub split: Option<String>,
+    pub split: Option<Split>,
 }
 
 /// A registered training checkpoint.
@@ -282,8 +282,8 @@ pub struct DatasetRow {
 }
 
 impl DatasetRow {
-    pub fn split(&self, name: &str) -> Option<&SplitRow> {
-        self.splits.iter().find(|s| s.split == name)
+    pub fn split(&self, split: Split) -> Option<&SplitRow> {
+        self.splits.iter().find(|s| s.split == split)
     }
 
     /// What the dataset's label ids mean; datasets ingested before label kinds were
@@ -1153,13 +1153,12 @@ impl Catalog {
         Ok(datasets)
     }
 
+    /// A dataset's splits in [`Split`]'s order: train, validation, test.
     fn splits(&self, dataset_id: i64) -> Result<Vec<SplitRow>> {
-        self.rows(
+        let mut splits = self.rows(
             "SELECT split, n_rows, nnz, label_nnz, unlabeled_rows, dropped_unlabeled, \
              skipped_rows, chunk_rows, n_chunks, path FROM dataset_splits \
-             WHERE dataset_id = ?1 \
-             ORDER BY CASE split WHEN 'train' THEN 0 WHEN 'validation' THEN 1 ELSE 2 END, \
-             split DESC",
+             WHERE dataset_id = ?1",
             [dataset_id],
             |r| {
                 let u = |i: usize| r.get::<_, i64>(i).map(|v| v as u64);
@@ -1176,7 +1175,9 @@ impl Catalog {
                     path: r.get(9)?,
                 })
             },
-        )
+        )?;
+        splits.sort_by_key(|s| s.split);
+        Ok(splits)
     }
 
     fn sources(&self, dataset_id: i64) -> Result<Vec<SourceRow>> {
@@ -1447,7 +1448,7 @@ impl Catalog {
     }
 
     /// The chunk artifacts of one split of a dataset, in id (chunk) order.
-    pub fn stored_chunks(&self, dataset_id: i64, split: &str) -> Result<Vec<StoredArtifact>> {
+    pub fn stored_chunks(&self, dataset_id: i64, split: Split) -> Result<Vec<StoredArtifact>> {
         self.query_stored(
             "WHERE a.dataset_id = ?1 AND a.kind = ?2 AND a.split = ?3 ORDER BY a.id",
             params![dataset_id, ArtifactKind::Chunk, split],
@@ -1613,7 +1614,7 @@ impl Catalog {
                 Ok(EvaluationLink {
                     evaluate_run: r.get(0)?,
                     predict_run: r.get(1)?,
-                    split: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    split: r.get(2)?,
                     checkpoint_step: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
                 })
             },
@@ -1628,7 +1629,8 @@ pub struct EvaluationLink {
     pub evaluate_run: i64,
     /// The predict run whose file was evaluated.
     pub predict_run: i64,
-    pub split: String,
+    /// The evaluated split (None: its parameters name none).
+    pub split: Option<Split>,
     /// The training checkpoint the predictions were made with.
     pub checkpoint_step: Option<u64>,
 }

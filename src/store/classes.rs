@@ -13,6 +13,8 @@
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::kinds::Split;
+
 /// Label id → original label value, and for binary datasets the negative class's value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClassMap {
@@ -31,7 +33,7 @@ pub struct ClassMap {
 /// The classes of one split that the training rows lack, and its rows of those classes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnseenClasses {
-    pub split: String,
+    pub split: Split,
     /// The original labels, strictly increasing.
     pub values: Vec<i64>,
     /// Rows of the split whose class is one of `values` (stored without a label id).
@@ -63,7 +65,7 @@ impl ClassMap {
     }
 
     /// The unseen classes of `split`, if it has any.
-    pub fn unseen_in(&self, split: &str) -> Option<&UnseenClasses> {
+    pub fn unseen_in(&self, split: Split) -> Option<&UnseenClasses> {
         self.unseen.iter().find(|u| u.split == split)
     }
 

@@ -23,7 +23,7 @@ macro_rules! text_enum {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// The text stored in the catalog.
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text),+
                 }
@@ -147,6 +147,40 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// A split of a dataset: the rows a stage reads (`--split`, `--eval-split`), the
+    /// directory and catalog rows of its chunks, the `fsgp.split` footer of chunk and
+    /// predictions files. `validation` exists only when ingest carves it out of the training
+    /// rows (`--validation-fraction`). Declared in the order the catalog lists a dataset's
+    /// splits (and `Ord` sorts them).
+    #[derive(PartialOrd, Ord)]
+    Split {
+        Train = "train",
+        Validation = "validation",
+        Test = "test",
+    }
+}
+
+impl Split {
+    /// Every name `FromStr` accepts, in declaration order.
+    pub const NAMES: [&'static str; 3] = [
+        Split::Train.as_str(),
+        Split::Validation.as_str(),
+        Split::Test.as_str(),
+    ];
+
+    pub const fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Split {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A dataset's label kind is a [`Task`]: the one enum for the concept.
 pub type LabelKind = Task;
 
@@ -200,6 +234,24 @@ mod tests {
             assert_eq!(a.as_str().parse::<ArtifactKind>(), Ok(a));
             assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
         }
+        for &split in Split::ALL {
+            assert_eq!(split.name().parse::<Split>(), Ok(split));
+            assert_eq!(split.to_string(), split.name());
+            assert_eq!(serde_json::to_value(split).unwrap(), split.name());
+            assert_eq!(
+                serde_json::from_value::<Split>(split.name().into()).unwrap(),
+                split
+            );
+        }
+        assert_eq!(
+            Split::NAMES.to_vec(),
+            Split::ALL.iter().map(|s| s.name()).collect::<Vec<_>>()
+        );
+        // The texts the catalog, the file footers and the params JSON hold.
+        assert_eq!(Split::NAMES, ["train", "validation", "test"]);
+        assert!(Split::Train < Split::Validation && Split::Validation < Split::Test);
+        let e = "tset".parse::<Split>().unwrap_err();
+        assert!(e.contains("'tset'") && e.contains("train, validation, test"), "{e}");
         let e = "svdd".parse::<StageKind>().unwrap_err();
         assert!(e.contains("expected one of: ingest, svd"), "{e}");
     }

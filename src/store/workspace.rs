@@ -36,8 +36,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 
 use super::catalog::{
-    ArtifactKind, Catalog, CheckpointRow, DatasetRow, Identity, RunRow, RunStatus, StageKind,
-    StoredArtifact,
+    ArtifactKind, Catalog, CheckpointRow, DatasetRow, Identity, RunRow, RunStatus, Split,
+    StageKind, StoredArtifact,
 };
 use super::identity::{self, PublishedDir, RunMarker};
 use super::integrity::Registered;
@@ -277,11 +277,11 @@ impl Workspace {
 
     /// The chunk files of one split of a dataset with their row counts, in chunk order;
     /// checked against the split's registered chunk and row counts.
-    pub fn split_chunks(&self, d: &DatasetRow, split: &str) -> Result<Vec<(Registered, u64)>> {
+    pub fn split_chunks(&self, d: &DatasetRow, split: Split) -> Result<Vec<(Registered, u64)>> {
         let row = d.split(split).with_context(|| {
-            let names = d.splits.iter().map(|s| s.split.as_str());
+            let names = d.splits.iter().map(|s| s.split.name());
             // The one split an option creates: say which.
-            let how = if split == "validation" {
+            let how = if split == Split::Validation {
                 "; carve one from the training rows with 'pipeline ingest ... \
                  --validation-fraction 0.2 --replace' (in a spec: [ingest] \
                  validation_fraction = 0.2)"
@@ -289,9 +289,8 @@ impl Workspace {
                 ""
             };
             format!(
-                "dataset '{}' has no split '{split}' ({}it has: {}; see 'pipeline status'){how}",
+                "dataset '{}' has no split '{split}' (it has: {}; see 'pipeline status'){how}",
                 d.name,
-                did_you_mean(split, names.clone()),
                 names.collect::<Vec<_>>().join(", ")
             )
         })?;

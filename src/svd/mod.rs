@@ -24,7 +24,7 @@ use crate::error::InvalidOptions;
 use crate::memtrace::{self, available_memory_bytes};
 use crate::sparse::project_chunk;
 use crate::stage::{lookup, memoised_on, thread_pool, threads_or_all, Lookup, Outcome, Staged};
-use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, StageKind};
+use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
 use crate::store::chunks::WrittenFile;
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
 use crate::store::space::{ensure_free, human_bytes};
@@ -180,7 +180,7 @@ pub struct SvdOutput {
 }
 
 fn train_chunk_files(ws: &Workspace, d: &DatasetRow) -> Result<ChunkFiles> {
-    let chunks = ws.split_chunks(d, "train")?;
+    let chunks = ws.split_chunks(d, Split::Train)?;
     let n_rows = chunks.iter().map(|c| c.1).sum();
     let files = chunks.into_iter().map(|c| c.0).collect();
     Ok(ChunkFiles {
@@ -285,7 +285,7 @@ pub fn run_on(
                     bytes: written.bytes,
                     rows: Some(*rows),
                     checksum: written.checksum.clone(),
-                    split: Some("train".into()),
+                    split: Some(Split::Train),
                 })
                 .collect();
             ws.catalog

@@ -17,7 +17,7 @@ use crate::model::objective::{expected_loglik, kl_total};
 use crate::model::params::Params;
 use crate::model::scratch::Scratch;
 use crate::model::terms::TermSet;
-use crate::store::catalog::MetricRow;
+use crate::store::catalog::{MetricRow, Split};
 use crate::store::workspace::Workspace;
 use crate::trained::load_run_checkpoint;
 
@@ -116,7 +116,7 @@ pub struct ElboOptions {
     /// Checkpoint step (None: the run's last checkpoint).
     pub checkpoint: Option<u64>,
     /// Split whose bound is computed (only the training split has K_XX̃ factors).
-    pub split: String,
+    pub split: Split,
     /// Worker threads (None: the run's own count).
     pub threads: Option<usize>,
 }
@@ -125,7 +125,7 @@ pub struct ElboOptions {
 /// the training run.
 pub fn elbo(ws: &Workspace, opts: &ElboOptions) -> Result<f64> {
     ensure!(
-        opts.split == "train",
+        opts.split == Split::Train,
         "--split {}: only the training split has K_XX̃ factors (the bound is defined on the \
          data the model was fitted to)",
         opts.split
@@ -142,7 +142,7 @@ pub fn elbo(ws: &Workspace, opts: &ElboOptions) -> Result<f64> {
             name: "elbo_exact".into(),
             value,
             step: Some(ckpt_row.step as i64),
-            split: Some("train".into()),
+            split: Some(Split::Train),
         }],
     )?;
     println!(

@@ -11,6 +11,7 @@ use crate::model::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::projection::RowInputs;
 use crate::scoring::{model_inputs, Ranker};
+use crate::store::catalog::Split;
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
@@ -31,7 +32,7 @@ pub struct BinaryFigures {
 /// The held-out split `--eval-every` ranks, with the inverse propensities of the labels.
 pub struct HeldOut {
     pub every: u64,
-    pub split: String,
+    pub split: Split,
     files: Vec<Registered>,
     /// X̃ [R×D], mapped and checked once.
     basis: NpyMap,
@@ -42,7 +43,7 @@ pub struct HeldOut {
 }
 
 impl HeldOut {
-    pub fn open(ws: &Workspace, setup: &Setup, every: u64, split: &str) -> Result<Self> {
+    pub fn open(ws: &Workspace, setup: &Setup, every: u64, split: Split) -> Result<Self> {
         let dataset = setup.config.dataset_row(ws)?;
         let files = ws
             .split_chunks(&dataset, split)?
@@ -53,7 +54,7 @@ impl HeldOut {
         let inv_prop = PropensityParams::GENERIC.inverse_propensity(&counts, setup.n_rows);
         Ok(HeldOut {
             every,
-            split: split.to_string(),
+            split,
             files,
             basis: NpyMap::open_registered(&SvdFiles::of_run(ws, setup.config.svd_run)?.basis)?,
             n_features: dataset.n_features,

@@ -9,7 +9,7 @@ use super::batches::MAX_EPOCHS;
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
-use crate::store::catalog::{DatasetRow, StageKind};
+use crate::store::catalog::{DatasetRow, Split, StageKind};
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
@@ -77,7 +77,7 @@ pub struct TrainOptions {
     pub final_elbo: bool,
     /// Rank `eval_split` every this many epochs (0: never).
     pub eval_every: u64,
-    pub eval_split: String,
+    pub eval_split: Split,
     /// Which checkpoints stay on disk.
     pub keep_checkpoints: Retention,
     /// ARD of the kernel's inputs.
@@ -140,7 +140,7 @@ impl Default for TrainOptions {
             shuffle_chunks: 2,
             final_elbo: true,
             eval_every: 0,
-            eval_split: "test".into(),
+            eval_split: Split::Test,
             keep_checkpoints: Retention::DEFAULT,
             ard: ArdChoice::None,
             release_hyper_after: None,
@@ -208,7 +208,7 @@ impl TrainOptions {
         };
         check_task(&config, name, &dataset)?;
         check_limits(&config)?;
-        let train_rows = dataset.split("train").map_or(0, |s| s.n_rows);
+        let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
         check_inducing_count(&config, (svd_run, a_rows), train_rows)?;
         check_q_form(&config, rank)?;
         Ok(config)
@@ -287,7 +287,7 @@ impl TrainOptions {
             keep_checkpoints: self.keep_checkpoints,
             prefetch: self.prefetch,
             eval_every: self.eval_every,
-            eval_split: self.eval_split.clone(),
+            eval_split: self.eval_split,
             final_elbo: self.final_elbo,
         }
     }

@@ -78,7 +78,7 @@ fn changeable_values(cfg: &TrainConfig, st: &Steering) -> [(String, String); 9] 
         (flag("keep_checkpoints"), st.keep_checkpoints.to_string()),
         (flag("prefetch"), st.prefetch.to_string()),
         (flag("eval_every"), st.eval_every.to_string()),
-        (flag("eval_split"), st.eval_split.clone()),
+        (flag("eval_split"), st.eval_split.to_string()),
         (flag("no_final_elbo"), (!st.final_elbo).to_string()),
     ]
 }
@@ -171,7 +171,7 @@ fn apply(name: &str, opts: &TrainOptions, cfg: &mut TrainConfig, st: &mut Steeri
         "keep_checkpoints" => st.keep_checkpoints = opts.keep_checkpoints,
         "prefetch" => st.prefetch = opts.prefetch,
         "eval_every" => st.eval_every = opts.eval_every,
-        "eval_split" => st.eval_split = opts.eval_split.clone(),
+        "eval_split" => st.eval_split = opts.eval_split,
         "no_final_elbo" => st.final_elbo = opts.final_elbo,
         _ => unreachable!("{name} is not in CHANGEABLE"),
     }

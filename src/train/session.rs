@@ -225,7 +225,7 @@ fn drive(
     )?;
     let held_out = match steering.eval_every {
         0 => None,
-        every => Some(HeldOut::open(ws, setup, every, &steering.eval_split)?),
+        every => Some(HeldOut::open(ws, setup, every, steering.eval_split)?),
     };
     let loop_opts = LoopOptions {
         final_elbo: steering.final_elbo,

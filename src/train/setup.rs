@@ -22,7 +22,7 @@ use crate::model::params::Params;
 use crate::model::variational::GP_CHUNK;
 use crate::projection::{basis_gram, identity_gram};
 use crate::stage::StageRun;
-use crate::store::catalog::{DatasetRow, StageKind};
+use crate::store::catalog::{DatasetRow, Split, StageKind};
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::chunks::{label_counts, read_registered_chunk};
 use crate::store::integrity::Registered;
@@ -69,7 +69,7 @@ pub struct Setup {
 
 /// Training chunk files of a dataset with their row counts, in chunk order.
 fn train_spans(ws: &Workspace, d: &DatasetRow) -> Result<Vec<batches::ChunkSpan>> {
-    let files = ws.split_chunks(d, "train")?;
+    let files = ws.split_chunks(d, Split::Train)?;
     let rows = files.iter().map(|f| f.1).sum();
     let spans = spans_from_rows(files);
     check_spans(&spans, rows)?;
@@ -113,7 +113,7 @@ impl Setup {
         };
         TrainMemory::of(&config, sizes).check(&config, available_memory_bytes()?)?;
         let spans = train_spans(ws, &dataset)?;
-        let train_rows = dataset.split("train").map_or(0, |s| s.n_rows);
+        let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
         ensure!(
             source.n_rows as u64 == train_rows,
             "kxx.npy of svd run {} holds {} rows, the train split {train_rows}",

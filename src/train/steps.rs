@@ -29,7 +29,7 @@ use crate::model::params::{Block, Params};
 use crate::model::scratch::Scratch;
 use crate::model::terms::{terms_sampled, Term, TermSet};
 use crate::stage::StageRun;
-use crate::store::catalog::MetricRow;
+use crate::store::catalog::{MetricRow, Split};
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
 use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, Task, TrainConfig};
@@ -520,7 +520,7 @@ impl Trainer<'_> {
             None => h.evaluate_binary(setup, params),
         })?;
         let row = |name: &str, value: f64| MetricRow {
-            split: Some(h.split.clone()),
+            split: Some(h.split),
             ..metric(name, value, Some(epoch_no))
         };
         self.ws
@@ -558,7 +558,7 @@ impl Trainer<'_> {
         let m = self.pool.install(|| h.evaluate(setup, params))?;
         self.ws
             .catalog
-            .record_metrics(run.id, &metric_rows(&m, Some(epoch_no), &h.split))?;
+            .record_metrics(run.id, &metric_rows(&m, Some(epoch_no), Some(h.split)))?;
         self.log(&format!(
             "epoch {epoch_no}: '{}' P@1 {:.2} P@3 {:.2} P@5 {:.2} PSP@5 {:.2} ({:.1} s)",
             h.split,
@@ -628,7 +628,7 @@ impl Trainer<'_> {
                 name: "elbo_exact".into(),
                 value,
                 step: Some(step as i64),
-                split: Some("train".into()),
+                split: Some(Split::Train),
             });
             Some(value)
         } else {

@@ -8,6 +8,7 @@ use fsgp::metrics::evaluation::Evaluation;
 use fsgp::metrics::multiclass::MulticlassAccumulator;
 use fsgp::metrics::nlp::{NlpAccumulator, NLP_FLOOR};
 use fsgp::metrics::{evaluate, LabellessRows};
+use fsgp::store::catalog::Split;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -90,7 +91,7 @@ fn auc_of_one_class_is_undefined() {
     let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
     assert!(json["auc"].is_null(), "{json}");
     let names: Vec<String> = e
-        .metric_rows(None, "test")
+        .metric_rows(None, Some(Split::Test))
         .into_iter()
         .map(|r| r.name)
         .collect();
@@ -244,7 +245,7 @@ fn multiclass_hand_worked() {
     assert_eq!(m.calibration.reliability[7].count, 2);
     let e = Evaluation::Multiclass(m);
     let names: Vec<String> = e
-        .metric_rows(None, "test")
+        .metric_rows(None, Some(Split::Test))
         .into_iter()
         .map(|r| r.name)
         .collect();

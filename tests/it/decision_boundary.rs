@@ -11,6 +11,7 @@ use common::toy::{catalog, newest_run};
 use common::*;
 use fsgp::report::boundary::{probabilities_at, STEM};
 use fsgp::store::chunks::read_registered_chunk;
+use fsgp::store::catalog::Split;
 use fsgp::store::predictions::PredictionReader;
 use fsgp::store::workspace::Workspace;
 use rand::{Rng, SeedableRng};
@@ -132,7 +133,7 @@ fn training_points(ws: &Path) -> Vec<f32> {
     let w = Workspace::open(ws).unwrap();
     let d = w.catalog.dataset("disc").unwrap().unwrap();
     let mut points = Vec::new();
-    for (file, _) in w.split_chunks(&d, "train").unwrap() {
+    for (file, _) in w.split_chunks(&d, Split::Train).unwrap() {
         let chunk = read_registered_chunk(&file).unwrap();
         for r in 0..chunk.len() {
             let mut x = [0.0f32; 2];

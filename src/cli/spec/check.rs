@@ -12,7 +12,7 @@ use clap::{CommandFactory, Parser};
 use super::{linked_options, spec_only_keys, Spec, STAGES};
 use crate::cli::args::{Cli, Command};
 use crate::error::{closest, InvalidOptions};
-use crate::ingest::validation::VALIDATION;
+use crate::store::catalog::Split;
 use crate::synth::SynthConfig;
 
 /// Stand-ins for the linked options while the spec is checked, before any stage has run.
@@ -83,9 +83,10 @@ impl Spec {
             return problems;
         }
         for (stage, option) in [("train", "eval_split"), ("predict", "split")] {
-            if key(stage, option).and_then(|v| v.as_str()) == Some(VALIDATION) {
+            let validation = Split::Validation.name();
+            if key(stage, option).and_then(|v| v.as_str()) == Some(validation) {
                 problems.push(format!(
-                    "[{stage}] {option} = \"{VALIDATION}\": the dataset has no validation \
+                    "[{stage}] {option} = \"{validation}\": the dataset has no validation \
                      split; carve one from the training rows with [ingest] \
                      validation_fraction = 0.2 (and optionally validation_seed)"
                 ));

@@ -10,6 +10,7 @@ use crate::ingest::header::{read_header, to_u32};
 use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream};
 use crate::ingest::source::LineSource;
 use crate::ingest::stream::RowInput;
+use crate::store::catalog::Split;
 
 /// A (features, labels) file pair.
 pub type BowPair = (PathBuf, PathBuf);
@@ -40,7 +41,7 @@ impl InputLayout for Bow {
     /// Reads all headers; the test pair must agree with the train pair on D and L.
     fn open(&self, _lenient: bool) -> Result<OpenedInput> {
         let (tf, tl, tn, d, l) = open_pair(&self.train)?;
-        let mut streams = vec![pair_stream("train", tf, tl, tn)];
+        let mut streams = vec![pair_stream(Split::Train, tf, tl, tn)];
         if let Some(pair) = &self.test {
             let (f, lab, n, d2, l2) = open_pair(pair)?;
             if (d2, l2) != (d, l) {
@@ -54,7 +55,7 @@ impl InputLayout for Bow {
                     )
                 ));
             }
-            streams.push(pair_stream("test", f, lab, n));
+            streams.push(pair_stream(Split::Test, f, lab, n));
         }
         Ok(OpenedInput {
             n_features: d,
@@ -94,12 +95,12 @@ fn open_pair(pair: &BowPair) -> Result<(LineSource, LineSource, u64, u32, u32)> 
 
 /// The pair as split `split`; rows are located in the feature file.
 fn pair_stream(
-    split: &'static str,
+    split: Split,
     features: LineSource,
     labels: LineSource,
     declared: u64,
 ) -> RowStream {
-    let roles = if split == "train" {
+    let roles = if split == Split::Train {
         vec!["train-features", "train-labels"]
     } else {
         vec!["test-features", "test-labels"]

@@ -10,6 +10,7 @@ use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream, UNDECLARE
 use crate::ingest::parse::LineSyntax;
 use crate::ingest::source::LineSource;
 use crate::ingest::stream::RowInput;
+use crate::store::catalog::Split;
 
 #[derive(Debug, Clone)]
 pub struct Libsvm {
@@ -23,8 +24,9 @@ impl InputLayout for Libsvm {
     }
 
     fn sources(&self) -> Vec<(&'static str, PathBuf)> {
-        let mut v = vec![("train", self.train.clone())];
-        v.extend(self.test.clone().map(|t| ("test", t)));
+        // A file holding a whole split has the split's name as its role.
+        let mut v = vec![(Split::Train.name(), self.train.clone())];
+        v.extend(self.test.clone().map(|t| (Split::Test.name(), t)));
         v
     }
 
@@ -34,9 +36,9 @@ impl InputLayout for Libsvm {
 
     /// Opens the files; there is no header to read or cross-check.
     fn open(&self, _lenient: bool) -> Result<OpenedInput> {
-        let mut streams = vec![split_stream("train", LineSource::open(&self.train)?)];
+        let mut streams = vec![split_stream(Split::Train, LineSource::open(&self.train)?)];
         if let Some(path) = &self.test {
-            streams.push(split_stream("test", LineSource::open(path)?));
+            streams.push(split_stream(Split::Test, LineSource::open(path)?));
         }
         Ok(OpenedInput {
             n_features: UNDECLARED,
@@ -48,7 +50,7 @@ impl InputLayout for Libsvm {
 }
 
 /// The whole file `source` as split `split`; its rows start at line 1.
-fn split_stream(split: &'static str, source: LineSource) -> RowStream {
+fn split_stream(split: Split, source: LineSource) -> RowStream {
     RowStream {
         path: source.path().to_path_buf(),
         input: RowInput::Lines {
@@ -57,7 +59,7 @@ fn split_stream(split: &'static str, source: LineSource) -> RowStream {
         },
         declared_rows: None,
         first_data_line: 1,
-        roles: vec![split],
+        roles: vec![split.name()],
         route: Route::Whole(split),
     }
 }

@@ -11,6 +11,7 @@ use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream};
 use crate::ingest::parse::LineSyntax;
 use crate::ingest::source::LineSource;
 use crate::ingest::stream::RowInput;
+use crate::store::catalog::Split;
 
 #[derive(Debug, Clone)]
 pub struct XcSingle {
@@ -24,8 +25,9 @@ impl InputLayout for XcSingle {
     }
 
     fn sources(&self) -> Vec<(&'static str, PathBuf)> {
-        let mut v = vec![("train", self.train.clone())];
-        v.extend(self.test.clone().map(|t| ("test", t)));
+        // A file holding a whole split has the split's name as its role.
+        let mut v = vec![(Split::Train.name(), self.train.clone())];
+        v.extend(self.test.clone().map(|t| (Split::Test.name(), t)));
         v
     }
 
@@ -37,7 +39,7 @@ impl InputLayout for XcSingle {
             to_u32(header[1], "D", &self.train)?,
             to_u32(header[2], "L", &self.train)?,
         );
-        let mut streams = vec![split_stream("train", train_src, header[0])];
+        let mut streams = vec![split_stream(Split::Train, train_src, header[0])];
         if let Some(path) = &self.test {
             let mut src = LineSource::open(path)?;
             let h = read_header(&mut src, &["N", "D", "L"])?;
@@ -55,7 +57,7 @@ impl InputLayout for XcSingle {
                     )
                 ));
             }
-            streams.push(split_stream("test", src, h[0]));
+            streams.push(split_stream(Split::Test, src, h[0]));
         }
         Ok(OpenedInput {
             n_features: d,
@@ -67,7 +69,7 @@ impl InputLayout for XcSingle {
 }
 
 /// The whole file `source` (with `declared` rows) as split `split`.
-fn split_stream(split: &'static str, source: LineSource, declared: u64) -> RowStream {
+fn split_stream(split: Split, source: LineSource, declared: u64) -> RowStream {
     RowStream {
         path: source.path().to_path_buf(),
         input: RowInput::Lines {
@@ -76,7 +78,7 @@ fn split_stream(split: &'static str, source: LineSource, declared: u64) -> RowSt
         },
         declared_rows: Some(declared),
         first_data_line: 2,
-        roles: vec![split],
+        roles: vec![split.name()],
         route: Route::Whole(split),
     }
 }

@@ -12,6 +12,7 @@ use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream};
 use crate::ingest::parse::{parse_u64, LineSyntax};
 use crate::ingest::source::{LineSource, SourceInfo};
 use crate::ingest::stream::RowInput;
+use crate::store::catalog::Split;
 
 #[derive(Debug, Clone)]
 pub struct XcSplit {
@@ -59,13 +60,13 @@ impl InputLayout for XcSplit {
             "train-split",
             read_split_file(&self.train_split, self.column, lenient, TRAIN, &mut assign)?,
         )];
-        let mut splits = vec!["train"];
+        let mut splits = vec![Split::Train];
         if let Some(ts) = &self.test_split {
             read_sources.push((
                 "test-split",
                 read_split_file(ts, self.column, lenient, TEST, &mut assign)?,
             ));
-            splits.push("test");
+            splits.push(Split::Test);
         }
         let stream = RowStream {
             path: self.data.clone(),
