@@ -964,7 +964,9 @@ fn seeds_markdown(ws: &Workspace, train: &RunRow) -> Result<String> {
         let mut newest: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
         for link in ws.catalog.evaluations_of_train_run(run.id)? {
             let key = (link.checkpoint_step.unwrap_or(0), link.evaluate_run);
-            let slot = newest.entry(link.split.map_or("", Split::name)).or_insert(key);
+            let slot = newest
+                .entry(link.split.map_or("", Split::name))
+                .or_insert(key);
             *slot = (*slot).max(key);
         }
         for (split, (_, eval_run)) in newest {

@@ -39,34 +39,92 @@ mod check;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use std::fmt;
+
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
 use super::args::{Cli, Command, RunArgs, SynthArgs};
 use crate::metrics::evaluation::Evaluation;
 use crate::report::SeedSummary;
-use crate::store::catalog::MetricRow;
+use crate::store::catalog::{MetricRow, StageKind};
 use crate::store::workspace::Workspace;
 
-/// The stages a spec may hold, in execution order.
-const STAGES: [&str; 6] = ["synth", "ingest", "svd", "train", "predict", "evaluate"];
+/// A stage a spec may hold (its table, its subcommand). Synth is a stage of specs only: the
+/// catalog records no synth run, so it is no [`StageKind`] (whose variants each have runs,
+/// an output directory and a row in `status`); the others are the recorded stages, named as
+/// the catalog names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecStage {
+    Synth,
+    Ingest,
+    Svd,
+    Train,
+    Predict,
+    Evaluate,
+}
+
+impl SpecStage {
+    /// Every stage, in execution order.
+    pub const ALL: [SpecStage; 6] = [
+        SpecStage::Synth,
+        SpecStage::Ingest,
+        SpecStage::Svd,
+        SpecStage::Train,
+        SpecStage::Predict,
+        SpecStage::Evaluate,
+    ];
+
+    /// The stage the catalog records, for all but synth.
+    pub fn kind(self) -> Option<StageKind> {
+        match self {
+            SpecStage::Synth => None,
+            SpecStage::Ingest => Some(StageKind::Ingest),
+            SpecStage::Svd => Some(StageKind::Svd),
+            SpecStage::Train => Some(StageKind::Train),
+            SpecStage::Predict => Some(StageKind::Predict),
+            SpecStage::Evaluate => Some(StageKind::Evaluate),
+        }
+    }
+
+    /// The name of its table and of its subcommand.
+    pub fn name(self) -> &'static str {
+        self.kind().map_or("synth", StageKind::as_str)
+    }
+
+    /// The stage whose table is named `table`.
+    fn of(table: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == table)
+    }
+
+    /// Whether a spec must hold its table (synth and evaluate are optional).
+    fn required(self) -> bool {
+        !matches!(self, SpecStage::Synth | SpecStage::Evaluate)
+    }
+}
+
+impl fmt::Display for SpecStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
 
 /// Options the runner supplies itself, per stage.
-fn linked_options(stage: &str) -> &'static [&'static str] {
+fn linked_options(stage: SpecStage) -> &'static [&'static str] {
     match stage {
-        "svd" => &["dataset"],
-        "train" => &["dataset", "svd", "resume"],
-        "predict" => &["run"],
-        "evaluate" => &["run", "predictions", "json"],
-        _ => &[],
+        SpecStage::Svd => &["dataset"],
+        SpecStage::Train => &["dataset", "svd", "resume"],
+        SpecStage::Predict => &["run"],
+        SpecStage::Evaluate => &["run", "predictions", "json"],
+        SpecStage::Synth | SpecStage::Ingest => &[],
     }
 }
 
 /// Options holding file paths, resolved against the spec's directory.
-fn path_options(stage: &str) -> &'static [&'static str] {
+fn path_options(stage: SpecStage) -> &'static [&'static str] {
     match stage {
-        "synth" => &["out"],
-        "ingest" => &[
+        SpecStage::Synth => &["out"],
+        SpecStage::Ingest => &[
             "train",
             "test",
             "data",
@@ -77,7 +135,7 @@ fn path_options(stage: &str) -> &'static [&'static str] {
             "test_features",
             "test_labels",
         ],
-        _ => &[],
+        SpecStage::Svd | SpecStage::Train | SpecStage::Predict | SpecStage::Evaluate => &[],
     }
 }
 
@@ -118,20 +176,20 @@ impl Spec {
 
     /// The command line `pipeline STAGE --flag value ...` for one stage, with `linked`
     /// (flag, value) pairs appended by the runner.
-    pub fn argv(&self, stage: &str, linked: &[(&str, String)]) -> Result<Vec<String>> {
+    pub fn argv(&self, stage: SpecStage, linked: &[(&str, String)]) -> Result<Vec<String>> {
         self.argv_of(stage, &|_| true, linked)
     }
 
     /// [`Spec::argv`] of the keys of the stage's table that `keep` selects.
     fn argv_of(
         &self,
-        stage: &str,
+        stage: SpecStage,
         keep: &dyn Fn(&str) -> bool,
         linked: &[(&str, String)],
     ) -> Result<Vec<String>> {
         let mut argv = vec!["pipeline".to_string(), stage.to_string()];
         let empty = toml::Table::new();
-        let table = match self.tables.get(stage) {
+        let table = match self.tables.get(stage.name()) {
             Some(t) => t.as_table().expect("checked in read"),
             None => &empty,
         };
@@ -179,7 +237,7 @@ impl Spec {
     }
 
     /// Parses one stage's options with the command-line parser.
-    pub fn command(&self, stage: &str, linked: &[(&str, String)]) -> Result<Command> {
+    pub fn command(&self, stage: SpecStage, linked: &[(&str, String)]) -> Result<Command> {
         let argv = self.argv(stage, linked)?;
         let cli = Cli::try_parse_from(&argv).map_err(|e| {
             anyhow::anyhow!(
@@ -191,14 +249,18 @@ impl Spec {
         Ok(cli.command)
     }
 
-    pub fn has(&self, stage: &str) -> bool {
-        self.tables.contains_key(stage)
+    pub fn has(&self, stage: SpecStage) -> bool {
+        self.tables.contains_key(stage.name())
     }
 
     /// `[train] seeds`, when the spec sweeps seeds (checked in [`Spec::read`]: a non-empty
     /// array of distinct non-negative integers).
     pub fn seeds(&self) -> Option<Vec<u64>> {
-        let seeds = self.tables.get("train")?.get("seeds")?.as_array()?;
+        let seeds = self
+            .tables
+            .get(SpecStage::Train.name())?
+            .get(SEEDS)?
+            .as_array()?;
         Some(
             seeds
                 .iter()
@@ -219,11 +281,13 @@ fn push_option(argv: &mut Vec<String>, flag: String, value: String) {
     }
 }
 
+/// `[train] seeds = [0, 1, 2]`: train → predict → evaluate once per seed (`--seed S`).
+const SEEDS: &str = "seeds";
+
 /// Keys of a spec that are not flags of their stage but tell the runner what to do.
-fn spec_only_keys(stage: &str) -> &'static [&'static str] {
+fn spec_only_keys(stage: SpecStage) -> &'static [&'static str] {
     match stage {
-        // `seeds = [0, 1, 2]`: train → predict → evaluate once per seed (`--seed S`).
-        "train" => &["seeds"],
+        SpecStage::Train => &[SEEDS],
         _ => &[],
     }
 }
@@ -266,17 +330,17 @@ impl Runner<'_> {
     /// Synth (when the spec has it) and ingest; returns the dataset's name.
     fn ingest(&mut self) -> Result<String> {
         let spec = self.spec;
-        if spec.has("synth") {
-            let Command::Synth(synth) = spec.command("synth", &[])? else {
+        if spec.has(SpecStage::Synth) {
+            let Command::Synth(synth) = spec.command(SpecStage::Synth, &[])? else {
                 unreachable!()
             };
-            self.timed("synth".into(), &mut || synth_once(&synth))?;
+            self.timed(SpecStage::Synth.to_string(), &mut || synth_once(&synth))?;
         }
-        let Command::Ingest(ingest) = spec.command("ingest", &[])? else {
+        let Command::Ingest(ingest) = spec.command(SpecStage::Ingest, &[])? else {
             unreachable!()
         };
         let ws = self.ws;
-        self.timed("ingest".into(), &mut || {
+        self.timed(SpecStage::Ingest.to_string(), &mut || {
             let out = crate::ingest::run(ws, &ingest.config()?)?;
             Ok((out.run_id, !out.ingested))
         })?;
@@ -285,11 +349,14 @@ impl Runner<'_> {
 
     /// The svd of the dataset; returns its run id.
     fn svd(&mut self, dataset: &str) -> Result<i64> {
-        let Command::Svd(svd) = self.spec.command("svd", &[("dataset", dataset.into())])? else {
+        let Command::Svd(svd) = self
+            .spec
+            .command(SpecStage::Svd, &[("dataset", dataset.into())])?
+        else {
             unreachable!()
         };
         let (ws, mut svd_run) = (self.ws, 0);
-        self.timed("svd".into(), &mut || {
+        self.timed(SpecStage::Svd.to_string(), &mut || {
             let out = crate::svd::run(ws, &svd.options())?;
             svd_run = out.run_id;
             Ok((Some(out.run_id), !out.computed))
@@ -306,34 +373,34 @@ impl Runner<'_> {
         ];
         linked.extend(seed.map(|s| ("seed", s.to_string())));
         let tag = seed.map_or(String::new(), |s| format!(" (seed {s})"));
-        let Command::Train(train) = spec.command("train", &linked)? else {
+        let Command::Train(train) = spec.command(SpecStage::Train, &linked)? else {
             unreachable!()
         };
         let ws = self.ws;
         let mut train_run = 0;
-        self.timed(format!("train{tag}"), &mut || {
+        self.timed(format!("{}{tag}", SpecStage::Train), &mut || {
             let out = crate::train::run(ws, &train.options())?;
             train_run = out.run_id;
             Ok((Some(out.run_id), !out.computed))
         })?;
         let Command::Predict(predict) =
-            spec.command("predict", &[("run", train_run.to_string())])?
+            spec.command(SpecStage::Predict, &[("run", train_run.to_string())])?
         else {
             unreachable!()
         };
         let mut predictions = String::new();
-        self.timed(format!("predict{tag}"), &mut || {
+        self.timed(format!("{}{tag}", SpecStage::Predict), &mut || {
             let out = crate::predict::run(ws, &predict.options())?;
             predictions = out.value.path.clone();
             Ok((Some(out.run_id), !out.computed))
         })?;
         let Command::Evaluate(evaluate) =
-            spec.command("evaluate", &[("predictions", predictions.clone())])?
+            spec.command(SpecStage::Evaluate, &[("predictions", predictions.clone())])?
         else {
             unreachable!()
         };
         let mut done = None;
-        self.timed(format!("evaluate{tag}"), &mut || {
+        self.timed(format!("{}{tag}", SpecStage::Evaluate), &mut || {
             let out = crate::evaluate::run(ws, &evaluate.options(predictions.clone()))?;
             done = Some((out.run_id, out.value));
             Ok((Some(out.run_id), !out.computed))
@@ -480,11 +547,13 @@ mod tests {
     fn options_become_flags_and_paths_resolve_against_the_spec() {
         let s = spec(MINIMAL).unwrap();
         let base = s.path.parent().unwrap().to_path_buf();
-        let argv = s.argv("ingest", &[]).unwrap();
+        let argv = s.argv(SpecStage::Ingest, &[]).unwrap();
         assert_eq!(argv[..4], ["pipeline", "ingest", "--name", "d"]);
         assert_eq!(argv[4], "--train");
         assert_eq!(PathBuf::from(&argv[5]), base.join("a/train.txt"));
-        let argv = s.argv("train", &[("dataset", "d".into())]).unwrap();
+        let argv = s
+            .argv(SpecStage::Train, &[("dataset", "d".into())])
+            .unwrap();
         assert_eq!(
             argv,
             [
@@ -499,10 +568,34 @@ mod tests {
                 "d"
             ]
         );
-        let Command::Predict(p) = s.command("predict", &[("run", "9".into())]).unwrap() else {
+        let Command::Predict(p) = s
+            .command(SpecStage::Predict, &[("run", "9".into())])
+            .unwrap()
+        else {
             panic!("not predict")
         };
         assert_eq!((p.run, p.top_k), (9, 7));
+    }
+
+    #[test]
+    fn every_spec_stage_is_a_subcommand_and_a_recorded_one_has_the_catalog_s_name() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for stage in SpecStage::ALL {
+            assert!(cli.find_subcommand(stage.name()).is_some(), "{stage}");
+            assert_eq!(SpecStage::of(stage.name()), Some(stage));
+            if let Some(kind) = stage.kind() {
+                assert_eq!(stage.name(), kind.as_str());
+            }
+        }
+        for &kind in StageKind::ALL {
+            assert!(
+                SpecStage::ALL.iter().any(|s| s.kind() == Some(kind)),
+                "{kind}"
+            );
+        }
+        assert_eq!(SpecStage::Synth.kind(), None);
+        assert_eq!(SpecStage::of("trian"), None);
     }
 
     #[test]
@@ -650,7 +743,7 @@ mod tests {
         // A step-size schedule: a list as an array, one epoch as an integer; not a string.
         for keys in ["lr_decay_at = [1, 2]\nlr_decay = 0.5", "lr_decay_at = 2"] {
             let s = spec(&MINIMAL.replace("lr = 0.5", &format!("lr = 0.5\n{keys}"))).unwrap();
-            let argv = s.argv("train", &[]).unwrap();
+            let argv = s.argv(SpecStage::Train, &[]).unwrap();
             assert!(
                 argv.iter().any(|a| a.starts_with("--lr-decay-at")),
                 "{argv:?}"
@@ -679,7 +772,7 @@ mod tests {
         assert_eq!(s.seeds(), Some(vec![0, 1, 2]));
         // Not a flag of train: the runner links `--seed S` per seed instead.
         assert!(!s
-            .argv("train", &[])
+            .argv(SpecStage::Train, &[])
             .unwrap()
             .iter()
             .any(|a| a.contains("seeds")));
@@ -689,7 +782,7 @@ mod tests {
             "train = \"a/train.txt\"\nvalidation_fraction = 0.2\nvalidation_seed = 4",
         );
         let s = spec(&carved.replace("top_k = 7", "top_k = 7\nsplit = 'validation'")).unwrap();
-        let argv = s.argv("ingest", &[]).unwrap();
+        let argv = s.argv(SpecStage::Ingest, &[]).unwrap();
         assert!(argv.ends_with(&[
             "--validation-fraction".into(),
             "0.2".into(),

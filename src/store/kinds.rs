@@ -251,7 +251,10 @@ mod tests {
         assert_eq!(Split::NAMES, ["train", "validation", "test"]);
         assert!(Split::Train < Split::Validation && Split::Validation < Split::Test);
         let e = "tset".parse::<Split>().unwrap_err();
-        assert!(e.contains("'tset'") && e.contains("train, validation, test"), "{e}");
+        assert!(
+            e.contains("'tset'") && e.contains("train, validation, test"),
+            "{e}"
+        );
         let e = "svdd".parse::<StageKind>().unwrap_err();
         assert!(e.contains("expected one of: ingest, svd"), "{e}");
     }

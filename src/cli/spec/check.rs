@@ -9,20 +9,20 @@ use anyhow::Result;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser};
 
-use super::{linked_options, spec_only_keys, Spec, STAGES};
+use super::{linked_options, spec_only_keys, Spec, SpecStage, SEEDS};
 use crate::cli::args::{Cli, Command};
 use crate::error::{closest, InvalidOptions};
 use crate::store::catalog::Split;
 use crate::synth::SynthConfig;
 
 /// Stand-ins for the linked options while the spec is checked, before any stage has run.
-fn placeholder_links(stage: &str) -> Vec<(&'static str, String)> {
+fn placeholder_links(stage: SpecStage) -> Vec<(&'static str, String)> {
     match stage {
-        "svd" => vec![("dataset", "spec-check".into())],
-        "train" => vec![("dataset", "spec-check".into()), ("svd", "0".into())],
-        "predict" => vec![("run", "0".into())],
-        "evaluate" => vec![("predictions", "spec-check".into())],
-        _ => Vec::new(),
+        SpecStage::Svd => vec![("dataset", "spec-check".into())],
+        SpecStage::Train => vec![("dataset", "spec-check".into()), ("svd", "0".into())],
+        SpecStage::Predict => vec![("run", "0".into())],
+        SpecStage::Evaluate => vec![("predictions", "spec-check".into())],
+        SpecStage::Synth | SpecStage::Ingest => Vec::new(),
     }
 }
 
@@ -41,25 +41,26 @@ impl Spec {
     /// Every problem of the spec, each prefixed by its table.
     pub(super) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        let names = SpecStage::ALL.map(SpecStage::name);
         for (key, value) in &self.tables {
-            if !STAGES.contains(&key.as_str()) {
+            if SpecStage::of(key).is_none() {
                 let hint =
-                    closest(key, STAGES).map_or(String::new(), |t| format!("did you mean [{t}]? "));
+                    closest(key, names).map_or(String::new(), |t| format!("did you mean [{t}]? "));
                 problems.push(format!(
                     "unknown table [{key}] ({hint}expected some of: {})",
-                    STAGES.join(", ")
+                    names.join(", ")
                 ));
             } else if !value.is_table() {
                 problems.push(format!("`{key}` must be a table ([{key}])"));
             }
         }
-        for required in ["ingest", "svd", "train", "predict"] {
-            if !self.tables.contains_key(required) {
+        for required in SpecStage::ALL.into_iter().filter(|s| s.required()) {
+            if !self.has(required) {
                 problems.push(format!("missing table [{required}]"));
             }
         }
-        for stage in STAGES {
-            if let Some(toml::Value::Table(table)) = self.tables.get(stage) {
+        for stage in SpecStage::ALL {
+            if let Some(toml::Value::Table(table)) = self.tables.get(stage.name()) {
                 problems.extend(self.stage_problems(stage, table));
             }
         }
@@ -70,19 +71,23 @@ impl Spec {
     /// What the tables' keys say together: `seeds` with `seed`, and the validation split
     /// asked of a dataset whose ingest does not carve one.
     fn cross_table_problems(&self) -> Vec<String> {
-        let key = |stage: &str, key: &str| self.tables.get(stage).and_then(|t| t.get(key));
+        let key =
+            |stage: SpecStage, key: &str| self.tables.get(stage.name()).and_then(|t| t.get(key));
         let mut problems = Vec::new();
-        if key("train", "seeds").is_some() && key("train", "seed").is_some() {
+        if key(SpecStage::Train, SEEDS).is_some() && key(SpecStage::Train, "seed").is_some() {
             problems.push(
                 "[train] seeds and seed: give one (seeds = [0, 1, 2] runs train → predict → \
                  evaluate once per seed)"
                     .into(),
             );
         }
-        if key("ingest", "validation_fraction").is_some() {
+        if key(SpecStage::Ingest, "validation_fraction").is_some() {
             return problems;
         }
-        for (stage, option) in [("train", "eval_split"), ("predict", "split")] {
+        for (stage, option) in [
+            (SpecStage::Train, "eval_split"),
+            (SpecStage::Predict, "split"),
+        ] {
             let validation = Split::Validation.name();
             if key(stage, option).and_then(|v| v.as_str()) == Some(validation) {
                 problems.push(format!(
@@ -97,7 +102,7 @@ impl Spec {
 
     /// The problems of one stage's table: its keys one by one, then what the command-line
     /// parser finds in them together, then the ranges the stage's options check.
-    fn stage_problems(&self, stage: &str, table: &toml::Table) -> Vec<String> {
+    fn stage_problems(&self, stage: SpecStage, table: &toml::Table) -> Vec<String> {
         let command = stage_command(stage);
         let mut problems = Vec::new();
         let mut parsed_keys = Vec::new();
@@ -118,7 +123,11 @@ impl Spec {
     /// Parses `keys` of a stage's table with placeholder links. The parser stops at its
     /// first error, so the key it names is set aside and the rest parsed again, until they
     /// parse or the error names no key of the table.
-    fn parse_keys(&self, stage: &str, mut keys: Vec<String>) -> (Option<Command>, Vec<String>) {
+    fn parse_keys(
+        &self,
+        stage: SpecStage,
+        mut keys: Vec<String>,
+    ) -> (Option<Command>, Vec<String>) {
         let links = placeholder_links(stage);
         let mut problems = Vec::new();
         loop {
@@ -145,9 +154,9 @@ impl Spec {
 }
 
 /// The command-line grammar of one stage (a subcommand of `pipeline`).
-fn stage_command(stage: &str) -> clap::Command {
+fn stage_command(stage: SpecStage) -> clap::Command {
     Cli::command()
-        .find_subcommand(stage)
+        .find_subcommand(stage.name())
         .expect("every spec stage is a subcommand")
         .clone()
 }
@@ -161,7 +170,7 @@ fn option_arg<'c>(command: &'c clap::Command, key: &str) -> Option<&'c clap::Arg
 }
 
 /// The spec keys of a stage: its options' names with '_', without the linked ones.
-fn stage_keys(stage: &str) -> Vec<String> {
+fn stage_keys(stage: SpecStage) -> Vec<String> {
     stage_command(stage)
         .get_arguments()
         .filter_map(|a| a.get_long())
@@ -195,7 +204,7 @@ fn seeds_problem(key: &str, value: &toml::Value) -> Option<String> {
 /// What is wrong with one key of a stage's table on its own, if anything: set by the
 /// runner, unknown, or a value of the wrong type.
 fn key_problem(
-    stage: &str,
+    stage: SpecStage,
     command: &clap::Command,
     key: &str,
     value: &toml::Value,
@@ -229,7 +238,7 @@ fn key_problem(
 
 /// `unknown key 'k'`, with the closest valid key of the stage when one is close (or the
 /// option a well-known other name means), else the table the key belongs to if another.
-fn unknown_key(stage: &str, key: &str) -> String {
+fn unknown_key(stage: SpecStage, key: &str) -> String {
     let keys = stage_keys(stage);
     let mut spellings: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), k.as_str())).collect();
     spellings.extend(
@@ -245,9 +254,9 @@ fn unknown_key(stage: &str, key: &str) -> String {
         .and_then(|spelling| spellings.iter().find(|s| s.0 == spelling))
         .map(|s| format!(" (did you mean '{}'?)", s.1));
     let elsewhere = || {
-        STAGES
-            .iter()
-            .find(|&&other| other != stage && stage_keys(other).contains(&normalised))
+        SpecStage::ALL
+            .into_iter()
+            .find(|&other| other != stage && stage_keys(other).contains(&normalised))
             .map(|other| format!(" (it is an option of [{other}])"))
     };
     format!(
@@ -399,7 +408,7 @@ fn in_spec_terms(message: &str) -> String {
 
 /// The ranges a parsed stage's options check (the same `validate` the stage calls),
 /// each problem as `[stage] key problem`.
-fn range_problems(stage: &str, parsed: &Command) -> Vec<String> {
+fn range_problems(stage: SpecStage, parsed: &Command) -> Vec<String> {
     let checked: Result<()> = match parsed {
         Command::Synth(a) => SynthConfig::from_options(&a.options()).map(drop),
         Command::Ingest(a) => a.config().map(drop),

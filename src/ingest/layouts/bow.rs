@@ -94,12 +94,7 @@ fn open_pair(pair: &BowPair) -> Result<(LineSource, LineSource, u64, u32, u32)> 
 }
 
 /// The pair as split `split`; rows are located in the feature file.
-fn pair_stream(
-    split: Split,
-    features: LineSource,
-    labels: LineSource,
-    declared: u64,
-) -> RowStream {
+fn pair_stream(split: Split, features: LineSource, labels: LineSource, declared: u64) -> RowStream {
     let roles = if split == Split::Train {
         vec!["train-features", "train-labels"]
     } else {
