@@ -22,6 +22,7 @@ mod chart;
 
 use crate::metrics::calibration::Calibration;
 use crate::metrics::evaluation::Evaluation;
+use crate::metrics::names::{is_at_k, split_at_k, AtK, Figure};
 use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, Split, StageKind};
 use crate::store::workspace::Workspace;
 use chart::{draw_both, ChartArea, PALETTE};
@@ -42,9 +43,18 @@ const METRICS_CHART: &str = "metrics";
 const COVERAGE_CHART: &str = "coverage";
 
 /// The held-out measures the metrics chart draws, in legend order.
-const METRICS_CHART_SERIES: [&str; 7] = ["P@1", "P@3", "P@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@5"];
+const METRICS_CHART_SERIES: [(AtK, usize); 7] = [
+    (AtK::P, 1),
+    (AtK::P, 3),
+    (AtK::P, 5),
+    (AtK::Ndcg, 3),
+    (AtK::Ndcg, 5),
+    (AtK::Psp, 1),
+    (AtK::Psp, 5),
+];
 /// The measures the coverage chart draws.
-const COVERAGE_CHART_SERIES: [&str; 3] = ["coverage@1", "coverage@3", "coverage@5"];
+const COVERAGE_CHART_SERIES: [(AtK, usize); 3] =
+    [(AtK::Coverage, 1), (AtK::Coverage, 3), (AtK::Coverage, 5)];
 
 /// Width in pixels of the legend column right of the plotting area.
 const LEGEND_WIDTH: u32 = 150;
@@ -326,7 +336,7 @@ fn format_tick(v: f64) -> String {
 fn elbo_series(metrics: &[MetricRow]) -> Series {
     let mut pts: Vec<(f64, f64)> = metrics
         .iter()
-        .filter(|m| m.name == "epoch_elbo")
+        .filter(|m| m.name == Figure::EpochElbo.name())
         .filter_map(|m| Some((m.step? as f64, m.value)))
         .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -335,10 +345,11 @@ fn elbo_series(metrics: &[MetricRow]) -> Series {
 
 /// The held-out measures train recorded per epoch among `wanted`, in percent, in the order
 /// of `wanted` (measures never recorded are left out).
-fn metric_series(metrics: &[MetricRow], wanted: &[&str]) -> Vec<Series> {
+fn metric_series(metrics: &[MetricRow], wanted: &[(AtK, usize)]) -> Vec<Series> {
+    let wanted: Vec<String> = wanted.iter().map(|&(measure, k)| measure.at(k)).collect();
     let mut by_name: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
     for m in metrics {
-        if wanted.contains(&m.name.as_str()) {
+        if wanted.contains(&m.name) {
             if let Some(step) = m.step {
                 by_name
                     .entry(m.name.as_str())
@@ -350,7 +361,7 @@ fn metric_series(metrics: &[MetricRow], wanted: &[&str]) -> Vec<Series> {
     wanted
         .iter()
         .filter_map(|name| {
-            let mut pts = by_name.remove(name)?;
+            let mut pts = by_name.remove(name.as_str())?;
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             Some((name.to_string(), pts))
         })
@@ -360,7 +371,7 @@ fn metric_series(metrics: &[MetricRow], wanted: &[&str]) -> Vec<Series> {
 fn per_epoch_split(metrics: &[MetricRow]) -> String {
     metrics
         .iter()
-        .find(|m| m.name == "P@1")
+        .find(|m| m.name == AtK::P.at(1))
         .and_then(|m| m.split)
         .map_or_else(|| "held-out".into(), |s| s.to_string())
 }
@@ -426,18 +437,18 @@ fn summary_markdown(
     writeln!(md, "\n## Timings\n")?;
     let epoch_secs: Vec<f64> = metrics
         .iter()
-        .filter(|m| m.name == "epoch_seconds")
+        .filter(|m| m.name == Figure::EpochSeconds.name())
         .map(|m| m.value)
         .collect();
     let waits: f64 = metrics
         .iter()
-        .filter(|m| m.name == "epoch_queue_wait")
+        .filter(|m| m.name == Figure::EpochQueueWait.name())
         .map(|m| m.value)
         .sum();
     let total: f64 = epoch_secs.iter().sum();
     writeln!(md, "| measure | value |\n|---|---:|")?;
     writeln!(md, "| epochs recorded | {} |", epoch_secs.len())?;
-    if let Some(t) = value_of(metrics, "train_seconds") {
+    if let Some(t) = value_of(metrics, Figure::TrainSeconds.name()) {
         writeln!(md, "| training wall time | {t:.1} s |")?;
     }
     if !epoch_secs.is_empty() {
@@ -461,7 +472,7 @@ fn summary_markdown(
             first.1, first.0, last.1, last.0
         )?;
     }
-    if let Some(v) = value_of(metrics, "elbo_exact") {
+    if let Some(v) = value_of(metrics, Figure::ElboExact.name()) {
         writeln!(md, "Exact full-data bound at the end: {v:.6e}.")?;
     }
     writeln!(md, "\n![ELBO per epoch]({ELBO_CHART}.png)\n")?;
@@ -496,7 +507,7 @@ fn evaluations_markdown(
         writeln!(md, "No `pipeline evaluate` run of this model yet.")?;
     }
     for (eval_run, split, step, rows) in evaluations {
-        let ranking = value_of(&rows, "P@1").is_some();
+        let ranking = value_of(&rows, &AtK::P.at(1)).is_some();
         let unit = if ranking { ", in percent" } else { "" };
         writeln!(
             md,
@@ -564,11 +575,11 @@ fn ranking_markdown(md: &mut String, rows: &[MetricRow]) -> Result<()> {
          |---:|---:|---:|---:|---:|---:|"
     )?;
     for k in 1..=5 {
-        let get = |n: &str| value_of(rows, &format!("{n}@{k}")).map(|v| 100.0 * v);
+        let get = |measure: AtK| value_of(rows, &measure.at(k)).map(|v| 100.0 * v);
         if let (Some(p), Some(n), Some(ps), Some(psn)) =
-            (get("P"), get("nDCG"), get("PSP"), get("PSnDCG"))
+            (get(AtK::P), get(AtK::Ndcg), get(AtK::Psp), get(AtK::Psndcg))
         {
-            let cov = get("coverage").map_or("-".to_string(), |c| format!("{c:.2}"));
+            let cov = get(AtK::Coverage).map_or("-".to_string(), |c| format!("{c:.2}"));
             writeln!(md, "| {k} | {p:.2} | {n:.2} | {ps:.2} | {psn:.2} | {cov} |")?;
         }
     }
@@ -579,7 +590,7 @@ fn ranking_markdown(md: &mut String, rows: &[MetricRow]) -> Result<()> {
 /// The classification and calibration metrics among an evaluation's rows (names without
 /// `@k`), one table row each, in the order recorded; nothing when there are none.
 fn classification_markdown(md: &mut String, rows: &[MetricRow]) -> Result<()> {
-    let named: Vec<&MetricRow> = rows.iter().filter(|r| !r.name.contains('@')).collect();
+    let named: Vec<&MetricRow> = rows.iter().filter(|r| !is_at_k(&r.name)).collect();
     if named.is_empty() {
         return Ok(());
     }
@@ -833,7 +844,7 @@ impl SeedSummary {
 
     /// The metrics without `@k` (classification and calibration: `accuracy`, `nlp`, ...).
     fn ungridded(&self) -> impl Iterator<Item = &MetricOverSeeds> {
-        self.metrics.iter().filter(|m| !m.name.contains('@'))
+        self.metrics.iter().filter(|m| !is_at_k(&m.name))
     }
 
     /// The same grid as a Markdown table.
@@ -876,8 +887,8 @@ impl SeedSummary {
             .metrics
             .iter()
             .filter_map(|m| {
-                let (measure, k) = m.name.rsplit_once('@')?;
-                Some((measure, k.parse().ok().filter(|&k| k >= 1)?, m))
+                let (measure, k) = split_at_k(&m.name)?;
+                Some((measure, k, m))
             })
             .collect();
         let k_max = parsed.iter().map(|p| p.1).max().unwrap_or(0);
@@ -902,10 +913,9 @@ type GridLine<'a> = (&'a str, Vec<Option<&'a MetricOverSeeds>>);
 /// One evaluated run of a seed sweep: (seed, training run, evaluate run, metric rows).
 type SeedEvaluation = (u64, i64, i64, Vec<MetricRow>);
 
-/// Whether a metric is printed as it is rather than in percent: the mean negative log
-/// probability, the Brier score and the AUC.
+/// Whether a metric is printed as it is rather than in percent ([`Figure::unitless`]).
 fn unitless(name: &str) -> bool {
-    matches!(name, "nlp" | "brier" | "auc")
+    Figure::of(name).is_some_and(Figure::unitless)
 }
 
 /// A cell of an ungridded metric: `0.06900 ± 0.00120`, or `97.80 ± 0.05 %`.

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::args::StatusArgs;
+use crate::metrics::names::{AtK, Figure};
 use crate::store::catalog::{
     ArtifactKind, ClassMap, LabelKind, MetricRow, RunRow, RunStatus, Split, StageKind,
 };
@@ -277,9 +278,9 @@ impl Precision {
         Precision {
             source,
             evaluate_run: None,
-            p_at_1: value("P@1"),
-            p_at_3: value("P@3"),
-            p_at_5: value("P@5"),
+            p_at_1: value(&AtK::P.at(1)),
+            p_at_3: value(&AtK::P.at(3)),
+            p_at_5: value(&AtK::P.at(5)),
             split,
             checkpoint_step: None,
             epoch: None,
@@ -331,14 +332,14 @@ fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
     let metrics = ws.catalog.metrics(run.id)?;
     let last_epoch = metrics
         .iter()
-        .filter(|m| m.name == "epoch_elbo")
+        .filter(|m| m.name == Figure::EpochElbo.name())
         .filter_map(|m| Some((m.step?, m.value)))
         .max_by_key(|&(epoch, _)| epoch)
         .map(|(epoch, mean_elbo)| EpochElbo { epoch, mean_elbo });
     let final_elbo = metrics
         .iter()
         .rev()
-        .find(|m| m.name == "elbo_exact")
+        .find(|m| m.name == Figure::ElboExact.name())
         .map(|m| m.value);
     let rank = match config.inducing_inputs.in_features() {
         true => ws.catalog.dataset(&config.dataset)?.map(|d| d.n_features),
@@ -415,7 +416,7 @@ fn evaluations(ws: &Workspace, train_run: i64) -> Result<Vec<Precision>> {
 fn held_out(metrics: &[MetricRow]) -> Option<Precision> {
     let last = metrics
         .iter()
-        .filter(|m| m.name == "P@1" && m.step.is_some())
+        .filter(|m| m.name == AtK::P.at(1) && m.step.is_some())
         .max_by_key(|m| m.step)?;
     let mut p = Precision::from_metrics("held_out", last.split, metrics, last.step);
     p.epoch = last.step;

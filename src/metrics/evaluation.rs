@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use super::binary::BinaryMetrics;
 use super::calibration::Calibration;
 use super::multiclass::MulticlassMetrics;
+use super::names::{top_k_accuracy, Figure};
 use super::task::Task;
 use super::{metric_rows, Metrics};
 use crate::store::catalog::{MetricRow, Split};
@@ -126,12 +127,17 @@ impl Evaluation {
                     "binary: rows {} (positive {}), NLP floored on {} rows\n",
                     b.rows, b.positives, b.nlp_floored_rows
                 );
-                let _ = writeln!(s, "{:<12}{:>12.2} %", "accuracy", 100.0 * b.accuracy);
-                let _ = writeln!(s, "{:<12}{:>12.5}", "nlp", b.nlp);
-                let _ = writeln!(s, "{:<12}{:>12.5}", "brier", b.brier);
-                let _ = writeln!(s, "{:<12}{:>12.2} %", "ece", 100.0 * b.ece);
-                let _ = writeln!(s, "{:<12}{:>12.2} %", "mce", 100.0 * b.mce);
-                let _ = writeln!(s, "{:<12}{auc:>12}", "auc");
+                let _ = writeln!(
+                    s,
+                    "{:<12}{:>12.2} %",
+                    Figure::Accuracy.name(),
+                    100.0 * b.accuracy
+                );
+                let _ = writeln!(s, "{:<12}{:>12.5}", Figure::Nlp.name(), b.nlp);
+                let _ = writeln!(s, "{:<12}{:>12.5}", Figure::Brier.name(), b.brier);
+                let _ = writeln!(s, "{:<12}{:>12.2} %", Figure::Ece.name(), 100.0 * b.ece);
+                let _ = writeln!(s, "{:<12}{:>12.2} %", Figure::Mce.name(), 100.0 * b.mce);
+                let _ = writeln!(s, "{:<12}{auc:>12}", Figure::Auc.name());
                 s
             }
             Evaluation::Multiclass(m) => multiclass_table(m),
@@ -152,28 +158,33 @@ fn multiclass_table(m: &MulticlassMetrics) -> String {
          NLP floored on {} rows\n",
         m.rows, m.classes, m.test_classes, m.covered_classes, m.nlp_floored_rows
     );
-    let _ = writeln!(s, "{:<16}{:>12.2} %", "accuracy", 100.0 * m.accuracy);
+    let _ = writeln!(
+        s,
+        "{:<16}{:>12.2} %",
+        Figure::Accuracy.name(),
+        100.0 * m.accuracy
+    );
     for (k, a) in m.top_k_accuracy.iter().enumerate().skip(1) {
-        let _ = writeln!(
-            s,
-            "{:<16}{:>12.2} %",
-            format!("top{}_accuracy", k + 1),
-            100.0 * a
-        );
+        let _ = writeln!(s, "{:<16}{:>12.2} %", top_k_accuracy(k + 1), 100.0 * a);
     }
-    let _ = writeln!(s, "{:<16}{:>12.2} %", "coverage", 100.0 * m.coverage);
-    let _ = writeln!(s, "{:<16}{nlp:>12}", "nlp");
-    let _ = writeln!(s, "{:<16}{:>12.5}", "brier", m.brier);
-    let _ = writeln!(s, "{:<16}{:>12.2} %", "ece", 100.0 * m.ece);
-    let _ = writeln!(s, "{:<16}{:>12.2} %", "mce", 100.0 * m.mce);
+    let _ = writeln!(
+        s,
+        "{:<16}{:>12.2} %",
+        Figure::Coverage.name(),
+        100.0 * m.coverage
+    );
+    let _ = writeln!(s, "{:<16}{nlp:>12}", Figure::Nlp.name());
+    let _ = writeln!(s, "{:<16}{:>12.5}", Figure::Brier.name(), m.brier);
+    let _ = writeln!(s, "{:<16}{:>12.2} %", Figure::Ece.name(), 100.0 * m.ece);
+    let _ = writeln!(s, "{:<16}{:>12.2} %", Figure::Mce.name(), 100.0 * m.mce);
     s
 }
 
 fn calibration_pairs(c: &Calibration) -> Vec<(String, f64)> {
     vec![
-        ("ece".into(), c.ece),
-        ("mce".into(), c.mce),
-        ("brier".into(), c.brier),
+        (Figure::Ece.name().into(), c.ece),
+        (Figure::Mce.name().into(), c.mce),
+        (Figure::Brier.name().into(), c.brier),
     ]
 }
 
@@ -185,20 +196,84 @@ pub fn classification_rows(e: &Evaluation) -> Vec<(String, f64)> {
     match e {
         Evaluation::Ranking(_) => {}
         Evaluation::Binary(b) => {
-            rows.push(("accuracy".into(), b.accuracy));
-            rows.push(("nlp".into(), b.nlp));
+            rows.push((Figure::Accuracy.name().into(), b.accuracy));
+            rows.push((Figure::Nlp.name().into(), b.nlp));
             rows.extend(calibration_pairs(&b.calibration));
-            rows.extend(b.auc.map(|a| ("auc".to_string(), a)));
+            rows.extend(b.auc.map(|a| (Figure::Auc.name().into(), a)));
         }
         Evaluation::Multiclass(m) => {
-            rows.push(("accuracy".into(), m.accuracy));
+            rows.push((Figure::Accuracy.name().into(), m.accuracy));
             for (k, a) in m.top_k_accuracy.iter().enumerate().skip(1) {
-                rows.push((format!("top{}_accuracy", k + 1), *a));
+                rows.push((top_k_accuracy(k + 1), *a));
             }
-            rows.push(("coverage".into(), m.coverage));
-            rows.extend(m.nlp.map(|v| ("nlp".to_string(), v)));
+            rows.push((Figure::Coverage.name().into(), m.coverage));
+            rows.extend(m.nlp.map(|v| (Figure::Nlp.name().into(), v)));
             rows.extend(calibration_pairs(&m.calibration));
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::binary::BinaryAccumulator;
+    use crate::metrics::calibration::CalibrationAccumulator;
+    use crate::metrics::multiclass::MulticlassAccumulator;
+    use crate::metrics::names::{split_at_k, top_k_accuracy, AtK};
+    use crate::metrics::{LabellessRows, MetricsAccumulator};
+
+    /// One evaluation of each task, every optional figure present.
+    fn evaluations() -> Vec<Evaluation> {
+        let mut ranking = MetricsAccumulator::new(3, vec![1.0; 4], LabellessRows::CountAsZero)
+            .unwrap()
+            .finish();
+        let mut pairs = CalibrationAccumulator::new();
+        pairs.add(0.8, true).unwrap();
+        ranking.calibration = Some(pairs.finish());
+        let mut binary = BinaryAccumulator::new();
+        binary.add_row(0.75, true).unwrap();
+        binary.add_row(0.25, false).unwrap();
+        let mut multiclass = MulticlassAccumulator::new(3, 2).unwrap();
+        multiclass.add_row(&[0, 1], &[0.6, 0.3], &[0]).unwrap();
+        multiclass.add_row(&[2, 1], &[0.5, 0.4], &[1]).unwrap();
+        vec![
+            Evaluation::Ranking(ranking),
+            Evaluation::Binary(binary.finish()),
+            Evaluation::Multiclass(multiclass.finish()),
+        ]
+    }
+
+    #[test]
+    fn every_recorded_metric_is_named_in_the_one_list_and_is_a_key_of_the_json() {
+        for e in evaluations() {
+            let rows = e.metric_rows(Some(4), Some(Split::Test));
+            let json: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+            assert!(!rows.is_empty(), "{:?}", e.task());
+            for r in &rows {
+                assert_eq!((r.step, r.split), (Some(4), Some(Split::Test)));
+                if let Some((measure, k)) = split_at_k(&r.name) {
+                    let m = AtK::ALL.into_iter().find(|m| m.prefix() == measure);
+                    assert_eq!(m.map(|m| m.at(k)).as_ref(), Some(&r.name), "{}", r.name);
+                    continue;
+                }
+                let top_k = (2..=e.ranking().map_or(3, |m| m.k_max)).map(top_k_accuracy);
+                if top_k.clone().any(|n| n == r.name) {
+                    continue;
+                }
+                let figure = Figure::of(&r.name).unwrap_or_else(|| panic!("{} unnamed", r.name));
+                // Classification figures are the metrics file's keys of the same name
+                // (a ranking evaluation's calibration sits under `calibration`).
+                let holder = match &e {
+                    Evaluation::Ranking(_) => &json["calibration"],
+                    _ => &json,
+                };
+                assert!(
+                    holder.get(figure.name()).is_some(),
+                    "{} not in {json}",
+                    r.name
+                );
+            }
+        }
+    }
 }

@@ -15,7 +15,7 @@
 //! The submodules measure predicted probabilities: [`calibration`] (Brier, ECE, MCE and the
 //! reliability bins), [`nlp`], [`binary`] (with the AUC) and [`multiclass`] (accuracy,
 //! top-k accuracy, coverage); [`evaluation::Evaluation`] is one evaluation's metrics
-//! whatever its [`task::Task`].
+//! whatever its [`task::Task`]; [`names`] names every figure the catalog records.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,12 +26,14 @@ use anyhow::{bail, ensure, Result};
 use crate::store::catalog::{MetricRow, Split};
 use calibration::Calibration;
 use fixed::{add_all_i128, from_fixed, ratio, to_fixed};
+use names::AtK;
 
 pub mod binary;
 pub mod calibration;
 pub mod evaluation;
 mod fixed;
 pub mod multiclass;
+pub mod names;
 pub mod nlp;
 pub mod task;
 
@@ -539,6 +541,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The values of `measure` at k = 1..=k_max (index k − 1).
+    pub fn at_k(&self, measure: AtK) -> &[f64] {
+        match measure {
+            AtK::P => &self.p_at,
+            AtK::Ndcg => &self.ndcg_at,
+            AtK::Psp => &self.psp_at,
+            AtK::Psndcg => &self.psndcg_at,
+            AtK::Coverage => &self.coverage_at,
+        }
+    }
+
     /// Pretty-printed JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("metrics serialise to JSON")
@@ -559,15 +572,9 @@ impl Metrics {
             let _ = write!(s, "{:>8}", format!("@{k}"));
         }
         s.push('\n');
-        for (name, values) in [
-            ("P", &self.p_at),
-            ("nDCG", &self.ndcg_at),
-            ("PSP", &self.psp_at),
-            ("PSnDCG", &self.psndcg_at),
-            ("coverage", &self.coverage_at),
-        ] {
-            let _ = write!(s, "{name:<10}");
-            for v in values {
+        for measure in AtK::ALL {
+            let _ = write!(s, "{:<10}", measure.prefix());
+            for v in self.at_k(measure) {
                 let _ = write!(s, "{:>8.2}", 100.0 * v);
             }
             s.push('\n');
@@ -594,16 +601,10 @@ fn sorted_with_duplicate(dst: &mut Vec<u32>, src: &[u32]) -> Option<u32> {
 pub fn metric_rows(m: &Metrics, step: Option<i64>, split: Option<Split>) -> Vec<MetricRow> {
     let mut rows = Vec::new();
     for k in 1..=m.k_max {
-        for (name, values) in [
-            ("P", &m.p_at),
-            ("nDCG", &m.ndcg_at),
-            ("PSP", &m.psp_at),
-            ("PSnDCG", &m.psndcg_at),
-            ("coverage", &m.coverage_at),
-        ] {
+        for measure in AtK::ALL {
             rows.push(MetricRow {
-                name: format!("{name}@{k}"),
-                value: values[k - 1],
+                name: measure.at(k),
+                value: m.at_k(measure)[k - 1],
                 step,
                 split,
             });

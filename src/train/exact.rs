@@ -10,6 +10,7 @@ use anyhow::{ensure, Result};
 use super::batches::{Order, Prefetcher, Span};
 use super::classes::{class_ids, noise_seed, EXACT_BOUND_STEP};
 use super::setup::{thread_pool, Setup};
+use crate::metrics::names::Figure;
 use crate::model::feature_ard::{weighted_gram, without_weights, FeatureInputs, FeatureWarp};
 use crate::model::kernel::BasisInputs;
 use crate::model::multiclass::Classes;
@@ -139,7 +140,7 @@ pub fn elbo(ws: &Workspace, opts: &ElboOptions) -> Result<f64> {
     ws.catalog.record_metrics(
         opts.run,
         &[MetricRow {
-            name: "elbo_exact".into(),
+            name: Figure::ElboExact.name().into(),
             value,
             step: Some(ckpt_row.step as i64),
             split: Some(Split::Train),

@@ -20,6 +20,7 @@ use super::setup::{steps_before, thread_pool, Setup};
 use crate::comm::Comm;
 use crate::failpoint;
 use crate::metrics::metric_rows;
+use crate::metrics::names::Figure;
 use crate::model::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::multiclass::Classes;
@@ -122,9 +123,9 @@ fn progress_bar(total: u64, done: u64) -> ProgressBar {
     pb
 }
 
-fn metric(name: &str, value: f64, step: Option<i64>) -> MetricRow {
+fn metric(figure: Figure, value: f64, step: Option<i64>) -> MetricRow {
     MetricRow {
-        name: name.into(),
+        name: figure.name().into(),
         value,
         step,
         split: None,
@@ -476,9 +477,9 @@ impl Trainer<'_> {
         self.ws.catalog.record_metrics(
             run.id,
             &[
-                metric("epoch_elbo", mean, Some(epoch_no)),
-                metric("epoch_seconds", secs, Some(epoch_no)),
-                metric("epoch_queue_wait", wait_fraction, Some(epoch_no)),
+                metric(Figure::EpochElbo, mean, Some(epoch_no)),
+                metric(Figure::EpochSeconds, secs, Some(epoch_no)),
+                metric(Figure::EpochQueueWait, wait_fraction, Some(epoch_no)),
             ],
         )?;
         let cut = if complete {
@@ -519,13 +520,12 @@ impl Trainer<'_> {
             Some(lik) => h.evaluate_multiclass(setup, params, &**lik),
             None => h.evaluate_binary(setup, params),
         })?;
-        let row = |name: &str, value: f64| MetricRow {
+        let row = |figure: Figure, value: f64| MetricRow {
             split: Some(h.split),
-            ..metric(name, value, Some(epoch_no))
+            ..metric(figure, value, Some(epoch_no))
         };
-        self.ws
-            .catalog
-            .record_metrics(run.id, &[row("accuracy", f.accuracy), row("nlp", f.nlp)])?;
+        let rows = [row(Figure::Accuracy, f.accuracy), row(Figure::Nlp, f.nlp)];
+        self.ws.catalog.record_metrics(run.id, &rows)?;
         self.log(&format!(
             "epoch {epoch_no}: '{}' accuracy {:.2} %, mean NLP {:.4} ({:.1} s)",
             h.split,
@@ -611,7 +611,7 @@ impl Trainer<'_> {
                 exact_elbo: None,
             });
         };
-        let mut figures = vec![metric("train_seconds", secs, Some(step as i64))];
+        let mut figures = vec![metric(Figure::TrainSeconds, secs, Some(step as i64))];
         let exact = if self.opts.final_elbo {
             let t = Instant::now();
             let (setup, params, scratch) = (self.setup, &self.params, &self.scratch);
@@ -625,10 +625,8 @@ impl Trainer<'_> {
                 t.elapsed().as_secs_f64()
             );
             figures.push(MetricRow {
-                name: "elbo_exact".into(),
-                value,
-                step: Some(step as i64),
                 split: Some(Split::Train),
+                ..metric(Figure::ElboExact, value, Some(step as i64))
             });
             Some(value)
         } else {
