@@ -1035,6 +1035,31 @@ fn seed_siblings(ws: &Workspace, train: &RunRow) -> Result<Vec<RunRow>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_charts_and_tables_read_the_names_the_evaluations_record() {
+        use crate::metrics::{metric_rows, LabellessRows, MetricsAccumulator};
+        let mut acc = MetricsAccumulator::new(5, vec![1.0; 3], LabellessRows::CountAsZero).unwrap();
+        acc.add_row(&[0, 1, 2], &[1]).unwrap();
+        let recorded = metric_rows(&acc.finish(), Some(1), Some(Split::Validation));
+        let series = metric_series(&recorded, &METRICS_CHART_SERIES);
+        assert_eq!(series.len(), METRICS_CHART_SERIES.len());
+        let coverage = metric_series(&recorded, &COVERAGE_CHART_SERIES);
+        assert_eq!(coverage.len(), COVERAGE_CHART_SERIES.len());
+        assert_eq!(per_epoch_split(&recorded), "validation");
+        let mut md = String::new();
+        ranking_markdown(&mut md, &recorded).unwrap();
+        assert_eq!(
+            md.lines().filter(|l| l.starts_with("| 5 |")).count(),
+            1,
+            "{md}"
+        );
+        for figure in Figure::ALL {
+            assert_eq!(unitless(figure.name()), figure.unitless());
+        }
+        assert!(unitless("nlp") && unitless("brier") && unitless("auc"));
+        assert!(!unitless("accuracy") && !unitless("P@1"));
+    }
+
     fn rows(values: &[(&str, f64)]) -> Vec<MetricRow> {
         values
             .iter()
