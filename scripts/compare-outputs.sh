@@ -9,13 +9,14 @@
 #       (one-vs-each, robust-max, softmax; M = 20, 20 steps).
 # Usage: scripts/compare-outputs.sh OLD NEW_BINARY OUT_DIR
 # OLD is a `pipeline` binary, or the OUT_DIR/old.sha256 listing of an earlier call (so one
-# baseline serves several comparisons; its workspace stays in OUT_DIR/old).
+# baseline serves several comparisons; its workspace stays in OUT_DIR/old). NEW_BINARY `-`
+# records only that baseline.
 # Prints one line per file (sha256, workspace-relative path) for each side, then a verdict;
 # exits non-zero when anything differs.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY OUT_DIR" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
-old=$(realpath "$1"); new=$(realpath "$2"); out=$3
+old=$(realpath "$1"); new=$2; out=$3
 data="$repo/../shared/data/delicious"
 mkdir -p "$out"
 out=$(realpath "$out")
@@ -91,7 +92,8 @@ if [[ "$1" == *.sha256 ]]; then
 else
     one_side "$old" "$out/old" >"$out/old.sha256"
 fi
-one_side "$new" "$out/new" >"$out/new.sha256"
+[ "$new" = "-" ] && { echo "baseline: $(wc -l <"$out/old.sha256") files"; exit 0; }
+one_side "$(realpath "$new")" "$out/new" >"$out/new.sha256"
 echo "old: $(wc -l <"$out/old.sha256") files; new: $(wc -l <"$out/new.sha256") files"
 if diff "$out/old.sha256" "$out/new.sha256"; then
     echo "identical: every checkpoint, predictions file and metrics JSON"
