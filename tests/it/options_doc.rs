@@ -81,9 +81,10 @@ fn command_paths(prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
 /// punctuation dropped.
 fn anchor(title: &str) -> String {
     title
+        .to_lowercase()
         .chars()
-        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-        .map(|c| if c == ' ' { '-' } else { c.to_ascii_lowercase() })
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
         .collect()
 }
 
