@@ -31,9 +31,11 @@ fn help(args: &[&str]) -> String {
     let out = Command::new(pipeline_bin())
         .args(args)
         .arg("--help")
-        // The help shows the variable's value when it is set, and colours when forced.
+        // The help shows the variable's value when it is set, colours when forced, and
+        // (were clap's `wrap_help` turned on) wraps at $COLUMNS.
         .env_remove("FSGP_WORKSPACE")
         .env_remove("CLICOLOR_FORCE")
+        .env_remove("COLUMNS")
         .env("NO_COLOR", "1")
         .output()
         .expect("running pipeline --help");
