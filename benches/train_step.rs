@@ -29,19 +29,19 @@
 mod common;
 use common::threads;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::conditional::Factorisation;
-use fsgp::model::feature_ard::{FeatureInputs, FeatureRows};
-use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{
+use fsgp::model::bound::objective::{
     evaluate_features, evaluate_set, EvalOptions, Evaluation, PhaseTimes,
 };
+use fsgp::model::bound::terms::{terms_sampled, TermSet};
+use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows};
+use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::optim::{AdamConfig, AdamState};
 use fsgp::model::params::{Params, QForm};
+use fsgp::model::qu::cholesky::pack_factors;
+use fsgp::model::qu::conditional::Factorisation;
+use fsgp::model::qu::sites::low_rank;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::subspace;
-use fsgp::model::terms::{terms_sampled, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -87,7 +87,7 @@ impl Config {
         }
         match self.factorisation {
             Factorisation::Auto => {
-                self.kind == KernelKind::Linear && subspace::worthwhile(self.m, self.r)
+                self.kind == KernelKind::Linear && low_rank::worthwhile(self.m, self.r)
             }
             Factorisation::Inducing => false,
             Factorisation::Subspace => true,

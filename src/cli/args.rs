@@ -493,7 +493,7 @@ pub struct TrainFlags {
     pub latent: LatentChoice,
     /// Robust-max's ε in (0, 1): the probability mass spread evenly over the K classes
     /// (--likelihood robust-max only).
-    #[arg(long, default_value_t = crate::model::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
+    #[arg(long, default_value_t = crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
     pub robust_max_epsilon: f64,
     /// Train robust-max's ε (as logit ε, from --robust-max-epsilon) with the other
     /// parameters (--likelihood robust-max only; GPflow's RobustMax with ε trainable).
@@ -502,11 +502,11 @@ pub struct TrainFlags {
     /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
     /// softmax, per row for the predictive class probabilities of softmax, ove and
     /// augment-and-reduce runs, and ar-logit's ε rule of 2S points.
-    #[arg(long, default_value_t = crate::model::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
+    #[arg(long, default_value_t = crate::model::likelihood::multiclass::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
     pub mc_pairs: usize,
     /// Width H of the amortisation network's two hidden layers, which maps each row to its
     /// local variational parameters (--likelihood ar-softmax or ar-logit only).
-    #[arg(long, default_value_t = crate::model::amortiser::DEFAULT_HIDDEN, value_name = "H")]
+    #[arg(long, default_value_t = crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN, value_name = "H")]
     pub amortiser_hidden: usize,
     /// S negative classes per row and step, drawn uniformly, their sum scaled by (K − 1)/S
     /// (--likelihood ove, ar-softmax or ar-logit; default: all K − 1).

@@ -6,8 +6,8 @@
 //! The state (m, v, t) is part of a checkpoint so a resumed run continues bit for bit.
 
 #[cfg(doc)]
-use super::params::flat_entry;
-use super::params::{flat_len, Block, Params};
+use crate::model::params::flat_entry;
+use crate::model::params::{flat_len, Block, Params};
 use faer::Mat;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -173,8 +173,8 @@ struct Coefficients {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::amortiser::Amortiser;
     use crate::model::kernel::KernelParams;
+    use crate::model::likelihood::multiclass::amortiser::Amortiser;
     use faer::Mat;
 
     fn params(x: f64) -> Params {

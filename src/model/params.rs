@@ -7,8 +7,8 @@ use std::fmt;
 use anyhow::{ensure, Result};
 use faer::Mat;
 
-use super::amortiser::Amortiser;
-use super::kernel::KernelParams;
+use crate::model::kernel::KernelParams;
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
 
 /// All trainable parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +114,15 @@ impl QForm {
 }
 
 impl Params {
+    /// The parameters without their feature weights (`--ard features`): the model that,
+    /// given the weighted inputs of `kernel::feature_ard::FeatureWarp`, is the model with
+    /// them.
+    pub fn without_feature_weights(&self) -> Params {
+        let mut plain = self.clone();
+        plain.kernel.log_features = Vec::new();
+        plain
+    }
+
     /// The q(u) form these parameters describe: the paper's without Cholesky factors.
     pub fn q_form(&self) -> QForm {
         match &self.chol {

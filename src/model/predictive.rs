@@ -12,10 +12,10 @@
 use anyhow::Result;
 use faer::{Mat, MatRef};
 
-use super::conditional::{mean_weights, Conditional, FactorisedQ};
-use super::kernel::{BasisInputs, KernelKind};
-use super::params::Params;
-use super::scratch::Scratch;
+use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::params::Params;
+use crate::model::qu::conditional::{mean_weights, Conditional, FactorisedQ};
+use crate::model::scratch::Scratch;
 
 /// Mean utilities f̄ = (K_*Z w) Φᵀ + 1 bᵀ [B×K] at many blocks of rows, with the weights w
 /// of the marginal means ([`mean_weights`]: μ, or for the full-Cholesky forms a solve with
@@ -161,8 +161,8 @@ pub enum ProbabilityRule {
 impl ProbabilityRule {
     /// E[σ(f)] with a `points`-point Gauss–Hermite rule.
     pub fn logistic_quadrature(points: usize) -> anyhow::Result<Self> {
-        let rule = super::quadrature::GaussHermite::new(points)?;
-        let super::quadrature::SymmetricRule {
+        let rule = crate::model::quadrature::GaussHermite::new(points)?;
+        let crate::model::quadrature::SymmetricRule {
             half_nodes,
             half_weights,
             centre_weight,
@@ -191,7 +191,9 @@ impl ProbabilityRule {
                 }
                 p.clamp(0.0, 1.0)
             }
-            ProbabilityRule::ProbitExact => super::probit::normal_cdf(mean / (1.0 + var).sqrt()),
+            ProbabilityRule::ProbitExact => {
+                crate::model::likelihood::probit::normal_cdf(mean / (1.0 + var).sqrt())
+            }
         }
     }
 
@@ -208,16 +210,16 @@ impl ProbabilityRule {
 
 /// σ(t) without overflow.
 fn sigmoid(t: f64) -> f64 {
-    super::likelihood::sigmoid(t)
+    crate::model::likelihood::logistic::sigmoid(t)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ard::Warp;
+    use crate::model::kernel::ard::Warp;
     use crate::model::kernel::KernelParams;
+    use crate::model::qu::sites;
     use crate::model::quadrature::GaussHermite;
-    use crate::model::variational;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -278,7 +280,7 @@ mod tests {
             } else {
                 kind.forward(&params.kernel, params.a.as_ref(), &x)
             };
-            let vf = variational::forward(
+            let vf = sites::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
@@ -360,7 +362,7 @@ mod tests {
         for mi in -24..=24 {
             let mean = mi as f64 * 0.5;
             for var in [0.0, 0.01, 0.3, 1.0, 4.0, 10.0] {
-                let probit = expect(&crate::model::probit::normal_cdf, mean, var);
+                let probit = expect(&crate::model::likelihood::probit::normal_cdf, mean, var);
                 let got = ProbabilityRule::ProbitExact.probability(mean, var);
                 assert!((got - probit).abs() < 1e-12, "probit m={mean} v={var}");
                 let sig = expect(&sigmoid, mean, var);

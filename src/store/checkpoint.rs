@@ -33,8 +33,8 @@ use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
-use crate::model::amortiser::Amortiser;
 use crate::model::kernel::KernelParams;
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::optim::AdamState;
 use crate::model::params::{packed_len, CholFactors, Params};
 

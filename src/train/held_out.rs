@@ -7,7 +7,7 @@ use anyhow::{ensure, Result};
 
 use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
-use crate::model::multiclass::ClassLikelihood;
+use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::projection::RowInputs;
 use crate::scoring::{model_inputs, Ranker};

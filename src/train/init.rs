@@ -8,9 +8,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
-use crate::model::cholesky_q::{pack_factors, prior_factor};
 use crate::model::kernel::{KernelKind, KernelParams};
 use crate::model::params::{Params, QForm};
+use crate::model::qu::cholesky::{pack_factors, prior_factor};
 
 /// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
 pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
@@ -240,7 +240,7 @@ pub fn with_q_form(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gp_factor::sigma_of;
+    use crate::model::qu::gp_factor::sigma_of;
 
     #[test]
     fn rho_init_gives_unit_sigma() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use crate::comm::Comm;
-use crate::model::objective::Evaluation;
+use crate::model::bound::objective::Evaluation;
 use crate::model::optim::AdamState;
 use crate::model::params::{flat_len, flat_values, set_flat, Params};
 

@@ -7,17 +7,17 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::conditional::Factorisation;
-use fsgp::model::feature_ard::{without_weights, FeatureInputs, FeatureRows, FeatureWarp};
-use fsgp::model::kernel::{BasisInputs, KernelKind};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{
+use fsgp::model::bound::objective::{
     evaluate_features, evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
 };
+use fsgp::model::bound::terms::{terms_all, terms_sampled, TermSet};
+use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows, FeatureWarp};
+use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::qu::cholesky::pack_factors;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -201,7 +201,7 @@ fn unit_feature_weights_equal_the_model_without_ard_bitwise() {
             sq_norms: &norms,
             k_tilde: kt.as_ref(),
         };
-        let plain_params = without_weights(&pr.params);
+        let plain_params = pr.params.without_feature_weights();
         let plain = eval_plain(kind, &plain_params, &x, &dense);
         assert_eq!(ard.value.to_bits(), plain.value.to_bits(), "{kind:?}");
         let (mut g, mut p) = (ard.grads.clone(), plain.grads.clone());
@@ -253,7 +253,7 @@ fn feature_ard_is_the_plain_kernel_on_explicitly_scaled_inputs() {
             sq_norms: &norms,
             k_tilde: kt.as_ref(),
         };
-        let plain_params = without_weights(&pr.params);
+        let plain_params = pr.params.without_feature_weights();
         let plain = eval_plain(kind, &plain_params, &x, &dense);
         let rel = (ard.value - plain.value).abs() / plain.value.abs();
         eprintln!("{kind:?}: bound vs explicitly scaled inputs, relative {rel:.1e}");

@@ -10,13 +10,13 @@
 use crate::common;
 use common::model::{central_differences, flat_entries, random_site_params, rel_error};
 use faer::Mat;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::{BasisInputs, KernelKind};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{Block, Params};
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

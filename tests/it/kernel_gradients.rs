@@ -7,14 +7,16 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{
+    evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
 use fsgp::model::predictive::Predictor;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

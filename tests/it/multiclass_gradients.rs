@@ -9,19 +9,23 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::class_phase::{class_probabilities, ROW_BLOCK};
-use fsgp::model::hernandez_lobato::HernandezLobato;
+use fsgp::model::bound::class_phase::{class_probabilities, ROW_BLOCK};
+use fsgp::model::bound::objective::{
+    evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
-use fsgp::model::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
+use fsgp::model::likelihood::multiclass::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::multiclass::robust_max::{RobustMax, DEFAULT_EPSILON};
+use fsgp::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use fsgp::model::likelihood::multiclass::{
+    row_gradient, row_probabilities, ClassLikelihood, Classes,
+};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
-use fsgp::model::robust_max::{RobustMax, DEFAULT_EPSILON};
+use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::softmax_mc::SoftmaxMc;
-use fsgp::model::terms::TermSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -14,16 +14,16 @@ use common::toy::{
     copy_dir, crash_with, metrics, newest_run, read_ckpt, run_params,
 };
 use common::*;
-use fsgp::model::ar_logit::ArLogit;
-use fsgp::model::ar_softmax::ArSoftmax;
-use fsgp::model::hernandez_lobato::HernandezLobato;
+use fsgp::model::bound::objective::{evaluate_set, EvalOptions};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::multiclass::{ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, EvalOptions};
+use fsgp::model::likelihood::multiclass::ar_logit::ArLogit;
+use fsgp::model::likelihood::multiclass::ar_softmax::ArSoftmax;
+use fsgp::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
+use fsgp::model::likelihood::multiclass::robust_max::RobustMax;
+use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::params::Params;
-use fsgp::model::robust_max::RobustMax;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 use fsgp::store::predictions::PredictionReader;
 use std::path::{Path, PathBuf};
 
@@ -194,7 +194,7 @@ fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64
         seed: 0,
         first_stream: 0,
     });
-    let unused = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
+    let unused = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
     let opts = EvalOptions::default();
     evaluate_set(
         KernelKind::SquaredExponential,

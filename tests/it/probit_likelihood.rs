@@ -7,15 +7,15 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{evaluate_set, EvalOptions};
+use fsgp::model::bound::terms::{terms_all, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
+use fsgp::model::likelihood::probit::{log_normal_cdf, normal_cdf, BernoulliProbit};
 use fsgp::model::likelihood::Likelihood;
-use fsgp::model::objective::{evaluate_set, EvalOptions};
 use fsgp::model::params::Params;
-use fsgp::model::probit::{log_normal_cdf, normal_cdf, BernoulliProbit};
+use fsgp::model::qu::cholesky::pack_factors;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -196,7 +196,7 @@ fn release_hyper_after_with_a_full_cholesky_form_trains_l_from_the_first_step() 
     let reference = read_ckpt(&ws_frozen, frozen, 7).params;
     let packed = &held.chol.as_ref().unwrap().packed;
     let m = held.a.nrows();
-    let identity = fsgp::model::cholesky_q::pack_factors(
+    let identity = fsgp::model::qu::cholesky::pack_factors(
         &vec![faer::Mat::<f64>::identity(m, m); packed.ncols()],
         true,
     );

@@ -9,16 +9,18 @@ use crate::common;
 use common::model::*;
 use faer::linalg::solvers::DenseSolveCore;
 use faer::{Mat, Side};
-use fsgp::model::cholesky_q::{factor_of, pack_factors};
-use fsgp::model::conditional::{Conditional, Factorisation};
-use fsgp::model::gp_factor::sigma_of;
+use fsgp::model::bound::objective::{
+    evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
 use fsgp::model::predictive::{mean_utilities, Predictor};
+use fsgp::model::qu::cholesky::{factor_of, pack_factors};
+use fsgp::model::qu::conditional::{Conditional, Factorisation};
+use fsgp::model::qu::gp_factor::sigma_of;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

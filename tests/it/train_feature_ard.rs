@@ -8,13 +8,13 @@ use crate::common;
 use common::toy::*;
 use common::*;
 use faer::Mat;
-use fsgp::model::feature_ard::{FeatureInputs, FeatureRows};
+use fsgp::model::bound::objective::{evaluate_features, EvalOptions};
+use fsgp::model::bound::terms::TermSet;
+use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows};
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_features, EvalOptions};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::Params;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 use std::path::Path;
 
 /// The toy run with feature ARD (D = 60 weights over an R = 8 basis), ranking the test

@@ -3,13 +3,13 @@
 //! form, and an analytic gradient paired entry by entry with finite differences.
 
 use faer::Mat;
+use fsgp::model::bound::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 
 /// One batch as the bound sees it: K_XX̃ [B×R], the rows' squared norms [B], the basis
 /// Gram K_X̃ [R×R], each row's positive labels, and the parameters.

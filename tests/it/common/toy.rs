@@ -426,9 +426,9 @@ pub fn one_batch_bound(
 ) -> f64 {
     let batch = OneBatch::read(ws);
     assert_eq!(batch.labels.len(), 900);
-    let lik = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
-    let terms = fsgp::model::terms::terms_all(&batch.labels, 30, 1.0);
-    fsgp::model::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
+    let lik = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
+    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 30, 1.0);
+    fsgp::model::bound::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }

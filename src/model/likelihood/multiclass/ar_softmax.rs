@@ -19,10 +19,10 @@
 
 use anyhow::Result;
 
-use super::class_sampling::ClassSampler;
-use super::likelihood::{sigmoid, softplus};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::logistic::{sigmoid, softplus};
+use crate::model::likelihood::multiclass::class_sampling::ClassSampler;
+use crate::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
 
 /// The augment-and-reduce softmax bound with amortised α, optionally over S sampled
 /// negatives; the predictive probabilities are those of the softmax it bounds (Monte Carlo,

@@ -26,15 +26,15 @@ use faer::linalg::triangular_solve::{
 };
 use faer::{Accum, Mat, MatRef, Par};
 
-use super::gp_factor::{
-    dsigma_drho, factorise, lower_inverse, sigma_column, solve_v, GpForward, PerGp,
-};
-use super::kernel::{BasisInputs, KernelParams};
-use super::kl::kl_subspace;
-use super::scratch::Scratch;
 use crate::linalg::{
     cholesky_lower, inner_by_columns, inverse_and_solve, lower_product, mirror_lower,
 };
+use crate::model::kernel::{BasisInputs, KernelParams};
+use crate::model::qu::gp_factor::{
+    dsigma_drho, factorise, lower_inverse, sigma_column, solve_v, GpForward, PerGp,
+};
+use crate::model::qu::sites::kl::kl_subspace;
+use crate::model::scratch::Scratch;
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
 /// and basis rank R: with B = M its per-GP cost 3MR² + 2R³ + 3R²B is below 2M³ + 3M²B up to

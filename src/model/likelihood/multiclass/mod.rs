@@ -16,6 +16,16 @@
 //! With independent latent GPs (Φ = I, P = K) the utilities are independent; every
 //! likelihood here takes Φ as it comes, so both latent modes go through the same code.
 
+pub mod amortiser;
+pub mod ar_logit;
+pub mod ar_softmax;
+pub mod argmax;
+pub mod class_sampling;
+pub mod hernandez_lobato;
+pub mod one_vs_each;
+pub mod robust_max;
+pub mod softmax_mc;
+
 use std::fmt;
 
 /// One row's Gaussian over its utilities, as the likelihoods see it.

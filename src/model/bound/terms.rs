@@ -6,7 +6,7 @@
 use rand::seq::index::sample;
 use rand::Rng;
 
-use super::multiclass::Classes;
+use crate::model::likelihood::multiclass::Classes;
 
 /// One likelihood term: row i (position in the minibatch), label k, y = ±1, weight.
 #[derive(Debug, Clone, Copy, PartialEq)]

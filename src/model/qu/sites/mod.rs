@@ -16,17 +16,20 @@
 //! Shapes: K_Z [M×M], K_bZ [B×M], k_ii [B], μ and ρ [M×P], marginal means and variances
 //! [B×P].
 
+pub(crate) mod inducing;
+pub(crate) mod kl;
+pub mod low_rank;
+
 use anyhow::Result;
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 
-use super::gp_factor::{GpForward, PerGp};
-use super::inducing;
-use super::kl::quad_mu;
-use super::scratch::Scratch;
-use super::subspace::{self, Subspace};
 use crate::linalg::mirror_lower;
+use crate::model::qu::gp_factor::{GpForward, PerGp};
+use crate::model::scratch::Scratch;
+use kl::quad_mu;
+use low_rank::Subspace;
 
 /// Latent GPs per parallel task. Fixed (not derived from the thread count) so that the
 /// order of every floating-point reduction, hence every result, is the same for any number
@@ -128,7 +131,7 @@ fn forward_all(
             chunk_range(c, p_count)
                 .map(|p| match sub {
                     Some(sub) => {
-                        subspace::forward_one(sub, rho, p, quad.map(|q| q[p]), keep, scratch)
+                        low_rank::forward_one(sub, rho, p, quad.map(|q| q[p]), keep, scratch)
                     }
                     None => inducing::forward_one(
                         k_z,
@@ -465,11 +468,11 @@ fn backward_subspace(
     scratch: &Scratch,
 ) -> VariationalGrads {
     let (m, p_count) = (mu.nrows(), mu.ncols());
-    let chunks: Vec<subspace::ChunkGrads> = (0..chunk_count(p_count))
+    let chunks: Vec<low_rank::ChunkGrads> = (0..chunk_count(p_count))
         .into_par_iter()
         .map(|c| {
             let r = chunk_range(c, p_count);
-            subspace::backward_chunk(
+            low_rank::backward_chunk(
                 sub,
                 &fwd.per_gp[r.clone()],
                 r.start,
@@ -514,8 +517,8 @@ fn backward_subspace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gp_factor::sigma_of;
     use crate::model::kernel::{BasisInputs, KernelKind, KernelParams};
+    use crate::model::qu::gp_factor::sigma_of;
     use faer::linalg::solvers::DenseSolveCore;
     use faer::Side;
     use rand::{Rng, SeedableRng};

@@ -14,10 +14,11 @@
 
 use anyhow::Result;
 
-use super::class_sampling::ClassSampler;
-use super::likelihood::{BernoulliLogistic, Likelihood};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::logistic::BernoulliLogistic;
+use crate::model::likelihood::multiclass::class_sampling::ClassSampler;
+use crate::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
+use crate::model::likelihood::Likelihood;
 
 /// The one-vs-each bound, its K − 1 logistic expectations by Gauss–Hermite; the predictive
 /// probabilities are those of the softmax it bounds (Monte Carlo, [`SoftmaxMc`]).
@@ -57,7 +58,7 @@ impl ClassLikelihood for OneVsEach {
     }
 
     /// O(K·P) per row: 3KP flops for the K − 1 difference variances, 6KP for their
-    /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::LANES`]-wide
+    /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::logistic::LANES`]-wide
     /// blocks.
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
         let (k_count, c) = (row.classes(), row.class);

@@ -21,10 +21,10 @@
 
 use anyhow::{ensure, Result};
 
-use super::class_sampling::ClassSampler;
-use super::likelihood::{sigmoid, softplus, BernoulliLogistic};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::logistic::{sigmoid, softplus, BernoulliLogistic};
+use crate::model::likelihood::multiclass::class_sampling::ClassSampler;
+use crate::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
 
 /// The AR-logit bound with amortised q(ε), optionally over S sampled negatives; the
 /// predictive probabilities are the Monte Carlo softmax's ([`SoftmaxMc`]).

@@ -23,7 +23,7 @@
 
 use faer::{Mat, MatRef};
 
-use super::kernel::BasisInputs;
+use crate::model::kernel::BasisInputs;
 
 /// t_r = √ω_r − 1 and √ω_r of the weights ω_r = exp(log ω_r).
 fn shifts(log_ard: &[f64]) -> (Vec<f64>, Vec<f64>) {

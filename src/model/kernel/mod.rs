@@ -16,6 +16,9 @@
 //! `input_grads` maps them to the kernel's data inputs Kxx_b, n and K_X̃, which input
 //! transforms (ARD, `ard.rs`) chain further.
 
+pub mod ard;
+pub mod feature_ard;
+
 use faer::{Mat, MatRef};
 
 use crate::linalg::{clear_upper_simd_state, inner};

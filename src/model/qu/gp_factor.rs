@@ -8,8 +8,8 @@ use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::{Mat, MatRef, Par};
 
-use super::scratch::Scratch;
 use crate::linalg::{lower_inverse_into, lower_solve_into, zero_upper};
+use crate::model::scratch::Scratch;
 
 /// Smallest variance parameter σ_pm.
 pub const MIN_SIGMA: f64 = 1e-6;

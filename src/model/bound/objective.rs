@@ -15,15 +15,15 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Result};
 use faer::{Mat, MatRef};
 
-use super::conditional::{Conditional, Factorisation};
-use super::expected::likelihood_part;
-use super::feature_ard::{without_weights, FeatureInputs, FeatureWarp};
-use super::kernel::{BasisInputs, InputGrads, KernelKind};
-use super::likelihood::Likelihood;
-use super::multiclass::Classes;
-use super::params::{CholFactors, Grads, Params};
-use super::scratch::Scratch;
-use super::terms::{Term, TermSet};
+use crate::model::bound::expected::likelihood_part;
+use crate::model::bound::terms::{Term, TermSet};
+use crate::model::kernel::feature_ard::{FeatureInputs, FeatureWarp};
+use crate::model::kernel::{BasisInputs, InputGrads, KernelKind};
+use crate::model::likelihood::multiclass::Classes;
+use crate::model::likelihood::Likelihood;
+use crate::model::params::{CholFactors, Grads, Params};
+use crate::model::qu::conditional::{Conditional, Factorisation};
+use crate::model::scratch::Scratch;
 
 /// What [`evaluate_set`] computes besides the bound.
 #[derive(Debug, Clone, Copy)]
@@ -231,7 +231,7 @@ pub fn evaluate_features(
          exclude each other"
     );
     let warp = FeatureWarp::new(log_w, fx);
-    let plain = without_weights(params);
+    let plain = params.without_feature_weights();
     let opts = EvalOptions {
         factorisation: Factorisation::Inducing,
         ..*opts

@@ -10,13 +10,13 @@
 use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
-use super::ard::{warp_inducing, Warp};
-use super::cholesky_q::{self, CholFactorsOnce, CholForward};
-use super::kernel::{BasisInputs, InputGrads, KernelForward, KernelKind, KernelParams};
-use super::params::{CholFactors, Params, QForm};
-use super::scratch::Scratch;
-use super::subspace::{self, Subspace};
-use super::variational::{self, Factors, VariationalForward, VariationalGrads};
+use crate::model::kernel::ard::{warp_inducing, Warp};
+use crate::model::kernel::{BasisInputs, InputGrads, KernelForward, KernelKind, KernelParams};
+use crate::model::params::{CholFactors, Params, QForm};
+use crate::model::qu::cholesky::{self, CholFactorsOnce, CholForward};
+use crate::model::qu::sites::low_rank::{self, Subspace};
+use crate::model::qu::sites::{self, Factors, VariationalForward, VariationalGrads};
+use crate::model::scratch::Scratch;
 
 /// The per-GP algebra of q(u): through C_p = K_Z + Σ_p [M×M] (any kernel), or through
 /// J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (linear kernel only, `subspace.rs`). Both give the same bound
@@ -24,7 +24,7 @@ use super::variational::{self, Factors, VariationalForward, VariationalGrads};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Factorisation {
     /// The subspace path for the linear kernel when it is cheaper
-    /// ([`subspace::worthwhile`]: R ≤ ¾M) and K_X̃ is positive definite; else C_p.
+    /// ([`low_rank::worthwhile`]: R ≤ ¾M) and K_X̃ is positive definite; else C_p.
     #[default]
     Auto,
     /// Always C_p = K_Z + Σ_p.
@@ -129,7 +129,7 @@ impl Conditional {
     pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<QForward> {
         let kf = &self.kernel;
         Ok(match self.form {
-            QForm::SiteDiagonal => QForward::SiteDiagonal(variational::forward(
+            QForm::SiteDiagonal => QForward::SiteDiagonal(sites::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
@@ -138,7 +138,7 @@ impl Conditional {
                 self.subspace.as_ref(),
                 scratch,
             )?),
-            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(Box::new(cholesky_q::forward(
+            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(Box::new(cholesky::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
@@ -154,7 +154,7 @@ impl Conditional {
         let kf = &self.kernel;
         match self.form {
             QForm::SiteDiagonal => {
-                let (mean, var, jitter) = variational::marginals(
+                let (mean, var, jitter) = sites::marginals(
                     kf.k_z.as_ref(),
                     kf.k_bz.as_ref(),
                     &kf.k_diag,
@@ -166,7 +166,7 @@ impl Conditional {
                 Ok(Marginals { mean, var, jitter })
             }
             QForm::Cholesky | QForm::Whitened => {
-                let fwd = cholesky_q::forward(
+                let fwd = cholesky::forward(
                     kf.k_z.as_ref(),
                     kf.k_bz.as_ref(),
                     &kf.k_diag,
@@ -184,14 +184,14 @@ impl Conditional {
     /// Σ_p KL_p alone, in the same order as [`Conditional::forward`].
     pub fn kl_total(&self, params: &Params, scratch: &Scratch) -> Result<f64> {
         match self.form {
-            QForm::SiteDiagonal => variational::kl_total(
+            QForm::SiteDiagonal => sites::kl_total(
                 self.kernel.k_z.as_ref(),
                 params.mu.as_ref(),
                 params.rho.as_ref(),
                 self.subspace.as_ref(),
                 scratch,
             ),
-            QForm::Cholesky | QForm::Whitened => cholesky_q::kl_total(
+            QForm::Cholesky | QForm::Whitened => cholesky::kl_total(
                 self.kernel.k_z.as_ref(),
                 params.mu.as_ref(),
                 chol_of(params),
@@ -214,7 +214,7 @@ impl Conditional {
     ) -> VariationalGrads {
         let kf = &self.kernel;
         match fwd {
-            QForward::SiteDiagonal(fwd) => variational::backward(
+            QForward::SiteDiagonal(fwd) => sites::backward(
                 fwd,
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
@@ -226,7 +226,7 @@ impl Conditional {
                 self.subspace.as_ref(),
                 scratch,
             ),
-            QForward::Cholesky(fwd) => cholesky_q::backward(
+            QForward::Cholesky(fwd) => cholesky::backward(
                 fwd,
                 params.mu.as_ref(),
                 chol_of(params),
@@ -399,7 +399,7 @@ pub fn mean_weights(
 ) -> Result<Mat<f64>> {
     match params.q_form() {
         QForm::SiteDiagonal => Ok(params.mu.clone()),
-        QForm::Cholesky | QForm::Whitened => cholesky_q::mean_weights(
+        QForm::Cholesky | QForm::Whitened => cholesky::mean_weights(
             inducing_gram(kind, params, k_tilde).as_ref(),
             params.mu.as_ref(),
             chol_of(params),
@@ -496,7 +496,7 @@ fn subspace_for(
 ) -> Result<Option<Subspace>> {
     let (m, r) = (a.nrows(), a.ncols());
     let wanted = match choice {
-        Factorisation::Auto => kind == KernelKind::Linear && subspace::worthwhile(m, r),
+        Factorisation::Auto => kind == KernelKind::Linear && low_rank::worthwhile(m, r),
         Factorisation::Inducing => false,
         Factorisation::Subspace => {
             ensure!(
