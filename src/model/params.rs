@@ -29,7 +29,7 @@ pub struct Params {
     /// [`QForm::Whitened`]); None for the paper's form. With them, ρ is empty (0×0).
     pub chol: Option<CholFactors>,
     /// The amortisation network of the augment-and-reduce likelihoods
-    /// (`amortiser.rs`); None for every other likelihood.
+    /// (`likelihood/multiclass/amortiser.rs`); None for every other likelihood.
     pub amortiser: Option<Amortiser>,
     /// θ = logit ε of robust-max's ε when it is learnt (`--learn-epsilon`); None otherwise
     /// (ε fixed, or another likelihood). `docs/likelihood.md`, "Robust-max".
@@ -64,19 +64,19 @@ pub fn packed_index(m: usize, i: usize, j: usize) -> usize {
 pub type Grads = Params;
 
 /// The parametrisations of q(u) the model knows (`docs/model.md`, "Code map"). Each form has
-/// its parameter blocks in [`Params`] and one match arm in `conditional.rs`.
+/// its parameter blocks in [`Params`] and one match arm in `qu/conditional.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QForm {
     /// The paper's O(M) form (Panos, Dellaportas & Titsias, *Fully Scalable Gaussian
     /// Processes using Subspace Inducing Inputs*): q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹),
-    /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`variational.rs`).
+    /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`qu/sites/mod.rs`).
     SiteDiagonal,
     /// The full Cholesky form of the journal version of the paper and of SVGP (Hensman,
     /// Matthews & Ghahramani, *Scalable Variational Gaussian Process Classification*):
-    /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`cholesky_q.rs`).
+    /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`qu/cholesky.rs`).
     Cholesky,
     /// The same family whitened: u_p = L_Z v_p with K_Z = L_Z L_Zᵀ, q(v_p) = N(μ_p, L_p L_pᵀ)
-    /// (μ holds the whitened mean m_p); blocks μ and L (`cholesky_q.rs`).
+    /// (μ holds the whitened mean m_p); blocks μ and L (`qu/cholesky.rs`).
     Whitened,
 }
 

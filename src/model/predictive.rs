@@ -4,7 +4,7 @@
 //! v_k = Σ_p Φ_kp² s_p(x*) and s_p(x*) = k(x*, x*) − k(x*, Z) (K_Z + Σ_p)⁻¹ k(Z, x*)
 //! (the same marginal as in training: K_Z⁻¹ S_p K_Z⁻¹ = K_Z⁻¹ − (K_Z + Σ_p)⁻¹ by Woodbury,
 //! so only K_Z + Σ_p is factorised). The marginals come from the conditional
-//! (`conditional.rs`), with q(u) factorised once per predictor.
+//! (`qu/conditional.rs`), with q(u) factorised once per predictor.
 //!
 //! Ranking uses the mean f̄. The predictive probability E_q[σ(f_k)] is reported with the
 //! probit approximation σ(f̄ / √(1 + π v / 8)) (`docs/model.md`, "Prediction").

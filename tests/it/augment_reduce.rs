@@ -10,7 +10,7 @@ use crate::common;
 use common::model::*;
 use faer::Mat;
 use fsgp::model::bound::class_phase::ROW_BLOCK;
-use fsgp::model::bound::objective::{expected_loglik, kl_total, Evaluation};
+use fsgp::model::bound::objective::{expected_loglik, kl_total, BoundAndGrads};
 use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
@@ -391,7 +391,7 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
 }
 
 /// Every flat entry of `e`'s gradient and its value, as bits.
-fn bits(e: &Evaluation) -> Vec<u64> {
+fn bits(e: &BoundAndGrads) -> Vec<u64> {
     let mut g = e.grads.clone();
     let mut out = vec![e.value.to_bits()];
     for idx in 0..flat_len(&e.grads) {

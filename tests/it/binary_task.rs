@@ -203,7 +203,7 @@ fn one_batch_probit_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 {
     assert_eq!(batch.labels.len(), TRAIN_ROWS);
     let lik = BernoulliProbit::new(20).unwrap();
     let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 1, 1.0);
-    fsgp::model::bound::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
+    fsgp::model::bound::objective::bound_and_grads_once(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }

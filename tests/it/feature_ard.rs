@@ -1,4 +1,4 @@
-//! ARD over the D input features (`--ard features`, `src/model/feature_ard.rs`) in the whole
+//! ARD over the D input features (`--ard features`, `src/model/kernel/feature_ard.rs`) in the whole
 //! bound: every block's analytic gradient, ∂F/∂log w included, against central finite
 //! differences for each kernel and q(u) form; unit weights give the model without ARD bit
 //! for bit; and, independently of the transform's code, the bound equals the plain model's
@@ -8,7 +8,8 @@ use crate::common;
 use common::model::*;
 use faer::Mat;
 use fsgp::model::bound::objective::{
-    evaluate_features, evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+    bound_and_grads, bound_and_grads_feature_ard, expected_loglik, kl_total, BoundAndGrads,
+    BoundOptions,
 };
 use fsgp::model::bound::terms::{terms_all, terms_sampled, TermSet};
 use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows, FeatureWarp};
@@ -80,9 +81,9 @@ fn eval_features(
     pr: &FeatureProblem,
     params: &Params,
     terms: &TermSet<'_>,
-) -> Evaluation {
-    let opts = EvalOptions::default();
-    evaluate_features(
+) -> BoundAndGrads {
+    let opts = BoundOptions::default();
+    bound_and_grads_feature_ard(
         kind,
         params,
         &pr.fx(),
@@ -100,12 +101,12 @@ fn eval_plain(
     params: &Params,
     x: &BasisInputs<'_>,
     terms: &TermSet<'_>,
-) -> Evaluation {
-    let opts = EvalOptions {
+) -> BoundAndGrads {
+    let opts = BoundOptions {
         factorisation: Factorisation::Inducing,
-        ..EvalOptions::default()
+        ..BoundOptions::default()
     };
-    evaluate_set(kind, params, x, terms, &lik(), &opts, &Scratch::new()).unwrap()
+    bound_and_grads(kind, params, x, terms, &lik(), &opts, &Scratch::new()).unwrap()
 }
 
 #[test]
@@ -312,8 +313,8 @@ fn plain_paths_refuse_parameters_with_feature_weights() {
         positives: &pr.positives,
         scale: 1.0,
     };
-    let opts = EvalOptions::default();
-    let err = evaluate_set(
+    let opts = BoundOptions::default();
+    let err = bound_and_grads(
         KernelKind::Linear,
         &pr.params,
         &x,
@@ -325,11 +326,11 @@ fn plain_paths_refuse_parameters_with_feature_weights() {
     .unwrap_err();
     assert!(err.to_string().contains("feature ARD weights"), "{err}");
     // And the subspace factorisation is refused with feature ARD.
-    let sub = EvalOptions {
-        factorisation: Factorisation::Subspace,
-        ..EvalOptions::default()
+    let sub = BoundOptions {
+        factorisation: Factorisation::LowRank,
+        ..BoundOptions::default()
     };
-    let err = evaluate_features(
+    let err = bound_and_grads_feature_ard(
         KernelKind::Linear,
         &pr.params,
         &pr.fx(),

@@ -1,7 +1,7 @@
 //! The multi-class likelihoods' gradients (`docs/likelihood.md`, "Multi-class"): per row
 //! against central finite differences for one-vs-each, robust-max, the Monte Carlo
 //! softmax and Hernández-Lobato's, with a general Φ (the factor model) and Φ = I (independent latents); the same
-//! through the whole bound (`objective::evaluate_set` with `TermSet::Classes`) for the
+//! through the whole bound (`objective::bound_and_grads` with `TermSet::Classes`) for the
 //! paper's O(M) q(u) and the whitened full-Cholesky q(u) with the linear and SE kernels;
 //! bitwise independence from the thread count; the forward-only bound; shape errors; a
 //! minibatch cut in shares (as MPI ranks cut it) with its noise streams offset per share.
@@ -11,7 +11,7 @@ use common::model::*;
 use faer::Mat;
 use fsgp::model::bound::class_phase::{class_probabilities, ROW_BLOCK};
 use fsgp::model::bound::objective::{
-    evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
 };
 use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{KernelKind, KernelParams};
@@ -225,7 +225,7 @@ fn learnt_epsilon_gradient_matches_central_differences() {
 }
 
 /// Every flat entry of `e`'s gradient and its value, as bits.
-fn bits(e: &Evaluation) -> Vec<u64> {
+fn bits(e: &BoundAndGrads) -> Vec<u64> {
     let mut g = e.grads.clone();
     let mut out = vec![e.value.to_bits()];
     for idx in 0..flat_len(&e.grads) {
@@ -342,13 +342,13 @@ fn class_term_sets_are_checked() {
             seed: 0,
             first_stream: 0,
         };
-        evaluate_set(
+        bound_and_grads(
             KernelKind::Linear,
             &pr.params,
             &pr.x(),
             &TermSet::Classes(classes),
             &unused,
-            &EvalOptions::default(),
+            &BoundOptions::default(),
             &Scratch::new(),
         )
         .map(|e| e.value)

@@ -7,7 +7,7 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::bound::objective::{evaluate_set, EvalOptions};
+use fsgp::model::bound::objective::{bound_and_grads, BoundOptions};
 use fsgp::model::bound::terms::{terms_all, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
 use fsgp::model::likelihood::probit::{log_normal_cdf, normal_cdf, BernoulliProbit};
@@ -234,7 +234,7 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
             "sites, linear, subspace J_p",
             false,
             KernelKind::Linear,
-            Factorisation::Subspace,
+            Factorisation::LowRank,
         ),
         (
             "sites, SE",
@@ -258,12 +258,12 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
     for (label, whitened, kind, factorisation) in cases {
         let pr = binary_problem(21, whitened);
         let terms = terms_all(&pr.positives, 1, 2.5);
-        let opts = EvalOptions {
+        let opts = BoundOptions {
             factorisation,
-            ..EvalOptions::default()
+            ..BoundOptions::default()
         };
         let eval = |params: &Params| {
-            evaluate_set(
+            bound_and_grads(
                 kind,
                 params,
                 &pr.x(),
@@ -283,7 +283,7 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
             worst.0, worst.1
         );
         // The dense all-labels path gives the same bound as the list of every term.
-        let dense = evaluate_set(
+        let dense = bound_and_grads(
             kind,
             &pr.params,
             &pr.x(),

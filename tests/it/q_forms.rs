@@ -10,7 +10,7 @@ use common::model::*;
 use faer::linalg::solvers::DenseSolveCore;
 use faer::{Mat, Side};
 use fsgp::model::bound::objective::{
-    evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
 };
 use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
@@ -81,15 +81,15 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     }
 }
 
-fn evaluate(kind: KernelKind, pr: &Problem, params: &Params, terms: &TermSet<'_>) -> Evaluation {
+fn evaluate(kind: KernelKind, pr: &Problem, params: &Params, terms: &TermSet<'_>) -> BoundAndGrads {
     let lik = BernoulliLogistic::new(20).unwrap();
-    evaluate_set(
+    bound_and_grads(
         kind,
         params,
         &pr.x(),
         terms,
         &lik,
-        &EvalOptions::default(),
+        &BoundOptions::default(),
         &Scratch::new(),
     )
     .unwrap()
@@ -218,7 +218,7 @@ fn chol(s: &Mat<f64>) -> Mat<f64> {
 
 /// Two parameterisations of one q(u) give the same bound (relative 10⁻¹⁰) and KL (relative
 /// `kl_tol`).
-fn assert_same_bound(a: &Evaluation, b: &Evaluation, kl_tol: f64, label: &str) {
+fn assert_same_bound(a: &BoundAndGrads, b: &BoundAndGrads, kl_tol: f64, label: &str) {
     let rel = (a.value - b.value).abs() / a.value.abs();
     assert!(
         rel < 1e-10,
@@ -329,7 +329,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
         };
         let (a, b) = (run(1), run(2));
         assert_eq!(a.value.to_bits(), b.value.to_bits(), "{form:?}");
-        let bits = |e: &Evaluation| {
+        let bits = |e: &BoundAndGrads| {
             let mut g = e.grads.clone();
             (0..flat_len(&g))
                 .map(|i| flat_entry(&mut g, i).1.to_bits())
@@ -393,11 +393,11 @@ fn a_singular_k_z_is_rescued_by_jitter_and_the_subspace_path_is_refused() {
     assert!(e.jitter > 0.0);
     assert!(e.value.is_finite() && e.kl.is_finite());
     let lik = BernoulliLogistic::new(20).unwrap();
-    let opts = EvalOptions {
-        factorisation: Factorisation::Subspace,
-        ..EvalOptions::default()
+    let opts = BoundOptions {
+        factorisation: Factorisation::LowRank,
+        ..BoundOptions::default()
     };
-    let err = evaluate_set(
+    let err = bound_and_grads(
         KernelKind::Linear,
         &pr.params,
         &pr.x(),
@@ -420,11 +420,11 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         };
         let lik = BernoulliLogistic::new(20).unwrap();
         let run = |kernel_grads: bool| {
-            let opts = EvalOptions {
+            let opts = BoundOptions {
                 kernel_grads,
-                ..EvalOptions::default()
+                ..BoundOptions::default()
             };
-            evaluate_set(
+            bound_and_grads(
                 KernelKind::SquaredExponential,
                 &pr.params,
                 &pr.x(),
@@ -504,7 +504,7 @@ fn gradients_with_a_jittered_singular_k_z_match_central_differences() {
 
 #[test]
 fn full_cholesky_gradients_match_central_differences_with_se_plus_linear_and_subspace_ard() {
-    // The forms were written beside the SE + linear kernel and subspace ARD (`ard.rs`): here
+    // The forms were written beside the SE + linear kernel and subspace ARD (`kernel/ard.rs`): here
     // every block of each form under each kernel with ARD weights ω [R] (R = M + 1, so the
     // linear K_Z is non-singular and the unwhitened form applies), sampled terms.
     let setups = [

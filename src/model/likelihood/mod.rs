@@ -18,7 +18,7 @@ pub const VAR_FLOOR: f64 = 1e-10;
 
 /// A likelihood p(y | f) of labels y = ±1 that factorises over the (row, label) terms of the
 /// bound, seen through its Gaussian expectation E(y, m, v) = E_{f ~ N(m, v)}[log p(y | f)]:
-/// the bound (`objective.rs`) needs E and its derivatives for many terms at once. A new
+/// the bound (`bound/objective.rs`) needs E and its derivatives for many terms at once. A new
 /// likelihood of this kind implements this trait (`docs/model.md`, "Code map").
 pub trait Likelihood: Sync {
     /// Many expectations at once, in place: on entry `mean[j]`, `var[j]` hold (m_j, v_j) with

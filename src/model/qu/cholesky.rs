@@ -15,7 +15,7 @@
 //! KL_p = ½ [‖L_v,p‖²_F + ‖m_p‖² − M − 2 Σ_j log|L_v,p,jj|].
 //!
 //! The per-GP work is triangular × dense products of GEMM shape (3M²B flops per GP, plus
-//! 4M³/3 unwhitened); the GPs run in the fixed chunks of `variational.rs` ([`GP_CHUNK`]),
+//! 4M³/3 unwhitened); the GPs run in the fixed chunks of `qu/sites/mod.rs` ([`GP_CHUNK`]),
 //! sequential inside, the chunks' sums reduced in chunk order, so the results do not depend
 //! on the number of threads.
 

@@ -3,7 +3,7 @@
 //! form, and an analytic gradient paired entry by entry with finite differences.
 
 use faer::Mat;
-use fsgp::model::bound::objective::{evaluate_set, EvalOptions, Evaluation};
+use fsgp::model::bound::objective::{bound_and_grads, BoundAndGrads, BoundOptions};
 use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
@@ -157,23 +157,23 @@ pub fn bound_classes<'a>(class: &'a [u32], lik: &'a dyn ClassLikelihood) -> Clas
 }
 
 /// The bound of a multi-class problem with the terms of [`bound_classes`], or the error
-/// `evaluate_set` gives.
+/// `bound_and_grads` gives.
 pub fn try_class_bound(
     kind: KernelKind,
     pr: &Problem,
     params: &Params,
     class: &[u32],
     lik: &dyn ClassLikelihood,
-) -> anyhow::Result<Evaluation> {
+) -> anyhow::Result<BoundAndGrads> {
     // The per-term likelihood argument is not used by a class term set.
     let unused = BernoulliLogistic::new(2).unwrap();
-    evaluate_set(
+    bound_and_grads(
         kind,
         params,
         &pr.x(),
         &TermSet::Classes(bound_classes(class, lik)),
         &unused,
-        &EvalOptions::default(),
+        &BoundOptions::default(),
         &Scratch::new(),
     )
 }
@@ -185,6 +185,6 @@ pub fn class_bound(
     params: &Params,
     class: &[u32],
     lik: &dyn ClassLikelihood,
-) -> Evaluation {
+) -> BoundAndGrads {
     try_class_bound(kind, pr, params, class, lik).unwrap()
 }

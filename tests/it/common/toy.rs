@@ -428,7 +428,7 @@ pub fn one_batch_bound(
     assert_eq!(batch.labels.len(), 900);
     let lik = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
     let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 30, 1.0);
-    fsgp::model::bound::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
+    fsgp::model::bound::objective::bound_and_grads_once(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }

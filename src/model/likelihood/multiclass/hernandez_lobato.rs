@@ -5,7 +5,7 @@
 //!
 //! E_i = Σ_{k≠c} E_q[log Φ(f_c − f_k)] = Σ_{k≠c} E(+1, f̄_c − f̄_k, σ²_k),
 //!
-//! each term the 1-D probit expectation of `probit.rs` (Gauss–Hermite with exact
+//! each term the 1-D probit expectation of `likelihood/probit.rs` (Gauss–Hermite with exact
 //! derivatives) with the pair means and variances σ²_k = Σ_p (Φ_cp − Φ_kp)² s_ip exactly as
 //! one-vs-each forms them ([`crate::model::likelihood::multiclass::one_vs_each::pairwise_row`]), so the gradients are
 //! one-vs-each's with the probit's α_k, β_k.

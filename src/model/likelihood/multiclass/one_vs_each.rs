@@ -5,7 +5,7 @@
 //! log p(c | f) = log softmax(f)_c ≥ Σ_{k≠c} log σ(f_c − f_k),
 //!
 //! so E_q[log p(c | f_i)] ≥ Σ_{k≠c} E(+1, f̄_c − f̄_k, σ²_k), each term the 1-D logistic
-//! expectation of `likelihood.rs` with the variance of the difference
+//! expectation of `likelihood/logistic.rs` with the variance of the difference
 //! σ²_k = Var(f_c − f_k) = Σ_p (Φ_cp − Φ_kp)² s_ip (exact under the factor model; s_ic + s_ik
 //! with independent latents, Φ = I). Gradients, with α_k = ∂E/∂mean and β_k = ∂E/∂var of
 //! term k and d_k = Φ_c − Φ_k [P] (`docs/likelihood.md`, "Multi-class"):
@@ -27,7 +27,7 @@ pub struct OneVsEach {
     pairs: BernoulliLogistic,
     predictive: SoftmaxMc,
     /// `--class-samples`: S of the K − 1 pairs per row, their sum scaled by (K − 1)/S
-    /// (`class_sampling.rs`); None: every pair.
+    /// (`likelihood/multiclass/class_sampling.rs`); None: every pair.
     sampler: Option<ClassSampler>,
 }
 

@@ -1,6 +1,6 @@
 //! The paper's q(u) through C_p = K_Z + Σ_p [M×M], for any kernel: one latent GP's forward
 //! pass and one chunk of GPs' backward pass (`docs/model.md`, "q(u) and marginals",
-//! "Gradients" and "Algorithm as implemented"). `variational.rs` runs them over all GPs.
+//! "Gradients" and "Algorithm as implemented"). `qu/sites/mod.rs` runs them over all GPs.
 //!
 //! Only C_p = L_p L_pᵀ is ever factorised: K_Z itself may be singular (R < M, linear
 //! kernel). Every product with C_p⁻¹ goes through L_p⁻¹ (triangular solves and triangular
