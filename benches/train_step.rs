@@ -37,7 +37,7 @@ use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows};
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::optim::{AdamConfig, AdamState};
-use fsgp::model::params::{Params, QForm};
+use fsgp::model::params::{Params, QForm, QParams};
 use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::qu::sites::low_rank;
@@ -170,8 +170,10 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     let mut params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.2)),
-        mu: Mat::from_fn(m, p, |_, _| u(0.1)),
-        rho: Mat::from_fn(m, p, |_, _| u(1.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(0.1)),
+            rho: Mat::from_fn(m, p, |_, _| u(1.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(0.4)),
         bias: (0..k).map(|_| -3.0).collect(),
         kernel: KernelParams {
@@ -183,7 +185,6 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             ..KernelParams::new(0.0, 0.0)
         },
-        chol: None,
         amortiser: None,
     };
     if c.form != QForm::SiteDiagonal {
@@ -203,8 +204,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
                 })
             })
             .collect();
-        params.rho = Mat::new();
-        params.chol = Some(pack_factors(&factors, c.form == QForm::Whitened));
+        params.set_full(pack_factors(&factors, c.form == QForm::Whitened));
     }
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
     let positives: Vec<Vec<u32>> = (0..b)

@@ -218,6 +218,7 @@ mod tests {
     use super::*;
     use crate::model::kernel::ard::Warp;
     use crate::model::kernel::KernelParams;
+    use crate::model::params::QParams;
     use crate::model::qu::sites;
     use crate::model::quadrature::GaussHermite;
     use rand::{Rng, SeedableRng};
@@ -237,8 +238,10 @@ mod tests {
         let params = Params {
             logit_epsilon: None,
             a: Mat::from_fn(m, r, |_, _| u(2.0)),
-            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+            q: QParams::Sites {
+                mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+                rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+            },
             phi: Mat::from_fn(k, p, |_, _| u(2.0)),
             bias: (0..k).map(|_| u(1.0)).collect(),
             kernel: KernelParams {
@@ -250,7 +253,6 @@ mod tests {
                 },
                 ..KernelParams::new(u(0.5), if kind == KernelKind::Linear { 0.0 } else { 0.7 })
             },
-            chol: None,
             amortiser: None,
         };
         (params, k_tilde, kxx, sq)
@@ -284,8 +286,8 @@ mod tests {
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
-                params.mu.as_ref(),
-                params.rho.as_ref(),
+                params.q.mu().as_ref(),
+                params.q.rho().unwrap().as_ref(),
                 None,
                 &Scratch::new(),
             )
@@ -297,7 +299,7 @@ mod tests {
                 for k in 0..params.phi.nrows() {
                     let mut f = params.bias[k];
                     let mut v = 0.0;
-                    for p in 0..params.mu.ncols() {
+                    for p in 0..params.q.mu().ncols() {
                         f += params.phi[(k, p)] * vf.mean[(i, p)];
                         v += params.phi[(k, p)].powi(2) * vf.var[(i, p)];
                     }

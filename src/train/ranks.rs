@@ -121,7 +121,7 @@ mod tests {
         let p = every_block();
         let adam = AdamState::new(&p);
         let mut q = p.clone();
-        q.mu[(1, 1)] = f64::from_bits(q.mu[(1, 1)].to_bits() ^ 1);
+        q.q.mu_mut()[(1, 1)] = f64::from_bits(q.q.mu()[(1, 1)].to_bits() ^ 1);
         assert_ne!(checksum(&p, &adam), checksum(&q, &adam));
         assert_eq!(checksum(&p, &adam), checksum(&p.clone(), &adam.clone()));
         check_identical(&Single, 3, &p, &adam).unwrap();

@@ -28,7 +28,7 @@ use crate::model::kernel::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::likelihood::multiclass::Classes;
 use crate::model::optim::AdamState;
-use crate::model::params::{Block, Params};
+use crate::model::params::{Block, Params, QParams};
 use crate::model::scratch::Scratch;
 use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
@@ -137,10 +137,14 @@ fn metric(name: &str, value: f64, step: Option<i64>) -> MetricRow {
 fn params_finite(p: &Params) -> bool {
     let mat_ok =
         |m: &faer::Mat<f64>| (0..m.ncols()).all(|j| m.col(j).iter().all(|v| v.is_finite()));
-    [&p.a, &p.mu, &p.rho, &p.phi].into_iter().all(mat_ok)
+    let q_ok = match &p.q {
+        QParams::Sites { mu, rho } => mat_ok(mu) && mat_ok(rho),
+        QParams::Full { mu, chol } => mat_ok(mu) && mat_ok(&chol.packed),
+    };
+    [&p.a, &p.phi].into_iter().all(mat_ok)
+        && q_ok
         && p.bias.iter().all(|v| v.is_finite())
         && p.kernel.is_finite()
-        && p.chol.as_ref().is_none_or(|c| mat_ok(&c.packed))
 }
 
 /// One training run's loop state: the parameters, the optimiser and where it stands.

@@ -141,7 +141,6 @@ fn problem(
         params.phi = Mat::identity(k, p);
     }
     if form == QForm::Whitened {
-        params.rho = Mat::new();
         let factors: Vec<Mat<f64>> = (0..p)
             .map(|_| {
                 Mat::from_fn(m, m, |i, j| match i.cmp(&j) {
@@ -151,7 +150,7 @@ fn problem(
                 })
             })
             .collect();
-        params.chol = Some(pack_factors(&factors, true));
+        params.set_full(pack_factors(&factors, true));
     }
     // A network whose last layer is not small, so that every weight matters.
     let mut net = Amortiser::init(r, 4, &lik.local_init(k), seed);

@@ -12,7 +12,7 @@ use fsgp::model::bound::objective::{
 use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
-use fsgp::model::params::{flat_entry, flat_len, Params};
+use fsgp::model::params::{flat_entry, flat_len, Params, QParams};
 use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
 use rand::{Rng, SeedableRng};
@@ -307,8 +307,7 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
             let part = bound_and_grads(kind, &pr.params, &x, &terms, &lik, &skip, &Scratch::new())
                 .unwrap();
             assert_eq!(part.value, full.value);
-            assert_eq!(part.grads.mu, full.grads.mu);
-            assert_eq!(part.grads.rho, full.grads.rho);
+            assert_eq!(part.grads.q, full.grads.q);
             assert_eq!(part.grads.phi, full.grads.phi);
             assert_eq!(part.grads.bias, full.grads.bias);
             assert!(part.grads.a.norm_max() == 0.0 && full.grads.a.norm_max() > 0.0);
@@ -360,12 +359,13 @@ fn larger_problem() -> Problem {
     let params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.4)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.0)),
         bias: (0..k).map(|_| u(1.0) - 2.0).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
-        chol: None,
         amortiser: None,
     };
     let positives = (0..b)

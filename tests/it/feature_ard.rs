@@ -350,7 +350,7 @@ fn full_cholesky_forms_match_central_differences_under_feature_ard() {
     let kind = KernelKind::SquaredExponential;
     for form in [QForm::Whitened, QForm::Cholesky] {
         let mut pr = problem(23, kind, true);
-        let (m, p) = (pr.params.mu.nrows(), pr.params.mu.ncols());
+        let (m, p) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
         let mut rng = ChaCha8Rng::seed_from_u64(4);
         let factors: Vec<Mat<f64>> = (0..p)
             .map(|_| {
@@ -364,8 +364,8 @@ fn full_cholesky_forms_match_central_differences_under_feature_ard() {
                 })
             })
             .collect();
-        pr.params.rho = Mat::new();
-        pr.params.chol = Some(pack_factors(&factors, form == QForm::Whitened));
+        pr.params
+            .set_full(pack_factors(&factors, form == QForm::Whitened));
         let dense = TermSet::AllLabels {
             positives: &pr.positives,
             scale: 2.0,

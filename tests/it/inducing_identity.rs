@@ -143,8 +143,12 @@ fn subspace_at_full_rank_equals_the_identity_basis_with_the_equivalent_z() {
             "{setup:?}: ∂Z vs ∂A X̃ differ by {grad_diff:e}"
         );
         for (name, x, y) in [
-            ("μ", &by_z.grads.mu, &by_a.grads.mu),
-            ("ρ", &by_z.grads.rho, &by_a.grads.rho),
+            ("μ", by_z.grads.q.mu(), by_a.grads.q.mu()),
+            (
+                "ρ",
+                by_z.grads.q.rho().unwrap(),
+                by_a.grads.q.rho().unwrap(),
+            ),
             ("Φ", &by_z.grads.phi, &by_a.grads.phi),
         ] {
             assert!(

@@ -23,7 +23,7 @@ use fsgp::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
 use fsgp::model::likelihood::multiclass::{
     row_gradient, row_probabilities, ClassLikelihood, Classes,
 };
-use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm, QParams};
 use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
 use rand::{Rng, SeedableRng};
@@ -142,8 +142,7 @@ fn problem(seed: u64, form: QForm, identity: bool, b: usize) -> (Problem, Vec<u3
         params.phi = Mat::identity(k, p);
     }
     if form == QForm::Whitened {
-        params.rho = Mat::new();
-        params.chol = Some(pack_factors(&random_factors(&mut rng, m, p), true));
+        params.set_full(pack_factors(&random_factors(&mut rng, m, p), true));
     }
     let classes = (0..b).map(|i| ((i * 7 + 1) % k) as u32).collect();
     let problem = Problem {
@@ -243,12 +242,13 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     let params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.6)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.5)),
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
-        chol: None,
         amortiser: None,
     };
     let class: Vec<u32> = (0..b).map(|i| ((i * 5 + 3) % k) as u32).collect();

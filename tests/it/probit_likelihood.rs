@@ -206,12 +206,8 @@ fn binary_problem(seed: u64, whitened: bool) -> Problem {
             std::cmp::Ordering::Equal => 0.7 + u(0.4),
             std::cmp::Ordering::Greater => u(0.8),
         });
-        params = Params {
-            logit_epsilon: None,
-            rho: Mat::new(),
-            chol: Some(pack_factors(&[factor], true)),
-            ..params
-        };
+        params.logit_epsilon = None;
+        params.set_full(pack_factors(&[factor], true));
     }
     params.kernel = KernelParams::new(u(0.5), u(0.5));
     let positives = (0..b)

@@ -21,7 +21,7 @@ use crate::model::kernel::feature_ard::{FeatureInputs, FeatureWarp};
 use crate::model::kernel::{BasisInputs, InputGrads, KernelKind};
 use crate::model::likelihood::multiclass::Classes;
 use crate::model::likelihood::Likelihood;
-use crate::model::params::{CholFactors, Grads, Params};
+use crate::model::params::{CholFactors, Grads, Params, QParams};
 use crate::model::qu::conditional::{Conditional, Factorisation};
 use crate::model::scratch::Scratch;
 
@@ -83,7 +83,7 @@ pub struct BoundAndGrads {
 }
 
 fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Result<()> {
-    let (p_count, k_count) = (params.mu.ncols(), params.phi.nrows());
+    let (p_count, k_count) = (params.q.mu().ncols(), params.phi.nrows());
     ensure!(
         params.phi.ncols() == p_count && params.bias.len() == k_count,
         "Φ, b and μ disagree in shape"
@@ -302,15 +302,22 @@ fn bound_and_grads_inner(
             // 0 when the class likelihood does not use it (it then does not change F).
             logit_epsilon: params.logit_epsilon.map(|_| lg.lik_param.unwrap_or(0.0)),
             a: g_a,
-            mu: vg.mu,
-            rho: vg.rho,
+            q: match &params.q {
+                QParams::Sites { .. } => QParams::Sites {
+                    mu: vg.mu,
+                    rho: vg.rho,
+                },
+                QParams::Full { chol, .. } => QParams::Full {
+                    mu: vg.mu,
+                    chol: CholFactors {
+                        whitened: chol.whitened,
+                        packed: vg.chol,
+                    },
+                },
+            },
             phi: lg.phi,
             bias: lg.bias,
             kernel: g_kernel,
-            chol: params.chol.as_ref().map(|c| CholFactors {
-                whitened: c.whitened,
-                packed: vg.chol,
-            }),
             amortiser: lg.amortiser,
         },
         times,

@@ -132,8 +132,8 @@ impl Conditional {
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
-                params.mu.as_ref(),
-                params.rho.as_ref(),
+                params.q.mu().as_ref(),
+                rho_of(params),
                 self.low_rank.as_ref(),
                 scratch,
             )?),
@@ -141,7 +141,7 @@ impl Conditional {
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 scratch,
             )?)),
@@ -157,8 +157,8 @@ impl Conditional {
                     kf.k_z.as_ref(),
                     kf.k_bz.as_ref(),
                     &kf.k_diag,
-                    params.mu.as_ref(),
-                    params.rho.as_ref(),
+                    params.q.mu().as_ref(),
+                    rho_of(params),
                     self.low_rank.as_ref(),
                     scratch,
                 )?;
@@ -169,7 +169,7 @@ impl Conditional {
                     kf.k_z.as_ref(),
                     kf.k_bz.as_ref(),
                     &kf.k_diag,
-                    params.mu.as_ref(),
+                    params.q.mu().as_ref(),
                     chol_of(params),
                     scratch,
                 )?;
@@ -185,14 +185,14 @@ impl Conditional {
         match self.form {
             QForm::SiteDiagonal => sites::kl_total(
                 self.kernel.k_z.as_ref(),
-                params.mu.as_ref(),
-                params.rho.as_ref(),
+                params.q.mu().as_ref(),
+                rho_of(params),
                 self.low_rank.as_ref(),
                 scratch,
             ),
             QForm::Cholesky | QForm::Whitened => cholesky::kl_total(
                 self.kernel.k_z.as_ref(),
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 scratch,
             ),
@@ -217,8 +217,8 @@ impl Conditional {
                 fwd,
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
-                params.mu.as_ref(),
-                params.rho.as_ref(),
+                params.q.mu().as_ref(),
+                rho_of(params),
                 g_mean,
                 g_var,
                 kernel_grads,
@@ -227,7 +227,7 @@ impl Conditional {
             ),
             QForward::Cholesky(fwd) => cholesky::backward(
                 fwd,
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 g_mean,
                 g_var,
@@ -320,9 +320,12 @@ impl Conditional {
     ) -> (Mat<f64>, Mat<f64>) {
         let kf = &self.kernel;
         match &q.factors {
-            QFactors::SiteDiagonal(factors) => {
-                factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, params.mu.as_ref(), scratch)
-            }
+            QFactors::SiteDiagonal(factors) => factors.marginals(
+                kf.k_bz.as_ref(),
+                &kf.k_diag,
+                params.q.mu().as_ref(),
+                scratch,
+            ),
             QFactors::Cholesky(factors) => factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, scratch),
         }
     }
@@ -354,11 +357,11 @@ impl FactorisedQ {
         let k_z = inducing_gram(kind, params, k_tilde);
         let factors = match params.q_form() {
             QForm::SiteDiagonal => {
-                QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), params.rho.as_ref(), scratch)?)
+                QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), rho_of(params), scratch)?)
             }
             QForm::Cholesky | QForm::Whitened => QFactors::Cholesky(CholFactorsOnce::new(
                 k_z.as_ref(),
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 scratch,
             )?),
@@ -397,10 +400,10 @@ pub fn mean_weights(
     k_tilde: MatRef<'_, f64>,
 ) -> Result<Mat<f64>> {
     match params.q_form() {
-        QForm::SiteDiagonal => Ok(params.mu.clone()),
+        QForm::SiteDiagonal => Ok(params.q.mu().clone()),
         QForm::Cholesky | QForm::Whitened => cholesky::mean_weights(
             inducing_gram(kind, params, k_tilde).as_ref(),
-            params.mu.as_ref(),
+            params.q.mu().as_ref(),
             chol_of(params),
             &Scratch::new(),
         ),
@@ -459,9 +462,18 @@ impl QForward {
 /// The Cholesky factors of a full-Cholesky form's parameters.
 fn chol_of(params: &Params) -> &CholFactors {
     params
-        .chol
-        .as_ref()
+        .q
+        .chol()
         .expect("a full-Cholesky q(u) form holds its factors")
+}
+
+/// ρ of the paper's form's parameters.
+fn rho_of(params: &Params) -> MatRef<'_, f64> {
+    params
+        .q
+        .rho()
+        .expect("the paper's q(u) form holds its sites")
+        .as_ref()
 }
 
 /// An error unless the parameters hold this kernel's optional hyperparameters and, with

@@ -8,7 +8,7 @@ use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
-use fsgp::model::params::{flat_entry, flat_len, Block, Params};
+use fsgp::model::params::{flat_entry, flat_len, Block, Params, QParams};
 use fsgp::model::scratch::Scratch;
 
 /// One batch as the bound sees it: K_XX̃ [B×R], the rows' squared norms [B], the basis
@@ -57,12 +57,13 @@ pub fn random_site_params(
     Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.5)),
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5)),
-        chol: None,
         amortiser: None,
     }
 }

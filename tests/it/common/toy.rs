@@ -318,7 +318,12 @@ impl Prepared {
 pub fn tensor_bits(c: &fsgp::store::checkpoint::Checkpoint) -> Vec<u64> {
     let p = &c.params;
     let mut bits = Vec::new();
-    for m in [&p.a, &p.mu, &p.rho, &p.phi] {
+    for m in [
+        &p.a,
+        p.q.mu(),
+        p.q.rho().unwrap_or(&faer::Mat::new()),
+        &p.phi,
+    ] {
         bits.extend([m.nrows() as u64, m.ncols() as u64]);
         for j in 0..m.ncols() {
             bits.extend((0..m.nrows()).map(|i| m[(i, j)].to_bits()));
