@@ -5,14 +5,18 @@
 #   (b) Delicious with the paper's settings (M = 500, P = 30, R = 250, B = 500, η = 0.01)
 #       cut to --max-steps 300, for the linear kernel, the SE kernel, and --negatives 100;
 #   (c) classification, cut short: banana (binary, probit and logistic, whitened q(u), free
-#       Z) and MNIST's ten classes (one-vs-each, robust-max, softmax; M = 20, 20 steps).
-# Usage: scripts/compare-outputs.sh OLD_BINARY NEW_BINARY OUT_DIR
+#       Z; and probit with each other q(u) form, cholesky and sites) and MNIST's ten classes
+#       (one-vs-each, robust-max, softmax; M = 20, 20 steps).
+# Usage: scripts/compare-outputs.sh OLD NEW_BINARY OUT_DIR
+# OLD is a `pipeline` binary, or the OUT_DIR/old.sha256 listing of an earlier call (so one
+# baseline serves several comparisons; its workspace stays in OUT_DIR/old). NEW_BINARY `-`
+# records only that baseline.
 # Prints one line per file (sha256, workspace-relative path) for each side, then a verdict;
 # exits non-zero when anything differs.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY OUT_DIR" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
-old=$(realpath "$1"); new=$(realpath "$2"); out=$3
+old=$(realpath "$1"); new=$2; out=$3
 data="$repo/../shared/data/delicious"
 mkdir -p "$out"
 out=$(realpath "$out")
@@ -40,6 +44,11 @@ classification() {
         one_classifier "$bin" "$ws" banana binary --latent independent --kernel se \
             --inducing 8 --batch 100 --epochs 50 --max-steps 40 --inducing-inputs free \
             --q-form whitened --likelihood "$link"
+    done
+    for form in cholesky sites; do
+        one_classifier "$bin" "$ws" banana binary --latent independent --kernel se \
+            --inducing 8 --batch 100 --epochs 50 --max-steps 40 --inducing-inputs free \
+            --q-form "$form" --likelihood probit
     done
     "$bin" --workspace "$ws" ingest --name mnist --format libsvm --no-normalize \
         --features 784 --train "$cls/mnist/train.txt.gz" --test "$cls/mnist/test.txt.gz" \
@@ -78,8 +87,13 @@ one_side() {
         -o -name 'metrics.json' \) -type f | sort | xargs sha256sum)
 }
 
-one_side "$old" "$out/old" >"$out/old.sha256"
-one_side "$new" "$out/new" >"$out/new.sha256"
+if [[ "$1" == *.sha256 ]]; then
+    [ "$old" = "$out/old.sha256" ] || cp "$old" "$out/old.sha256"
+else
+    one_side "$old" "$out/old" >"$out/old.sha256"
+fi
+[ "$new" = "-" ] && { echo "baseline: $(wc -l <"$out/old.sha256") files"; exit 0; }
+one_side "$(realpath "$new")" "$out/new" >"$out/new.sha256"
 echo "old: $(wc -l <"$out/old.sha256") files; new: $(wc -l <"$out/new.sha256") files"
 if diff "$out/old.sha256" "$out/new.sha256"; then
     echo "identical: every checkpoint, predictions file and metrics JSON"

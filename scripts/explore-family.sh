@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A first look at members of the model family on Delicious's validation split: one seed,
 # 40 epochs each, scored on `validation` (never on test). It decides which candidates get
-# the 3-seed comparison of docs/selection.md; it chooses no configuration by itself.
+# the 3-seed comparison of docs/experiments/selection.md; it chooses no configuration by itself.
 # Usage: scripts/explore-family.sh PIPELINE_BINARY WORKSPACE
 # Prints one line per model: name, train run, seconds, validation P@1/3/5.
 set -euo pipefail

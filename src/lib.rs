@@ -14,8 +14,10 @@
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
 //! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests),
-//!   [`comm`] (one process, or the ranks of an MPI job).
+//!   [`comm`] (one process, or the ranks of an MPI job), [`choice`] (closed sets of named
+//!   values, each declared once as a table).
 
+pub mod choice;
 pub mod cli;
 pub mod comm;
 pub mod error;

@@ -25,6 +25,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+use crate::choice::choice_enum;
 use crate::error::InvalidOptions;
 
 // ---------------------------------------------------------------------------------------------
@@ -100,47 +101,15 @@ pub struct SynthOptions {
     pub threads: Option<usize>,
 }
 
-/// Data-set shapes of the paper's Table 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shape {
-    Bibtex,
-    Delicious,
-    Mediamill,
-    Eurlex,
-    Rcv1,
-    Amazoncat,
-}
-
-impl Shape {
-    /// Every shape's name, as `FromStr` accepts it.
-    pub const NAMES: [&'static str; 6] = [
-        "bibtex",
-        "delicious",
-        "mediamill",
-        "eurlex",
-        "rcv1",
-        "amazoncat",
-    ];
-}
-
-impl std::str::FromStr for Shape {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "bibtex" => Shape::Bibtex,
-            "delicious" => Shape::Delicious,
-            "mediamill" => Shape::Mediamill,
-            "eurlex" => Shape::Eurlex,
-            "rcv1" => Shape::Rcv1,
-            "amazoncat" => Shape::Amazoncat,
-            _ => {
-                return Err(format!(
-                    "unknown shape {s:?} (expected one of: {})",
-                    Shape::NAMES.join(", ")
-                ))
-            }
-        })
+choice_enum! {
+    /// Data-set shapes of the paper's Table 1 (`synth --shape`).
+    pub enum Shape("shape") {
+        Bibtex = "bibtex",
+        Delicious = "delicious",
+        Mediamill = "mediamill",
+        Eurlex = "eurlex",
+        Rcv1 = "rcv1",
+        Amazoncat = "amazoncat",
     }
 }
 

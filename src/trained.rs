@@ -7,6 +7,7 @@ use std::str::FromStr;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::choice::{choice_enum, Choice};
 use crate::model::kernel::KernelKind;
 use crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN;
 use crate::model::likelihood::multiclass::ar_logit::ArLogit;
@@ -27,21 +28,17 @@ use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
 use crate::store::integrity::Registered;
 use crate::store::workspace::Workspace;
 
-/// The GP kernel a run trains with, as named in configurations and on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KernelChoice {
-    Linear,
-    Se,
-    /// The SE + linear sum (two free variances, `docs/model.md`).
-    #[serde(rename = "se+linear")]
-    SePlusLinear,
+choice_enum! {
+    /// The GP kernel a run trains with (`--kernel`, `docs/model.md`).
+    pub enum KernelChoice("kernel") {
+        Linear = "linear" => "k(x, x') = σ_f² xᵀx' (the paper's)",
+        Se = "se" => "squared exponential, σ_f² exp(−‖x − x'‖² / 2ℓ²)",
+        /// The SE + linear sum (two free variances, `docs/model.md`).
+        SePlusLinear = "se+linear" => "the sum of the two, each with its own variance",
+    }
 }
 
 impl KernelChoice {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 3] = ["linear", "se", "se+linear"];
-
     pub fn kind(self) -> KernelKind {
         match self {
             KernelChoice::Linear => KernelKind::Linear,
@@ -49,92 +46,45 @@ impl KernelChoice {
             KernelChoice::SePlusLinear => KernelKind::SePlusLinear,
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KernelChoice::Linear => "linear",
-            KernelChoice::Se => "se",
-            KernelChoice::SePlusLinear => "se+linear",
-        }
-    }
 }
 
-impl FromStr for KernelChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "linear" => Ok(KernelChoice::Linear),
-            "se" => Ok(KernelChoice::Se),
-            "se+linear" => Ok(KernelChoice::SePlusLinear),
-            _ => Err(format!(
-                "expected 'linear', 'se' or 'se+linear', found {s:?}"
-            )),
-        }
+choice_enum! {
+    /// `--ard`: automatic relevance determination of the kernel's inputs.
+    #[derive(Default)]
+    pub enum ArdChoice("ARD") {
+        #[default]
+        None = "none" => "one lengthscale (or variance) for every input",
+        /// One weight per direction of the svd basis X̃ (R weights).
+        BasisDirections = "subspace"
+            => "one trained weight per basis direction (R weights; docs/model.md, \"Subspace ARD\")",
+        /// One weight per input feature (D weights; the minibatches then carry the rows'
+        /// sparse features).
+        Features = "features"
+            => "one trained weight per input feature (D weights; \"ARD over the D features\")",
     }
-}
-
-/// `--ard none|subspace|features`: automatic relevance determination of the kernel's
-/// inputs. `subspace` learns one weight per basis direction (R weights, `docs/model.md`,
-/// "Subspace ARD"), `features` one per input feature (D weights, "ARD over the D
-/// features"; the minibatches then carry the rows' sparse features).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ArdChoice {
-    #[default]
-    None,
-    Subspace,
-    Features,
 }
 
 impl ArdChoice {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 3] = ["none", "subspace", "features"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ArdChoice::None => "none",
-            ArdChoice::Subspace => "subspace",
-            ArdChoice::Features => "features",
-        }
-    }
-
     pub fn is_none(&self) -> bool {
         *self == ArdChoice::None
     }
 }
 
-impl FromStr for ArdChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(ArdChoice::None),
-            "subspace" => Ok(ArdChoice::Subspace),
-            "features" => Ok(ArdChoice::Features),
-            _ => Err(format!(
-                "expected 'none', 'subspace' or 'features', found {s:?}"
-            )),
-        }
+choice_enum! {
+    /// The q(u) form a run trains (`train --q-form`, `docs/model.md`).
+    #[derive(Default)]
+    pub enum QFormChoice("q(u) form") {
+        #[default]
+        Sites = "sites"
+            => "the paper's O(M) form, q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹)",
+        Cholesky = "cholesky"
+            => "the full q(u_p) = N(μ_p, L_p L_pᵀ), M(M+1)/2 parameters per GP",
+        Whitened = "whitened"
+            => "the same with u_p = L_Z v_p, q(v_p) = N(m_p, L_p L_pᵀ)",
     }
 }
 
-/// The q(u) form a run trains (`train --q-form`, `docs/model.md`): the paper's O(M) form
-/// (`sites`: q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹), the default), or the full-Cholesky
-/// form unwhitened (`cholesky`) or whitened (`whitened`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QFormChoice {
-    #[default]
-    Sites,
-    Cholesky,
-    Whitened,
-}
-
 impl QFormChoice {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 3] = ["sites", "cholesky", "whitened"];
-
     pub fn form(self) -> QForm {
         match self {
             QFormChoice::Sites => QForm::SiteDiagonal,
@@ -143,61 +93,35 @@ impl QFormChoice {
         }
     }
 
-    pub fn name(self) -> &'static str {
-        self.form().name()
-    }
-
     /// Whether this is the default (left out of a configuration's JSON).
     pub fn is_sites(&self) -> bool {
         *self == QFormChoice::Sites
     }
 }
 
-impl FromStr for QFormChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match QForm::parse(s)? {
-            QForm::SiteDiagonal => Ok(QFormChoice::Sites),
-            QForm::Cholesky => Ok(QFormChoice::Cholesky),
-            QForm::Whitened => Ok(QFormChoice::Whitened),
-        }
+choice_enum! {
+    /// `--inducing-inputs`: where the inducing inputs Z live and whether they are trained
+    /// (`docs/model.md`, "Free inducing inputs: the identity basis").
+    ///
+    /// A configuration stores only `Subspace`, `Free` and `FixedRows` (with `freeze_a` true
+    /// for `FixedRows`); `FixedSubspace` is stored as `Subspace` with `freeze_a`, exactly
+    /// what `--freeze-a` stores, so the two spellings are one run.
+    #[derive(Default)]
+    pub enum InducingInputs("kind of inducing inputs") {
+        /// Z = A X̃ with A [M×R] trained (the paper's default).
+        #[default]
+        Subspace = "subspace" => "Z = A X̃, A [M×R] trained (the paper's)",
+        /// Z [M×D] trained in input space (the identity basis), initialised at A_init X̃.
+        Free = "free" => "Z [M×D] trained in input space, from the k-means centroids",
+        /// Z = A X̃ with A kept at its k-means initialisation (the paper's "sf-" variants).
+        FixedSubspace = "fixed-subspace" => "Z = A X̃ with A fixed (= --freeze-a)",
+        /// Z = M distinct training rows drawn with the run seed, kept fixed (the identity
+        /// basis).
+        FixedRows = "fixed-rows" => "M training rows drawn with the seed, fixed",
     }
-}
-
-/// `--inducing-inputs`: where the inducing inputs Z live and whether they are trained
-/// (`docs/model.md`, "Free inducing inputs: the identity basis").
-///
-/// A configuration stores only `Subspace`, `Free` and `FixedRows` (with `freeze_a` true for
-/// `FixedRows`); `FixedSubspace` is stored as `Subspace` with `freeze_a`, exactly what
-/// `--freeze-a` stores, so the two spellings are one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InducingInputs {
-    /// Z = A X̃ with A [M×R] trained (the paper's default).
-    #[default]
-    Subspace,
-    /// Z [M×D] trained in input space (the identity basis), initialised at A_init X̃.
-    Free,
-    /// Z = A X̃ with A kept at its k-means initialisation (the paper's "sf-" variants).
-    FixedSubspace,
-    /// Z = M distinct training rows drawn with the run seed, kept fixed (the identity basis).
-    FixedRows,
 }
 
 impl InducingInputs {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 4] = ["subspace", "free", "fixed-subspace", "fixed-rows"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            InducingInputs::Subspace => "subspace",
-            InducingInputs::Free => "free",
-            InducingInputs::FixedSubspace => "fixed-subspace",
-            InducingInputs::FixedRows => "fixed-rows",
-        }
-    }
-
     /// Whether the model sees rows as their raw features densified (the identity basis,
     /// X̃ = I_D) rather than as their coordinates in the svd basis.
     pub fn in_features(self) -> bool {
@@ -209,73 +133,59 @@ impl InducingInputs {
     }
 }
 
-impl FromStr for InducingInputs {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::NAMES
-            .iter()
-            .zip([
-                InducingInputs::Subspace,
-                InducingInputs::Free,
-                InducingInputs::FixedSubspace,
-                InducingInputs::FixedRows,
-            ])
-            .find(|(name, _)| **name == s)
-            .map(|(_, v)| v)
-            .ok_or_else(|| format!("expected one of {}, found {s:?}", Self::NAMES.join(", ")))
+choice_enum! {
+    /// `--likelihood`: for the binary and multi-label tasks the Bernoulli likelihood's
+    /// link; for the multi-class task the likelihood of the row's class given its K
+    /// utilities (`docs/likelihood.md`). What each can do is [`LikelihoodChoice::traits`].
+    #[derive(Default)]
+    pub enum LikelihoodChoice("likelihood") {
+        #[default]
+        Logistic = "logistic" => "p(y | f) = σ(y f) (the paper's)",
+        Probit = "probit" => "p(y | f) = Φ(y f)",
+        Ove = "ove" => "the one-vs-each bound on the softmax",
+        RobustMax = "robust-max" => "the largest utility's class, ε spread over the K",
+        Softmax = "softmax" => "the softmax, its expectation by Monte Carlo",
+        Hl = "hl" => "Hernández-Lobato's: one-vs-each with the probit link",
+        /// Augment and reduce (Ruiz, Titsias, Dieng & Blei): the softmax bound with
+        /// amortised α.
+        ArSoftmax = "ar-softmax"
+            => "augment and reduce: the softmax bound with each row's α amortised",
+        /// Augment and reduce with logistic noise: q(ε) amortised, pairs by Gauss–Hermite.
+        ArLogit = "ar-logit"
+            => "augment and reduce: the logit bound with each row's q(ε) amortised",
     }
 }
 
-/// `--likelihood`: for the binary and multi-label tasks the Bernoulli likelihood's link,
-/// p(y | f) = σ(y f) (`logistic`, the paper's, the default) or Φ(y f) (`probit`); for the
-/// multi-class task the likelihood of the row's class given its K utilities: the
-/// one-vs-each bound on the softmax (`ove`), robust-max (`robust-max`), the softmax by
-/// Monte Carlo (`softmax`), the Hernández-Lobato likelihood, the one-vs-each bound with the
-/// probit link (`hl`) (`docs/likelihood.md`, "Multi-class"), or the augment-and-reduce
-/// bounds with amortised local parameters (`ar-softmax`, `ar-logit`; "Augment and reduce").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LikelihoodChoice {
-    #[default]
-    Logistic,
-    Probit,
-    Ove,
-    #[serde(rename = "robust-max")]
-    RobustMax,
-    Softmax,
-    /// Augment and reduce (Ruiz, Titsias, Dieng & Blei): the softmax bound with amortised α.
-    #[serde(rename = "ar-softmax")]
-    ArSoftmax,
-    /// Augment and reduce with logistic noise: q(ε) amortised, pairs by Gauss–Hermite.
-    #[serde(rename = "ar-logit")]
-    ArLogit,
-    Hl,
+/// What a likelihood can do: the one table the options' checks and their messages read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LikelihoodTraits {
+    /// A likelihood of one class among K (the multi-class task's); otherwise a Bernoulli
+    /// link of the binary and multi-label tasks.
+    pub multiclass: bool,
+    /// An augment-and-reduce likelihood, whose local parameters come from the amortisation
+    /// network (`--amortiser-hidden`).
+    pub amortised: bool,
+    /// Its bound is a sum over the negative classes that `--class-samples` may subsample.
+    pub samples_classes: bool,
+    /// Its predictive probabilities are the Monte Carlo softmax's (`--mc-pairs`).
+    pub mc_pairs: bool,
 }
 
 impl LikelihoodChoice {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 8] = [
-        "logistic",
-        "probit",
-        "ove",
-        "robust-max",
-        "softmax",
-        "ar-softmax",
-        "ar-logit",
-        "hl",
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LikelihoodChoice::Logistic => "logistic",
-            LikelihoodChoice::Probit => "probit",
-            LikelihoodChoice::Ove => "ove",
-            LikelihoodChoice::RobustMax => "robust-max",
-            LikelihoodChoice::Softmax => "softmax",
-            LikelihoodChoice::ArSoftmax => "ar-softmax",
-            LikelihoodChoice::ArLogit => "ar-logit",
-            LikelihoodChoice::Hl => "hl",
+    /// What this likelihood can do.
+    pub fn traits(self) -> LikelihoodTraits {
+        let (multiclass, amortised, samples_classes, mc_pairs) = match self {
+            LikelihoodChoice::Logistic | LikelihoodChoice::Probit => (false, false, false, false),
+            LikelihoodChoice::Ove => (true, false, true, true),
+            LikelihoodChoice::RobustMax | LikelihoodChoice::Hl => (true, false, false, false),
+            LikelihoodChoice::Softmax => (true, false, false, true),
+            LikelihoodChoice::ArSoftmax | LikelihoodChoice::ArLogit => (true, true, true, true),
+        };
+        LikelihoodTraits {
+            multiclass,
+            amortised,
+            samples_classes,
+            mc_pairs,
         }
     }
 
@@ -286,34 +196,28 @@ impl LikelihoodChoice {
 
     /// Whether this is a likelihood of one class among K (the multi-class task's).
     pub fn is_multiclass(self) -> bool {
-        matches!(
-            self,
-            LikelihoodChoice::Ove
-                | LikelihoodChoice::RobustMax
-                | LikelihoodChoice::Softmax
-                | LikelihoodChoice::Hl
-        ) || self.is_amortised()
+        self.traits().multiclass
     }
 
-    /// Whether this is an augment-and-reduce likelihood, whose local parameters come from
-    /// the amortisation network (`--amortiser-hidden`).
+    /// Whether this is an augment-and-reduce likelihood (`--amortiser-hidden`).
     pub fn is_amortised(self) -> bool {
-        matches!(
-            self,
-            LikelihoodChoice::ArSoftmax | LikelihoodChoice::ArLogit
-        )
+        self.traits().amortised
     }
 
-    /// Whether the likelihood's bound is a sum over the negative classes that
-    /// `--class-samples` may subsample.
+    /// Whether `--class-samples` may subsample the likelihood's bound.
     pub fn samples_classes(self) -> bool {
-        matches!(self, LikelihoodChoice::Ove) || self.is_amortised()
+        self.traits().samples_classes
     }
 
     /// Whether the likelihood's predictive probabilities are the Monte Carlo softmax's
     /// (`--mc-pairs`).
     pub fn has_mc_pairs(self) -> bool {
-        matches!(self, LikelihoodChoice::Softmax | LikelihoodChoice::Ove) || self.is_amortised()
+        self.traits().mc_pairs
+    }
+
+    /// The names of the likelihoods that `has` selects, as a message lists them.
+    pub fn listed_by(has: impl Fn(LikelihoodTraits) -> bool) -> String {
+        <Self as Choice>::listed(|l| has(l.traits()))
     }
 
     /// The Bernoulli likelihood with a `points`-point Gauss–Hermite rule. A multi-class
@@ -328,74 +232,22 @@ impl LikelihoodChoice {
     }
 }
 
-/// `--latent factor|independent`: the utilities f = Φ g + b of P latent GPs with Φ [K×P]
-/// trained (the paper's factor model, the default), or K independent GPs sharing the
-/// inducing inputs, P = K and Φ = I kept fixed (`docs/model.md`, "Tasks and latent
-/// functions").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LatentChoice {
-    #[default]
-    Factor,
-    Independent,
+choice_enum! {
+    /// `--latent`: the utilities f = Φ g + b of P latent GPs with Φ [K×P] trained (the
+    /// paper's factor model), or K independent GPs sharing the inducing inputs, P = K and
+    /// Φ = I kept fixed (`docs/model.md`, "Tasks and latent functions").
+    #[derive(Default)]
+    pub enum LatentChoice("kind of latent functions") {
+        #[default]
+        Factor = "factor" => "f = Φ g + b with P GPs, Φ trained (the paper's)",
+        Independent = "independent" => "one GP per label sharing Z: P = K, Φ = I fixed",
+    }
 }
 
 impl LatentChoice {
-    /// Every name `FromStr` accepts.
-    pub const NAMES: [&'static str; 2] = ["factor", "independent"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LatentChoice::Factor => "factor",
-            LatentChoice::Independent => "independent",
-        }
-    }
-
     /// Whether this is the default (left out of a configuration's JSON).
     pub fn is_factor(&self) -> bool {
         *self == LatentChoice::Factor
-    }
-}
-
-/// `FromStr` by the names of a choice: `NAMES` paired with the values in the same order.
-fn parse_choice<T: Copy>(s: &str, names: &[&str], values: &[T]) -> Result<T, String> {
-    names
-        .iter()
-        .position(|n| *n == s)
-        .map(|i| values[i])
-        .ok_or_else(|| format!("expected one of {}, found {s:?}", names.join(", ")))
-}
-
-impl FromStr for LikelihoodChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_choice(
-            s,
-            &Self::NAMES,
-            &[
-                LikelihoodChoice::Logistic,
-                LikelihoodChoice::Probit,
-                LikelihoodChoice::Ove,
-                LikelihoodChoice::RobustMax,
-                LikelihoodChoice::Softmax,
-                LikelihoodChoice::ArSoftmax,
-                LikelihoodChoice::ArLogit,
-                LikelihoodChoice::Hl,
-            ],
-        )
-    }
-}
-
-impl FromStr for LatentChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_choice(
-            s,
-            &Self::NAMES,
-            &[LatentChoice::Factor, LatentChoice::Independent],
-        )
     }
 }
 
@@ -999,13 +851,13 @@ mod tests {
         let back: TrainConfig = serde_json::from_value(json).unwrap();
         assert_eq!(back, c);
         for name in LikelihoodChoice::NAMES {
-            assert_eq!(name.parse::<LikelihoodChoice>().unwrap().name(), name);
+            assert_eq!(name.parse::<LikelihoodChoice>().unwrap().name(), *name);
         }
         for name in Task::NAMES {
-            assert_eq!(name.parse::<Task>().unwrap().name(), name);
+            assert_eq!(name.parse::<Task>().unwrap().name(), *name);
         }
         for name in LatentChoice::NAMES {
-            assert_eq!(name.parse::<LatentChoice>().unwrap().name(), name);
+            assert_eq!(name.parse::<LatentChoice>().unwrap().name(), *name);
         }
         let err = "regression".parse::<Task>().unwrap_err();
         assert!(err.contains("multilabel, binary, multiclass"), "{err}");
@@ -1052,7 +904,7 @@ mod tests {
         assert!(json.get("ard").is_none() && json.get("release_hyper_after").is_none());
         let mut c = config(None);
         c.kernel = KernelChoice::SePlusLinear;
-        c.ard = ArdChoice::Subspace;
+        c.ard = ArdChoice::BasisDirections;
         c.release_hyper_after = Some(3);
         let json = c.to_json();
         assert_eq!(json["kernel"], "se+linear");
@@ -1061,7 +913,7 @@ mod tests {
         let back: TrainConfig = serde_json::from_value(json).unwrap();
         assert_eq!(back, c);
         for name in ArdChoice::NAMES {
-            assert_eq!(name.parse::<ArdChoice>().unwrap().name(), name);
+            assert_eq!(name.parse::<ArdChoice>().unwrap().name(), *name);
         }
         assert!("feature".parse::<ArdChoice>().is_err());
         c.ard = ArdChoice::Features;
@@ -1129,7 +981,7 @@ mod tests {
         frozen.freeze_a = true;
         assert_eq!(frozen.inducing_choice(), InducingInputs::FixedSubspace);
         for name in InducingInputs::NAMES {
-            assert_eq!(name.parse::<InducingInputs>().unwrap().name(), name);
+            assert_eq!(name.parse::<InducingInputs>().unwrap().name(), *name);
         }
         let err = "fre".parse::<InducingInputs>().unwrap_err();
         assert!(
@@ -1149,7 +1001,7 @@ mod tests {
         assert_eq!("se".parse::<KernelChoice>(), Ok(KernelChoice::Se));
         assert!("rbf".parse::<KernelChoice>().is_err());
         for name in KernelChoice::NAMES {
-            assert_eq!(name.parse::<KernelChoice>().unwrap().name(), name);
+            assert_eq!(name.parse::<KernelChoice>().unwrap().name(), *name);
         }
     }
 }

@@ -50,6 +50,7 @@ const BELOW_STAGES: &[&str] = &[
     "memtrace",
     "failpoint",
     "comm",
+    "choice",
 ];
 
 /// Top-level module → the top-level modules it may import. The one table of the layout:
@@ -70,7 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The one stage protocol: memoised runs.
     (
         "stage",
-        &["store", "error", "memtrace", "failpoint", "comm"],
+        &["store", "error", "memtrace", "failpoint", "comm", "choice"],
     ),
     // Library modules shared by the stages.
     ("sparse", &["store"]),
@@ -79,14 +80,14 @@ const LAYERS: &[(&str, &[&str])] = &[
         "scoring",
         &["model", "store", "projection", "sparse", "topk", "trained"],
     ),
-    ("trained", &["model", "store"]),
-    ("metrics", &["store"]),
+    ("trained", &["model", "store", "choice"]),
+    ("metrics", &["store", "choice"]),
     ("topk", &[]),
     // The model knows no files.
-    ("model", &["linalg", "error"]),
+    ("model", &["linalg", "error", "choice"]),
     // Every on-disk format, the catalog, the workspace directory.
     // (`failpoint`: the writers fail midway through a file when a test arms them.)
-    ("store", &["model", "error", "failpoint"]),
+    ("store", &["model", "error", "failpoint", "choice"]),
     ("linalg", &[]),
     ("error", &[]),
     ("memtrace", &[]),
@@ -94,6 +95,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("failpoint", &[]),
     // The processes a stage runs on: one, or the ranks of an MPI job.
     ("comm", &[]),
+    // Closed sets of named values, each declared once as a table (`choice_enum!`).
+    ("choice", &[]),
 ];
 
 /// The model layer's parts (`src/model/`: a folder, or a file directly in it) → the parts

@@ -6,10 +6,11 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
+use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
@@ -22,20 +23,26 @@ use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
-use crate::train::{ElboOptions, TrainOptions};
+use crate::train::{ElboOptions, TrainFlag, TrainOptions};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives,
     QFormChoice, Retention, Task,
 };
 
-/// A parser for a library enum with `FromStr`: clap lists `names` in the help and checks
-/// them, the enum's own parser turns the checked text into the value.
-fn one_of<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
-where
-    T: std::str::FromStr + Clone + Send + Sync + 'static,
-    T::Err: std::fmt::Debug,
-{
-    PossibleValuesParser::new(names).map(|s| s.parse::<T>().expect("a listed name parses"))
+/// The parser of a [`Choice`]: clap lists its table's names with their help and checks
+/// them; the table turns the checked text into the value.
+fn one_of<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    let values = T::TABLE.iter().map(|e| match e.help {
+        "" => PossibleValue::new(e.name),
+        help => PossibleValue::new(e.name).help(help),
+    });
+    PossibleValuesParser::new(values).map(|s| T::parse_name(&s).expect("a listed name parses"))
+}
+
+/// The defaults of `pipeline train`: the library's, so the command line, specs and
+/// [`TrainOptions::default`] agree by construction.
+fn train_default() -> TrainOptions {
+    TrainOptions::default()
 }
 
 #[derive(Parser, Debug)]
@@ -122,7 +129,7 @@ pub struct SynthArgs {
     #[arg(long)]
     pub topics: Option<u32>,
     /// Take defaults from one of the paper's data sets (Table 1).
-    #[arg(long, value_parser = one_of::<Shape>(&Shape::NAMES))]
+    #[arg(long, value_parser = one_of::<Shape>())]
     pub shape: Option<Shape>,
     /// Random seed; the output bytes are a function of the configuration and the seed only.
     #[arg(long, default_value_t = 0)]
@@ -225,7 +232,7 @@ pub struct IngestArgs {
     #[arg(long, value_parser = PossibleValuesParser::new(FORMATS))]
     pub format: Option<String>,
     /// LIBSVM: the label kind (binary | multiclass | multilabel) instead of the detected one.
-    #[arg(long, value_parser = one_of::<LabelKind>(&["binary", "multiclass", "multilabel"]))]
+    #[arg(long, value_parser = one_of::<LabelKind>())]
     pub label_kind: Option<LabelKind>,
     /// Keep only each row's first listed label, drop rows without labels and number the
     /// distinct first labels: a multi-class dataset from a multi-label one (any format).
@@ -358,8 +365,8 @@ pub struct SvdArgs {
     #[arg(long, default_value_t = 500)]
     pub inducing: usize,
     /// How A is initialised.
-    #[arg(long, default_value = "kmeans-plus-plus",
-          value_parser = one_of::<InitMethod>(&InitMethod::NAMES))]
+    #[arg(long, default_value_t = InitMethod::KmeansPlusPlus,
+          value_parser = one_of::<InitMethod>())]
     pub init: InitMethod,
     /// Lloyd iterations of the k-means initialisation.
     #[arg(long, default_value_t = 10)]
@@ -397,18 +404,21 @@ impl SvdArgs {
 #[derive(Debug, Clone)]
 pub struct TrainArgs {
     pub flags: TrainFlags,
-    /// Ids of the flags given (`max_steps`, `no_final_elbo`), not filled in by a default.
-    pub given: BTreeSet<String>,
+    /// The flags given, not filled in by a default.
+    pub given: BTreeSet<TrainFlag>,
 }
 
 impl TrainArgs {
-    /// The ids of `m`'s train flags whose value came from the command line.
-    fn given_in(m: &ArgMatches) -> BTreeSet<String> {
+    /// `m`'s train flags whose value came from the command line.
+    fn given_in(m: &ArgMatches) -> Result<BTreeSet<TrainFlag>, clap::Error> {
         let own = TrainFlags::augment_args(clap::Command::new("train"));
         own.get_arguments()
             .map(|a| a.get_id().as_str())
             .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
-            .map(str::to_string)
+            .map(|id| {
+                TrainFlag::of_arg_id(id)
+                    .map_err(|e| clap::Error::raw(clap::error::ErrorKind::UnknownArgument, e))
+            })
             .collect()
     }
 
@@ -424,13 +434,13 @@ impl FromArgMatches for TrainArgs {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
         Ok(TrainArgs {
             flags: TrainFlags::from_arg_matches(m)?,
-            given: Self::given_in(m),
+            given: Self::given_in(m)?,
         })
     }
 
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
         self.flags.update_from_arg_matches(m)?;
-        self.given.extend(Self::given_in(m));
+        self.given.extend(Self::given_in(m)?);
         Ok(())
     }
 }
@@ -454,46 +464,33 @@ pub struct TrainFlags {
     /// SVD run whose factors to use (default: the newest one of the dataset).
     #[arg(long)]
     pub svd: Option<i64>,
-    /// The GP kernel: linear, squared exponential, or their sum (se+linear).
-    #[arg(long, default_value = "linear",
-          value_parser = one_of::<KernelChoice>(&KernelChoice::NAMES))]
+    /// The GP kernel (docs/model.md).
+    #[arg(long, default_value_t = train_default().kernel, value_parser = one_of::<KernelChoice>())]
     pub kernel: KernelChoice,
-    /// Automatic relevance determination: none, one trained weight per basis direction
-    /// (subspace, R weights; docs/model.md "Subspace ARD"), or one per input feature
-    /// (features, D weights; "ARD over the D features").
-    #[arg(long, default_value = "none",
-          value_parser = one_of::<ArdChoice>(&ArdChoice::NAMES))]
+    /// Automatic relevance determination of the kernel's inputs.
+    #[arg(long, default_value_t = train_default().ard, value_parser = one_of::<ArdChoice>())]
     pub ard: ArdChoice,
-    /// The q(u) form: `sites`, the paper's O(M) form q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹);
-    /// `cholesky`, the full q(u_p) = N(μ_p, L_p L_pᵀ) (M(M+1)/2 parameters per GP); or
-    /// `whitened`, the same with u_p = L_Z v_p, q(v_p) = N(m_p, L_p L_pᵀ).
-    #[arg(long, default_value = "sites",
-          value_parser = one_of::<QFormChoice>(&QFormChoice::NAMES))]
+    /// The form of q(u), the variational distribution of the inducing outputs
+    /// (docs/model.md).
+    #[arg(long, default_value_t = train_default().q_form, value_parser = one_of::<QFormChoice>())]
     pub q_form: QFormChoice,
-    /// The likelihood. Binary and multilabel tasks: logistic, p(y|f) = σ(y f), or probit,
-    /// Φ(y f). Multiclass: ove (the one-vs-each bound on the softmax), robust-max, softmax
-    /// (by Monte Carlo), hl (Hernández-Lobato: one-vs-each with the probit link), or
-    /// ar-softmax / ar-logit (augment and reduce: the softmax bound with each row's α, or
-    /// the logit bound with each row's q(ε), from an amortisation network,
-    /// --amortiser-hidden) (docs/likelihood.md).
-    #[arg(long, default_value = "logistic",
-          value_parser = one_of::<LikelihoodChoice>(&LikelihoodChoice::NAMES))]
+    /// The likelihood: logistic or probit for the binary and multilabel tasks, one of the
+    /// others for multiclass (docs/likelihood.md).
+    #[arg(long, default_value_t = train_default().likelihood,
+          value_parser = one_of::<LikelihoodChoice>())]
     pub likelihood: LikelihoodChoice,
     /// The task: multilabel, binary (a dataset with one label, label 0 the positive
     /// class; every row is a term, so --negatives stays all) or multiclass (one label per
     /// row among K ≥ 2 classes; --likelihood ove, robust-max, softmax, hl, ar-softmax or
     /// ar-logit).
-    #[arg(long, default_value = "multilabel",
-          value_parser = one_of::<Task>(&Task::NAMES))]
+    #[arg(long, default_value_t = train_default().task, value_parser = one_of::<Task>())]
     pub task: Task,
-    /// Latent functions: factor (f = Φ g + b with P GPs, Φ trained) or independent (one GP
-    /// per label sharing the inducing inputs: P = K, Φ = I fixed; --factors left out).
-    #[arg(long, default_value = "factor",
-          value_parser = one_of::<LatentChoice>(&LatentChoice::NAMES))]
+    /// The latent functions (with independent, leave --factors out).
+    #[arg(long, default_value_t = train_default().latent, value_parser = one_of::<LatentChoice>())]
     pub latent: LatentChoice,
     /// Robust-max's ε in (0, 1): the probability mass spread evenly over the K classes
     /// (--likelihood robust-max only).
-    #[arg(long, default_value_t = crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON, value_name = "EPS")]
+    #[arg(long, default_value_t = train_default().robust_max_epsilon, value_name = "EPS")]
     pub robust_max_epsilon: f64,
     /// Train robust-max's ε (as logit ε, from --robust-max-epsilon) with the other
     /// parameters (--likelihood robust-max only; GPflow's RobustMax with ε trainable).
@@ -502,11 +499,11 @@ pub struct TrainFlags {
     /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
     /// softmax, per row for the predictive class probabilities of softmax, ove and
     /// augment-and-reduce runs, and ar-logit's ε rule of 2S points.
-    #[arg(long, default_value_t = crate::model::likelihood::multiclass::softmax_mc::DEFAULT_PAIRS, value_name = "S")]
+    #[arg(long, default_value_t = train_default().mc_pairs, value_name = "S")]
     pub mc_pairs: usize,
     /// Width H of the amortisation network's two hidden layers, which maps each row to its
     /// local variational parameters (--likelihood ar-softmax or ar-logit only).
-    #[arg(long, default_value_t = crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN, value_name = "H")]
+    #[arg(long, default_value_t = train_default().amortiser_hidden, value_name = "H")]
     pub amortiser_hidden: usize,
     /// S negative classes per row and step, drawn uniformly, their sum scaled by (K − 1)/S
     /// (--likelihood ove, ar-softmax or ar-logit; default: all K − 1).
@@ -517,39 +514,40 @@ pub struct TrainFlags {
     #[arg(long)]
     pub inducing: Option<usize>,
     /// P: latent GPs.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = train_default().factors)]
     pub factors: usize,
     /// B: rows per minibatch.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = train_default().batch)]
     pub batch: usize,
     /// Passes over the training rows, at most 1 000 000 (`train::batches::MAX_EPOCHS`).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = train_default().epochs)]
     pub epochs: u64,
     /// Stop after S optimiser steps in all, counted from step 0 (or at the end of --epochs if
     /// sooner); an epoch cut short is recorded like the others, over the steps it ran.
     #[arg(long, value_name = "S")]
     pub max_steps: Option<u64>,
     /// Adam's learning rate η.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = train_default().lr)]
     pub lr: f64,
     /// Multiply η by --lr-decay after each of these epoch counts (multi-step decay):
     /// `--lr-decay-at 40,50` trains epochs 1–40 with η, 41–50 with γη and the rest with γ²η.
     #[arg(long, value_name = "E1,E2,…", value_delimiter = ',')]
     pub lr_decay_at: Vec<u64>,
     /// γ, the factor of each --lr-decay-at decay.
-    #[arg(long, value_name = "γ", default_value_t = crate::train::DEFAULT_LR_DECAY)]
+    #[arg(long, value_name = "γ", default_value_t = train_default().lr_decay)]
     pub lr_decay: f64,
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = train_default().beta1)]
     pub beta1: f64,
-    #[arg(long, default_value_t = 0.999)]
+    #[arg(long, default_value_t = train_default().beta2)]
     pub beta2: f64,
     /// Negative labels per row: all, or a uniform sample of COUNT reweighted to stay unbiased.
-    #[arg(long, default_value = "all", value_parser = |s: &str| s.parse::<Negatives>())]
+    #[arg(long, default_value_t = train_default().negatives,
+          value_parser = |s: &str| s.parse::<Negatives>())]
     pub negatives: Negatives,
     /// Gauss–Hermite points of the likelihood expectations.
-    #[arg(long, default_value_t = crate::model::likelihood::DEFAULT_POINTS)]
+    #[arg(long, default_value_t = train_default().quadrature)]
     pub quadrature: usize,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = train_default().seed)]
     pub seed: u64,
     /// Worker threads (default: all cores). Results are bitwise reproducible for a fixed
     /// thread count.
@@ -567,18 +565,16 @@ pub struct TrainFlags {
     #[arg(long, conflicts_with = "resume")]
     pub fresh: bool,
     /// Write a checkpoint every this many steps (and always at the end).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = train_default().checkpoint_every)]
     pub checkpoint_every: u64,
     /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants); the
     /// same as --inducing-inputs fixed-subspace.
     #[arg(long)]
     pub freeze_a: bool,
-    /// Inducing inputs: subspace (Z = A X̃, A trained), free (Z [M×D] trained in input
-    /// space, from the k-means centroids), fixed-subspace (A fixed, = --freeze-a) or
-    /// fixed-rows (M training rows drawn with the seed, fixed). free and fixed-rows need
-    /// M×D to fit in memory (checked first; FSGP_INPUTS_MEMORY_MIB raises the limit).
-    #[arg(long, default_value = "subspace",
-          value_parser = one_of::<InducingInputs>(&InducingInputs::NAMES))]
+    /// Where the inducing inputs Z live and whether they are trained. free and fixed-rows
+    /// need M×D to fit in memory (checked first; FSGP_INPUTS_MEMORY_MIB raises the limit).
+    #[arg(long, default_value_t = train_default().inducing_inputs,
+          value_parser = one_of::<InducingInputs>())]
     pub inducing_inputs: InducingInputs,
     /// Keep the kernel hyperparameters (σ's, ℓ, ARD weights) at their initial values.
     #[arg(long)]
@@ -589,10 +585,10 @@ pub struct TrainFlags {
     #[arg(long, value_name = "E0")]
     pub release_hyper_after: Option<u64>,
     /// Minibatches the prefetch queue holds.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = train_default().prefetch)]
     pub prefetch: usize,
     /// Chunks whose rows are shuffled together.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = train_default().shuffle_chunks)]
     pub shuffle_chunks: usize,
     /// Skip the exact full-data bound at the end (a full pass over all rows and labels).
     #[arg(long)]
@@ -600,16 +596,16 @@ pub struct TrainFlags {
     /// Every this many epochs (and after the last), rank the rows of --eval-split and
     /// record P@k, nDCG@k, PSP@k, PSnDCG@k (k ≤ 5) per epoch; 0 = never. It reads the
     /// parameters only, so the trained numbers do not depend on it.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = train_default().eval_every)]
     pub eval_every: u64,
     /// The held-out split --eval-every ranks.
-    #[arg(long, default_value = "test")]
+    #[arg(long, default_value_t = train_default().eval_split)]
     pub eval_split: String,
     /// Keep the last N checkpoints plus the final one (while the run goes on: the newest,
     /// which it resumes from); older ones are deleted. `all` keeps every one. The default
     /// bounds a run's disk use whatever its length: a 200-epoch run on AmazonCat-13K writes
     /// about 950 checkpoints of ~13 MB.
-    #[arg(long, value_name = "N|all", default_value_t = Retention::DEFAULT,
+    #[arg(long, value_name = "N|all", default_value_t = train_default().keep_checkpoints,
           value_parser = |s: &str| s.parse::<Retention>())]
     pub keep_checkpoints: Retention,
 }
@@ -763,7 +759,7 @@ pub struct EvaluateArgs {
     /// Which metrics: `auto` is the training run's task (multilabel when it recorded none);
     /// `binary` and `multiclass` need predictions with probabilities (docs/metrics.md).
     #[arg(long, default_value = "auto",
-          value_parser = PossibleValuesParser::new(EvaluateTask::NAMES)
+          value_parser = PossibleValuesParser::new(EvaluateTask::names())
               .try_map(|s| EvaluateTask::parse(&s)))]
     pub task: EvaluateTask,
     /// Print JSON instead of a table.
@@ -943,7 +939,9 @@ mod tests {
     }
 
     fn given(args: &TrainArgs) -> Vec<&str> {
-        args.given.iter().map(String::as_str).collect()
+        let mut names: Vec<&str> = args.given.iter().map(|f| f.name()).collect();
+        names.sort_unstable();
+        names
     }
 
     #[test]
@@ -962,10 +960,10 @@ mod tests {
         assert_eq!(
             given(&args),
             [
-                "keep_checkpoints",
+                "keep-checkpoints",
                 "lr",
-                "max_steps",
-                "no_final_elbo",
+                "max-steps",
+                "no-final-elbo",
                 "resume"
             ]
         );
@@ -981,5 +979,31 @@ mod tests {
         assert_eq!(args.options().keep_checkpoints, Retention::DEFAULT);
         assert_eq!(args.options().epochs, TrainOptions::default().epochs);
         assert!(Cli::try_parse_from(["pipeline", "train", "--keep-checkpoints", "-1"]).is_err());
+    }
+
+    /// Every default of the command line is the library's: flags left out give
+    /// `TrainOptions::default()` field for field.
+    #[test]
+    fn train_defaults_are_the_library_defaults() {
+        let args = train(&["--dataset", "d"]);
+        let expected = TrainOptions {
+            dataset: Some("d".into()),
+            given: [TrainFlag::Dataset].into(),
+            ..TrainOptions::default()
+        };
+        assert_eq!(args.options(), expected);
+    }
+
+    /// The train flags and [`TrainFlag`] are the same set: every argument of `pipeline
+    /// train` has a variant (so it has a resume rule), and every variant an argument.
+    #[test]
+    fn every_train_argument_is_a_train_flag() {
+        let cmd = TrainFlags::augment_args(clap::Command::new("train"));
+        let ids: BTreeSet<TrainFlag> = cmd
+            .get_arguments()
+            .map(|a| TrainFlag::of_arg_id(a.get_id().as_str()).unwrap())
+            .collect();
+        assert_eq!(ids, TrainFlag::ALL.iter().copied().collect());
+        assert_eq!(cmd.get_arguments().count(), TrainFlag::ALL.len());
     }
 }

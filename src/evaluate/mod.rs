@@ -57,8 +57,12 @@ pub enum TaskChoice {
 }
 
 impl TaskChoice {
-    /// The flag's values.
-    pub const NAMES: [&'static str; 4] = ["auto", "multilabel", "binary", "multiclass"];
+    /// The flag's values: `auto`, then every task's name.
+    pub fn names() -> Vec<&'static str> {
+        std::iter::once("auto")
+            .chain(Task::NAMES.iter().copied())
+            .collect()
+    }
 
     /// `auto`, or a task's name.
     pub fn parse(name: &str) -> Result<Self> {

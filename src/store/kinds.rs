@@ -2,58 +2,27 @@
 //! registered. The database stores them as text (`'svd'`, `'ok'`, `'kxx'`) so that it stays
 //! readable with `sqlite3`; the Rust API never compares those strings.
 
-use std::fmt;
-use std::str::FromStr;
-
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
-use serde::Serialize;
 
-/// Declares a text-backed enum: `as_str`, `Display`, `FromStr`, serde and SQLite
-/// conversions, all from one table of (variant, text) pairs.
+use crate::choice::choice_enum;
+
+/// Declares a text-backed enum: a [`choice_enum!`] (names, `Display`, `FromStr`, serde)
+/// whose names are also its SQLite text, with `as_str` for the catalog's queries.
 macro_rules! text_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant),+
+    ($(#[$meta:meta])* $name:ident ($what:literal) {
+        $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
+    }) => {
+        choice_enum! {
+            $(#[$meta])*
+            pub enum $name($what) {
+                $($(#[$vmeta])* $variant = $text),+
+            }
         }
 
         impl $name {
-            /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
             /// The text stored in the catalog.
             pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text),+
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.pad(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    _ => Err(format!(
-                        "unknown {} '{s}' (expected one of: {})",
-                        stringify!($name),
-                        [$($text),+].join(", ")
-                    )),
-                }
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
+                self.name()
             }
         }
 
@@ -76,7 +45,7 @@ macro_rules! text_enum {
 
 text_enum! {
     /// A pipeline stage that records runs in the catalog.
-    StageKind {
+    StageKind("stage") {
         Ingest = "ingest",
         Svd = "svd",
         Train = "train",
@@ -100,7 +69,7 @@ impl StageKind {
 
 text_enum! {
     /// How a stage run stands.
-    RunStatus {
+    RunStatus("run status") {
         Running = "running",
         Ok = "ok",
         Failed = "failed",
@@ -111,7 +80,7 @@ text_enum! {
 
 text_enum! {
     /// What a registered file holds (`docs/formats.md` describes each).
-    ArtifactKind {
+    ArtifactKind("artifact kind") {
         /// A Parquet CSR chunk of a dataset split.
         Chunk = "chunk",
         /// X̃ [R×D] (svd).
@@ -139,7 +108,7 @@ text_enum! {
     /// Classification Repository's datasets, every dataset ingested before label kinds were
     /// recorded, and every run before tasks were).
     #[derive(Default)]
-    Task {
+    Task("task") {
         #[default]
         Multilabel = "multilabel",
         Binary = "binary",
@@ -151,23 +120,9 @@ text_enum! {
 pub type LabelKind = Task;
 
 impl Task {
-    /// Every name `FromStr` accepts, in declaration order.
-    pub const NAMES: [&'static str; 3] = ["multilabel", "binary", "multiclass"];
-
-    pub fn name(self) -> &'static str {
-        self.as_str()
-    }
-
     /// Whether this is the default (left out of a configuration's or params' JSON).
     pub fn is_multilabel(&self) -> bool {
         *self == Task::Multilabel
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Task {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -191,10 +146,6 @@ mod tests {
                 k
             );
         }
-        assert_eq!(
-            Task::NAMES.to_vec(),
-            Task::ALL.iter().map(|t| t.name()).collect::<Vec<_>>()
-        );
         assert!(serde_json::from_value::<Task>("regression".into()).is_err());
         for &a in ArtifactKind::ALL {
             assert_eq!(a.as_str().parse::<ArtifactKind>(), Ok(a));

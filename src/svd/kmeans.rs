@@ -24,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+use crate::choice::choice_enum;
 use crate::comm::{Comm, Single};
 
 /// k-means++ seeding runs on a uniform sample of at most
@@ -39,32 +40,13 @@ const CENTROID_TILE: usize = 1024;
 /// Rows per chunk of the parallel D² update during seeding.
 const SEED_CHUNK: usize = 1024;
 
-/// How the centroids are initialised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InitMethod {
-    /// k-means++ (D² sampling) on a sample of the rows.
-    KmeansPlusPlus,
-    /// k distinct rows chosen uniformly at random.
-    RandomRows,
-}
-
-impl InitMethod {
-    /// Every method's name, as `FromStr` accepts it.
-    pub const NAMES: [&'static str; 2] = ["kmeans-plus-plus", "random-rows"];
-}
-
-impl std::str::FromStr for InitMethod {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "kmeans-plus-plus" => Ok(InitMethod::KmeansPlusPlus),
-            "random-rows" => Ok(InitMethod::RandomRows),
-            _ => Err(format!(
-                "unknown initialisation {s:?} (expected one of: {})",
-                InitMethod::NAMES.join(", ")
-            )),
-        }
+choice_enum! {
+    /// How the centroids are initialised (`svd --init`).
+    pub enum InitMethod("initialisation") {
+        /// k-means++ (D² sampling) on a sample of the rows.
+        KmeansPlusPlus = "kmeans-plus-plus" => "k-means++ (D² sampling) on a sample of the rows",
+        /// k distinct rows chosen uniformly at random.
+        RandomRows = "random-rows" => "k distinct rows chosen uniformly at random",
     }
 }
 

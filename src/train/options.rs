@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use anyhow::{ensure, Context, Result};
 
 use super::batches::MAX_EPOCHS;
+use crate::choice::choice_enum;
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
@@ -25,7 +26,66 @@ pub(super) fn join_epochs(at: &[u64]) -> String {
     at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// Options of a training run. The defaults are the command line's.
+choice_enum! {
+    /// Every option of `pipeline train`, named as its flag without `--` (the command line's
+    /// argument ids are these with `_` for `-`). Which were given explicitly is
+    /// [`TrainOptions::given`]; what each does on resume is `TrainFlag::on_resume`
+    /// (`train::resume`), an exhaustive match, so a new option left unclassified there
+    /// does not compile.
+    #[derive(PartialOrd, Ord)]
+    pub enum TrainFlag("train option") {
+        Dataset = "dataset",
+        Svd = "svd",
+        Kernel = "kernel",
+        Ard = "ard",
+        QForm = "q-form",
+        Likelihood = "likelihood",
+        Task = "task",
+        Latent = "latent",
+        RobustMaxEpsilon = "robust-max-epsilon",
+        LearnEpsilon = "learn-epsilon",
+        McPairs = "mc-pairs",
+        AmortiserHidden = "amortiser-hidden",
+        ClassSamples = "class-samples",
+        Inducing = "inducing",
+        Factors = "factors",
+        Batch = "batch",
+        Epochs = "epochs",
+        MaxSteps = "max-steps",
+        Lr = "lr",
+        LrDecayAt = "lr-decay-at",
+        LrDecay = "lr-decay",
+        Beta1 = "beta1",
+        Beta2 = "beta2",
+        Negatives = "negatives",
+        Quadrature = "quadrature",
+        Seed = "seed",
+        Threads = "threads",
+        Resume = "resume",
+        Fresh = "fresh",
+        CheckpointEvery = "checkpoint-every",
+        FreezeA = "freeze-a",
+        InducingInputs = "inducing-inputs",
+        FreezeHyper = "freeze-hyper",
+        ReleaseHyperAfter = "release-hyper-after",
+        Prefetch = "prefetch",
+        ShuffleChunks = "shuffle-chunks",
+        NoFinalElbo = "no-final-elbo",
+        EvalEvery = "eval-every",
+        EvalSplit = "eval-split",
+        KeepCheckpoints = "keep-checkpoints",
+    }
+}
+
+impl TrainFlag {
+    /// The flag of a command-line argument id (`max_steps`).
+    pub fn of_arg_id(id: &str) -> Result<TrainFlag, String> {
+        id.replace('_', "-").parse()
+    }
+}
+
+/// Options of a training run. Their defaults ([`TrainOptions::default`]) are the one
+/// definition the command line and specs read too.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainOptions {
     /// Dataset (as named at ingest); required unless `resume`.
@@ -104,10 +164,9 @@ pub struct TrainOptions {
     pub class_samples: Option<usize>,
     /// `--learn-epsilon`: train robust-max's ε (from `--robust-max-epsilon`).
     pub learn_epsilon: bool,
-    /// The options the caller set explicitly, by their command-line names with `_` for `-`
-    /// (`max_steps`, `no_final_elbo`). On resume these are applied or refused; the others
-    /// come from the run. Empty: everything comes from the run.
-    pub given: BTreeSet<String>,
+    /// The options the caller set explicitly. On resume these are applied or refused; the
+    /// others come from the run. Empty: everything comes from the run.
+    pub given: BTreeSet<TrainFlag>,
 }
 
 impl Default for TrainOptions {
@@ -221,7 +280,7 @@ impl TrainOptions {
             return Ok(self.factors);
         }
         ensure!(
-            !self.given.contains("factors") || self.factors == n_labels,
+            !self.given.contains(&TrainFlag::Factors) || self.factors == n_labels,
             "--factors {} with --latent independent: that is one GP per label, P = K = \
              {n_labels} for this dataset; leave --factors out (or give {n_labels}), or use \
              --latent factor",
@@ -426,9 +485,9 @@ impl TrainOptions {
             || {
                 format!(
                     "{} with --task multiclass: give a likelihood of one class among K, \
-                     --likelihood ove, robust-max, softmax or hl, or the augment-and-reduce \
-                     ar-softmax or ar-logit",
-                    lik.name()
+                     --likelihood {}",
+                    lik.name(),
+                    LikelihoodChoice::listed_by(|t| t.multiclass)
                 )
             },
         );
@@ -438,9 +497,10 @@ impl TrainOptions {
             || {
                 format!(
                     "{} is a likelihood of one class among K: it needs --task multiclass \
-                     (--task {} takes logistic or probit)",
+                     (--task {} takes {})",
                     lik.name(),
-                    self.task
+                    self.task,
+                    LikelihoodChoice::listed_by(|t| !t.multiclass)
                 )
             },
         );
@@ -481,9 +541,10 @@ impl TrainOptions {
             "mc-pairs",
             || {
                 format!(
-                    "{} are the softmax's Monte Carlo pairs (--likelihood softmax, ove, \
-                     ar-softmax or ar-logit); the likelihood is {}",
+                    "{} are the softmax's Monte Carlo pairs (--likelihood {}); the likelihood \
+                     is {}",
                     self.mc_pairs,
+                    LikelihoodChoice::listed_by(|t| t.mc_pairs),
                     lik.name()
                 )
             },
@@ -508,7 +569,8 @@ impl TrainOptions {
             || {
                 format!(
                     "{hidden} is the width of the augment-and-reduce likelihoods' amortisation \
-                     network (--likelihood ar-softmax or ar-logit); the likelihood is {}",
+                     network (--likelihood {}); the likelihood is {}",
+                    LikelihoodChoice::listed_by(|t| t.amortised),
                     lik.name()
                 )
             },
@@ -522,7 +584,8 @@ impl TrainOptions {
             || {
                 format!(
                     "class subsampling needs a bound that is a sum over the negative classes \
-                     (--likelihood ove, ar-softmax or ar-logit); the likelihood is {}",
+                     (--likelihood {}); the likelihood is {}",
+                    LikelihoodChoice::listed_by(|t| t.samples_classes),
                     lik.name()
                 )
             },
@@ -622,9 +685,9 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
             );
             ensure!(
                 config.likelihood.is_multiclass(),
-                "--likelihood {} with --task multiclass: use ove, robust-max, softmax or hl, or \
-                 the augment-and-reduce ar-softmax or ar-logit",
-                config.likelihood.name()
+                "--likelihood {} with --task multiclass: use {}",
+                config.likelihood.name(),
+                LikelihoodChoice::listed_by(|t| t.multiclass)
             );
         }
         Task::Multilabel => ensure!(

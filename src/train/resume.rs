@@ -18,31 +18,216 @@
 
 use anyhow::{bail, ensure, Result};
 
-use super::options::{check_limits, join_epochs, TrainOptions, DEFAULT_LR_DECAY};
+use super::options::{check_limits, join_epochs, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
 use super::setup::Setup;
 use crate::stage::threads_or_all;
 use crate::store::checkpoint::TrainState;
 use crate::trained::{OptionChange, Retention, RunRecord, Steering, TrainConfig};
 
-/// Options that may change on resume, by their names in [`TrainOptions::given`].
-pub const CHANGEABLE: [&str; 9] = [
-    "epochs",
-    "max_steps",
-    "threads",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "prefetch",
-    "eval_every",
-    "eval_split",
-    "no_final_elbo",
-];
+/// What a train flag given on resume does.
+#[derive(Clone, Copy)]
+pub enum OnResume {
+    /// Says which run to resume, or whether to start afresh: no option of the run.
+    Control,
+    /// Applied to the run and recorded.
+    Changes(Changeable),
+    /// Refused unless equal to the run's value: (the run's value, the given value), as a
+    /// refusal prints them.
+    Fixed(fn(&TrainConfig, &TrainOptions) -> (String, String)),
+}
 
-/// Whether a change is one of the run's configuration (which lookups match on), not only of
-/// how it is steered.
+/// "none" for an option left out.
+fn or_none(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "none".into())
+}
+
+impl TrainFlag {
+    /// The command-line flag, `--max-steps`.
+    pub fn flag(self) -> String {
+        format!("--{}", self.name())
+    }
+
+    /// What this flag does on resume: one exhaustive match, so a new flag that is not
+    /// classified here does not compile.
+    pub fn on_resume(self) -> OnResume {
+        use OnResume::{Changes, Control, Fixed};
+        use TrainFlag as F;
+        match self {
+            F::Resume | F::Fresh => Control,
+            F::Epochs => Changes(Changeable::Epochs),
+            F::MaxSteps => Changes(Changeable::MaxSteps),
+            F::Threads => Changes(Changeable::Threads),
+            F::CheckpointEvery => Changes(Changeable::CheckpointEvery),
+            F::KeepCheckpoints => Changes(Changeable::KeepCheckpoints),
+            F::Prefetch => Changes(Changeable::Prefetch),
+            F::EvalEvery => Changes(Changeable::EvalEvery),
+            F::EvalSplit => Changes(Changeable::EvalSplit),
+            F::NoFinalElbo => Changes(Changeable::NoFinalElbo),
+            F::Dataset => Fixed(|c, o| (c.dataset.clone(), or_none(o.dataset.clone()))),
+            F::Svd => Fixed(|c, o| (c.svd_run.to_string(), or_none(o.svd.map(|s| s.to_string())))),
+            F::Kernel => Fixed(|c, o| (c.kernel.name().into(), o.kernel.name().into())),
+            F::QForm => Fixed(|c, o| (c.q_form.name().into(), o.q_form.name().into())),
+            F::Likelihood => Fixed(|c, o| (c.likelihood.name().into(), o.likelihood.name().into())),
+            F::Task => Fixed(|c, o| (c.task.name().into(), o.task.name().into())),
+            F::Latent => Fixed(|c, o| (c.latent.name().into(), o.latent.name().into())),
+            F::RobustMaxEpsilon => {
+                Fixed(|c, o| (c.epsilon().to_string(), o.robust_max_epsilon.to_string()))
+            }
+            F::McPairs => Fixed(|c, o| (c.pairs().to_string(), o.mc_pairs.to_string())),
+            F::AmortiserHidden => Fixed(|c, o| {
+                (
+                    c.amortiser_width().to_string(),
+                    o.amortiser_hidden.to_string(),
+                )
+            }),
+            F::ClassSamples => Fixed(|c, o| {
+                (
+                    or_none(c.class_samples.map(|s| s.to_string())),
+                    or_none(o.class_samples.map(|s| s.to_string())),
+                )
+            }),
+            F::LearnEpsilon => {
+                Fixed(|c, o| (c.learn_epsilon.to_string(), o.learn_epsilon.to_string()))
+            }
+            F::Inducing => Fixed(|c, o| {
+                (
+                    c.inducing.to_string(),
+                    or_none(o.inducing.map(|m| m.to_string())),
+                )
+            }),
+            F::Factors => Fixed(|c, o| (c.factors.to_string(), o.factors.to_string())),
+            F::Batch => Fixed(|c, o| (c.batch.to_string(), o.batch.to_string())),
+            F::Lr => Fixed(|c, o| (c.lr.to_string(), o.lr.to_string())),
+            F::LrDecayAt => Fixed(|c, o| {
+                (
+                    or_none(c.lr_decay.as_ref().map(|d| join_epochs(&d.after))),
+                    or_none(Some(join_epochs(&o.lr_decay_at)).filter(|s| !s.is_empty())),
+                )
+            }),
+            F::LrDecay => Fixed(|c, o| (decay_factor(c, o), o.lr_decay.to_string())),
+            F::Beta1 => Fixed(|c, o| (c.beta1.to_string(), o.beta1.to_string())),
+            F::Beta2 => Fixed(|c, o| (c.beta2.to_string(), o.beta2.to_string())),
+            F::Negatives => Fixed(|c, o| (c.negatives.to_string(), o.negatives.to_string())),
+            F::Quadrature => Fixed(|c, o| (c.quadrature.to_string(), o.quadrature.to_string())),
+            F::Seed => Fixed(|c, o| (c.seed.to_string(), o.seed.to_string())),
+            F::FreezeA => Fixed(|c, o| (c.freeze_a.to_string(), o.freeze_a.to_string())),
+            F::FreezeHyper => {
+                Fixed(|c, o| (c.freeze_hyper.to_string(), o.freeze_hyper.to_string()))
+            }
+            F::Ard => Fixed(|c, o| (c.ard.name().into(), o.ard.name().into())),
+            F::ReleaseHyperAfter => Fixed(|c, o| {
+                (
+                    or_none(c.release_hyper_after.map(|e| e.to_string())),
+                    or_none(o.release_hyper_after.map(|e| e.to_string())),
+                )
+            }),
+            F::InducingInputs => Fixed(|c, o| {
+                (
+                    c.inducing_choice().name().into(),
+                    o.inducing_inputs.name().into(),
+                )
+            }),
+            F::ShuffleChunks => {
+                Fixed(|c, o| (c.shuffle_chunks.to_string(), o.shuffle_chunks.to_string()))
+            }
+        }
+    }
+}
+
+/// The options a resume may change, in the order messages list them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Changeable {
+    Epochs,
+    MaxSteps,
+    Threads,
+    CheckpointEvery,
+    KeepCheckpoints,
+    Prefetch,
+    EvalEvery,
+    EvalSplit,
+    NoFinalElbo,
+}
+
+impl Changeable {
+    pub const ALL: [Changeable; 9] = [
+        Changeable::Epochs,
+        Changeable::MaxSteps,
+        Changeable::Threads,
+        Changeable::CheckpointEvery,
+        Changeable::KeepCheckpoints,
+        Changeable::Prefetch,
+        Changeable::EvalEvery,
+        Changeable::EvalSplit,
+        Changeable::NoFinalElbo,
+    ];
+
+    pub fn train_flag(self) -> TrainFlag {
+        match self {
+            Changeable::Epochs => TrainFlag::Epochs,
+            Changeable::MaxSteps => TrainFlag::MaxSteps,
+            Changeable::Threads => TrainFlag::Threads,
+            Changeable::CheckpointEvery => TrainFlag::CheckpointEvery,
+            Changeable::KeepCheckpoints => TrainFlag::KeepCheckpoints,
+            Changeable::Prefetch => TrainFlag::Prefetch,
+            Changeable::EvalEvery => TrainFlag::EvalEvery,
+            Changeable::EvalSplit => TrainFlag::EvalSplit,
+            Changeable::NoFinalElbo => TrainFlag::NoFinalElbo,
+        }
+    }
+
+    /// Whether it changes the run's configuration (which lookups match on), not only how
+    /// the run is steered.
+    fn changes_configuration(self) -> bool {
+        match self {
+            Changeable::Epochs
+            | Changeable::MaxSteps
+            | Changeable::Threads
+            | Changeable::CheckpointEvery => true,
+            Changeable::KeepCheckpoints
+            | Changeable::Prefetch
+            | Changeable::EvalEvery
+            | Changeable::EvalSplit
+            | Changeable::NoFinalElbo => false,
+        }
+    }
+
+    /// Its value in a run, as printed and recorded.
+    fn value(self, cfg: &TrainConfig, st: &Steering) -> String {
+        match self {
+            Changeable::Epochs => cfg.epochs.to_string(),
+            Changeable::MaxSteps => cfg.max_steps.map_or("none".to_string(), |s| s.to_string()),
+            Changeable::Threads => cfg.threads.to_string(),
+            Changeable::CheckpointEvery => cfg.checkpoint_every.to_string(),
+            Changeable::KeepCheckpoints => st.keep_checkpoints.to_string(),
+            Changeable::Prefetch => st.prefetch.to_string(),
+            Changeable::EvalEvery => st.eval_every.to_string(),
+            Changeable::EvalSplit => st.eval_split.to_string(),
+            Changeable::NoFinalElbo => (!st.final_elbo).to_string(),
+        }
+    }
+
+    /// Sets it in a run's configuration or steering options to the value `opts` gives.
+    fn apply(self, opts: &TrainOptions, cfg: &mut TrainConfig, st: &mut Steering) {
+        match self {
+            Changeable::Epochs => cfg.epochs = opts.epochs,
+            Changeable::MaxSteps => cfg.max_steps = opts.max_steps,
+            Changeable::Threads => cfg.threads = threads_or_all(opts.threads),
+            Changeable::CheckpointEvery => cfg.checkpoint_every = opts.checkpoint_every,
+            Changeable::KeepCheckpoints => st.keep_checkpoints = opts.keep_checkpoints,
+            Changeable::Prefetch => st.prefetch = opts.prefetch,
+            Changeable::EvalEvery => st.eval_every = opts.eval_every,
+            Changeable::EvalSplit => st.eval_split = opts.eval_split.clone(),
+            Changeable::NoFinalElbo => st.final_elbo = opts.final_elbo,
+        }
+    }
+}
+
+/// Whether a recorded change is one of the run's configuration (which lookups match on),
+/// not only of how it is steered.
 pub fn changes_configuration(c: &OptionChange) -> bool {
-    ["epochs", "max_steps", "threads", "checkpoint_every"]
-        .map(flag)
-        .contains(&c.option)
+    Changeable::ALL
+        .iter()
+        .any(|ch| ch.changes_configuration() && ch.train_flag().flag() == c.option)
 }
 
 /// A resume, checked: the run's record with this resume's changes applied.
@@ -53,11 +238,6 @@ pub struct ResumePlan {
     pub changed: Vec<OptionChange>,
 }
 
-/// `--flag` of an option name.
-fn flag(name: &str) -> String {
-    format!("--{}", name.replace('_', "-"))
-}
-
 /// The steering options of a run that recorded none (from before they were recorded): the
 /// defaults, keeping every checkpoint as those runs did.
 fn legacy_steering() -> Steering {
@@ -65,90 +245,6 @@ fn legacy_steering() -> Steering {
         keep_checkpoints: Retention::All,
         ..TrainOptions::default().steering()
     }
-}
-
-/// The values of the changeable options, by flag, as printed and recorded.
-fn changeable_values(cfg: &TrainConfig, st: &Steering) -> [(String, String); 9] {
-    let max_steps = cfg.max_steps.map_or("none".to_string(), |s| s.to_string());
-    [
-        (flag("epochs"), cfg.epochs.to_string()),
-        (flag("max_steps"), max_steps),
-        (flag("threads"), cfg.threads.to_string()),
-        (flag("checkpoint_every"), cfg.checkpoint_every.to_string()),
-        (flag("keep_checkpoints"), st.keep_checkpoints.to_string()),
-        (flag("prefetch"), st.prefetch.to_string()),
-        (flag("eval_every"), st.eval_every.to_string()),
-        (flag("eval_split"), st.eval_split.clone()),
-        (flag("no_final_elbo"), (!st.final_elbo).to_string()),
-    ]
-}
-
-/// (the run's value, the given value) of an option that cannot change on resume; None for
-/// a name without a rule.
-fn fixed_values(name: &str, cfg: &TrainConfig, opts: &TrainOptions) -> Option<(String, String)> {
-    let given = |v: Option<String>| v.unwrap_or_else(|| "none".into());
-    Some(match name {
-        "dataset" => (cfg.dataset.clone(), given(opts.dataset.clone())),
-        "svd" => (
-            cfg.svd_run.to_string(),
-            given(opts.svd.map(|s| s.to_string())),
-        ),
-        "kernel" => (cfg.kernel.name().into(), opts.kernel.name().into()),
-        "q_form" => (cfg.q_form.name().into(), opts.q_form.name().into()),
-        "likelihood" => (cfg.likelihood.name().into(), opts.likelihood.name().into()),
-        "task" => (cfg.task.name().into(), opts.task.name().into()),
-        "latent" => (cfg.latent.name().into(), opts.latent.name().into()),
-        "robust_max_epsilon" => (
-            cfg.epsilon().to_string(),
-            opts.robust_max_epsilon.to_string(),
-        ),
-        "mc_pairs" => (cfg.pairs().to_string(), opts.mc_pairs.to_string()),
-        "amortiser_hidden" => (
-            cfg.amortiser_width().to_string(),
-            opts.amortiser_hidden.to_string(),
-        ),
-        "class_samples" => (
-            given(cfg.class_samples.map(|s| s.to_string())),
-            given(opts.class_samples.map(|s| s.to_string())),
-        ),
-        "learn_epsilon" => (
-            cfg.learn_epsilon.to_string(),
-            opts.learn_epsilon.to_string(),
-        ),
-        "inducing" => (
-            cfg.inducing.to_string(),
-            given(opts.inducing.map(|m| m.to_string())),
-        ),
-        "factors" => (cfg.factors.to_string(), opts.factors.to_string()),
-        "batch" => (cfg.batch.to_string(), opts.batch.to_string()),
-        "lr" => (cfg.lr.to_string(), opts.lr.to_string()),
-        "lr_decay_at" => (
-            given(cfg.lr_decay.as_ref().map(|d| join_epochs(&d.after))),
-            given(Some(join_epochs(&opts.lr_decay_at)).filter(|s| !s.is_empty())),
-        ),
-        "lr_decay" => (decay_factor(cfg, opts), opts.lr_decay.to_string()),
-        "beta1" => (cfg.beta1.to_string(), opts.beta1.to_string()),
-        "beta2" => (cfg.beta2.to_string(), opts.beta2.to_string()),
-        "negatives" => (cfg.negatives.to_string(), opts.negatives.to_string()),
-        "quadrature" => (cfg.quadrature.to_string(), opts.quadrature.to_string()),
-        "seed" => (cfg.seed.to_string(), opts.seed.to_string()),
-        "freeze_a" => (cfg.freeze_a.to_string(), opts.freeze_a.to_string()),
-        "freeze_hyper" => (cfg.freeze_hyper.to_string(), opts.freeze_hyper.to_string()),
-        "ard" => (cfg.ard.name().into(), opts.ard.name().into()),
-        "release_hyper_after" => (
-            given(cfg.release_hyper_after.map(|e| e.to_string())),
-            given(opts.release_hyper_after.map(|e| e.to_string())),
-        ),
-        "inducing_inputs" => (
-            cfg.inducing_choice().name().into(),
-            opts.inducing_inputs.name().into(),
-        ),
-        "shuffle_chunks" => (
-            cfg.shuffle_chunks.to_string(),
-            opts.shuffle_chunks.to_string(),
-        ),
-        _ => return None,
-    })
 }
 
 /// The run's γ as a refusal names it: with no decay listed γ changes nothing, so only its
@@ -161,22 +257,6 @@ fn decay_factor(cfg: &TrainConfig, opts: &TrainOptions) -> String {
     }
 }
 
-/// Applies the changeable options `opts` gives to the configuration and steering options.
-fn apply(name: &str, opts: &TrainOptions, cfg: &mut TrainConfig, st: &mut Steering) {
-    match name {
-        "epochs" => cfg.epochs = opts.epochs,
-        "max_steps" => cfg.max_steps = opts.max_steps,
-        "threads" => cfg.threads = threads_or_all(opts.threads),
-        "checkpoint_every" => cfg.checkpoint_every = opts.checkpoint_every,
-        "keep_checkpoints" => st.keep_checkpoints = opts.keep_checkpoints,
-        "prefetch" => st.prefetch = opts.prefetch,
-        "eval_every" => st.eval_every = opts.eval_every,
-        "eval_split" => st.eval_split = opts.eval_split.clone(),
-        "no_final_elbo" => st.final_elbo = opts.final_elbo,
-        _ => unreachable!("{name} is not in CHANGEABLE"),
-    }
-}
-
 /// Checks the options `opts` gives against run `record` resuming from `step`: refuses any
 /// that cannot change, applies and records the others.
 pub fn plan(mut record: RunRecord, opts: &TrainOptions, step: u64) -> Result<ResumePlan> {
@@ -184,39 +264,42 @@ pub fn plan(mut record: RunRecord, opts: &TrainOptions, step: u64) -> Result<Res
     let old_steering = record.steering.clone().unwrap_or_else(legacy_steering);
     let (mut cfg, mut st) = (record.in_force.clone(), old_steering.clone());
     let mut refused = Vec::new();
-    for name in &opts.given {
-        if name == "resume" || name == "fresh" {
-            continue;
-        }
-        if CHANGEABLE.contains(&name.as_str()) {
-            apply(name, opts, &mut cfg, &mut st);
-            continue;
-        }
-        let Some((run, given)) = fixed_values(name, &record.in_force, opts) else {
-            bail!("internal: option {} has no resume rule", flag(name));
-        };
-        if run != given {
-            refused.push(format!(
-                "{} {given}: run {id} has {run}, and it cannot change on resume",
-                flag(name)
-            ));
+    for &given in &opts.given {
+        match given.on_resume() {
+            OnResume::Control => {}
+            OnResume::Changes(option) => option.apply(opts, &mut cfg, &mut st),
+            OnResume::Fixed(values) => {
+                let (run, value) = values(&record.in_force, opts);
+                if run != value {
+                    refused.push(format!(
+                        "{} {value}: run {id} has {run}, and it cannot change on resume",
+                        given.flag()
+                    ));
+                }
+            }
         }
     }
     if !refused.is_empty() {
         bail!(
             "{}\n(only {} can change when a run resumes; start a new run for other values)",
             refused.join("\n"),
-            CHANGEABLE.map(flag).join(", ")
+            Changeable::ALL.map(|c| c.train_flag().flag()).join(", ")
         );
     }
     check_limits(&cfg)?;
-    let changed: Vec<OptionChange> = changeable_values(&record.in_force, &old_steering)
-        .into_iter()
-        .zip(changeable_values(&cfg, &st))
-        .filter(|(old, new)| old.1 != new.1)
-        .map(|((option, old), (_, new))| OptionChange {
+    let changed: Vec<OptionChange> = Changeable::ALL
+        .iter()
+        .map(|c| {
+            (
+                c,
+                c.value(&record.in_force, &old_steering),
+                c.value(&cfg, &st),
+            )
+        })
+        .filter(|(_, old, new)| old != new)
+        .map(|(c, old, new)| OptionChange {
             step,
-            option,
+            option: c.train_flag().flag(),
             old,
             new,
         })
@@ -256,7 +339,7 @@ impl ResumePlan {
                 "run {id}: {} {} → {} (changed on resume)",
                 c.option, c.old, c.new
             );
-            if c.option == flag("threads") {
+            if c.option == TrainFlag::Threads.flag() {
                 eprintln!(
                     "run {id}: with another thread count the numbers will differ from an \
                      uninterrupted run (they are bitwise reproducible for a fixed count), \

@@ -215,7 +215,7 @@ impl Setup {
             label_counts: &self.label_counts()?,
             n_rows: self.n_rows,
             lengthscale,
-            ard: self.config.ard == ArdChoice::Subspace,
+            ard: self.config.ard == ArdChoice::BasisDirections,
             feature_weights: self.feature_basis.as_ref().map_or(0, |b| b.ncols()),
             seed: self.config.seed,
         })?;

@@ -30,6 +30,7 @@ mod metrics;
 mod multiclass_gradients;
 mod multiclass_task;
 mod multiclass_values;
+mod options_doc;
 mod parse_props;
 mod pipeline_run;
 mod probit_likelihood;

@@ -618,7 +618,7 @@ fn likelihoods_must_suit_the_task_and_the_data() {
         train_args(&[]),
         &[
             "logistic with --task multiclass",
-            "ove, robust-max, softmax or hl",
+            "ove, robust-max, softmax, hl, ar-softmax or ar-logit",
         ],
     );
     let mut ove_multilabel = train_args(&["--likelihood", "ove"]);
