@@ -7,6 +7,7 @@ use std::fmt;
 use anyhow::{ensure, Result};
 use faer::Mat;
 
+use crate::choice::choice_enum;
 use crate::model::kernel::KernelParams;
 use crate::model::likelihood::multiclass::amortiser::Amortiser;
 
@@ -134,34 +135,34 @@ pub fn packed_index(m: usize, i: usize, j: usize) -> usize {
 /// Gradients, same shapes as [`Params`].
 pub type Grads = Params;
 
-/// The parametrisations of q(u) the model knows (`docs/model.md`, "Code map"). Each form has
-/// its parameter blocks in [`Params`] and one match arm in `qu/conditional.rs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QForm {
-    /// The paper's O(M) form (Panos, Dellaportas & Titsias, *Fully Scalable Gaussian
-    /// Processes using Subspace Inducing Inputs*): q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹),
-    /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`qu/sites/mod.rs`).
-    SiteDiagonal,
-    /// The full Cholesky form of the journal version of the paper and of SVGP (Hensman,
-    /// Matthews & Ghahramani, *Scalable Variational Gaussian Process Classification*):
-    /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`qu/cholesky.rs`).
-    Cholesky,
-    /// The same family whitened: u_p = L_Z v_p with K_Z = L_Z L_Zᵀ, q(v_p) = N(μ_p, L_p L_pᵀ)
-    /// (μ holds the whitened mean m_p); blocks μ and L (`qu/cholesky.rs`).
-    Whitened,
+choice_enum! {
+    /// The parametrisations of q(u) the model knows (`docs/model.md`, "Code map"), as
+    /// `train --q-form` and run configurations name them. Each form has its parameter
+    /// blocks in [`QParams`] and one match arm in `qu/conditional.rs`.
+    #[derive(Default)]
+    pub enum QForm("q(u) form") {
+        /// The paper's O(M) form (Panos, Dellaportas & Titsias, *Fully Scalable Gaussian
+        /// Processes using Subspace Inducing Inputs*): q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹),
+        /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`qu/sites/mod.rs`).
+        #[default]
+        SiteDiagonal = "sites"
+            => "the paper's O(M) form, q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹)",
+        /// The full Cholesky form of the journal version of the paper and of SVGP (Hensman,
+        /// Matthews & Ghahramani, *Scalable Variational Gaussian Process Classification*):
+        /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`qu/cholesky.rs`).
+        Cholesky = "cholesky"
+            => "the full q(u_p) = N(μ_p, L_p L_pᵀ), M(M+1)/2 parameters per GP",
+        /// The same family whitened: u_p = L_Z v_p with K_Z = L_Z L_Zᵀ, q(v_p) =
+        /// N(μ_p, L_p L_pᵀ) (μ holds the whitened mean m_p); blocks μ and L
+        /// (`qu/cholesky.rs`).
+        Whitened = "whitened" => "the same with u_p = L_Z v_p, q(v_p) = N(m_p, L_p L_pᵀ)",
+    }
 }
 
 impl QForm {
-    /// Every form, the default first.
-    pub const ALL: [QForm; 3] = [QForm::SiteDiagonal, QForm::Cholesky, QForm::Whitened];
-
-    /// The name used by `train --q-form` and in run configs.
-    pub fn name(self) -> &'static str {
-        match self {
-            QForm::SiteDiagonal => "sites",
-            QForm::Cholesky => "cholesky",
-            QForm::Whitened => "whitened",
-        }
+    /// Whether this is the default (left out of a configuration's JSON).
+    pub fn is_sites(&self) -> bool {
+        *self == QForm::SiteDiagonal
     }
 
     /// The matrix whose Cholesky factorisation may need jitter, for messages: K_Z + Σ_p
@@ -171,16 +172,6 @@ impl QForm {
             QForm::SiteDiagonal => "K_Z + Σ",
             QForm::Cholesky | QForm::Whitened => "K_Z",
         }
-    }
-
-    /// The form called `name` ([`QForm::name`]), or an error listing the names.
-    pub fn parse(name: &str) -> Result<QForm, String> {
-        QForm::ALL
-            .into_iter()
-            .find(|f| f.name() == name)
-            .ok_or_else(|| {
-                format!("unknown q(u) form {name:?}: expected sites, cholesky or whitened")
-            })
     }
 }
 

@@ -15,7 +15,7 @@ use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
     newest_svd_run, ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice,
-    LrDecay, Negatives, QFormChoice, Retention, Steering, SvdFiles, Task, TrainConfig,
+    LrDecay, Negatives, QForm, Retention, Steering, SvdFiles, Task, TrainConfig,
 };
 
 /// `--lr-decay`'s default γ: each decay divides η by 10.
@@ -145,7 +145,7 @@ pub struct TrainOptions {
     /// Train the kernel hyperparameters only from this epoch on (the first E0 frozen).
     pub release_hyper_after: Option<u64>,
     /// The q(u) form (`--q-form`).
-    pub q_form: QFormChoice,
+    pub q_form: QForm,
     /// The Bernoulli likelihood's link (`--likelihood`).
     pub likelihood: LikelihoodChoice,
     /// `--task`: binary needs a dataset with one label, multiclass one label per row.
@@ -203,7 +203,7 @@ impl Default for TrainOptions {
             keep_checkpoints: Retention::DEFAULT,
             ard: ArdChoice::None,
             release_hyper_after: None,
-            q_form: QFormChoice::Sites,
+            q_form: QForm::SiteDiagonal,
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,
             latent: LatentChoice::Factor,
@@ -643,7 +643,7 @@ fn check_inducing_count(
 /// q(u)"). The whitened form has no K_Z⁻¹ and runs there.
 fn check_q_form(config: &TrainConfig, rank: usize) -> Result<()> {
     ensure!(
-        !(config.q_form == QFormChoice::Cholesky
+        !(config.q_form == QForm::Cholesky
             && config.kernel == KernelChoice::Linear
             && config.inducing > rank),
         "--q-form cholesky with --kernel linear needs --inducing ≤ the basis rank R = {rank} \

@@ -424,7 +424,7 @@ impl Trainer<'_> {
             self.log(&format!(
                 "step {}: Cholesky of {} failed; retried with {:.3e} added to the diagonal",
                 self.state.step + 1,
-                self.setup.config.q_form.form().factorised(),
+                self.setup.config.q_form.factorised(),
                 ev.jitter
             ));
         }
