@@ -8,20 +8,20 @@ use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::choice::{choice_enum, Choice};
-use crate::model::amortiser::DEFAULT_HIDDEN;
-use crate::model::ar_logit::ArLogit;
-use crate::model::ar_softmax::ArSoftmax;
-use crate::model::hernandez_lobato::HernandezLobato;
 use crate::model::kernel::KernelKind;
-use crate::model::likelihood::{BernoulliLogistic, Likelihood};
-use crate::model::multiclass::ClassLikelihood;
-use crate::model::one_vs_each::OneVsEach;
+use crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN;
+use crate::model::likelihood::multiclass::ar_logit::ArLogit;
+use crate::model::likelihood::multiclass::ar_softmax::ArSoftmax;
+use crate::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
+use crate::model::likelihood::multiclass::one_vs_each::OneVsEach;
+use crate::model::likelihood::multiclass::robust_max::{RobustMax, DEFAULT_EPSILON};
+use crate::model::likelihood::multiclass::softmax_mc::{SoftmaxMc, DEFAULT_PAIRS};
+use crate::model::likelihood::multiclass::ClassLikelihood;
+use crate::model::likelihood::probit::BernoulliProbit;
+use crate::model::likelihood::{logistic::BernoulliLogistic, Likelihood};
 use crate::model::optim::AdamConfig;
-use crate::model::params::QForm;
+pub use crate::model::params::QForm;
 use crate::model::predictive::{ProbabilityRule, LOGISTIC_PREDICTIVE_POINTS};
-use crate::model::probit::BernoulliProbit;
-use crate::model::robust_max::{RobustMax, DEFAULT_EPSILON};
-use crate::model::softmax_mc::{SoftmaxMc, DEFAULT_PAIRS};
 pub use crate::store::catalog::Task;
 use crate::store::catalog::{
     ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, Split, StageKind,
@@ -69,35 +69,6 @@ choice_enum! {
 impl ArdChoice {
     pub fn is_none(&self) -> bool {
         *self == ArdChoice::None
-    }
-}
-
-choice_enum! {
-    /// The q(u) form a run trains (`train --q-form`, `docs/model.md`).
-    #[derive(Default)]
-    pub enum QFormChoice("q(u) form") {
-        #[default]
-        Sites = "sites"
-            => "the paper's O(M) form, q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹)",
-        Cholesky = "cholesky"
-            => "the full q(u_p) = N(μ_p, L_p L_pᵀ), M(M+1)/2 parameters per GP",
-        Whitened = "whitened"
-            => "the same with u_p = L_Z v_p, q(v_p) = N(m_p, L_p L_pᵀ)",
-    }
-}
-
-impl QFormChoice {
-    pub fn form(self) -> QForm {
-        match self {
-            QFormChoice::Sites => QForm::SiteDiagonal,
-            QFormChoice::Cholesky => QForm::Cholesky,
-            QFormChoice::Whitened => QForm::Whitened,
-        }
-    }
-
-    /// Whether this is the default (left out of a configuration's JSON).
-    pub fn is_sites(&self) -> bool {
-        *self == QFormChoice::Sites
     }
 }
 
@@ -400,8 +371,8 @@ pub struct TrainConfig {
     pub release_hyper_after: Option<u64>,
     /// `--q-form`: absent from the JSON at the default (`sites`), so earlier
     /// configurations read and compare as they did.
-    #[serde(default, skip_serializing_if = "QFormChoice::is_sites")]
-    pub q_form: QFormChoice,
+    #[serde(default, skip_serializing_if = "QForm::is_sites")]
+    pub q_form: QForm,
     /// `--inducing-inputs` as stored (never `FixedSubspace`, see [`InducingInputs`]);
     /// absent from the JSON at the default, `subspace`.
     #[serde(default, skip_serializing_if = "InducingInputs::is_default")]
@@ -792,7 +763,7 @@ mod tests {
             max_steps,
             ard: ArdChoice::None,
             release_hyper_after: None,
-            q_form: QFormChoice::Sites,
+            q_form: QForm::SiteDiagonal,
             inducing_inputs: InducingInputs::Subspace,
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,
@@ -928,10 +899,7 @@ mod tests {
     fn the_default_q_form_is_left_out_of_the_json_and_the_others_round_trip() {
         let json = config(None).to_json();
         assert!(json.get("q_form").is_none(), "{json}");
-        for (choice, name) in [
-            (QFormChoice::Cholesky, "cholesky"),
-            (QFormChoice::Whitened, "whitened"),
-        ] {
+        for (choice, name) in [(QForm::Cholesky, "cholesky"), (QForm::Whitened, "whitened")] {
             let cfg = TrainConfig {
                 q_form: choice,
                 ..config(None)
@@ -940,11 +908,11 @@ mod tests {
             assert_eq!(json["q_form"], name);
             let back: TrainConfig = serde_json::from_value(json).unwrap();
             assert_eq!(back, cfg);
-            assert_eq!(name.parse::<QFormChoice>(), Ok(choice));
+            assert_eq!(name.parse::<QForm>(), Ok(choice));
             assert_eq!(choice.name(), name);
         }
-        assert_eq!("sites".parse::<QFormChoice>(), Ok(QFormChoice::Sites));
-        assert!("diagonal".parse::<QFormChoice>().is_err());
+        assert_eq!("sites".parse::<QForm>(), Ok(QForm::SiteDiagonal));
+        assert!("diagonal".parse::<QForm>().is_err());
     }
 
     #[test]

@@ -25,8 +25,8 @@ use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
 use crate::train::{ElboOptions, TrainFlag, TrainOptions};
 use crate::trained::{
-    ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives,
-    QFormChoice, Retention, Task,
+    ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
+    Retention, Task,
 };
 
 /// The parser of a [`Choice`]: clap lists its table's names with their help and checks
@@ -473,8 +473,8 @@ pub struct TrainFlags {
     pub ard: ArdChoice,
     /// The form of q(u), the variational distribution of the inducing outputs
     /// (docs/model.md).
-    #[arg(long, default_value_t = train_default().q_form, value_parser = one_of::<QFormChoice>())]
-    pub q_form: QFormChoice,
+    #[arg(long, default_value_t = train_default().q_form, value_parser = one_of::<QForm>())]
+    pub q_form: QForm,
     /// The likelihood: logistic or probit for the binary and multilabel tasks, one of the
     /// others for multiclass (docs/likelihood.md).
     #[arg(long, default_value_t = train_default().likelihood,

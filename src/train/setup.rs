@@ -12,14 +12,14 @@ use super::batches::{
 use super::batches::{RowView, Source};
 use super::init;
 use crate::memtrace::available_memory_bytes;
-use crate::model::amortiser::Amortiser;
-use crate::model::feature_ard::weighted_gram;
+use crate::model::kernel::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
+use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::likelihood::Likelihood;
-use crate::model::multiclass::ClassLikelihood;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
-use crate::model::variational::GP_CHUNK;
+use crate::model::qu::sites::GP_CHUNK;
 use crate::projection::{basis_gram, identity_gram};
 use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, Split, StageKind};
@@ -29,9 +29,7 @@ use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::space::human_bytes as memory;
 use crate::store::workspace::Workspace;
-use crate::trained::{
-    ArdChoice, InducingInputs, LatentChoice, QFormChoice, SvdFiles, Task, TrainConfig,
-};
+use crate::trained::{ArdChoice, InducingInputs, LatentChoice, QForm, SvdFiles, Task, TrainConfig};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -229,12 +227,7 @@ impl Setup {
         // `--learn-epsilon`: θ = logit ε starts at the run's (fixed-default) ε.
         let eps = self.config.epsilon();
         params.logit_epsilon = self.config.learn_epsilon.then(|| (eps / (1.0 - eps)).ln());
-        init::with_q_form(
-            params,
-            self.config.q_form.form(),
-            self.kind,
-            self.k_tilde.as_ref(),
-        )
+        init::with_q_form(params, self.config.q_form, self.kind, self.k_tilde.as_ref())
     }
 
     /// The amortisation network of a likelihood with local parameters, drawn from the run's
@@ -433,7 +426,7 @@ impl TrainMemory {
         let chunks_at_once = (config.threads.max(1) as u64).min(p.div_ceil(GP_CHUNK as u64));
         // q(u): its work per GP, and μ and ρ, or μ and the packed L_p, per GP.
         let ((squares, rows), q_per_gp) = match config.q_form {
-            QFormChoice::Sites => (SITES_PER_GP, mul(2, m)),
+            QForm::SiteDiagonal => (SITES_PER_GP, mul(2, m)),
             _ => (
                 CHOLESKY_PER_GP,
                 m.saturating_add(mul(m, m.saturating_add(1)) / 2),

@@ -9,19 +9,19 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::amortiser::Amortiser;
-use fsgp::model::ar_logit::ArLogit;
-use fsgp::model::ar_softmax::ArSoftmax;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::class_phase::ROW_BLOCK;
+use fsgp::model::bound::class_phase::ROW_BLOCK;
+use fsgp::model::bound::objective::{expected_loglik, kl_total, BoundAndGrads};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{row_gradient_local, ClassLikelihood};
-use fsgp::model::objective::{expected_loglik, kl_total, Evaluation};
-use fsgp::model::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::amortiser::Amortiser;
+use fsgp::model::likelihood::multiclass::ar_logit::ArLogit;
+use fsgp::model::likelihood::multiclass::ar_softmax::ArSoftmax;
+use fsgp::model::likelihood::multiclass::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::multiclass::{row_gradient_local, ClassLikelihood};
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -141,7 +141,6 @@ fn problem(
         params.phi = Mat::identity(k, p);
     }
     if form == QForm::Whitened {
-        params.rho = Mat::new();
         let factors: Vec<Mat<f64>> = (0..p)
             .map(|_| {
                 Mat::from_fn(m, m, |i, j| match i.cmp(&j) {
@@ -151,7 +150,7 @@ fn problem(
                 })
             })
             .collect();
-        params.chol = Some(pack_factors(&factors, true));
+        params.set_full(pack_factors(&factors, true));
     }
     // A network whose last layer is not small, so that every weight matters.
     let mut net = Amortiser::init(r, 4, &lik.local_init(k), seed);
@@ -391,7 +390,7 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
 }
 
 /// Every flat entry of `e`'s gradient and its value, as bits.
-fn bits(e: &Evaluation) -> Vec<u64> {
+fn bits(e: &BoundAndGrads) -> Vec<u64> {
     let mut g = e.grads.clone();
     let mut out = vec![e.value.to_bits()];
     for idx in 0..flat_len(&e.grads) {

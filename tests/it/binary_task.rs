@@ -13,8 +13,8 @@ use common::toy::{
 };
 use common::*;
 use fsgp::model::kernel::KernelKind;
+use fsgp::model::likelihood::probit::BernoulliProbit;
 use fsgp::model::params::Params;
-use fsgp::model::probit::BernoulliProbit;
 use fsgp::store::predictions::PredictionReader;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -202,8 +202,8 @@ fn one_batch_probit_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 {
     let batch = common::toy::OneBatch::read(ws);
     assert_eq!(batch.labels.len(), TRAIN_ROWS);
     let lik = BernoulliProbit::new(20).unwrap();
-    let terms = fsgp::model::terms::terms_all(&batch.labels, 1, 1.0);
-    fsgp::model::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
+    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 1, 1.0);
+    fsgp::model::bound::objective::bound_and_grads_once(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }

@@ -7,14 +7,16 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{
+    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
+};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
 use fsgp::model::predictive::Predictor;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -49,19 +51,19 @@ fn eval(
     pr: &Problem,
     params: &Params,
     terms: &TermSet<'_>,
-) -> Evaluation {
+) -> BoundAndGrads {
     let lik = BernoulliLogistic::new(20).unwrap();
-    let opts = EvalOptions {
+    let opts = BoundOptions {
         factorisation: fact,
-        ..EvalOptions::default()
+        ..BoundOptions::default()
     };
-    evaluate_set(kind, params, &pr.x(), terms, &lik, &opts, &Scratch::new()).unwrap()
+    bound_and_grads(kind, params, &pr.x(), terms, &lik, &opts, &Scratch::new()).unwrap()
 }
 
 /// Every (kernel, factorisation) pair: the subspace path applies to the linear kernel only.
 const SETUPS: [(KernelKind, Factorisation); 4] = [
     (KernelKind::Linear, Factorisation::Inducing),
-    (KernelKind::Linear, Factorisation::Subspace),
+    (KernelKind::Linear, Factorisation::LowRank),
     (KernelKind::SquaredExponential, Factorisation::Inducing),
     (KernelKind::SePlusLinear, Factorisation::Inducing),
 ];
@@ -118,7 +120,7 @@ fn every_block_matches_central_differences_for_every_kernel_and_ard_mode() {
     }
 }
 
-fn max_rel_diff(a: &Evaluation, b: &Evaluation) -> f64 {
+fn max_rel_diff(a: &BoundAndGrads, b: &BoundAndGrads) -> f64 {
     let (mut ga, mut gb) = (a.grads.clone(), b.grads.clone());
     let scale = |x: f64, y: f64| (x - y).abs() / x.abs().max(y.abs()).max(1e-3);
     let mut worst = scale(a.value, b.value);
@@ -147,7 +149,7 @@ fn subspace_and_inducing_paths_agree_under_ard() {
         );
         let j = eval(
             KernelKind::Linear,
-            Factorisation::Subspace,
+            Factorisation::LowRank,
             &pr,
             &pr.params,
             &dense,

@@ -3,13 +3,13 @@
 //! form, and an analytic gradient paired entry by entry with finite differences.
 
 use faer::Mat;
+use fsgp::model::bound::objective::{bound_and_grads, BoundAndGrads, BoundOptions};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
-use fsgp::model::params::{flat_entry, flat_len, Block, Params};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
+use fsgp::model::params::{flat_entry, flat_len, Block, Params, QParams};
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 
 /// One batch as the bound sees it: K_XX̃ [B×R], the rows' squared norms [B], the basis
 /// Gram K_X̃ [R×R], each row's positive labels, and the parameters.
@@ -57,12 +57,13 @@ pub fn random_site_params(
     Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.5)),
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5)),
-        chol: None,
         amortiser: None,
     }
 }
@@ -157,23 +158,23 @@ pub fn bound_classes<'a>(class: &'a [u32], lik: &'a dyn ClassLikelihood) -> Clas
 }
 
 /// The bound of a multi-class problem with the terms of [`bound_classes`], or the error
-/// `evaluate_set` gives.
+/// `bound_and_grads` gives.
 pub fn try_class_bound(
     kind: KernelKind,
     pr: &Problem,
     params: &Params,
     class: &[u32],
     lik: &dyn ClassLikelihood,
-) -> anyhow::Result<Evaluation> {
+) -> anyhow::Result<BoundAndGrads> {
     // The per-term likelihood argument is not used by a class term set.
     let unused = BernoulliLogistic::new(2).unwrap();
-    evaluate_set(
+    bound_and_grads(
         kind,
         params,
         &pr.x(),
         &TermSet::Classes(bound_classes(class, lik)),
         &unused,
-        &EvalOptions::default(),
+        &BoundOptions::default(),
         &Scratch::new(),
     )
 }
@@ -185,6 +186,6 @@ pub fn class_bound(
     params: &Params,
     class: &[u32],
     lik: &dyn ClassLikelihood,
-) -> Evaluation {
+) -> BoundAndGrads {
     try_class_bound(kind, pr, params, class, lik).unwrap()
 }

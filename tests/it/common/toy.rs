@@ -318,7 +318,12 @@ impl Prepared {
 pub fn tensor_bits(c: &fsgp::store::checkpoint::Checkpoint) -> Vec<u64> {
     let p = &c.params;
     let mut bits = Vec::new();
-    for m in [&p.a, &p.mu, &p.rho, &p.phi] {
+    for m in [
+        &p.a,
+        p.q.mu(),
+        p.q.rho().unwrap_or(&faer::Mat::new()),
+        &p.phi,
+    ] {
         bits.extend([m.nrows() as u64, m.ncols() as u64]);
         for j in 0..m.ncols() {
             bits.extend((0..m.nrows()).map(|i| m[(i, j)].to_bits()));
@@ -426,9 +431,9 @@ pub fn one_batch_bound(
 ) -> f64 {
     let batch = OneBatch::read(ws);
     assert_eq!(batch.labels.len(), 900);
-    let lik = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
-    let terms = fsgp::model::terms::terms_all(&batch.labels, 30, 1.0);
-    fsgp::model::objective::evaluate(kind, params, &batch.inputs(), &terms, &lik)
+    let lik = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
+    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 30, 1.0);
+    fsgp::model::bound::objective::bound_and_grads_once(kind, params, &batch.inputs(), &terms, &lik)
         .unwrap()
         .value
 }
