@@ -59,7 +59,9 @@ pub enum TaskChoice {
 impl TaskChoice {
     /// The flag's values: `auto`, then every task's name.
     pub fn names() -> Vec<&'static str> {
-        std::iter::once("auto").chain(Task::NAMES.iter().copied()).collect()
+        std::iter::once("auto")
+            .chain(Task::NAMES.iter().copied())
+            .collect()
     }
 
     /// `auto`, or a task's name.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod blobs;
+pub mod classify;
 pub mod model;
 pub mod ranks;
 pub mod registered;
@@ -50,6 +51,13 @@ pub fn pipeline_within(ws: &Path, args: &[&str], limit: std::time::Duration) -> 
     child
         .wait_with_output()
         .expect("collecting pipeline's output")
+}
+
+/// Runs `pipeline --workspace WS ARGS...`, which must succeed; returns its standard output.
+pub fn pipeline_ok(ws: &Path, args: &[&str]) -> String {
+    let out = pipeline(ws, args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
 }
 
 pub fn stderr(o: &Output) -> String {
