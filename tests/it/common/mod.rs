@@ -4,6 +4,7 @@
 
 pub mod blobs;
 pub mod classify;
+pub mod ingest;
 pub mod model;
 pub mod ranks;
 pub mod registered;
