@@ -4,22 +4,12 @@
 //! here from the gzip files directly.
 
 use crate::common;
-use common::ingest::IngestCase;
+use common::ingest::{dataset_entry as dataset, split_rows, IngestCase, StoredRow as Row};
 use common::*;
 use fsgp::ingest::validation::ValidationSplit;
-use fsgp::store::chunks::{read_chunk, CsrChunk};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-
-/// A row as read back from the chunks, values and norm as f32 bits.
-#[derive(Debug, Clone, PartialEq)]
-struct Row {
-    labels: Vec<u32>,
-    indices: Vec<u32>,
-    values: Vec<u32>,
-    sq_norm: u32,
-}
 
 /// The test's own reading of a LIBSVM row with 1-based indices: (label values in file
 /// order, features sorted by index, 0-based).
@@ -61,46 +51,6 @@ fn expected_row(labels: Vec<u32>, feats: &[(u32, f64)], normalize: bool) -> Row 
         values: values.iter().map(|v| v.to_bits()).collect(),
         sq_norm: (sq as f32).to_bits(),
     }
-}
-
-/// The catalog entry of a dataset, from `pipeline status --json`.
-fn dataset(ws: &Path, name: &str) -> serde_json::Value {
-    status_json(ws)["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == name)
-        .unwrap_or_else(|| panic!("no dataset {name}"))
-        .clone()
-}
-
-/// All rows of a split, from its chunk files in order.
-fn split_rows(ws: &Path, name: &str, split: &str) -> Vec<Row> {
-    let d = dataset(ws, name);
-    let s = d["splits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["split"] == split)
-        .unwrap()
-        .clone();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(ws.join(s["path"].as_str().unwrap()))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let mut rows = Vec::new();
-    for f in files {
-        let chunk: CsrChunk = read_chunk(&f).unwrap();
-        rows.extend(chunk.rows().map(|r| Row {
-            labels: r.labels.to_vec(),
-            indices: r.indices.to_vec(),
-            values: r.values.iter().map(|v| v.to_bits()).collect(),
-            sq_norm: r.sq_norm.to_bits(),
-        }));
-    }
-    assert_eq!(rows.len() as u64, s["n_rows"].as_u64().unwrap());
-    rows
 }
 
 /// Rows of a LIBSVM text as the ingest should store them, labels mapped by `map` (value →

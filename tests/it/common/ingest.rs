@@ -112,3 +112,72 @@ impl IngestCase {
         assert_eq!(runs(self.ws.path()), before, "no run recorded for {args:?}");
     }
 }
+
+/// A row as a split's chunk stores it: labels, feature ids, and the f32 bits of its values
+/// and of its squared norm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRow {
+    pub labels: Vec<u32>,
+    pub indices: Vec<u32>,
+    pub values: Vec<u32>,
+    pub sq_norm: u32,
+}
+
+/// The catalog entry of dataset `name`, from `pipeline status --json`.
+pub fn dataset_entry(ws: &Path, name: &str) -> serde_json::Value {
+    status_json(ws)["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no dataset {name}"))
+        .clone()
+}
+
+/// The entry of split `split` of dataset `dataset`, from `pipeline status --json`.
+pub fn split_entry(ws: &Path, dataset: &str, split: &str) -> serde_json::Value {
+    dataset_entry(ws, dataset)["splits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["split"] == split)
+        .unwrap_or_else(|| panic!("no split {split}"))
+        .clone()
+}
+
+/// The chunk files of a split, in order; asserts there are as many as the catalog says.
+pub fn chunk_files(ws: &Path, dataset: &str, split: &str) -> Vec<std::path::PathBuf> {
+    let entry = split_entry(ws, dataset, split);
+    let mut files: Vec<_> = std::fs::read_dir(ws.join(entry["path"].as_str().unwrap()))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len() as u64, entry["n_chunks"].as_u64().unwrap());
+    files
+}
+
+/// Every row of a split, from its chunk files in order; asserts that each row's id is its
+/// position in the split and that there are as many as the catalog says.
+pub fn split_rows(ws: &Path, dataset: &str, split: &str) -> Vec<StoredRow> {
+    let mut rows = Vec::new();
+    for f in chunk_files(ws, dataset, split) {
+        let chunk = fsgp::store::chunks::read_chunk(&f).unwrap();
+        for r in chunk.rows() {
+            assert_eq!(
+                r.row_id,
+                rows.len() as u64,
+                "row ids are positions in the split"
+            );
+            rows.push(StoredRow {
+                labels: r.labels.to_vec(),
+                indices: r.indices.to_vec(),
+                values: r.values.iter().map(|v| v.to_bits()).collect(),
+                sq_norm: r.sq_norm.to_bits(),
+            });
+        }
+    }
+    let n_rows = split_entry(ws, dataset, split)["n_rows"].as_u64().unwrap();
+    assert_eq!(rows.len() as u64, n_rows);
+    rows
+}
