@@ -391,6 +391,19 @@ pub fn artifact(ws: &Path, kind: &str) -> PathBuf {
     ws.join(path)
 }
 
+/// The training split's registered chunk files, in row order (absolute).
+pub fn train_chunks(ws: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<String> = catalog(ws)
+        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    paths.sort();
+    paths.into_iter().map(|p| ws.join(p)).collect()
+}
+
 /// Every training row of the newest svd of a workspace as one batch, read apart from the
 /// streaming `pipeline elbo` so that tests can compute exact bounds independently: K_XX̃
 /// [N×R] and the squared norms from the svd artifacts, K_X̃ = X̃ X̃ᵀ from its basis, each
@@ -408,17 +421,9 @@ impl OneBatch {
         let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
         let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
         let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
-        let mut chunk_paths: Vec<String> = catalog(ws)
-            .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        chunk_paths.sort();
         let mut labels = Vec::new();
-        for path in chunk_paths {
-            let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
+        for path in train_chunks(ws) {
+            let l = fsgp::store::chunks::read_chunk_labels(&path).unwrap();
             for i in 0..l.len() {
                 labels.push(l.row(i).to_vec());
             }
