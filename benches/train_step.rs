@@ -29,19 +29,19 @@
 mod common;
 use common::threads;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::conditional::Factorisation;
-use fsgp::model::feature_ard::{FeatureInputs, FeatureRows};
-use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{
-    evaluate_features, evaluate_set, EvalOptions, Evaluation, PhaseTimes,
+use fsgp::model::bound::objective::{
+    bound_and_grads, bound_and_grads_feature_ard, BoundAndGrads, BoundOptions, PhaseTimes,
 };
+use fsgp::model::bound::terms::{terms_sampled, TermSet};
+use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows};
+use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::optim::{AdamConfig, AdamState};
-use fsgp::model::params::{Params, QForm};
+use fsgp::model::params::{Params, QForm, QParams};
+use fsgp::model::qu::cholesky::pack_factors;
+use fsgp::model::qu::conditional::Factorisation;
+use fsgp::model::qu::sites::low_rank;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::subspace;
-use fsgp::model::terms::{terms_sampled, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -81,23 +81,23 @@ struct Config {
 
 impl Config {
     /// Whether the step takes the subspace path (the paper's form, linear kernel).
-    fn subspace(&self) -> bool {
+    fn low_rank(&self) -> bool {
         if self.form != QForm::SiteDiagonal || self.kind != KernelKind::Linear {
             return false;
         }
         match self.factorisation {
             Factorisation::Auto => {
-                self.kind == KernelKind::Linear && subspace::worthwhile(self.m, self.r)
+                self.kind == KernelKind::Linear && low_rank::worthwhile(self.m, self.r)
             }
             Factorisation::Inducing => false,
-            Factorisation::Subspace => true,
+            Factorisation::LowRank => true,
         }
     }
 
-    fn opts(&self) -> EvalOptions {
-        EvalOptions {
+    fn opts(&self) -> BoundOptions {
+        BoundOptions {
             factorisation: self.factorisation,
-            ..EvalOptions::default()
+            ..BoundOptions::default()
         }
     }
 }
@@ -115,7 +115,7 @@ fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
         // ARD's map: A K_X̃, (Kxx T) K_X̃ forward, (∂A' T) K_X̃, ∂Kxx' K_X̃ back, and the
         // kernel's ∂Kxx' = (∂F/∂H) A'; on the subspace path also ∂Kxx' from ∂G (R²B).
         kernels += 4.0 * m * r * r + 4.0 * b * r * r + 2.0 * b * m * r;
-        if c.subspace() {
+        if c.low_rank() {
             kernels += r * r * b;
         }
     }
@@ -128,7 +128,7 @@ fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
         kernels += 2.0 * m * m * r + 2.0 * m * r * r;
     }
     let per_gp = if c.form != QForm::SiteDiagonal {
-        // Full-Cholesky forms (`cholesky_q.rs`), per GP: T = L_vᵀ A, lower(2 A Uᵀ) and
+        // Full-Cholesky forms (`qu/cholesky.rs`), per GP: T = L_vᵀ A, lower(2 A Uᵀ) and
         // Ā += 2 L_v U, M²B each; unwhitened also L_v = L_Z⁻¹ L_p (M³/3), Y = L_Z⁻ᵀ L̄_v
         // (2M³/3) and lower(Y L_vᵀ) (M³/3). Once per step: Cholesky of K_Z and L_Z⁻¹ (M³/3
         // each), A = L_Z⁻¹ K_Zb and X = L_Z⁻ᵀ Ā (M²B each), X Aᵀ (2M²B), the Cholesky's
@@ -140,7 +140,7 @@ fn step_flops(c: &Config, terms: Option<usize>) -> f64 {
             0.0
         };
         3.0 * m * m * b + unwhitened
-    } else if c.subspace() {
+    } else if c.low_rank() {
         // Subspace path: F_sᵀF_s MR², Cholesky, L⁻¹, J⁻¹ R³/3 each, V and W R²B each, the
         // lower triangle of Y diag(d) Yᵀ with Y [R×(R+B)]: R²(R+B), F Ḡ_J 2MR². Once per
         // step: L_X̃ R³/3, F = σ A L_X̃ MR², G R²B, ∂A = σ ∂F L_X̃ᵀ MR².
@@ -170,8 +170,10 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     let mut params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.2)),
-        mu: Mat::from_fn(m, p, |_, _| u(0.1)),
-        rho: Mat::from_fn(m, p, |_, _| u(1.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(0.1)),
+            rho: Mat::from_fn(m, p, |_, _| u(1.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(0.4)),
         bias: (0..k).map(|_| -3.0).collect(),
         kernel: KernelParams {
@@ -183,7 +185,6 @@ fn run(c: &Config, steps: usize, gemm: f64) {
             },
             ..KernelParams::new(0.0, 0.0)
         },
-        chol: None,
         amortiser: None,
     };
     if c.form != QForm::SiteDiagonal {
@@ -203,8 +204,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
                 })
             })
             .collect();
-        params.rho = Mat::new();
-        params.chol = Some(pack_factors(&factors, c.form == QForm::Whitened));
+        params.set_full(pack_factors(&factors, c.form == QForm::Whitened));
     }
     let mut lrng = ChaCha8Rng::seed_from_u64(2);
     let positives: Vec<Vec<u32>> = (0..b)
@@ -267,7 +267,7 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         Some(n) => format!("{n} sampled negatives/row"),
     };
     let path = match (c.form, c.kind) {
-        (QForm::SiteDiagonal, _) if c.subspace() => "subspace J_p".to_string(),
+        (QForm::SiteDiagonal, _) if c.low_rank() => "subspace J_p".to_string(),
         (QForm::SiteDiagonal, _) => "C_p = K_Z + Σ_p".to_string(),
         (form, _) => format!("--q-form {}", form.name()),
     };
@@ -328,10 +328,12 @@ fn evaluate(
     terms: &TermSet<'_>,
     lik: &BernoulliLogistic,
     scratch: &Scratch,
-) -> Evaluation {
+) -> BoundAndGrads {
     match fx {
-        None => evaluate_set(c.kind, params, x, terms, lik, &c.opts(), scratch).unwrap(),
-        Some(fx) => evaluate_features(c.kind, params, fx, terms, lik, &c.opts(), scratch).unwrap(),
+        None => bound_and_grads(c.kind, params, x, terms, lik, &c.opts(), scratch).unwrap(),
+        Some(fx) => {
+            bound_and_grads_feature_ard(c.kind, params, fx, terms, lik, &c.opts(), scratch).unwrap()
+        }
     }
 }
 

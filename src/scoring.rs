@@ -6,10 +6,9 @@ use anyhow::{ensure, Context, Result};
 use faer::Mat;
 use rayon::prelude::*;
 
-use crate::model::class_phase::class_probabilities;
-use crate::model::feature_ard::without_weights;
+use crate::model::bound::class_phase::class_probabilities;
 use crate::model::kernel::{BasisInputs, KernelKind};
-use crate::model::multiclass::ClassLikelihood;
+use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::model::predictive::{MeanUtilities, Predictor, ProbabilityRule};
 use crate::projection::RowInputs;
@@ -38,7 +37,7 @@ pub fn model_inputs(
     let inputs =
         RowInputs::open_weighted(basis, n_features, log_w.iter().map(|l| l.exp()).collect())?;
     let k_tilde = inputs.gram(basis)?;
-    Ok((inputs, k_tilde, Some(without_weights(params))))
+    Ok((inputs, k_tilde, Some(params.without_feature_weights())))
 }
 
 /// Scores rows of a split under one model and keeps each row's best labels: projection onto

@@ -10,7 +10,9 @@
 //!
 //! 1. the module graph (parent/child edges included) has no cycle;
 //! 2. each top-level module imports only the top-level modules [`LAYERS`] lists for it, and
-//!    stages never import each other.
+//!    stages never import each other;
+//! 3. inside the model layer, each part (a folder of `src/model/` or a file directly in it)
+//!    imports only the parts [`MODEL_PARTS`] lists for it.
 //!
 //! Run with `cargo test --test architecture -- --include-ignored --nocapture` to see the
 //! graph's top-level edges and, while the layout is not there yet, every cycle and
@@ -97,6 +99,47 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("choice", &[]),
 ];
 
+/// The model layer's parts (`src/model/`: a folder, or a file directly in it) → the parts
+/// each may import; `src/model/mod.rs` only declares them. The second table of the layout
+/// (`docs/model.md`, "Code map"): add a part here when it is created. Every part may use
+/// `linalg` and `error` (the top-level table above).
+const MODEL_PARTS: &[(&str, &[&str])] = &[
+    // The per-caller arena of recycled work buffers.
+    ("scratch", &[]),
+    // Gauss–Hermite rules.
+    ("quadrature", &[]),
+    // Kernels through the basis and their input transforms (subspace ARD, feature ARD).
+    ("kernel", &[]),
+    // The Bernoulli links and the multi-class likelihoods, with the amortisation network.
+    ("likelihood", &["quadrature"]),
+    // The whole model state: the kernel's hyperparameters, the q(u) form, the network.
+    ("params", &["kernel", "likelihood"]),
+    // The q(u) forms and the conditional from any of them to the marginals at rows.
+    ("qu", &["kernel", "params", "scratch"]),
+    // The bound's terms and the bound with its gradients.
+    (
+        "bound",
+        &["kernel", "likelihood", "params", "qu", "scratch"],
+    ),
+    // Adam.
+    ("optim", &["kernel", "likelihood", "params"]),
+    // Predictive moments and probabilities at new rows.
+    (
+        "predictive",
+        &[
+            "kernel",
+            "likelihood",
+            "params",
+            "qu",
+            "quadrature",
+            "scratch",
+        ],
+    ),
+];
+
+/// The top-level module [`MODEL_PARTS`] divides.
+const MODEL: &str = "model";
+
 /// A module's path: `[]` is the library's root (`src/lib.rs`), `["main"]` the binary's.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Module(Vec<String>);
@@ -115,6 +158,15 @@ impl Module {
     /// The top-level module it belongs to (`crate` for the library's root).
     fn top(&self) -> &str {
         self.0.first().map_or("crate", String::as_str)
+    }
+
+    /// The part of `top` it belongs to (`crate::model::qu::sites` → `qu`); `None` outside
+    /// `top` and for `top`'s own file.
+    fn part_of(&self, top: &str) -> Option<&str> {
+        match self.0.as_slice() {
+            [first, part, ..] if first == top => Some(part),
+            _ => None,
+        }
     }
 
     fn starts_with(&self, prefix: &Module) -> bool {
@@ -518,6 +570,9 @@ struct Cycle {
 struct Violation {
     from: Module,
     to: Module,
+    /// The units of the table that forbids the edge: top-level modules, or model parts.
+    from_unit: String,
+    to_unit: String,
     stage_to_stage: bool,
     evidence: Vec<String>,
 }
@@ -525,8 +580,10 @@ struct Violation {
 /// Everything wrong with a graph against a layout table.
 #[derive(Debug, Default)]
 struct Findings {
-    /// Top-level modules missing from the table, with their files.
+    /// Top-level modules (or model parts) missing from the table, with their files.
     unknown: BTreeMap<String, Vec<String>>,
+    /// Whether `unknown` and `violations` are of the model's parts ([`MODEL_PARTS`]).
+    of_parts: bool,
     cycles: Vec<Cycle>,
     violations: Vec<Violation>,
 }
@@ -620,7 +677,56 @@ impl Graph {
             findings.violations.push(Violation {
                 from: from.clone(),
                 to: to.clone(),
+                from_unit: top_from.to_string(),
+                to_unit: top_to.to_string(),
                 stage_to_stage: stages.contains(&top_from) && stages.contains(&top_to),
+                evidence: evidence.clone(),
+            });
+        }
+        findings
+    }
+
+    /// Checks the imports between the parts of top-level module `top` against `parts` (see
+    /// [`MODEL_PARTS`]). `top`'s own file may refer to its parts; no part may refer to it.
+    fn check_parts(&self, top: &str, parts: &[(&str, &[&str])]) -> Findings {
+        let allowed: BTreeMap<&str, &[&str]> = parts.iter().copied().collect();
+        let mut findings = Findings {
+            of_parts: true,
+            ..Findings::default()
+        };
+        for (module, file) in &self.files {
+            if let Some(part) = module.part_of(top) {
+                if !allowed.contains_key(part) {
+                    findings
+                        .unknown
+                        .entry(part.to_string())
+                        .or_default()
+                        .push(file.clone());
+                }
+            }
+        }
+        let own_file = Module(vec![top.to_string()]);
+        for ((from, to), evidence) in &self.edges {
+            let Some(from_part) = from.part_of(top) else {
+                continue;
+            };
+            let to_part = match to.part_of(top) {
+                Some(part) => part,
+                None if *to == own_file => "mod.rs",
+                None => continue,
+            };
+            if from_part == to_part || !allowed.contains_key(from_part) {
+                continue;
+            }
+            if allowed[from_part].contains(&to_part) {
+                continue;
+            }
+            findings.violations.push(Violation {
+                from: from.clone(),
+                to: to.clone(),
+                from_unit: from_part.to_string(),
+                to_unit: to_part.to_string(),
+                stage_to_stage: false,
                 evidence: evidence.clone(),
             });
         }
@@ -753,6 +859,15 @@ fn quote(evidence: &[String]) -> String {
 impl fmt::Display for Findings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (top, files) in &self.unknown {
+            if self.of_parts {
+                writeln!(
+                    f,
+                    "unknown model part `{top}` (src/{}): add it to MODEL_PARTS in \
+                     tests/architecture.rs with the parts it may import",
+                    files.join(", src/")
+                )?;
+                continue;
+            }
             writeln!(
                 f,
                 "unknown top-level module `{top}` (src/{}): add it to LAYERS in tests/architecture.rs \
@@ -770,6 +885,8 @@ impl fmt::Display for Findings {
         for v in &self.violations {
             let kind = if v.stage_to_stage {
                 "stage imports another stage"
+            } else if self.of_parts {
+                "model parts violation"
             } else {
                 "layering violation"
             };
@@ -778,8 +895,8 @@ impl fmt::Display for Findings {
                 "{kind}: {} → {} ({} may not import {}): {}",
                 v.from,
                 v.to,
-                v.from.top(),
-                v.to.top(),
+                v.from_unit,
+                v.to_unit,
                 quote(&v.evidence)
             )?;
         }
@@ -842,6 +959,54 @@ fn src_has_no_import_cycle_and_respects_the_layers() {
     print_top_level_edges(&graph);
     let findings = graph.check(LAYERS, STAGES);
     assert!(findings.is_clean(), "\n{findings}");
+}
+
+#[test]
+fn the_model_parts_import_only_what_their_table_allows() {
+    let graph = src_graph();
+    let findings = graph.check_parts(MODEL, MODEL_PARTS);
+    assert!(findings.is_clean(), "\n{findings}");
+}
+
+#[test]
+fn the_model_parts_table_names_only_its_own_parts_and_has_no_cycle() {
+    let keys: BTreeSet<&str> = MODEL_PARTS.iter().map(|(part, _)| *part).collect();
+    assert_eq!(
+        keys.len(),
+        MODEL_PARTS.len(),
+        "a part is listed twice in MODEL_PARTS"
+    );
+    for (part, may) in MODEL_PARTS {
+        for target in *may {
+            assert!(
+                keys.contains(target),
+                "MODEL_PARTS lets `{part}` import `{target}`, which is not in the table"
+            );
+        }
+    }
+    // Each part may import only parts listed before it: the table is its own topological
+    // order, so the parts form a directed acyclic graph.
+    for (i, (part, may)) in MODEL_PARTS.iter().enumerate() {
+        for target in *may {
+            let j = MODEL_PARTS.iter().position(|(p, _)| p == target).unwrap();
+            assert!(
+                j < i,
+                "MODEL_PARTS lets `{part}` import `{target}`, listed after it: list the parts \
+                 so that each imports only parts above it"
+            );
+        }
+    }
+    let parts_found: BTreeSet<String> = src_graph()
+        .files
+        .keys()
+        .filter_map(|m| m.part_of(MODEL).map(str::to_string))
+        .collect();
+    for part in keys {
+        assert!(
+            parts_found.contains(part),
+            "MODEL_PARTS names `{part}`, which src/model/ does not have"
+        );
+    }
 }
 
 #[test]
@@ -1028,6 +1193,45 @@ mod synthetic {
         );
         assert_eq!(findings.violations.len(), 2, "{text}");
         assert!(findings.cycles.is_empty(), "{text}");
+    }
+
+    #[test]
+    fn model_parts_are_checked_against_their_table() {
+        const PARTS: &[(&str, &[&str])] = &[("kernel", &[]), ("bound", &["kernel"])];
+        let tree = files(&[
+            ("lib.rs", "pub mod model;"),
+            (
+                "model/mod.rs",
+                "pub mod bound; pub mod kernel; pub mod extra;",
+            ),
+            ("model/kernel/mod.rs", "pub mod ard; pub struct K;"),
+            (
+                "model/kernel/ard.rs",
+                "use super::K; use crate::model::bound::objective::f;",
+            ),
+            ("model/bound/mod.rs", "pub mod objective;"),
+            (
+                "model/bound/objective.rs",
+                "use crate::model::kernel::ard; pub fn f() {}",
+            ),
+            ("model/extra.rs", "use super::kernel::K;"),
+        ]);
+        let graph = build_graph(&tree).unwrap();
+        let findings = graph.check_parts("model", PARTS);
+        let text = findings.to_string();
+        assert!(
+            text.contains(
+                "model parts violation: crate::model::kernel::ard → crate::model::bound::objective \
+                 (kernel may not import bound): model/kernel/ard.rs: use crate::model::bound::objective::f"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("unknown model part `extra` (src/model/extra.rs): add it to MODEL_PARTS"),
+            "{text}"
+        );
+        // bound → kernel is allowed, kernel's files among themselves too.
+        assert_eq!(findings.violations.len(), 1, "{text}");
     }
 
     #[test]

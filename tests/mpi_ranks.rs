@@ -325,7 +325,12 @@ fn params_rel_diff(
     let flat = |c: &fsgp::store::checkpoint::Checkpoint| {
         let p = &c.params;
         let mut v = Vec::new();
-        for m in [&p.a, &p.mu, &p.rho, &p.phi] {
+        for m in [
+            &p.a,
+            p.q.mu(),
+            p.q.rho().unwrap_or(&faer::Mat::new()),
+            &p.phi,
+        ] {
             for j in 0..m.ncols() {
                 v.extend((0..m.nrows()).map(|i| m[(i, j)]));
             }

@@ -103,7 +103,7 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Train(args) => crate::train::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Elbo(args) => crate::train::elbo(&ws, &args.options()).map(|_| ()),
         Command::Predict(args) => crate::predict::run_on(&ws, comm, &args.options()).map(|_| ()),
-        Command::Evaluate(args) => evaluate(&ws, comm, &args),
+        Command::Evaluate(args) => evaluate_command(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
         Command::Report(_) | Command::Status(_) | Command::Verify(_) => {
             unreachable!("handled above")
@@ -138,7 +138,7 @@ fn verify(root: &std::path::Path, args: &VerifyArgs) -> Result<()> {
 /// Over MPI ranks the predictions are made on every rank and the metrics computed by rank
 /// 0 from the one file, which holds what one process writes byte for byte: the metrics are
 /// the one process's, bit for bit.
-fn evaluate(ws: &Workspace, comm: &dyn Comm, args: &EvaluateArgs) -> Result<()> {
+fn evaluate_command(ws: &Workspace, comm: &dyn Comm, args: &EvaluateArgs) -> Result<()> {
     let predictions = match (&args.predictions, args.predict_first()) {
         (Some(p), _) => Some(p.clone()),
         (None, Some(mut predict)) => {

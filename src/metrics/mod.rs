@@ -498,7 +498,7 @@ impl MetricsAccumulator {
 
 /// The metrics of `rows` = (predicted labels best first, true labels) pairs; see
 /// [`MetricsAccumulator`].
-pub fn evaluate<'a>(
+pub fn ranking_metrics<'a>(
     k_max: usize,
     inv_prop: impl Into<Arc<[f64]>>,
     policy: LabellessRows,

@@ -6,9 +6,8 @@
 //! The state (m, v, t) is part of a checkpoint so a resumed run continues bit for bit.
 
 #[cfg(doc)]
-use super::params::flat_entry;
-use super::params::{flat_len, Block, Params};
-use faer::Mat;
+use crate::model::params::flat_entry;
+use crate::model::params::{flat_len, Block, Params, QParams};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -87,17 +86,21 @@ impl AdamState {
             })
         };
         let mut idx = 0;
-        // The full-Cholesky forms' factors (empty for the paper's form).
-        let (mut no_chol, no_grad) = (Mat::new(), Mat::new());
-        let (chol, g_chol) = match (&mut params.chol, &grads.chol) {
-            (Some(c), Some(g)) => (&mut c.packed, &g.packed),
-            _ => (&mut no_chol, &no_grad),
+        // q(u)'s blocks: μ, then ρ (the paper's form) or the factors L (the full-Cholesky
+        // forms).
+        let ((mu, g_mu), (second, second_block, g_second)) = match (&mut params.q, &grads.q) {
+            (QParams::Sites { mu, rho }, QParams::Sites { mu: gm, rho: gr }) => {
+                ((mu, gm), (rho, Block::Rho, gr))
+            }
+            (QParams::Full { mu, chol }, QParams::Full { mu: gm, chol: gc }) => {
+                ((mu, gm), (&mut chol.packed, Block::CholFactor, &gc.packed))
+            }
+            _ => panic!("internal: gradients of another q(u) form than the parameters'"),
         };
         for (block, p, g) in [
             (Block::A, &mut params.a, &grads.a),
-            (Block::Mu, &mut params.mu, &grads.mu),
-            (Block::Rho, &mut params.rho, &grads.rho),
-            (Block::CholFactor, chol, g_chol),
+            (Block::Mu, mu, g_mu),
+            (second_block, second, g_second),
             (Block::Phi, &mut params.phi, &grads.phi),
         ] {
             let (rows, cols) = (p.nrows(), p.ncols());
@@ -173,20 +176,21 @@ struct Coefficients {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::amortiser::Amortiser;
     use crate::model::kernel::KernelParams;
+    use crate::model::likelihood::multiclass::amortiser::Amortiser;
     use faer::Mat;
 
     fn params(x: f64) -> Params {
         Params {
             logit_epsilon: None,
             a: Mat::from_fn(1, 1, |_, _| x),
-            mu: Mat::zeros(1, 1),
-            rho: Mat::zeros(1, 1),
+            q: QParams::Sites {
+                mu: Mat::zeros(1, 1),
+                rho: Mat::zeros(1, 1),
+            },
             phi: Mat::zeros(1, 1),
             bias: vec![0.0],
             kernel: KernelParams::new(0.0, 0.0),
-            chol: None,
             amortiser: None,
         }
     }
@@ -231,8 +235,10 @@ mod tests {
         let mut p = Params {
             logit_epsilon: None,
             a: random(3, 2),
-            mu: random(3, 4),
-            rho: random(3, 4),
+            q: QParams::Sites {
+                mu: random(3, 4),
+                rho: random(3, 4),
+            },
             phi: random(5, 4),
             bias: vec![0.1, -0.2, 0.3, 0.0, 0.5],
             kernel: KernelParams {
@@ -240,15 +246,16 @@ mod tests {
                 log_ard: vec![0.3, -0.2],
                 ..KernelParams::new(0.2, -0.1)
             },
-            chol: None,
             amortiser: Some(Amortiser::init(2, 3, &[0.1], 5)),
         };
         let grads: Vec<Params> = (0..4u64)
             .map(|g| Params {
                 logit_epsilon: None,
                 a: random(3, 2),
-                mu: random(3, 4),
-                rho: random(3, 4),
+                q: QParams::Sites {
+                    mu: random(3, 4),
+                    rho: random(3, 4),
+                },
                 phi: random(5, 4),
                 bias: vec![0.4, 0.1, -0.3, 0.2, -0.5],
                 kernel: KernelParams {
@@ -256,7 +263,6 @@ mod tests {
                     log_ard: vec![-0.6, 0.25],
                     ..KernelParams::new(-0.3, 0.7)
                 },
-                chol: None,
                 amortiser: Some(Amortiser::init(2, 3, &[0.3], 100 + g)),
             })
             .collect();

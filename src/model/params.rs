@@ -7,33 +7,104 @@ use std::fmt;
 use anyhow::{ensure, Result};
 use faer::Mat;
 
-use super::amortiser::Amortiser;
-use super::kernel::KernelParams;
+use crate::model::kernel::KernelParams;
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
 
 /// All trainable parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
     /// A [M×R]: inducing inputs Z = A X̃.
     pub a: Mat<f64>,
-    /// μ [M×P]: the paper's μ_p (q(u_p) has mean K_Z μ_p), the mean μ_p of q(u_p)
-    /// ([`QForm::Cholesky`]) or the whitened mean m_p ([`QForm::Whitened`]).
-    pub mu: Mat<f64>,
-    /// ρ [M×P]: Σ_p = diag(softplus(ρ_p) + 10⁻⁶); empty (0×0) for the full-Cholesky forms.
-    pub rho: Mat<f64>,
+    /// q(u)'s parameters, in one of the forms the model knows.
+    pub q: QParams,
     /// Φ [K×P].
     pub phi: Mat<f64>,
     /// b [K].
     pub bias: Vec<f64>,
     pub kernel: KernelParams,
-    /// The full-Cholesky q(u) forms' factors L_p ([`QForm::Cholesky`],
-    /// [`QForm::Whitened`]); None for the paper's form. With them, ρ is empty (0×0).
-    pub chol: Option<CholFactors>,
     /// The amortisation network of the augment-and-reduce likelihoods
-    /// (`amortiser.rs`); None for every other likelihood.
+    /// (`likelihood/multiclass/amortiser.rs`); None for every other likelihood.
     pub amortiser: Option<Amortiser>,
     /// θ = logit ε of robust-max's ε when it is learnt (`--learn-epsilon`); None otherwise
     /// (ε fixed, or another likelihood). `docs/likelihood.md`, "Robust-max".
     pub logit_epsilon: Option<f64>,
+}
+
+/// The parameters of q(u), by form ([`QForm`]): each form holds its blocks and no other's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QParams {
+    /// The paper's form ([`QForm::SiteDiagonal`]).
+    Sites {
+        /// μ [M×P]: the paper's μ_p (q(u_p) has mean K_Z μ_p).
+        mu: Mat<f64>,
+        /// ρ [M×P]: Σ_p = diag(softplus(ρ_p) + 10⁻⁶).
+        rho: Mat<f64>,
+    },
+    /// The full-Cholesky forms ([`QForm::Cholesky`], [`QForm::Whitened`], told apart by
+    /// `chol.whitened`).
+    Full {
+        /// μ [M×P]: the mean μ_p of q(u_p), or the whitened mean m_p.
+        mu: Mat<f64>,
+        /// The factors L_p.
+        chol: CholFactors,
+    },
+}
+
+impl QParams {
+    /// μ [M×P], whatever the form (its meaning depends on the form, see [`QParams`]).
+    pub fn mu(&self) -> &Mat<f64> {
+        match self {
+            QParams::Sites { mu, .. } | QParams::Full { mu, .. } => mu,
+        }
+    }
+
+    pub fn mu_mut(&mut self) -> &mut Mat<f64> {
+        match self {
+            QParams::Sites { mu, .. } | QParams::Full { mu, .. } => mu,
+        }
+    }
+
+    /// The form.
+    pub fn form(&self) -> QForm {
+        match self {
+            QParams::Sites { .. } => QForm::SiteDiagonal,
+            QParams::Full { chol, .. } if chol.whitened => QForm::Whitened,
+            QParams::Full { .. } => QForm::Cholesky,
+        }
+    }
+
+    /// ρ [M×P] of the paper's form; None for the full-Cholesky forms.
+    pub fn rho(&self) -> Option<&Mat<f64>> {
+        match self {
+            QParams::Sites { rho, .. } => Some(rho),
+            QParams::Full { .. } => None,
+        }
+    }
+
+    /// The factors of the full-Cholesky forms; None for the paper's form.
+    pub fn chol(&self) -> Option<&CholFactors> {
+        match self {
+            QParams::Sites { .. } => None,
+            QParams::Full { chol, .. } => Some(chol),
+        }
+    }
+
+    /// The matrix blocks in the order of the flat index ([`Block::ALL`]): μ, then ρ or L;
+    /// mutable.
+    fn blocks_mut(&mut self) -> [(Block, &mut Mat<f64>); 2] {
+        match self {
+            QParams::Sites { mu, rho } => [(Block::Mu, mu), (Block::Rho, rho)],
+            QParams::Full { mu, chol } => [(Block::Mu, mu), (Block::CholFactor, &mut chol.packed)],
+        }
+    }
+
+    /// [`QParams::blocks_mut`], read-only.
+    fn blocks(&self) -> [&Mat<f64>; 2] {
+        match self {
+            QParams::Sites { mu, rho } => [mu, rho],
+            QParams::Full { mu, chol } => [mu, &chol.packed],
+        }
+    }
 }
 
 /// The lower-triangular factors L_p [M×M] of a full-Cholesky q(u), one per latent GP, packed
@@ -64,19 +135,19 @@ pub fn packed_index(m: usize, i: usize, j: usize) -> usize {
 pub type Grads = Params;
 
 /// The parametrisations of q(u) the model knows (`docs/model.md`, "Code map"). Each form has
-/// its parameter blocks in [`Params`] and one match arm in `conditional.rs`.
+/// its parameter blocks in [`Params`] and one match arm in `qu/conditional.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QForm {
     /// The paper's O(M) form (Panos, Dellaportas & Titsias, *Fully Scalable Gaussian
     /// Processes using Subspace Inducing Inputs*): q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹),
-    /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`variational.rs`).
+    /// Σ_p = diag(softplus(ρ_p) + 10⁻⁶); blocks μ and ρ (`qu/sites/mod.rs`).
     SiteDiagonal,
     /// The full Cholesky form of the journal version of the paper and of SVGP (Hensman,
     /// Matthews & Ghahramani, *Scalable Variational Gaussian Process Classification*):
-    /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`cholesky_q.rs`).
+    /// q(u_p) = N(μ_p, L_p L_pᵀ); blocks μ and L (`qu/cholesky.rs`).
     Cholesky,
     /// The same family whitened: u_p = L_Z v_p with K_Z = L_Z L_Zᵀ, q(v_p) = N(μ_p, L_p L_pᵀ)
-    /// (μ holds the whitened mean m_p); blocks μ and L (`cholesky_q.rs`).
+    /// (μ holds the whitened mean m_p); blocks μ and L (`qu/cholesky.rs`).
     Whitened,
 }
 
@@ -114,13 +185,31 @@ impl QForm {
 }
 
 impl Params {
-    /// The q(u) form these parameters describe: the paper's without Cholesky factors.
+    /// The parameters without their feature weights (`--ard features`): the model that,
+    /// given the weighted inputs of `kernel::feature_ard::FeatureWarp`, is the model with
+    /// them.
+    pub fn without_feature_weights(&self) -> Params {
+        let mut plain = self.clone();
+        plain.kernel.log_features = Vec::new();
+        plain
+    }
+
+    /// The q(u) form these parameters describe.
     pub fn q_form(&self) -> QForm {
-        match &self.chol {
-            None => QForm::SiteDiagonal,
-            Some(c) if c.whitened => QForm::Whitened,
-            Some(_) => QForm::Cholesky,
-        }
+        self.q.form()
+    }
+
+    /// Keeps μ and makes q(u) a full-Cholesky form with factors `chol` (for tests and
+    /// benchmarks).
+    pub fn set_full(&mut self, chol: CholFactors) {
+        let mu = std::mem::replace(self.q.mu_mut(), Mat::new());
+        self.q = QParams::Full { mu, chol };
+    }
+
+    /// Keeps μ and makes q(u) the paper's form with sites `rho` (for tests).
+    pub fn set_sites(&mut self, rho: Mat<f64>) {
+        let mu = std::mem::replace(self.q.mu_mut(), Mat::new());
+        self.q = QParams::Sites { mu, rho };
     }
 }
 
@@ -215,9 +304,7 @@ pub fn flat_len(p: &Params) -> usize {
     let mat = |m: &Mat<f64>| m.nrows() * m.ncols();
     let k = &p.kernel;
     mat(&p.a)
-        + mat(&p.mu)
-        + mat(&p.rho)
-        + p.chol.as_ref().map_or(0, |c| mat(&c.packed))
+        + p.q.blocks().into_iter().map(mat).sum::<usize>()
         + mat(&p.phi)
         + p.bias.len()
         + 2
@@ -232,16 +319,14 @@ pub fn flat_len(p: &Params) -> usize {
 /// optimiser's state) and its block: the blocks in the order of [`Block::ALL`], each matrix
 /// column by column.
 pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
-    let chol = p.chol.as_mut().map(|c| &mut c.packed);
+    let [q_first, q_second] = p.q.blocks_mut();
     let blocks = [
-        (Block::A, Some(&mut p.a)),
-        (Block::Mu, Some(&mut p.mu)),
-        (Block::Rho, Some(&mut p.rho)),
-        (Block::CholFactor, chol),
-        (Block::Phi, Some(&mut p.phi)),
+        (Block::A, &mut p.a),
+        q_first,
+        q_second,
+        (Block::Phi, &mut p.phi),
     ];
     for (block, m) in blocks {
-        let Some(m) = m else { continue };
         let n = m.nrows() * m.ncols();
         if idx < n {
             let rows = m.nrows();
@@ -285,11 +370,8 @@ pub fn flat_entry(p: &mut Params, mut idx: usize) -> (Block, &mut f64) {
 /// `Block::ALL` order, each matrix column by column).
 pub fn flat_values(p: &Params) -> Vec<f64> {
     let mut out = Vec::with_capacity(flat_len(p));
-    let chol = p.chol.as_ref().map(|c| &c.packed);
-    for m in [Some(&p.a), Some(&p.mu), Some(&p.rho), chol, Some(&p.phi)]
-        .into_iter()
-        .flatten()
-    {
+    let [q_first, q_second] = p.q.blocks();
+    for m in [&p.a, q_first, q_second, &p.phi] {
         for j in 0..m.ncols() {
             out.extend(m.col(j).iter());
         }
@@ -317,17 +399,8 @@ pub fn set_flat(p: &mut Params, values: &[f64]) -> Result<()> {
     );
     let mut it = values.iter().copied();
     let mut next = || it.next().expect("length checked above");
-    let chol = p.chol.as_mut().map(|c| &mut c.packed);
-    for m in [
-        Some(&mut p.a),
-        Some(&mut p.mu),
-        Some(&mut p.rho),
-        chol,
-        Some(&mut p.phi),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    let [(_, q_first), (_, q_second)] = p.q.blocks_mut();
+    for m in [&mut p.a, q_first, q_second, &mut p.phi] {
         for j in 0..m.ncols() {
             for x in m.col_mut(j).iter_mut() {
                 *x = next();
@@ -372,8 +445,13 @@ pub(crate) mod tests {
         Params {
             logit_epsilon: Some(-2.5),
             a: mat(3, 2),
-            mu: mat(3, 2),
-            rho: mat(0, 0),
+            q: QParams::Full {
+                mu: mat(3, 2),
+                chol: CholFactors {
+                    whitened: true,
+                    packed: mat(6, 2),
+                },
+            },
             phi: mat(4, 2),
             bias: vec![-1.0, -2.0, -3.0, -4.0],
             kernel: KernelParams {
@@ -383,10 +461,6 @@ pub(crate) mod tests {
                 log_ard: vec![7.0, 8.0],
                 log_features: vec![9.0],
             },
-            chol: Some(CholFactors {
-                whitened: true,
-                packed: mat(6, 2),
-            }),
             amortiser: Some(Amortiser::init(2, 3, &[0.5], 1)),
         }
     }

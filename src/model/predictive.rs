@@ -4,7 +4,7 @@
 //! v_k = Σ_p Φ_kp² s_p(x*) and s_p(x*) = k(x*, x*) − k(x*, Z) (K_Z + Σ_p)⁻¹ k(Z, x*)
 //! (the same marginal as in training: K_Z⁻¹ S_p K_Z⁻¹ = K_Z⁻¹ − (K_Z + Σ_p)⁻¹ by Woodbury,
 //! so only K_Z + Σ_p is factorised). The marginals come from the conditional
-//! (`conditional.rs`), with q(u) factorised once per predictor.
+//! (`qu/conditional.rs`), with q(u) factorised once per predictor.
 //!
 //! Ranking uses the mean f̄. The predictive probability E_q[σ(f_k)] is reported with the
 //! probit approximation σ(f̄ / √(1 + π v / 8)) (`docs/model.md`, "Prediction").
@@ -12,10 +12,10 @@
 use anyhow::Result;
 use faer::{Mat, MatRef};
 
-use super::conditional::{mean_weights, Conditional, FactorisedQ};
-use super::kernel::{BasisInputs, KernelKind};
-use super::params::Params;
-use super::scratch::Scratch;
+use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::params::Params;
+use crate::model::qu::conditional::{mean_weights, Conditional, FactorisedQ};
+use crate::model::scratch::Scratch;
 
 /// Mean utilities f̄ = (K_*Z w) Φᵀ + 1 bᵀ [B×K] at many blocks of rows, with the weights w
 /// of the marginal means ([`mean_weights`]: μ, or for the full-Cholesky forms a solve with
@@ -161,8 +161,8 @@ pub enum ProbabilityRule {
 impl ProbabilityRule {
     /// E[σ(f)] with a `points`-point Gauss–Hermite rule.
     pub fn logistic_quadrature(points: usize) -> anyhow::Result<Self> {
-        let rule = super::quadrature::GaussHermite::new(points)?;
-        let super::quadrature::SymmetricRule {
+        let rule = crate::model::quadrature::GaussHermite::new(points)?;
+        let crate::model::quadrature::SymmetricRule {
             half_nodes,
             half_weights,
             centre_weight,
@@ -191,7 +191,9 @@ impl ProbabilityRule {
                 }
                 p.clamp(0.0, 1.0)
             }
-            ProbabilityRule::ProbitExact => super::probit::normal_cdf(mean / (1.0 + var).sqrt()),
+            ProbabilityRule::ProbitExact => {
+                crate::model::likelihood::probit::normal_cdf(mean / (1.0 + var).sqrt())
+            }
         }
     }
 
@@ -208,16 +210,17 @@ impl ProbabilityRule {
 
 /// σ(t) without overflow.
 fn sigmoid(t: f64) -> f64 {
-    super::likelihood::sigmoid(t)
+    crate::model::likelihood::logistic::sigmoid(t)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ard::Warp;
+    use crate::model::kernel::ard::Warp;
     use crate::model::kernel::KernelParams;
+    use crate::model::params::QParams;
+    use crate::model::qu::sites;
     use crate::model::quadrature::GaussHermite;
-    use crate::model::variational;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -235,8 +238,10 @@ mod tests {
         let params = Params {
             logit_epsilon: None,
             a: Mat::from_fn(m, r, |_, _| u(2.0)),
-            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+            q: QParams::Sites {
+                mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+                rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+            },
             phi: Mat::from_fn(k, p, |_, _| u(2.0)),
             bias: (0..k).map(|_| u(1.0)).collect(),
             kernel: KernelParams {
@@ -248,7 +253,6 @@ mod tests {
                 },
                 ..KernelParams::new(u(0.5), if kind == KernelKind::Linear { 0.0 } else { 0.7 })
             },
-            chol: None,
             amortiser: None,
         };
         (params, k_tilde, kxx, sq)
@@ -278,12 +282,12 @@ mod tests {
             } else {
                 kind.forward(&params.kernel, params.a.as_ref(), &x)
             };
-            let vf = variational::forward(
+            let vf = sites::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
-                params.mu.as_ref(),
-                params.rho.as_ref(),
+                params.q.mu().as_ref(),
+                params.q.rho().unwrap().as_ref(),
                 None,
                 &Scratch::new(),
             )
@@ -295,7 +299,7 @@ mod tests {
                 for k in 0..params.phi.nrows() {
                     let mut f = params.bias[k];
                     let mut v = 0.0;
-                    for p in 0..params.mu.ncols() {
+                    for p in 0..params.q.mu().ncols() {
                         f += params.phi[(k, p)] * vf.mean[(i, p)];
                         v += params.phi[(k, p)].powi(2) * vf.var[(i, p)];
                     }
@@ -360,7 +364,7 @@ mod tests {
         for mi in -24..=24 {
             let mean = mi as f64 * 0.5;
             for var in [0.0, 0.01, 0.3, 1.0, 4.0, 10.0] {
-                let probit = expect(&crate::model::probit::normal_cdf, mean, var);
+                let probit = expect(&crate::model::likelihood::probit::normal_cdf, mean, var);
                 let got = ProbabilityRule::ProbitExact.probability(mean, var);
                 assert!((got - probit).abs() < 1e-12, "probit m={mean} v={var}");
                 let sig = expect(&sigmoid, mean, var);

@@ -33,10 +33,10 @@ use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
 use super::integrity::Registered;
-use crate::model::amortiser::Amortiser;
 use crate::model::kernel::KernelParams;
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::optim::AdamState;
-use crate::model::params::{packed_len, CholFactors, Params};
+use crate::model::params::{packed_len, CholFactors, Params, QParams};
 
 /// Value of `fsgp.format` in every checkpoint.
 pub const CHECKPOINT_FORMAT: &str = "fsgp-checkpoint/1";
@@ -112,10 +112,12 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
     // [log σ_f², log ℓ], and log σ_lin² third for SE + linear.
     let mut kernel = vec![p.kernel.log_sf2, p.kernel.log_ell];
     kernel.extend(p.kernel.log_lin2);
+    // ρ is written empty (0×0) for the full-Cholesky forms.
+    let no_rho = Mat::new();
     let mut all = vec![
         row_major("A", &p.a),
-        row_major("mu", &p.mu),
-        row_major("rho", &p.rho),
+        row_major("mu", p.q.mu()),
+        row_major("rho", p.q.rho().unwrap_or(&no_rho)),
         row_major("phi", &p.phi),
         vector("bias", &p.bias),
         vector("kernel", &kernel),
@@ -123,7 +125,7 @@ fn tensors(c: &Checkpoint) -> Vec<Tensor> {
         vector("adam_v", &c.adam.v),
     ];
     // Only the full-Cholesky forms have (and write) the packed factors.
-    if let Some(chol) = &p.chol {
+    if let Some(chol) = p.q.chol() {
         all.push(row_major(chol_tensor(chol.whitened), &chol.packed));
     }
     // Subspace ARD's log ω [1×R], written only when the model has it.
@@ -361,30 +363,41 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         }
         false => None,
     };
+    let a = mat("A")?;
+    let mu = mat("mu")?;
+    let rho = mat("rho")?;
+    let phi = mat("phi")?;
+    let bias = vector("bias")?;
+    let kernel = KernelParams {
+        log_lin2: kernel.get(2).copied(),
+        log_ard,
+        log_features,
+        ..KernelParams::new(kernel[0], kernel[1])
+    };
+    let chol = read_chol(&found, &mat, path)?;
+    let amortiser = read_amortiser(&found, &mat, &vector, path)?;
+    let (m, p) = (mu.nrows(), mu.ncols());
+    // The paper's form: ρ [M×P], no factors; the full-Cholesky forms: factors, ρ empty.
+    let (q_ok, q) = match chol {
+        None => (
+            rho.nrows() == m && rho.ncols() == p,
+            QParams::Sites { mu, rho },
+        ),
+        Some(chol) => (
+            rho.nrows() * rho.ncols() == 0
+                && chol.packed.nrows() == packed_len(m)
+                && chol.packed.ncols() == p,
+            QParams::Full { mu, chol },
+        ),
+    };
     let params = Params {
         logit_epsilon,
-        a: mat("A")?,
-        mu: mat("mu")?,
-        rho: mat("rho")?,
-        phi: mat("phi")?,
-        bias: vector("bias")?,
-        kernel: KernelParams {
-            log_lin2: kernel.get(2).copied(),
-            log_ard,
-            log_features,
-            ..KernelParams::new(kernel[0], kernel[1])
-        },
-        chol: read_chol(&found, &mat, path)?,
-        amortiser: read_amortiser(&found, &mat, &vector, path)?,
-    };
-    let (m, p) = (params.mu.nrows(), params.mu.ncols());
-    let q_ok = match &params.chol {
-        None => params.rho.nrows() == m && params.rho.ncols() == p,
-        Some(c) => {
-            params.rho.nrows() * params.rho.ncols() == 0
-                && c.packed.nrows() == packed_len(m)
-                && c.packed.ncols() == p
-        }
+        a,
+        q,
+        phi,
+        bias,
+        kernel,
+        amortiser,
     };
     ensure!(
         params.a.nrows() == m
@@ -515,12 +528,13 @@ mod tests {
         let params = Params {
             logit_epsilon: None,
             a: f(4, 3, 1.0),
-            mu: f(4, 2, 1e-3),
-            rho: f(4, 2, -2.0),
+            q: QParams::Sites {
+                mu: f(4, 2, 1e-3),
+                rho: f(4, 2, -2.0),
+            },
             phi: f(5, 2, 0.7),
             bias: vec![-1.0, f64::MIN_POSITIVE, 3.5, -0.0, 1e300],
             kernel: KernelParams::new(0.1, -1.0 / 3.0),
-            chol: None,
             amortiser: None,
         };
         let mut adam = AdamState::new(&params);
@@ -571,9 +585,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for whitened in [false, true] {
             let mut c = sample();
-            let (m, p) = (c.params.mu.nrows(), c.params.mu.ncols());
-            c.params.rho = Mat::new();
-            c.params.chol = Some(CholFactors {
+            let (m, p) = (c.params.q.mu().nrows(), c.params.q.mu().ncols());
+            c.params.set_full(CholFactors {
                 whitened,
                 packed: Mat::from_fn(packed_len(m), p, |i, j| (i as f64 * 0.3 - j as f64).cos()),
             });
@@ -585,7 +598,10 @@ mod tests {
             assert_eq!(back, c);
             assert_eq!(back.params.q_form(), c.params.q_form());
             // A factor of the wrong shape is refused.
-            c.params.chol.as_mut().unwrap().packed = Mat::zeros(packed_len(m) - 1, p);
+            let QParams::Full { chol, .. } = &mut c.params.q else {
+                unreachable!("made full above")
+            };
+            chol.packed = Mat::zeros(packed_len(m) - 1, p);
             c.adam = AdamState::new(&c.params);
             write_checkpoint(&path, &c).unwrap();
             let err = read_checkpoint(&path).unwrap_err().to_string();

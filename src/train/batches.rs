@@ -33,7 +33,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::model::feature_ard::FeatureRows;
+use crate::model::kernel::feature_ard::FeatureRows;
 use crate::store::chunks::{
     read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk,
 };

@@ -10,13 +10,13 @@ use anyhow::{ensure, Result};
 use super::batches::{Order, Prefetcher, Span};
 use super::classes::{class_ids, noise_seed, EXACT_BOUND_STEP};
 use super::setup::{thread_pool, Setup};
-use crate::model::feature_ard::{weighted_gram, without_weights, FeatureInputs, FeatureWarp};
+use crate::model::bound::objective::{expected_loglik, kl_total};
+use crate::model::bound::terms::TermSet;
+use crate::model::kernel::feature_ard::{weighted_gram, FeatureInputs, FeatureWarp};
 use crate::model::kernel::BasisInputs;
-use crate::model::multiclass::Classes;
-use crate::model::objective::{expected_loglik, kl_total};
+use crate::model::likelihood::multiclass::Classes;
 use crate::model::params::Params;
 use crate::model::scratch::Scratch;
-use crate::model::terms::TermSet;
 use crate::store::catalog::MetricRow;
 use crate::store::workspace::Workspace;
 use crate::trained::load_run_checkpoint;
@@ -45,7 +45,7 @@ pub fn exact_bound(
     let weighted = setup.feature_basis.as_ref().map(|basis| {
         let log_w = &params.kernel.log_features;
         (
-            without_weights(params),
+            params.without_feature_weights(),
             basis,
             weighted_gram(log_w, basis.as_ref()),
         )

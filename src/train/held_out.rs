@@ -7,7 +7,7 @@ use anyhow::{ensure, Result};
 
 use super::setup::Setup;
 use crate::metrics::{LabellessRows, Metrics, MetricsAccumulator, PropensityParams};
-use crate::model::multiclass::ClassLikelihood;
+use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::projection::RowInputs;
 use crate::scoring::{model_inputs, Ranker};
@@ -66,7 +66,7 @@ impl HeldOut {
     /// class) and the mean negative log predictive probability −log p(y_i), p by the run's
     /// likelihood and task (`TrainConfig::probability_rule`), in f64. A row with
     /// p(y) = ½ exactly counts as wrong.
-    pub fn evaluate_binary(&self, setup: &Setup, params: &Params) -> Result<BinaryFigures> {
+    pub fn binary_figures(&self, setup: &Setup, params: &Params) -> Result<BinaryFigures> {
         let (inputs, k_tilde, unweighted) =
             model_inputs(&self.basis, self.n_features, self.in_features, params)?;
         let ranker = Ranker::open(
@@ -104,7 +104,7 @@ impl HeldOut {
     /// the mean negative log predictive probability −log p(c_i | x_i), the probabilities by
     /// the run's class likelihood (`class_phase::class_probabilities`). A row of the split
     /// without exactly one label is an error naming it.
-    pub fn evaluate_multiclass(
+    pub fn multiclass_figures(
         &self,
         setup: &Setup,
         params: &Params,
@@ -151,7 +151,7 @@ impl HeldOut {
     }
 
     /// Ranks every held-out row under `params` and returns the metrics.
-    pub fn evaluate(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
+    pub fn ranking_metrics(&self, setup: &Setup, params: &Params) -> Result<Metrics> {
         if params.kernel.log_features.is_empty() {
             let inputs = RowInputs::open(&self.basis, self.n_features, self.in_features)?;
             let ranker = Ranker::open(inputs, setup.k_tilde.clone(), setup.kind, params, false)?;

@@ -8,9 +8,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
-use crate::model::cholesky_q::{pack_factors, prior_factor};
 use crate::model::kernel::{KernelKind, KernelParams};
-use crate::model::params::{Params, QForm};
+use crate::model::params::{Params, QForm, QParams};
+use crate::model::qu::cholesky::{pack_factors, prior_factor};
 
 /// softplus⁻¹(1) = ln(e − 1): ρ such that σ = softplus(ρ) ≈ 1.
 pub const RHO_INIT: f64 = 0.541_324_854_612_918_1;
@@ -187,12 +187,13 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     Ok(Params {
         logit_epsilon: None,
         a,
-        mu: Mat::zeros(x.inducing, x.factors),
-        rho: Mat::from_fn(x.inducing, x.factors, |_, _| RHO_INIT),
+        q: QParams::Sites {
+            mu: Mat::zeros(x.inducing, x.factors),
+            rho: Mat::from_fn(x.inducing, x.factors, |_, _| RHO_INIT),
+        },
         phi,
         bias: bias_from_counts(x.label_counts, x.n_rows),
         kernel,
-        chol: None,
         amortiser: None,
     })
 }
@@ -221,7 +222,7 @@ pub fn with_q_form(
     kind: KernelKind,
     k_tilde: MatRef<'_, f64>,
 ) -> Result<Params> {
-    let (m, p) = (params.mu.nrows(), params.mu.ncols());
+    let (m, p) = (params.q.mu().nrows(), params.q.mu().ncols());
     let factor = match form {
         QForm::SiteDiagonal => return Ok(params),
         QForm::Whitened => Mat::<f64>::identity(m, m),
@@ -231,16 +232,17 @@ pub fn with_q_form(
         )?,
     };
     let factors = vec![factor; p];
-    params.mu = Mat::zeros(m, p);
-    params.rho = Mat::new();
-    params.chol = Some(pack_factors(&factors, form == QForm::Whitened));
+    params.q = QParams::Full {
+        mu: Mat::zeros(m, p),
+        chol: pack_factors(&factors, form == QForm::Whitened),
+    };
     Ok(params)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gp_factor::sigma_of;
+    use crate::model::qu::gp_factor::sigma_of;
 
     #[test]
     fn rho_init_gives_unit_sigma() {

@@ -207,9 +207,9 @@ impl Default for TrainOptions {
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,
             latent: LatentChoice::Factor,
-            robust_max_epsilon: crate::model::robust_max::DEFAULT_EPSILON,
-            mc_pairs: crate::model::softmax_mc::DEFAULT_PAIRS,
-            amortiser_hidden: crate::model::amortiser::DEFAULT_HIDDEN,
+            robust_max_epsilon: crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON,
+            mc_pairs: crate::model::likelihood::multiclass::softmax_mc::DEFAULT_PAIRS,
+            amortiser_hidden: crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN,
             class_samples: None,
             learn_epsilon: false,
             given: BTreeSet::new(),
@@ -321,14 +321,16 @@ impl TrainOptions {
     /// only when not the default.
     pub fn stored_epsilon(&self) -> Option<f64> {
         (self.likelihood == LikelihoodChoice::RobustMax
-            && self.robust_max_epsilon != crate::model::robust_max::DEFAULT_EPSILON)
+            && self.robust_max_epsilon
+                != crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON)
             .then_some(self.robust_max_epsilon)
     }
 
     /// `--mc-pairs` as a configuration stores it: only for a softmax or one-vs-each run,
     /// and only when not the default.
     pub fn stored_pairs(&self) -> Option<usize> {
-        (self.likelihood.has_mc_pairs() && self.mc_pairs != crate::model::softmax_mc::DEFAULT_PAIRS)
+        (self.likelihood.has_mc_pairs()
+            && self.mc_pairs != crate::model::likelihood::multiclass::softmax_mc::DEFAULT_PAIRS)
             .then_some(self.mc_pairs)
     }
 
@@ -336,7 +338,8 @@ impl TrainOptions {
     /// run, and only when not the default.
     pub fn stored_hidden(&self) -> Option<usize> {
         (self.likelihood.is_amortised()
-            && self.amortiser_hidden != crate::model::amortiser::DEFAULT_HIDDEN)
+            && self.amortiser_hidden
+                != crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN)
             .then_some(self.amortiser_hidden)
     }
 
@@ -519,7 +522,7 @@ impl TrainOptions {
         c.check(
             !new_run
                 || lik == LikelihoodChoice::RobustMax
-                || eps == crate::model::robust_max::DEFAULT_EPSILON,
+                || eps == crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON,
             "robust-max-epsilon",
             || format!("{eps} is robust-max's ε; the likelihood is {}", lik.name()),
         );
@@ -534,7 +537,7 @@ impl TrainOptions {
         c.check(
             !new_run
                 || lik.has_mc_pairs()
-                || self.mc_pairs == crate::model::softmax_mc::DEFAULT_PAIRS,
+                || self.mc_pairs == crate::model::likelihood::multiclass::softmax_mc::DEFAULT_PAIRS,
             "mc-pairs",
             || {
                 format!(
@@ -559,7 +562,9 @@ impl TrainOptions {
             "must be at least 1".into()
         });
         c.check(
-            !new_run || lik.is_amortised() || hidden == crate::model::amortiser::DEFAULT_HIDDEN,
+            !new_run
+                || lik.is_amortised()
+                || hidden == crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN,
             "amortiser-hidden",
             || {
                 format!(
@@ -739,7 +744,7 @@ mod tests {
             e.contains("robust-max's ε; the likelihood is softmax"),
             "{e}"
         );
-        o.robust_max_epsilon = crate::model::robust_max::DEFAULT_EPSILON;
+        o.robust_max_epsilon = crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON;
         o.mc_pairs = 4;
         assert_eq!(o.stored_pairs(), Some(4));
         assert!(o.validate().is_ok());

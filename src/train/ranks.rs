@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use crate::comm::Comm;
-use crate::model::objective::Evaluation;
+use crate::model::bound::objective::BoundAndGrads;
 use crate::model::optim::AdamState;
 use crate::model::params::{flat_len, flat_values, set_flat, Params};
 
@@ -28,7 +28,7 @@ pub const CHECK_EVERY: u64 = 50;
 /// gradient travel in one buffer [1 + flat_len]. With K a power of two the scaling by K and
 /// 1/K is exact; the only difference from one process is the order of the sums. Returns
 /// the time spent in the all-reduce (including the wait for the slowest rank).
-pub fn all_reduce(comm: &dyn Comm, share: &mut Evaluation) -> Result<Duration> {
+pub fn all_reduce(comm: &dyn Comm, share: &mut BoundAndGrads) -> Result<Duration> {
     let mut buf = Vec::with_capacity(1 + flat_len(&share.grads));
     buf.push(share.value);
     buf.extend(flat_values(&share.grads));
@@ -121,7 +121,7 @@ mod tests {
         let p = every_block();
         let adam = AdamState::new(&p);
         let mut q = p.clone();
-        q.mu[(1, 1)] = f64::from_bits(q.mu[(1, 1)].to_bits() ^ 1);
+        q.q.mu_mut()[(1, 1)] = f64::from_bits(q.q.mu()[(1, 1)].to_bits() ^ 1);
         assert_ne!(checksum(&p, &adam), checksum(&q, &adam));
         assert_eq!(checksum(&p, &adam), checksum(&p.clone(), &adam.clone()));
         check_identical(&Single, 3, &p, &adam).unwrap();

@@ -12,14 +12,14 @@ use super::batches::{
 use super::batches::{RowView, Source};
 use super::init;
 use crate::memtrace::available_memory_bytes;
-use crate::model::amortiser::Amortiser;
-use crate::model::feature_ard::weighted_gram;
+use crate::model::kernel::feature_ard::weighted_gram;
 use crate::model::kernel::KernelKind;
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
+use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::likelihood::Likelihood;
-use crate::model::multiclass::ClassLikelihood;
 use crate::model::optim::AdamState;
 use crate::model::params::Params;
-use crate::model::variational::GP_CHUNK;
+use crate::model::qu::sites::GP_CHUNK;
 use crate::projection::{basis_gram, identity_gram};
 use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, StageKind};

@@ -20,14 +20,16 @@ use super::setup::{steps_before, thread_pool, Setup};
 use crate::comm::Comm;
 use crate::failpoint;
 use crate::metrics::metric_rows;
-use crate::model::feature_ard::FeatureInputs;
+use crate::model::bound::objective::{
+    bound_and_grads, bound_and_grads_feature_ard, BoundAndGrads, BoundOptions,
+};
+use crate::model::bound::terms::{terms_sampled, Term, TermSet};
+use crate::model::kernel::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
-use crate::model::multiclass::Classes;
-use crate::model::objective::{evaluate_features, evaluate_set, EvalOptions, Evaluation};
+use crate::model::likelihood::multiclass::Classes;
 use crate::model::optim::AdamState;
-use crate::model::params::{Block, Params};
+use crate::model::params::{Block, Params, QParams};
 use crate::model::scratch::Scratch;
-use crate::model::terms::{terms_sampled, Term, TermSet};
 use crate::stage::StageRun;
 use crate::store::catalog::MetricRow;
 use crate::store::checkpoint::{Checkpoint, TrainState};
@@ -135,10 +137,14 @@ fn metric(name: &str, value: f64, step: Option<i64>) -> MetricRow {
 fn params_finite(p: &Params) -> bool {
     let mat_ok =
         |m: &faer::Mat<f64>| (0..m.ncols()).all(|j| m.col(j).iter().all(|v| v.is_finite()));
-    [&p.a, &p.mu, &p.rho, &p.phi].into_iter().all(mat_ok)
+    let q_ok = match &p.q {
+        QParams::Sites { mu, rho } => mat_ok(mu) && mat_ok(rho),
+        QParams::Full { mu, chol } => mat_ok(mu) && mat_ok(&chol.packed),
+    };
+    [&p.a, &p.phi].into_iter().all(mat_ok)
+        && q_ok
         && p.bias.iter().all(|v| v.is_finite())
         && p.kernel.is_finite()
-        && p.chol.as_ref().is_none_or(|c| mat_ok(&c.packed))
 }
 
 /// One training run's loop state: the parameters, the optimiser and where it stands.
@@ -308,7 +314,7 @@ impl Trainer<'_> {
     /// `batch` is this rank's share and its terms are weighted K·N/B, so that this rank's
     /// evaluation is K·data_r − KL and the ranks' sum divided by K is the bound
     /// (`ranks::all_reduce`).
-    fn evaluate(&self, batch: &Batch) -> Result<Evaluation> {
+    fn bound_and_grads(&self, batch: &Batch) -> Result<BoundAndGrads> {
         let cfg = &self.setup.config;
         let scale = self.setup.n_rows as f64;
         let b = batch.global_len as f64;
@@ -346,9 +352,9 @@ impl Trainer<'_> {
         // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper
         // and the release schedule).
         let hyper_frozen = trained_since(cfg, self.release, Block::LogSf2, batch.epoch).is_none();
-        let eval_opts = EvalOptions {
+        let eval_opts = BoundOptions {
             kernel_grads: !(cfg.freeze_a && hyper_frozen),
-            ..EvalOptions::default()
+            ..BoundOptions::default()
         };
         let x = BasisInputs {
             kxx_b: batch.kxx.as_ref(),
@@ -365,7 +371,7 @@ impl Trainer<'_> {
         };
         self.pool
             .install(|| match &features {
-                None => evaluate_set(
+                None => bound_and_grads(
                     setup.kind,
                     params,
                     &x,
@@ -374,7 +380,7 @@ impl Trainer<'_> {
                     &eval_opts,
                     scratch,
                 ),
-                Some(fx) => evaluate_features(
+                Some(fx) => bound_and_grads_feature_ard(
                     setup.kind,
                     params,
                     fx,
@@ -402,7 +408,7 @@ impl Trainer<'_> {
             self.state.epoch,
             self.state.batch_in_epoch
         );
-        let mut ev = self.evaluate(batch)?;
+        let mut ev = self.bound_and_grads(batch)?;
         if self.job.comm.size() > 1 {
             self.reduce_time += ranks::all_reduce(self.job.comm, &mut ev)?;
         }
@@ -516,8 +522,8 @@ impl Trainer<'_> {
         let t = Instant::now();
         let (setup, params) = (self.setup, &self.params);
         let f = self.pool.install(|| match &setup.class_lik {
-            Some(lik) => h.evaluate_multiclass(setup, params, &**lik),
-            None => h.evaluate_binary(setup, params),
+            Some(lik) => h.multiclass_figures(setup, params, &**lik),
+            None => h.binary_figures(setup, params),
         })?;
         let row = |name: &str, value: f64| MetricRow {
             split: Some(h.split.clone()),
@@ -555,7 +561,7 @@ impl Trainer<'_> {
         }
         let t = Instant::now();
         let (setup, params) = (self.setup, &self.params);
-        let m = self.pool.install(|| h.evaluate(setup, params))?;
+        let m = self.pool.install(|| h.ranking_metrics(setup, params))?;
         self.ws
             .catalog
             .record_metrics(run.id, &metric_rows(&m, Some(epoch_no), &h.split))?;

@@ -9,19 +9,19 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::amortiser::Amortiser;
-use fsgp::model::ar_logit::ArLogit;
-use fsgp::model::ar_softmax::ArSoftmax;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::class_phase::ROW_BLOCK;
+use fsgp::model::bound::class_phase::ROW_BLOCK;
+use fsgp::model::bound::objective::{expected_loglik, kl_total};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{row_gradient_local, ClassLikelihood};
-use fsgp::model::objective::{expected_loglik, kl_total};
-use fsgp::model::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::amortiser::Amortiser;
+use fsgp::model::likelihood::multiclass::ar_logit::ArLogit;
+use fsgp::model::likelihood::multiclass::ar_softmax::ArSoftmax;
+use fsgp::model::likelihood::multiclass::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::multiclass::{row_gradient_local, ClassLikelihood};
 use fsgp::model::params::{Block, Params, QForm};
+use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -122,7 +122,8 @@ fn problem(
     let (mut pr, classes) = class_problem(&mut u, (form, identity), (k, p), b, 1.5);
     let (m, r) = (pr.params.a.nrows(), pr.params.a.ncols());
     if form == QForm::Whitened {
-        pr.params.chol = Some(pack_factors(&positive_factors(&mut u, m, p, 0.6), true));
+        pr.params
+            .set_full(pack_factors(&positive_factors(&mut u, m, p, 0.6), true));
     }
     // A network whose last layer is not small, so that every weight matters.
     let mut net = Amortiser::init(r, 4, &lik.local_init(k), seed);

@@ -14,8 +14,8 @@ use common::toy::{
 };
 use common::*;
 use fsgp::model::kernel::KernelKind;
+use fsgp::model::likelihood::probit::BernoulliProbit;
 use fsgp::model::params::Params;
-use fsgp::model::probit::BernoulliProbit;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;

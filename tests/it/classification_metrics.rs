@@ -7,7 +7,7 @@ use fsgp::metrics::calibration::{bin_of, CalibrationAccumulator, CALIBRATION_BIN
 use fsgp::metrics::evaluation::Evaluation;
 use fsgp::metrics::multiclass::MulticlassAccumulator;
 use fsgp::metrics::nlp::{NlpAccumulator, NLP_FLOOR};
-use fsgp::metrics::{evaluate, LabellessRows};
+use fsgp::metrics::{ranking_metrics, LabellessRows};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -456,7 +456,7 @@ fn pair_calibration_hand_worked() {
 #[test]
 fn evaluation_json_round_trips() {
     let rows = [(vec![0u32, 1], vec![1u32]), (vec![2, 0], vec![0, 2])];
-    let m = evaluate(
+    let m = ranking_metrics(
         2,
         vec![1.0; 3],
         LabellessRows::CountAsZero,

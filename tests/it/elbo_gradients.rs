@@ -6,13 +6,13 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{bound_and_grads, expected_loglik, kl_total, BoundOptions};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions};
-use fsgp::model::params::Params;
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::params::{Params, QParams};
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -27,14 +27,14 @@ fn problem(seed: u64) -> Problem {
 /// through the subspace J_p, the squared exponential through C_p.
 const SETUPS: [(KernelKind, Factorisation); 3] = [
     (KernelKind::Linear, Factorisation::Inducing),
-    (KernelKind::Linear, Factorisation::Subspace),
+    (KernelKind::Linear, Factorisation::LowRank),
     (KernelKind::SquaredExponential, Factorisation::Inducing),
 ];
 
-fn opts_for(factorisation: Factorisation) -> EvalOptions {
-    EvalOptions {
+fn opts_for(factorisation: Factorisation) -> BoundOptions {
+    BoundOptions {
         factorisation,
-        ..EvalOptions::default()
+        ..BoundOptions::default()
     }
 }
 
@@ -45,7 +45,7 @@ fn value(
     terms: &[Term],
     lik: &BernoulliLogistic,
 ) -> f64 {
-    evaluate_set(
+    bound_and_grads(
         kind,
         params,
         &pr.x(),
@@ -71,7 +71,7 @@ fn analytic_gradient_matches_central_differences_for_every_parameter() {
             } else {
                 terms_all(&pr.positives, K, 3.0)
             };
-            let grads = evaluate_set(
+            let grads = bound_and_grads(
                 kind,
                 &pr.params,
                 &pr.x(),
@@ -190,8 +190,8 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
             let pr = problem(seed);
             let x = pr.x();
             let list = terms_all(&pr.positives, K, 3.0);
-            let opts = EvalOptions::default();
-            let a = evaluate_set(
+            let opts = BoundOptions::default();
+            let a = bound_and_grads(
                 kind,
                 &pr.params,
                 &x,
@@ -201,7 +201,7 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
                 &Scratch::new(),
             )
             .unwrap();
-            let b = evaluate_set(
+            let b = bound_and_grads(
                 kind,
                 &pr.params,
                 &x,
@@ -227,7 +227,7 @@ fn dense_all_labels_gradient_matches_central_differences() {
         let pr = problem(14);
         let opts = opts_for(fact);
         let eval = |params: &Params| {
-            evaluate_set(
+            bound_and_grads(
                 kind,
                 params,
                 &pr.x(),
@@ -256,7 +256,7 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         let x = pr.x();
         let sampled = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
         for terms in [dense(&pr, 3.0), TermSet::List(&sampled)] {
-            let full = evaluate_set(
+            let full = bound_and_grads(
                 kind,
                 &pr.params,
                 &x,
@@ -266,15 +266,14 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
                 &Scratch::new(),
             )
             .unwrap();
-            let skip = EvalOptions {
+            let skip = BoundOptions {
                 kernel_grads: false,
                 factorisation: fact,
             };
-            let part =
-                evaluate_set(kind, &pr.params, &x, &terms, &lik, &skip, &Scratch::new()).unwrap();
+            let part = bound_and_grads(kind, &pr.params, &x, &terms, &lik, &skip, &Scratch::new())
+                .unwrap();
             assert_eq!(part.value, full.value);
-            assert_eq!(part.grads.mu, full.grads.mu);
-            assert_eq!(part.grads.rho, full.grads.rho);
+            assert_eq!(part.grads.q, full.grads.q);
             assert_eq!(part.grads.phi, full.grads.phi);
             assert_eq!(part.grads.bias, full.grads.bias);
             assert!(part.grads.a.norm_max() == 0.0 && full.grads.a.norm_max() > 0.0);
@@ -293,13 +292,13 @@ fn forward_only_bound_plus_kl_equals_the_evaluated_bound() {
         let x = pr.x();
         let sampled = terms_sampled(&pr.positives, K, 3, 1.5, &mut rng);
         for terms in [dense(&pr, 1.0), TermSet::List(&sampled)] {
-            let ev = evaluate_set(
+            let ev = bound_and_grads(
                 kind,
                 &pr.params,
                 &x,
                 &terms,
                 &lik,
-                &EvalOptions::default(),
+                &BoundOptions::default(),
                 &Scratch::new(),
             )
             .unwrap();
@@ -326,12 +325,13 @@ fn larger_problem() -> Problem {
     let params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.4)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.0)),
         bias: (0..k).map(|_| u(1.0) - 2.0).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
-        chol: None,
         amortiser: None,
     };
     let positives = (0..b)
@@ -368,7 +368,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                     .build()
                     .unwrap();
                 pool.install(|| {
-                    evaluate_set(
+                    bound_and_grads(
                         kind,
                         &pr.params,
                         &x,
@@ -401,7 +401,7 @@ fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
         let sampled = terms_sampled(&pr.positives, k, 3, 2.0, &mut rng);
         for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
             let eval = |fact| {
-                evaluate_set(
+                bound_and_grads(
                     KernelKind::Linear,
                     &pr.params,
                     &x,
@@ -412,7 +412,7 @@ fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
                 )
                 .unwrap()
             };
-            let (c, j) = (eval(Factorisation::Inducing), eval(Factorisation::Subspace));
+            let (c, j) = (eval(Factorisation::Inducing), eval(Factorisation::LowRank));
             let d = max_rel_diff(&c, &j, 1e-300);
             assert!(d <= 1e-8, "{name}: relative difference {d:e}");
             assert!((c.kl - j.kl).abs() <= 1e-10 * c.kl.abs());
@@ -430,13 +430,13 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
     let mut pr = problem(18);
     let x = pr.x();
     let terms = dense(&pr, 1.0);
-    let se = evaluate_set(
+    let se = bound_and_grads(
         KernelKind::SquaredExponential,
         &pr.params,
         &x,
         &terms,
         &lik,
-        &opts_for(Factorisation::Subspace),
+        &opts_for(Factorisation::LowRank),
         &Scratch::new(),
     );
     assert!(format!("{:#}", se.unwrap_err()).contains("linear kernel"));
@@ -450,7 +450,7 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
     let x = pr.x();
     let terms = dense(&pr, 1.0);
     let lin = |fact| {
-        evaluate_set(
+        bound_and_grads(
             KernelKind::Linear,
             &pr.params,
             &x,
@@ -460,7 +460,7 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
             &Scratch::new(),
         )
     };
-    assert!(format!("{:#}", lin(Factorisation::Subspace).unwrap_err()).contains("K_X̃"));
+    assert!(format!("{:#}", lin(Factorisation::LowRank).unwrap_err()).contains("K_X̃"));
     let (auto, inducing) = (
         lin(Factorisation::Auto).unwrap(),
         lin(Factorisation::Inducing).unwrap(),
@@ -485,7 +485,7 @@ fn one_scratch_reused_across_shapes_gives_the_same_bits_as_fresh_ones() {
                 for terms in [dense(pr, 2.0), TermSet::List(&sampled)] {
                     let opts = opts_for(fact);
                     let eval = |scratch: &Scratch| {
-                        evaluate_set(kind, &pr.params, &x, &terms, &lik, &opts, scratch).unwrap()
+                        bound_and_grads(kind, &pr.params, &x, &terms, &lik, &opts, scratch).unwrap()
                     };
                     let (reused, fresh) = (eval(&shared), eval(&Scratch::new()));
                     assert_eq!(

@@ -1,4 +1,4 @@
-//! ARD over the D input features (`--ard features`, `src/model/feature_ard.rs`) in the whole
+//! ARD over the D input features (`--ard features`, `src/model/kernel/feature_ard.rs`) in the whole
 //! bound: every block's analytic gradient, ∂F/∂log w included, against central finite
 //! differences for each kernel and q(u) form; unit weights give the model without ARD bit
 //! for bit; and, independently of the transform's code, the bound equals the plain model's
@@ -7,17 +7,18 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::conditional::Factorisation;
-use fsgp::model::feature_ard::{without_weights, FeatureInputs, FeatureRows, FeatureWarp};
-use fsgp::model::kernel::{BasisInputs, KernelKind};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{
-    evaluate_features, evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation,
+use fsgp::model::bound::objective::{
+    bound_and_grads, bound_and_grads_feature_ard, expected_loglik, kl_total, BoundAndGrads,
+    BoundOptions,
 };
+use fsgp::model::bound::terms::{terms_all, terms_sampled, TermSet};
+use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows, FeatureWarp};
+use fsgp::model::kernel::{BasisInputs, KernelKind};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::qu::cholesky::pack_factors;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -80,9 +81,9 @@ fn eval_features(
     pr: &FeatureProblem,
     params: &Params,
     terms: &TermSet<'_>,
-) -> Evaluation {
-    let opts = EvalOptions::default();
-    evaluate_features(
+) -> BoundAndGrads {
+    let opts = BoundOptions::default();
+    bound_and_grads_feature_ard(
         kind,
         params,
         &pr.fx(),
@@ -100,12 +101,12 @@ fn eval_plain(
     params: &Params,
     x: &BasisInputs<'_>,
     terms: &TermSet<'_>,
-) -> Evaluation {
-    let opts = EvalOptions {
+) -> BoundAndGrads {
+    let opts = BoundOptions {
         factorisation: Factorisation::Inducing,
-        ..EvalOptions::default()
+        ..BoundOptions::default()
     };
-    evaluate_set(kind, params, x, terms, &lik(), &opts, &Scratch::new()).unwrap()
+    bound_and_grads(kind, params, x, terms, &lik(), &opts, &Scratch::new()).unwrap()
 }
 
 #[test]
@@ -190,7 +191,7 @@ fn unit_feature_weights_equal_the_model_without_ard_bitwise() {
             sq_norms: &norms,
             k_tilde: kt.as_ref(),
         };
-        let plain_params = without_weights(&pr.params);
+        let plain_params = pr.params.without_feature_weights();
         let plain = eval_plain(kind, &plain_params, &x, &dense);
         assert_eq!(ard.value.to_bits(), plain.value.to_bits(), "{kind:?}");
         let (mut g, mut p) = (ard.grads.clone(), plain.grads.clone());
@@ -242,7 +243,7 @@ fn feature_ard_is_the_plain_kernel_on_explicitly_scaled_inputs() {
             sq_norms: &norms,
             k_tilde: kt.as_ref(),
         };
-        let plain_params = without_weights(&pr.params);
+        let plain_params = pr.params.without_feature_weights();
         let plain = eval_plain(kind, &plain_params, &x, &dense);
         let rel = (ard.value - plain.value).abs() / plain.value.abs();
         eprintln!("{kind:?}: bound vs explicitly scaled inputs, relative {rel:.1e}");
@@ -301,8 +302,8 @@ fn plain_paths_refuse_parameters_with_feature_weights() {
         positives: &pr.positives,
         scale: 1.0,
     };
-    let opts = EvalOptions::default();
-    let err = evaluate_set(
+    let opts = BoundOptions::default();
+    let err = bound_and_grads(
         KernelKind::Linear,
         &pr.params,
         &x,
@@ -314,11 +315,11 @@ fn plain_paths_refuse_parameters_with_feature_weights() {
     .unwrap_err();
     assert!(err.to_string().contains("feature ARD weights"), "{err}");
     // And the subspace factorisation is refused with feature ARD.
-    let sub = EvalOptions {
-        factorisation: Factorisation::Subspace,
-        ..EvalOptions::default()
+    let sub = BoundOptions {
+        factorisation: Factorisation::LowRank,
+        ..BoundOptions::default()
     };
-    let err = evaluate_features(
+    let err = bound_and_grads_feature_ard(
         KernelKind::Linear,
         &pr.params,
         &pr.fx(),
@@ -338,11 +339,11 @@ fn full_cholesky_forms_match_central_differences_under_feature_ard() {
     let kind = KernelKind::SquaredExponential;
     for form in [QForm::Whitened, QForm::Cholesky] {
         let mut pr = problem(23, kind, true);
-        let (m, p) = (pr.params.mu.nrows(), pr.params.mu.ncols());
+        let (m, p) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
         let mut rng = ChaCha8Rng::seed_from_u64(4);
         let factors = random_factors(&mut rng, m, p);
-        pr.params.rho = Mat::new();
-        pr.params.chol = Some(pack_factors(&factors, form == QForm::Whitened));
+        pr.params
+            .set_full(pack_factors(&factors, form == QForm::Whitened));
         let dense = TermSet::AllLabels {
             positives: &pr.positives,
             scale: 2.0,

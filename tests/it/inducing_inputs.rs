@@ -179,8 +179,8 @@ fn fixed_rows_are_distinct_training_rows_from_the_seed_and_never_move() {
         let c = read_ckpt(&ws, run, step);
         assert_eq!(z_rows(&c.params.a), z0, "Z moved by step {step}");
     }
-    let first = read_ckpt(&ws, run, 7).params.mu;
-    let last = read_ckpt(&ws, run, STEPS).params.mu;
+    let first = read_ckpt(&ws, run, 7).params.q.mu().clone();
+    let last = read_ckpt(&ws, run, STEPS).params.q.mu().clone();
     assert_ne!(z_rows(&first), z_rows(&last), "μ must train");
     let params = run_params(&ws, run);
     assert_eq!(params["inducing_inputs"], "fixed-rows");

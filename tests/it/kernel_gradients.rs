@@ -6,14 +6,16 @@
 
 use crate::common;
 use common::model::*;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{
+    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
+};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{flat_entry, flat_len, Block, Params};
 use fsgp::model::predictive::Predictor;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -39,19 +41,19 @@ fn eval(
     pr: &Problem,
     params: &Params,
     terms: &TermSet<'_>,
-) -> Evaluation {
+) -> BoundAndGrads {
     let lik = BernoulliLogistic::new(20).unwrap();
-    let opts = EvalOptions {
+    let opts = BoundOptions {
         factorisation: fact,
-        ..EvalOptions::default()
+        ..BoundOptions::default()
     };
-    evaluate_set(kind, params, &pr.x(), terms, &lik, &opts, &Scratch::new()).unwrap()
+    bound_and_grads(kind, params, &pr.x(), terms, &lik, &opts, &Scratch::new()).unwrap()
 }
 
 /// Every (kernel, factorisation) pair: the subspace path applies to the linear kernel only.
 const SETUPS: [(KernelKind, Factorisation); 4] = [
     (KernelKind::Linear, Factorisation::Inducing),
-    (KernelKind::Linear, Factorisation::Subspace),
+    (KernelKind::Linear, Factorisation::LowRank),
     (KernelKind::SquaredExponential, Factorisation::Inducing),
     (KernelKind::SePlusLinear, Factorisation::Inducing),
 ];
@@ -114,7 +116,7 @@ fn subspace_and_inducing_paths_agree_under_ard() {
         );
         let j = eval(
             KernelKind::Linear,
-            Factorisation::Subspace,
+            Factorisation::LowRank,
             &pr,
             &pr.params,
             &dense,

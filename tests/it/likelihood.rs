@@ -5,6 +5,7 @@ use std::f64::consts::PI;
 use std::hint::black_box;
 use std::time::Instant;
 
+use fsgp::model::likelihood::logistic::*;
 use fsgp::model::likelihood::*;
 use fsgp::model::quadrature::GaussHermite;
 use proptest::prelude::*;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use fsgp::metrics::{
-    evaluate, inverse_propensity, LabellessRows, Metrics, MetricsAccumulator, PropensityParams,
+    inverse_propensity, ranking_metrics, LabellessRows, Metrics, MetricsAccumulator,
+    PropensityParams,
 };
 use proptest::prelude::*;
 use rand::seq::IndexedRandom;
@@ -47,7 +48,7 @@ fn hand_rows() -> Vec<(Vec<u32>, Vec<u32>)> {
 
 fn hand_metrics(policy: LabellessRows) -> Metrics {
     let rows = hand_rows();
-    evaluate(
+    ranking_metrics(
         3,
         vec![2.0, 1.0, 4.0, 4.0, 1.0],
         policy,
@@ -111,7 +112,7 @@ fn hand_worked_skip() {
 fn only_labelless_rows() {
     let rows: Vec<(Vec<u32>, Vec<u32>)> = vec![(vec![0, 1], vec![]), (vec![], vec![])];
     for policy in [LabellessRows::CountAsZero, LabellessRows::Skip] {
-        let m = evaluate(
+        let m = ranking_metrics(
             2,
             vec![1.0; 3],
             policy,
@@ -130,7 +131,7 @@ fn fewer_positives_than_k() {
     // One true label, found at rank 2 of 4; k_max = 4, unit weights.
     // P@k = 0, 1/2, 1/3, 1/4. DCG@k = 0, d2, d2, d2; IDCG = IDCG@min(k, 1) = 1.
     // PSP@k = (0, 1, 1, 1) / best (1, 1, 1, 1).
-    let m = evaluate(
+    let m = ranking_metrics(
         4,
         vec![1.0; 10],
         LabellessRows::CountAsZero,
@@ -148,7 +149,7 @@ fn fewer_positives_than_k() {
 fn predictions_shorter_than_k_are_misses() {
     // Truth {1, 2, 3}; only one prediction (a hit). P@3 = 1/3, not 1.
     // nDCG@3 = 1 / (1 + d2 + 1/2).
-    let m = evaluate(
+    let m = ranking_metrics(
         3,
         vec![1.0; 4],
         LabellessRows::CountAsZero,
@@ -163,7 +164,7 @@ fn predictions_shorter_than_k_are_misses() {
         "nDCG",
     );
     // No predictions at all.
-    let m = evaluate(
+    let m = ranking_metrics(
         2,
         vec![1.0; 4],
         LabellessRows::CountAsZero,
@@ -279,7 +280,7 @@ fn duplicates_rejected_and_state_unchanged() {
     again.add_row(&[1, 2, 3], &[1]).unwrap();
     assert_eq!(again.finish(), acc.finish());
     // evaluate names the row.
-    let err = evaluate(
+    let err = ranking_metrics(
         1,
         vec![1.0],
         LabellessRows::Skip,

@@ -1,7 +1,7 @@
 //! The multi-class likelihoods' gradients (`docs/likelihood.md`, "Multi-class"): per row
 //! against central finite differences for one-vs-each, robust-max, the Monte Carlo
 //! softmax and Hernández-Lobato's, with a general Φ (the factor model) and Φ = I (independent latents); the same
-//! through the whole bound (`objective::evaluate_set` with `TermSet::Classes`) for the
+//! through the whole bound (`objective::bound_and_grads` with `TermSet::Classes`) for the
 //! paper's O(M) q(u) and the whitened full-Cholesky q(u) with the linear and SE kernels;
 //! bitwise independence from the thread count; the forward-only bound; shape errors; a
 //! minibatch cut in shares (as MPI ranks cut it) with its noise streams offset per share.
@@ -9,19 +9,21 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::class_phase::{class_probabilities, ROW_BLOCK};
-use fsgp::model::hernandez_lobato::HernandezLobato;
+use fsgp::model::bound::class_phase::{class_probabilities, ROW_BLOCK};
+use fsgp::model::bound::objective::{bound_and_grads, expected_loglik, kl_total, BoundOptions};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions};
-use fsgp::model::one_vs_each::OneVsEach;
-use fsgp::model::params::{Block, Params, QForm};
-use fsgp::model::robust_max::{RobustMax, DEFAULT_EPSILON};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
+use fsgp::model::likelihood::multiclass::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::multiclass::robust_max::{RobustMax, DEFAULT_EPSILON};
+use fsgp::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use fsgp::model::likelihood::multiclass::{
+    row_gradient, row_probabilities, ClassLikelihood, Classes,
+};
+use fsgp::model::params::{Block, Params, QForm, QParams};
+use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::softmax_mc::SoftmaxMc;
-use fsgp::model::terms::TermSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -101,8 +103,9 @@ fn problem(seed: u64, form: QForm, identity: bool, b: usize) -> (Problem, Vec<u3
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
     let (mut pr, classes) = class_problem(&mut u, (form, identity), kp, b, 1.0);
     if form == QForm::Whitened {
-        let (m, p) = (pr.params.mu.nrows(), pr.params.mu.ncols());
-        pr.params.chol = Some(pack_factors(&random_factors(&mut rng, m, p), true));
+        let (m, p) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
+        pr.params
+            .set_full(pack_factors(&random_factors(&mut rng, m, p), true));
     }
     (pr, classes)
 }
@@ -184,12 +187,13 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     let params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(0.6)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.5)),
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5) + 0.5),
-        chol: None,
         amortiser: None,
     };
     let class: Vec<u32> = (0..b).map(|i| ((i * 5 + 3) % k) as u32).collect();
@@ -283,13 +287,13 @@ fn class_term_sets_are_checked() {
             seed: 0,
             first_stream: 0,
         };
-        evaluate_set(
+        bound_and_grads(
             KernelKind::Linear,
             &pr.params,
             &pr.x(),
             &TermSet::Classes(classes),
             &unused,
-            &EvalOptions::default(),
+            &BoundOptions::default(),
             &Scratch::new(),
         )
         .map(|e| e.value)

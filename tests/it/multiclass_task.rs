@@ -15,14 +15,14 @@ use common::toy::{
     metrics, newest_run, read_ckpt, run_params, train_with, Prepared,
 };
 use common::*;
-use fsgp::model::ar_logit::ArLogit;
-use fsgp::model::ar_softmax::ArSoftmax;
-use fsgp::model::hernandez_lobato::HernandezLobato;
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::multiclass::{ClassLikelihood, Classes};
+use fsgp::model::likelihood::multiclass::ar_logit::ArLogit;
+use fsgp::model::likelihood::multiclass::ar_softmax::ArSoftmax;
+use fsgp::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
+use fsgp::model::likelihood::multiclass::robust_max::RobustMax;
+use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::params::Params;
-use fsgp::model::robust_max::RobustMax;
-use fsgp::model::terms::TermSet;
 use std::path::Path;
 
 /// Classes (and features per row).
@@ -100,7 +100,7 @@ fn accuracy(rows: &Predicted, classes: &[u32]) -> f64 {
 /// The bound of a run's `params` under the class likelihood `lik` (noise seed 0) with all
 /// training rows as one batch, computed apart from the streaming `pipeline elbo`: K_XX̃,
 /// norms and basis from the svd artifacts, classes from the chunks, every row a term of
-/// weight 1; `evaluate_set`'s value is Σ_i E_i − Σ_p KL_p.
+/// weight 1; `bound_and_grads`'s value is Σ_i E_i − Σ_p KL_p.
 fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64 {
     let batch = common::toy::OneBatch::read(ws);
     let class = batch.classes();
@@ -113,7 +113,7 @@ fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64
         first_stream: 0,
     });
     // The per-term likelihood argument is not used by a class term set.
-    let unused = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
+    let unused = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
     batch.bound(KernelKind::SquaredExponential, params, &terms, &unused)
 }
 

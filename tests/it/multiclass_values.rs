@@ -8,12 +8,12 @@
 //! unpruned one; Hernández-Lobato's bound against grid integrals, below the multinomial
 //! probit it bounds (equal at K = 2), and its predictive against the argmax grid.
 
-use fsgp::model::hernandez_lobato::HernandezLobato;
-use fsgp::model::likelihood::log_sigmoid;
-use fsgp::model::multiclass::{row_gradient, row_probabilities, ClassLikelihood};
-use fsgp::model::one_vs_each::OneVsEach;
-use fsgp::model::robust_max::RobustMax;
-use fsgp::model::softmax_mc::SoftmaxMc;
+use fsgp::model::likelihood::logistic::log_sigmoid;
+use fsgp::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
+use fsgp::model::likelihood::multiclass::one_vs_each::OneVsEach;
+use fsgp::model::likelihood::multiclass::robust_max::RobustMax;
+use fsgp::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use fsgp::model::likelihood::multiclass::{row_gradient, row_probabilities, ClassLikelihood};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};

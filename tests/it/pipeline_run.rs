@@ -57,12 +57,12 @@ fn brute_force_scores(
         })
         .collect();
     let sf2 = params.kernel.log_sf2.exp();
-    let (m, p_count) = (params.mu.nrows(), params.mu.ncols());
+    let (m, p_count) = (params.q.mu().nrows(), params.q.mu().ncols());
     let k_z: Vec<f64> = (0..m)
         .map(|mm| sf2 * (0..r).map(|q| kxx[q] * params.a[(mm, q)]).sum::<f64>())
         .collect();
     let mean: Vec<f64> = (0..p_count)
-        .map(|p| (0..m).map(|mm| k_z[mm] * params.mu[(mm, p)]).sum())
+        .map(|p| (0..m).map(|mm| k_z[mm] * params.q.mu()[(mm, p)]).sum())
         .collect();
     (0..params.phi.nrows())
         .map(|k| {

@@ -6,16 +6,15 @@
 
 use crate::common;
 use common::model::*;
-use faer::Mat;
-use fsgp::model::cholesky_q::pack_factors;
-use fsgp::model::conditional::Factorisation;
+use fsgp::model::bound::objective::{bound_and_grads, BoundOptions};
+use fsgp::model::bound::terms::{terms_all, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
+use fsgp::model::likelihood::probit::{log_normal_cdf, normal_cdf, BernoulliProbit};
 use fsgp::model::likelihood::Likelihood;
-use fsgp::model::objective::{evaluate_set, EvalOptions};
 use fsgp::model::params::Params;
-use fsgp::model::probit::{log_normal_cdf, normal_cdf, BernoulliProbit};
+use fsgp::model::qu::cholesky::pack_factors;
+use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -200,12 +199,8 @@ fn binary_problem(seed: u64, whitened: bool) -> Problem {
     let kt = random_gram(&mut u, r);
     let mut params = random_site_params(&mut u, (m, r, 1, 1));
     if whitened {
-        params = Params {
-            logit_epsilon: None,
-            rho: Mat::new(),
-            chol: Some(pack_factors(&positive_factors(&mut u, m, 1, 0.8), true)),
-            ..params
-        };
+        params.logit_epsilon = None;
+        params.set_full(pack_factors(&positive_factors(&mut u, m, 1, 0.8), true));
     }
     params.kernel = KernelParams::new(u(0.5), u(0.5));
     let positives = (0..b)
@@ -228,7 +223,7 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
             "sites, linear, subspace J_p",
             false,
             KernelKind::Linear,
-            Factorisation::Subspace,
+            Factorisation::LowRank,
         ),
         (
             "sites, SE",
@@ -252,12 +247,12 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
     for (label, whitened, kind, factorisation) in cases {
         let pr = binary_problem(21, whitened);
         let terms = terms_all(&pr.positives, 1, 2.5);
-        let opts = EvalOptions {
+        let opts = BoundOptions {
             factorisation,
-            ..EvalOptions::default()
+            ..BoundOptions::default()
         };
         let eval = |params: &Params| {
-            evaluate_set(
+            bound_and_grads(
                 kind,
                 params,
                 &pr.x(),
@@ -277,7 +272,7 @@ fn the_bound_with_the_probit_likelihood_has_the_gradient_of_central_differences(
             worst.0, worst.1
         );
         // The dense all-labels path gives the same bound as the list of every term.
-        let dense = evaluate_set(
+        let dense = bound_and_grads(
             kind,
             &pr.params,
             &pr.x(),

@@ -38,10 +38,10 @@ fn each_full_cholesky_form_trains_bounds_and_predicts() {
         assert_eq!(run_params(&ws, id)["q_form"], form.name(), "{label}");
         let c = read_ckpt(&ws, id, 48);
         assert_eq!(c.params.q_form(), form, "{label}");
-        let chol = c.params.chol.as_ref().unwrap();
+        let chol = c.params.q.chol().unwrap();
         assert_eq!(chol.packed.nrows(), packed_len(16), "{label}");
         assert_eq!(chol.packed.ncols(), 3, "{label}");
-        assert_eq!(c.params.rho.nrows() * c.params.rho.ncols(), 0, "{label}");
+        assert!(c.params.q.rho().is_none(), "{label}");
         let elbo = metrics(&ws, id, "epoch_elbo");
         let (first, last) = (f64::from_bits(elbo[0].1), f64::from_bits(elbo[2].1));
         assert!(last > first, "{label}: bound fell from {first} to {last}");

@@ -9,16 +9,18 @@ use crate::common;
 use common::model::*;
 use faer::linalg::solvers::DenseSolveCore;
 use faer::{Mat, Side};
-use fsgp::model::cholesky_q::{factor_of, pack_factors};
-use fsgp::model::conditional::{Conditional, Factorisation};
-use fsgp::model::gp_factor::sigma_of;
+use fsgp::model::bound::objective::{
+    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
+};
+use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_set, expected_loglik, kl_total, EvalOptions, Evaluation};
-use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm, QParams};
 use fsgp::model::predictive::{mean_utilities, Predictor};
+use fsgp::model::qu::cholesky::{factor_of, pack_factors};
+use fsgp::model::qu::conditional::{Conditional, Factorisation};
+use fsgp::model::qu::gp_factor::sigma_of;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::{terms_all, terms_sampled, Term, TermSet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -42,12 +44,13 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     let params = Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(&mut rng, 1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(&mut rng, 1.0)),
-        rho: Mat::new(),
+        q: QParams::Full {
+            mu: Mat::from_fn(m, p, |_, _| u(&mut rng, 1.0)),
+            chol: pack_factors(&factors, form == QForm::Whitened),
+        },
         phi: Mat::from_fn(K, p, |_, _| u(&mut rng, 1.5)),
         bias: (0..K).map(|_| u(&mut rng, 1.0)).collect(),
         kernel: KernelParams::new(u(&mut rng, 0.5), u(&mut rng, 0.5)),
-        chol: Some(pack_factors(&factors, form == QForm::Whitened)),
         amortiser: None,
     };
     let positives = (0..b)
@@ -62,15 +65,15 @@ fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     }
 }
 
-fn evaluate(kind: KernelKind, pr: &Problem, params: &Params, terms: &TermSet<'_>) -> Evaluation {
+fn evaluate(kind: KernelKind, pr: &Problem, params: &Params, terms: &TermSet<'_>) -> BoundAndGrads {
     let lik = BernoulliLogistic::new(20).unwrap();
-    evaluate_set(
+    bound_and_grads(
         kind,
         params,
         &pr.x(),
         terms,
         &lik,
-        &EvalOptions::default(),
+        &BoundOptions::default(),
         &Scratch::new(),
     )
     .unwrap()
@@ -156,10 +159,10 @@ fn textbook_kl(mean: &Mat<f64>, s: &Mat<f64>, k: &Mat<f64>) -> f64 {
 /// (mean, covariance) of q(u_p) for either full-Cholesky form, densely: unwhitened
 /// N(μ_p, L_p L_pᵀ); whitened N(L_Z m_p, L_Z L_p L_pᵀ L_Zᵀ).
 fn q_of_u(pr: &Problem, kind: KernelKind, params: &Params, p: usize) -> (Mat<f64>, Mat<f64>) {
-    let m = params.mu.nrows();
-    let c = params.chol.as_ref().unwrap();
+    let m = params.q.mu().nrows();
+    let c = params.q.chol().unwrap();
     let l = factor_of(c, p, m);
-    let mean = Mat::from_fn(m, 1, |i, _| params.mu[(i, p)]);
+    let mean = Mat::from_fn(m, 1, |i, _| params.q.mu()[(i, p)]);
     if !c.whitened {
         return (mean, &l * l.transpose());
     }
@@ -199,7 +202,7 @@ fn chol(s: &Mat<f64>) -> Mat<f64> {
 
 /// Two parameterisations of one q(u) give the same bound (relative 10⁻¹⁰) and KL (relative
 /// `kl_tol`).
-fn assert_same_bound(a: &Evaluation, b: &Evaluation, kl_tol: f64, label: &str) {
+fn assert_same_bound(a: &BoundAndGrads, b: &BoundAndGrads, kl_tol: f64, label: &str) {
     let rel = (a.value - b.value).abs() / a.value.abs();
     assert!(
         rel < 1e-10,
@@ -219,7 +222,7 @@ fn assert_same_bound(a: &Evaluation, b: &Evaluation, kl_tol: f64, label: &str) {
 fn whitened_and_unwhitened_parameters_of_one_q_give_the_same_bound() {
     for kind in KINDS {
         let pr = problem(7, QForm::Cholesky, 5, 6, 4);
-        let (m, p_count) = (pr.params.mu.nrows(), pr.params.mu.ncols());
+        let (m, p_count) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
         let l_z = chol(&k_z_of(&pr, kind, &pr.params));
         let mut l_z_inv = Mat::<f64>::identity(m, m);
         faer::linalg::triangular_solve::solve_lower_triangular_in_place(
@@ -228,13 +231,13 @@ fn whitened_and_unwhitened_parameters_of_one_q_give_the_same_bound() {
             faer::Par::Seq,
         );
         // m = L_Z⁻¹ μ, L_v = L_Z⁻¹ L_p.
-        let c = pr.params.chol.as_ref().unwrap();
+        let c = pr.params.q.chol().unwrap();
         let white_factors: Vec<Mat<f64>> = (0..p_count)
             .map(|p| &l_z_inv * factor_of(c, p, m))
             .collect();
         let mut white = pr.params.clone();
-        white.mu = &l_z_inv * &pr.params.mu;
-        white.chol = Some(pack_factors(&white_factors, true));
+        *white.q.mu_mut() = &l_z_inv * pr.params.q.mu();
+        white.set_full(pack_factors(&white_factors, true));
         let terms = TermSet::AllLabels {
             positives: &pr.positives,
             scale: 2.0,
@@ -249,11 +252,13 @@ fn whitened_and_unwhitened_parameters_of_one_q_give_the_same_bound() {
 fn the_papers_q_written_as_a_cholesky_factor_gives_the_papers_bound() {
     for kind in KINDS {
         let pr = problem(8, QForm::Cholesky, 5, 6, 4);
-        let (m, p_count) = (pr.params.mu.nrows(), pr.params.mu.ncols());
+        let (m, p_count) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let mut sites = pr.params.clone();
-        sites.chol = None;
-        sites.rho = Mat::from_fn(m, p_count, |_, _| rng.random::<f64>() * 2.0 - 1.0);
+        sites.set_sites(Mat::from_fn(m, p_count, |_, _| {
+            rng.random::<f64>() * 2.0 - 1.0
+        }));
+        let rho = sites.q.rho().unwrap().clone();
         // q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹).
         let k_z = k_z_of(&pr, kind, &sites);
         let (_, k_inv) = logdet_and_inverse(&k_z);
@@ -262,7 +267,7 @@ fn the_papers_q_written_as_a_cholesky_factor_gives_the_papers_bound() {
                 let prec = Mat::from_fn(m, m, |i, j| {
                     k_inv[(i, j)]
                         + if i == j {
-                            1.0 / sigma_of(sites.rho[(i, p)])
+                            1.0 / sigma_of(rho[(i, p)])
                         } else {
                             0.0
                         }
@@ -271,9 +276,8 @@ fn the_papers_q_written_as_a_cholesky_factor_gives_the_papers_bound() {
             })
             .collect();
         let mut full = sites.clone();
-        full.rho = Mat::new();
-        full.mu = &k_z * &sites.mu;
-        full.chol = Some(pack_factors(&factors, false));
+        *full.q.mu_mut() = &k_z * sites.q.mu();
+        full.set_full(pack_factors(&factors, false));
         for sampled in [false, true] {
             let mut rng = ChaCha8Rng::seed_from_u64(4);
             let list = terms_sampled(&pr.positives, K, 2, 3.0, &mut rng);
@@ -310,7 +314,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
         };
         let (a, b) = (run(1), run(2));
         assert_eq!(a.value.to_bits(), b.value.to_bits(), "{form:?}");
-        let bits = |e: &Evaluation| {
+        let bits = |e: &BoundAndGrads| {
             let mut g = e.grads.clone();
             (0..flat_len(&g))
                 .map(|i| flat_entry(&mut g, i).1.to_bits())
@@ -335,7 +339,7 @@ fn prediction_equals_the_training_marginals() {
                 for k in 0..K {
                     let mut f = params.bias[k];
                     let mut v = 0.0;
-                    for p in 0..params.mu.ncols() {
+                    for p in 0..params.q.mu().ncols() {
                         f += params.phi[(k, p)] * marg.mean[(i, p)];
                         v += params.phi[(k, p)].powi(2) * marg.var[(i, p)].max(0.0);
                     }
@@ -374,11 +378,11 @@ fn a_singular_k_z_is_rescued_by_jitter_and_the_subspace_path_is_refused() {
     assert!(e.jitter > 0.0);
     assert!(e.value.is_finite() && e.kl.is_finite());
     let lik = BernoulliLogistic::new(20).unwrap();
-    let opts = EvalOptions {
-        factorisation: Factorisation::Subspace,
-        ..EvalOptions::default()
+    let opts = BoundOptions {
+        factorisation: Factorisation::LowRank,
+        ..BoundOptions::default()
     };
-    let err = evaluate_set(
+    let err = bound_and_grads(
         KernelKind::Linear,
         &pr.params,
         &pr.x(),
@@ -401,11 +405,11 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         };
         let lik = BernoulliLogistic::new(20).unwrap();
         let run = |kernel_grads: bool| {
-            let opts = EvalOptions {
+            let opts = BoundOptions {
                 kernel_grads,
-                ..EvalOptions::default()
+                ..BoundOptions::default()
             };
-            evaluate_set(
+            bound_and_grads(
                 KernelKind::SquaredExponential,
                 &pr.params,
                 &pr.x(),
@@ -418,8 +422,7 @@ fn skipping_kernel_gradients_leaves_the_other_blocks_unchanged() {
         };
         let (full, partial) = (run(true), run(false));
         assert_eq!(full.value.to_bits(), partial.value.to_bits(), "{form:?}");
-        assert_eq!(full.grads.mu, partial.grads.mu, "{form:?}");
-        assert_eq!(full.grads.chol, partial.grads.chol, "{form:?}");
+        assert_eq!(full.grads.q, partial.grads.q, "{form:?}");
         assert_eq!(full.grads.phi, partial.grads.phi, "{form:?}");
         assert!(partial
             .grads
@@ -485,7 +488,7 @@ fn gradients_with_a_jittered_singular_k_z_match_central_differences() {
 
 #[test]
 fn full_cholesky_gradients_match_central_differences_with_se_plus_linear_and_subspace_ard() {
-    // The forms were written beside the SE + linear kernel and subspace ARD (`ard.rs`): here
+    // The forms were written beside the SE + linear kernel and subspace ARD (`kernel/ard.rs`): here
     // every block of each form under each kernel with ARD weights ω [R] (R = M + 1, so the
     // linear K_Z is non-singular and the unwhitened form applies), sampled terms.
     let setups = [
@@ -545,8 +548,7 @@ fn a_k_z_that_cannot_be_factorised_is_an_error_of_the_means_not_nan() {
     }
     // The site form's means need no factorisation: K_bZ μ, NaN with the kernel.
     let mut pr = problem(91, QForm::Whitened, 5, 4, 3);
-    pr.params.chol = None;
-    pr.params.rho = Mat::zeros(5, 3);
+    pr.params.set_sites(Mat::zeros(5, 3));
     pr.params.kernel.log_sf2 = f64::NAN;
     let m = mean_utilities(KernelKind::SquaredExponential, &pr.params, &pr.x()).unwrap();
     assert!(m[(0, 0)].is_nan());

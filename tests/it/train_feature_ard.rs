@@ -8,13 +8,13 @@ use crate::common;
 use common::toy::*;
 use common::*;
 use faer::Mat;
-use fsgp::model::feature_ard::{FeatureInputs, FeatureRows};
+use fsgp::model::bound::objective::{bound_and_grads_feature_ard, BoundOptions};
+use fsgp::model::bound::terms::TermSet;
+use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows};
 use fsgp::model::kernel::KernelKind;
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::objective::{evaluate_features, EvalOptions};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::Params;
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 use std::path::Path;
 
 /// The toy run with feature ARD (D = 60 weights over an R = 8 basis), ranking the test
@@ -24,7 +24,7 @@ fn run_args(kernel: &'static str) -> Vec<&'static str> {
 }
 
 /// The exact bound of `params` with all 900 training rows as one batch through the
-/// gradient path (`evaluate_features`, C_p), independently of the streaming `pipeline elbo`
+/// gradient path (`bound_and_grads_feature_ard`, C_p), independently of the streaming `pipeline elbo`
 /// (which weighs each minibatch's rows and runs forward only): rows and labels from the
 /// chunks, the basis from `basis.npy`.
 fn one_batch_feature_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 {
@@ -51,11 +51,11 @@ fn one_batch_feature_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 
         scale: 1.0,
     };
     let lik = BernoulliLogistic::new(20).unwrap();
-    let opts = EvalOptions {
+    let opts = BoundOptions {
         kernel_grads: false,
-        ..EvalOptions::default()
+        ..BoundOptions::default()
     };
-    evaluate_features(kind, params, &fx, &terms, &lik, &opts, &Scratch::new())
+    bound_and_grads_feature_ard(kind, params, &fx, &terms, &lik, &opts, &Scratch::new())
         .unwrap()
         .value
 }

@@ -161,7 +161,7 @@ fn exploding_learning_rate_stops_cleanly_keeping_the_last_checkpoint() {
     let c = read_checkpoint(&ws.join(last)).unwrap();
     let finite =
         |m: &Mat<f64>| (0..m.nrows()).all(|i| (0..m.ncols()).all(|j| m[(i, j)].is_finite()));
-    assert!(finite(&c.params.a) && finite(&c.params.mu) && finite(&c.params.phi));
+    assert!(finite(&c.params.a) && finite(c.params.q.mu()) && finite(&c.params.phi));
 }
 
 #[test]

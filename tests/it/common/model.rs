@@ -3,13 +3,13 @@
 //! form, and an analytic gradient paired entry by entry with finite differences.
 
 use faer::Mat;
+use fsgp::model::bound::objective::{bound_and_grads, BoundAndGrads, BoundOptions};
+use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
-use fsgp::model::likelihood::BernoulliLogistic;
-use fsgp::model::multiclass::{ClassLikelihood, Classes};
-use fsgp::model::objective::{evaluate_set, EvalOptions, Evaluation};
-use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
+use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm, QParams};
 use fsgp::model::scratch::Scratch;
-use fsgp::model::terms::TermSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -133,7 +133,8 @@ pub fn labelled_problem(
 /// tests/it/augment_reduce.rs), drawn from `u`: K_XX̃ with entries in ±`scale`/2, a general
 /// K_X̃, and site parameters for K classes and P latent GPs (`kp`), Φ = I when `identity`;
 /// the paper's q(u) with M = 5 > R = 3 (a singular linear K_Z, as in real runs) or, for the
-/// whitened form, M = 4 and R = 5 with ρ emptied: its factors are the caller's to draw.
+/// whitened form, M = 4 and R = 5, whose factors are the caller's to draw and set
+/// (`Params::set_full`).
 /// Also returns the rows' classes, (7i + 1) mod K.
 pub fn class_problem(
     u: &mut impl FnMut(f64) -> f64,
@@ -152,9 +153,6 @@ pub fn class_problem(
     let mut params = random_site_params(u, (m, r, p, k));
     if identity {
         params.phi = Mat::identity(k, p);
-    }
-    if form == QForm::Whitened {
-        params.rho = Mat::new();
     }
     let classes = (0..b).map(|i| ((i * 7 + 1) % k) as u32).collect();
     let problem = Problem {
@@ -177,12 +175,13 @@ pub fn random_site_params(
     Params {
         logit_epsilon: None,
         a: Mat::from_fn(m, r, |_, _| u(1.0)),
-        mu: Mat::from_fn(m, p, |_, _| u(1.0)),
-        rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        q: QParams::Sites {
+            mu: Mat::from_fn(m, p, |_, _| u(1.0)),
+            rho: Mat::from_fn(m, p, |_, _| u(2.0)),
+        },
         phi: Mat::from_fn(k, p, |_, _| u(1.5)),
         bias: (0..k).map(|_| u(1.0)).collect(),
         kernel: KernelParams::new(u(0.5), u(0.5)),
-        chol: None,
         amortiser: None,
     }
 }
@@ -226,7 +225,7 @@ pub fn five_point_differences(params: &Params, h: f64, f: impl Fn(&Params) -> f6
 }
 
 /// The value and every flat entry of `e`'s gradient, as bits.
-pub fn eval_bits(e: &Evaluation) -> Vec<u64> {
+pub fn eval_bits(e: &BoundAndGrads) -> Vec<u64> {
     let mut g = e.grads.clone();
     let mut out = vec![e.value.to_bits()];
     for idx in 0..flat_len(&e.grads) {
@@ -237,7 +236,7 @@ pub fn eval_bits(e: &Evaluation) -> Vec<u64> {
 
 /// The largest [`rel_error`] (with `floor`) between `a` and `b` over the value and every
 /// gradient entry; entries equal in both (log ℓ of the linear kernel, exactly 0) agree.
-pub fn max_rel_diff(a: &Evaluation, b: &Evaluation, floor: f64) -> f64 {
+pub fn max_rel_diff(a: &BoundAndGrads, b: &BoundAndGrads, floor: f64) -> f64 {
     let (mut ga, mut gb) = (a.grads.clone(), b.grads.clone());
     let mut worst = rel_error(a.value, b.value, floor);
     for idx in 0..flat_len(&a.grads) {
@@ -320,23 +319,23 @@ pub fn bound_classes<'a>(class: &'a [u32], lik: &'a dyn ClassLikelihood) -> Clas
 }
 
 /// The bound of a multi-class problem with the terms of [`bound_classes`], or the error
-/// `evaluate_set` gives.
+/// `bound_and_grads` gives.
 pub fn try_class_bound(
     kind: KernelKind,
     pr: &Problem,
     params: &Params,
     class: &[u32],
     lik: &dyn ClassLikelihood,
-) -> anyhow::Result<Evaluation> {
+) -> anyhow::Result<BoundAndGrads> {
     // The per-term likelihood argument is not used by a class term set.
     let unused = BernoulliLogistic::new(2).unwrap();
-    evaluate_set(
+    bound_and_grads(
         kind,
         params,
         &pr.x(),
         &TermSet::Classes(bound_classes(class, lik)),
         &unused,
-        &EvalOptions::default(),
+        &BoundOptions::default(),
         &Scratch::new(),
     )
 }
@@ -348,6 +347,6 @@ pub fn class_bound(
     params: &Params,
     class: &[u32],
     lik: &dyn ClassLikelihood,
-) -> Evaluation {
+) -> BoundAndGrads {
     try_class_bound(kind, pr, params, class, lik).unwrap()
 }

@@ -343,7 +343,12 @@ impl<T> Prepared<T> {
 pub fn tensor_bits(c: &fsgp::store::checkpoint::Checkpoint) -> Vec<u64> {
     let p = &c.params;
     let mut bits = Vec::new();
-    for m in [&p.a, &p.mu, &p.rho, &p.phi] {
+    for m in [
+        &p.a,
+        p.q.mu(),
+        p.q.rho().unwrap_or(&faer::Mat::new()),
+        &p.phi,
+    ] {
         bits.extend([m.nrows() as u64, m.ncols() as u64]);
         for j in 0..m.ncols() {
             bits.extend((0..m.nrows()).map(|i| m[(i, j)].to_bits()));
@@ -463,16 +468,16 @@ impl OneBatch {
         &self,
         kind: fsgp::model::kernel::KernelKind,
         params: &fsgp::model::params::Params,
-        terms: &fsgp::model::terms::TermSet<'_>,
+        terms: &fsgp::model::bound::terms::TermSet<'_>,
         lik: &dyn fsgp::model::likelihood::Likelihood,
     ) -> f64 {
-        fsgp::model::objective::evaluate_set(
+        fsgp::model::bound::objective::bound_and_grads(
             kind,
             params,
             &self.inputs(),
             terms,
             lik,
-            &fsgp::model::objective::EvalOptions::default(),
+            &fsgp::model::bound::objective::BoundOptions::default(),
             &fsgp::model::scratch::Scratch::new(),
         )
         .unwrap()
@@ -492,11 +497,11 @@ pub fn one_batch_label_bound(
 ) -> f64 {
     let batch = OneBatch::read(ws);
     assert_eq!(batch.labels.len(), rows);
-    let terms = fsgp::model::terms::terms_all(&batch.labels, labels, 1.0);
+    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, labels, 1.0);
     batch.bound(
         kind,
         params,
-        &fsgp::model::terms::TermSet::List(&terms),
+        &fsgp::model::bound::terms::TermSet::List(&terms),
         lik,
     )
 }
@@ -508,7 +513,7 @@ pub fn one_batch_bound(
     kind: fsgp::model::kernel::KernelKind,
     params: &fsgp::model::params::Params,
 ) -> f64 {
-    let lik = fsgp::model::likelihood::BernoulliLogistic::new(20).unwrap();
+    let lik = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
     one_batch_label_bound(ws, kind, params, &lik, (900, 30))
 }
 

@@ -18,9 +18,9 @@
 
 use anyhow::{ensure, Result};
 
-use super::argmax::ArgmaxRule;
-pub use super::argmax::{PRUNE_BELOW, VAR_MIN};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
+use crate::model::likelihood::multiclass::argmax::ArgmaxRule;
+pub use crate::model::likelihood::multiclass::argmax::{PRUNE_BELOW, VAR_MIN};
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
 
 /// GPflow's default ε.
 pub const DEFAULT_EPSILON: f64 = 1e-3;

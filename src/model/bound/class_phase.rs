@@ -13,11 +13,11 @@
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
-use super::amortiser::{Amortiser, AmortiserForward};
-use super::multiclass::{ClassLikelihood, Classes, RowGrads, RowInput};
-use super::params::Params;
-use super::scratch::Scratch;
 use crate::linalg::{clear_upper_simd_state, product, product_into};
+use crate::model::likelihood::multiclass::amortiser::{Amortiser, AmortiserForward};
+use crate::model::likelihood::multiclass::{ClassLikelihood, Classes, RowGrads, RowInput};
+use crate::model::params::Params;
+use crate::model::scratch::Scratch;
 
 /// Rows per parallel task. Fixed (not derived from the thread count) because the blocks
 /// decide the order of the ∂Φ sums. Memory: ⌈B/ROW_BLOCK⌉ × K × P doubles for those sums.

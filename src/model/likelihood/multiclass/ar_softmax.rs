@@ -8,7 +8,7 @@
 //! exp(−(f_c − f_k)) for the Gaussian difference with mean m_k = f̄_c − f̄_k and variance
 //! σ²_k = Σ_p (Φ_cp − Φ_kp)² s_ip (as one-vs-each computes it). The local parameter
 //! α_i = 1 + softplus(o_i) ≥ 1 is the row's output o_i of the amortisation network
-//! (`amortiser.rs`). For fixed f the best α is 1 + Σ_{k≠c} exp(f_k − f_c), where the bound is
+//! (`likelihood/multiclass/amortiser.rs`). For fixed f the best α is 1 + Σ_{k≠c} exp(f_k − f_c), where the bound is
 //! the softmax's log-likelihood itself.
 //!
 //! Gradients, with e_k = exp(−m_k + σ²_k/2), T = 1 + w Σ_k e_k (w = (K − 1)/S with class
@@ -19,10 +19,10 @@
 
 use anyhow::Result;
 
-use super::class_sampling::ClassSampler;
-use super::likelihood::{sigmoid, softplus};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::logistic::{sigmoid, softplus};
+use crate::model::likelihood::multiclass::class_sampling::ClassSampler;
+use crate::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
 
 /// The augment-and-reduce softmax bound with amortised α, optionally over S sampled
 /// negatives; the predictive probabilities are those of the softmax it bounds (Monte Carlo,

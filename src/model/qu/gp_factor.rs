@@ -8,8 +8,8 @@ use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::{Mat, MatRef, Par};
 
-use super::scratch::Scratch;
 use crate::linalg::{lower_inverse_into, lower_solve_into, zero_upper};
+use crate::model::scratch::Scratch;
 
 /// Smallest variance parameter σ_pm.
 pub const MIN_SIGMA: f64 = 1e-6;
@@ -31,8 +31,8 @@ pub(crate) fn sigma_column(rho: MatRef<'_, f64>, p: usize) -> Vec<f64> {
 }
 
 /// Per-latent-GP factors kept for the backward pass: L_p⁻¹ and V_p of C_p = K_Z + Σ_p
-/// (`inducing.rs`), or of J_p = I + Fᵀ Σ_p⁻¹ F = L_p L_pᵀ on the subspace path
-/// (`subspace.rs`), [R×R] and [R×B].
+/// (`qu/sites/inducing.rs`), or of J_p = I + Fᵀ Σ_p⁻¹ F = L_p L_pᵀ on the subspace path
+/// (`qu/sites/low_rank.rs`), [R×R] and [R×B].
 #[derive(Debug, Clone)]
 pub(crate) struct PerGp {
     /// L_p⁻¹ [M×M] in the lower triangle (nothing meaningful above the diagonal).

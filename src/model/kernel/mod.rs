@@ -14,7 +14,10 @@
 //! `backward` maps the gradients of any objective with respect to K_Z, K_bZ and k_ii to
 //! gradients with respect to A and the hyperparameters (chain rule of `docs/model.md`);
 //! `input_grads` maps them to the kernel's data inputs Kxx_b, n and K_X̃, which input
-//! transforms (ARD, `ard.rs`) chain further.
+//! transforms (ARD, `kernel/ard.rs`) chain further.
+
+pub mod ard;
+pub mod feature_ard;
 
 use faer::{Mat, MatRef};
 
@@ -37,9 +40,9 @@ pub struct KernelParams {
     pub log_ell: f64,
     /// log σ_lin², the linear part's variance of SE + linear; None for the other kernels.
     pub log_lin2: Option<f64>,
-    /// log ω [R]: subspace ARD weights (`ard.rs`); empty without ARD.
+    /// log ω [R]: subspace ARD weights (`kernel/ard.rs`); empty without ARD.
     pub log_ard: Vec<f64>,
-    /// log w [D]: ARD weights over the input features (`feature_ard.rs`); empty without.
+    /// log w [D]: ARD weights over the input features (`kernel/feature_ard.rs`); empty without.
     /// They act on the data before the kernel sees it, so every function here that takes
     /// [`BasisInputs`] is given the weighted inputs and parameters without them.
     pub log_features: Vec<f64>,

@@ -1,6 +1,6 @@
 //! The paper's q(u) through C_p = K_Z + Σ_p [M×M], for any kernel: one latent GP's forward
 //! pass and one chunk of GPs' backward pass (`docs/model.md`, "q(u) and marginals",
-//! "Gradients" and "Algorithm as implemented"). `variational.rs` runs them over all GPs.
+//! "Gradients" and "Algorithm as implemented"). `qu/sites/mod.rs` runs them over all GPs.
 //!
 //! Only C_p = L_p L_pᵀ is ever factorised: K_Z itself may be singular (R < M, linear
 //! kernel). Every product with C_p⁻¹ goes through L_p⁻¹ (triangular solves and triangular
@@ -11,12 +11,12 @@ use anyhow::Result;
 use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Mat, MatRef};
 
-use super::gp_factor::{
+use crate::linalg::{inverse_and_solve, lower_product};
+use crate::model::qu::gp_factor::{
     dsigma_drho, factorise, lower_inverse, sigma_column, solve_v, GpForward, PerGp,
 };
-use super::kl::kl_inducing;
-use super::scratch::Scratch;
-use crate::linalg::{inverse_and_solve, lower_product};
+use crate::model::qu::sites::kl::kl_inducing;
+use crate::model::scratch::Scratch;
 
 /// s_i = k_ii − ‖V e_i‖² for every column i of V [M×B].
 pub(crate) fn variances(v: MatRef<'_, f64>, k_diag: &[f64]) -> Vec<f64> {

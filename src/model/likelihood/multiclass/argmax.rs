@@ -9,9 +9,9 @@
 
 use anyhow::Result;
 
-use super::probit::normal_cdf;
-use super::quadrature::GaussHermite;
 use crate::linalg::clear_upper_simd_state;
+use crate::model::likelihood::probit::normal_cdf;
+use crate::model::quadrature::GaussHermite;
 
 /// Variances below this are raised to it (their gradient is then 0): the integrand has
 /// steps of width √v, which no quadrature resolves, and 1/√v must stay finite.

@@ -6,7 +6,7 @@
 //! E(y, m, v) = E_{f ~ N(m, v)}[ log Φ(y f) ]
 //!
 //! is computed by the same Gauss–Hermite rule as the logistic likelihood
-//! ([`super::likelihood::BernoulliLogistic`]), with ∂E/∂m and ∂E/∂v the exact derivatives
+//! ([`crate::model::likelihood::logistic::BernoulliLogistic`]), with ∂E/∂m and ∂E/∂v the exact derivatives
 //! of the returned quadrature sum (and the Price form −½ E[r(z)(z + r(z))] of ∂E/∂v at
 //! v ≤ [`VAR_FLOOR`]). `docs/likelihood.md`, "The probit likelihood", has the formulas, the
 //! numerically stable log Φ(z) and inverse Mills ratio r(z) = φ(z)/Φ(z) for very negative z,
@@ -16,9 +16,9 @@
 
 use anyhow::Result;
 
-use super::likelihood::{Expectation, Likelihood, VAR_FLOOR};
-use super::quadrature::{GaussHermite, SymmetricRule};
 use crate::linalg::clear_upper_simd_state;
+use crate::model::likelihood::{Expectation, Likelihood, VAR_FLOOR};
+use crate::model::quadrature::{GaussHermite, SymmetricRule};
 
 /// Below z = −MILLS_SWITCH, log Φ(z) and r(z) come from the continued fraction of the
 /// Mills ratio (erfc's value there is still accurate, but Φ(z) underflows at z ≈ −38.5 and

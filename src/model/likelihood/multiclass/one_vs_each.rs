@@ -5,7 +5,7 @@
 //! log p(c | f) = log softmax(f)_c ≥ Σ_{k≠c} log σ(f_c − f_k),
 //!
 //! so E_q[log p(c | f_i)] ≥ Σ_{k≠c} E(+1, f̄_c − f̄_k, σ²_k), each term the 1-D logistic
-//! expectation of `likelihood.rs` with the variance of the difference
+//! expectation of `likelihood/logistic.rs` with the variance of the difference
 //! σ²_k = Var(f_c − f_k) = Σ_p (Φ_cp − Φ_kp)² s_ip (exact under the factor model; s_ic + s_ik
 //! with independent latents, Φ = I). Gradients, with α_k = ∂E/∂mean and β_k = ∂E/∂var of
 //! term k and d_k = Φ_c − Φ_k [P] (`docs/likelihood.md`, "Multi-class"):
@@ -14,10 +14,11 @@
 
 use anyhow::Result;
 
-use super::class_sampling::ClassSampler;
-use super::likelihood::{BernoulliLogistic, Likelihood};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::logistic::BernoulliLogistic;
+use crate::model::likelihood::multiclass::class_sampling::ClassSampler;
+use crate::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
+use crate::model::likelihood::Likelihood;
 
 /// The one-vs-each bound, its K − 1 logistic expectations by Gauss–Hermite; the predictive
 /// probabilities are those of the softmax it bounds (Monte Carlo, [`SoftmaxMc`]).
@@ -26,7 +27,7 @@ pub struct OneVsEach {
     pairs: BernoulliLogistic,
     predictive: SoftmaxMc,
     /// `--class-samples`: S of the K − 1 pairs per row, their sum scaled by (K − 1)/S
-    /// (`class_sampling.rs`); None: every pair.
+    /// (`likelihood/multiclass/class_sampling.rs`); None: every pair.
     sampler: Option<ClassSampler>,
 }
 
@@ -57,7 +58,7 @@ impl ClassLikelihood for OneVsEach {
     }
 
     /// O(K·P) per row: 3KP flops for the K − 1 difference variances, 6KP for their
-    /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::LANES`]-wide
+    /// gradients, and K − 1 logistic expectations in [`crate::model::likelihood::logistic::LANES`]-wide
     /// blocks.
     fn row(&self, row: &RowInput<'_>, grads: &mut RowGrads<'_>, work: &mut Vec<f64>) -> f64 {
         let (k_count, c) = (row.classes(), row.class);

@@ -8,13 +8,23 @@
 //! E_i = E_q[log p(c | f_i)] (or the likelihood's lower bound on it) with its gradient, split
 //! by the path through which the row's Gaussian depends on the parameters:
 //! - the mean f̄_i: the likelihood returns ∂E_i/∂f̄_i [K]; the caller turns it into ∂/∂m_i,
-//!   ∂/∂b and the mean part of ∂/∂Φ (for a minibatch with GEMMs, `class_phase.rs`);
+//!   ∂/∂b and the mean part of ∂/∂Φ (for a minibatch with GEMMs, `bound/class_phase.rs`);
 //! - the covariance Φ diag(s_i) Φᵀ: the likelihood adds its gradients with respect to s_i
 //!   [P] and Φ [K×P] itself, since each likelihood sees the covariance differently (pair
 //!   variances, marginal variances, or samples).
 //!
 //! With independent latent GPs (Φ = I, P = K) the utilities are independent; every
 //! likelihood here takes Φ as it comes, so both latent modes go through the same code.
+
+pub mod amortiser;
+pub mod ar_logit;
+pub mod ar_softmax;
+pub mod argmax;
+pub mod class_sampling;
+pub mod hernandez_lobato;
+pub mod one_vs_each;
+pub mod robust_max;
+pub mod softmax_mc;
 
 use std::fmt;
 
@@ -36,7 +46,7 @@ pub struct RowInput<'a> {
     pub utility: &'a [f64],
     /// Φ [K×P], row-major (row k at `phi[k * P..(k + 1) * P]`).
     pub phi: &'a [f64],
-    /// The row's amortisation-network outputs o_i [O] (`amortiser.rs`), empty for a
+    /// The row's amortisation-network outputs o_i [O] (`likelihood/multiclass/amortiser.rs`), empty for a
     /// likelihood without local parameters ([`ClassLikelihood::local_init`]).
     pub local: &'a [f64],
     /// The likelihood's learnt parameter θ when it has one (robust-max's logit ε,
@@ -175,7 +185,7 @@ pub struct RowGradient {
 /// E_i and its gradient with respect to m_i, s_i, Φ (row-major [K×P]) and b for one row of
 /// class `class`: f̄_i = Φ m_i + b, then the likelihood's row method, then the mean path's
 /// chain rule ∂m_i = Φᵀ a, ∂b = a, ∂Φ += a m_iᵀ with a = ∂E_i/∂f̄_i. For tests and single
-/// rows; a minibatch goes through `class_phase.rs`.
+/// rows; a minibatch goes through `bound/class_phase.rs`.
 pub fn row_gradient(
     lik: &dyn ClassLikelihood,
     class: usize,

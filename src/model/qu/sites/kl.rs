@@ -35,7 +35,7 @@ pub(crate) fn kl_inducing(
 
 /// Through J_p = I + Fᵀ Σ_p⁻¹ F = L Lᵀ [R×R]: KL_p = ½ [μᵀK_Zμ − R + tr J⁻¹ + log|J|]
 /// (log|Σ_p| cancels), with tr J⁻¹ = ‖L⁻¹‖²_F.
-pub(crate) fn kl_subspace(l: MatRef<'_, f64>, l_inv: MatRef<'_, f64>, quad_mu: f64) -> f64 {
+pub(crate) fn kl_low_rank(l: MatRef<'_, f64>, l_inv: MatRef<'_, f64>, quad_mu: f64) -> f64 {
     let r = l.nrows();
     let tr_j_inv: f64 = (0..r)
         .map(|c| (c..r).map(|i| l_inv[(i, c)] * l_inv[(i, c)]).sum::<f64>())

@@ -5,9 +5,9 @@
 //!
 //! E_i = Σ_{k≠c} E_q[log Φ(f_c − f_k)] = Σ_{k≠c} E(+1, f̄_c − f̄_k, σ²_k),
 //!
-//! each term the 1-D probit expectation of `probit.rs` (Gauss–Hermite with exact
+//! each term the 1-D probit expectation of `likelihood/probit.rs` (Gauss–Hermite with exact
 //! derivatives) with the pair means and variances σ²_k = Σ_p (Φ_cp − Φ_kp)² s_ip exactly as
-//! one-vs-each forms them ([`super::one_vs_each::pairwise_row`]), so the gradients are
+//! one-vs-each forms them ([`crate::model::likelihood::multiclass::one_vs_each::pairwise_row`]), so the gradients are
 //! one-vs-each's with the probit's α_k, β_k.
 //!
 //! It is a lower bound on E_q[log p(c | f)] of the multinomial probit model
@@ -22,11 +22,11 @@
 
 use anyhow::Result;
 
-use super::argmax::ArgmaxRule;
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::one_vs_each::pairwise_row;
-use super::probit::BernoulliProbit;
-use super::robust_max::marginal_variances;
+use crate::model::likelihood::multiclass::argmax::ArgmaxRule;
+use crate::model::likelihood::multiclass::one_vs_each::pairwise_row;
+use crate::model::likelihood::multiclass::robust_max::marginal_variances;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
+use crate::model::likelihood::probit::BernoulliProbit;
 
 /// The variance of each utility's noise n_k of the multinomial probit model the bound is
 /// on: ½, so that a difference n_c − n_k has unit variance and Φ(f_c − f_k) is its pair

@@ -6,7 +6,7 @@
 //! F = Σ_{(i,k,y,w) ∈ terms} w · E_q[log p(y | f_ik)] − Σ_p KL_p, with
 //! f̄_ik = Σ_p Φ_kp m_ip + b_k and v_ik = Σ_p Φ_kp² s_ip.
 //!
-//! The caller chooses the terms (`terms.rs`): every label of every row (exact bound on the
+//! The caller chooses the terms (`bound/terms.rs`): every label of every row (exact bound on the
 //! rows), or the positives plus a uniform sample of negatives reweighted by |N_i|/|L_i|; the
 //! N/|B| scaling is part of each term's weight.
 
@@ -15,19 +15,19 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Result};
 use faer::{Mat, MatRef};
 
-use super::conditional::{Conditional, Factorisation};
-use super::expected::likelihood_part;
-use super::feature_ard::{without_weights, FeatureInputs, FeatureWarp};
-use super::kernel::{BasisInputs, InputGrads, KernelKind};
-use super::likelihood::Likelihood;
-use super::multiclass::Classes;
-use super::params::{CholFactors, Grads, Params};
-use super::scratch::Scratch;
-use super::terms::{Term, TermSet};
+use crate::model::bound::expected::likelihood_part;
+use crate::model::bound::terms::{Term, TermSet};
+use crate::model::kernel::feature_ard::{FeatureInputs, FeatureWarp};
+use crate::model::kernel::{BasisInputs, InputGrads, KernelKind};
+use crate::model::likelihood::multiclass::Classes;
+use crate::model::likelihood::Likelihood;
+use crate::model::params::{CholFactors, Grads, Params, QParams};
+use crate::model::qu::conditional::{Conditional, Factorisation};
+use crate::model::scratch::Scratch;
 
-/// What [`evaluate_set`] computes besides the bound.
+/// What [`bound_and_grads`] computes besides the bound.
 #[derive(Debug, Clone, Copy)]
-pub struct EvalOptions {
+pub struct BoundOptions {
     /// Gradients with respect to A and the kernel hyperparameters. When false (A and the kernel
     /// hyperparameters frozen), the backward pass through K_Z and K_bZ, O(M³) per latent
     /// GP, is skipped and those gradients are returned as zeros.
@@ -36,9 +36,9 @@ pub struct EvalOptions {
     pub factorisation: Factorisation,
 }
 
-impl Default for EvalOptions {
+impl Default for BoundOptions {
     fn default() -> Self {
-        EvalOptions {
+        BoundOptions {
             kernel_grads: true,
             factorisation: Factorisation::Auto,
         }
@@ -72,7 +72,7 @@ impl PhaseTimes {
 
 /// Value of the bound and its gradient.
 #[derive(Debug, Clone)]
-pub struct Evaluation {
+pub struct BoundAndGrads {
     pub value: f64,
     /// Σ_p KL_p (part of `value`, reported separately).
     pub kl: f64,
@@ -83,7 +83,7 @@ pub struct Evaluation {
 }
 
 fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Result<()> {
-    let (p_count, k_count) = (params.mu.ncols(), params.phi.nrows());
+    let (p_count, k_count) = (params.q.mu().ncols(), params.phi.nrows());
     ensure!(
         params.phi.ncols() == p_count && params.bias.len() == k_count,
         "Φ, b and μ disagree in shape"
@@ -164,22 +164,22 @@ fn check_amortiser(params: &Params, x: &BasisInputs<'_>, classes: &Classes<'_>) 
 }
 
 /// Evaluates F and ∂F on a minibatch: `x` holds its Kxx rows and squared norms. A one-off
-/// evaluation with its own [`Scratch`] (repeated evaluations use [`evaluate_set`] with one
+/// evaluation with its own [`Scratch`] (repeated evaluations use [`bound_and_grads`] with one
 /// arena).
-pub fn evaluate(
+pub fn bound_and_grads_once(
     kind: KernelKind,
     params: &Params,
     x: &BasisInputs<'_>,
     terms: &[Term],
     lik: &dyn Likelihood,
-) -> Result<Evaluation> {
-    evaluate_set(
+) -> Result<BoundAndGrads> {
+    bound_and_grads(
         kind,
         params,
         x,
         &TermSet::List(terms),
         lik,
-        &EvalOptions::default(),
+        &BoundOptions::default(),
         &Scratch::new(),
     )
 }
@@ -187,38 +187,38 @@ pub fn evaluate(
 /// Evaluates F and ∂F on a minibatch for any [`TermSet`] (`docs/model.md`, "Algorithm as
 /// implemented"), with work buffers from `scratch`. Runs in the current rayon pool; the
 /// result does not depend on its size.
-pub fn evaluate_set(
+pub fn bound_and_grads(
     kind: KernelKind,
     params: &Params,
     x: &BasisInputs<'_>,
     terms: &TermSet<'_>,
     lik: &dyn Likelihood,
-    opts: &EvalOptions,
+    opts: &BoundOptions,
     scratch: &Scratch,
-) -> Result<Evaluation> {
-    Ok(evaluate_inner(kind, params, x, terms, lik, opts, false, scratch)?.0)
+) -> Result<BoundAndGrads> {
+    Ok(bound_and_grads_inner(kind, params, x, terms, lik, opts, false, scratch)?.0)
 }
 
-/// The bound and its gradient with ARD over the D input features (`feature_ard.rs`,
+/// The bound and its gradient with ARD over the D input features (`kernel/feature_ard.rs`,
 /// `docs/model.md`, "ARD over the D features"): `params` carries the weights log w [D],
 /// `fx` the minibatch's sparse rows and the basis X̃ [R×D]. The kernel runs on the weighted
 /// inputs Kxx'_b, n', K'_X̃ through C_p (the linear kernel's subspace path holds the
 /// Cholesky factor of K_X̃ fixed, which K'_X̃ is not), and ∂F/∂log w comes from the kernel's
 /// input gradients. Without `opts.kernel_grads` ∂F/∂log w is zero like the other kernel
 /// blocks.
-pub fn evaluate_features(
+pub fn bound_and_grads_feature_ard(
     kind: KernelKind,
     params: &Params,
     fx: &FeatureInputs<'_>,
     terms: &TermSet<'_>,
     lik: &dyn Likelihood,
-    opts: &EvalOptions,
+    opts: &BoundOptions,
     scratch: &Scratch,
-) -> Result<Evaluation> {
+) -> Result<BoundAndGrads> {
     let log_w = &params.kernel.log_features;
     fx.check(log_w)?;
     ensure!(
-        opts.factorisation != Factorisation::Subspace,
+        opts.factorisation != Factorisation::LowRank,
         "ARD over the features runs through C_p, not the subspace factorisation"
     );
     ensure!(
@@ -231,13 +231,14 @@ pub fn evaluate_features(
          exclude each other"
     );
     let warp = FeatureWarp::new(log_w, fx);
-    let plain = without_weights(params);
-    let opts = EvalOptions {
+    let plain = params.without_feature_weights();
+    let opts = BoundOptions {
         factorisation: Factorisation::Inducing,
         ..*opts
     };
     let x = warp.inputs();
-    let (mut ev, input_grads) = evaluate_inner(kind, &plain, &x, terms, lik, &opts, true, scratch)?;
+    let (mut ev, input_grads) =
+        bound_and_grads_inner(kind, &plain, &x, terms, lik, &opts, true, scratch)?;
     let clock = Instant::now();
     ev.grads.kernel.log_features = match input_grads {
         Some(g) => warp.backward(fx, &g),
@@ -247,19 +248,19 @@ pub fn evaluate_features(
     Ok(ev)
 }
 
-/// [`evaluate_set`], and with `want_inputs` (and kernel gradients) the kernel's gradients
+/// [`bound_and_grads`], and with `want_inputs` (and kernel gradients) the kernel's gradients
 /// with respect to its data inputs.
 #[allow(clippy::too_many_arguments)]
-fn evaluate_inner(
+fn bound_and_grads_inner(
     kind: KernelKind,
     params: &Params,
     x: &BasisInputs<'_>,
     terms: &TermSet<'_>,
     lik: &dyn Likelihood,
-    opts: &EvalOptions,
+    opts: &BoundOptions,
     want_inputs: bool,
     scratch: &Scratch,
-) -> Result<(Evaluation, Option<InputGrads>)> {
+) -> Result<(BoundAndGrads, Option<InputGrads>)> {
     check_shapes(params, x, terms)?;
     let mut times = PhaseTimes::default();
     let clock = Instant::now();
@@ -293,7 +294,7 @@ fn evaluate_inner(
         )
     };
     times.kernel_bwd = lap(&clock, times.total());
-    let ev = Evaluation {
+    let ev = BoundAndGrads {
         value: lg.expected - kl,
         kl,
         jitter,
@@ -301,15 +302,22 @@ fn evaluate_inner(
             // 0 when the class likelihood does not use it (it then does not change F).
             logit_epsilon: params.logit_epsilon.map(|_| lg.lik_param.unwrap_or(0.0)),
             a: g_a,
-            mu: vg.mu,
-            rho: vg.rho,
+            q: match &params.q {
+                QParams::Sites { .. } => QParams::Sites {
+                    mu: vg.mu,
+                    rho: vg.rho,
+                },
+                QParams::Full { chol, .. } => QParams::Full {
+                    mu: vg.mu,
+                    chol: CholFactors {
+                        whitened: chol.whitened,
+                        packed: vg.chol,
+                    },
+                },
+            },
             phi: lg.phi,
             bias: lg.bias,
             kernel: g_kernel,
-            chol: params.chol.as_ref().map(|c| CholFactors {
-                whitened: c.whitened,
-                packed: vg.chol,
-            }),
             amortiser: lg.amortiser,
         },
         times,
@@ -347,7 +355,7 @@ pub fn expected_loglik(
 }
 
 /// Σ_p KL_p, which depends on the data only through K_X̃ [R×R]: computed once for a
-/// full-data bound, on the path [`evaluate_set`] takes by default.
+/// full-data bound, on the path [`bound_and_grads`] takes by default.
 pub fn kl_total(
     kind: KernelKind,
     params: &Params,

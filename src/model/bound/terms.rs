@@ -6,7 +6,7 @@
 use rand::seq::index::sample;
 use rand::Rng;
 
-use super::multiclass::Classes;
+use crate::model::likelihood::multiclass::Classes;
 
 /// One likelihood term: row i (position in the minibatch), label k, y = ±1, weight.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,7 +99,7 @@ pub enum TermSet<'a> {
         scale: f64,
     },
     /// One true class per row and a likelihood that couples the row's K utilities
-    /// (`multiclass.rs`): the bound's data part is scale · Σ_i E_q[log p(c_i | f_i)]. The
+    /// (`likelihood/multiclass/mod.rs`): the bound's data part is scale · Σ_i E_q[log p(c_i | f_i)]. The
     /// per-term likelihood argument of the objective is not used for it.
     Classes(Classes<'a>),
 }

@@ -1,6 +1,6 @@
 //! Automatic relevance determination over the R basis directions ("subspace ARD",
 //! `docs/model.md`, section "Subspace ARD"): a kernel-input transform, so it works with
-//! every kernel of `kernel.rs`.
+//! every kernel of `kernel/mod.rs`.
 //!
 //! With weights ω_r = exp(log ω_r) and t_r = √ω_r − 1, T = diag(t), the inputs go through
 //! the linear map φ(x) = x + X̃ᵀ T X̃ x of R^D. When the basis is orthonormal (K_X̃ = I, as
@@ -23,7 +23,7 @@
 
 use faer::{Mat, MatRef};
 
-use super::kernel::BasisInputs;
+use crate::model::kernel::BasisInputs;
 
 /// t_r = √ω_r − 1 and √ω_r of the weights ω_r = exp(log ω_r).
 fn shifts(log_ard: &[f64]) -> (Vec<f64>, Vec<f64>) {

@@ -3,8 +3,8 @@
 //! using Subspace Inducing Inputs*, and SVGP (Hensman, Matthews & Ghahramani, *Scalable
 //! Variational Gaussian Process Classification*, §4).
 //!
-//! - unwhitened ([`QForm::Cholesky`](super::params::QForm)): q(u_p) = N(μ_p, L_p L_pᵀ);
-//! - whitened ([`QForm::Whitened`](super::params::QForm)): u_p = L_Z v_p with
+//! - unwhitened ([`QForm::Cholesky`](crate::model::params::QForm)): q(u_p) = N(μ_p, L_p L_pᵀ);
+//! - whitened ([`QForm::Whitened`](crate::model::params::QForm)): u_p = L_Z v_p with
 //!   K_Z = L_Z L_Zᵀ, q(v_p) = N(m_p, L_p L_pᵀ), m_p held in μ.
 //!
 //! Both run as the whitened form: the unwhitened one maps its parameters to
@@ -15,7 +15,7 @@
 //! KL_p = ½ [‖L_v,p‖²_F + ‖m_p‖² − M − 2 Σ_j log|L_v,p,jj|].
 //!
 //! The per-GP work is triangular × dense products of GEMM shape (3M²B flops per GP, plus
-//! 4M³/3 unwhitened); the GPs run in the fixed chunks of `variational.rs` ([`GP_CHUNK`]),
+//! 4M³/3 unwhitened); the GPs run in the fixed chunks of `qu/sites/mod.rs` ([`GP_CHUNK`]),
 //! sequential inside, the chunks' sums reduced in chunk order, so the results do not depend
 //! on the number of threads.
 
@@ -26,11 +26,11 @@ use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-use super::gp_factor::{factorise, lower_inverse};
-use super::params::{packed_index, packed_len, CholFactors};
-use super::scratch::Scratch;
-use super::variational::{chunk_count, chunk_range, VariationalGrads, GP_CHUNK};
 use crate::linalg::{mirror_lower, zero_upper};
+use crate::model::params::{packed_index, packed_len, CholFactors};
+use crate::model::qu::gp_factor::{factorise, lower_inverse};
+use crate::model::qu::sites::{chunk_count, chunk_range, VariationalGrads, GP_CHUNK};
+use crate::model::scratch::Scratch;
 
 /// Columns per task of the shared triangular products (fixed, so that the bits do not
 /// depend on the thread count; wide enough for faer's GEMM kernels).

@@ -5,7 +5,7 @@
 //! "Algorithm as implemented").
 //!
 //! The per-GP algebra takes one of two paths: through C_p = K_Z + Σ_p [M×M]
-//! (`inducing.rs`, any kernel) or through J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (`subspace.rs`, the
+//! (`qu/sites/inducing.rs`, any kernel) or through J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (`qu/sites/low_rank.rs`, the
 //! linear kernel); this file runs either over all GPs and assembles the results.
 //!
 //! The P latent GPs are independent given K_Z and K_bZ: they are processed by rayon in
@@ -16,17 +16,20 @@
 //! Shapes: K_Z [M×M], K_bZ [B×M], k_ii [B], μ and ρ [M×P], marginal means and variances
 //! [B×P].
 
+pub(crate) mod inducing;
+pub(crate) mod kl;
+pub mod low_rank;
+
 use anyhow::Result;
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 
-use super::gp_factor::{GpForward, PerGp};
-use super::inducing;
-use super::kl::quad_mu;
-use super::scratch::Scratch;
-use super::subspace::{self, Subspace};
 use crate::linalg::mirror_lower;
+use crate::model::qu::gp_factor::{GpForward, PerGp};
+use crate::model::scratch::Scratch;
+use kl::quad_mu;
+use low_rank::LowRankFactors;
 
 /// Latent GPs per parallel task. Fixed (not derived from the thread count) so that the
 /// order of every floating-point reduction, hence every result, is the same for any number
@@ -48,7 +51,7 @@ pub struct VariationalForward {
     pub jitter: f64,
     per_gp: Vec<PerGp>,
     /// Whether the per-GP factors are the subspace path's (J_p rather than C_p).
-    subspace: bool,
+    low_rank: bool,
 }
 
 impl VariationalForward {
@@ -70,11 +73,11 @@ pub struct VariationalGrads {
     pub k_z: Mat<f64>,
     pub k_bz: Mat<f64>,
     pub k_diag: Vec<f64>,
-    /// On the subspace path, ∂/∂F [M×R] and ∂/∂G [R×B] of the [`Subspace`] factors (the
+    /// On the subspace path, ∂/∂F [M×R] and ∂/∂G [R×B] of the [`LowRankFactors`] factors (the
     /// μ terms still go through `k_z` and `k_bz`); empty otherwise.
     pub f: Mat<f64>,
     pub g: Mat<f64>,
-    /// ∂F/∂L packed [M(M+1)/2 × P] for the full-Cholesky forms (`cholesky_q.rs`); empty
+    /// ∂F/∂L packed [M(M+1)/2 × P] for the full-Cholesky forms (`qu/cholesky.rs`); empty
     /// for the paper's form.
     pub chol: Mat<f64>,
 }
@@ -114,7 +117,7 @@ fn forward_all(
     rho: MatRef<'_, f64>,
     quad: Option<&[f64]>,
     keep: bool,
-    sub: Option<&Subspace>,
+    sub: Option<&LowRankFactors>,
     scratch: &Scratch,
 ) -> Result<Vec<GpForward>> {
     let p_count = rho.ncols();
@@ -128,7 +131,7 @@ fn forward_all(
             chunk_range(c, p_count)
                 .map(|p| match sub {
                     Some(sub) => {
-                        subspace::forward_one(sub, rho, p, quad.map(|q| q[p]), keep, scratch)
+                        low_rank::forward_one(sub, rho, p, quad.map(|q| q[p]), keep, scratch)
                     }
                     None => inducing::forward_one(
                         k_z,
@@ -153,14 +156,14 @@ fn forward_all(
 
 /// Computes the marginals and the KL terms, keeping the per-GP factors for [`backward`].
 /// Given `sub` (the linear kernel's subspace factors of the same K_Z and K_bZ), the per-GP
-/// work runs in R×R matrices (`subspace.rs`); the results agree to rounding.
+/// work runs in R×R matrices (`qu/sites/low_rank.rs`); the results agree to rounding.
 pub fn forward(
     k_z: MatRef<'_, f64>,
     k_bz: MatRef<'_, f64>,
     k_diag: &[f64],
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
-    sub: Option<&Subspace>,
+    sub: Option<&LowRankFactors>,
     scratch: &Scratch,
 ) -> Result<VariationalForward> {
     let (p_count, b) = (mu.ncols(), k_bz.nrows());
@@ -185,7 +188,7 @@ pub fn forward(
         kl,
         jitter,
         per_gp,
-        subspace: sub.is_some(),
+        low_rank: sub.is_some(),
     })
 }
 
@@ -198,7 +201,7 @@ pub fn marginals(
     k_diag: &[f64],
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
-    sub: Option<&Subspace>,
+    sub: Option<&LowRankFactors>,
     scratch: &Scratch,
 ) -> Result<(Mat<f64>, Mat<f64>, f64)> {
     let (p_count, b) = (mu.ncols(), k_bz.nrows());
@@ -222,7 +225,7 @@ pub fn kl_total(
     k_z: MatRef<'_, f64>,
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
-    sub: Option<&Subspace>,
+    sub: Option<&LowRankFactors>,
     scratch: &Scratch,
 ) -> Result<f64> {
     let m = k_z.nrows();
@@ -326,11 +329,11 @@ pub fn backward(
     g_mean: MatRef<'_, f64>,
     g_var: MatRef<'_, f64>,
     kernel_grads: bool,
-    sub: Option<&Subspace>,
+    sub: Option<&LowRankFactors>,
     scratch: &Scratch,
 ) -> VariationalGrads {
     assert_eq!(
-        fwd.subspace,
+        fwd.low_rank,
         sub.is_some(),
         "backward must take the forward pass's path"
     );
@@ -347,7 +350,7 @@ pub fn backward(
     );
     matmul(g_mu.as_mut(), Accum::Add, k_z, mu, -1.0, Par::rayon(0));
     if let Some(sub) = sub {
-        return backward_subspace(
+        return backward_low_rank(
             fwd,
             sub,
             mu,
@@ -450,12 +453,12 @@ fn k_diag_grad(g_var: MatRef<'_, f64>) -> Vec<f64> {
         .collect()
 }
 
-/// [`backward`] on the subspace path (`subspace.rs`): per-GP work in R×R matrices, the
+/// [`backward`] on the subspace path (`qu/sites/low_rank.rs`): per-GP work in R×R matrices, the
 /// kernel gradients split into the μ terms (through K_Z and K_bZ) and ∂F, ∂G.
 #[allow(clippy::too_many_arguments)]
-fn backward_subspace(
+fn backward_low_rank(
     fwd: &VariationalForward,
-    sub: &Subspace,
+    sub: &LowRankFactors,
     mu: MatRef<'_, f64>,
     rho: MatRef<'_, f64>,
     g_mean: MatRef<'_, f64>,
@@ -465,11 +468,11 @@ fn backward_subspace(
     scratch: &Scratch,
 ) -> VariationalGrads {
     let (m, p_count) = (mu.nrows(), mu.ncols());
-    let chunks: Vec<subspace::ChunkGrads> = (0..chunk_count(p_count))
+    let chunks: Vec<low_rank::ChunkGrads> = (0..chunk_count(p_count))
         .into_par_iter()
         .map(|c| {
             let r = chunk_range(c, p_count);
-            subspace::backward_chunk(
+            low_rank::backward_chunk(
                 sub,
                 &fwd.per_gp[r.clone()],
                 r.start,
@@ -514,8 +517,8 @@ fn backward_subspace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gp_factor::sigma_of;
     use crate::model::kernel::{BasisInputs, KernelKind, KernelParams};
+    use crate::model::qu::gp_factor::sigma_of;
     use faer::linalg::solvers::DenseSolveCore;
     use faer::Side;
     use rand::{Rng, SeedableRng};

@@ -19,8 +19,7 @@
 use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
-use super::kernel::{BasisInputs, InputGrads};
-use super::params::Params;
+use crate::model::kernel::{BasisInputs, InputGrads};
 
 /// A minibatch's rows as sparse feature vectors [B×D] (CSR, f64 values).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -141,14 +140,6 @@ fn scaled_basis(w: &[f64], basis: MatRef<'_, f64>) -> Mat<f64> {
 /// K'_X̃ = X̃ W X̃ᵀ [R×R] for weights `log_w` [D] and the basis `basis` [R×D] (2DR²).
 pub fn weighted_gram(log_w: &[f64], basis: MatRef<'_, f64>) -> Mat<f64> {
     scaled_basis(&weights(log_w), basis) * basis.transpose()
-}
-
-/// The parameters without their feature weights: the model that, given the weighted
-/// inputs of [`FeatureWarp`], is the model with them.
-pub fn without_weights(params: &Params) -> Params {
-    let mut plain = params.clone();
-    plain.kernel.log_features = Vec::new();
-    plain
 }
 
 /// One minibatch's inputs after x ↦ W^{1/2} x, with what [`FeatureWarp::backward`] needs.

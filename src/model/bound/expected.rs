@@ -6,13 +6,13 @@
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
-use super::amortiser::Amortiser;
-use super::class_phase::classes_part;
-use super::likelihood::Likelihood;
-use super::params::Params;
-use super::scratch::Scratch;
-use super::terms::{Term, TermSet};
 use crate::linalg::{product, product_into};
+use crate::model::bound::class_phase::classes_part;
+use crate::model::bound::terms::{Term, TermSet};
+use crate::model::likelihood::multiclass::amortiser::Amortiser;
+use crate::model::likelihood::Likelihood;
+use crate::model::params::Params;
+use crate::model::scratch::Scratch;
 
 /// The likelihood part's results: Σ w E and the gradients with respect to m, s, Φ, b.
 pub(crate) struct LikelihoodGrads {

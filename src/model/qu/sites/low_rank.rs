@@ -26,15 +26,15 @@ use faer::linalg::triangular_solve::{
 };
 use faer::{Accum, Mat, MatRef, Par};
 
-use super::gp_factor::{
-    dsigma_drho, factorise, lower_inverse, sigma_column, solve_v, GpForward, PerGp,
-};
-use super::kernel::{BasisInputs, KernelParams};
-use super::kl::kl_subspace;
-use super::scratch::Scratch;
 use crate::linalg::{
     cholesky_lower, inner_by_columns, inverse_and_solve, lower_product, mirror_lower,
 };
+use crate::model::kernel::{BasisInputs, KernelParams};
+use crate::model::qu::gp_factor::{
+    dsigma_drho, factorise, lower_inverse, sigma_column, solve_v, GpForward, PerGp,
+};
+use crate::model::qu::sites::kl::kl_low_rank;
+use crate::model::scratch::Scratch;
 
 /// Whether the subspace path is cheaper than the inducing-point path for M inducing points
 /// and basis rank R: with B = M its per-GP cost 3MR² + 2R³ + 3R²B is below 2M³ + 3M²B up to
@@ -47,7 +47,7 @@ pub fn worthwhile(m: usize, r: usize) -> bool {
 
 /// The subspace factors of one minibatch (linear kernel).
 #[derive(Debug, Clone)]
-pub struct Subspace {
+pub struct LowRankFactors {
     /// F = σ_f A L_X̃ [M×R]: K_Z = F Fᵀ.
     pub f: Mat<f64>,
     /// G = σ_f L_X̃⁻¹ Kxx_bᵀ [R×B]: K_bZ = Gᵀ Fᵀ.
@@ -60,7 +60,7 @@ pub struct Subspace {
     sf: f64,
 }
 
-impl Subspace {
+impl LowRankFactors {
     /// The factors for inducing coordinates `a` [M×R] and the minibatch `x`, with k_ii
     /// `k_diag` [B] from the kernel's forward pass. None when K_X̃ is not positive definite
     /// (a rank-deficient basis): the caller then takes the inducing-point path.
@@ -69,7 +69,7 @@ impl Subspace {
         a: MatRef<'_, f64>,
         x: &BasisInputs<'_>,
         k_diag: &[f64],
-    ) -> Option<Subspace> {
+    ) -> Option<LowRankFactors> {
         let (m, r, b) = (a.nrows(), a.ncols(), x.kxx_b.nrows());
         let l_kt = cholesky_lower(x.k_tilde.to_owned())?;
         let sf = (0.5 * kp.log_sf2).exp();
@@ -91,7 +91,7 @@ impl Subspace {
         let resid = (0..b)
             .map(|i| k_diag[i] - g.col(i).iter().map(|v| v * v).sum::<f64>())
             .collect();
-        Some(Subspace {
+        Some(LowRankFactors {
             f,
             g,
             resid,
@@ -122,7 +122,7 @@ impl Subspace {
     }
 
     /// ∂/∂Kxx_b [B×R] from ∂/∂G [R×B]: G = σ_f L_X̃⁻¹ Kxx_bᵀ, so ∂Kxx_bᵀ = σ_f L_X̃⁻ᵀ ∂G
-    /// (for input transforms such as ARD, `ard.rs`).
+    /// (for input transforms such as ARD, `kernel/ard.rs`).
     pub fn kxx_grad(&self, g_g: MatRef<'_, f64>) -> Mat<f64> {
         let mut t = g_g.to_owned();
         solve_upper_triangular_in_place(self.l_kt.transpose(), t.as_mut(), Par::rayon(0));
@@ -135,7 +135,7 @@ impl Subspace {
 /// and (given `quad_mu` = μ_pᵀ K_Z μ_p) KL_p = ½ [μᵀK_Zμ − R + ‖L⁻¹‖²_F + 2 Σ log L_rr].
 /// Keeps L⁻¹ [R×R] and V [R×B] for the backward pass if `keep` (which needs `quad_mu`).
 pub(crate) fn forward_one(
-    sub: &Subspace,
+    sub: &LowRankFactors,
     rho: MatRef<'_, f64>,
     p: usize,
     quad_mu: Option<f64>,
@@ -183,7 +183,7 @@ pub(crate) fn forward_one(
         .map(|i| sub.resid[i] + v.col(i).iter().map(|x| x * x).sum::<f64>())
         .collect();
     let kl = match (quad_mu, &l_inv) {
-        (Some(q), Some(l_inv)) => kl_subspace(l.as_ref(), l_inv.as_ref(), q),
+        (Some(q), Some(l_inv)) => kl_low_rank(l.as_ref(), l_inv.as_ref(), q),
         _ => 0.0,
     };
     scratch.give_mat(l);
@@ -212,7 +212,7 @@ pub(crate) struct ChunkGrads {
 /// s_i = c_i + g_iᵀ J⁻¹ g_i gives ∂G += 2 W D (the −2 g_i Σ_p G_s,ip of c_i is added by the
 /// caller, once).
 pub(crate) fn backward_chunk(
-    sub: &Subspace,
+    sub: &LowRankFactors,
     gps: &[PerGp],
     first: usize,
     rho: MatRef<'_, f64>,

@@ -1,36 +1,36 @@
 //! The conditional: from q(u) to the marginals q(h_p(x_i)) = N(m_ip, s_ip) of the latent GPs
 //! at a set of rows, and back for the gradients. This is the one place where "kernel forward
 //! → the factorisation path → the q(u) form's forward pass" is written; the minibatch bound,
-//! the exact bound (`objective.rs`) and prediction (`predictive.rs`) all go through it.
+//! the exact bound (`bound/objective.rs`) and prediction (`predictive.rs`) all go through it.
 //!
 //! Each q(u) form ([`QForm`]) is one match arm below; the paper's form is in
-//! `variational.rs`, its per-GP algebra in `inducing.rs` (C_p) and `subspace.rs` (J_p); the
-//! full-Cholesky forms are in `cholesky_q.rs`.
+//! `qu/sites/mod.rs`, its per-GP algebra in `qu/sites/inducing.rs` (C_p) and `qu/sites/low_rank.rs` (J_p); the
+//! full-Cholesky forms are in `qu/cholesky.rs`.
 
 use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
-use super::ard::{warp_inducing, Warp};
-use super::cholesky_q::{self, CholFactorsOnce, CholForward};
-use super::kernel::{BasisInputs, InputGrads, KernelForward, KernelKind, KernelParams};
-use super::params::{CholFactors, Params, QForm};
-use super::scratch::Scratch;
-use super::subspace::{self, Subspace};
-use super::variational::{self, Factors, VariationalForward, VariationalGrads};
+use crate::model::kernel::ard::{warp_inducing, Warp};
+use crate::model::kernel::{BasisInputs, InputGrads, KernelForward, KernelKind, KernelParams};
+use crate::model::params::{CholFactors, Params, QForm};
+use crate::model::qu::cholesky::{self, CholFactorsOnce, CholForward};
+use crate::model::qu::sites::low_rank::{self, LowRankFactors};
+use crate::model::qu::sites::{self, Factors, VariationalForward, VariationalGrads};
+use crate::model::scratch::Scratch;
 
 /// The per-GP algebra of q(u): through C_p = K_Z + Σ_p [M×M] (any kernel), or through
-/// J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (linear kernel only, `subspace.rs`). Both give the same bound
+/// J_p = I + Fᵀ Σ_p⁻¹ F [R×R] (linear kernel only, `qu/sites/low_rank.rs`). Both give the same bound
 /// and gradients up to rounding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Factorisation {
-    /// The subspace path for the linear kernel when it is cheaper
-    /// ([`subspace::worthwhile`]: R ≤ ¾M) and K_X̃ is positive definite; else C_p.
+    /// The low-rank path (J_p) for the linear kernel when it is cheaper
+    /// ([`low_rank::worthwhile`]: R ≤ ¾M) and K_X̃ is positive definite; else C_p.
     #[default]
     Auto,
     /// Always C_p = K_Z + Σ_p.
     Inducing,
-    /// Always J_p (an error for the squared-exponential kernel or a singular K_X̃).
-    Subspace,
+    /// Always J_p, through K_Z = F Fᵀ (an error for the squared-exponential kernel or a singular K_X̃).
+    LowRank,
 }
 
 /// Marginal means and variances of the latent GPs at a set of rows.
@@ -51,10 +51,10 @@ pub struct Conditional {
     form: QForm,
     /// K_Z, K_bZ and k_ii at the rows.
     pub kernel: KernelForward,
-    /// The linear kernel's subspace factors when the J_p path was chosen.
-    subspace: Option<Subspace>,
-    /// The inputs after subspace ARD's map (`ard.rs`) when the parameters carry weights;
-    /// the kernel and the subspace factors were evaluated at them.
+    /// The linear kernel's low-rank factors (K_Z = F Fᵀ) when the J_p path was chosen.
+    low_rank: Option<LowRankFactors>,
+    /// The inputs after subspace ARD's map (`kernel/ard.rs`) when the parameters carry weights;
+    /// the kernel and the low-rank factors were evaluated at them.
     warp: Option<Warp>,
 }
 
@@ -71,7 +71,7 @@ impl Conditional {
         let mut cond = Self::through_inducing(kind, params, x);
         if cond.form != QForm::SiteDiagonal {
             ensure!(
-                choice != Factorisation::Subspace,
+                choice != Factorisation::LowRank,
                 "the subspace factorisation applies only to the paper's q(u) form (--q-form \
                  sites), not to --q-form {}",
                 cond.form.name()
@@ -80,8 +80,7 @@ impl Conditional {
         }
         let a = cond.kernel_a(params);
         let xk = cond.kernel_inputs(x);
-        let subspace = subspace_for(kind, params, a, &xk, &cond.kernel, choice)?;
-        cond.subspace = subspace;
+        cond.low_rank = low_rank_for(kind, params, a, &xk, &cond.kernel, choice)?;
         Ok(cond)
     }
 
@@ -114,7 +113,7 @@ impl Conditional {
             kind,
             form: params.q_form(),
             kernel,
-            subspace: None,
+            low_rank: None,
             warp,
         }
     }
@@ -129,20 +128,20 @@ impl Conditional {
     pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<QForward> {
         let kf = &self.kernel;
         Ok(match self.form {
-            QForm::SiteDiagonal => QForward::SiteDiagonal(variational::forward(
+            QForm::SiteDiagonal => QForward::SiteDiagonal(sites::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
-                params.mu.as_ref(),
-                params.rho.as_ref(),
-                self.subspace.as_ref(),
+                params.q.mu().as_ref(),
+                rho_of(params),
+                self.low_rank.as_ref(),
                 scratch,
             )?),
-            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(Box::new(cholesky_q::forward(
+            QForm::Cholesky | QForm::Whitened => QForward::Cholesky(Box::new(cholesky::forward(
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 scratch,
             )?)),
@@ -154,23 +153,23 @@ impl Conditional {
         let kf = &self.kernel;
         match self.form {
             QForm::SiteDiagonal => {
-                let (mean, var, jitter) = variational::marginals(
+                let (mean, var, jitter) = sites::marginals(
                     kf.k_z.as_ref(),
                     kf.k_bz.as_ref(),
                     &kf.k_diag,
-                    params.mu.as_ref(),
-                    params.rho.as_ref(),
-                    self.subspace.as_ref(),
+                    params.q.mu().as_ref(),
+                    rho_of(params),
+                    self.low_rank.as_ref(),
                     scratch,
                 )?;
                 Ok(Marginals { mean, var, jitter })
             }
             QForm::Cholesky | QForm::Whitened => {
-                let fwd = cholesky_q::forward(
+                let fwd = cholesky::forward(
                     kf.k_z.as_ref(),
                     kf.k_bz.as_ref(),
                     &kf.k_diag,
-                    params.mu.as_ref(),
+                    params.q.mu().as_ref(),
                     chol_of(params),
                     scratch,
                 )?;
@@ -184,16 +183,16 @@ impl Conditional {
     /// Σ_p KL_p alone, in the same order as [`Conditional::forward`].
     pub fn kl_total(&self, params: &Params, scratch: &Scratch) -> Result<f64> {
         match self.form {
-            QForm::SiteDiagonal => variational::kl_total(
+            QForm::SiteDiagonal => sites::kl_total(
                 self.kernel.k_z.as_ref(),
-                params.mu.as_ref(),
-                params.rho.as_ref(),
-                self.subspace.as_ref(),
+                params.q.mu().as_ref(),
+                rho_of(params),
+                self.low_rank.as_ref(),
                 scratch,
             ),
-            QForm::Cholesky | QForm::Whitened => cholesky_q::kl_total(
+            QForm::Cholesky | QForm::Whitened => cholesky::kl_total(
                 self.kernel.k_z.as_ref(),
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 scratch,
             ),
@@ -214,21 +213,21 @@ impl Conditional {
     ) -> VariationalGrads {
         let kf = &self.kernel;
         match fwd {
-            QForward::SiteDiagonal(fwd) => variational::backward(
+            QForward::SiteDiagonal(fwd) => sites::backward(
                 fwd,
                 kf.k_z.as_ref(),
                 kf.k_bz.as_ref(),
-                params.mu.as_ref(),
-                params.rho.as_ref(),
+                params.q.mu().as_ref(),
+                rho_of(params),
                 g_mean,
                 g_var,
                 kernel_grads,
-                self.subspace.as_ref(),
+                self.low_rank.as_ref(),
                 scratch,
             ),
-            QForward::Cholesky(fwd) => cholesky_q::backward(
+            QForward::Cholesky(fwd) => cholesky::backward(
                 fwd,
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 g_mean,
                 g_var,
@@ -239,7 +238,7 @@ impl Conditional {
     }
 
     /// The kernel's chain rule from the gradients of [`Conditional::backward`] (with kernel
-    /// blocks) to ∂A [M×R] and the hyperparameters, through the subspace factors too when
+    /// blocks) to ∂A [M×R] and the hyperparameters, through the low-rank factors too when
     /// that path was taken, and through the ARD map to A and log ω when there is one.
     pub fn kernel_backward(
         &self,
@@ -257,7 +256,7 @@ impl Conditional {
             &vg.k_diag,
         );
         let (mut g_a, mut g_log_sf2) = (kg.a, kg.log_sf2);
-        if let Some(sub) = &self.subspace {
+        if let Some(sub) = &self.low_rank {
             let (a, log_sf2) = sub.chain(vg.f.as_ref(), vg.g.as_ref());
             g_a += a;
             g_log_sf2 += log_sf2;
@@ -274,7 +273,7 @@ impl Conditional {
                 false,
             );
             let mut g_kxx = ig.kxx_b;
-            if let Some(sub) = &self.subspace {
+            if let Some(sub) = &self.low_rank {
                 g_kxx += sub.kxx_grad(vg.g.as_ref());
             }
             (g_a, g_log_ard) = w.backward(x, g_a.as_ref(), g_kxx.as_ref(), &ig.sq_norms);
@@ -294,11 +293,11 @@ impl Conditional {
     /// The kernel's gradients with respect to its data inputs Kxx_b, n and K_X̃
     /// (`KernelKind::input_grads`) from the gradients of [`Conditional::backward`] (with
     /// kernel blocks), for input transforms applied before the conditional (ARD over the
-    /// features, `feature_ard.rs`). An error on the subspace path or under subspace ARD,
+    /// features, `kernel/feature_ard.rs`). An error on the subspace path or under subspace ARD,
     /// whose factors depend on the inputs in ways these gradients leave out.
     pub fn input_grads(&self, params: &Params, vg: &VariationalGrads) -> Result<InputGrads> {
         ensure!(
-            self.subspace.is_none() && self.warp.is_none(),
+            self.low_rank.is_none() && self.warp.is_none(),
             "internal: input gradients are taken through C_p without subspace ARD"
         );
         Ok(self.kind.input_grads(
@@ -321,9 +320,12 @@ impl Conditional {
     ) -> (Mat<f64>, Mat<f64>) {
         let kf = &self.kernel;
         match &q.factors {
-            QFactors::SiteDiagonal(factors) => {
-                factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, params.mu.as_ref(), scratch)
-            }
+            QFactors::SiteDiagonal(factors) => factors.marginals(
+                kf.k_bz.as_ref(),
+                &kf.k_diag,
+                params.q.mu().as_ref(),
+                scratch,
+            ),
             QFactors::Cholesky(factors) => factors.marginals(kf.k_bz.as_ref(), &kf.k_diag, scratch),
         }
     }
@@ -355,11 +357,11 @@ impl FactorisedQ {
         let k_z = inducing_gram(kind, params, k_tilde);
         let factors = match params.q_form() {
             QForm::SiteDiagonal => {
-                QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), params.rho.as_ref(), scratch)?)
+                QFactors::SiteDiagonal(Factors::new(k_z.as_ref(), rho_of(params), scratch)?)
             }
             QForm::Cholesky | QForm::Whitened => QFactors::Cholesky(CholFactorsOnce::new(
                 k_z.as_ref(),
-                params.mu.as_ref(),
+                params.q.mu().as_ref(),
                 chol_of(params),
                 scratch,
             )?),
@@ -398,10 +400,10 @@ pub fn mean_weights(
     k_tilde: MatRef<'_, f64>,
 ) -> Result<Mat<f64>> {
     match params.q_form() {
-        QForm::SiteDiagonal => Ok(params.mu.clone()),
-        QForm::Cholesky | QForm::Whitened => cholesky_q::mean_weights(
+        QForm::SiteDiagonal => Ok(params.q.mu().clone()),
+        QForm::Cholesky | QForm::Whitened => cholesky::mean_weights(
             inducing_gram(kind, params, k_tilde).as_ref(),
-            params.mu.as_ref(),
+            params.q.mu().as_ref(),
             chol_of(params),
             &Scratch::new(),
         ),
@@ -460,9 +462,18 @@ impl QForward {
 /// The Cholesky factors of a full-Cholesky form's parameters.
 fn chol_of(params: &Params) -> &CholFactors {
     params
-        .chol
-        .as_ref()
+        .q
+        .chol()
         .expect("a full-Cholesky q(u) form holds its factors")
+}
+
+/// ρ of the paper's form's parameters.
+fn rho_of(params: &Params) -> MatRef<'_, f64> {
+    params
+        .q
+        .rho()
+        .expect("the paper's q(u) form holds its sites")
+        .as_ref()
 }
 
 /// An error unless the parameters hold this kernel's optional hyperparameters and, with
@@ -482,23 +493,23 @@ fn check_kernel_params(kind: KernelKind, params: &Params, rank: usize) -> Result
     Ok(())
 }
 
-/// The subspace factors when `choice` selects that path for this kernel and shape, at the
+/// The low-rank factors (K_Z = F Fᵀ) when `choice` selects that path for this kernel and shape, at the
 /// kernel's inducing coordinates `a` [M×R] and inputs `x` (after ARD's map, if any: K_Z
 /// still factors through the basis then, as A' K_X̃ A'ᵀ). Only the linear kernel's K_Z and
 /// K_bZ factor through the basis; the SE part of SE and SE + linear does not.
-fn subspace_for(
+fn low_rank_for(
     kind: KernelKind,
     params: &Params,
     a: MatRef<'_, f64>,
     x: &BasisInputs<'_>,
     kf: &KernelForward,
     choice: Factorisation,
-) -> Result<Option<Subspace>> {
+) -> Result<Option<LowRankFactors>> {
     let (m, r) = (a.nrows(), a.ncols());
     let wanted = match choice {
-        Factorisation::Auto => kind == KernelKind::Linear && subspace::worthwhile(m, r),
+        Factorisation::Auto => kind == KernelKind::Linear && low_rank::worthwhile(m, r),
         Factorisation::Inducing => false,
-        Factorisation::Subspace => {
+        Factorisation::LowRank => {
             ensure!(
                 kind == KernelKind::Linear,
                 "the subspace factorisation needs the linear kernel"
@@ -509,7 +520,7 @@ fn subspace_for(
     if !wanted {
         return Ok(None);
     }
-    let sub = Subspace::new(&params.kernel, a, x, &kf.k_diag);
+    let sub = LowRankFactors::new(&params.kernel, a, x, &kf.k_diag);
     ensure!(
         sub.is_some() || choice == Factorisation::Auto,
         "the subspace factorisation needs a positive definite K_X̃"

@@ -21,8 +21,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
 use crate::linalg::clear_upper_simd_state;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
 
 /// The default number of antithetic pairs.
 pub const DEFAULT_PAIRS: usize = 16;

@@ -5,12 +5,12 @@
 //! E_q[log p(c | f_i)] ≥ E_{q(ε)}[log σ(ε) + log σ(−ε)] + H(q) + w Σ_{k≠c} E_{q(ε)} E_q[log σ(ε + f_c − f_k)],
 //!
 //! with q(ε) = Logistic(μ_i, β_i), its location μ_i = o_i0 and scale β_i = softplus(o_i1)
-//! the row's two amortisation-network outputs (`amortiser.rs`), H(q) = log β + 2 its
+//! the row's two amortisation-network outputs (`likelihood/multiclass/amortiser.rs`), H(q) = log β + 2 its
 //! entropy (exact), and w = (K − 1)/S with class subsampling (else 1). The expectations
 //! over ε use a fixed symmetric rule of J = 2S_ε points by reparametrisation,
 //! ε_j = μ + β t_j with weights ω_j ([`epsilon_rule`]), so the bound is a deterministic,
 //! smooth function of the parameters. Each
-//! E_q[log σ(ε_j + f_c − f_k)] is the 1-D logistic expectation of `likelihood.rs` at mean
+//! E_q[log σ(ε_j + f_c − f_k)] is the 1-D logistic expectation of `likelihood/logistic.rs` at mean
 //! m_k + ε_j and variance σ²_k, as one-vs-each computes them. With q(ε) a point mass at 0
 //! the pair terms are one-vs-each's.
 //!
@@ -21,10 +21,10 @@
 
 use anyhow::{ensure, Result};
 
-use super::class_sampling::ClassSampler;
-use super::likelihood::{sigmoid, softplus, BernoulliLogistic};
-use super::multiclass::{ClassLikelihood, RowGrads, RowInput};
-use super::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::logistic::{sigmoid, softplus, BernoulliLogistic};
+use crate::model::likelihood::multiclass::class_sampling::ClassSampler;
+use crate::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
+use crate::model::likelihood::multiclass::{ClassLikelihood, RowGrads, RowInput};
 
 /// The AR-logit bound with amortised q(ε), optionally over S sampled negatives; the
 /// predictive probabilities are the Monte Carlo softmax's ([`SoftmaxMc`]).
