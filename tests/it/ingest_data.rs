@@ -65,20 +65,7 @@ fn delicious_matches_an_independent_reading_bit_for_bit() {
     let test = shared_data("delicious/test.txt");
     let ws = tempfile::tempdir().unwrap();
     // Small chunks so several files and chunk boundaries are exercised.
-    ingest_ok(
-        ws.path(),
-        &[
-            "ingest",
-            "--name",
-            "delicious",
-            "--train",
-            train.to_str().unwrap(),
-            "--test",
-            test.to_str().unwrap(),
-            "--chunk-rows",
-            "4096",
-        ],
-    );
+    ingest_delicious(ws.path(), &["--chunk-rows", "4096"]);
     let st = status_json(ws.path());
     let d = &st["datasets"][0];
     assert_eq!(

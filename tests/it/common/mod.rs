@@ -133,6 +133,11 @@ pub fn shared_data(name: &str) -> PathBuf {
 /// Ingests Delicious (from `../shared`) into `ws` as dataset `delicious`, with `extra`
 /// ingest options appended (e.g. `--chunk-rows 2000`); asserts success.
 pub fn ingest_delicious(ws: &Path, extra: &[&str]) {
+    ingest_delicious_as(ws, "delicious", extra);
+}
+
+/// [`ingest_delicious`] as dataset `name`.
+pub fn ingest_delicious_as(ws: &Path, name: &str, extra: &[&str]) {
     let (train, test) = (
         shared_data("delicious/train.txt"),
         shared_data("delicious/test.txt"),
@@ -140,7 +145,7 @@ pub fn ingest_delicious(ws: &Path, extra: &[&str]) {
     let mut args = vec![
         "ingest",
         "--name",
-        "delicious",
+        name,
         "--train",
         train.to_str().unwrap(),
         "--test",
