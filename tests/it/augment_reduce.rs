@@ -10,7 +10,7 @@ use crate::common;
 use common::model::*;
 use faer::Mat;
 use fsgp::model::bound::class_phase::ROW_BLOCK;
-use fsgp::model::bound::objective::{expected_loglik, kl_total, BoundAndGrads};
+use fsgp::model::bound::objective::{expected_loglik, kl_total};
 use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
@@ -19,7 +19,7 @@ use fsgp::model::likelihood::multiclass::ar_logit::ArLogit;
 use fsgp::model::likelihood::multiclass::ar_softmax::ArSoftmax;
 use fsgp::model::likelihood::multiclass::one_vs_each::OneVsEach;
 use fsgp::model::likelihood::multiclass::{row_gradient_local, ClassLikelihood};
-use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm};
+use fsgp::model::params::{Block, Params, QForm};
 use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
 use rand::{Rng, SeedableRng};
@@ -31,16 +31,6 @@ fn amortised(samples: Option<usize>) -> Vec<Box<dyn ClassLikelihood>> {
         Box::new(ArSoftmax::new(4, samples).unwrap()),
         Box::new(ArLogit::new(20, 4, samples).unwrap()),
     ]
-}
-
-/// Φ [K×P] row-major: the identity (K = P) or a general random matrix.
-fn random_phi(rng: &mut ChaCha8Rng, k: usize, p: usize, identity: bool) -> Vec<f64> {
-    (0..k * p)
-        .map(|j| match identity {
-            true => f64::from(u8::from(j / p == j % p)),
-            false => (rng.random::<f64>() - 0.5) * 2.0,
-        })
-        .collect()
 }
 
 #[test]
@@ -115,9 +105,10 @@ fn utility_moments<'a>(
     (fbar, cov)
 }
 
-/// A minibatch of `b` rows with classes and an amortisation network for `lik`: the paper's
-/// q(u) (M = 5 > R = 3) or the whitened Cholesky q(u) (M = 4, R = 5); Φ = I (K = P = 4) or
-/// a general Φ (K = 5, P = 3).
+/// A minibatch of `b` rows with classes ([`class_problem`], K_XX̃ entries in ±0.75) and an
+/// amortisation network for `lik`: the paper's q(u) (M = 5 > R = 3) or the whitened
+/// Cholesky q(u) (M = 4, R = 5, factors from [`positive_factors`]); Φ = I (K = P = 4) or a
+/// general Φ (K = 5, P = 3).
 fn problem(
     seed: u64,
     form: QForm,
@@ -127,44 +118,18 @@ fn problem(
 ) -> (Problem, Vec<u32>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (k, p) = if identity { (4, 4) } else { (5, 3) };
-    let (m, r) = if form == QForm::Whitened {
-        (4, 5)
-    } else {
-        (5, 3)
-    };
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
-    let (kxx, norms) = random_rows(&mut u, b, r, 1.5);
-    let w = Mat::from_fn(r, r, |_, _| u(0.6));
-    let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
-    let mut params = random_site_params(&mut u, (m, r, p, k));
-    if identity {
-        params.phi = Mat::identity(k, p);
-    }
+    let (mut pr, classes) = class_problem(&mut u, (form, identity), (k, p), b, 1.5);
+    let (m, r) = (pr.params.a.nrows(), pr.params.a.ncols());
     if form == QForm::Whitened {
-        let factors: Vec<Mat<f64>> = (0..p)
-            .map(|_| {
-                Mat::from_fn(m, m, |i, j| match i.cmp(&j) {
-                    std::cmp::Ordering::Less => 0.0,
-                    std::cmp::Ordering::Equal => 0.7 + u(0.4),
-                    std::cmp::Ordering::Greater => u(0.6),
-                })
-            })
-            .collect();
-        params.set_full(pack_factors(&factors, true));
+        pr.params
+            .set_full(pack_factors(&positive_factors(&mut u, m, p, 0.6), true));
     }
     // A network whose last layer is not small, so that every weight matters.
     let mut net = Amortiser::init(r, 4, &lik.local_init(k), seed);
     net.w3 = Mat::from_fn(4, net.outputs(), |_, _| u(1.5));
-    params.amortiser = Some(net);
-    let classes = (0..b).map(|i| ((i * 7 + 1) % k) as u32).collect();
-    let problem = Problem {
-        kxx,
-        norms,
-        kt,
-        positives: vec![Vec::new(); b],
-        params,
-    };
-    (problem, classes)
+    pr.params.amortiser = Some(net);
+    (pr, classes)
 }
 
 #[test]
@@ -389,16 +354,6 @@ fn class_subsampling_is_unbiased_and_every_negative_is_the_full_bound() {
     }
 }
 
-/// Every flat entry of `e`'s gradient and its value, as bits.
-fn bits(e: &BoundAndGrads) -> Vec<u64> {
-    let mut g = e.grads.clone();
-    let mut out = vec![e.value.to_bits()];
-    for idx in 0..flat_len(&e.grads) {
-        out.push(flat_entry(&mut g, idx).1.to_bits());
-    }
-    out
-}
-
 #[test]
 fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_agrees() {
     for lik in amortised(Some(3)) {
@@ -415,7 +370,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads_and_the_forward_bound_a
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| bits(&class_bound(kind, &pr, &pr.params, &class, lik.as_ref())))
+            pool.install(|| eval_bits(&class_bound(kind, &pr, &pr.params, &class, lik.as_ref())))
         };
         assert!(run(1) == run(2), "{}: the bound differs", lik.name());
         let unused = BernoulliLogistic::new(2).unwrap();

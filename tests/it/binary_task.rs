@@ -7,18 +7,18 @@
 //! independent GPs (also with K = 30 labels); determinism and kill/resume; the refusals.
 
 use crate::common;
+use common::classify;
 use common::toy::{
-    assert_resume_refused, assert_resumes_to, assert_same_run_bytes, catalog, checkpoints,
-    copy_dir, crash_with, metrics, newest_run, read_ckpt, run_params,
+    assert_resume_refused, assert_resumes_to, assert_same_run_bytes, checkpoints, crash_with,
+    metrics, newest_run, one_batch_label_bound, read_ckpt, run_params, train_with, Prepared,
 };
 use common::*;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::probit::BernoulliProbit;
 use fsgp::model::params::Params;
-use fsgp::store::predictions::PredictionReader;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Features per row.
 const D: usize = 8;
@@ -53,126 +53,66 @@ fn write_split(path: &Path, rows: usize, rng: &mut ChaCha8Rng) -> Vec<bool> {
 
 /// A workspace with the binary dataset `bin` ingested (100-row chunks) and factorised
 /// (R = D = 8, M = 16), and the test rows' classes.
-struct Prepared {
-    _dir: tempfile::TempDir,
-    base: PathBuf,
-    test_classes: Vec<bool>,
-}
-
-impl Prepared {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("base");
-        let src = dir.path().join("src");
+fn prepared() -> Prepared<Vec<bool>> {
+    Prepared::new(|dir| {
+        let base = dir.join("base");
+        let src = dir.join("src");
         std::fs::create_dir_all(&src).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(17);
         write_split(&src.join("train.txt"), TRAIN_ROWS, &mut rng);
         let test_classes = write_split(&src.join("test.txt"), TEST_ROWS, &mut rng);
-        let ok = |args: &[&str]| {
-            let out = pipeline(&base, args);
-            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        };
-        ok(&[
-            "ingest",
-            "--name",
-            "bin",
-            "--train",
-            src.join("train.txt").to_str().unwrap(),
-            "--test",
-            src.join("test.txt").to_str().unwrap(),
-            "--chunk-rows",
-            "100",
-        ]);
-        ok(&[
-            "svd",
-            "--dataset",
-            "bin",
-            "--rank",
-            "8",
-            "--inducing",
-            "16",
-            "--threads",
-            "2",
-        ]);
-        Prepared {
-            _dir: dir,
-            base,
-            test_classes,
-        }
-    }
-
-    fn copy(&self, name: &str) -> PathBuf {
-        let to = self.base.parent().unwrap().join(name);
-        copy_dir(&self.base, &to);
-        to
-    }
+        pipeline_ok(
+            &base,
+            &[
+                "ingest",
+                "--name",
+                "bin",
+                "--train",
+                src.join("train.txt").to_str().unwrap(),
+                "--test",
+                src.join("test.txt").to_str().unwrap(),
+                "--chunk-rows",
+                "100",
+            ],
+        );
+        pipeline_ok(
+            &base,
+            &[
+                "svd",
+                "--dataset",
+                "bin",
+                "--rank",
+                "8",
+                "--inducing",
+                "16",
+                "--threads",
+                "2",
+            ],
+        );
+        (base, test_classes)
+    })
 }
 
-/// The binary training command: 8 steps per epoch (B = 50), a checkpoint every 6 steps.
-/// `--epochs` is 30 unless `extra` gives it.
+/// The binary training command ([`classify::train_args`]) on `bin`, seed 5. `--epochs` is
+/// 30 unless `extra` gives it.
 fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "train",
-        "--dataset",
-        "bin",
-        "--task",
-        "binary",
-        "--batch",
-        "50",
-        "--lr",
-        "0.05",
-        "--checkpoint-every",
-        "6",
-        "--keep-checkpoints",
-        "all",
-        "--threads",
-        "2",
-        "--seed",
-        "5",
-    ];
-    if !extra.contains(&"--epochs") {
-        args.extend(["--epochs", "30"]);
-    }
-    args.extend(extra);
-    args
+    let task = ["--dataset", "bin", "--task", "binary", "--seed", "5"];
+    classify::train_args(&task, &[("--epochs", "30")], extra)
 }
 
 fn train(ws: &Path, extra: &[&str]) -> i64 {
-    let out = pipeline(ws, &train_args(extra));
-    assert!(out.status.success(), "{}", stderr(&out));
-    newest_run(ws, "train")
+    train_with(ws, &train_args(extra))
 }
 
 /// `predict --probabilities` of the test split: (row id, label, probability) per row, and
 /// the predict run's params.
 fn predict(ws: &Path, run: i64) -> (Vec<(u64, u32, f32)>, serde_json::Value) {
-    let out = pipeline(
-        ws,
-        &["predict", "--run", &run.to_string(), "--probabilities"],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let id = newest_run(ws, "predict");
-    let path: String = catalog(ws)
-        .query_row(
-            "SELECT path FROM artifacts WHERE stage_run_id = ?1 AND kind = 'predictions'",
-            [id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let mut rows = Vec::new();
-    for block in PredictionReader::open(&ws.join(path)).unwrap() {
-        let b = block.unwrap();
-        let probs = b
-            .probabilities
-            .clone()
-            .expect("probabilities were asked for");
-        for i in 0..b.row_ids.len() {
-            let (start, end) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
-            assert_eq!(end - start, 1, "one label per row of a binary run");
-            rows.push((b.row_ids[i], b.labels[start], probs[start]));
-        }
-    }
-    (rows, run_params(ws, id))
+    let (rows, params) = classify::predict_probabilities(ws, run, &[], 1);
+    let rows = rows
+        .into_iter()
+        .map(|r| (r.row, r.labels[0], r.probabilities[0]))
+        .collect();
+    (rows, params)
 }
 
 /// Share of test rows whose class is predicted right by p(y = 1) > ½; asserts every
@@ -199,18 +139,13 @@ fn accuracy(rows: &[(u64, u32, f32)], classes: &[bool]) -> f64 {
 /// the streaming `pipeline elbo`: K_XX̃, norms and basis from the svd artifacts, classes
 /// from the chunks, the probit likelihood with 20 points, every row a term.
 fn one_batch_probit_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 {
-    let batch = common::toy::OneBatch::read(ws);
-    assert_eq!(batch.labels.len(), TRAIN_ROWS);
     let lik = BernoulliProbit::new(20).unwrap();
-    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 1, 1.0);
-    fsgp::model::bound::objective::bound_and_grads_once(kind, params, &batch.inputs(), &terms, &lik)
-        .unwrap()
-        .value
+    one_batch_label_bound(ws, kind, params, &lik, (TRAIN_ROWS, 1))
 }
 
 #[test]
 fn binary_probit_with_independent_gps_trains_predicts_and_has_the_exact_bound() {
-    let p = Prepared::new();
+    let p = prepared();
     let ws = p.copy("probit");
     let id = train(
         &ws,
@@ -279,7 +214,7 @@ fn binary_probit_with_independent_gps_trains_predicts_and_has_the_exact_bound() 
 
 #[test]
 fn every_q_form_inducing_input_mode_and_kernel_trains_a_binary_classifier() {
-    let p = Prepared::new();
+    let p = prepared();
     let cases: [(&str, &[&str], &str); 4] = [
         (
             "sites-subspace-linear-logistic",
@@ -385,7 +320,7 @@ fn independent_gps_keep_phi_exactly_the_identity_with_thirty_labels() {
 
 #[test]
 fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
-    let p = Prepared::new();
+    let p = prepared();
     let extra = [
         "--likelihood",
         "probit",
@@ -423,7 +358,7 @@ fn binary_probit_runs_are_deterministic_and_resume_after_a_kill_to_the_same_byte
 
 #[test]
 fn binary_needs_one_label_and_all_negatives() {
-    let p = Prepared::new();
+    let p = prepared();
     let ws = p.copy("refusals");
     let out = pipeline(&ws, &train_args(&["--negatives", "3"]));
     assert!(!out.status.success());

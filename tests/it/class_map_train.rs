@@ -5,6 +5,7 @@
 //! classes, recorded in the catalog's class map, equal a plain parse of the files.
 
 use crate::common;
+use common::ingest::dataset_entry;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,31 +25,8 @@ fn first_labels(path: &Path) -> Vec<Option<i64>> {
 }
 
 fn ingest(ws: &Path, name: &str, extra: &[&str]) -> serde_json::Value {
-    let (train, test) = (
-        shared_data("delicious/train.txt"),
-        shared_data("delicious/test.txt"),
-    );
-    let mut args = vec![
-        "ingest",
-        "--name",
-        name,
-        "--train",
-        train.to_str().unwrap(),
-        "--test",
-        test.to_str().unwrap(),
-        "--first-label",
-    ];
-    args.extend(extra);
-    let out = pipeline(ws, &args);
-    assert!(out.status.success(), "ingest failed: {}", stderr(&out));
-    let status = status_json(ws);
-    status["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == name)
-        .unwrap()
-        .clone()
+    ingest_delicious_as(ws, name, &[&["--first-label"], extra].concat());
+    dataset_entry(ws, name)
 }
 
 fn split_rows(ds: &serde_json::Value, split: &str) -> u64 {

@@ -7,12 +7,12 @@
 
 use crate::common;
 use common::blobs::ingest_and_factorise;
-use common::toy::{catalog, newest_run};
+use common::classify::predict_probabilities;
+use common::toy::train_with;
 use common::*;
 use fsgp::report::boundary::{probabilities_at, STEM};
 use fsgp::store::catalog::Split;
 use fsgp::store::chunks::read_registered_chunk;
-use fsgp::store::predictions::PredictionReader;
 use fsgp::store::workspace::Workspace;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,11 +46,6 @@ fn write_libsvm(path: &Path, rows: usize, d: usize, rng: &mut ChaCha8Rng) {
         text.push_str(&format!("{label} {}\n", feats.join(" ")));
     }
     std::fs::write(path, text).unwrap();
-}
-
-fn ok(ws: &Path, args: &[&str]) {
-    let out = pipeline(ws, args);
-    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
 }
 
 /// A workspace with dataset `disc` of `d` features ingested unnormalised (100-row chunks)
@@ -92,38 +87,16 @@ fn train(ws: &Path, extra: &[&str]) -> i64 {
         "--no-final-elbo",
     ];
     args.extend(extra);
-    ok(ws, &args);
-    newest_run(ws, "train")
+    train_with(ws, &args)
 }
 
 /// `predict --split train --probabilities`: p(y = 1) per row, in row order.
 fn predicted_train(ws: &Path, run: i64) -> Vec<f32> {
-    ok(
-        ws,
-        &[
-            "predict",
-            "--run",
-            &run.to_string(),
-            "--split",
-            "train",
-            "--probabilities",
-        ],
-    );
-    let id = newest_run(ws, "predict");
-    let path: String = catalog(ws)
-        .query_row(
-            "SELECT path FROM artifacts WHERE stage_run_id = ?1 AND kind = 'predictions'",
-            [id],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let (rows, _) = predict_probabilities(ws, run, &["--split", "train"], 1);
     let mut out = Vec::new();
-    for block in PredictionReader::open(&ws.join(path)).unwrap() {
-        let b = block.unwrap();
-        for (i, &row) in b.row_ids.iter().enumerate() {
-            assert_eq!(row, out.len() as u64);
-            out.push(b.probabilities.as_ref().unwrap()[b.offsets[i] as usize]);
-        }
+    for r in rows {
+        assert_eq!(r.row, out.len() as u64);
+        out.push(r.probabilities[0]);
     }
     out
 }
@@ -172,7 +145,7 @@ fn assert_grid_is_predict(ws: &Path, run: i64) {
 }
 
 fn report(ws: &Path, run: i64) -> (std::path::PathBuf, String) {
-    ok(ws, &["report", "--run", &run.to_string()]);
+    pipeline_ok(ws, &["report", "--run", &run.to_string()]);
     let dir = ws.join(format!("reports/train-run{run}"));
     let md = std::fs::read_to_string(dir.join("README.md")).unwrap();
     (dir, md)

@@ -8,7 +8,8 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::registered::query;
-use common::{pipeline, stderr, stdout, write};
+use common::toy::{newest_run, predictions_path};
+use common::{pipeline, pipeline_ok, stderr, write};
 use fsgp::store::predictions::PredictionReader;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,12 +35,6 @@ fn binary_text(rows: usize, rng: &mut ChaCha8Rng) -> (String, Vec<bool>) {
     (text, truth)
 }
 
-fn ok(ws: &Path, args: &[&str]) -> String {
-    let out = pipeline(ws, args);
-    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-    stdout(&out)
-}
-
 /// Ingest, svd and 4 epochs of training of the binary data; returns the training run id
 /// and the test rows' truth.
 fn trained_binary(dir: &Path, ws: &Path) -> (String, Vec<bool>) {
@@ -49,7 +44,7 @@ fn trained_binary(dir: &Path, ws: &Path) -> (String, Vec<bool>) {
     let train = write(dir, "train.txt", &train);
     let test = write(dir, "test.txt", &test);
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
-    ok(
+    pipeline_ok(
         ws,
         &[
             "ingest",
@@ -63,7 +58,7 @@ fn trained_binary(dir: &Path, ws: &Path) -> (String, Vec<bool>) {
             "60",
         ],
     );
-    ok(
+    pipeline_ok(
         ws,
         &[
             "svd",
@@ -77,7 +72,7 @@ fn trained_binary(dir: &Path, ws: &Path) -> (String, Vec<bool>) {
             "1",
         ],
     );
-    ok(
+    pipeline_ok(
         ws,
         &[
             "train",
@@ -118,26 +113,13 @@ fn probabilities(path: &Path, truth: &[bool]) -> Vec<(f32, bool)> {
     out
 }
 
-/// The predictions file a predict run registered, absolute.
-fn predictions_of(ws: &Path, predict_run: &str) -> PathBuf {
-    let rel: String = query(
-        ws,
-        &format!(
-            "SELECT path FROM artifacts WHERE stage_run_id = {predict_run} AND kind = 'predictions'"
-        ),
-    );
-    ws.join(rel)
-}
-
 fn predict(ws: &Path, run: &str, with_probabilities: bool) -> PathBuf {
     let mut args = vec!["predict", "--run", run, "--split", "test", "--top-k", "1"];
     if with_probabilities {
         args.push("--probabilities");
     }
-    let out = pipeline(ws, &args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let predict_run: i64 = query(ws, "SELECT MAX(id) FROM stage_runs WHERE stage = 'predict'");
-    predictions_of(ws, &predict_run.to_string())
+    pipeline_ok(ws, &args);
+    predictions_path(ws, newest_run(ws, "predict"))
 }
 
 /// `a` and `b` have the same shape and the same numbers to a relative 1e-15.
@@ -205,7 +187,7 @@ fn binary_evaluation_end_to_end() {
     );
     // Multi-label (auto: the run recorded no task) without probabilities: no calibration,
     // no new parameter.
-    let json = ok(
+    let json = pipeline_ok(
         &ws,
         &[
             "evaluate",
@@ -226,7 +208,7 @@ fn binary_evaluation_end_to_end() {
 
     let with_p = predict(&ws, &run, true);
     let rows = probabilities(&with_p, &truth);
-    let json = ok(
+    let json = pipeline_ok(
         &ws,
         &[
             "evaluate",
@@ -285,7 +267,7 @@ fn binary_evaluation_end_to_end() {
     let counted: u64 = bins.iter().map(|b| b["count"].as_u64().unwrap()).sum();
     assert_eq!(counted, 150);
     // The table, and the catalog rows.
-    let table = ok(
+    let table = pipeline_ok(
         &ws,
         &[
             "evaluate",
@@ -312,7 +294,7 @@ fn binary_evaluation_end_to_end() {
 
     // `--run` predicts with probabilities itself when the task needs them, the top 1 of
     // binary data whatever --k (5 by default): same metrics.
-    let by_run = ok(
+    let by_run = pipeline_ok(
         &ws,
         &["evaluate", "--run", &run, "--task", "binary", "--json"],
     );
@@ -326,7 +308,7 @@ fn binary_evaluation_end_to_end() {
 
     // The same file as multi-label: ranking metrics plus calibration over the (row, label)
     // pairs, here one per row, whose Brier score is the binary one bit for bit.
-    let ml = ok(
+    let ml = pipeline_ok(
         &ws,
         &[
             "evaluate",
@@ -361,7 +343,7 @@ fn binary_evaluation_end_to_end() {
     );
 
     // The report draws the reliability diagrams of the run's evaluations.
-    ok(&ws, &["report", "--run", &run]);
+    pipeline_ok(&ws, &["report", "--run", &run]);
     let report = ws.join(format!("reports/train-run{run}"));
     let readme = std::fs::read_to_string(report.join("README.md")).unwrap();
     assert!(readme.contains("reliability"), "{readme}");
@@ -388,7 +370,7 @@ fn multiclass_evaluation_of_written_predictions() {
     let text = "4 2 4\n0 0:1\n1 1:1\n1 0:1\n3 1:1\n";
     let file = write(dir.path(), "rows.txt", text);
     let f = file.to_str().unwrap();
-    ok(&ws, &["ingest", "--name", "mc", "--train", f, "--test", f]);
+    pipeline_ok(&ws, &["ingest", "--name", "mc", "--train", f, "--test", f]);
     let meta = [
         ("fsgp.dataset".to_string(), "mc".to_string()),
         ("fsgp.split".to_string(), "test".to_string()),
@@ -411,7 +393,7 @@ fn multiclass_evaluation_of_written_predictions() {
         (&[0, 2], &[0.5, 0.375]),
     ];
     let path = write_predictions("hand.parquet", &hand);
-    let json = ok(
+    let json = pipeline_ok(
         &ws,
         &[
             "evaluate",
@@ -436,7 +418,7 @@ fn multiclass_evaluation_of_written_predictions() {
     close(&m["brier"], 0.703125 / 4.0, "brier");
     close(&m["ece"], 1.625 / 4.0, "ece");
     assert!(m["nlp"].is_null() && m["nlp_unlisted_rows"] == 1, "{json}");
-    let table = ok(
+    let table = pipeline_ok(
         &ws,
         &[
             "evaluate",

@@ -131,18 +131,7 @@ fn every_block_matches_central_differences_under_feature_ard() {
                 "{label}: worst relative error {:.1e} ({})",
                 worst.0, worst.1
             );
-            let mut expected = vec![
-                Block::A,
-                Block::Mu,
-                Block::Rho,
-                Block::Phi,
-                Block::Bias,
-                Block::LogSf2,
-                Block::LogEll,
-            ];
-            if kind == KernelKind::SePlusLinear {
-                expected.push(Block::LogLin2);
-            }
+            let mut expected = site_blocks(kind);
             expected.push(Block::LogFeatures);
             assert_eq!(seen, expected, "{label}");
         }
@@ -352,18 +341,7 @@ fn full_cholesky_forms_match_central_differences_under_feature_ard() {
         let mut pr = problem(23, kind, true);
         let (m, p) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
         let mut rng = ChaCha8Rng::seed_from_u64(4);
-        let factors: Vec<Mat<f64>> = (0..p)
-            .map(|_| {
-                Mat::from_fn(m, m, |i, j| {
-                    let x: f64 = rng.random::<f64>() - 0.5;
-                    match i.cmp(&j) {
-                        std::cmp::Ordering::Less => 0.0,
-                        std::cmp::Ordering::Equal => (0.6 + x.abs()) * x.signum(),
-                        std::cmp::Ordering::Greater => 0.6 * x,
-                    }
-                })
-            })
-            .collect();
+        let factors = random_factors(&mut rng, m, p);
         pr.params
             .set_full(pack_factors(&factors, form == QForm::Whitened));
         let dense = TermSet::AllLabels {

@@ -2,19 +2,11 @@
 //! the three layouts and compressed input giving identical rows, kill/resume, concurrency.
 
 use crate::common;
+use common::ingest::{split_rows, StoredRow as Row};
 use common::*;
-use fsgp::store::chunks::{read_chunk, read_chunk_metadata, CsrChunk};
+use fsgp::store::chunks::read_chunk_metadata;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-
-/// A row as read by the test's own parser.
-#[derive(Debug, Clone, PartialEq)]
-struct Row {
-    labels: Vec<u32>,
-    indices: Vec<u32>,
-    values: Vec<u32>, // f32 bits
-    sq_norm: u32,     // f32 bits
-}
+use std::path::Path;
 
 /// Independent reading of an XC file, with the normalisation documented in docs/formats.md:
 /// norm² summed in f64 in ascending feature order, each value v / norm rounded once to f32,
@@ -60,49 +52,6 @@ fn parse_xc_row(line: &str) -> Row {
     }
 }
 
-/// All rows of a split, read from its chunk files in order (located through the catalog).
-fn split_rows(ws: &Path, dataset: &str, split: &str) -> Vec<Row> {
-    let st = status_json(ws);
-    let d = st["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == dataset)
-        .unwrap()
-        .clone();
-    let s = d["splits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["split"] == split)
-        .unwrap()
-        .clone();
-    let dir = ws.join(s["path"].as_str().unwrap());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert_eq!(files.len() as u64, s["n_chunks"].as_u64().unwrap());
-    let mut rows = Vec::new();
-    let mut next_id = 0u64;
-    for f in files {
-        let chunk: CsrChunk = read_chunk(&f).unwrap();
-        for r in chunk.rows() {
-            assert_eq!(r.row_id, next_id, "row ids are positions in the split");
-            next_id += 1;
-            rows.push(Row {
-                labels: r.labels.to_vec(),
-                indices: r.indices.to_vec(),
-                values: r.values.iter().map(|v| v.to_bits()).collect(),
-                sq_norm: r.sq_norm.to_bits(),
-            });
-        }
-    }
-    assert_eq!(next_id, s["n_rows"].as_u64().unwrap());
-    rows
-}
-
 fn ingest_ok(ws: &Path, args: &[&str]) -> String {
     let out = pipeline(ws, args);
     assert!(out.status.success(), "ingest failed: {}", stderr(&out));
@@ -116,20 +65,7 @@ fn delicious_matches_an_independent_reading_bit_for_bit() {
     let test = shared_data("delicious/test.txt");
     let ws = tempfile::tempdir().unwrap();
     // Small chunks so several files and chunk boundaries are exercised.
-    ingest_ok(
-        ws.path(),
-        &[
-            "ingest",
-            "--name",
-            "delicious",
-            "--train",
-            train.to_str().unwrap(),
-            "--test",
-            test.to_str().unwrap(),
-            "--chunk-rows",
-            "4096",
-        ],
-    );
+    ingest_delicious(ws.path(), &["--chunk-rows", "4096"]);
     let st = status_json(ws.path());
     let d = &st["datasets"][0];
     assert_eq!(

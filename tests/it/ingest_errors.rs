@@ -2,232 +2,155 @@
 //! leaves the catalog and the workspace as they were.
 
 use crate::common;
+use common::ingest::{loc, IngestCase, GOOD};
 use common::*;
 use proptest::prelude::*;
 use std::path::Path;
 use std::time::Duration;
 
-const GOOD: &str = "3 5 4\n0,2 0:1.0 3:2.0\n1 1:0.5\n3 4:1.5 2:1\n";
-
-struct Case {
-    ws: tempfile::TempDir,
-    dir: tempfile::TempDir,
-}
-
-impl Case {
-    /// A workspace that already holds one good dataset, so "unchanged" is not trivially true.
-    fn new() -> Case {
-        let case = Case {
-            ws: tempfile::tempdir().unwrap(),
-            dir: tempfile::tempdir().unwrap(),
-        };
-        let good = write(case.dir.path(), "good.txt", GOOD);
-        let out = pipeline(
-            case.ws.path(),
-            &[
-                "ingest",
-                "--name",
-                "good",
-                "--train",
-                good.to_str().unwrap(),
-            ],
-        );
-        assert!(out.status.success(), "{}", stderr(&out));
-        case
-    }
-
-    fn file(&self, name: &str, text: &str) -> String {
-        write(self.dir.path(), name, text).display().to_string()
-    }
-
-    /// Runs a failing ingest and checks the error and that nothing changed.
-    fn fails(&self, args: &[&str], expect_location: &str, expect_text: &str) -> String {
-        let before = listing(self.ws.path());
-        let runs_before = status_json(self.ws.path())["runs"]
-            .as_array()
-            .unwrap()
-            .len();
-        let mut full = vec!["ingest", "--name", "bad"];
-        full.extend_from_slice(args);
-        // No bad input may hang the ingest either (a FIFO used to).
-        let out = pipeline_within(self.ws.path(), &full, Duration::from_secs(120));
-        let err = stderr(&out);
-        assert!(!out.status.success(), "should fail: {args:?}");
-        assert_eq!(out.status.code(), Some(1));
-        assert!(
-            err.contains(expect_location),
-            "error should name {expect_location}: {err}"
-        );
-        assert!(
-            err.contains(expect_text),
-            "error should say {expect_text}: {err}"
-        );
-        assert_eq!(dataset_names(self.ws.path()), vec!["good".to_string()]);
-        assert_eq!(listing(self.ws.path()), before, "workspace files changed");
-        // A run is recorded as failed, unless the input was rejected before a run started.
-        let runs = status_json(self.ws.path())["runs"]
-            .as_array()
-            .unwrap()
-            .clone();
-        if runs.len() > runs_before {
-            assert_eq!(
-                runs[0]["status"], "failed",
-                "the failed run is recorded as failed"
-            );
-        }
-        err
-    }
-}
-
-impl Case {
-    /// [`Case::fails`] for an input refused before the ingest starts: no run is recorded.
-    fn refused_up_front(&self, args: &[&str], expect_location: &str, expect_text: &str) {
-        let runs = |ws: &Path| status_json(ws)["runs"].as_array().unwrap().len();
-        let before = runs(self.ws.path());
-        self.fails(args, expect_location, expect_text);
-        assert_eq!(runs(self.ws.path()), before, "no run recorded for {args:?}");
-    }
-}
-
-fn loc(path: &str, line: u64) -> String {
-    format!("{path}:{line}: ")
-}
-
 #[test]
 fn header_declares_more_rows_than_the_body() {
-    let c = Case::new();
-    let f = c.file("t.txt", "4 5 4\n0 0:1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "4 5 4\n0 0:1\n1 1:1\n"),
+        3,
         "found the end of the file after 2 rows, expected N = 4",
     );
 }
 
 #[test]
 fn body_has_more_rows_than_the_header() {
-    let c = Case::new();
-    let f = c.file("t.txt", "1 5 4\n0 0:1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "1 5 4\n0 0:1\n1 1:1\n"),
+        3,
         "found more rows than the header's N = 1",
     );
 }
 
 #[test]
 fn feature_id_out_of_range() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:1\n1 5:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:1\n1 5:1\n"),
+        3,
         "found feature id 5, expected < 5",
     );
 }
 
 #[test]
 fn label_id_out_of_range() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:1\n1,4 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:1\n1,4 1:1\n"),
+        3,
         "found label id 4, expected < 4",
     );
 }
 
 #[test]
 fn malformed_tokens() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:1\n1 1:0.5x\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:1\n1 1:0.5x\n"),
+        3,
         "found value '0.5x' in token '1:0.5x', expected a decimal number",
     );
-    let f = c.file("u.txt", "2 5 4\n0 0=1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 2),
+    c.train_file_fails(
+        &[],
+        ("u.txt", "2 5 4\n0 0=1\n1 1:1\n"),
+        2,
         "found token '0=1', expected 'feature:value'",
     );
-    let f = c.file("v.txt", "2 5 4\n0,a 0:1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 2),
+    c.train_file_fails(
+        &[],
+        ("v.txt", "2 5 4\n0,a 0:1\n1 1:1\n"),
+        2,
         "found label id 'a', expected a non-negative integer",
     );
-    let f = c.file("w.txt", "2 5 x\n0 0:1\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 1),
+    c.train_file_fails(
+        &[],
+        ("w.txt", "2 5 x\n0 0:1\n1 1:1\n"),
+        1,
         "found 'x' for L in the header",
     );
 }
 
 #[test]
 fn nan_and_inf_values() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:NaN\n1 1:1\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 2),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:NaN\n1 1:1\n"),
+        2,
         "found non-finite value 'NaN' for feature 0, expected a finite number",
     );
-    let f = c.file("u.txt", "2 5 4\n0 0:1\n1 1:-inf\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    c.train_file_fails(
+        &[],
+        ("u.txt", "2 5 4\n0 0:1\n1 1:-inf\n"),
+        3,
         "found non-finite value '-inf'",
     );
 }
 
 #[test]
 fn duplicate_feature_ids() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:1\n1 3:1 1:1 3:2\n");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:1\n1 3:1 1:1 3:2\n"),
+        3,
         "found feature 3 twice in the row, expected unique feature ids",
     );
 }
 
 #[test]
 fn empty_file() {
-    let c = Case::new();
-    let f = c.file("t.txt", "");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 1),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", ""),
+        1,
         "found an empty file, expected a header 'N D L'",
     );
 }
 
 #[test]
 fn truncated_last_line() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:1\n1 1:0.12");
-    c.fails(
-        &["--train", &f],
-        &loc(&f, 3),
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:1\n1 1:0.12"),
+        3,
         "found the last line without a '\\n' line end",
     );
 }
 
 #[test]
 fn crlf_line_ends() {
-    let c = Case::new();
-    let f = c.file("t.txt", "2 5 4\n0 0:1\r\n1 1:1\r\n");
-    c.fails(&["--train", &f], &loc(&f, 2), "found a CRLF line ending");
-    let f = c.file("u.txt", "2 5 4\r\n0 0:1\r\n1 1:1\r\n");
-    c.fails(&["--train", &f], &loc(&f, 1), "found a CRLF line ending");
+    let c = IngestCase::new();
+    c.train_file_fails(
+        &[],
+        ("t.txt", "2 5 4\n0 0:1\r\n1 1:1\r\n"),
+        2,
+        "found a CRLF line ending",
+    );
+    c.train_file_fails(
+        &[],
+        ("u.txt", "2 5 4\r\n0 0:1\r\n1 1:1\r\n"),
+        1,
+        "found a CRLF line ending",
+    );
 }
 
 #[test]
 fn test_file_disagrees_with_train_header() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let tr = c.file("tr.txt", GOOD);
     let te = c.file("te.txt", "1 6 4\n0 0:1\n");
     c.fails(
@@ -239,14 +162,14 @@ fn test_file_disagrees_with_train_header() {
 
 #[test]
 fn missing_input_file() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let missing = c.dir.path().join("nope.txt").display().to_string();
     c.fails(&["--train", &missing], &missing, "cannot open");
 }
 
 #[test]
 fn missing_split_file() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let data = c.file("data.txt", GOOD);
     let missing = c.dir.path().join("tr_split.txt").display().to_string();
     c.fails(
@@ -258,7 +181,7 @@ fn missing_split_file() {
 
 #[test]
 fn split_index_out_of_range() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let data = c.file("data.txt", GOOD);
     let tr = c.file("trSplit.txt", "1 2\n2 1\n4 3\n");
     c.fails(
@@ -282,7 +205,7 @@ fn split_index_out_of_range() {
 
 #[test]
 fn split_row_in_both_splits() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let data = c.file("data.txt", GOOD);
     let tr = c.file("trSplit.txt", "1\n2\n");
     let te = c.file("tstSplit.txt", "3\n2\n");
@@ -295,7 +218,7 @@ fn split_row_in_both_splits() {
 
 #[test]
 fn bow_files_disagree() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let x = c.file("X.txt", "2 5\n0:1\n1:1\n");
     let y = c.file("Y.txt", "3 4\n0:1\n1:1\n2:1\n");
     c.fails(
@@ -313,7 +236,7 @@ fn bow_files_disagree() {
 
 #[test]
 fn lenient_skips_bad_rows_and_counts_them() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let f = c.file("t.txt", "4 5 4\n0 0:1\r\n1 1:x\n2 2:1 2:3\n3 3:1");
     let out = pipeline(
         c.ws.path(),
@@ -348,7 +271,7 @@ fn lenient_skips_bad_rows_and_counts_them() {
 
 #[test]
 fn repeated_ingest_is_a_no_op_and_conflicts_need_replace() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let good = c.dir.path().join("good.txt").display().to_string();
     let before = listing(c.ws.path());
     let out = pipeline(c.ws.path(), &["ingest", "--name", "good", "--train", &good]);
@@ -398,7 +321,7 @@ const NOT_REGULAR: &str = ", expected a regular file: ingest reads each input mo
 
 #[test]
 fn a_fifo_is_refused_before_the_workspace_is_touched() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let fifo = c.dir.path().join("rows.fifo");
     let made = std::process::Command::new("mkfifo")
         .arg(&fifo)
@@ -439,7 +362,7 @@ fn a_fifo_is_refused_before_the_workspace_is_touched() {
 
 #[test]
 fn devices_and_directories_are_refused_naming_what_they_are() {
-    let c = Case::new();
+    let c = IngestCase::new();
     c.refused_up_front(
         &["--train", "/dev/zero"],
         &format!("/dev/zero: found a character device{NOT_REGULAR}"),
@@ -470,7 +393,7 @@ const MAX_LINE: usize = 64 << 20;
 #[test]
 fn a_line_longer_than_the_cap_is_refused_naming_it() {
     assert_eq!(fsgp::ingest::source::MAX_LINE_BYTES, MAX_LINE);
-    let c = Case::new();
+    let c = IngestCase::new();
     // A row of MAX_LINE + 4 bytes ("0000...0"), right after the header: the reads double
     // to exactly the cap there, and the one past it ends the line within 64 KiB.
     let mut text = b"2 5 4\n".to_vec();
@@ -491,17 +414,17 @@ fn a_line_longer_than_the_cap_is_refused_naming_it() {
 
 #[test]
 fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
-    let c = Case::new();
+    let c = IngestCase::new();
     for id in [
         "4000000000",
         "2147483648",
         "9223372036854775807",
         "99999999999999999999999",
     ] {
-        let f = c.file("big.svm", &format!("+1 1:1\n-1 2:1 {id}:0.5\n"));
-        c.fails(
-            &["--train", &f, "--format", "libsvm"],
-            &loc(&f, 2),
+        c.train_file_fails(
+            &["--format", "libsvm"],
+            ("big.svm", &format!("+1 1:1\n-1 2:1 {id}:0.5\n")),
+            2,
             &format!(
                 "found feature id {id}, expected at most 2147483647: it is larger than the \
                  largest id fsgp reads (D and L are at most 2^31 - 1"
@@ -536,14 +459,13 @@ fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
 
 #[test]
 fn absurd_header_sizes_are_refused_before_anything_is_sized_by_them() {
-    let c = Case::new();
+    let c = IngestCase::new();
     for (name, header, expected) in [
         ("d.txt", "2 4000000000 4", "found D = 4000000000 in the header, expected at most 2147483647"),
         ("l.txt", "2 5 9223372036854775807", "found L = 9223372036854775807 in the header, expected at most 2147483647"),
         ("n.txt", "99999999999999999999999 5 4", "found N = 99999999999999999999999 in the header, expected at most 18446744073709551615"),
     ] {
-        let f = c.file(name, &format!("{header}\n0 0:1\n1 1:1\n"));
-        c.fails(&["--train", &f], &loc(&f, 1), expected);
+        c.train_file_fails(&[], (name, &format!("{header}\n0 0:1\n1 1:1\n")), 1, expected);
     }
     // The split layout sizes its row table by N: an N the file cannot hold is refused.
     let data = c.file("data.txt", "1000000000000000 5 4\n0 0:1\n1 1:1\n");
@@ -580,7 +502,7 @@ fn absurd_header_sizes_are_refused_before_anything_is_sized_by_them() {
 
 #[test]
 fn chunk_sizes_beyond_the_limits_are_refused_up_front() {
-    let c = Case::new();
+    let c = IngestCase::new();
     let f = c.file("t.txt", GOOD);
     c.refused_up_front(
         &["--train", &f, "--chunk-rows", "4194305"],

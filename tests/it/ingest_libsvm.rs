@@ -4,21 +4,12 @@
 //! here from the gzip files directly.
 
 use crate::common;
+use common::ingest::{dataset_entry as dataset, split_rows, IngestCase, StoredRow as Row};
 use common::*;
 use fsgp::ingest::validation::ValidationSplit;
-use fsgp::store::chunks::{read_chunk, CsrChunk};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-
-/// A row as read back from the chunks, values and norm as f32 bits.
-#[derive(Debug, Clone, PartialEq)]
-struct Row {
-    labels: Vec<u32>,
-    indices: Vec<u32>,
-    values: Vec<u32>,
-    sq_norm: u32,
-}
 
 /// The test's own reading of a LIBSVM row with 1-based indices: (label values in file
 /// order, features sorted by index, 0-based).
@@ -62,88 +53,6 @@ fn expected_row(labels: Vec<u32>, feats: &[(u32, f64)], normalize: bool) -> Row 
     }
 }
 
-/// The catalog entry of a dataset, from `pipeline status --json`.
-fn dataset(ws: &Path, name: &str) -> serde_json::Value {
-    status_json(ws)["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == name)
-        .unwrap_or_else(|| panic!("no dataset {name}"))
-        .clone()
-}
-
-/// All rows of a split, from its chunk files in order.
-fn split_rows(ws: &Path, name: &str, split: &str) -> Vec<Row> {
-    let d = dataset(ws, name);
-    let s = d["splits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["split"] == split)
-        .unwrap()
-        .clone();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(ws.join(s["path"].as_str().unwrap()))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let mut rows = Vec::new();
-    for f in files {
-        let chunk: CsrChunk = read_chunk(&f).unwrap();
-        rows.extend(chunk.rows().map(|r| Row {
-            labels: r.labels.to_vec(),
-            indices: r.indices.to_vec(),
-            values: r.values.iter().map(|v| v.to_bits()).collect(),
-            sq_norm: r.sq_norm.to_bits(),
-        }));
-    }
-    assert_eq!(rows.len() as u64, s["n_rows"].as_u64().unwrap());
-    rows
-}
-
-struct Dirs {
-    ws: tempfile::TempDir,
-    dir: tempfile::TempDir,
-}
-
-impl Dirs {
-    fn new() -> Dirs {
-        Dirs {
-            ws: tempfile::tempdir().unwrap(),
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn file(&self, name: &str, text: &str) -> String {
-        write(self.dir.path(), name, text).display().to_string()
-    }
-
-    fn ingest(&self, name: &str, args: &[&str]) -> std::process::Output {
-        let mut full = vec!["ingest", "--name", name];
-        full.extend_from_slice(args);
-        pipeline(self.ws.path(), &full)
-    }
-
-    /// An ingest that must succeed; returns its stderr (the summary).
-    fn ok(&self, name: &str, args: &[&str]) -> String {
-        let out = self.ingest(name, args);
-        assert!(out.status.success(), "ingest failed: {}", stderr(&out));
-        stderr(&out)
-    }
-
-    /// An ingest that must fail naming `location` and saying `text`; nothing registered.
-    fn fails(&self, args: &[&str], location: &str, text: &str) -> String {
-        let out = self.ingest("bad", args);
-        let err = stderr(&out);
-        assert!(!out.status.success(), "should fail: {args:?}");
-        assert!(err.contains(location), "should name {location}: {err}");
-        assert!(err.contains(text), "should say {text}: {err}");
-        assert!(!dataset_names(self.ws.path()).contains(&"bad".to_string()));
-        err
-    }
-}
-
 /// Rows of a LIBSVM text as the ingest should store them, labels mapped by `map` (value →
 /// id, values without an id give no label).
 fn expected_rows(text: &str, map: &BTreeMap<i64, u32>, normalize: bool) -> Vec<Row> {
@@ -162,7 +71,7 @@ const BINARY_01: &str = "1 1:0.5 3:-2\n0 2:1.25\n1 1:3 2:4 3:0.1\n0 3:7e-3\n";
 
 #[test]
 fn binary_plus_minus_one_and_zero_one() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     for (name, text, negative) in [("pm", BINARY_PM, -1), ("zo", BINARY_01, 0)] {
         let train = d.file(&format!("{name}.txt"), text);
         let err = d.ok(name, &["--format", "libsvm", "--train", &train]);
@@ -252,7 +161,7 @@ fn binary_plus_minus_one_and_zero_one() {
 
 #[test]
 fn multiclass_ids_are_ranks_over_train_and_test() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let train_text = "7 1:1 4:2\n-2 2:0.5\n3 3:1\n7 1:-1\n";
     let test_text = "11 1:1\n3 4:1\n";
     let train = d.file("train.txt", train_text);
@@ -320,7 +229,7 @@ fn multiclass_ids_are_ranks_over_train_and_test() {
 
 #[test]
 fn multilabel_rows_may_have_several_labels_or_none() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let text = "5,1 1:1 2:2\n 2:1\n3 1:2 # a comment 9:9\n1,3,5 2:0.5\n";
     let train = d.file("ml.txt", text);
     let err = d.ok("ml", &["--format", "libsvm", "--train", &train]);
@@ -359,7 +268,7 @@ fn multilabel_rows_may_have_several_labels_or_none() {
 
 #[test]
 fn qid_tokens_are_ignored_with_one_warning() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let text = "1 qid:1 1:1\n-1 qid:1 2:1\n1 qid:2 1:0.5 2:0.5\n";
     let train = d.file("q.txt", text);
     let test = d.file("qt.txt", "-1 qid:3 1:2\n");
@@ -378,7 +287,7 @@ fn qid_tokens_are_ignored_with_one_warning() {
 
 #[test]
 fn gzip_and_zstd_inputs_give_the_same_rows() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let text = "3 1:1 4:2\n1 2:0.5\n2 3:1 1:4\n";
     let plain = d.file("p.txt", text);
     let gz = d.dir.path().join("p.txt.gz");
@@ -410,7 +319,8 @@ fn gzip_and_zstd_inputs_give_the_same_rows() {
 
 #[test]
 fn every_malformed_token_names_file_and_line() {
-    let d = Dirs::new();
+    // A workspace holding a dataset already, so that "left as it was" is not trivial.
+    let d = IngestCase::new();
     let good = "1 1:1\n-1 2:1\n";
     let cases: [(&str, &str, u64, &str); 11] = [
         (
@@ -471,15 +381,11 @@ fn every_malformed_token_names_file_and_line() {
         ),
     ];
     for (what, bad, line, text) in cases {
-        let f = d.file(
-            &format!("{}.txt", what.replace(' ', "-")),
-            &format!("{good}{bad}"),
+        let (name, input) = (
+            format!("{}.txt", what.replace(' ', "-")),
+            format!("{good}{bad}"),
         );
-        let err = d.fails(
-            &["--format", "libsvm", "--train", &f],
-            &format!("{f}:{line}: "),
-            text,
-        );
+        let err = d.train_file_fails(&["--format", "libsvm"], (&name, &input), line, text);
         assert!(err.contains(text), "{what}: {err}");
     }
     // The test file's lines are named too, and index ≥ --features D.
@@ -560,7 +466,7 @@ fn every_malformed_token_names_file_and_line() {
 
 #[test]
 fn lenient_skips_bad_rows_in_both_passes() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let text = "1 1:1\n9 1:x\n-1 2:1\r\n1 1:2\n";
     let train = d.file("l.txt", text);
     let err = d.ok("l", &["--format", "libsvm", "--train", &train, "--lenient"]);
@@ -573,7 +479,7 @@ fn lenient_skips_bad_rows_in_both_passes() {
 
 #[test]
 fn first_label_makes_an_xc_file_multiclass() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     // Header N D L; the first *listed* label counts (5 in "5,2"), not the smallest.
     let train = d.file("x.txt", "4 3 10\n5,2 0:1\n 1:1\n3 2:2\n5 0:1 1:1\n");
     let test = d.file("y.txt", "2 3 10\n9,1 2:1\n2,3 0:3\n");
@@ -621,7 +527,7 @@ fn first_label_makes_an_xc_file_multiclass() {
 
 #[test]
 fn xc_ingests_keep_their_parameters_and_read_as_multilabel() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let train = d.file("x.txt", "2 3 4\n1,2 0:1\n3 2:1\n");
     d.ok("x", &["--train", &train]);
     let ds = dataset(d.ws.path(), "x");
@@ -650,7 +556,7 @@ fn xc_ingests_keep_their_parameters_and_read_as_multilabel() {
 
 #[test]
 fn the_validation_carve_works_on_libsvm_rows() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let text: String = (0..400)
         .map(|i| format!("{} {}:1 {}:0.5\n", i % 3, i % 7 + 1, i % 5 + 8))
         .collect();
@@ -684,7 +590,7 @@ fn the_validation_carve_works_on_libsvm_rows() {
 
 #[test]
 fn a_spec_takes_the_same_keys_and_checks_them_first() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let spec = |ingest: &str| {
         let text = format!(
             "[ingest]\nname = \"b\"\ntrain = \"b.txt\"\n{ingest}\n[svd]\nrank = 1\n\
@@ -745,7 +651,7 @@ fn chunk_label_counts(ws: &Path, name: &str, split: &str) -> (usize, BTreeMap<u3
 }
 
 /// Ingests a classification data set from `../shared/data/classification/NAME`.
-fn ingest_classification(d: &Dirs, name: &str, extra: &[&str]) -> (PathBuf, PathBuf) {
+fn ingest_classification(d: &IngestCase, name: &str, extra: &[&str]) -> (PathBuf, PathBuf) {
     let dir = shared_data("classification").join(name);
     let (train, test) = (dir.join("train.txt.gz"), dir.join("test.txt.gz"));
     let mut args = vec![
@@ -763,7 +669,7 @@ fn ingest_classification(d: &Dirs, name: &str, extra: &[&str]) -> (PathBuf, Path
 
 #[test]
 fn banana_is_binary_with_the_counts_of_its_files() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let (train, test) = ingest_classification(&d, "banana", &[]);
     let ds = dataset(d.ws.path(), "banana");
     assert_eq!(
@@ -787,7 +693,7 @@ fn banana_is_binary_with_the_counts_of_its_files() {
 
 #[test]
 fn mnist_odd_even_and_ten_classes() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     // MNIST's last pixels are zero in every image: the largest index seen is 780, so D =
     // 784 needs --features 784.
     let (train, test) = ingest_classification(&d, "mnist-oddeven", &["--features", "784"]);
@@ -830,7 +736,7 @@ fn mnist_odd_even_and_ten_classes() {
 
 #[test]
 fn delicious_first_labels() {
-    let d = Dirs::new();
+    let d = IngestCase::empty();
     let (train, test) = (
         shared_data("delicious/train.txt"),
         shared_data("delicious/test.txt"),

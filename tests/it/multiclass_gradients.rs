@@ -10,9 +10,7 @@ use crate::common;
 use common::model::*;
 use faer::Mat;
 use fsgp::model::bound::class_phase::{class_probabilities, ROW_BLOCK};
-use fsgp::model::bound::objective::{
-    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
-};
+use fsgp::model::bound::objective::{bound_and_grads, expected_loglik, kl_total, BoundOptions};
 use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::{KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
@@ -23,7 +21,7 @@ use fsgp::model::likelihood::multiclass::softmax_mc::SoftmaxMc;
 use fsgp::model::likelihood::multiclass::{
     row_gradient, row_probabilities, ClassLikelihood, Classes,
 };
-use fsgp::model::params::{flat_entry, flat_len, Block, Params, QForm, QParams};
+use fsgp::model::params::{Block, Params, QForm, QParams};
 use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::scratch::Scratch;
 use rand::{Rng, SeedableRng};
@@ -37,16 +35,6 @@ fn likelihoods() -> Vec<Box<dyn ClassLikelihood>> {
         Box::new(RobustMax::new(DEFAULT_EPSILON, 20).unwrap()),
         Box::new(SoftmaxMc::new(8).unwrap()),
     ]
-}
-
-/// Φ [K×P] row-major: the identity (K = P) or a general random matrix.
-fn random_phi(rng: &mut ChaCha8Rng, k: usize, p: usize, identity: bool) -> Vec<f64> {
-    (0..k * p)
-        .map(|j| match identity {
-            true => f64::from(u8::from(j / p == j % p)),
-            false => (rng.random::<f64>() - 0.5) * 2.0,
-        })
-        .collect()
 }
 
 #[test]
@@ -106,53 +94,20 @@ fn row_gradients_match_central_differences() {
     }
 }
 
-/// Random lower-triangular factors [m×m] with diagonals of either sign, away from 0.
-fn random_factors(rng: &mut ChaCha8Rng, m: usize, p: usize) -> Vec<Mat<f64>> {
-    (0..p)
-        .map(|_| {
-            Mat::from_fn(m, m, |i, j| {
-                let x: f64 = rng.random::<f64>() - 0.5;
-                match i.cmp(&j) {
-                    std::cmp::Ordering::Less => 0.0,
-                    std::cmp::Ordering::Equal => (0.6 + x.abs()) * x.signum(),
-                    std::cmp::Ordering::Greater => 0.6 * x,
-                }
-            })
-        })
-        .collect()
-}
-
-/// A minibatch of `b` rows with classes: the paper's q(u) (M = 5 > R = 3, a singular linear
-/// K_Z as in real runs) or the whitened Cholesky q(u) (M = 4, R = 5); Φ = I (K = P = 3) or
-/// a general Φ (K = 4, P = 3).
+/// A minibatch of `b` rows with classes ([`class_problem`]): the paper's q(u) (M = 5 > R =
+/// 3) or the whitened Cholesky q(u) (M = 4, R = 5, factors from [`random_factors`]); Φ = I
+/// (K = P = 3) or a general Φ (K = 4, P = 3).
 fn problem(seed: u64, form: QForm, identity: bool, b: usize) -> (Problem, Vec<u32>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (k, p) = if identity { (3, 3) } else { (4, 3) };
-    let (m, r) = if form == QForm::Whitened {
-        (4, 5)
-    } else {
-        (5, 3)
-    };
+    let kp = if identity { (3, 3) } else { (4, 3) };
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
-    let (kxx, norms) = random_rows(&mut u, b, r, 1.0);
-    let w = Mat::from_fn(r, r, |_, _| u(0.6));
-    let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
-    let mut params = random_site_params(&mut u, (m, r, p, k));
-    if identity {
-        params.phi = Mat::identity(k, p);
-    }
+    let (mut pr, classes) = class_problem(&mut u, (form, identity), kp, b, 1.0);
     if form == QForm::Whitened {
-        params.set_full(pack_factors(&random_factors(&mut rng, m, p), true));
+        let (m, p) = (pr.params.q.mu().nrows(), pr.params.q.mu().ncols());
+        pr.params
+            .set_full(pack_factors(&random_factors(&mut rng, m, p), true));
     }
-    let classes = (0..b).map(|i| ((i * 7 + 1) % k) as u32).collect();
-    let problem = Problem {
-        kxx,
-        norms,
-        kt,
-        positives: vec![Vec::new(); b],
-        params,
-    };
-    (problem, classes)
+    (pr, classes)
 }
 
 #[test]
@@ -223,16 +178,6 @@ fn learnt_epsilon_gradient_matches_central_differences() {
     }
 }
 
-/// Every flat entry of `e`'s gradient and its value, as bits.
-fn bits(e: &BoundAndGrads) -> Vec<u64> {
-    let mut g = e.grads.clone();
-    let mut out = vec![e.value.to_bits()];
-    for idx in 0..flat_len(&e.grads) {
-        out.push(flat_entry(&mut g, idx).1.to_bits());
-    }
-    out
-}
-
 #[test]
 fn results_are_bitwise_identical_for_one_and_two_threads() {
     let mut rng = ChaCha8Rng::seed_from_u64(51);
@@ -278,7 +223,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                         5,
                         100,
                     );
-                    (bits(&e), probs)
+                    (eval_bits(&e), probs)
                 })
             };
             let (one, two) = (run(1), run(2));

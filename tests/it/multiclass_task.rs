@@ -9,12 +9,12 @@
 
 use crate::common;
 use common::blobs::Blobs;
+use common::classify;
 use common::toy::{
-    assert_resume_refused, assert_resumes_to, assert_same_run_bytes, catalog, checkpoints,
-    copy_dir, crash_with, metrics, newest_run, read_ckpt, run_params,
+    assert_resume_refused, assert_resumes_to, assert_same_run_bytes, checkpoints, crash_with,
+    metrics, newest_run, read_ckpt, run_params, train_with, Prepared,
 };
 use common::*;
-use fsgp::model::bound::objective::{bound_and_grads, BoundOptions};
 use fsgp::model::bound::terms::TermSet;
 use fsgp::model::kernel::KernelKind;
 use fsgp::model::likelihood::multiclass::ar_logit::ArLogit;
@@ -23,9 +23,7 @@ use fsgp::model::likelihood::multiclass::hernandez_lobato::HernandezLobato;
 use fsgp::model::likelihood::multiclass::robust_max::RobustMax;
 use fsgp::model::likelihood::multiclass::{ClassLikelihood, Classes};
 use fsgp::model::params::Params;
-use fsgp::model::scratch::Scratch;
-use fsgp::store::predictions::PredictionReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Classes (and features per row).
 const K: usize = 4;
@@ -34,76 +32,36 @@ const TEST_ROWS: usize = 200;
 
 /// A workspace with the blobs dataset `blobs` ingested (100-row chunks, not normalised)
 /// and factorised (R = K = 4, M = 12), and the test rows' classes.
-struct Prepared {
-    _dir: tempfile::TempDir,
-    base: PathBuf,
-    test_classes: Vec<u32>,
+fn prepared() -> Prepared<Vec<u32>> {
+    let blobs = Blobs {
+        classes: K,
+        noise_sd: 0.6,
+        train_rows: TRAIN_ROWS,
+        test_rows: TEST_ROWS,
+        seed: 23,
+    };
+    Prepared::new(|dir| blobs.workspace(dir, 12))
 }
 
-impl Prepared {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = Blobs {
-            classes: K,
-            noise_sd: 0.6,
-            train_rows: TRAIN_ROWS,
-            test_rows: TEST_ROWS,
-            seed: 23,
-        };
-        let (base, test_classes) = blobs.workspace(dir.path(), 12);
-        Prepared {
-            _dir: dir,
-            base,
-            test_classes,
-        }
-    }
-
-    fn copy(&self, name: &str) -> PathBuf {
-        let to = self.base.parent().unwrap().join(name);
-        copy_dir(&self.base, &to);
-        to
-    }
-}
-
-/// The multi-class training command: 8 steps per epoch (B = 50), a checkpoint every 6
-/// steps, the SE kernel. `--epochs` is 12 and `--latent` independent unless `extra` gives
-/// them.
+/// The multi-class training command ([`classify::train_args`]) on `blobs`, the SE kernel,
+/// seed 7. `--epochs` is 12 and `--latent` independent unless `extra` gives them.
 fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "train",
+    let task = [
         "--dataset",
         "blobs",
         "--task",
         "multiclass",
         "--kernel",
         "se",
-        "--batch",
-        "50",
-        "--lr",
-        "0.05",
-        "--checkpoint-every",
-        "6",
-        "--keep-checkpoints",
-        "all",
-        "--threads",
-        "2",
         "--seed",
         "7",
     ];
-    if !extra.contains(&"--epochs") {
-        args.extend(["--epochs", "12"]);
-    }
-    if !extra.contains(&"--latent") {
-        args.extend(["--latent", "independent"]);
-    }
-    args.extend(extra);
-    args
+    let defaults = [("--epochs", "12"), ("--latent", "independent")];
+    classify::train_args(&task, &defaults, extra)
 }
 
 fn train(ws: &Path, extra: &[&str]) -> i64 {
-    let out = pipeline(ws, &train_args(extra));
-    assert!(out.status.success(), "{}", stderr(&out));
-    newest_run(ws, "train")
+    train_with(ws, &train_args(extra))
 }
 
 /// `predict --top-k 2 --probabilities` of the test split: per row its two classes and
@@ -111,47 +69,15 @@ fn train(ws: &Path, extra: &[&str]) -> i64 {
 type Predicted = Vec<(u64, Vec<u32>, Vec<f32>)>;
 
 fn predict(ws: &Path, run: i64) -> (Predicted, serde_json::Value) {
-    let args = [
-        "predict",
-        "--run",
-        &run.to_string(),
-        "--top-k",
-        "2",
-        "--probabilities",
-    ];
-    let out = pipeline(ws, &args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let id = newest_run(ws, "predict");
-    let path: String = catalog(ws)
-        .query_row(
-            "SELECT path FROM artifacts WHERE stage_run_id = ?1 AND kind = 'predictions'",
-            [id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let mut rows = Vec::new();
-    for block in PredictionReader::open(&ws.join(path)).unwrap() {
-        let b = block.unwrap();
-        let probs = b
-            .probabilities
-            .clone()
-            .expect("probabilities were asked for");
-        for i in 0..b.row_ids.len() {
-            let (start, end) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
-            assert_eq!(end - start, 2, "top-2 classes");
-            assert_eq!(
-                &b.scores[start..end],
-                &probs[start..end],
-                "scores = probabilities"
-            );
-            rows.push((
-                b.row_ids[i],
-                b.labels[start..end].to_vec(),
-                probs[start..end].to_vec(),
-            ));
-        }
-    }
-    (rows, run_params(ws, id))
+    let (rows, params) = classify::predict_probabilities(ws, run, &["--top-k", "2"], 2);
+    let rows = rows
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r.scores, r.probabilities, "scores = probabilities");
+            (r.row, r.labels, r.probabilities)
+        })
+        .collect();
+    (rows, params)
 }
 
 /// Share of test rows whose most probable class is theirs; asserts the probabilities are
@@ -177,16 +103,8 @@ fn accuracy(rows: &Predicted, classes: &[u32]) -> f64 {
 /// weight 1; `bound_and_grads`'s value is Σ_i E_i − Σ_p KL_p.
 fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64 {
     let batch = common::toy::OneBatch::read(ws);
-    let class: Vec<u32> = batch
-        .labels
-        .iter()
-        .map(|l| {
-            assert_eq!(l.len(), 1);
-            l[0]
-        })
-        .collect();
+    let class = batch.classes();
     assert_eq!(class.len(), TRAIN_ROWS);
-    let x = batch.inputs();
     let terms = TermSet::Classes(Classes {
         class: &class,
         scale: 1.0,
@@ -194,35 +112,22 @@ fn one_batch_bound(ws: &Path, params: &Params, lik: &dyn ClassLikelihood) -> f64
         seed: 0,
         first_stream: 0,
     });
+    // The per-term likelihood argument is not used by a class term set.
     let unused = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
-    let opts = BoundOptions::default();
-    bound_and_grads(
-        KernelKind::SquaredExponential,
-        params,
-        &x,
-        &terms,
-        &unused,
-        &opts,
-        &Scratch::new(),
-    )
-    .unwrap()
-    .value
+    batch.bound(KernelKind::SquaredExponential, params, &terms, &unused)
 }
 
 /// `evaluate --run RUN --k 4 --json` (its task from the run; every class listed, so NLP is
 /// defined): the metrics JSON.
 fn evaluate(ws: &Path, run: i64) -> serde_json::Value {
-    let out = pipeline(
-        ws,
-        &["evaluate", "--run", &run.to_string(), "--k", "4", "--json"],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap()
+    let run = run.to_string();
+    let out = pipeline_ok(ws, &["evaluate", "--run", &run, "--k", "4", "--json"]);
+    serde_json::from_str(&out).unwrap()
 }
 
 #[test]
 fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() {
-    let p = Prepared::new();
+    let p = prepared();
     let cases: [(&str, &[&str]); 8] = [
         ("ove", &["--likelihood", "ove", "--eval-every", "6"]),
         ("robust-max", &["--likelihood", "robust-max"]),
@@ -337,7 +242,7 @@ fn every_multiclass_likelihood_trains_predicts_and_evaluates_far_above_chance() 
 
 #[test]
 fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
-    let p = Prepared::new();
+    let p = prepared();
     let ws = p.copy("elbo");
     let id = train(&ws, &["--likelihood", "robust-max", "--epochs", "3"]);
     let recorded = metrics(&ws, id, "elbo_exact");
@@ -360,7 +265,7 @@ fn the_exact_bound_of_a_robust_max_run_is_the_one_batch_sum() {
 #[test]
 fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_through_the_network()
 {
-    let p = Prepared::new();
+    let p = prepared();
     let points = fsgp::model::likelihood::DEFAULT_POINTS;
     type Lik = Box<dyn ClassLikelihood>;
     let cases: [(&str, Lik, Lik); 2] = [
@@ -411,7 +316,7 @@ fn the_exact_bound_of_a_subsampled_augment_and_reduce_run_sums_every_negative_th
 
 #[test]
 fn ove_with_as_many_class_samples_as_negatives_trains_the_same_parameters() {
-    let p = Prepared::new();
+    let p = prepared();
     let (ws_all, ws_s) = (p.copy("all"), p.copy("s3"));
     let extra = ["--likelihood", "ove", "--epochs", "2"];
     let run_all = train(&ws_all, &extra);
@@ -435,7 +340,7 @@ fn ove_with_as_many_class_samples_as_negatives_trains_the_same_parameters() {
 
 #[test]
 fn ar_softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
-    let p = Prepared::new();
+    let p = prepared();
     let extra = [
         "--likelihood",
         "ar-softmax",
@@ -461,7 +366,7 @@ fn ar_softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes()
 
 #[test]
 fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
-    let p = Prepared::new();
+    let p = prepared();
     let extra = [
         "--likelihood",
         "softmax",
@@ -509,7 +414,7 @@ fn softmax_runs_are_deterministic_and_resume_after_a_kill_to_the_same_bytes() {
 /// same seed, and a run killed after a checkpoint resumes to those bytes.
 #[test]
 fn hernandez_lobato_runs_train_exactly_deterministically_and_resume() {
-    let p = Prepared::new();
+    let p = prepared();
     let extra = ["--likelihood", "hl"];
     let (ws_a, ws_b, ws_cut) = (p.copy("hl-a"), p.copy("hl-b"), p.copy("hl-cut"));
     let run_a = train(&ws_a, &extra);
@@ -550,7 +455,7 @@ fn hernandez_lobato_runs_train_exactly_deterministically_and_resume() {
 /// recorded in the run and its checkpoints, used by the exact bound, and fixed on resume.
 #[test]
 fn robust_max_with_a_learnt_epsilon_trains_and_records_it() {
-    let p = Prepared::new();
+    let p = prepared();
     let ws = p.copy("learn-eps");
     let extra = [
         "--likelihood",
@@ -603,7 +508,7 @@ fn robust_max_with_a_learnt_epsilon_trains_and_records_it() {
 
 #[test]
 fn likelihoods_must_suit_the_task_and_the_data() {
-    let p = Prepared::new();
+    let p = prepared();
     let ws = p.copy("refusals");
     let refused = |ws: &Path, args: Vec<&str>, texts: &[&str]| {
         let out = pipeline(ws, &args);

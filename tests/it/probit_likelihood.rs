@@ -6,7 +6,6 @@
 
 use crate::common;
 use common::model::*;
-use faer::Mat;
 use fsgp::model::bound::objective::{bound_and_grads, BoundOptions};
 use fsgp::model::bound::terms::{terms_all, TermSet};
 use fsgp::model::kernel::{KernelKind, KernelParams};
@@ -197,17 +196,11 @@ fn binary_problem(seed: u64, whitened: bool) -> Problem {
     let (m, r, b) = (4, 5, 6);
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
     let (kxx, norms) = random_rows(&mut u, b, r, 1.0);
-    let w = Mat::from_fn(r, r, |_, _| u(0.6));
-    let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
+    let kt = random_gram(&mut u, r);
     let mut params = random_site_params(&mut u, (m, r, 1, 1));
     if whitened {
-        let factor = Mat::from_fn(m, m, |i, j| match i.cmp(&j) {
-            std::cmp::Ordering::Less => 0.0,
-            std::cmp::Ordering::Equal => 0.7 + u(0.4),
-            std::cmp::Ordering::Greater => u(0.8),
-        });
         params.logit_epsilon = None;
-        params.set_full(pack_factors(&[factor], true));
+        params.set_full(pack_factors(&positive_factors(&mut u, m, 1, 0.8), true));
     }
     params.kernel = KernelParams::new(u(0.5), u(0.5));
     let positives = (0..b)

@@ -33,30 +33,13 @@ fn k_z_of(pr: &Problem, kind: KernelKind, params: &Params) -> Mat<f64> {
     kind.k_z(&params.kernel, params.a.as_ref(), pr.kt.as_ref())
 }
 
-/// Random lower-triangular factors [m×m] with diagonals of either sign, away from 0.
-fn random_factors(rng: &mut ChaCha8Rng, m: usize, p: usize) -> Vec<Mat<f64>> {
-    (0..p)
-        .map(|_| {
-            Mat::from_fn(m, m, |i, j| {
-                let x: f64 = rng.random::<f64>() - 0.5;
-                match i.cmp(&j) {
-                    std::cmp::Ordering::Less => 0.0,
-                    std::cmp::Ordering::Equal => (0.6 + x.abs()) * x.signum(),
-                    std::cmp::Ordering::Greater => 0.6 * x,
-                }
-            })
-        })
-        .collect()
-}
-
 /// M = 4 inducing points, R = 5 (the linear K_Z is non-singular), B = 4 rows, P GPs.
 fn problem(seed: u64, form: QForm, m: usize, b: usize, p: usize) -> Problem {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let r = m + 1;
     let u = |rng: &mut ChaCha8Rng, s: f64| (rng.random::<f64>() - 0.5) * s;
     let (kxx, norms) = random_rows(&mut |s| u(&mut rng, s), b, r, 1.0);
-    let w = Mat::from_fn(r, r, |_, _| u(&mut rng, 0.6));
-    let kt = Mat::<f64>::identity(r, r) + &w * w.transpose();
+    let kt = random_gram(&mut |s| u(&mut rng, s), r);
     let factors = random_factors(&mut rng, m, p);
     let params = Params {
         logit_epsilon: None,

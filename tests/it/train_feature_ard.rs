@@ -32,17 +32,9 @@ fn one_batch_feature_bound(ws: &Path, kind: KernelKind, params: &Params) -> f64 
     let basis = Mat::from_fn(basis.nrows(), basis.ncols(), |i, j| {
         f64::from(basis[(i, j)])
     });
-    let mut chunk_paths: Vec<String> = catalog(ws)
-        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    chunk_paths.sort();
     let (mut rows, mut positives) = (FeatureRows::new(), Vec::new());
-    for path in chunk_paths {
-        let chunk = fsgp::store::chunks::read_chunk(&ws.join(path)).unwrap();
+    for path in train_chunks(ws) {
+        let chunk = fsgp::store::chunks::read_chunk(&path).unwrap();
         for i in 0..chunk.len() {
             let r = chunk.row(i);
             rows.push_row(r.indices, r.values.iter().map(|&v| f64::from(v)));

@@ -6,63 +6,20 @@
 //! a rerun and summarises them (mean ± sd) in its output and in `pipeline report`.
 
 use crate::common;
+use common::ingest::{chunk_files, split_entry, split_rows};
 use common::*;
 use fsgp::ingest::validation::ValidationSplit;
-use fsgp::store::chunks::read_chunk;
 use std::path::{Path, PathBuf};
 
 /// A row by content: labels, feature ids and the f32 bits of the values.
 type Row = (Vec<u32>, Vec<u32>, Vec<u32>);
 
-/// The split's entry in `pipeline status --json`.
-fn split_entry(ws: &Path, dataset: &str, split: &str) -> serde_json::Value {
-    let st = status_json(ws);
-    let d = st["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == dataset)
-        .unwrap_or_else(|| panic!("no dataset {dataset}"))
-        .clone();
-    d["splits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["split"] == split)
-        .unwrap_or_else(|| panic!("no split {split}"))
-        .clone()
-}
-
-/// The chunk files of a split, in order.
-fn chunk_files(ws: &Path, dataset: &str, split: &str) -> Vec<PathBuf> {
-    let dir = ws.join(split_entry(ws, dataset, split)["path"].as_str().unwrap());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-}
-
-/// Every row of a split in order.
+/// Every row of a split in order ([`split_rows`]), by content.
 fn rows(ws: &Path, dataset: &str, split: &str) -> Vec<Row> {
-    let mut out = Vec::new();
-    for f in chunk_files(ws, dataset, split) {
-        let chunk = read_chunk(&f).unwrap();
-        for r in chunk.rows() {
-            assert_eq!(
-                r.row_id,
-                out.len() as u64,
-                "row ids are positions in the split"
-            );
-            out.push((
-                r.labels.to_vec(),
-                r.indices.to_vec(),
-                r.values.iter().map(|v| v.to_bits()).collect(),
-            ));
-        }
-    }
-    out
+    split_rows(ws, dataset, split)
+        .into_iter()
+        .map(|r| (r.labels, r.indices, r.values))
+        .collect()
 }
 
 fn synth(dir: &Path, rows: u32, test_rows: u32) -> PathBuf {

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod blobs;
+pub mod classify;
+pub mod ingest;
 pub mod model;
 pub mod ranks;
 pub mod registered;
@@ -50,6 +52,13 @@ pub fn pipeline_within(ws: &Path, args: &[&str], limit: std::time::Duration) -> 
     child
         .wait_with_output()
         .expect("collecting pipeline's output")
+}
+
+/// Runs `pipeline --workspace WS ARGS...`, which must succeed; returns its standard output.
+pub fn pipeline_ok(ws: &Path, args: &[&str]) -> String {
+    let out = pipeline(ws, args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
 }
 
 pub fn stderr(o: &Output) -> String {
@@ -124,6 +133,11 @@ pub fn shared_data(name: &str) -> PathBuf {
 /// Ingests Delicious (from `../shared`) into `ws` as dataset `delicious`, with `extra`
 /// ingest options appended (e.g. `--chunk-rows 2000`); asserts success.
 pub fn ingest_delicious(ws: &Path, extra: &[&str]) {
+    ingest_delicious_as(ws, "delicious", extra);
+}
+
+/// [`ingest_delicious`] as dataset `name`.
+pub fn ingest_delicious_as(ws: &Path, name: &str, extra: &[&str]) {
     let (train, test) = (
         shared_data("delicious/train.txt"),
         shared_data("delicious/test.txt"),
@@ -131,7 +145,7 @@ pub fn ingest_delicious(ws: &Path, extra: &[&str]) {
     let mut args = vec![
         "ingest",
         "--name",
-        "delicious",
+        name,
         "--train",
         train.to_str().unwrap(),
         "--test",

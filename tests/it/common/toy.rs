@@ -288,25 +288,50 @@ pub fn count_runs(ws: &Path, stage: &str, status: Option<&str>) -> i64 {
         .unwrap()
 }
 
+/// Runs TRAIN with `overrides`, which must succeed; returns the run's id.
 pub fn train_ok(ws: &Path, overrides: &[&str]) -> i64 {
-    let out = pipeline(ws, &train_args(overrides));
-    assert!(out.status.success(), "{}", stderr(&out));
+    train_with(ws, &train_args(overrides))
+}
+
+/// Runs the whole `train` command line `args`, which must succeed; returns the run's id.
+pub fn train_with(ws: &Path, args: &[&str]) -> i64 {
+    let out = pipeline(ws, args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     train_run_id(ws)
 }
 
-pub struct Prepared {
+/// A workspace prepared once in a temporary directory (`base`) and copied beside it for
+/// each case, with what the set-up returned besides (the test rows' classes for the
+/// classification tests; nothing for the toy dataset of [`prepared`]).
+pub struct Prepared<T = ()> {
     _dir: tempfile::TempDir,
     base: PathBuf,
+    pub test_classes: T,
 }
 
+/// The toy dataset of [`prepare`], prepared once.
 pub fn prepared() -> Prepared {
-    let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("base");
-    prepare(&base);
-    Prepared { _dir: dir, base }
+    Prepared::new(|dir| {
+        let base = dir.join("base");
+        prepare(&base);
+        (base, ())
+    })
 }
 
-impl Prepared {
+impl<T> Prepared<T> {
+    /// Runs `set_up` in a fresh temporary directory; it returns the workspace it prepared
+    /// there and what the tests need to know of it.
+    pub fn new(set_up: impl FnOnce(&Path) -> (PathBuf, T)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (base, test_classes) = set_up(dir.path());
+        Prepared {
+            _dir: dir,
+            base,
+            test_classes,
+        }
+    }
+
+    /// A copy of the prepared workspace, named `name`, beside it.
     pub fn copy(&self, name: &str) -> PathBuf {
         let to = self.base.parent().unwrap().join(name);
         copy_dir(&self.base, &to);
@@ -371,6 +396,19 @@ pub fn artifact(ws: &Path, kind: &str) -> PathBuf {
     ws.join(path)
 }
 
+/// The training split's registered chunk files, in row order (absolute).
+pub fn train_chunks(ws: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<String> = catalog(ws)
+        .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    paths.sort();
+    paths.into_iter().map(|p| ws.join(p)).collect()
+}
+
 /// Every training row of the newest svd of a workspace as one batch, read apart from the
 /// streaming `pipeline elbo` so that tests can compute exact bounds independently: K_XX̃
 /// [N×R] and the squared norms from the svd artifacts, K_X̃ = X̃ X̃ᵀ from its basis, each
@@ -388,17 +426,9 @@ impl OneBatch {
         let kxx: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "kxx")).unwrap();
         let norms: ndarray::Array1<f32> = ndarray_npy::read_npy(artifact(ws, "sq_norms")).unwrap();
         let basis: ndarray::Array2<f32> = ndarray_npy::read_npy(artifact(ws, "basis")).unwrap();
-        let mut chunk_paths: Vec<String> = catalog(ws)
-            .prepare("SELECT path FROM artifacts WHERE kind = 'chunk' AND split = 'train'")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        chunk_paths.sort();
         let mut labels = Vec::new();
-        for path in chunk_paths {
-            let l = fsgp::store::chunks::read_chunk_labels(&ws.join(path)).unwrap();
+        for path in train_chunks(ws) {
+            let l = fsgp::store::chunks::read_chunk_labels(&path).unwrap();
             for i in 0..l.len() {
                 labels.push(l.row(i).to_vec());
             }
@@ -420,6 +450,60 @@ impl OneBatch {
             k_tilde: self.k_tilde.as_ref(),
         }
     }
+
+    /// Each row's one class (a multi-class dataset's); asserts every row holds one label.
+    pub fn classes(&self) -> Vec<u32> {
+        self.labels
+            .iter()
+            .map(|l| {
+                assert_eq!(l.len(), 1);
+                l[0]
+            })
+            .collect()
+    }
+
+    /// The bound of `params` under kernel `kind` with this batch's inputs, the terms
+    /// `terms` and the per-term likelihood `lik` (default options).
+    pub fn bound(
+        &self,
+        kind: fsgp::model::kernel::KernelKind,
+        params: &fsgp::model::params::Params,
+        terms: &fsgp::model::bound::terms::TermSet<'_>,
+        lik: &dyn fsgp::model::likelihood::Likelihood,
+    ) -> f64 {
+        fsgp::model::bound::objective::bound_and_grads(
+            kind,
+            params,
+            &self.inputs(),
+            terms,
+            lik,
+            &fsgp::model::bound::objective::BoundOptions::default(),
+            &fsgp::model::scratch::Scratch::new(),
+        )
+        .unwrap()
+        .value
+    }
+}
+
+/// The exact bound of `params` under kernel `kind` and likelihood `lik` with every training
+/// row of the workspace as one batch ([`OneBatch`]), every (row, label) pair of its `labels`
+/// labels a term of weight 1; asserts the batch has `rows` rows.
+pub fn one_batch_label_bound(
+    ws: &Path,
+    kind: fsgp::model::kernel::KernelKind,
+    params: &fsgp::model::params::Params,
+    lik: &dyn fsgp::model::likelihood::Likelihood,
+    (rows, labels): (usize, usize),
+) -> f64 {
+    let batch = OneBatch::read(ws);
+    assert_eq!(batch.labels.len(), rows);
+    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, labels, 1.0);
+    batch.bound(
+        kind,
+        params,
+        &fsgp::model::bound::terms::TermSet::List(&terms),
+        lik,
+    )
 }
 
 /// The exact bound of `params` under kernel `kind` with all 900 training rows of the toy
@@ -429,11 +513,18 @@ pub fn one_batch_bound(
     kind: fsgp::model::kernel::KernelKind,
     params: &fsgp::model::params::Params,
 ) -> f64 {
-    let batch = OneBatch::read(ws);
-    assert_eq!(batch.labels.len(), 900);
     let lik = fsgp::model::likelihood::logistic::BernoulliLogistic::new(20).unwrap();
-    let terms = fsgp::model::bound::terms::terms_all(&batch.labels, 30, 1.0);
-    fsgp::model::bound::objective::bound_and_grads_once(kind, params, &batch.inputs(), &terms, &lik)
-        .unwrap()
-        .value
+    one_batch_label_bound(ws, kind, params, &lik, (900, 30))
+}
+
+/// The predictions file predict run `predict_run` registered, absolute.
+pub fn predictions_path(ws: &Path, predict_run: i64) -> PathBuf {
+    let path: String = catalog(ws)
+        .query_row(
+            "SELECT path FROM artifacts WHERE stage_run_id = ?1 AND kind = 'predictions'",
+            [predict_run],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|e| panic!("predict run {predict_run}: no predictions: {e}"));
+    ws.join(path)
 }
