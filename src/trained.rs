@@ -193,14 +193,21 @@ impl LikelihoodChoice {
         <Self as Choice>::listed(|l| has(l.traits()))
     }
 
-    /// The Bernoulli likelihood with a `points`-point Gauss–Hermite rule. A multi-class
-    /// choice has none: its runs' minibatches carry their own likelihood
+    /// The Bernoulli likelihood with a `points`-point Gauss–Hermite rule (every likelihood
+    /// is named in this match and the two below, so a new one is placed by the compiler).
+    /// A multi-class choice has none: its runs' minibatches carry their own likelihood
     /// ([`TrainConfig::class_likelihood`]), and this returns the logistic link, which their
     /// bound never evaluates.
     pub fn build(self, points: usize) -> Result<Box<dyn Likelihood>> {
         Ok(match self {
             LikelihoodChoice::Probit => Box::new(BernoulliProbit::new(points)?),
-            _ => Box::new(BernoulliLogistic::new(points)?),
+            LikelihoodChoice::Logistic
+            | LikelihoodChoice::Ove
+            | LikelihoodChoice::RobustMax
+            | LikelihoodChoice::Softmax
+            | LikelihoodChoice::Hl
+            | LikelihoodChoice::ArSoftmax
+            | LikelihoodChoice::ArLogit => Box::new(BernoulliLogistic::new(points)?),
         })
     }
 }
@@ -468,7 +475,15 @@ impl TrainConfig {
                 ProbabilityRule::logistic_quadrature(LOGISTIC_PREDICTIVE_POINTS)?
             }
             (LikelihoodChoice::Logistic, _) => ProbabilityRule::LogisticProbitApproximation,
-            (multiclass, _) => anyhow::bail!(
+            (
+                multiclass @ (LikelihoodChoice::Ove
+                | LikelihoodChoice::RobustMax
+                | LikelihoodChoice::Softmax
+                | LikelihoodChoice::Hl
+                | LikelihoodChoice::ArSoftmax
+                | LikelihoodChoice::ArLogit),
+                _,
+            ) => anyhow::bail!(
                 "internal: the {} likelihood gives class probabilities, not a per-label rule",
                 multiclass.name()
             ),
@@ -538,7 +553,7 @@ impl TrainConfig {
             }
             LikelihoodChoice::Softmax => Box::new(SoftmaxMc::new(self.pairs())?),
             LikelihoodChoice::Hl => Box::new(HernandezLobato::new(self.quadrature)?),
-            binary => anyhow::bail!(
+            binary @ (LikelihoodChoice::Logistic | LikelihoodChoice::Probit) => anyhow::bail!(
                 "the {} likelihood is a Bernoulli likelihood, not one of K classes",
                 binary.name()
             ),

@@ -427,7 +427,7 @@ impl TrainMemory {
         // q(u): its work per GP, and μ and ρ, or μ and the packed L_p, per GP.
         let ((squares, rows), q_per_gp) = match config.q_form {
             QForm::SiteDiagonal => (SITES_PER_GP, mul(2, m)),
-            _ => (
+            QForm::Cholesky | QForm::Whitened => (
                 CHOLESKY_PER_GP,
                 m.saturating_add(mul(m, m.saturating_add(1)) / 2),
             ),
