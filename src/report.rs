@@ -1053,7 +1053,7 @@ mod tests {
             1,
             "{md}"
         );
-        for figure in Figure::ALL {
+        for &figure in Figure::ALL {
             assert_eq!(unitless(figure.name()), figure.unitless());
         }
         assert!(unitless("nlp") && unitless("brier") && unitless("auc"));

@@ -253,7 +253,7 @@ mod tests {
             for r in &rows {
                 assert_eq!((r.step, r.split), (Some(4), Some(Split::Test)));
                 if let Some((measure, k)) = split_at_k(&r.name) {
-                    let m = AtK::ALL.into_iter().find(|m| m.prefix() == measure);
+                    let m = AtK::ALL.iter().copied().find(|m| m.prefix() == measure);
                     assert_eq!(m.map(|m| m.at(k)).as_ref(), Some(&r.name), "{}", r.name);
                     continue;
                 }

@@ -572,7 +572,7 @@ impl Metrics {
             let _ = write!(s, "{:>8}", format!("@{k}"));
         }
         s.push('\n');
-        for measure in AtK::ALL {
+        for &measure in AtK::ALL {
             let _ = write!(s, "{:<10}", measure.prefix());
             for v in self.at_k(measure) {
                 let _ = write!(s, "{:>8.2}", 100.0 * v);
@@ -601,7 +601,7 @@ fn sorted_with_duplicate(dst: &mut Vec<u32>, src: &[u32]) -> Option<u32> {
 pub fn metric_rows(m: &Metrics, step: Option<i64>, split: Option<Split>) -> Vec<MetricRow> {
     let mut rows = Vec::new();
     for k in 1..=m.k_max {
-        for measure in AtK::ALL {
+        for &measure in AtK::ALL {
             rows.push(MetricRow {
                 name: measure.at(k),
                 value: m.at_k(measure)[k - 1],

@@ -8,34 +8,29 @@
 //! `accuracy`, ...); the multi-class top-k accuracy is `top{k}_accuracy`
 //! ([`top_k_accuracy`]).
 
-/// A ranking measure of a multi-label evaluation, one value per k (`docs/metrics.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtK {
-    /// Precision P@k.
-    P,
-    /// nDCG@k.
-    Ndcg,
-    /// Propensity-scored precision PSP@k.
-    Psp,
-    /// Propensity-scored nDCG PSnDCG@k.
-    Psndcg,
-    /// The share of the test truth's labels predicted correctly in some row's top k.
-    Coverage,
+use crate::choice::choice_enum;
+
+choice_enum! {
+    /// A ranking measure of a multi-label evaluation, one value per k (`docs/metrics.md`),
+    /// named before `@k`; the table's order is the tables'.
+    pub enum AtK("ranking measure") {
+        /// Precision P@k.
+        P = "P",
+        /// nDCG@k.
+        Ndcg = "nDCG",
+        /// Propensity-scored precision PSP@k.
+        Psp = "PSP",
+        /// Propensity-scored nDCG PSnDCG@k.
+        Psndcg = "PSnDCG",
+        /// The share of the test truth's labels predicted correctly in some row's top k.
+        Coverage = "coverage",
+    }
 }
 
 impl AtK {
-    /// Every measure, in the order the tables list them.
-    pub const ALL: [AtK; 5] = [AtK::P, AtK::Ndcg, AtK::Psp, AtK::Psndcg, AtK::Coverage];
-
     /// The measure's name, before `@k`.
     pub fn prefix(self) -> &'static str {
-        match self {
-            AtK::P => "P",
-            AtK::Ndcg => "nDCG",
-            AtK::Psp => "PSP",
-            AtK::Psndcg => "PSnDCG",
-            AtK::Coverage => COVERAGE,
-        }
+        self.name()
     }
 
     /// The name of the measure at `k` (`P@1`).
@@ -56,75 +51,40 @@ pub fn is_at_k(name: &str) -> bool {
     name.contains('@')
 }
 
-/// `coverage`: the prefix of `coverage@k` and the multi-class share of classes covered.
-const COVERAGE: &str = "coverage";
-
-/// A figure recorded under one name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Figure {
-    /// Train, per epoch: the mean minibatch bound.
-    EpochElbo,
-    /// Train, per epoch: wall seconds.
-    EpochSeconds,
-    /// Train, per epoch: the share of the epoch the trainer waited on the prefetch queue.
-    EpochQueueWait,
-    /// Train, at the last step: wall seconds of the run.
-    TrainSeconds,
-    /// Train (unless `--no-final-elbo`) and `pipeline elbo`: the exact full-data bound.
-    ElboExact,
-    /// Binary and multi-class evaluations, and held-out epochs of such runs.
-    Accuracy,
-    /// Multi-class evaluations: the share of the classes with a true positive.
-    Coverage,
-    /// Mean negative log predictive probability.
-    Nlp,
-    Brier,
-    /// Expected calibration error.
-    Ece,
-    /// Maximum calibration error.
-    Mce,
-    /// Binary evaluations with both classes present.
-    Auc,
+choice_enum! {
+    /// A figure recorded under one name.
+    pub enum Figure("figure") {
+        /// Train, per epoch: the mean minibatch bound.
+        EpochElbo = "epoch_elbo",
+        /// Train, per epoch: wall seconds.
+        EpochSeconds = "epoch_seconds",
+        /// Train, per epoch: the share of the epoch the trainer waited on the prefetch queue.
+        EpochQueueWait = "epoch_queue_wait",
+        /// Train, at the last step: wall seconds of the run.
+        TrainSeconds = "train_seconds",
+        /// Train (unless `--no-final-elbo`) and `pipeline elbo`: the exact full-data bound.
+        ElboExact = "elbo_exact",
+        /// Binary and multi-class evaluations, and held-out epochs of such runs.
+        Accuracy = "accuracy",
+        /// Multi-class evaluations: the share of the classes with a true positive (the
+        /// same word as the ranking measure `coverage@k`).
+        Coverage = "coverage",
+        /// Mean negative log predictive probability.
+        Nlp = "nlp",
+        Brier = "brier",
+        /// Expected calibration error.
+        Ece = "ece",
+        /// Maximum calibration error.
+        Mce = "mce",
+        /// Binary evaluations with both classes present.
+        Auc = "auc",
+    }
 }
 
 impl Figure {
-    /// Every figure.
-    pub const ALL: [Figure; 12] = [
-        Figure::EpochElbo,
-        Figure::EpochSeconds,
-        Figure::EpochQueueWait,
-        Figure::TrainSeconds,
-        Figure::ElboExact,
-        Figure::Accuracy,
-        Figure::Coverage,
-        Figure::Nlp,
-        Figure::Brier,
-        Figure::Ece,
-        Figure::Mce,
-        Figure::Auc,
-    ];
-
-    /// The name the catalog records.
-    pub fn name(self) -> &'static str {
-        match self {
-            Figure::EpochElbo => "epoch_elbo",
-            Figure::EpochSeconds => "epoch_seconds",
-            Figure::EpochQueueWait => "epoch_queue_wait",
-            Figure::TrainSeconds => "train_seconds",
-            Figure::ElboExact => "elbo_exact",
-            Figure::Accuracy => "accuracy",
-            Figure::Coverage => COVERAGE,
-            Figure::Nlp => "nlp",
-            Figure::Brier => "brier",
-            Figure::Ece => "ece",
-            Figure::Mce => "mce",
-            Figure::Auc => "auc",
-        }
-    }
-
     /// The figure recorded as `name`, if one is.
     pub fn of(name: &str) -> Option<Figure> {
-        Figure::ALL.into_iter().find(|f| f.name() == name)
+        name.parse().ok()
     }
 
     /// Whether tables show it as it is rather than in percent: the mean negative log
@@ -167,12 +127,12 @@ mod tests {
         let at_1: Vec<String> = AtK::ALL.iter().map(|m| m.at(1)).collect();
         assert_eq!(at_1, ["P@1", "nDCG@1", "PSP@1", "PSnDCG@1", "coverage@1"]);
         assert_eq!(top_k_accuracy(3), "top3_accuracy");
-        for f in Figure::ALL {
+        for &f in Figure::ALL {
             assert_eq!(Figure::of(f.name()), Some(f));
             assert!(!is_at_k(f.name()), "{f:?}");
         }
         assert_eq!(Figure::of("P@1"), None);
-        for m in AtK::ALL {
+        for &m in AtK::ALL {
             assert_eq!(split_at_k(&m.at(5)), Some((m.prefix(), 5)));
             assert!(is_at_k(&m.at(5)));
         }
