@@ -10,7 +10,8 @@
 //!   by which a stage memoises, computes, publishes and registers its outputs;
 //! - library modules the stages share: [`trained`] (a trained run's configuration, svd
 //!   files and checkpoints), [`scoring`] (ranking rows under a model), [`projection`]
-//!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`];
+//!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`],
+//!   [`transform`] (feature transforms fitted at ingest);
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
 //! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests),
@@ -40,3 +41,4 @@ pub mod synth;
 pub mod topk;
 pub mod train;
 pub mod trained;
+pub mod transform;

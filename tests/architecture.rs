@@ -43,6 +43,7 @@ const BELOW_STAGES: &[&str] = &[
     "trained",
     "metrics",
     "topk",
+    "transform",
     "model",
     "store",
     "linalg",
@@ -83,6 +84,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("trained", &["model", "store", "choice"]),
     ("metrics", &["store", "choice"]),
     ("topk", &[]),
+    // Feature transforms: fitted on a training split, applied to one row at a time.
+    ("transform", &["choice"]),
     // The model knows no files.
     ("model", &["linalg", "error", "choice"]),
     // Every on-disk format, the catalog, the workspace directory.

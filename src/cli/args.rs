@@ -28,6 +28,7 @@ use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
     Retention, Task,
 };
+use crate::transform::TransformChoice;
 
 /// The parser of a [`Choice`]: clap lists its table's names with their help and checks
 /// them; the table turns the checked text into the value.
@@ -193,7 +194,12 @@ pub struct IngestArgs {
     /// BoW layout: test label file.
     #[arg(long, requires = "test_features")]
     pub test_labels: Option<PathBuf>,
-    /// Keep feature values as given instead of scaling each row to unit L2 norm.
+    /// What is done to the feature values before they are stored: fitted on the training
+    /// split, recorded with the dataset, the same for every split (docs/transforms.md).
+    #[arg(long, value_parser = one_of::<TransformChoice>(),
+          default_value_t = TransformChoice::default(), conflicts_with = "no_normalize")]
+    pub transform: TransformChoice,
+    /// The same as --transform none (kept from before transforms had a name).
     #[arg(long)]
     pub no_normalize: bool,
     /// Smallest feature and label id used in the files (0 or 1); default 0, and 1 with
@@ -259,7 +265,10 @@ impl IngestArgs {
         let config = IngestConfig {
             name: self.name.clone(),
             layout: self.layout()?,
-            normalize: !self.no_normalize,
+            transform: match self.no_normalize {
+                true => TransformChoice::None,
+                false => self.transform,
+            },
             index_base: self.index_base.unwrap_or(match self.format.as_deref() {
                 Some("libsvm") => 1,
                 _ => 0,

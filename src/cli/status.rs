@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::args::StatusArgs;
 use crate::metrics::names::{AtK, Figure};
 use crate::store::catalog::{
-    ArtifactKind, ClassMap, LabelKind, MetricRow, RunRow, RunStatus, Split, StageKind,
+    ArtifactKind, ClassMap, DatasetRow, LabelKind, MetricRow, RunRow, RunStatus, Split, StageKind,
 };
 use crate::store::footer::parquet_key_values;
 use crate::store::workspace::{as_seen, Workspace};
@@ -35,6 +35,16 @@ fn human_bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The dataset's feature transform and, when `auto` chose it, why.
+fn transform_line(d: &DatasetRow) -> String {
+    let asked = d.params.get("normalization").and_then(|v| v.as_str());
+    match (&d.transform_reason, asked) {
+        (Some(reason), _) => format!("transform {} (auto: {reason})", d.normalization),
+        (None, Some("auto")) => format!("transform {} (auto)", d.normalization),
+        (None, _) => format!("transform {} (asked for)", d.normalization),
     }
 }
 
@@ -148,10 +158,14 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
         if let Some(map) = &d.class_map {
             println!("  {:<20} {}", "", class_map_line(d.label_kind(), map));
         }
+        println!("  {:<20} {}", "", transform_line(d));
     }
     // Derived artifacts grouped by the directory (one stage run) holding them.
     let mut groups: Vec<(String, Vec<&str>, u64)> = Vec::new();
-    for a in artifacts.iter().filter(|a| a.kind != ArtifactKind::Chunk) {
+    // (A dataset's own files, its chunks and its transform, are in the table above.)
+    let dataset_file =
+        |k: ArtifactKind| matches!(k, ArtifactKind::Chunk | ArtifactKind::FeatureTransform);
+    for a in artifacts.iter().filter(|a| !dataset_file(a.kind)) {
         let dir = a.path.rsplit_once('/').map_or("", |(d, _)| d).to_string();
         match groups.iter_mut().find(|g| g.0 == dir) {
             Some(g) => {

@@ -2,11 +2,14 @@
 //! printed after an ingest.
 
 use super::config::IngestConfig;
+use super::measure::FittedTransform;
 use super::sink::{SplitCounts, WrittenChunk};
 use super::source::SourceInfo;
 use crate::store::catalog::{
     ArtifactKind, ArtifactRow, ClassMap, LabelKind, NewDataset, SourceRow, Split, SplitRow,
 };
+use crate::store::chunks::WrittenFile;
+use crate::store::scaling::SCALING_FILE;
 
 /// The written (not yet published) dataset.
 pub struct Built {
@@ -23,6 +26,10 @@ pub struct Built {
     /// Set when the ingest assigned the label ids (LIBSVM, `--first-label`).
     pub label_kind: Option<LabelKind>,
     pub class_map: Option<ClassMap>,
+    /// The transform the rows went through, and its per-feature map's file
+    /// (`transform.parquet` in the dataset directory) when it has one.
+    pub transform: FittedTransform,
+    pub transform_file: Option<WrittenFile>,
 }
 
 impl Built {
@@ -34,7 +41,7 @@ impl Built {
         params: serde_json::Value,
     ) -> NewDataset {
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        let artifacts: Vec<ArtifactRow> = self
+        let mut artifacts: Vec<ArtifactRow> = self
             .chunks
             .iter()
             .map(|c| {
@@ -55,10 +62,23 @@ impl Built {
                 }
             })
             .collect();
+        if let Some(file) = &self.transform_file {
+            // Part of the dataset's checksum too: the chunks' values depend on it.
+            hasher.update(format!("transform\t{SCALING_FILE}\t{}\n", file.checksum).as_bytes());
+            artifacts.push(ArtifactRow {
+                kind: ArtifactKind::FeatureTransform,
+                path: format!("{rel}/{SCALING_FILE}"),
+                bytes: file.bytes,
+                rows: None,
+                checksum: file.checksum.clone(),
+                split: None,
+            });
+        }
         NewDataset {
             name: config.name.clone(),
             format: config.layout.format().into(),
-            normalization: config.normalization().into(),
+            normalization: self.transform.transform.choice().name().into(),
+            transform_reason: Some(self.transform.reason.clone()).filter(|r| !r.is_empty()),
             index_base: config.index_base,
             n_features: self.n_features,
             n_labels: self.n_labels,

@@ -10,6 +10,7 @@ use super::source::refuse_special_file;
 use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
 use crate::store::catalog::{LabelKind, Split};
+use crate::transform::{Transform, TransformChoice};
 
 /// Configuration of one ingest.
 #[derive(Debug)]
@@ -18,8 +19,9 @@ pub struct IngestConfig {
     pub name: String,
     /// Where the rows come from.
     pub layout: Box<dyn InputLayout>,
-    /// Scale each row's feature values to unit L2 norm.
-    pub normalize: bool,
+    /// What is done to the feature values (`--transform`; `auto` is decided from the
+    /// training split, `crate::transform::decide_auto`).
+    pub transform: TransformChoice,
     /// Smallest feature and label id used in the files (0 or 1).
     pub index_base: u32,
     /// Drop rows without labels (they are always counted).
@@ -161,15 +163,6 @@ impl IngestConfig {
         self.first_label || !self.layout.declares_sizes()
     }
 
-    /// The catalog's name of the normalisation.
-    pub fn normalization(&self) -> &'static str {
-        if self.normalize {
-            "l2"
-        } else {
-            "none"
-        }
-    }
-
     /// Everything that decides the output, recorded with the run and the dataset.
     pub fn params_json(&self) -> Result<serde_json::Value> {
         let mut sources = serde_json::Map::new();
@@ -180,7 +173,9 @@ impl IngestConfig {
             "format": self.layout.format(),
             "sources": sources,
             "split_column": self.layout.split_column(),
-            "normalization": self.normalization(),
+            // The transform asked for (the one `auto` decided is the dataset's
+            // `normalization` column); the key keeps the name of the option it replaced.
+            "normalization": self.transform.name(),
             "index_base": self.index_base,
             "drop_unlabeled": self.drop_unlabeled,
             "lenient": self.lenient,
@@ -217,13 +212,14 @@ impl IngestConfig {
     }
 
     /// How rows of a dataset with `d` features and `l` labels are checked and transformed.
-    /// `labels` says how label ids are assigned (the default: as in the file).
-    pub fn row_rules(&self, d: u32, l: u32, labels: LabelRules) -> RowRules {
+    /// `labels` says how label ids are assigned (the default: as in the file); `transform`
+    /// is the fitted transform of the writing pass ([`Transform::None`] for the scans).
+    pub fn row_rules(&self, d: u32, l: u32, labels: LabelRules, transform: Transform) -> RowRules {
         RowRules {
             n_features: d,
             n_labels: l,
             index_base: self.index_base,
-            normalize: self.normalize,
+            transform,
             lenient: self.lenient,
             features_from: if self.features.is_some() {
                 "from --features"
@@ -236,17 +232,19 @@ impl IngestConfig {
 
     /// Parquet key-value metadata shared by every chunk of the dataset.
     /// `label_kind` is written only when the ingest assigned the label ids.
+    /// `transform` is the one the rows went through.
     pub fn chunk_metadata(
         &self,
         d: u32,
         l: u32,
         label_kind: Option<LabelKind>,
+        transform: TransformChoice,
     ) -> Vec<(String, String)> {
         let mut meta = vec![
             ("fsgp.dataset".into(), self.name.clone()),
             ("fsgp.n_features".into(), d.to_string()),
             ("fsgp.n_labels".into(), l.to_string()),
-            ("fsgp.normalization".into(), self.normalization().into()),
+            ("fsgp.normalization".into(), transform.name().into()),
         ];
         if let Some(kind) = label_kind {
             meta.push(("fsgp.label_kind".into(), kind.as_str().into()));

@@ -22,6 +22,7 @@ use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::classes::UnseenClasses;
+use crate::transform::Transform;
 
 /// What the scan decided.
 #[derive(Debug, Clone)]
@@ -86,7 +87,12 @@ pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Re
         classes: None,
         exactly_one: false,
     };
-    let rules = config.row_rules(declared_d.unwrap_or(UNDECLARED), opened.n_labels, labels);
+    let rules = config.row_rules(
+        declared_d.unwrap_or(UNDECLARED),
+        opened.n_labels,
+        labels,
+        Transform::None,
+    );
     let mut scanned = Scanned::default();
     for stream in opened.streams {
         let path = stream.path.clone();

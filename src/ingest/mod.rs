@@ -16,6 +16,7 @@ mod header;
 pub mod input;
 pub mod labels;
 pub mod layouts;
+pub mod measure;
 pub mod parse;
 pub mod pipeline;
 pub mod sink;

@@ -23,9 +23,10 @@ use std::sync::Arc;
 use crate::error::LineError;
 use crate::store::chunks::{CsrChunk, RowRef};
 use crate::store::classes::ClassMap;
+use crate::transform::Transform;
 
 /// How the numbers on a line are checked and transformed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RowRules {
     /// D: feature ids must be < D (after removing `index_base`).
     pub n_features: u32,
@@ -33,8 +34,9 @@ pub struct RowRules {
     pub n_labels: u32,
     /// 0 or 1: the smallest id in the file.
     pub index_base: u32,
-    /// Scale each row's values to unit L2 norm.
-    pub normalize: bool,
+    /// What is done to the row's values before they are stored (fitted on the training
+    /// split; [`Transform::None`] in the scan passes).
+    pub transform: Transform,
     /// Skip bad rows (counting them) and accept CRLF line ends and a missing final newline.
     pub lenient: bool,
     /// Where D comes from, for messages: `"in the header"` or `"from --features"`.
@@ -80,7 +82,7 @@ impl RowRules {
             n_features,
             n_labels,
             index_base,
-            normalize: false,
+            transform: Transform::None,
             lenient: false,
             features_from: "in the header",
             labels: LabelRules::default(),
@@ -463,7 +465,7 @@ impl RowRules {
         Ok(())
     }
 
-    /// Sorts and checks the row's ids, normalises, and fills `s.indices` / `s.values`.
+    /// Sorts and checks the row's ids, transforms the values, and fills `s.indices` / `s.values`.
     /// Returns the squared norm of the stored f32 values.
     fn finish_row(&self, s: &mut RowScratch) -> Result<f32, String> {
         if !s.labels.is_sorted() {
@@ -484,36 +486,19 @@ impl RowRules {
                 w[0].0 + self.index_base
             ));
         }
-        // Norm in f64, in ascending feature order, then one rounding to f32 per value.
-        let scale = if self.normalize {
-            let norm = s.features.iter().map(|f| f.1 * f.1).sum::<f64>().sqrt();
-            if norm > 0.0 {
-                1.0 / norm
-            } else {
-                1.0
-            }
-        } else {
-            1.0
-        };
-        s.indices.clear();
-        s.values.clear();
-        let mut sq_norm = 0.0f64;
-        for &(id, v) in &s.features {
-            let stored = if self.normalize {
-                (v * scale) as f32
-            } else {
-                v as f32
-            };
-            if !stored.is_finite() {
-                return Err(format!(
-                    "found value {v} for feature {}, expected a value that fits in f32",
-                    id + self.index_base
-                ));
-            }
-            sq_norm += f64::from(stored) * f64::from(stored);
-            s.indices.push(id);
-            s.values.push(stored);
-        }
+        self.transform
+            .apply(&s.features, &mut s.indices, &mut s.values)
+            .map_err(|(id, v)| {
+                format!(
+                    "found value {v} for feature {}, expected a value that fits in f32{}",
+                    id + self.index_base,
+                    match self.transform {
+                        Transform::None | Transform::L2 => "",
+                        _ => " after the dataset's transform",
+                    }
+                )
+            })?;
+        let sq_norm: f64 = s.values.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
         Ok(sq_norm as f32)
     }
 }
@@ -750,7 +735,7 @@ mod tests {
     #[test]
     fn sorts_unsorted_ids_and_normalises() {
         let mut rl = rules();
-        rl.normalize = true;
+        rl.transform = crate::transform::Transform::L2;
         let b = parse_block(b"3,0 9:4 1:3\n", 2, true, LineSyntax::LabelsFeatures, &rl).unwrap();
         let row = b.rows.row(0);
         assert_eq!(row.labels, &[0, 3]);

@@ -14,6 +14,7 @@ use super::config::IngestConfig;
 use super::header::{check_row_count, check_row_total};
 use super::input::{absolute, InputLayout, OpenedInput, Route, RowStream};
 use super::labels::{self, LabelPlan};
+use super::measure::{fit_transform, FittedTransform};
 use super::parse::{LabelRules, RowRules};
 use super::sink::{Encoder, SplitSink};
 use super::source::SourceInfo;
@@ -21,6 +22,8 @@ use super::stream::{stream_rows, Parsed};
 use super::validation::{ValidationSplit, CARVED_FROM};
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::chunks::CsrChunk;
+use crate::store::scaling::{write_scaling, StoredScaling, SCALING_FILE};
+use crate::transform::Transform;
 
 /// Skip reasons kept for the summary (the counts are always exact).
 const KEPT_SKIP_REASONS: usize = 20;
@@ -38,19 +41,76 @@ pub fn build(config: &IngestConfig, tmp: &Path) -> Result<Built> {
         }
         false => None,
     };
+    let measuring = progress_bar(total, "stats ");
+    let fitted = fit_transform(config, plan.as_ref(), threads, &measuring);
+    measuring.finish_and_clear();
+    let fitted = fitted?;
     let progress = progress_bar(total, "ingest");
+    let out = tmp.join("dataset");
     let result = config.layout.open(config.lenient).and_then(|opened| {
         write_dataset(
             config,
             opened,
             plan.as_ref(),
+            &fitted,
             threads,
             &progress,
-            &tmp.join("dataset"),
+            &out,
         )
     });
     progress.finish_and_clear();
-    result
+    let mut built = result?;
+    built.transform_file = write_transform_file(&fitted, &out)?;
+    built.transform = fitted;
+    Ok(built)
+}
+
+/// Writes the fitted per-feature map (for the transforms that have one) next to the splits.
+fn write_transform_file(
+    fitted: &FittedTransform,
+    out: &Path,
+) -> Result<Option<crate::store::chunks::WrittenFile>> {
+    let Some(scaling) = fitted.transform.scaling() else {
+        return Ok(None);
+    };
+    let stored = StoredScaling {
+        transform: fitted.transform.choice().name().into(),
+        reason: fitted.reason.clone(),
+        training_rows: fitted.training_rows,
+        ids: scaling.ids.clone(),
+        shift: scaling.shift.clone(),
+        scale: scaling.scale.clone(),
+    };
+    std::fs::create_dir_all(out)?;
+    Ok(Some(write_scaling(&out.join(SCALING_FILE), &stored)?))
+}
+
+/// The parser's rules of a pass over the rows, with the dataset's D and L: ids checked
+/// against the declared sizes (or the scan's D), labels through the scan's class map when
+/// the ingest assigns them, values through `transform`.
+pub(super) fn pass_rules(
+    config: &IngestConfig,
+    plan: Option<&LabelPlan>,
+    d: u32,
+    l: u32,
+    transform: Transform,
+) -> (RowRules, u32, u32) {
+    match plan {
+        None => (
+            config.row_rules(d, l, LabelRules::default(), transform),
+            d,
+            l,
+        ),
+        Some(p) => {
+            let check_d = if config.layout.declares_sizes() {
+                d
+            } else {
+                p.n_features
+            };
+            let rules = config.row_rules(check_d, l, p.label_rules(config.first_label), transform);
+            (rules, p.n_features, p.classes.len() as u32)
+        }
+    }
 }
 
 /// Total size of the input files on disk (compressed, as the progress bar counts them).
@@ -113,6 +173,7 @@ fn write_dataset(
     config: &IngestConfig,
     opened: OpenedInput,
     plan: Option<&LabelPlan>,
+    fitted: &FittedTransform,
     threads: usize,
     progress: &ProgressBar,
     out: &Path,
@@ -125,25 +186,14 @@ fn write_dataset(
     } = opened;
     // With assigned ids: rows are checked against D and L as declared (or D as decided),
     // and the dataset has the plan's D and one label per class.
-    let (rules, d, l) = match plan {
-        None => (config.row_rules(d, l, LabelRules::default()), d, l),
-        Some(p) => {
-            let check_d = if config.layout.declares_sizes() {
-                d
-            } else {
-                p.n_features
-            };
-            let rules = config.row_rules(check_d, l, p.label_rules(config.first_label));
-            (rules, p.n_features, p.classes.len() as u32)
-        }
-    };
+    let (rules, d, l) = pass_rules(config, plan, d, l, fitted.transform.clone());
     let kind = plan.map(|p| p.kind);
     let shared = Shared {
         config,
         rules,
         threads,
         progress: progress.clone(),
-        meta: config.chunk_metadata(d, l, kind),
+        meta: config.chunk_metadata(d, l, kind, fitted.transform.choice()),
         out: out.to_path_buf(),
         drop_unlabeled: kind != Some(LabelKind::Binary)
             && (config.drop_unlabeled || config.first_label),
@@ -201,6 +251,8 @@ fn write_dataset(
             skip_reasons: reasons,
             label_kind: kind,
             class_map,
+            transform: fitted.clone(),
+            transform_file: None,
         })
     })
 }

@@ -37,21 +37,24 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 /// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`,
 /// `artifacts.verified_at` and `stage_runs.repaired_at`; 4: adds `datasets.label_kind` and
 /// `datasets.class_map` ([`ADDED_COLUMNS`]); 5: adds `workspace` (the workspace's identity
-/// and generation, [`Identity`]). Every statement of [`SCHEMA`] is idempotent, so upgrading
+/// and generation, [`Identity`]); 6: adds `datasets.transform_reason`. Every statement of [`SCHEMA`] is idempotent, so upgrading
 /// runs it again, then adds the columns a table created by an older version lacks.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// Columns added after their table was first created: (table, column, declaration).
 /// `verified_at`: when a large artifact (K_XX̃) was last hashed in full after registration
 /// (`Workspace::map_large`); `repaired_at`: when `pipeline verify --repair` marked the run
 /// failed because its outputs were damaged (the run is then recomputed under its own id);
 /// `label_kind` / `class_map`: the dataset's [`LabelKind`] and [`ClassMap`] when its ingest
-/// assigned the label ids (NULL: a multi-label dataset whose ids are those of the files).
-const ADDED_COLUMNS: [(&str, &str, &str); 4] = [
+/// assigned the label ids (NULL: a multi-label dataset whose ids are those of the files);
+/// `transform_reason`: why `ingest --transform auto` chose the dataset's transform (the
+/// `normalization` column), NULL when it was asked for by name.
+const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
     ("artifacts", "verified_at", "TEXT"),
     ("stage_runs", "repaired_at", "TEXT"),
     ("datasets", "label_kind", "TEXT"),
     ("datasets", "class_map", "TEXT"),
+    ("datasets", "transform_reason", "TEXT"),
 ];
 
 const SCHEMA: &str = r#"
@@ -279,6 +282,10 @@ pub struct DatasetRow {
     /// Label id → original label, when the ingest assigned the ids.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class_map: Option<ClassMap>,
+    /// Why `--transform auto` chose `normalization` (None: asked for by name, or ingested
+    /// before transforms were recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transform_reason: Option<String>,
 }
 
 impl DatasetRow {
@@ -312,6 +319,8 @@ pub struct NewDataset {
     /// Recorded only when the ingest assigned the label ids (see [`DatasetRow::label_kind`]).
     pub label_kind: Option<LabelKind>,
     pub class_map: Option<ClassMap>,
+    /// Why `auto` chose the transform (`normalization`); None when asked for by name.
+    pub transform_reason: Option<String>,
 }
 
 fn artifact_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ArtifactRow> {
@@ -366,7 +375,8 @@ fn insert_dataset(tx: &Transaction<'_>, path: &Path, run_id: i64, d: &NewDataset
         &format!(
             "INSERT INTO datasets (name, format, normalization, index_base, n_features, \
              n_labels, path, checksum, params, stage_run_id, label_kind, class_map, \
-             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {NOW})"
+             transform_reason, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {NOW})"
         ),
         params![
             d.name,
@@ -380,7 +390,8 @@ fn insert_dataset(tx: &Transaction<'_>, path: &Path, run_id: i64, d: &NewDataset
             d.params.to_string(),
             run_id,
             d.label_kind,
-            d.class_map.as_ref().map(ClassMap::to_text)
+            d.class_map.as_ref().map(ClassMap::to_text),
+            d.transform_reason
         ],
     )
     .map_err(|e| explain(path, e))?;
@@ -919,7 +930,7 @@ impl Catalog {
                 tx.execute(
                     "UPDATE datasets SET format = ?2, normalization = ?3, index_base = ?4, \
                      n_features = ?5, n_labels = ?6, path = ?7, checksum = ?8, params = ?9, \
-                     label_kind = ?10, class_map = ?11 WHERE id = ?1",
+                     label_kind = ?10, class_map = ?11, transform_reason = ?12 WHERE id = ?1",
                     params![
                         id,
                         d.format,
@@ -931,7 +942,8 @@ impl Catalog {
                         d.checksum,
                         d.params.to_string(),
                         d.label_kind,
-                        d.class_map.as_ref().map(ClassMap::to_text)
+                        d.class_map.as_ref().map(ClassMap::to_text),
+                        d.transform_reason
                     ],
                 )
                 .map_err(|e| explain(&path, e))?;
@@ -1112,8 +1124,8 @@ impl Catalog {
     /// All datasets with their splits and sources, oldest first.
     pub fn datasets(&self) -> Result<Vec<DatasetRow>> {
         let sql = "SELECT id, name, format, normalization, index_base, n_features, n_labels, \
-                   path, checksum, params, stage_run_id, created_at, label_kind, class_map \
-                   FROM datasets ORDER BY id";
+                   path, checksum, params, stage_run_id, created_at, label_kind, class_map, \
+                   transform_reason FROM datasets ORDER BY id";
         let mut datasets = self.rows(sql, [], |r| {
             let params: String = r.get(9)?;
             let class_map = r
@@ -1144,6 +1156,7 @@ impl Catalog {
                 sources: Vec::new(),
                 recorded_label_kind: r.get(12)?,
                 class_map,
+                transform_reason: r.get(14)?,
             })
         })?;
         for d in &mut datasets {

@@ -83,6 +83,9 @@ text_enum! {
     ArtifactKind("artifact kind") {
         /// A Parquet CSR chunk of a dataset split.
         Chunk = "chunk",
+        /// The per-feature map of a dataset's transform (ingest `--transform standardize`
+        /// or `scale`).
+        FeatureTransform = "feature_transform",
         /// X̃ [R×D] (svd).
         Basis = "basis",
         /// σ_1..σ_R (svd).

@@ -11,6 +11,7 @@ pub mod kinds;
 pub mod npy;
 pub mod predictions;
 pub mod rebuild;
+pub mod scaling;
 pub mod space;
 pub mod verify;
 pub mod workspace;

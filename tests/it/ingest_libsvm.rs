@@ -74,7 +74,10 @@ fn binary_plus_minus_one_and_zero_one() {
     let d = IngestCase::empty();
     for (name, text, negative) in [("pm", BINARY_PM, -1), ("zo", BINARY_01, 0)] {
         let train = d.file(&format!("{name}.txt"), text);
-        let err = d.ok(name, &["--format", "libsvm", "--train", &train]);
+        let err = d.ok(
+            name,
+            &["--format", "libsvm", "--train", &train, "--transform", "l2"],
+        );
         assert!(err.contains("labels: binary (detected"), "{err}");
         let ds = dataset(d.ws.path(), name);
         assert_eq!(ds["format"], "libsvm");
@@ -232,7 +235,10 @@ fn multilabel_rows_may_have_several_labels_or_none() {
     let d = IngestCase::empty();
     let text = "5,1 1:1 2:2\n 2:1\n3 1:2 # a comment 9:9\n1,3,5 2:0.5\n";
     let train = d.file("ml.txt", text);
-    let err = d.ok("ml", &["--format", "libsvm", "--train", &train]);
+    let err = d.ok(
+        "ml",
+        &["--format", "libsvm", "--train", &train, "--transform", "l2"],
+    );
     assert!(err.contains("labels: multilabel (detected"), "{err}");
     assert!(err.contains("ml.txt:1 has several labels"), "{err}");
     let ds = dataset(d.ws.path(), "ml");
@@ -274,7 +280,16 @@ fn qid_tokens_are_ignored_with_one_warning() {
     let test = d.file("qt.txt", "-1 qid:3 1:2\n");
     let err = d.ok(
         "q",
-        &["--format", "libsvm", "--train", &train, "--test", &test],
+        &[
+            "--format",
+            "libsvm",
+            "--train",
+            &train,
+            "--test",
+            &test,
+            "--transform",
+            "l2",
+        ],
     );
     assert_eq!(err.matches("warning:").count(), 1, "{err}");
     assert!(err.contains("warning: ignored 4 'qid:' tokens"), "{err}");

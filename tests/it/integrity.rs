@@ -406,7 +406,8 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
             "ALTER TABLE artifacts DROP COLUMN verified_at; \
              ALTER TABLE stage_runs DROP COLUMN repaired_at; \
              ALTER TABLE datasets DROP COLUMN label_kind; \
-             ALTER TABLE datasets DROP COLUMN class_map; PRAGMA user_version = 2;",
+             ALTER TABLE datasets DROP COLUMN class_map; \
+             ALTER TABLE datasets DROP COLUMN transform_reason; PRAGMA user_version = 2;",
         )
         .unwrap();
     }
@@ -425,7 +426,7 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
     for _ in 0..2 {
         let out = verify(&ws, &["--repair"]);
         assert!(out.status.success(), "{}", stderr(&out));
-        assert_eq!(version(), 5);
+        assert_eq!(version(), 6);
     }
 }
 
@@ -666,7 +667,7 @@ fn a_catalog_of_a_newer_schema_is_refused_with_one_message() {
     assert_refused_untouched(
         &ws,
         &[
-            "has schema version 99, newer than this build's (5): it was written by a newer \
+            "has schema version 99, newer than this build's (6): it was written by a newer \
            fsgp; use that version (this one changed nothing)",
         ],
     );

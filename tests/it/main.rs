@@ -50,4 +50,5 @@ mod train_feature_ard;
 mod train_kernels;
 mod train_resume_rules;
 mod train_stage;
+mod transforms;
 mod validation_split;

@@ -4,11 +4,15 @@
 use fsgp::ingest::parse::{
     parse_block, parse_bow_block, parse_header, LineSyntax, ParsedBlock, RowRules, MAX_IDS,
 };
+use fsgp::transform::Transform;
 use proptest::prelude::*;
 
 fn rules(lenient: bool, normalize: bool, index_base: u32) -> RowRules {
     RowRules {
-        normalize,
+        transform: match normalize {
+            true => Transform::L2,
+            false => Transform::None,
+        },
         lenient,
         ..RowRules::new(50, 20, index_base)
     }
