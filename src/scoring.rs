@@ -221,7 +221,9 @@ impl<'p> Ranker<'p> {
     /// The top-k classes of every row of `chunk` by their predictive probabilities under a
     /// multi-class likelihood (`(top_k, block_rows)`): the scores written are those
     /// probabilities (as f32), and with `probabilities` the same values fill the
-    /// probabilities column. Ties go to the lower class id (`topk::top_k`).
+    /// probabilities column. Every block carries each row's probability of its true class
+    /// ([`true_class_probabilities`]), whatever k, so that its NLP never depends on it.
+    /// Ties go to the lower class id (`topk::top_k`).
     pub fn rank_chunk_classes(
         &self,
         chunk: &CsrChunk,
@@ -252,6 +254,7 @@ impl<'p> Ranker<'p> {
                         false => block.push(id, labels, scores),
                     }
                 }
+                block.true_class = Some(true_class_probabilities(chunk, start, &probs));
                 (start, block)
             })
             .collect())
@@ -302,4 +305,23 @@ impl<'p> Ranker<'p> {
         }
         Ok(block)
     }
+}
+
+/// p(c_r | x_r) of the true class c_r of each row r = `start` + i of `chunk`, read from the
+/// block's class probabilities `probs` [rows×K] (row i) and cast to f32 like the scores, so
+/// a listed true class has the same value in both; None for a row without exactly one
+/// class < K (a class the training rows lack, stored without one, or a malformed row that
+/// evaluate refuses, naming it).
+fn true_class_probabilities(chunk: &CsrChunk, start: usize, probs: &Mat<f64>) -> Vec<Option<f32>> {
+    (0..probs.nrows())
+        .map(|i| {
+            let r = start + i;
+            let truth =
+                &chunk.labels[chunk.label_offsets[r] as usize..chunk.label_offsets[r + 1] as usize];
+            match truth {
+                &[c] if (c as usize) < probs.ncols() => Some(probs[(i, c as usize)] as f32),
+                _ => None,
+            }
+        })
+        .collect()
 }

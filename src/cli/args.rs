@@ -696,6 +696,18 @@ impl ElboArgs {
     }
 }
 
+/// `predict --top-k`'s help: the rule of its default ([`crate::predict::default_top_k`]),
+/// with the numbers of its constants.
+fn top_k_help() -> String {
+    use crate::predict::{DEFAULT_TOP_K, EVERY_CLASS_UP_TO};
+    format!(
+        "Labels kept per row. Default: every class of a multi-class run with K ≤ \
+         {EVERY_CLASS_UP_TO} classes, otherwise {DEFAULT_TOP_K}; a binary run keeps its one \
+         label whatever is given. A multi-class run also records each row's probability of \
+         its true class, so its NLP is known whatever k"
+    )
+}
+
 /// Arguments of `pipeline predict`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PredictArgs {
@@ -707,9 +719,9 @@ pub struct PredictArgs {
     pub checkpoint: Option<u64>,
     #[arg(long, default_value_t = Split::Test, value_parser = one_of::<Split>())]
     pub split: Split,
-    /// Labels kept per row.
-    #[arg(long, default_value_t = 5)]
-    pub top_k: usize,
+    // Its help is `top_k_help`'s, which states the default rule from its constants.
+    #[arg(long, help = top_k_help())]
+    pub top_k: Option<usize>,
     /// Rows scored together (memory: rows × labels f64 scores).
     #[arg(long, default_value_t = 1024)]
     pub block_rows: usize,
@@ -798,7 +810,7 @@ impl EvaluateArgs {
         self.run.map(|run| PredictOptions {
             checkpoint: self.checkpoint,
             split: self.split,
-            top_k: self.k,
+            top_k: Some(self.k),
             ..PredictOptions::new(run)
         })
     }

@@ -143,12 +143,13 @@ fn evaluate_command(ws: &Workspace, comm: &dyn Comm, args: &EvaluateArgs) -> Res
         (Some(p), _) => Some(p.clone()),
         (None, Some(mut predict)) => {
             // Binary and multi-class metrics are of probabilities: predict them (binary
-            // data has one label, so its top 1 whatever --k).
+            // data has one label, so its top 1 whatever --k, also for `--task binary` of a
+            // run trained as multi-label).
             use crate::metrics::task::Task;
             let task = args.task.resolve(ws, Some(predict.run))?;
             predict.probabilities = task != Task::Multilabel;
             if task == Task::Binary {
-                predict.top_k = 1;
+                predict.top_k = Some(1);
             }
             crate::predict::run_on(ws, comm, &predict)?
                 .value

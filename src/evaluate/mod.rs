@@ -170,7 +170,8 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>
     if task != Task::Multilabel {
         params["task"] = json!(task.name());
     }
-    if reader.with_probabilities {
+    // Binary and multi-class evaluations always measure calibration (`check_task`).
+    if reader.columns.probabilities || task != Task::Multilabel {
         params["calibration_bins"] = json!(CALIBRATION_BINS);
     }
     let cached = |done: &RunRow| {
@@ -241,7 +242,13 @@ fn check_task(
     dataset: &DatasetRow,
     owner: &str,
 ) -> Result<()> {
-    if task != Task::Multilabel && !reader.with_probabilities {
+    // A multi-class run's file (the one with the true class's probability) has its class
+    // probabilities in `scores`.
+    let has_probabilities = match task {
+        Task::Multiclass => reader.columns.probabilities || reader.columns.true_class,
+        _ => reader.columns.probabilities,
+    };
+    if task != Task::Multilabel && !has_probabilities {
         bail!(
             "predictions {owner} have no probabilities, which {named} needs: predict \
              again with `pipeline predict --probabilities` (`probabilities = true` in a \
@@ -343,7 +350,10 @@ impl Job<'_> {
         let counts = label_counts(&self.train_chunks, dataset.n_labels as usize)?;
         let inv_prop = inverse_propensity(&counts, n_train, opts.propensity.a, opts.propensity.b);
         let mut acc = MetricsAccumulator::new(opts.k, inv_prop, opts.labelless)?;
-        let mut pairs = reader.with_probabilities.then(CalibrationAccumulator::new);
+        let mut pairs = reader
+            .columns
+            .probabilities
+            .then(CalibrationAccumulator::new);
         self.for_each_row(reader, |block, i, labels| {
             if let (Some(pairs), Some(probs)) = (pairs.as_mut(), block.probabilities(i)) {
                 for (l, &p) in block.labels(i).iter().zip(probs).take(opts.k) {
@@ -397,10 +407,12 @@ impl Job<'_> {
             acc.add_unseen_classes(u.values.len() as u64);
         }
         self.for_each_row(reader, |block, i, labels| {
-            let probs = block.probabilities(i).context("no probabilities")?;
-            match (labels, unseen) {
-                ([], Some(_)) => acc.add_unseen_row(probs),
-                _ => acc.add_row(block.labels(i), probs, labels),
+            let probs = block.class_probabilities(i).context("no probabilities")?;
+            match (labels, unseen, block.true_class_probability(i)) {
+                ([], Some(_), _) => acc.add_unseen_row(probs),
+                // Predictions written before the column existed: the listed probability.
+                (_, _, None) => acc.add_row(block.labels(i), probs, labels),
+                (_, _, Some(p_true)) => acc.add_row_knowing(block.labels(i), probs, labels, p_true),
             }
         })?;
         Ok(acc.finish())

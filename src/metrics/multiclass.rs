@@ -7,10 +7,12 @@
 //! K_TP / K*, K* the classes present in the test truth and K_TP those with at least one
 //! true positive, i.e. at least one row of the class predicted (top 1) as it.
 //!
-//! NLP needs the probability of each row's true class. A prediction lists only the top k
-//! classes; when a row's true class is not among them its probability is unknown, the row
-//! is counted in `nlp_unlisted_rows`, and NLP is reported only when that count is 0
-//! (predict with `--top-k K` to list every class).
+//! NLP needs the probability of each row's true class. Predictions of a multi-class run
+//! record it for every row whatever k ([`MulticlassAccumulator::add_row_knowing`]), so the
+//! NLP is always known. Older predictions list only the top k classes with their
+//! probabilities ([`MulticlassAccumulator::add_row`]): when a row's true class is not among
+//! them its probability is unknown, the row is counted in `nlp_unlisted_rows`, and NLP is
+//! reported only when that count is 0.
 
 use anyhow::{bail, ensure, Result};
 
@@ -93,13 +95,42 @@ impl MulticlassAccumulator {
 
     /// Adds one row: `pred_ranked` the predicted classes best first, `probabilities` theirs
     /// (same order), `truth` the row's true labels, which must be exactly one class < K.
-    /// A row without predictions is wrong at every k, with confidence 0. A duplicate
-    /// prediction within the top k_max is an error; on error nothing changes.
+    /// Its NLP term is the listed probability of its class; a row whose class is not listed
+    /// is counted in `nlp_unlisted_rows` (NLP unknown). A row without predictions is wrong
+    /// at every k, with confidence 0. A duplicate prediction within the top k_max is an
+    /// error; on error nothing changes.
     pub fn add_row(
         &mut self,
         pred_ranked: &[u32],
         probabilities: &[f32],
         truth: &[u32],
+    ) -> Result<()> {
+        self.add(pred_ranked, probabilities, truth, None)
+    }
+
+    /// [`Self::add_row`] for a row whose predictions recorded `p_true`, the probability of
+    /// its true class, listed or not: the NLP term is p_true. `None` (a row the predictions
+    /// gave no value) is an error for a row with a class, and so is a listed true class
+    /// whose probability differs from p_true (the two are one number in a file `predict`
+    /// wrote); on error nothing changes.
+    pub fn add_row_knowing(
+        &mut self,
+        pred_ranked: &[u32],
+        probabilities: &[f32],
+        truth: &[u32],
+        p_true: Option<f32>,
+    ) -> Result<()> {
+        self.add(pred_ranked, probabilities, truth, Some(p_true))
+    }
+
+    /// One row, with its true class's probability recorded (`Some`) or to be looked up
+    /// among the listed classes (`None`).
+    fn add(
+        &mut self,
+        pred_ranked: &[u32],
+        probabilities: &[f32],
+        truth: &[u32],
+        recorded: Option<Option<f32>>,
     ) -> Result<()> {
         ensure!(
             pred_ranked.len() == probabilities.len(),
@@ -133,15 +164,32 @@ impl MulticlassAccumulator {
         let rank = top.iter().position(|&l| l == class);
         let right = rank == Some(0);
         let confidence = probs.first().copied().unwrap_or(0.0);
-        let listed = pred_ranked.iter().position(|&l| l == class);
+        let listed = pred_ranked
+            .iter()
+            .position(|&l| l == class)
+            .map(|at| probs[at]);
+        let p_true = match recorded {
+            None => listed,
+            Some(None) => bail!("the predictions hold no probability of its true class {class}"),
+            Some(Some(p)) => {
+                let p = checked_probability(p)?;
+                if let Some(q) = listed.filter(|&q| q != p) {
+                    bail!(
+                        "true class {class} is listed with probability {q} but its recorded \
+                         probability is {p}"
+                    );
+                }
+                Some(p)
+            }
+        };
         let (mut nlp, mut calibration) = (self.nlp.clone(), self.calibration.clone());
-        if let Some(at) = listed {
-            nlp.add(probs[at])?;
+        if let Some(p) = p_true {
+            nlp.add(p)?;
         }
         calibration.add(confidence, right)?;
         self.nlp = nlp;
         self.calibration = calibration;
-        self.nlp_unlisted += u64::from(listed.is_none());
+        self.nlp_unlisted += u64::from(p_true.is_none());
         self.rows += 1;
         if let Some(r) = rank {
             for h in &mut self.hits[r..] {
@@ -226,10 +274,12 @@ pub struct MulticlassMetrics {
     /// K_TP / K* (eq. 18 of Dhaka et al.).
     pub coverage: f64,
     /// −mean log p(y_i | x_i) (probabilities floored at 2⁻²⁴); None (JSON null) when some
-    /// row's true class was not among its listed predictions.
+    /// row's true class had no known probability (predictions that list the top k classes
+    /// only and do not record the true class's).
     pub nlp: Option<f64>,
     pub nlp_floored_rows: u64,
-    /// Rows whose true class was not listed (their probability is unknown).
+    /// Rows whose true class's probability is unknown: not listed, and not recorded (0
+    /// for predictions that record it).
     pub nlp_unlisted_rows: u64,
     /// Brier score of the top-1 confidence: mean (c_i − right_i)².
     pub brier: f64,

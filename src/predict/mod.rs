@@ -27,7 +27,9 @@ use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
-use crate::store::predictions::{uncompressed_bytes, PredictionBlock, PredictionWriter};
+use crate::store::predictions::{
+    uncompressed_bytes, OptionalColumns, PredictionBlock, PredictionWriter,
+};
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, Task, TrainConfig};
@@ -40,8 +42,8 @@ pub struct PredictOptions {
     /// Checkpoint step (None: the run's last).
     pub checkpoint: Option<u64>,
     pub split: Split,
-    /// Labels kept per row.
-    pub top_k: usize,
+    /// Labels kept per row (None: [`default_top_k`] of the run's task and label count).
+    pub top_k: Option<usize>,
     /// Rows scored together (memory: rows × labels f64 scores).
     pub block_rows: usize,
     /// Also write the predictive probabilities p(y = 1) of the kept labels, by the rule of
@@ -58,7 +60,7 @@ impl PredictOptions {
             run,
             checkpoint: None,
             split: Split::Test,
-            top_k: 5,
+            top_k: None,
             block_rows: 1024,
             probabilities: false,
             threads: None,
@@ -68,7 +70,9 @@ impl PredictOptions {
     /// Checks the values no type rules out; `run` and `pipeline run`'s spec check call it.
     pub fn validate(&self) -> Result<(), InvalidOptions> {
         let mut c = InvalidOptions::new("");
-        c.check(self.top_k >= 1, "top-k", || "must be at least 1".into());
+        c.check(self.top_k.is_none_or(|k| k >= 1), "top-k", || {
+            "must be at least 1".into()
+        });
         c.check(self.block_rows >= 1, "block-rows", || {
             "must be at least 1".into()
         });
@@ -76,13 +80,37 @@ impl PredictOptions {
     }
 }
 
-/// The options of a prediction with a binary run: its one label kept for every row
-/// (`--top-k` becomes 1, whatever was asked, since L = 1); None for other runs.
-fn binary_options(config: &TrainConfig, opts: &PredictOptions) -> Option<PredictOptions> {
-    (config.task == Task::Binary && opts.top_k != 1).then(|| PredictOptions {
-        top_k: 1,
-        ..opts.clone()
-    })
+/// Labels a multi-label prediction keeps per row when `--top-k` is not given (and a
+/// multi-class one with more than [`EVERY_CLASS_UP_TO`] classes).
+pub const DEFAULT_TOP_K: usize = 5;
+
+/// A multi-class run with at most this many classes lists every class of every row when
+/// `--top-k` is not given. Its NLP needs no listing (the file holds each row's probability
+/// of its true class whatever k), so the bound is one of size: a listed class costs 8 bytes
+/// per row (its id and probability; 12 with `--probabilities`) in the file and in the
+/// whole-file read of `evaluate`, so N rows of K ≤ 20 classes cost at most 4× the default
+/// top-5 (about 260 against 80 bytes a row with probabilities, 260 MB per million rows).
+pub const EVERY_CLASS_UP_TO: u64 = 4 * DEFAULT_TOP_K as u64;
+
+/// `--top-k` when it is not given, for a run of `task` on `n_labels` labels (L, or K
+/// classes): 1 for a binary run (its one label), every class of a multi-class run with
+/// K ≤ [`EVERY_CLASS_UP_TO`], and [`DEFAULT_TOP_K`] otherwise.
+pub fn default_top_k(task: Task, n_labels: u64) -> usize {
+    match task {
+        Task::Binary => 1,
+        Task::Multiclass if n_labels <= EVERY_CLASS_UP_TO => n_labels as usize,
+        Task::Multiclass | Task::Multilabel => DEFAULT_TOP_K,
+    }
+}
+
+/// The top-k a prediction with a run of `task` on `n_labels` labels keeps: the one label
+/// of a binary run whatever was asked (L = 1), otherwise `--top-k` when given, else
+/// [`default_top_k`].
+fn resolved_top_k(task: Task, n_labels: u64, given: Option<usize>) -> usize {
+    match (task, given) {
+        (Task::Binary, _) | (_, None) => default_top_k(task, n_labels),
+        (_, Some(k)) => k,
+    }
 }
 
 /// A predictions file.
@@ -108,18 +136,16 @@ pub fn run_on(
 ) -> Result<Outcome<Option<PredictedFile>>> {
     opts.validate()?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
-    let binary = binary_options(&config, opts);
-    let opts = binary.as_ref().unwrap_or(opts);
     let dataset = config.dataset_row(ws)?;
+    let top_k = resolved_top_k(config.task, dataset.n_labels, opts.top_k);
     let files: Vec<Registered> = ws
         .split_chunks(&dataset, opts.split)?
         .into_iter()
         .map(|c| c.0)
         .collect();
     ensure!(
-        opts.top_k <= dataset.n_labels as usize,
-        "--top-k {} exceeds the {} labels",
-        opts.top_k,
+        top_k <= dataset.n_labels as usize,
+        "--top-k {top_k} exceeds the {} labels",
         dataset.n_labels
     );
     let mut params = json!({
@@ -127,13 +153,17 @@ pub fn run_on(
         "checkpoint_step": ckpt_row.step,
         "checkpoint_checksum": ckpt_row.checksum,
         "split": opts.split,
-        "top_k": opts.top_k,
+        "top_k": top_k,
         "probabilities": opts.probabilities,
     });
+    let columns = OptionalColumns::with(opts.probabilities, config.task == Task::Multiclass);
     if config.task == Task::Multiclass {
         // Classes are ranked by their predictive probabilities whether or not these are
         // written, so the rule is recorded either way.
         params["predictive"] = json!(format!("classes-{}", config.likelihood.name()));
+        // Files written before the true class's probability was recorded lack its column:
+        // a new key, so that such a run is not found for this one.
+        params["true_class_probability"] = json!(true);
     } else if opts.probabilities
         && config.probability_rule()? != ProbabilityRule::LogisticProbitApproximation
     {
@@ -159,6 +189,8 @@ pub fn run_on(
     let pool = thread_pool(opts.threads.unwrap_or(config.threads))?;
     let job = Job {
         opts,
+        top_k,
+        columns,
         config: &config,
         dataset: &dataset,
         checkpoint_step: ckpt_row.step,
@@ -195,6 +227,11 @@ pub fn run_on(
 /// Everything one predict run reads.
 struct Job<'a> {
     opts: &'a PredictOptions,
+    /// `--top-k` as resolved for the run ([`resolved_top_k`]).
+    top_k: usize,
+    /// The optional columns written: probabilities when asked for, the true class's
+    /// probability for a multi-class run.
+    columns: OptionalColumns,
     config: &'a TrainConfig,
     dataset: &'a DatasetRow,
     checkpoint_step: u64,
@@ -251,12 +288,12 @@ impl Job<'_> {
         let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {
             let chunk = read_registered_chunk(file)?;
             let blocks = match &class_lik {
-                None => ranker.rank_chunk(&chunk, opts.top_k, opts.block_rows),
+                None => ranker.rank_chunk(&chunk, self.top_k, opts.block_rows),
                 Some(lik) => ranker.rank_chunk_classes(
                     &chunk,
                     &**lik,
                     seed,
-                    (opts.top_k, opts.block_rows),
+                    (self.top_k, opts.block_rows),
                     opts.probabilities,
                 ),
             }
@@ -304,7 +341,7 @@ impl Job<'_> {
         let secs = started.elapsed().as_secs_f64();
         eprintln!(
             "predicted top-{} of {rows} '{}' rows in {secs:.1} s ({:.0} rows/s)",
-            opts.top_k,
+            self.top_k,
             opts.split,
             rows as f64 / secs.max(1e-9)
         );
@@ -324,7 +361,7 @@ impl Job<'_> {
         // Refused before any row is scored, not after with a half-written file.
         ensure_free(
             &out,
-            uncompressed_bytes(split_rows, opts.top_k, opts.probabilities),
+            uncompressed_bytes(split_rows, self.top_k, self.columns),
             "predictions.parquet",
         )?;
         let metadata = vec![
@@ -335,12 +372,33 @@ impl Job<'_> {
                 "fsgp.checkpoint_step".to_string(),
                 self.checkpoint_step.to_string(),
             ),
-            ("fsgp.top_k".to_string(), opts.top_k.to_string()),
+            ("fsgp.top_k".to_string(), self.top_k.to_string()),
         ];
-        PredictionWriter::create(
-            &out.join("predictions.parquet"),
-            &metadata,
-            opts.probabilities,
-        )
+        PredictionWriter::create(&out.join("predictions.parquet"), &metadata, self.columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default top-k: every class of a multi-class run up to K = 20, then 5, as for a
+    /// multi-label run of any L; a binary run's one label whatever is asked; a given
+    /// `--top-k` otherwise as given, even below K.
+    #[test]
+    fn every_class_is_kept_by_default_up_to_twenty_classes() {
+        assert_eq!(EVERY_CLASS_UP_TO, 20);
+        for (k, want) in [(2, 2), (6, 6), (10, 10), (20, 20), (21, 5), (355, 5)] {
+            assert_eq!(default_top_k(Task::Multiclass, k), want, "K = {k}");
+            assert_eq!(resolved_top_k(Task::Multiclass, k, None), want, "K = {k}");
+        }
+        for l in [3, 10, 983] {
+            assert_eq!(default_top_k(Task::Multilabel, l), DEFAULT_TOP_K, "L = {l}");
+        }
+        assert_eq!(resolved_top_k(Task::Multiclass, 10, Some(3)), 3);
+        assert_eq!(resolved_top_k(Task::Multilabel, 983, Some(7)), 7);
+        for given in [None, Some(1), Some(5)] {
+            assert_eq!(resolved_top_k(Task::Binary, 1, given), 1, "{given:?}");
+        }
     }
 }

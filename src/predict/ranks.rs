@@ -6,8 +6,10 @@
 //!
 //! The blocks travel as a flat little-endian byte string (this module's private wire
 //! format, never on disk): a u64 block count, then per block each column as a u64 length
-//! followed by its values (row ids u64, offsets i32, labels u32, scores f32), and a u8
-//! that says whether a probabilities column (f32, with its length) follows.
+//! followed by its values (row ids u64, offsets i32, labels u32, scores f32), a u8 that
+//! says whether a probabilities column (f32, with its length) follows, and a u8 that says
+//! whether the true classes' probabilities follow: then a column of u8 (1 where the row has
+//! a value) and a column of f32 (the value, 0 where it has none).
 
 use anyhow::{bail, Result};
 
@@ -64,6 +66,16 @@ pub fn encode(blocks: &[PredictionBlock]) -> Vec<u8> {
             }
             None => out.push(0),
         }
+        match &b.true_class {
+            Some(t) => {
+                out.push(1);
+                let present: Vec<u8> = t.iter().map(|v| u8::from(v.is_some())).collect();
+                let values: Vec<f32> = t.iter().map(|v| v.unwrap_or(0.0)).collect();
+                put_column(&mut out, &present, u8::to_le_bytes);
+                put_column(&mut out, &values, f32::to_le_bytes);
+            }
+            None => out.push(0),
+        }
     }
     out
 }
@@ -109,9 +121,22 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<PredictionBlock>> {
             labels: r.column(u32::from_le_bytes)?,
             scores: r.column(f32::from_le_bytes)?,
             probabilities: None,
+            true_class: None,
         };
         if r.take(1)?[0] == 1 {
             block.probabilities = Some(r.column(f32::from_le_bytes)?);
+        }
+        if r.take(1)?[0] == 1 {
+            let present = r.column(u8::from_le_bytes)?;
+            let values = r.column(f32::from_le_bytes)?;
+            if present.len() != values.len() {
+                bail!("a rank sent true-class probabilities with a malformed validity column");
+            }
+            let t = present
+                .iter()
+                .zip(values)
+                .map(|(&p, v)| (p == 1).then_some(v));
+            block.true_class = Some(t.collect());
         }
         blocks.push(block);
     }
@@ -135,7 +160,13 @@ mod tests {
         plain.push(9, &[], &[]);
         let mut probs = PredictionBlock::with_probabilities();
         probs.push_with_probabilities(11, &[2], &[f32::MIN_POSITIVE], &[0.25]);
-        let blocks = vec![plain, probs];
+        let mut classes = PredictionBlock::new();
+        classes.push(12, &[1, 0], &[0.75, 0.125]);
+        classes.push(13, &[0, 1], &[0.5, 0.25]);
+        classes.true_class = Some(vec![None, Some(0.25)]);
+        let mut both = probs.clone();
+        both.true_class = Some(vec![Some(0.0)]);
+        let blocks = vec![plain, probs, classes, both];
         let back = decode(&encode(&blocks)).unwrap();
         assert_eq!(format!("{back:?}"), format!("{blocks:?}"));
         assert_eq!(encode(&back), encode(&blocks));

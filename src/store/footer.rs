@@ -35,7 +35,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.parquet");
         let meta = [("fsgp.split".to_string(), "test".to_string())];
-        let mut w = PredictionWriter::create(&path, &meta, false).unwrap();
+        let mut w = PredictionWriter::create(&path, &meta, Default::default()).unwrap();
         let mut block = PredictionBlock::new();
         block.push(0, &[1], &[0.5]);
         w.write(&block).unwrap();

@@ -7,9 +7,12 @@
 //! | labels | list<u32> | the k best labels by mean f̄, best first (ties: smaller id first) |
 //! | scores | list<f32> | their means f̄, same order                            |
 //! | probabilities | list<f32> | optional: E_q[σ(f)] of the same labels, same order (`--probabilities`) |
+//! | true_class_probability | f32, nullable | multi-class runs only: p(c_i \| x_i) of the row's true class c_i, listed or not; null when the row has no single class |
 //!
 //! The order is the mean's even when probabilities are stored, so probabilities need not
 //! decrease along a row (`docs/formats.md`, "Predictions", has the measurement behind it).
+//! A multi-class run ranks by the class probabilities instead, and its `scores` are those
+//! probabilities; the `true_class_probability` column marks such a file.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -34,19 +37,57 @@ use crate::failpoint;
 /// Value of `fsgp.format` in every predictions file.
 pub const PREDICTIONS_FORMAT: &str = "fsgp-predictions/1";
 
-/// The schema, with or without the `probabilities` column.
-pub fn predictions_schema(with_probabilities: bool) -> SchemaRef {
+/// The optional columns of a predictions file. A file without either has the three
+/// columns every version of the format had, so its bytes are those older binaries wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OptionalColumns {
+    /// `probabilities`: a list parallel to `labels` (`predict --probabilities`).
+    pub probabilities: bool,
+    /// `true_class_probability`: one nullable value per row (multi-class runs).
+    pub true_class: bool,
+}
+
+impl OptionalColumns {
+    /// Every combination, the one without optional columns first.
+    const ALL: [OptionalColumns; 4] = [
+        OptionalColumns::with(false, false),
+        OptionalColumns::with(true, false),
+        OptionalColumns::with(false, true),
+        OptionalColumns::with(true, true),
+    ];
+
+    /// `probabilities` and `true_class`, in that order.
+    pub const fn with(probabilities: bool, true_class: bool) -> Self {
+        OptionalColumns {
+            probabilities,
+            true_class,
+        }
+    }
+}
+
+/// The schema with the optional columns `columns`: row_id, labels, scores, then
+/// probabilities and true_class_probability when present.
+pub fn predictions_schema(columns: OptionalColumns) -> SchemaRef {
     let item = |t| Arc::new(Field::new("item", t, false));
     let mut fields = vec![
         Field::new("row_id", DataType::UInt64, false),
         Field::new("labels", DataType::List(item(DataType::UInt32)), false),
         Field::new("scores", DataType::List(item(DataType::Float32)), false),
     ];
-    if with_probabilities {
+    if columns.probabilities {
         fields.push(Field::new(
             "probabilities",
             DataType::List(item(DataType::Float32)),
             false,
+        ));
+    }
+    if columns.true_class {
+        // Null for a row without exactly one class (a class unseen in training, or a
+        // malformed row that evaluate then refuses, naming it).
+        fields.push(Field::new(
+            "true_class_probability",
+            DataType::Float32,
+            true,
         ));
     }
     Arc::new(Schema::new(fields))
@@ -62,6 +103,9 @@ pub struct PredictionBlock {
     pub scores: Vec<f32>,
     /// Parallel to `labels` when present.
     pub probabilities: Option<Vec<f32>>,
+    /// Parallel to `row_ids` when present (multi-class predictions): the predictive
+    /// probability of each row's true class, None for a row without exactly one class.
+    pub true_class: Option<Vec<Option<f32>>>,
 }
 
 impl PredictionBlock {
@@ -130,6 +174,29 @@ impl PredictionBlock {
         &self.scores[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
 
+    /// The optional columns the block carries.
+    pub fn columns(&self) -> OptionalColumns {
+        OptionalColumns::with(self.probabilities.is_some(), self.true_class.is_some())
+    }
+
+    /// The class probabilities of the block's i-th row, when it has them: its
+    /// `probabilities`, or else, in a multi-class block (one carrying the true class's
+    /// probability), its `scores`, which are the same probabilities.
+    pub fn class_probabilities(&self, i: usize) -> Option<&[f32]> {
+        match (self.probabilities(i), &self.true_class) {
+            (Some(p), _) => Some(p),
+            (None, Some(_)) => Some(self.scores(i)),
+            (None, None) => None,
+        }
+    }
+
+    /// The i-th row's probability of its true class: None when the block does not carry
+    /// the column (predictions written before it existed), Some(None) when the row has no
+    /// single class.
+    pub fn true_class_probability(&self, i: usize) -> Option<Option<f32>> {
+        self.true_class.as_ref().map(|t| t[i])
+    }
+
     fn to_batch(&self) -> Result<RecordBatch> {
         let list = |t, values: Arc<dyn Array>| {
             ListArray::new(
@@ -156,8 +223,17 @@ impl PredictionBlock {
                 Arc::new(Float32Array::from(p.clone())),
             )));
         }
+        if let Some(t) = &self.true_class {
+            ensure!(
+                t.len() == self.row_ids.len(),
+                "{} true-class probabilities for {} rows",
+                t.len(),
+                self.row_ids.len()
+            );
+            columns.push(Arc::new(Float32Array::from(t.clone())));
+        }
         Ok(RecordBatch::try_new(
-            predictions_schema(self.probabilities.is_some()),
+            predictions_schema(self.columns()),
             columns,
         )?)
     }
@@ -165,12 +241,14 @@ impl PredictionBlock {
 
 /// Bytes of the predictions of `rows` rows with `top_k` labels each, as Arrow holds them
 /// before Parquet encodes them (row id u64; labels u32 and scores f32, probabilities f32
-/// when written, each list with an i32 offset): zstd Parquet of these is no larger, but for
-/// its footer, which this allows for. The free-space check before predicting uses it.
-pub fn uncompressed_bytes(rows: u64, top_k: usize, with_probabilities: bool) -> u64 {
+/// when written, each list with an i32 offset; the true class's probability f32 and a
+/// validity bit, counted as a byte, when written): zstd Parquet of these is no larger, but
+/// for its footer, which this allows for. The free-space check before predicting uses it.
+pub fn uncompressed_bytes(rows: u64, top_k: usize, columns: OptionalColumns) -> u64 {
     const FOOTER: u64 = 4096;
-    let lists = if with_probabilities { 3 } else { 2 };
-    let per_row = 8 + lists * (4 + 4 * top_k as u64);
+    let lists = if columns.probabilities { 3 } else { 2 };
+    let true_class = if columns.true_class { 4 + 1 } else { 0 };
+    let per_row = 8 + lists * (4 + 4 * top_k as u64) + true_class;
     rows * per_row + FOOTER
 }
 
@@ -178,17 +256,17 @@ pub fn uncompressed_bytes(rows: u64, top_k: usize, with_probabilities: bool) -> 
 pub struct PredictionWriter {
     writer: ArrowWriter<File>,
     path: std::path::PathBuf,
-    with_probabilities: bool,
+    columns: OptionalColumns,
     /// Blocks written so far.
     blocks: u64,
 }
 
 impl PredictionWriter {
-    /// Every block written must agree with `with_probabilities`.
+    /// Every block written must carry exactly the optional `columns`.
     pub fn create(
         path: &Path,
         metadata: &[(String, String)],
-        with_probabilities: bool,
+        columns: OptionalColumns,
     ) -> Result<Self> {
         let mut kv = vec![KeyValue::new(
             "fsgp.format".into(),
@@ -205,22 +283,20 @@ impl PredictionWriter {
             .build();
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         Ok(PredictionWriter {
-            writer: ArrowWriter::try_new(
-                file,
-                predictions_schema(with_probabilities),
-                Some(props),
-            )?,
+            writer: ArrowWriter::try_new(file, predictions_schema(columns), Some(props))?,
             path: path.to_path_buf(),
-            with_probabilities,
+            columns,
             blocks: 0,
         })
     }
 
     pub fn write(&mut self, block: &PredictionBlock) -> Result<()> {
-        if block.probabilities.is_some() != self.with_probabilities {
+        if block.columns() != self.columns {
             bail!(
-                "{}: block and file disagree on the probabilities column",
-                self.path.display()
+                "{}: block and file disagree on the optional columns (block {:?}, file {:?})",
+                self.path.display(),
+                block.columns(),
+                self.columns
             );
         }
         let writing = || format!("writing {}", self.path.display());
@@ -252,8 +328,8 @@ impl PredictionWriter {
 pub struct PredictionReader {
     inner: ParquetRecordBatchReader,
     path: std::path::PathBuf,
-    /// Whether the file has the `probabilities` column.
-    pub with_probabilities: bool,
+    /// The optional columns the file has.
+    pub columns: OptionalColumns,
     /// The file's key-value metadata (`fsgp.format`, `fsgp.dataset`, `fsgp.split`, ...).
     pub metadata: BTreeMap<String, String>,
 }
@@ -288,22 +364,21 @@ impl PredictionReader {
                 path.display()
             );
         }
-        let fields = builder.schema().fields().clone();
-        let with_probabilities = if fields == predictions_schema(false).fields().clone() {
-            false
-        } else if fields == predictions_schema(true).fields().clone() {
-            true
-        } else {
+        let fields = builder.schema().fields();
+        let Some(columns) = OptionalColumns::ALL
+            .into_iter()
+            .find(|&c| predictions_schema(c).fields() == fields)
+        else {
             bail!(
                 "{}: not an fsgp predictions file (expected columns row_id, labels, scores[, \
-                 probabilities])",
+                 probabilities][, true_class_probability])",
                 path.display()
             );
         };
         Ok(PredictionReader {
             inner: builder.with_batch_size(1 << 14).build()?,
             path: path.to_path_buf(),
-            with_probabilities,
+            columns,
             metadata,
         })
     }
@@ -332,7 +407,7 @@ impl PredictionReader {
             .context("row_id is not u64")?;
         let (lo, labels) = list_column::<UInt32Array>(batch, 1, "labels")?;
         let (so, scores) = list_column::<Float32Array>(batch, 2, "scores")?;
-        let probabilities = if self.with_probabilities {
+        let probabilities = if self.columns.probabilities {
             Some(list_column::<Float32Array>(batch, 3, "probabilities")?)
         } else {
             None
@@ -341,6 +416,7 @@ impl PredictionReader {
             Some(_) => PredictionBlock::with_probabilities(),
             None => PredictionBlock::new(),
         };
+
         let slice = |offsets: &[i32], i: usize| offsets[i] as usize..offsets[i + 1] as usize;
         for i in 0..batch.num_rows() {
             let l = &labels.values()[slice(lo, i)];
@@ -360,6 +436,16 @@ impl PredictionReader {
                 }
                 None => block.push(rows.value(i), l, s),
             }
+        }
+        if self.columns.true_class {
+            // The last column: after probabilities when the file has them.
+            let at = 3 + usize::from(self.columns.probabilities);
+            let values = batch
+                .column(at)
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .context("true_class_probability is not f32")?;
+            block.true_class = Some(values.iter().collect());
         }
         Ok(block)
     }
@@ -392,8 +478,8 @@ mod tests {
     fn predictions_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.parquet");
-        let mut w = PredictionWriter::create(&path, &[("fsgp.split".into(), "test".into())], false)
-            .unwrap();
+        let meta = [("fsgp.split".into(), "test".into())];
+        let mut w = PredictionWriter::create(&path, &meta, OptionalColumns::default()).unwrap();
         let mut a = PredictionBlock::new();
         a.push(0, &[3, 1], &[0.5, -0.25]);
         a.push(1, &[], &[]);
@@ -421,7 +507,8 @@ mod tests {
     fn predictions_with_probabilities_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.parquet");
-        let mut w = PredictionWriter::create(&path, &[], true).unwrap();
+        let mut w =
+            PredictionWriter::create(&path, &[], OptionalColumns::with(true, false)).unwrap();
         let mut a = PredictionBlock::with_probabilities();
         a.push_with_probabilities(5, &[2, 0], &[1.5, -0.5], &[0.75, 0.375]);
         a.push_with_probabilities(6, &[], &[], &[]);
@@ -429,10 +516,72 @@ mod tests {
         w.write(&a).unwrap();
         w.finish().unwrap();
         let reader = PredictionReader::open(&path).unwrap();
-        assert!(reader.with_probabilities);
+        assert_eq!(reader.columns, OptionalColumns::with(true, false));
         assert_eq!(reader.metadata["fsgp.format"], PREDICTIONS_FORMAT);
         let blocks: Vec<PredictionBlock> = reader.map(|b| b.unwrap()).collect();
         assert_eq!(blocks, vec![a]);
         assert_eq!(blocks[0].probabilities(0), Some(&[0.75f32, 0.375][..]));
+        // Not a multi-class file: no true class, and the scores are not probabilities.
+        assert_eq!(blocks[0].true_class_probability(0), None);
+        assert_eq!(
+            blocks[0].class_probabilities(0),
+            Some(&[0.75f32, 0.375][..])
+        );
+    }
+
+    /// A multi-class file's true-class column, with and without `probabilities`: values and
+    /// nulls come back as written, and the scores stand for the class probabilities when
+    /// the file has no `probabilities` column.
+    #[test]
+    fn true_class_probabilities_round_trip_with_their_nulls() {
+        for with_probabilities in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("p.parquet");
+            let columns = OptionalColumns::with(with_probabilities, true);
+            let mut w = PredictionWriter::create(&path, &[], columns).unwrap();
+            let mut a = match with_probabilities {
+                true => PredictionBlock::with_probabilities(),
+                false => PredictionBlock::new(),
+            };
+            for (id, labels, p) in [(0, [1u32, 0], [0.5f32, 0.25]), (1, [2, 1], [0.625, 0.25])] {
+                match with_probabilities {
+                    true => a.push_with_probabilities(id, &labels, &p, &p),
+                    false => a.push(id, &labels, &p),
+                }
+            }
+            // Row 0's class (2) is not listed; row 1 has no single class.
+            a.true_class = Some(vec![Some(0.125), None]);
+            // A block without the column is refused by a file that has it.
+            let mut plain = a.clone();
+            plain.true_class = None;
+            assert!(w.write(&plain).is_err());
+            w.write(&a).unwrap();
+            w.finish().unwrap();
+            let reader = PredictionReader::open(&path).unwrap();
+            assert_eq!(reader.columns, columns);
+            let blocks: Vec<PredictionBlock> = reader.map(|b| b.unwrap()).collect();
+            assert_eq!(blocks, vec![a]);
+            let b = &blocks[0];
+            assert_eq!(b.true_class_probability(0), Some(Some(0.125)));
+            assert_eq!(b.true_class_probability(1), Some(None));
+            assert_eq!(b.class_probabilities(1), Some(&[0.625f32, 0.25][..]));
+        }
+    }
+
+    #[test]
+    fn a_block_with_too_few_true_class_values_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.parquet");
+        let mut w =
+            PredictionWriter::create(&path, &[], OptionalColumns::with(false, true)).unwrap();
+        let mut a = PredictionBlock::new();
+        a.push(0, &[0], &[1.0]);
+        a.push(1, &[0], &[1.0]);
+        a.true_class = Some(vec![Some(1.0)]);
+        let err = w.write(&a).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("1 true-class probabilities for 2 rows"),
+            "{err:#}"
+        );
     }
 }

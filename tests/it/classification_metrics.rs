@@ -270,6 +270,58 @@ fn multiclass_hand_worked() {
     assert!((got - nlp).abs() < 1e-15, "{got} vs {nlp}");
 }
 
+/// The four rows of [`multiclass_hand_worked`] with their true class's probability recorded
+/// as `predict` writes it (the last row's class 3, unlisted, at .0625): NLP is known,
+/// −(ln .75 + ln .25 + ln .625 + ln .0625)/4, and every other figure is the same. A recorded
+/// value that contradicts the listed one, or a missing one, is refused and changes nothing.
+#[test]
+fn multiclass_nlp_of_recorded_true_class_probabilities_is_known_when_unlisted() {
+    type Row = (&'static [u32], &'static [f32], u32, f32);
+    let rows: [Row; 4] = [
+        (&[0, 1], &[0.75, 0.125], 0, 0.75),
+        (&[2, 1], &[0.5, 0.25], 1, 0.25),
+        (&[1, 3], &[0.625, 0.25], 1, 0.625),
+        (&[0, 2], &[0.5, 0.375], 3, 0.0625),
+    ];
+    let (mut recorded, mut listed) = (
+        MulticlassAccumulator::new(4, 2).unwrap(),
+        MulticlassAccumulator::new(4, 2).unwrap(),
+    );
+    for (pred, probs, class, p_true) in rows {
+        recorded
+            .add_row_knowing(pred, probs, &[class], Some(p_true))
+            .unwrap();
+        listed.add_row(pred, probs, &[class]).unwrap();
+    }
+    let e = recorded
+        .add_row_knowing(&[0, 1], &[0.75, 0.125], &[1], Some(0.25))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("listed with probability 0.125 but its recorded probability is 0.25"),
+        "{e}"
+    );
+    let e = recorded
+        .add_row_knowing(&[0, 1], &[0.75, 0.125], &[2], None)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("no probability of its true class 2"),
+        "{e}"
+    );
+    let (m, old) = (recorded.finish(), listed.finish());
+    let nlp = -(0.75f64.ln() + 0.25f64.ln() + 0.625f64.ln() + 0.0625f64.ln()) / 4.0;
+    let got = m.nlp.expect("every true class's probability recorded");
+    assert!((got - nlp).abs() < 1e-15, "{got} vs {nlp}");
+    assert_eq!(m.nlp_unlisted_rows, 0);
+    let without_nlp = |m: &fsgp::metrics::multiclass::MulticlassMetrics| {
+        let mut m = m.clone();
+        (m.nlp, m.nlp_unlisted_rows) = (None, 0);
+        m
+    };
+    assert_eq!(without_nlp(&m), without_nlp(&old));
+    assert_eq!((old.nlp, old.nlp_unlisted_rows), (None, 1));
+}
+
 /// `ingest --class-map train`: a row of a class the training rows lack is wrong at every k,
 /// a wrong top-1 in the calibration, not in the NLP; its classes join K*, uncovered.
 #[test]

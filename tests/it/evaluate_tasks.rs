@@ -364,7 +364,7 @@ fn binary_evaluation_end_to_end() {
 /// `tests/it/classification_metrics.rs`'s hand-worked case, K = 4.
 #[test]
 fn multiclass_evaluation_of_written_predictions() {
-    use fsgp::store::predictions::{PredictionBlock, PredictionWriter};
+    use fsgp::store::predictions::{OptionalColumns, PredictionBlock, PredictionWriter};
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     let text = "4 2 4\n0 0:1\n1 1:1\n1 0:1\n3 1:1\n";
@@ -377,7 +377,8 @@ fn multiclass_evaluation_of_written_predictions() {
     ];
     let write_predictions = |name: &str, rows: &[(&[u32], &[f32])]| {
         let path = dir.path().join(name);
-        let mut w = PredictionWriter::create(&path, &meta, true).unwrap();
+        let mut w =
+            PredictionWriter::create(&path, &meta, OptionalColumns::with(true, false)).unwrap();
         let mut block = PredictionBlock::with_probabilities();
         for (i, (labels, probs)) in rows.iter().enumerate() {
             block.push_with_probabilities(i as u64, labels, &vec![0.0; labels.len()], probs);

@@ -28,6 +28,7 @@ mod likelihood;
 mod lr_decay;
 mod metrics;
 mod multiclass_gradients;
+mod multiclass_nlp;
 mod multiclass_task;
 mod multiclass_values;
 mod options_doc;

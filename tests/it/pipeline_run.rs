@@ -145,7 +145,7 @@ fn spec_runs_end_to_end_then_is_cached_and_checks_out() {
         predict_run,
     );
     let reader = PredictionReader::open(&pred_path).unwrap();
-    assert!(reader.with_probabilities);
+    assert!(reader.columns.probabilities);
     let predicted: Vec<_> = reader.map(|b| b.unwrap()).collect();
     let conn = catalog(&ws);
     let mut stmt = conn
