@@ -90,6 +90,11 @@ pub enum Command {
     /// A whole run from a TOML spec: (synth →) ingest → svd → train → predict → evaluate.
     #[command(after_help = examples::RUN)]
     Run(RunArgs),
+    /// From a training file to a chosen model within a time budget: ingest, candidates
+    /// scored on a validation split, the winner retrained on every training row, the test
+    /// metrics, and a spec that reproduces it (docs/fit.md).
+    #[command(after_help = examples::FIT)]
+    Fit(FitArgs),
     /// Charts (PNG, SVG) and a Markdown summary of a training run.
     #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
@@ -826,6 +831,46 @@ pub struct RunArgs {
     pub json: bool,
 }
 
+/// Arguments of `pipeline fit`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FitArgs {
+    /// The training file (XML-repository text with its `N D L` header, or LIBSVM; gzip or
+    /// zstd by extension).
+    #[arg(long)]
+    pub train: PathBuf,
+    /// The test file, scored once by the final model.
+    #[arg(long)]
+    pub test: Option<PathBuf>,
+    /// The layout of the files (default: `xc` when the first line is an `N D L` header,
+    /// else `libsvm`).
+    #[arg(long, value_parser = PossibleValuesParser::new(["xc", "libsvm"]))]
+    pub format: Option<String>,
+    /// The task (default: the label kind ingest detects).
+    #[arg(long, value_parser = one_of::<LabelKind>())]
+    pub task: Option<LabelKind>,
+    /// Wall-clock budget of the whole fit, e.g. 90s, 5m, 1h.
+    #[arg(long, default_value = "5m", value_parser = parse_budget)]
+    pub budget: f64,
+    /// Name of the dataset (default: the training file's name up to its first '.'); the
+    /// selection data is NAME-select.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Seed of the validation carve, the svd and every training run.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Share of the training rows carved out for choosing the model.
+    #[arg(long, default_value_t = crate::cli::fit::DEFAULT_VALIDATION_FRACTION)]
+    pub validation_fraction: f64,
+    /// Where to write the spec of the final model (default: NAME-fit.toml here).
+    #[arg(long)]
+    pub spec_out: Option<PathBuf>,
+}
+
+/// `--budget`'s parser.
+fn parse_budget(text: &str) -> Result<f64, String> {
+    crate::cli::fit::parse_budget(text)
+}
+
 /// Arguments of `pipeline report`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
@@ -911,6 +956,13 @@ Examples:
   pipeline run pipelines/quickstart.toml
   pipeline run pipelines/delicious.toml --json
 A second invocation skips every stage already done and resumes one that was cut.";
+
+    pub const FIT: &str = "\
+Examples:
+  pipeline fit --train train.txt.gz --test test.txt.gz                # 5 minutes
+  pipeline fit --train spam.svm --test spam-test.svm --budget 90s --name spam
+It prints the validation table, the choice and the test metrics, and writes NAME-fit.toml:
+`pipeline run NAME-fit.toml` reproduces the final model.";
 
     pub const REPORT: &str = "\
 Examples:

@@ -3,6 +3,7 @@
 //! options and runs the stage. `pipeline run` ([`spec`]) does the same from a TOML spec.
 
 pub mod args;
+pub mod fit;
 pub mod spec;
 mod status;
 mod verify;
@@ -105,6 +106,7 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Predict(args) => crate::predict::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Evaluate(args) => evaluate_command(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
+        Command::Fit(args) => fit::run(&ws, &args),
         Command::Report(_) | Command::Status(_) | Command::Verify(_) => {
             unreachable!("handled above")
         }

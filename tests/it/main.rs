@@ -16,6 +16,7 @@ mod disk_full;
 mod elbo_gradients;
 mod evaluate_tasks;
 mod feature_ard;
+mod fit;
 mod inducing_identity;
 mod inducing_inputs;
 mod ingest_data;

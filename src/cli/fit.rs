@@ -1,0 +1,694 @@
+//! `pipeline fit`: from a training file (and a test file) to a chosen model in one command,
+//! inside a wall-clock budget (`docs/fit.md` states the rule; it was written before any
+//! run).
+//!
+//! 1. **Selection data.** The training file is ingested with `--transform auto` and a
+//!    validation carve (`<name>-select`); the task is the dataset's label kind unless given.
+//! 2. **Candidates.** A short list from the family, fixed by the task and the data's sizes
+//!    ([`candidates`]). Each gets an equal share of the selection time: a probe of
+//!    [`PROBE_STEPS`] steps measures its step time, then the run is resumed to the steps
+//!    its share affords (capped, [`step_cap`]); it is scored on the validation split.
+//! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
+//!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
+//! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
+//!    and trains the winner for the same number of steps, and it is run as `pipeline run`
+//!    runs it: the test metrics printed are those the spec reproduces.
+//!
+//! The budget is kept by measurement, not by interrupting runs: every share is converted to
+//! a step count from the probe's measured step time with a safety factor, so each run is a
+//! fixed, reproducible number of steps.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+use super::args::{Cli, Command, FitArgs, RunArgs};
+use super::spec::{self, Spec};
+use crate::metrics::evaluation::Evaluation;
+use crate::store::catalog::{LabelKind, Split};
+use crate::store::workspace::Workspace;
+
+/// Steps of the probe that measures a candidate's step time (then resumed from).
+pub const PROBE_STEPS: u64 = 50;
+
+/// Share of the time left after the selection ingest that the candidates get; the rest is
+/// for the final ingest, training, prediction and evaluation.
+const SELECTION_SHARE: f64 = 0.6;
+
+/// Only this share of a candidate's time is planned as training steps: prediction,
+/// evaluation, svd and setup take the rest.
+const STEP_SHARE: f64 = 0.7;
+
+/// Two accuracies this close (in points) are a tie, broken by NLP.
+pub const ACCURACY_TIE: f64 = 0.5;
+
+/// At most this many epochs of steps, and at least [`MIN_CAP`] steps, per run.
+const MAX_EPOCHS: u64 = 60;
+const MIN_CAP: u64 = 3000;
+
+/// The validation share carved out of the training file.
+pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
+
+/// One candidate: a name and its svd and train options (flag, value), on top of
+/// [`common_train`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub name: String,
+    pub svd: Vec<(&'static str, String)>,
+    pub train: Vec<(&'static str, String)>,
+}
+
+/// Sizes of the selection dataset's training split.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sizes {
+    pub n: u64,
+    pub d: u64,
+    pub l: u64,
+}
+
+/// The task a dataset's labels ask for.
+fn task_of(kind: LabelKind) -> &'static str {
+    kind.as_str()
+}
+
+/// The candidate list of the rule (`docs/fit.md`), by task and sizes.
+pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
+    let m = |want: u64| want.min(s.n).max(1);
+    // svd's rank: the k-means start needs an svd run; the subspace uses R directions.
+    let rank = 250
+        .min(s.d.saturating_sub(1))
+        .min(s.n.saturating_sub(1))
+        .max(1);
+    let svd = |m: u64| vec![("rank", rank.to_string()), ("inducing", m.to_string())];
+    let one = |name: &str, kernel: &str, z: &str, m_want: u64, extra: &[(&'static str, &str)]| {
+        let mm = m(m_want);
+        let mut train = vec![
+            ("kernel", kernel.to_string()),
+            ("inducing", mm.to_string()),
+            ("inducing-inputs", z.to_string()),
+        ];
+        train.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        Candidate {
+            name: format!("{name}, M = {mm}"),
+            svd: svd(mm),
+            train,
+        }
+    };
+    match task {
+        LabelKind::Binary | LabelKind::Multiclass => {
+            let likelihood = match task {
+                LabelKind::Binary => "logistic",
+                _ => "softmax",
+            };
+            let classify: &[(&'static str, &str)] = &[
+                ("latent", "independent"),
+                ("likelihood", likelihood),
+                ("q-form", "whitened"),
+            ];
+            vec![
+                one("SE, free Z", "se", "free", 100, classify),
+                one("SE + linear, free Z", "se+linear", "free", 100, classify),
+                one("SE, free Z", "se", "free", 300, classify),
+                one("linear, free Z", "linear", "free", 100, classify),
+            ]
+        }
+        LabelKind::Multilabel => {
+            let p = 30.min(s.l).max(1).to_string();
+            let factor: &[(&'static str, &str)] = &[("factors", &p)];
+            let mut list = vec![
+                one(
+                    "linear, subspace Z (the paper's)",
+                    "linear",
+                    "subspace",
+                    500,
+                    factor,
+                ),
+                one("linear, free Z", "linear", "free", 500, factor),
+                one("SE, free Z", "se", "free", 200, factor),
+            ];
+            if s.l <= 50 {
+                list.push(one(
+                    "SE, free Z, one GP per label",
+                    "se",
+                    "free",
+                    200,
+                    &[("latent", "independent")],
+                ));
+            }
+            list
+        }
+    }
+}
+
+/// Options every run shares (batch, learning rate, seed, no exact bound at the end).
+fn common_train(seed: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("batch", "500".into()),
+        ("lr", "0.01".into()),
+        ("seed", seed.to_string()),
+        // A large epoch count: the step count (--max-steps) is the budget.
+        ("epochs", "1000000".into()),
+        ("no-final-elbo", String::new()),
+    ]
+}
+
+/// The most steps a run may take: [`MAX_EPOCHS`] epochs, and at least [`MIN_CAP`].
+pub fn step_cap(n: u64, batch: u64) -> u64 {
+    (MAX_EPOCHS * n.div_ceil(batch.max(1))).max(MIN_CAP)
+}
+
+/// The steps `seconds` afford at `step_seconds` a step, planning only [`STEP_SHARE`] of
+/// the time as steps (at most `cap`).
+pub fn planned_steps(seconds: f64, step_seconds: f64, cap: u64) -> u64 {
+    let steps = (seconds * STEP_SHARE / step_seconds.max(1e-6)).floor();
+    (steps.max(0.0) as u64).min(cap)
+}
+
+/// A budget such as `90s`, `5m`, `1h` or `300` (seconds), in seconds.
+pub fn parse_budget(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' in '{text}' (expected s, m or h, e.g. 90s, 5m, 1h)"
+            ))
+        }
+    };
+    match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "'{text}' is not a positive duration (e.g. 90s, 5m, 1h)"
+        )),
+    }
+}
+
+/// The layout of a training file: `xc` when its first line is an XML-repository header
+/// (`N D L`, three integers), else `libsvm`.
+pub fn sniff_format(path: &Path) -> Result<&'static str> {
+    let file = std::fs::File::open(path).with_context(|| {
+        format!(
+            "{}: cannot open, expected a readable training file",
+            path.display()
+        )
+    })?;
+    let reader: Box<dyn std::io::Read> = match path.extension().and_then(|e| e.to_str()) {
+        Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(file)),
+        Some("zst") => Box::new(zstd::stream::read::Decoder::new(file)?),
+        _ => Box::new(file),
+    };
+    let mut first = String::new();
+    std::io::BufReader::new(reader).read_line(&mut first)?;
+    let tokens: Vec<&str> = first.split_whitespace().collect();
+    let header = tokens.len() == 3 && tokens.iter().all(|t| t.parse::<u64>().is_ok());
+    Ok(if header { "xc" } else { "libsvm" })
+}
+
+/// Parses `pipeline ARGV...` and returns the command.
+fn command(argv: Vec<String>) -> Result<Command> {
+    let cli = Cli::try_parse_from(&argv)
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
+    Ok(cli.command)
+}
+
+fn argv(stage: &str, options: &[(&str, String)]) -> Vec<String> {
+    let mut v = vec!["pipeline".to_string(), stage.to_string()];
+    for (flag, value) in options {
+        v.push(format!("--{flag}"));
+        if !value.is_empty() {
+            v.push(value.clone());
+        }
+    }
+    v
+}
+
+/// The ingest options of the training (and test) file.
+fn ingest_options(
+    args: &FitArgs,
+    name: &str,
+    format: &str,
+    carve: bool,
+) -> Vec<(&'static str, String)> {
+    let mut o = vec![
+        ("name", name.to_string()),
+        ("format", format.to_string()),
+        ("train", absolute(&args.train)),
+    ];
+    if let Some(test) = &args.test {
+        o.push(("test", absolute(test)));
+    }
+    if carve {
+        o.push(("validation-fraction", args.validation_fraction.to_string()));
+        o.push(("validation-seed", args.seed.to_string()));
+    }
+    o
+}
+
+fn absolute(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// One candidate's result on the validation split.
+struct Scored {
+    candidate: Candidate,
+    steps: u64,
+    seconds: f64,
+    metrics: Evaluation,
+}
+
+impl Scored {
+    /// (primary, secondary) of the rule: P@1 and P@3, or accuracy and −NLP; higher is better.
+    fn key(&self) -> (f64, f64) {
+        match &self.metrics {
+            Evaluation::Ranking(m) => (m.p_at[0], m.p_at.get(2).copied().unwrap_or(0.0)),
+            Evaluation::Binary(b) => (b.accuracy, -b.nlp),
+            Evaluation::Multiclass(m) => (m.accuracy, -m.nlp.unwrap_or(f64::INFINITY)),
+        }
+    }
+}
+
+/// The index of the winner: the best primary figure; for classification, among those
+/// within [`ACCURACY_TIE`] points of it, the best secondary (the lowest NLP).
+fn choose(scored: &[Scored]) -> usize {
+    let best = scored
+        .iter()
+        .map(|s| s.key().0)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let tie = match scored.first().map(|s| &s.metrics) {
+        Some(Evaluation::Ranking(_)) => 0.0,
+        _ => ACCURACY_TIE / 100.0,
+    };
+    let mut winner = 0;
+    for (i, s) in scored.iter().enumerate() {
+        let (primary, secondary) = s.key();
+        let w = scored[winner].key();
+        let in_tie = primary >= best - tie - 1e-12;
+        let winner_in_tie = w.0 >= best - tie - 1e-12;
+        if in_tie && (!winner_in_tie || secondary > w.1 || (secondary == w.1 && primary > w.0)) {
+            winner = i;
+        }
+    }
+    winner
+}
+
+/// Runs `pipeline fit`.
+pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
+    let started = Instant::now();
+    let budget = args.budget;
+    let format = match &args.format {
+        Some(f) => f.clone(),
+        None => sniff_format(&args.train)?.to_string(),
+    };
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| default_name(&args.train));
+    let select = format!("{name}-select");
+
+    eprintln!(
+        "== fit: ingest {} as '{select}' (with a validation split)",
+        args.train.display()
+    );
+    let Command::Ingest(ingest) = command(argv(
+        "ingest",
+        &ingest_options(args, &select, &format, true),
+    ))?
+    else {
+        unreachable!()
+    };
+    crate::ingest::run(ws, &ingest.config()?)?;
+    let dataset = ws.dataset_named(&select)?;
+    let kind = match args.task {
+        Some(k) => k,
+        None => dataset.label_kind(),
+    };
+    let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
+    let sizes = Sizes {
+        n: train_rows,
+        d: dataset.n_features,
+        l: dataset.n_labels,
+    };
+    let list = candidates(kind, sizes);
+    let left = (budget - started.elapsed().as_secs_f64()).max(0.0);
+    let share = left * SELECTION_SHARE / list.len() as f64;
+    eprintln!(
+        "== fit: task {}, N = {}, D = {}, L = {}; {} candidates, {:.0} s each (budget {:.0} s, {:.0} s left)",
+        task_of(kind),
+        sizes.n,
+        sizes.d,
+        sizes.l,
+        list.len(),
+        share,
+        budget,
+        left
+    );
+    let cap = step_cap(sizes.n, 500);
+    let mut scored = Vec::new();
+    for c in list {
+        scored.push(score(ws, &select, kind, &c, args.seed, share, cap)?);
+    }
+    print_table(&scored);
+    let winner = choose(&scored);
+    let chosen = &scored[winner];
+    eprintln!(
+        "== fit: chosen {} ({} steps); training it on every training row",
+        chosen.candidate.name, chosen.steps
+    );
+    let spec_path = args
+        .spec_out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
+    write_spec(&spec_path, args, &name, &format, kind, chosen)?;
+    let spec = Spec::read(&spec_path)?;
+    spec::run(
+        ws,
+        &spec,
+        &RunArgs {
+            spec: spec_path.clone(),
+            json: false,
+        },
+    )?;
+    eprintln!(
+        "== fit: {:.0} s of a {:.0} s budget; `pipeline run {}` reproduces the final model",
+        started.elapsed().as_secs_f64(),
+        budget,
+        spec_path.display()
+    );
+    Ok(())
+}
+
+/// The dataset name from the training file's name (`train.txt.gz` → `train`).
+fn default_name(path: &Path) -> String {
+    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("data");
+    let stem: String = file
+        .split('.')
+        .next()
+        .unwrap_or("data")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "-_".contains(*c))
+        .collect();
+    if stem.is_empty() {
+        "data".into()
+    } else {
+        stem
+    }
+}
+
+/// The predict options for a task: binary one label, multi-class every class up to the
+/// default rule, multi-label the top 5; with probabilities for the classification tasks.
+fn predict_options(kind: LabelKind, split: Split) -> Vec<(&'static str, String)> {
+    let mut o = vec![("split", split.name().to_string())];
+    if kind != LabelKind::Multilabel {
+        o.push(("probabilities", String::new()));
+    }
+    if kind == LabelKind::Binary {
+        o.push(("top-k", "1".into()));
+    }
+    o
+}
+
+/// Trains `c` on the selection dataset within `share` seconds and scores it on validation.
+fn score(
+    ws: &Workspace,
+    dataset: &str,
+    kind: LabelKind,
+    c: &Candidate,
+    seed: u64,
+    share: f64,
+    cap: u64,
+) -> Result<Scored> {
+    let started = Instant::now();
+    eprintln!("== fit: candidate {}", c.name);
+    let mut svd_opts = vec![("dataset", dataset.to_string()), ("seed", seed.to_string())];
+    svd_opts.extend(c.svd.iter().cloned());
+    let Command::Svd(svd) = command(argv("svd", &svd_opts))? else {
+        unreachable!()
+    };
+    let svd_run = crate::svd::run(ws, &svd.options())?.run_id;
+    let mut train_opts = vec![
+        ("dataset", dataset.to_string()),
+        ("svd", svd_run.to_string()),
+        ("task", task_of(kind).to_string()),
+    ];
+    train_opts.extend(c.train.iter().cloned());
+    train_opts.extend(common_train(seed));
+    // The probe: PROBE_STEPS steps, timed; a run of its own (a finished run is not
+    // resumed), whose steps the full run repeats exactly.
+    let train = |steps: u64| -> Result<i64> {
+        let mut options = train_opts.clone();
+        options.push(("max-steps", steps.to_string()));
+        let Command::Train(t) = command(argv("train", &options))? else {
+            unreachable!()
+        };
+        Ok(crate::train::run(ws, &t.options())?.run_id)
+    };
+    let probe_started = Instant::now();
+    let probe = train(PROBE_STEPS)?;
+    let step_seconds = probe_started.elapsed().as_secs_f64() / PROBE_STEPS as f64;
+    let left = (share - started.elapsed().as_secs_f64()).max(0.0);
+    let steps = planned_steps(left, step_seconds, cap).max(PROBE_STEPS);
+    let run = match steps > PROBE_STEPS {
+        true => train(steps)?,
+        false => probe,
+    };
+    let mut predict = vec![("run", run.to_string())];
+    predict.extend(predict_options(kind, Split::Validation));
+    let Command::Predict(p) = command(argv("predict", &predict))? else {
+        unreachable!()
+    };
+    let file = crate::predict::run(ws, &p.options())?.value.path;
+    let evaluate = [
+        ("predictions", file.clone()),
+        ("task", task_of(kind).to_string()),
+    ];
+    let Command::Evaluate(e) = command(argv("evaluate", &evaluate))? else {
+        unreachable!()
+    };
+    let metrics = crate::evaluate::run(ws, &e.options(file))?.value;
+    Ok(Scored {
+        candidate: c.clone(),
+        steps,
+        seconds: started.elapsed().as_secs_f64(),
+        metrics,
+    })
+}
+
+/// The validation table: one line per candidate.
+fn print_table(scored: &[Scored]) {
+    eprintln!();
+    eprintln!(
+        "{:<44} {:>7} {:>8} {:>9} {:>9}",
+        "candidate (validation)", "steps", "seconds", "primary", "second"
+    );
+    for s in scored {
+        let (a, b) = s.key();
+        let (pa, pb) = match &s.metrics {
+            Evaluation::Ranking(_) => (
+                format!("P@1 {:.2}", 100.0 * a),
+                format!("P@3 {:.2}", 100.0 * b),
+            ),
+            _ => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
+        };
+        eprintln!(
+            "{:<44} {:>7} {:>8.1} {:>9} {:>9}",
+            s.candidate.name, s.steps, s.seconds, pa, pb
+        );
+    }
+    eprintln!();
+}
+
+/// Writes the spec of the final model: the whole training file, the winner's options and
+/// steps, predictions of the test split (when there is one) and their evaluation.
+fn write_spec(
+    path: &Path,
+    args: &FitArgs,
+    name: &str,
+    format: &str,
+    kind: LabelKind,
+    chosen: &Scored,
+) -> Result<()> {
+    let mut text = String::new();
+    text += &format!(
+        "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
+         # trained on every training row for the {} steps its selection run took.\n\n",
+        chosen.candidate.name, chosen.steps
+    );
+    let table = |title: &str, options: &[(&str, String)]| {
+        let mut t = format!("[{title}]\n");
+        for (k, v) in options {
+            let key = k.replace('-', "_");
+            let value = match v.as_str() {
+                "" => "true".to_string(),
+                v if v.parse::<f64>().is_ok() => v.to_string(),
+                v => format!("{v:?}"),
+            };
+            t += &format!("{key} = {value}\n");
+        }
+        t + "\n"
+    };
+    text += &table("ingest", &ingest_options(args, name, format, false));
+    let mut svd = vec![("seed", args.seed.to_string())];
+    svd.extend(chosen.candidate.svd.iter().cloned());
+    text += &table("svd", &svd);
+    let mut train = vec![("task", task_of(kind).to_string())];
+    train.extend(chosen.candidate.train.iter().cloned());
+    train.extend(common_train(args.seed));
+    train.push(("max-steps", chosen.steps.to_string()));
+    text += &table("train", &train);
+    let split = if args.test.is_some() {
+        Split::Test
+    } else {
+        Split::Train
+    };
+    text += &table("predict", &predict_options(kind, split));
+    text += &table("evaluate", &[("task", task_of(kind).to_string())]);
+    let mut f = std::fs::File::create(path)
+        .with_context(|| format!("{}: cannot write the spec", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    if !path.exists() {
+        bail!("{}: the spec was not written", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse_with_units() {
+        assert_eq!(parse_budget("90s"), Ok(90.0));
+        assert_eq!(parse_budget("5m"), Ok(300.0));
+        assert_eq!(parse_budget("1.5h"), Ok(5400.0));
+        assert_eq!(parse_budget("300"), Ok(300.0));
+        assert!(parse_budget("0s").unwrap_err().contains("positive"));
+        assert!(parse_budget("5d").unwrap_err().contains("unknown unit 'd'"));
+        assert!(parse_budget("-3m").is_err());
+    }
+
+    #[test]
+    fn the_format_is_sniffed_from_the_first_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let xc = dir.path().join("a.txt");
+        std::fs::write(&xc, "3 5 2\n0 1:1\n").unwrap();
+        assert_eq!(sniff_format(&xc).unwrap(), "xc");
+        let svm = dir.path().join("b.svm");
+        std::fs::write(&svm, "+1 1:0.5 3:2\n").unwrap();
+        assert_eq!(sniff_format(&svm).unwrap(), "libsvm");
+        let gz = dir.path().join("c.txt.gz");
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b"10 4 3\n").unwrap();
+        std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        assert_eq!(sniff_format(&gz).unwrap(), "xc");
+        let e = sniff_format(&dir.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot open"), "{e}");
+    }
+
+    #[test]
+    fn candidates_follow_the_task_and_fit_the_sizes() {
+        let small = Sizes { n: 60, d: 2, l: 1 };
+        let c = candidates(LabelKind::Binary, small);
+        assert_eq!(c.len(), 4);
+        for cand in &c {
+            let get = |k: &str| cand.train.iter().find(|o| o.0 == k).map(|o| o.1.clone());
+            assert_eq!(get("inducing").as_deref(), Some("60"), "M ≤ N");
+            assert_eq!(get("likelihood").as_deref(), Some("logistic"));
+            assert_eq!(cand.svd[0], ("rank", "1".to_string()), "R < D");
+        }
+        let mc = candidates(
+            LabelKind::Multiclass,
+            Sizes {
+                n: 5000,
+                d: 36,
+                l: 6,
+            },
+        );
+        assert!(mc
+            .iter()
+            .all(|c| c.train.contains(&("likelihood", "softmax".into()))));
+        let ml = candidates(
+            LabelKind::Multilabel,
+            Sizes {
+                n: 1000,
+                d: 294,
+                l: 6,
+            },
+        );
+        assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
+        assert!(ml[0].train.contains(&("factors", "6".into())), "P ≤ L");
+        let many = candidates(
+            LabelKind::Multilabel,
+            Sizes {
+                n: 12920,
+                d: 500,
+                l: 983,
+            },
+        );
+        assert_eq!(many.len(), 3);
+        assert!(many[0].train.contains(&("factors", "30".into())));
+        assert_eq!(many[0].svd[0], ("rank", "250".to_string()));
+    }
+
+    #[test]
+    fn steps_follow_the_measured_rate_within_the_cap() {
+        assert_eq!(planned_steps(10.0, 0.01, 100_000), 700);
+        assert_eq!(planned_steps(10.0, 0.01, 500), 500);
+        assert_eq!(planned_steps(0.0, 0.01, 500), 0);
+        assert_eq!(step_cap(400, 500), 3000);
+        assert_eq!(step_cap(100_000, 500), 60 * 200);
+    }
+
+    fn binary(accuracy: f64, nlp: f64) -> Evaluation {
+        let mut acc = crate::metrics::binary::BinaryAccumulator::new();
+        acc.add_row(0.9, true).unwrap();
+        // The two figures the rule reads are then set.
+        let mut m = acc.finish();
+        m.accuracy = accuracy;
+        m.nlp = nlp;
+        Evaluation::Binary(m)
+    }
+
+    fn scored(name: &str, metrics: Evaluation) -> Scored {
+        Scored {
+            candidate: Candidate {
+                name: name.into(),
+                svd: Vec::new(),
+                train: Vec::new(),
+            },
+            steps: 1,
+            seconds: 0.0,
+            metrics,
+        }
+    }
+
+    #[test]
+    fn the_choice_is_accuracy_then_nlp_within_half_a_point() {
+        // b is 0.4 points below a but has the lower NLP: chosen; c is best by NLP but 0.6
+        // points below: out of the tie.
+        let list = vec![
+            scored("a", binary(0.930, 0.20)),
+            scored("b", binary(0.926, 0.18)),
+            scored("c", binary(0.924, 0.10)),
+        ];
+        assert_eq!(choose(&list), 1);
+        let list = vec![
+            scored("a", binary(0.90, 0.3)),
+            scored("b", binary(0.96, 0.3)),
+        ];
+        assert_eq!(choose(&list), 1);
+    }
+}
