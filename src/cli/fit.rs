@@ -28,6 +28,7 @@ use clap::Parser;
 use super::args::{Cli, Command, FitArgs, RunArgs};
 use super::spec::{self, Spec};
 use crate::metrics::evaluation::Evaluation;
+use crate::metrics::names::Figure;
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::workspace::Workspace;
 
@@ -456,7 +457,8 @@ fn score(
     };
     let probe_started = Instant::now();
     let probe = train(PROBE_STEPS)?;
-    let step_seconds = probe_started.elapsed().as_secs_f64() / PROBE_STEPS as f64;
+    let step_seconds = probe_step_seconds(ws, probe)?
+        .unwrap_or_else(|| probe_started.elapsed().as_secs_f64() / PROBE_STEPS as f64);
     let left = (share - started.elapsed().as_secs_f64()).max(0.0);
     let steps = planned_steps(left, step_seconds, cap).max(PROBE_STEPS);
     let run = match steps > PROBE_STEPS {
@@ -483,6 +485,19 @@ fn score(
         seconds: started.elapsed().as_secs_f64(),
         metrics,
     })
+}
+
+/// The probe's seconds per step from the epoch times its run recorded (its steps only: the
+/// run's setup, which a longer run pays once, is not in them); None when none was recorded.
+fn probe_step_seconds(ws: &Workspace, run: i64) -> Result<Option<f64>> {
+    let seconds: f64 = ws
+        .catalog
+        .metrics(run)?
+        .iter()
+        .filter(|m| m.name == Figure::EpochSeconds.name())
+        .map(|m| m.value)
+        .sum();
+    Ok((seconds > 0.0).then(|| seconds / PROBE_STEPS as f64))
 }
 
 /// The validation table: one line per candidate.
