@@ -264,6 +264,8 @@ fn absolute(p: &Path) -> String {
 /// One candidate's result on the validation split.
 struct Scored {
     candidate: Candidate,
+    /// The probe's measured seconds per step.
+    step_seconds: f64,
     steps: u64,
     seconds: f64,
     metrics: Evaluation,
@@ -481,6 +483,7 @@ fn score(
     let metrics = crate::evaluate::run(ws, &e.options(file))?.value;
     Ok(Scored {
         candidate: c.clone(),
+        step_seconds,
         steps,
         seconds: started.elapsed().as_secs_f64(),
         metrics,
@@ -504,8 +507,8 @@ fn probe_step_seconds(ws: &Workspace, run: i64) -> Result<Option<f64>> {
 fn print_table(scored: &[Scored]) {
     eprintln!();
     eprintln!(
-        "{:<44} {:>7} {:>8} {:>9} {:>9}",
-        "candidate (validation)", "steps", "seconds", "primary", "second"
+        "{:<44} {:>8} {:>7} {:>8} {:>10} {:>10}",
+        "candidate (validation)", "ms/step", "steps", "seconds", "primary", "second"
     );
     for s in scored {
         let (a, b) = s.key();
@@ -517,8 +520,13 @@ fn print_table(scored: &[Scored]) {
             _ => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
         };
         eprintln!(
-            "{:<44} {:>7} {:>8.1} {:>9} {:>9}",
-            s.candidate.name, s.steps, s.seconds, pa, pb
+            "{:<44} {:>8.1} {:>7} {:>8.1} {:>10} {:>10}",
+            s.candidate.name,
+            1e3 * s.step_seconds,
+            s.steps,
+            s.seconds,
+            pa,
+            pb
         );
     }
     eprintln!();
@@ -684,6 +692,7 @@ mod tests {
                 svd: Vec::new(),
                 train: Vec::new(),
             },
+            step_seconds: 0.0,
             steps: 1,
             seconds: 0.0,
             metrics,
