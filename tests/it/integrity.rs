@@ -396,9 +396,9 @@ fn a_damaged_catalog_is_reported_not_a_panic() {
 
 #[test]
 fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
-    // A v2 catalog (before `verified_at`, `repaired_at`, and v4's `label_kind` and
-    // `class_map`): opening migrates it, twice is harmless, and verify finds the workspace
-    // sound.
+    // A v2 catalog (before `verified_at`, `repaired_at`, v4's `label_kind` and `class_map`,
+    // and v6's `checkpoints.best` and `run_options.stopped`): opening migrates it, twice is
+    // harmless, and verify finds the workspace sound.
     let (_dir, ws) = fresh_copy();
     {
         let db = catalog(&ws);
@@ -406,7 +406,9 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
             "ALTER TABLE artifacts DROP COLUMN verified_at; \
              ALTER TABLE stage_runs DROP COLUMN repaired_at; \
              ALTER TABLE datasets DROP COLUMN label_kind; \
-             ALTER TABLE datasets DROP COLUMN class_map; PRAGMA user_version = 2;",
+             ALTER TABLE datasets DROP COLUMN class_map; \
+             ALTER TABLE checkpoints DROP COLUMN best; \
+             ALTER TABLE run_options DROP COLUMN stopped; PRAGMA user_version = 2;",
         )
         .unwrap();
     }
@@ -425,7 +427,7 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
     for _ in 0..2 {
         let out = verify(&ws, &["--repair"]);
         assert!(out.status.success(), "{}", stderr(&out));
-        assert_eq!(version(), 5);
+        assert_eq!(version(), 6);
     }
 }
 
@@ -666,7 +668,7 @@ fn a_catalog_of_a_newer_schema_is_refused_with_one_message() {
     assert_refused_untouched(
         &ws,
         &[
-            "has schema version 99, newer than this build's (5): it was written by a newer \
+            "has schema version 99, newer than this build's (6): it was written by a newer \
            fsgp; use that version (this one changed nothing)",
         ],
     );
