@@ -920,6 +920,7 @@ Examples:
   pipeline train --dataset delicious --kernel linear --inducing 500 --factors 30 --batch 500 \\
       --epochs 200 --lr 0.01 --negatives all --seed 0 --eval-every 20
   pipeline train --dataset delicious --max-steps 1000      # a short run
+  pipeline train --dataset yeast --steps 3000 --early-stopping   # the ingest carved a validation split
   pipeline train --resume 3                                # continue an interrupted run
 'pipeline status' lists training runs with their progress; 'pipeline report --run N' charts one.";
 

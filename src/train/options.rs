@@ -346,10 +346,16 @@ impl TrainOptions {
         );
         let budget = budget::budget_steps(config, planner)
             .context("the budget's steps (more epochs than the limit)")?;
+        let every = self.validate_every.unwrap_or(early::default_every(budget));
+        ensure!(
+            every <= budget,
+            "--validate-every {every}: the budget is {budget} steps, so early stopping would \
+             never score the validation split; give at most {budget}"
+        );
         Ok(Some(EarlyStopping {
             metric: self.stop_metric.unwrap_or(StopMetric::of_task(config.task)),
             patience: self.patience,
-            every: self.validate_every.unwrap_or(early::default_every(budget)),
+            every,
         }))
     }
 

@@ -313,6 +313,18 @@ fn what_early_stopping_cannot_do_is_refused_naming_the_option() {
         "{err}"
     );
     assert_eq!(count_runs(&ws, "train", None), 0);
+    let carved = prepared_with_validation();
+    let ws_val = carved.copy("beyond");
+    let out = pipeline(&ws_val, &early_args(&["--validate-every", "401"]));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "--validate-every 401: the budget is 400 steps, so early stopping would never score"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(count_runs(&ws_val, "train", None), 0);
     for (args, message) in [
         (
             &["--patience", "4"][..],
