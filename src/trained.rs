@@ -369,6 +369,12 @@ pub struct TrainConfig {
     /// (and checkpoints) from before the option read and compare as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
+    /// `--steps`: the budget in optimiser steps, counted from step 0, with `epochs` then the
+    /// epochs those steps reach (`train::budget`); None: the budget is `epochs` epochs.
+    /// Absent from the JSON when None, so configurations with an epoch budget read and
+    /// compare as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
     /// `--ard` (absent from the JSON when none).
     #[serde(default, skip_serializing_if = "ArdChoice::is_none")]
     pub ard: ArdChoice,
@@ -421,6 +427,112 @@ pub struct TrainConfig {
     /// epochs; absent from the JSON when η stays constant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_decay: Option<LrDecay>,
+    /// `--early-stopping` with its metric, patience and period as resolved when the run
+    /// started; absent from the JSON without early stopping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stopping: Option<EarlyStopping>,
+}
+
+choice_enum! {
+    /// `--stop-metric`: what early stopping watches on the validation split. Each suits
+    /// some tasks ([`StopMetric::suits`]); the default is the task's
+    /// ([`StopMetric::of_task`]).
+    pub enum StopMetric("stopping metric") {
+        P1 = "P@1" => "precision at 1 (multilabel; the default there)",
+        P3 = "P@3" => "precision at 3 (multilabel)",
+        P5 = "P@5" => "precision at 5 (multilabel)",
+        Nlp = "nlp"
+            => "mean negative log predictive probability (binary, multiclass; the default there)",
+        Accuracy = "accuracy" => "share of the rows classified right (binary, multiclass)",
+    }
+}
+
+impl StopMetric {
+    /// The metric early stopping watches when `--stop-metric` is left out: P@1 for a
+    /// multi-label run (the paper's headline figure), the NLP for a binary or multi-class
+    /// run (a proper scoring rule: it moves with every row's probability, where accuracy
+    /// moves by whole rows and plateaus).
+    pub fn of_task(task: Task) -> StopMetric {
+        match task {
+            Task::Multilabel => StopMetric::P1,
+            Task::Binary | Task::Multiclass => StopMetric::Nlp,
+        }
+    }
+
+    /// Whether the held-out evaluation of a `task` run measures it: the ranking precisions
+    /// for multi-label runs, accuracy and NLP for binary and multi-class runs.
+    pub fn suits(self, task: Task) -> bool {
+        match self {
+            StopMetric::P1 | StopMetric::P3 | StopMetric::P5 => task == Task::Multilabel,
+            StopMetric::Nlp | StopMetric::Accuracy => task != Task::Multilabel,
+        }
+    }
+
+    /// Whether a larger value is better (precision, accuracy) rather than a smaller (NLP).
+    pub fn higher_is_better(self) -> bool {
+        !matches!(self, StopMetric::Nlp)
+    }
+
+    /// Whether `value` improves on `best` (None: nothing measured yet, so any value does):
+    /// strictly, so a plateau counts against the patience.
+    pub fn improves(self, value: f64, best: Option<f64>) -> bool {
+        match best {
+            None => true,
+            Some(best) if self.higher_is_better() => value > best,
+            Some(best) => value < best,
+        }
+    }
+}
+
+/// `--early-stopping`: every `every` optimiser steps the run scores the validation split
+/// by `metric`; the checkpoint of the best score is kept
+/// and marked, and the run stops once `patience` evaluations in a row have not improved on
+/// it (`docs/options.md`, "Budgets and early stopping").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EarlyStopping {
+    pub metric: StopMetric,
+    pub patience: u64,
+    pub every: u64,
+}
+
+choice_enum! {
+    /// Why a training run ended, recorded with it (`run_options.stopped`).
+    pub enum StopReason("stop reason") {
+        Budget = "budget" => "every step of its budget (--epochs or --steps) ran",
+        MaxSteps = "max-steps" => "--max-steps ended it before the end of its budget",
+        NoImprovement = "no-improvement"
+            => "early stopping: the validation metric did not improve for --patience evaluations",
+    }
+}
+
+/// The best evaluation of an early-stopping run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BestEvaluation {
+    pub metric: StopMetric,
+    pub value: f64,
+    /// The step evaluated, whose checkpoint is marked best.
+    pub step: u64,
+}
+
+/// How a finished training run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stopped {
+    pub reason: StopReason,
+    /// The last step trained.
+    pub step: u64,
+    /// Early-stopping runs: the best evaluation (None before the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<BestEvaluation>,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at step {}", self.reason.name(), self.step)?;
+        if let Some(b) = &self.best {
+            write!(f, "; best {} {:.6} at step {}", b.metric, b.value, b.step)?;
+        }
+        Ok(())
+    }
 }
 
 /// A step-size schedule: η·γⁿ in an epoch after which n of the listed epoch counts have
@@ -612,6 +724,8 @@ pub struct RunRecord {
     /// False once a change made the run's numbers differ from an uninterrupted run with
     /// the configuration in force (a new thread count); such a run answers no lookup.
     pub reusable: bool,
+    /// How the run ended (None while it runs, and for runs from before this was recorded).
+    pub stopped: Option<Stopped>,
 }
 
 impl RunRecord {
@@ -624,6 +738,7 @@ impl RunRecord {
             steering: Some(steering),
             changes: Vec::new(),
             reusable: true,
+            stopped: None,
         }
     }
 
@@ -637,6 +752,7 @@ impl RunRecord {
                 steering: None,
                 changes: Vec::new(),
                 reusable: true,
+                stopped: None,
             });
         };
         let unreadable = || format!("run {run}: unreadable run options");
@@ -647,6 +763,11 @@ impl RunRecord {
             steering: Some(serde_json::from_value(row.options).with_context(unreadable)?),
             changes: serde_json::from_value(row.changes).with_context(unreadable)?,
             reusable: row.reusable,
+            stopped: row
+                .stopped
+                .map(serde_json::from_value)
+                .transpose()
+                .with_context(unreadable)?,
         })
     }
 
@@ -662,6 +783,7 @@ impl RunRecord {
             options: serde_json::to_value(steering)?,
             changes: serde_json::to_value(&self.changes)?,
             reusable: self.reusable,
+            stopped: self.stopped.map(serde_json::to_value).transpose()?,
         })
     }
 }
@@ -715,8 +837,9 @@ pub fn newest_svd_run(ws: &Workspace, d: &DatasetRow) -> Result<i64> {
         })
 }
 
-/// A training run's configuration and one of its checkpoints (the last by default),
-/// verified against the catalog's checksum.
+/// A training run's configuration and one of its checkpoints, verified against the
+/// catalog's checksum: the one at `step`, or by default the run's model — the checkpoint
+/// early stopping marked best when there is one, else the last.
 pub fn load_run_checkpoint(
     ws: &Workspace,
     run: i64,
@@ -736,7 +859,9 @@ pub fn load_run_checkpoint(
             )
         })?,
         None => ckpts
-            .last()
+            .iter()
+            .find(|c| c.best)
+            .or(ckpts.last())
             .with_context(|| format!("run {run} has no checkpoint yet"))?,
     }
     .clone();
@@ -789,6 +914,8 @@ mod tests {
             class_samples: None,
             learn_epsilon: false,
             lr_decay: None,
+            steps: None,
+            early_stopping: None,
         }
     }
 
@@ -945,6 +1072,52 @@ mod tests {
         assert_eq!(limited["max_steps"], 21);
         let back: TrainConfig = serde_json::from_value(limited).unwrap();
         assert_eq!(back.max_steps, Some(21));
+    }
+
+    #[test]
+    fn a_step_budget_and_early_stopping_are_stored_only_when_set() {
+        let json = config(None).to_json();
+        for key in ["steps", "early_stopping"] {
+            assert!(json.get(key).is_none(), "{key} in {json}");
+        }
+        let c = TrainConfig {
+            steps: Some(3000),
+            early_stopping: Some(EarlyStopping {
+                metric: StopMetric::P1,
+                patience: 10,
+                every: 60,
+            }),
+            ..config(None)
+        };
+        let json = c.to_json();
+        assert_eq!(json["steps"], 3000);
+        assert_eq!(
+            json["early_stopping"],
+            serde_json::json!({"metric": "P@1", "patience": 10, "every": 60})
+        );
+        assert_eq!(serde_json::from_value::<TrainConfig>(json).unwrap(), c);
+        // The stopping metric suits the task its held-out evaluation measures.
+        for task in [Task::Multilabel, Task::Binary, Task::Multiclass] {
+            assert!(StopMetric::of_task(task).suits(task), "{task}");
+        }
+        assert!(!StopMetric::Nlp.suits(Task::Multilabel));
+        assert!(!StopMetric::P1.suits(Task::Binary));
+        let stopped = Stopped {
+            reason: StopReason::NoImprovement,
+            step: 1320,
+            best: Some(BestEvaluation {
+                metric: StopMetric::P1,
+                value: 0.8125,
+                step: 720,
+            }),
+        };
+        let json = serde_json::to_value(stopped).unwrap();
+        assert_eq!(json["reason"], "no-improvement");
+        assert_eq!(serde_json::from_value::<Stopped>(json).unwrap(), stopped);
+        assert_eq!(
+            stopped.to_string(),
+            "no-improvement at step 1320; best P@1 0.812500 at step 720"
+        );
     }
 
     #[test]

@@ -23,10 +23,13 @@ use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::SvdOptions;
 use crate::synth::{Shape, SynthOptions};
+use crate::train::batches::MAX_EPOCHS;
+use crate::train::budget::DEFAULT_MIN_STEPS;
+use crate::train::early::EVALUATIONS_PER_BUDGET;
 use crate::train::{ElboOptions, TrainFlag, TrainOptions};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
-    Retention, Task,
+    Retention, StopMetric, Task,
 };
 use crate::transform::TransformChoice;
 
@@ -38,6 +41,23 @@ fn one_of<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
         help => PossibleValue::new(e.name).help(help),
     });
     PossibleValuesParser::new(values).map(|s| T::parse_name(&s).expect("a listed name parses"))
+}
+
+/// `--epochs`' help, with its limit and the default budget's floor from their constants.
+fn epochs_help() -> String {
+    format!(
+        "The budget in passes over the training rows, at most {MAX_EPOCHS}. Left out (with \
+         --steps too), the default is raised to {DEFAULT_MIN_STEPS} optimiser steps on data \
+         whose default epochs hold fewer (docs/options.md, \"Budgets and early stopping\")"
+    )
+}
+
+/// `--validate-every`'s help, with its default from the constant it derives from.
+fn validate_every_help() -> String {
+    format!(
+        "With --early-stopping: optimiser steps between two scores of the validation split \
+         (default: the budget's steps / {EVALUATIONS_PER_BUDGET}, rounded up)"
+    )
 }
 
 /// The defaults of `pipeline train`: the library's, so the command line, specs and
@@ -534,11 +554,17 @@ pub struct TrainFlags {
     /// B: rows per minibatch.
     #[arg(long, default_value_t = train_default().batch)]
     pub batch: usize,
-    /// Passes over the training rows, at most 1 000 000 (`train::batches::MAX_EPOCHS`).
-    #[arg(long, default_value_t = train_default().epochs)]
+    // The budget in passes over the training rows (help: `epochs_help`, which names the
+    // limits from their constants).
+    #[arg(long, default_value_t = train_default().epochs, conflicts_with = "steps",
+          help = epochs_help())]
     pub epochs: u64,
-    /// Stop after S optimiser steps in all, counted from step 0 (or at the end of --epochs if
-    /// sooner); an epoch cut short is recorded like the others, over the steps it ran.
+    /// The budget in optimiser steps instead of epochs: S steps in all, counted from step 0,
+    /// through as many epochs as they take (the last one possibly cut short).
+    #[arg(long, value_name = "S")]
+    pub steps: Option<u64>,
+    /// Stop after S optimiser steps in all, counted from step 0 (or at the end of the budget
+    /// if sooner); an epoch cut short is recorded like the others, over the steps it ran.
     #[arg(long, value_name = "S")]
     pub max_steps: Option<u64>,
     /// Adam's learning rate η.
@@ -569,7 +595,7 @@ pub struct TrainFlags {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Continue an interrupted or failed run from its last checkpoint. Options not given
-    /// are taken from the run; --epochs, --max-steps, --checkpoint-every,
+    /// are taken from the run; --epochs, --steps, --max-steps, --checkpoint-every,
     /// --keep-checkpoints, --threads, --prefetch, --eval-every, --eval-split and
     /// --no-final-elbo may be given to change them (each change is printed and recorded);
     /// any other option that differs from the run's is refused.
@@ -617,12 +643,31 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = train_default().eval_split, value_parser = one_of::<Split>())]
     pub eval_split: Split,
     /// Keep the last N checkpoints plus the final one (while the run goes on: the newest,
-    /// which it resumes from); older ones are deleted. `all` keeps every one. The default
+    /// which it resumes from), and with --early-stopping the best; older ones are deleted.
+    /// `all` keeps every one. The default
     /// bounds a run's disk use whatever its length: a 200-epoch run on AmazonCat-13K writes
     /// about 950 checkpoints of ~13 MB.
     #[arg(long, value_name = "N|all", default_value_t = train_default().keep_checkpoints,
           value_parser = |s: &str| s.parse::<Retention>())]
     pub keep_checkpoints: Retention,
+    /// Score the validation split (ingest --validation-fraction) every --validate-every
+    /// steps by --stop-metric; keep the checkpoint of the best score (never deleted by
+    /// --keep-checkpoints; predict and evaluate read it by default) and end the run once
+    /// --patience scores in a row have not improved on it. Why the run ended is recorded and
+    /// shown by `pipeline status`.
+    #[arg(long)]
+    pub early_stopping: bool,
+    /// With --early-stopping: scores in a row without improvement on the best before the
+    /// run stops.
+    #[arg(long, value_name = "N", default_value_t = train_default().patience)]
+    pub patience: u64,
+    // With --early-stopping: steps between two scores (help: `validate_every_help`).
+    #[arg(long, value_name = "S", help = validate_every_help())]
+    pub validate_every: Option<u64>,
+    /// With --early-stopping: the validation figure watched (default: P@1 for multilabel,
+    /// nlp for binary and multiclass).
+    #[arg(long, value_name = "METRIC", value_parser = one_of::<StopMetric>())]
+    pub stop_metric: Option<StopMetric>,
 }
 
 impl TrainFlags {
@@ -636,6 +681,7 @@ impl TrainFlags {
             factors: self.factors,
             batch: self.batch,
             epochs: self.epochs,
+            steps: self.steps,
             max_steps: self.max_steps,
             lr: self.lr,
             lr_decay_at: self.lr_decay_at.clone(),
@@ -669,6 +715,10 @@ impl TrainFlags {
             amortiser_hidden: self.amortiser_hidden,
             class_samples: self.class_samples,
             learn_epsilon: self.learn_epsilon,
+            early_stopping: self.early_stopping,
+            patience: self.patience,
+            validate_every: self.validate_every,
+            stop_metric: self.stop_metric,
             given: BTreeSet::new(),
         }
     }
@@ -680,7 +730,7 @@ pub struct ElboArgs {
     /// Training run.
     #[arg(long)]
     pub run: i64,
-    /// Checkpoint step (default: the run's last checkpoint).
+    /// Checkpoint step (default: the run's best with --early-stopping, else its last).
     #[arg(long)]
     pub checkpoint: Option<u64>,
     /// Split whose bound is computed (only the training split has K_XX̃ factors).
@@ -719,7 +769,7 @@ pub struct PredictArgs {
     /// Training run.
     #[arg(long)]
     pub run: i64,
-    /// Checkpoint step (default: the run's last).
+    /// Checkpoint step (default: the run's best with --early-stopping, else its last).
     #[arg(long)]
     pub checkpoint: Option<u64>,
     #[arg(long, default_value_t = Split::Test, value_parser = one_of::<Split>())]
@@ -936,6 +986,7 @@ Examples:
   pipeline train --dataset delicious --kernel linear --inducing 500 --factors 30 --batch 500 \\
       --epochs 200 --lr 0.01 --negatives all --seed 0 --eval-every 20
   pipeline train --dataset delicious --max-steps 1000      # a short run
+  pipeline train --dataset yeast --steps 3000 --early-stopping   # the ingest carved a validation split
   pipeline train --resume 3                                # continue an interrupted run
 'pipeline status' lists training runs with their progress; 'pipeline report --run N' charts one.";
 

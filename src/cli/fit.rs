@@ -150,8 +150,6 @@ fn common_train(seed: u64) -> Vec<(&'static str, String)> {
         ("batch", "500".into()),
         ("lr", "0.01".into()),
         ("seed", seed.to_string()),
-        // A large epoch count: the step count (--max-steps) is the budget.
-        ("epochs", "1000000".into()),
         ("no-final-elbo", String::new()),
     ]
 }
@@ -451,7 +449,7 @@ fn score(
     // resumed), whose steps the full run repeats exactly.
     let train = |steps: u64| -> Result<i64> {
         let mut options = train_opts.clone();
-        options.push(("max-steps", steps.to_string()));
+        options.push(("steps", steps.to_string()));
         let Command::Train(t) = command(argv("train", &options))? else {
             unreachable!()
         };
@@ -568,7 +566,7 @@ fn write_spec(
     let mut train = vec![("task", task_of(kind).to_string())];
     train.extend(chosen.candidate.train.iter().cloned());
     train.extend(common_train(args.seed));
-    train.push(("max-steps", chosen.steps.to_string()));
+    train.push(("steps", chosen.steps.to_string()));
     text += &table("train", &train);
     let split = if args.test.is_some() {
         Split::Test

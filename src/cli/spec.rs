@@ -578,6 +578,57 @@ mod tests {
     }
 
     #[test]
+    fn budgets_and_early_stopping_are_checked_with_the_spec() {
+        let s = spec(&MINIMAL.replace("epochs = 3", "steps = 300")).unwrap();
+        let argv = s.argv(SpecStage::Train, &[]).unwrap();
+        assert!(argv.windows(2).any(|w| w == ["--steps", "300"]), "{argv:?}");
+        let e = spec(&MINIMAL.replace("epochs = 3", "epochs = 3\nsteps = 300"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[train] the argument 'epochs' cannot be used with 'steps'"),
+            "{e}"
+        );
+        let asks = MINIMAL.replace(
+            "epochs = 3",
+            "epochs = 3\nearly_stopping = true\npatience = 4",
+        );
+        let e = spec(&asks).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "[train] early_stopping = true scores the validation split, and the dataset \
+                 has none; carve one from the training rows with [ingest] validation_fraction"
+            ),
+            "{e}"
+        );
+        let carved = asks.replace(
+            "train = \"a/train.txt\"",
+            "train = \"a/train.txt\"\nvalidation_fraction = 0.2",
+        );
+        let argv = spec(&carved).unwrap().argv(SpecStage::Train, &[]).unwrap();
+        assert!(argv.contains(&"--early-stopping".to_string()), "{argv:?}");
+        let e = spec(&carved.replace("early_stopping = true\n", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "[train] patience is an option of early stopping: give --early-stopping too"
+            ),
+            "{e}"
+        );
+        let e = spec(&carved.replace("patience = 4", "stop_metric = 'nlp'"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "[train] stop_metric nlp is not measured for --task multilabel: give \
+                 P@1, P@3 or P@5"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn every_spec_stage_is_a_subcommand_and_a_recorded_one_has_the_catalog_s_name() {
         use clap::CommandFactory;
         let cli = Cli::command();

@@ -15,8 +15,8 @@ use crate::store::catalog::{
 };
 use crate::store::footer::parquet_key_values;
 use crate::store::workspace::{as_seen, Workspace};
-use crate::train::batches::{spans_from_rows, Order, Planner};
-use crate::trained::TrainConfig;
+use crate::train::budget;
+use crate::trained::{EarlyStopping, Stopped, TrainConfig};
 
 /// A split as `status --json` has always shown it: its name, "" when none was recorded.
 fn split_name<S: serde::Serializer>(split: &Option<Split>, s: S) -> Result<S::Ok, S::Error> {
@@ -226,8 +226,19 @@ struct TrainRunSummary {
     /// space (the identity basis), D, shown as `D<n>`.
     rank: Option<u64>,
     batch: usize,
+    /// The budget's epochs (with `steps`, the epochs those steps reach).
     epochs: u64,
+    /// The budget in optimiser steps (`--steps`, or the default's floor on small data);
+    /// None for a budget in epochs.
+    steps: Option<u64>,
     max_steps: Option<u64>,
+    /// `--early-stopping`: its metric, patience and period.
+    early_stopping: Option<EarlyStopping>,
+    /// How the run ended: why, at which step, and an early-stopping run's best evaluation
+    /// (None while it runs, or for runs from before this was recorded).
+    stopped: Option<Stopped>,
+    /// The step of the checkpoint early stopping marked best (the one predict reads).
+    best_step: Option<u64>,
     /// The step of the run's last checkpoint (0 before the first).
     steps_done: u64,
     /// The steps the run plans in all (None when its dataset is gone or was re-ingested).
@@ -339,9 +350,18 @@ fn train_summaries(ws: &Workspace, limit: usize) -> Result<Vec<TrainRunSummary>>
         .collect()
 }
 
+/// A training run's summary, from its configuration in force (what it runs now: a resume
+/// may have changed its budget) and how it ended.
 fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
-    let config: TrainConfig = serde_json::from_value(run.params.clone())
+    let options = ws.catalog.run_options(run.id)?;
+    let in_force = options.as_ref().map_or(&run.params, |o| &o.params);
+    let config: TrainConfig = serde_json::from_value(in_force.clone())
         .with_context(|| format!("train run {}: unreadable configuration", run.id))?;
+    let stopped: Option<Stopped> = options
+        .and_then(|o| o.stopped)
+        .map(serde_json::from_value)
+        .transpose()
+        .with_context(|| format!("train run {}: unreadable stop record", run.id))?;
     let checkpoints = ws.catalog.checkpoints(run.id)?;
     let metrics = ws.catalog.metrics(run.id)?;
     let last_epoch = metrics
@@ -376,7 +396,11 @@ fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
         rank,
         batch: config.batch,
         epochs: config.epochs,
+        steps: config.steps,
         max_steps: config.max_steps,
+        early_stopping: config.early_stopping,
+        stopped,
+        best_step: checkpoints.iter().find(|c| c.best).map(|c| c.step),
         steps_done: checkpoints.last().map_or(0, |c| c.step),
         steps_total: planned_steps(ws, &config)?,
         checkpoints: checkpoints.len(),
@@ -388,9 +412,9 @@ fn train_summary(ws: &Workspace, run: &RunRow) -> Result<TrainRunSummary> {
     })
 }
 
-/// The optimiser steps a run takes in all: the minibatches of its epochs (as the trainer's
-/// planner cuts them, chunk group by chunk group), or `max_steps` if fewer — the same total
-/// as `train_loop`'s progress bar.
+/// The optimiser steps a run takes in all: its budget (`--steps`, or the minibatches of its
+/// epochs as the trainer's planner cuts them, chunk group by chunk group), or `max_steps` if
+/// fewer — the same total as `train_loop`'s progress bar.
 fn planned_steps(ws: &Workspace, config: &TrainConfig) -> Result<Option<u64>> {
     let Some(dataset) = ws.catalog.dataset(&config.dataset)? else {
         return Ok(None);
@@ -398,17 +422,10 @@ fn planned_steps(ws: &Workspace, config: &TrainConfig) -> Result<Option<u64>> {
     if dataset.checksum != config.dataset_checksum {
         return Ok(None);
     }
-    let planner = Planner {
-        chunks: spans_from_rows(ws.split_chunks(&dataset, Split::Train)?),
-        batch: config.batch,
-        order: Order::Shuffled {
-            seed: config.seed,
-            window: config.shuffle_chunks,
-        },
-    };
+    let planner = budget::planner_of(ws, &dataset, config)?;
     // O(chunks) whatever the epoch count (None, shown "?", only for a run recorded before
     // `--epochs` was limited whose epochs the shuffle cuts differently).
-    Ok(planner.steps_in(config.epochs, config.max_steps.unwrap_or(u64::MAX)))
+    Ok(budget::planned_steps(config, &planner))
 }
 
 /// P@k of every `pipeline evaluate` run of the training run's predictions.
@@ -438,6 +455,41 @@ fn held_out(metrics: &[MetricRow]) -> Option<Precision> {
 }
 
 impl TrainRunSummary {
+    /// The budget as `status --run` states it: `3000 steps (1000 epochs), --max-steps 50`.
+    fn budget_line(&self) -> String {
+        let budget = match self.steps {
+            Some(steps) => format!("{steps} steps ({} epochs)", self.epochs),
+            None => format!("{} epochs", self.epochs),
+        };
+        let cut = self
+            .max_steps
+            .map_or(String::new(), |s| format!(", cut at --max-steps {s}"));
+        let ended = self
+            .stopped
+            .map_or(String::new(), |s| format!("; ended: {s}"));
+        format!("{budget}{cut}{ended}")
+    }
+
+    /// Early stopping as `status --run` states it, with the checkpoint it marked best.
+    fn early_stopping_line(&self) -> Option<String> {
+        let es = self.early_stopping?;
+        let best = match (self.best_step, self.stopped.and_then(|s| s.best)) {
+            (Some(step), Some(b)) if b.step == step => format!(
+                "; best {} {:.6} at step {step}, the checkpoint predict reads",
+                b.metric.name(),
+                b.value
+            ),
+            (Some(step), _) => format!("; best at step {step}, the checkpoint predict reads"),
+            (None, _) => "; no score yet".to_string(),
+        };
+        Some(format!(
+            "early stopping: {} on validation every {} steps, patience {}{best}",
+            es.metric.name(),
+            es.every,
+            es.patience
+        ))
+    }
+
     /// The precision the table shows: the newest `pipeline evaluate` run, else the
     /// held-out figures of the last evaluated epoch.
     fn shown_precision(&self) -> Option<&Precision> {
@@ -459,6 +511,7 @@ impl TrainRunSummary {
             self.steps_total.map_or("?".into(), |t| t.to_string())
         );
         let elbo = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.4e}"));
+        let ended = self.stopped.map_or("-", |s| s.reason.name());
         let (p, origin) = self
             .shown_precision()
             .map_or(("-".to_string(), String::new()), |p| {
@@ -467,7 +520,7 @@ impl TrainRunSummary {
         // The kernel, with "+ard" under either ARD (`--run N` names which), and the q(u) form.
         let ard = if self.ard == "none" { "" } else { "+ard" };
         format!(
-            "  #{:<5} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  {}",
+            "  #{:<5} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:<14} {:>13} {:>5} {:>11} {:>11} {:>17}  {}",
             self.id,
             self.dataset,
             format!("{}{ard}", self.kernel),
@@ -476,6 +529,7 @@ impl TrainRunSummary {
             self.batch,
             self.epochs,
             self.status,
+            ended,
             steps,
             self.checkpoints,
             elbo(self.final_elbo),
@@ -494,7 +548,7 @@ fn print_train_table(train_runs: &[TrainRunSummary]) {
     println!();
     println!("training runs ({})", train_runs.len());
     println!(
-        "  {:<6} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:>13} {:>5} {:>11} {:>11} {:>17}  from",
+        "  {:<6} {:<14} {:<13} {:<8} {:>12} {:>5} {:>6} {:<11} {:<14} {:>13} {:>5} {:>11} {:>11} {:>17}  from",
         "run",
         "dataset",
         "kernel",
@@ -503,6 +557,7 @@ fn print_train_table(train_runs: &[TrainRunSummary]) {
         "B",
         "epochs",
         "state",
+        "ended",
         "steps",
         "ckpts",
         "final ELBO",
@@ -513,7 +568,8 @@ fn print_train_table(train_runs: &[TrainRunSummary]) {
         println!("{}", t.table_row());
     }
     println!(
-        "  (final ELBO: the exact full-data bound at the end; epoch ELBO: the mean minibatch \
+        "  (ended: why the run stopped, budget, max-steps or no-improvement (early stopping); \
+         final ELBO: the exact full-data bound at the end; epoch ELBO: the mean minibatch \
          bound of the last epoch)"
     );
 }
@@ -536,6 +592,9 @@ struct FileDetail {
     step: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     epoch: Option<u64>,
+    /// Checkpoints: the one early stopping marked best.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    best: bool,
     /// Parquet files: the footer's key–value metadata.
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<BTreeMap<String, String>>,
@@ -588,6 +647,7 @@ fn run_detail(ws: &Workspace, id: i64) -> Result<RunDetail> {
                 split: a.split,
                 step: None,
                 epoch: None,
+                best: false,
                 metadata: None,
                 metadata_error: None,
             }
@@ -608,6 +668,7 @@ fn run_detail(ws: &Workspace, id: i64) -> Result<RunDetail> {
                 split: None,
                 step: Some(c.step),
                 epoch: Some(c.epoch),
+                best: c.best,
                 metadata: None,
                 metadata_error: None,
             }
@@ -654,6 +715,10 @@ fn print_run(ws: &Workspace, id: i64, json: bool) -> Result<()> {
             "  q(u) form: {}, kernel: {}, ARD: {}, inducing inputs: {}",
             t.q_form, t.kernel, t.ard, t.inducing_inputs
         );
+        println!("  budget: {}", t.budget_line());
+        if let Some(line) = t.early_stopping_line() {
+            println!("  {line}");
+        }
         for p in &t.evaluations {
             println!("  P@1/3/5 {} % ({})", p.percentages(), p.origin());
         }
@@ -689,7 +754,8 @@ fn print_files(title: &str, files: &[FileDetail]) {
     for f in files {
         let mut what = f.kind.clone();
         if let (Some(step), Some(epoch)) = (f.step, f.epoch) {
-            what = format!("step {step} (epoch {epoch})");
+            let best = if f.best { ", best" } else { "" };
+            what = format!("step {step} (epoch {epoch}){best}");
         }
         let rows = f.rows.map_or(String::new(), |r| format!("  {r} rows"));
         let split = f.split.map_or(String::new(), |s| format!("  split {s}"));

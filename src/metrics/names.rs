@@ -78,6 +78,9 @@ choice_enum! {
         Mce = "mce",
         /// Binary evaluations with both classes present.
         Auc = "auc",
+        /// Train with `--early-stopping`, at each evaluation (its step an optimiser step):
+        /// the `--stop-metric` on the validation split.
+        EarlyStoppingScore = "early_stopping_score",
     }
 }
 
@@ -88,9 +91,13 @@ impl Figure {
     }
 
     /// Whether tables show it as it is rather than in percent: the mean negative log
-    /// probability, the Brier score and the AUC.
+    /// probability, the Brier score, the AUC, and early stopping's score (a fraction or an
+    /// NLP, by its metric).
     pub fn unitless(self) -> bool {
-        matches!(self, Figure::Nlp | Figure::Brier | Figure::Auc)
+        matches!(
+            self,
+            Figure::Nlp | Figure::Brier | Figure::Auc | Figure::EarlyStoppingScore
+        )
     }
 }
 
@@ -121,7 +128,8 @@ mod tests {
                 "brier",
                 "ece",
                 "mce",
-                "auc"
+                "auc",
+                "early_stopping_score"
             ]
         );
         let at_1: Vec<String> = AtK::ALL.iter().map(|m| m.at(1)).collect();

@@ -37,8 +37,10 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 /// 1: datasets, artifacts, runs, metrics; 2: adds `checkpoints`; 3: adds `run_options`,
 /// `artifacts.verified_at` and `stage_runs.repaired_at`; 4: adds `datasets.label_kind` and
 /// `datasets.class_map` ([`ADDED_COLUMNS`]); 5: adds `workspace` (the workspace's identity
-/// and generation, [`Identity`]); 6: adds `datasets.transform_reason`. Every statement of [`SCHEMA`] is idempotent, so upgrading
-/// runs it again, then adds the columns a table created by an older version lacks.
+/// and generation, [`Identity`]); 6: adds `checkpoints.best` and `run_options.stopped`
+/// (early stopping) and `datasets.transform_reason`. Every statement of [`SCHEMA`] is
+/// idempotent, so upgrading runs it again, then adds the columns a table created by an
+/// older version lacks.
 const SCHEMA_VERSION: i64 = 6;
 
 /// Columns added after their table was first created: (table, column, declaration).
@@ -47,13 +49,18 @@ const SCHEMA_VERSION: i64 = 6;
 /// failed because its outputs were damaged (the run is then recomputed under its own id);
 /// `label_kind` / `class_map`: the dataset's [`LabelKind`] and [`ClassMap`] when its ingest
 /// assigned the label ids (NULL: a multi-label dataset whose ids are those of the files);
+/// `best`: 1 on the one checkpoint of an early-stopping run that scored best on the
+/// validation split (never pruned; `predict` reads it by default); `stopped`: how a training
+/// run ended (JSON of `trained::Stopped`: why, at which step, its best evaluation);
 /// `transform_reason`: why `ingest --transform auto` chose the dataset's transform (the
 /// `normalization` column), NULL when it was asked for by name.
-const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("artifacts", "verified_at", "TEXT"),
     ("stage_runs", "repaired_at", "TEXT"),
     ("datasets", "label_kind", "TEXT"),
     ("datasets", "class_map", "TEXT"),
+    ("checkpoints", "best", "INTEGER NOT NULL DEFAULT 0"),
+    ("run_options", "stopped", "TEXT"),
     ("datasets", "transform_reason", "TEXT"),
 ];
 
@@ -240,6 +247,9 @@ pub struct CheckpointRow {
     pub path: String,
     pub bytes: u64,
     pub checksum: String,
+    /// The checkpoint of an early-stopping run that scored best on the validation split
+    /// (at most one per run).
+    pub best: bool,
 }
 
 /// How a run is steered beyond the parameters it started with (training: options changed
@@ -257,6 +267,8 @@ pub struct RunOptionsRow {
     /// False once a change made the run's numbers differ from those of an uninterrupted run
     /// with `params`; such a run answers no lookup.
     pub reusable: bool,
+    /// How the run ended (None while it runs).
+    pub stopped: Option<serde_json::Value>,
 }
 
 /// A dataset with everything recorded about it.
@@ -1303,14 +1315,23 @@ impl Catalog {
     }
 
     /// Registers a checkpoint whose file is complete and in place. Re-registering a step
-    /// (a resumed run writing it again) replaces the row.
+    /// (a resumed run writing it again) replaces the row. A checkpoint registered as the
+    /// best takes the mark from the run's previous best in the same transaction, so the run
+    /// has one best checkpoint at every moment.
     pub fn commit_checkpoint(&self, c: &CheckpointRow) -> Result<()> {
         let tx = self.write_tx()?;
         let e = |e| explain(&self.path, e);
+        if c.best {
+            tx.execute(
+                "UPDATE checkpoints SET best = 0 WHERE stage_run_id = ?1 AND best = 1",
+                [c.run_id],
+            )
+            .map_err(e)?;
+        }
         tx.execute(
             &format!(
                 "INSERT OR REPLACE INTO checkpoints (stage_run_id, step, epoch, path, bytes, \
-                 checksum, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, {NOW})"
+                 checksum, best, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {NOW})"
             ),
             params![
                 c.run_id,
@@ -1318,7 +1339,8 @@ impl Catalog {
                 c.epoch as i64,
                 c.path,
                 c.bytes as i64,
-                c.checksum
+                c.checksum,
+                c.best
             ],
         )
         .map_err(e)?;
@@ -1336,7 +1358,8 @@ impl Catalog {
         args: impl rusqlite::Params,
     ) -> Result<Vec<CheckpointRow>> {
         let sql = format!(
-            "SELECT stage_run_id, step, epoch, path, bytes, checksum FROM checkpoints {tail}"
+            "SELECT stage_run_id, step, epoch, path, bytes, checksum, best FROM checkpoints \
+             {tail}"
         );
         self.rows(&sql, args, |r| {
             Ok(CheckpointRow {
@@ -1346,6 +1369,7 @@ impl Catalog {
                 path: r.get(3)?,
                 bytes: r.get::<_, i64>(4)? as u64,
                 checksum: r.get(5)?,
+                best: r.get(6)?,
             })
         })
     }
@@ -1367,14 +1391,15 @@ impl Catalog {
         tx.execute(
             &format!(
                 "INSERT OR REPLACE INTO run_options (stage_run_id, params, options, changes, \
-                 reusable, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, {NOW})"
+                 reusable, stopped, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, {NOW})"
             ),
             params![
                 o.run_id,
                 o.params.to_string(),
                 o.options.to_string(),
                 o.changes.to_string(),
-                o.reusable
+                o.reusable,
+                o.stopped.as_ref().map(serde_json::Value::to_string)
             ],
         )
         .map_err(e)?;
@@ -1386,7 +1411,7 @@ impl Catalog {
         let json = |text: String| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
         self.conn
             .query_row(
-                "SELECT params, options, changes, reusable FROM run_options \
+                "SELECT params, options, changes, reusable, stopped FROM run_options \
                  WHERE stage_run_id = ?1",
                 [run_id],
                 |r| {
@@ -1396,6 +1421,7 @@ impl Catalog {
                         options: json(r.get(1)?),
                         changes: json(r.get(2)?),
                         reusable: r.get(3)?,
+                        stopped: r.get::<_, Option<String>>(4)?.map(json),
                     })
                 },
             )

@@ -52,6 +52,19 @@ pub struct TrainState {
     pub batch_in_epoch: u64,
     /// Σ of the minibatch bounds of the current epoch so far (for its mean at epoch end).
     pub epoch_elbo_sum: f64,
+    /// Early stopping's state once the run has evaluated the validation split (None before
+    /// the first evaluation, and for runs without `--early-stopping`).
+    pub early: Option<EarlyState>,
+}
+
+/// Where early stopping stands: the best validation score so far, its step, and how many
+/// evaluations since have not improved on it. Written with every checkpoint, so a resumed
+/// run stops where an uninterrupted one does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EarlyState {
+    pub best_value: f64,
+    pub best_step: u64,
+    pub since_best: u64,
 }
 
 /// Everything a run needs to continue bit for bit.
@@ -208,8 +221,27 @@ fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
         ("fsgp.config", c.config.to_string()),
     ]
     .into_iter()
+    .chain(s.early.iter().flat_map(|e| {
+        [
+            ("fsgp.best_value", format!("{:?}", e.best_value)),
+            ("fsgp.best_step", e.best_step.to_string()),
+            ("fsgp.evaluations_since_best", e.since_best.to_string()),
+        ]
+    }))
     .map(|(k, v)| KeyValue::new(k.to_string(), v))
     .collect()
+}
+
+/// Early stopping's state if the metadata holds it (all three keys, or none).
+fn read_early(meta: &[(String, String)], path: &Path) -> Result<Option<EarlyState>> {
+    if !meta.iter().any(|(k, _)| k == "fsgp.best_step") {
+        return Ok(None);
+    }
+    Ok(Some(EarlyState {
+        best_value: parse_kv(meta, "fsgp.best_value", path)?,
+        best_step: parse_kv(meta, "fsgp.best_step", path)?,
+        since_best: parse_kv(meta, "fsgp.evaluations_since_best", path)?,
+    }))
 }
 
 /// Writes a checkpoint to `path` (fsynced) and returns its size and checksum. Callers write
@@ -431,6 +463,7 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
             epoch: parse_kv(&meta, "fsgp.epoch", path)?,
             batch_in_epoch: parse_kv(&meta, "fsgp.batch_in_epoch", path)?,
             epoch_elbo_sum: parse_kv(&meta, "fsgp.epoch_elbo_sum", path)?,
+            early: read_early(&meta, path)?,
         },
         config,
     })
@@ -550,6 +583,7 @@ mod tests {
                 epoch: 2,
                 batch_in_epoch: 3,
                 epoch_elbo_sum: -12345.678901234567,
+                early: None,
             },
             config: serde_json::json!({"kernel": "linear", "seed": 5}),
         }
@@ -578,6 +612,31 @@ mod tests {
             c.state.epoch_elbo_sum.to_bits()
         );
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn early_stopping_state_round_trips_and_stays_out_of_other_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = |c: &Checkpoint| metadata(c).iter().any(|kv| kv.key.starts_with("fsgp.best"));
+        assert!(
+            !key(&sample()),
+            "a run without early stopping writes no keys of it"
+        );
+        let mut c = sample();
+        c.state.early = Some(EarlyState {
+            best_value: 0.1 + 0.2,
+            best_step: 12,
+            since_best: 3,
+        });
+        assert!(key(&c));
+        let path = dir.path().join("early.parquet");
+        write_checkpoint(&path, &c).unwrap();
+        let back = read_checkpoint(&path).unwrap();
+        assert_eq!(back.state, c.state);
+        assert_eq!(
+            back.state.early.unwrap().best_value.to_bits(),
+            (0.1f64 + 0.2).to_bits()
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Checkpoints of a running training: written to the run's scratch space, renamed into
 //! the run's published directory and registered one by one, so a killed run resumes from
-//! the last one registered; the oldest are deleted as `--keep-checkpoints` says.
+//! the last one registered; the oldest are deleted as `--keep-checkpoints` says, except the
+//! one an early-stopping run marks best, which stays whatever the retention.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -13,15 +14,17 @@ use crate::store::catalog::{CheckpointRow, StageKind, WAL_BOUND_BYTES};
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
 use crate::store::space::ensure_free;
 use crate::store::workspace::{remove_path, Workspace};
-use crate::trained::Retention;
+use crate::trained::{EarlyStopping, Retention};
 
 /// Writes a checkpoint into the run's directory `out_rel` (temp file, fsync, rename) and
-/// registers it.
+/// registers it; `best` registers it as the run's best (taking the mark from the previous
+/// best in the same transaction).
 pub fn save_checkpoint(
     ws: &Workspace,
     run: &StageRun<'_>,
     out_rel: &str,
     ckpt: &Checkpoint,
+    best: bool,
 ) -> Result<()> {
     let step = ckpt.state.step;
     let name = format!("ckpt-{step:09}.parquet");
@@ -53,6 +56,7 @@ pub fn save_checkpoint(
         path: format!("{out_rel}/{name}"),
         bytes: written.bytes,
         checksum: written.checksum,
+        best,
     })?;
     ws.record_rows(&dir, run.id);
     Ok(())
@@ -62,19 +66,27 @@ pub fn save_checkpoint(
 /// the run still writes: from its step `from` to `total`, one every `every` steps and one
 /// at the end, each the size of `ckpt`, of which the directory holds at once as many more
 /// than the `held` registered now as `keep` lets it (one more than it keeps, while the
-/// newest is written and the oldest not yet pruned). So a run on a disk too small fails
-/// before its first step, with both figures, not after the steps to a checkpoint.
+/// newest is written and the oldest not yet pruned). With early stopping (`early`) each
+/// evaluation may write one more (a new best), and the best is kept beside the others. So
+/// a run on a disk too small fails before its first step, with both figures, not after the
+/// steps to a checkpoint.
 pub fn ensure_room_for_checkpoints(
     run: &StageRun<'_>,
     ckpt: &Checkpoint,
     (from, total, every): (u64, u64, u64),
-    keep: Retention,
+    (keep, early): (Retention, Option<EarlyStopping>),
     held: usize,
 ) -> Result<()> {
-    let left = saves_left(from, total, every);
+    let bests = early.map_or(0, |es| total / es.every - from.min(total) / es.every);
+    let left = saves_left(from, total, every).saturating_add(bests);
+    let best_kept = u64::from(early.is_some());
     let at_once = match keep {
         Retention::All => left,
-        Retention::Last(n) => left.min(n.saturating_add(2).saturating_sub(held as u64)),
+        Retention::Last(n) => left.min(
+            n.saturating_add(2)
+                .saturating_add(best_kept)
+                .saturating_sub(held as u64),
+        ),
     };
     if at_once == 0 {
         return Ok(());
@@ -114,8 +126,9 @@ fn uncompressed_bytes(ckpt: &Checkpoint) -> u64 {
     (floats * std::mem::size_of::<f64>()) as u64
 }
 
-/// Deletes the checkpoints of `run` that `keep` lets go (the oldest), then every checkpoint
-/// file in the run's directory `out_rel` that no catalog row names.
+/// Deletes the checkpoints of `run` that `keep` lets go (the oldest, never the one marked
+/// best: the retention counts the others), then every checkpoint file in the run's
+/// directory `out_rel` that no catalog row names.
 ///
 /// The rows go first, in one transaction, and the files after: a crash in between leaves
 /// files without rows, never rows without files. Such a file is garbage; the next prune of
@@ -127,14 +140,18 @@ pub fn prune_checkpoints(
     out_rel: &str,
     keep: Retention,
 ) -> Result<()> {
-    let rows = ws.catalog.checkpoints(run.id)?;
+    let (best, rows): (Vec<CheckpointRow>, Vec<CheckpointRow>) = ws
+        .catalog
+        .checkpoints(run.id)?
+        .into_iter()
+        .partition(|c| c.best);
     let (old, kept) = rows.split_at(keep.excess(rows.len()));
     if !old.is_empty() {
         let steps: Vec<u64> = old.iter().map(|c| c.step).collect();
         ws.catalog.remove_checkpoint_rows(run.id, &steps)?;
         kill_at("checkpoints-unregistered", steps[steps.len() - 1]);
     }
-    let registered: BTreeSet<&str> = kept.iter().map(|c| c.path.as_str()).collect();
+    let registered: BTreeSet<&str> = kept.iter().chain(&best).map(|c| c.path.as_str()).collect();
     let dir = ws.resolve(out_rel);
     for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
         let name = entry?.file_name().to_string_lossy().into_owned();

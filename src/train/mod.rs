@@ -6,17 +6,22 @@
 //! Data flow: `kxx.npy` + `sq_norms.npy` (memory maps) + the train split's label columns →
 //! [`batches::Prefetcher`] → `model` (bound and gradient) → Adam → `store::checkpoint`.
 //!
-//! Files: `options` (what a caller asks), `setup` (what is fixed for a run),
+//! Files: `options` (what a caller asks), `budget` (how many steps: `--epochs`, `--steps`,
+//! the default's floor on small data), `setup` (what is fixed for a run),
 //! `session` (start, memoise or resume a run), `resume` (what `--resume` may change),
-//! `steps` (the step loop), `checkpoints` (writing, registering and pruning them),
-//! `held_out` (`--eval-every`), `exact` (the full-data bound, `pipeline elbo`), `batches`
+//! `steps` (the step loop), `checkpoints` (writing, registering and pruning them; the best
+//! one of an early-stopping run kept), `early` (`--early-stopping`: when to score the
+//! validation split, what a score does, when to stop),
+//! `held_out` (`--eval-every`, and early stopping's scores), `exact` (the full-data bound, `pipeline elbo`), `batches`
 //! (planner and prefetch queue), `classes` (the multi-class task's terms), `init` (initial
 //! parameters), `ranks` (over MPI ranks: the all-reduce of the bound and gradient, the
 //! divergence check).
 
 pub mod batches;
+pub mod budget;
 mod checkpoints;
 mod classes;
+pub mod early;
 mod exact;
 mod held_out;
 pub mod init;

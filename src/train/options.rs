@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use anyhow::{ensure, Context, Result};
 
 use super::batches::MAX_EPOCHS;
-use crate::choice::choice_enum;
+use super::{budget, early};
+use crate::choice::{choice_enum, Choice};
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
@@ -14,8 +15,9 @@ use crate::store::catalog::{DatasetRow, Split, StageKind};
 use crate::store::npy::NpyMap;
 use crate::store::workspace::Workspace;
 use crate::trained::{
-    newest_svd_run, ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice,
-    LrDecay, Negatives, QForm, Retention, Steering, SvdFiles, Task, TrainConfig,
+    newest_svd_run, ArdChoice, EarlyStopping, InducingInputs, KernelChoice, LatentChoice,
+    LikelihoodChoice, LrDecay, Negatives, QForm, Retention, Steering, StopMetric, SvdFiles, Task,
+    TrainConfig,
 };
 
 /// `--lr-decay`'s default γ: each decay divides η by 10.
@@ -51,6 +53,7 @@ choice_enum! {
         Factors = "factors",
         Batch = "batch",
         Epochs = "epochs",
+        Steps = "steps",
         MaxSteps = "max-steps",
         Lr = "lr",
         LrDecayAt = "lr-decay-at",
@@ -74,6 +77,10 @@ choice_enum! {
         EvalEvery = "eval-every",
         EvalSplit = "eval-split",
         KeepCheckpoints = "keep-checkpoints",
+        EarlyStopping = "early-stopping",
+        Patience = "patience",
+        ValidateEvery = "validate-every",
+        StopMetric = "stop-metric",
     }
 }
 
@@ -99,7 +106,12 @@ pub struct TrainOptions {
     pub factors: usize,
     /// B: rows per minibatch.
     pub batch: usize,
+    /// The budget in epochs (when `steps` is None). Left at its default (not in `given`),
+    /// it is raised to [`budget::DEFAULT_MIN_STEPS`] steps on data too small to give that
+    /// many (`train::budget`).
     pub epochs: u64,
+    /// `--steps`: the budget in optimiser steps instead of epochs.
+    pub steps: Option<u64>,
     /// Stop after this many optimiser steps in all, counted from step 0.
     pub max_steps: Option<u64>,
     pub lr: f64,
@@ -164,6 +176,16 @@ pub struct TrainOptions {
     pub class_samples: Option<usize>,
     /// `--learn-epsilon`: train robust-max's ε (from `--robust-max-epsilon`).
     pub learn_epsilon: bool,
+    /// `--early-stopping`: score the validation split every `validate_every` steps, keep
+    /// the best checkpoint, stop after `patience` evaluations without improvement.
+    pub early_stopping: bool,
+    /// `--patience`: evaluations without improvement before an early-stopping run stops.
+    pub patience: u64,
+    /// `--validate-every`: steps between early stopping's evaluations (None: a fiftieth of
+    /// the budget, [`early::default_every`]).
+    pub validate_every: Option<u64>,
+    /// `--stop-metric` (None: the task's, [`StopMetric::of_task`]).
+    pub stop_metric: Option<StopMetric>,
     /// The options the caller set explicitly. On resume these are applied or refused; the
     /// others come from the run. Empty: everything comes from the run.
     pub given: BTreeSet<TrainFlag>,
@@ -179,6 +201,7 @@ impl Default for TrainOptions {
             factors: 30,
             batch: 500,
             epochs: 10,
+            steps: None,
             max_steps: None,
             lr: 0.01,
             lr_decay_at: Vec::new(),
@@ -212,6 +235,10 @@ impl Default for TrainOptions {
             amortiser_hidden: crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN,
             class_samples: None,
             learn_epsilon: false,
+            early_stopping: false,
+            patience: early::DEFAULT_PATIENCE,
+            validate_every: None,
+            stop_metric: None,
             given: BTreeSet::new(),
         }
     }
@@ -229,7 +256,7 @@ impl TrainOptions {
         };
         let a_init = SvdFiles::of_run(ws, svd_run)?.a_init;
         let (a_rows, rank) = NpyMap::open_registered(&a_init)?.view2::<f32>()?.dim();
-        let config = TrainConfig {
+        let mut config = TrainConfig {
             dataset: dataset.name.clone(),
             dataset_checksum: dataset.checksum.clone(),
             svd_run,
@@ -251,6 +278,7 @@ impl TrainOptions {
             shuffle_chunks: self.shuffle_chunks,
             checkpoint_every: self.checkpoint_every,
             max_steps: self.max_steps,
+            steps: self.steps,
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
@@ -264,8 +292,16 @@ impl TrainOptions {
             class_samples: self.class_samples,
             learn_epsilon: self.learn_epsilon,
             lr_decay: self.stored_lr_decay(),
+            early_stopping: None,
         };
         check_task(&config, name, &dataset)?;
+        let planner = budget::planner_of(ws, &dataset, &config)?;
+        let explicit_epochs = self.given.contains(&TrainFlag::Epochs);
+        if let Some(note) = budget::settle(&mut config, &planner, explicit_epochs)? {
+            eprintln!("{note}");
+        }
+        check_lr_decay_reached(&config)?;
+        config.early_stopping = self.early_stopping(&config, &planner, &dataset)?;
         check_limits(&config)?;
         let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
         check_inducing_count(&config, (svd_run, a_rows), train_rows)?;
@@ -287,6 +323,40 @@ impl TrainOptions {
             self.factors
         );
         Ok(n_labels)
+    }
+
+    /// `--early-stopping` as the configuration stores it: the metric (the task's unless
+    /// given), the patience, and the period (a fiftieth of the budget unless given). Refused
+    /// for a dataset without a validation split, naming the ingest option that carves one.
+    fn early_stopping(
+        &self,
+        config: &TrainConfig,
+        planner: &super::batches::Planner,
+        dataset: &DatasetRow,
+    ) -> Result<Option<EarlyStopping>> {
+        if !self.early_stopping {
+            return Ok(None);
+        }
+        ensure!(
+            dataset.split(Split::Validation).is_some(),
+            "--early-stopping scores the validation split, and dataset '{}' has none; carve \
+             one from the training rows with 'pipeline ingest ... --validation-fraction 0.2 \
+             --replace' (in a spec: [ingest] validation_fraction = 0.2)",
+            dataset.name
+        );
+        let budget = budget::budget_steps(config, planner)
+            .context("the budget's steps (more epochs than the limit)")?;
+        let every = self.validate_every.unwrap_or(early::default_every(budget));
+        ensure!(
+            every <= budget,
+            "--validate-every {every}: the budget is {budget} steps, so early stopping would \
+             never score the validation split; give at most {budget}"
+        );
+        Ok(Some(EarlyStopping {
+            metric: self.stop_metric.unwrap_or(StopMetric::of_task(config.task)),
+            patience: self.patience,
+            every,
+        }))
     }
 
     /// Whether the inducing inputs stay at their initial value: `--freeze-a`, or an
@@ -367,6 +437,13 @@ impl TrainOptions {
         c.check(self.max_steps != Some(0), "max-steps", || {
             "must be ≥ 1".into()
         });
+        c.check(self.steps != Some(0), "steps", || "must be ≥ 1".into());
+        c.check(
+            !(self.steps.is_some() && self.given.contains(&TrainFlag::Epochs)),
+            "steps",
+            || "and --epochs are two budgets: give one".into(),
+        );
+        self.check_early_stopping(&mut c);
         c.check(self.lr.is_finite(), "lr", || {
             format!("must be finite, not {}", self.lr)
         });
@@ -436,9 +513,45 @@ impl TrainOptions {
 }
 
 impl TrainOptions {
+    /// `--patience`, `--validate-every` and `--stop-metric`: ≥ 1, and only with
+    /// `--early-stopping` (for a new run; on resume the run's values are compared,
+    /// `resume.rs`); the metric must be one the task's held-out evaluation measures.
+    fn check_early_stopping(&self, c: &mut InvalidOptions) {
+        c.check(self.patience >= 1, "patience", || {
+            "must be at least 1".into()
+        });
+        c.check(self.validate_every != Some(0), "validate-every", || {
+            "must be at least 1".into()
+        });
+        let new_run = self.resume.is_none();
+        for (flag, given) in [
+            (
+                TrainFlag::Patience,
+                self.given.contains(&TrainFlag::Patience),
+            ),
+            (TrainFlag::ValidateEvery, self.validate_every.is_some()),
+            (TrainFlag::StopMetric, self.stop_metric.is_some()),
+        ] {
+            c.check(
+                !new_run || self.early_stopping || !given,
+                flag.name(),
+                || "is an option of early stopping: give --early-stopping too".into(),
+            );
+        }
+        if let Some(metric) = self.stop_metric {
+            c.check(!new_run || metric.suits(self.task), "stop-metric", || {
+                format!(
+                    "{metric} is not measured for --task {}: give {}",
+                    self.task,
+                    StopMetric::listed(|m| m.suits(self.task))
+                )
+            });
+        }
+    }
+
     /// `--lr-decay-at`: strictly increasing epoch counts, each ≥ 1 and, for a new run, below
-    /// `--epochs` (a decay after the last epoch would change nothing); `--lr-decay`: finite
-    /// and > 0, and only with `--lr-decay-at`.
+    /// the budget's epochs (a decay after the last epoch would change nothing); `--lr-decay`:
+    /// finite and > 0, and only with `--lr-decay-at`.
     fn check_lr_decay(&self, c: &mut InvalidOptions) {
         let at = &self.lr_decay_at;
         c.check(at.first() != Some(&0), "lr-decay-at", || {
@@ -447,18 +560,13 @@ impl TrainOptions {
         c.check(at.windows(2).all(|w| w[0] < w[1]), "lr-decay-at", || {
             format!("must increase strictly, not {}", join_epochs(at))
         });
+        // Against an explicit --epochs here; against any budget once it is settled
+        // (`check_lr_decay_reached`: the default epochs may be raised, --steps reaches some).
+        let explicit_epochs = self.given.contains(&TrainFlag::Epochs) && self.steps.is_none();
         c.check(
-            self.resume.is_some() || at.last().is_none_or(|&e| e < self.epochs),
+            self.resume.is_some() || !explicit_epochs || decay_reached(at, self.epochs).is_ok(),
             "lr-decay-at",
-            || {
-                format!(
-                    "{}: a decay after epoch {} or later never takes effect in a run of \
-                     --epochs {}",
-                    join_epochs(at),
-                    self.epochs,
-                    self.epochs
-                )
-            },
+            || decay_reached(at, self.epochs).unwrap_err(),
         );
         let gamma = self.lr_decay;
         c.check(gamma.is_finite() && gamma > 0.0, "lr-decay", || {
@@ -697,6 +805,33 @@ fn check_task(config: &TrainConfig, dataset: &str, row: &DatasetRow) -> Result<(
         ),
     }
     Ok(())
+}
+
+/// Refuses a decay at or after the last of `epochs` epochs: it would never take effect.
+fn decay_reached(at: &[u64], epochs: u64) -> Result<(), String> {
+    match at.last() {
+        Some(&last) if last >= epochs => Err(format!(
+            "{}: a decay after epoch {epochs} or later never takes effect in a run of {epochs} \
+             epochs",
+            join_epochs(at),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `--lr-decay-at` against a new run's settled budget (its epochs, or the epochs its steps
+/// reach).
+fn check_lr_decay_reached(config: &TrainConfig) -> Result<()> {
+    let Some(decay) = &config.lr_decay else {
+        return Ok(());
+    };
+    decay_reached(&decay.after, config.epochs).map_err(|problem| {
+        let budget = match config.steps {
+            Some(steps) => format!(" (--steps {steps})"),
+            None => String::new(),
+        };
+        anyhow::anyhow!("--lr-decay-at {problem}{budget}")
+    })
 }
 
 /// Why an epoch count is refused ([`MAX_EPOCHS`]).

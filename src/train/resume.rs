@@ -1,15 +1,17 @@
 //! What `pipeline train --resume` may change. A resumed run continues with the
 //! configuration in force, except for the options a person reasonably changes when
-//! continuing: how long it runs (`--epochs`, `--max-steps`), how it is checkpointed
+//! continuing: how long it runs (`--epochs`, `--steps`, `--max-steps`; `--epochs` and
+//! `--steps` each replace the budget, whichever kind it was), how it is checkpointed
 //! (`--checkpoint-every`, `--keep-checkpoints`), how fast it goes (`--threads`,
 //! `--prefetch`) and what it reports (`--eval-every`, `--eval-split`, `--no-final-elbo`).
 //! Those, when given, are applied and recorded in the run's record (never in its `params`,
 //! which stay what it started with); any other option given with a value other than the
 //! run's is refused before anything changes. That includes the model's form (`--kernel`,
 //! `--ard`, `--likelihood`, `--task`, `--latent`, `--robust-max-epsilon`, `--mc-pairs`,
-//! `--amortiser-hidden`, `--class-samples`) and the schedules `--release-hyper-after` and
-//! `--lr-decay-at`/`--lr-decay`: a run whose schedule changed midway would equal no
-//! uninterrupted run.
+//! `--amortiser-hidden`, `--class-samples`), the schedules `--release-hyper-after` and
+//! `--lr-decay-at`/`--lr-decay`, and early stopping (`--early-stopping`, `--patience`,
+//! `--validate-every`, `--stop-metric`): a run whose schedule or stopping rule changed midway
+//! would equal no uninterrupted run.
 //!
 //! Checkpoints written after a change embed the configuration in force, so a run extended
 //! with `--epochs` or `--max-steps` ends with the bytes of an uninterrupted run started with
@@ -18,6 +20,8 @@
 
 use anyhow::{bail, ensure, Result};
 
+use super::batches::Planner;
+use super::budget;
 use super::options::{check_limits, join_epochs, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
 use super::setup::Setup;
 use crate::stage::threads_or_all;
@@ -55,6 +59,7 @@ impl TrainFlag {
         match self {
             F::Resume | F::Fresh => Control,
             F::Epochs => Changes(Changeable::Epochs),
+            F::Steps => Changes(Changeable::Steps),
             F::MaxSteps => Changes(Changeable::MaxSteps),
             F::Threads => Changes(Changeable::Threads),
             F::CheckpointEvery => Changes(Changeable::CheckpointEvery),
@@ -130,6 +135,30 @@ impl TrainFlag {
             F::ShuffleChunks => {
                 Fixed(|c, o| (c.shuffle_chunks.to_string(), o.shuffle_chunks.to_string()))
             }
+            F::EarlyStopping => Fixed(|c, o| {
+                (
+                    c.early_stopping.is_some().to_string(),
+                    o.early_stopping.to_string(),
+                )
+            }),
+            F::Patience => Fixed(|c, o| {
+                (
+                    or_none(c.early_stopping.map(|e| e.patience.to_string())),
+                    o.patience.to_string(),
+                )
+            }),
+            F::ValidateEvery => Fixed(|c, o| {
+                (
+                    or_none(c.early_stopping.map(|e| e.every.to_string())),
+                    or_none(o.validate_every.map(|e| e.to_string())),
+                )
+            }),
+            F::StopMetric => Fixed(|c, o| {
+                (
+                    or_none(c.early_stopping.map(|e| e.metric.name().to_string())),
+                    or_none(o.stop_metric.map(|m| m.name().to_string())),
+                )
+            }),
         }
     }
 }
@@ -138,6 +167,7 @@ impl TrainFlag {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Changeable {
     Epochs,
+    Steps,
     MaxSteps,
     Threads,
     CheckpointEvery,
@@ -149,8 +179,9 @@ pub enum Changeable {
 }
 
 impl Changeable {
-    pub const ALL: [Changeable; 9] = [
+    pub const ALL: [Changeable; 10] = [
         Changeable::Epochs,
+        Changeable::Steps,
         Changeable::MaxSteps,
         Changeable::Threads,
         Changeable::CheckpointEvery,
@@ -164,6 +195,7 @@ impl Changeable {
     pub fn train_flag(self) -> TrainFlag {
         match self {
             Changeable::Epochs => TrainFlag::Epochs,
+            Changeable::Steps => TrainFlag::Steps,
             Changeable::MaxSteps => TrainFlag::MaxSteps,
             Changeable::Threads => TrainFlag::Threads,
             Changeable::CheckpointEvery => TrainFlag::CheckpointEvery,
@@ -180,6 +212,7 @@ impl Changeable {
     fn changes_configuration(self) -> bool {
         match self {
             Changeable::Epochs
+            | Changeable::Steps
             | Changeable::MaxSteps
             | Changeable::Threads
             | Changeable::CheckpointEvery => true,
@@ -195,6 +228,7 @@ impl Changeable {
     fn value(self, cfg: &TrainConfig, st: &Steering) -> String {
         match self {
             Changeable::Epochs => cfg.epochs.to_string(),
+            Changeable::Steps => or_none(cfg.steps.map(|s| s.to_string())),
             Changeable::MaxSteps => cfg.max_steps.map_or("none".to_string(), |s| s.to_string()),
             Changeable::Threads => cfg.threads.to_string(),
             Changeable::CheckpointEvery => cfg.checkpoint_every.to_string(),
@@ -207,9 +241,11 @@ impl Changeable {
     }
 
     /// Sets it in a run's configuration or steering options to the value `opts` gives.
+    /// `--epochs` makes the budget epochs, `--steps` steps (whose epochs `plan` derives).
     fn apply(self, opts: &TrainOptions, cfg: &mut TrainConfig, st: &mut Steering) {
         match self {
-            Changeable::Epochs => cfg.epochs = opts.epochs,
+            Changeable::Epochs => (cfg.epochs, cfg.steps) = (opts.epochs, None),
+            Changeable::Steps => cfg.steps = opts.steps,
             Changeable::MaxSteps => cfg.max_steps = opts.max_steps,
             Changeable::Threads => cfg.threads = threads_or_all(opts.threads),
             Changeable::CheckpointEvery => cfg.checkpoint_every = opts.checkpoint_every,
@@ -258,8 +294,14 @@ fn decay_factor(cfg: &TrainConfig, opts: &TrainOptions) -> String {
 }
 
 /// Checks the options `opts` gives against run `record` resuming from `step`: refuses any
-/// that cannot change, applies and records the others.
-pub fn plan(mut record: RunRecord, opts: &TrainOptions, step: u64) -> Result<ResumePlan> {
+/// that cannot change, applies and records the others. `planner` (the run's minibatch plan,
+/// which no resume changes) gives the epochs a new `--steps` reaches.
+pub fn plan(
+    mut record: RunRecord,
+    opts: &TrainOptions,
+    step: u64,
+    planner: &Planner,
+) -> Result<ResumePlan> {
     let id = record.run_id;
     let old_steering = record.steering.clone().unwrap_or_else(legacy_steering);
     let (mut cfg, mut st) = (record.in_force.clone(), old_steering.clone());
@@ -286,6 +328,9 @@ pub fn plan(mut record: RunRecord, opts: &TrainOptions, step: u64) -> Result<Res
             Changeable::ALL.map(|c| c.train_flag().flag()).join(", ")
         );
     }
+    if cfg.steps.is_some() && cfg.steps != record.in_force.steps {
+        budget::settle(&mut cfg, planner, false)?;
+    }
     check_limits(&cfg)?;
     let changed: Vec<OptionChange> = Changeable::ALL
         .iter()
@@ -306,6 +351,8 @@ pub fn plan(mut record: RunRecord, opts: &TrainOptions, step: u64) -> Result<Res
         .collect();
     record.reusable &= cfg.threads == record.in_force.threads;
     record.in_force = cfg;
+    // How it ends is recorded again when it does.
+    record.stopped = None;
     record.steering = Some(st);
     record.changes.extend(changed.iter().cloned());
     Ok(ResumePlan { record, changed })
@@ -317,14 +364,16 @@ impl ResumePlan {
     pub fn check_position(&self, setup: &Setup, state: &TrainState) -> Result<()> {
         let cfg = &self.record.in_force;
         let total = setup.total_steps(&setup.shuffled())?;
+        let budget = match cfg.steps {
+            Some(steps) => format!("--steps {steps}"),
+            None => format!("--epochs {}", cfg.epochs),
+        };
         ensure!(
             state.step <= total,
-            "run {} is at step {} (epoch {}), past the {total} steps of --epochs {}{}; \
-             give more",
+            "run {} is at step {} (epoch {}), past the {total} steps of {budget}{}; give more",
             self.record.run_id,
             state.step,
             state.epoch + 1,
-            cfg.epochs,
             cfg.max_steps
                 .map_or(String::new(), |s| format!(" and --max-steps {s}"))
         );
@@ -358,6 +407,7 @@ pub fn same_run(ckpt_config: &serde_json::Value, in_force: &TrainConfig) -> bool
         return false;
     };
     c.epochs = in_force.epochs;
+    c.steps = in_force.steps;
     c.max_steps = in_force.max_steps;
     c.threads = in_force.threads;
     c.checkpoint_every = in_force.checkpoint_every;

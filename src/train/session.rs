@@ -12,6 +12,7 @@
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::budget;
 use super::checkpoints::{ensure_room_for_checkpoints, prune_checkpoints};
 use super::held_out::HeldOut;
 use super::options::TrainOptions;
@@ -19,8 +20,9 @@ use super::resume;
 use super::setup::Setup;
 use super::steps::{train_loop, Job, LoopOptions, TrainSummary};
 use crate::comm::{Comm, Single};
+use crate::failpoint;
 use crate::stage::{self, Lookup, Outcome, StageRun};
-use crate::store::catalog::{RunStatus, StageKind};
+use crate::store::catalog::{RunStatus, Split, StageKind};
 use crate::store::checkpoint::Checkpoint;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_checkpoint, RunRecord, Steering, TrainConfig};
@@ -75,6 +77,7 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
                 value: TrainSummary {
                     final_step: last,
                     exact_elbo: None,
+                    stopped: RunRecord::of_run(ws, done.id)?.stopped,
                 },
             });
         }
@@ -144,7 +147,9 @@ fn resume(
 ) -> Result<Outcome<TrainSummary>> {
     let record = RunRecord::of_run(ws, id)?;
     let last = ws.catalog.checkpoints(id)?.last().cloned();
-    let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step))?;
+    let dataset = record.in_force.dataset_row(ws)?;
+    let planner = budget::planner_of(ws, &dataset, &record.in_force)?;
+    let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step), &planner)?;
     let prefetch = plan
         .record
         .steering
@@ -220,24 +225,36 @@ fn drive(
         run,
         &start,
         (start.state.step, total, setup.config.checkpoint_every),
-        steering.keep_checkpoints,
+        (steering.keep_checkpoints, setup.config.early_stopping),
         held,
     )?;
     let held_out = match steering.eval_every {
         0 => None,
         every => Some(HeldOut::open(ws, setup, every, steering.eval_split)?),
     };
+    let validation = match &setup.config.early_stopping {
+        Some(es) => Some(HeldOut::open(ws, setup, es.every, Split::Validation)?),
+        None => None,
+    };
     let loop_opts = LoopOptions {
         final_elbo: steering.final_elbo,
         prefetch: steering.prefetch,
         held_out,
+        validation,
         keep: steering.keep_checkpoints,
     };
     let job = Job {
         comm,
         run: Some(run),
     };
-    train_loop(ws, job, &out_rel, setup, start, &loop_opts)
+    let summary = train_loop(ws, job, &out_rel, setup, start, &loop_opts)?;
+    // How the run ended, with it, before it is marked finished (a run killed in between
+    // resumes to the same end and records it again).
+    let mut record = RunRecord::of_run(ws, run.id)?;
+    record.stopped = summary.stopped;
+    record.save(ws)?;
+    failpoint::kill_at("train-ended", summary.final_step);
+    Ok(summary)
 }
 
 /// What rank 0 tells the other ranks of an MPI job before the first step.
@@ -302,6 +319,8 @@ fn follow(ws: &Workspace, comm: &dyn Comm) -> Result<Outcome<Option<TrainSummary
         final_elbo: false,
         prefetch: start.steering.prefetch,
         held_out: None,
+        // Rank 0 scores the validation split and tells the others whether to stop.
+        validation: None,
         keep: start.steering.keep_checkpoints,
     };
     let job = Job { comm, run: None };

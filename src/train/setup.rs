@@ -10,6 +10,7 @@ use super::batches::{
     self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner, MAX_EPOCHS,
 };
 use super::batches::{RowView, Source};
+use super::budget;
 use super::init;
 use crate::memtrace::available_memory_bytes;
 use crate::model::kernel::feature_ard::weighted_gram;
@@ -163,11 +164,22 @@ impl Setup {
         })
     }
 
-    /// Steps the run makes in all, counted from step 0: every minibatch of `epochs` epochs,
-    /// or `max_steps` if that is fewer.
+    /// Steps the run makes in all, counted from step 0: its budget (`--steps`, or every
+    /// minibatch of `epochs` epochs), or `max_steps` if that is fewer.
     pub fn total_steps(&self, planner: &Planner) -> Result<u64> {
-        let cap = self.config.max_steps.unwrap_or(u64::MAX);
-        steps_before(planner, self.config.epochs, cap)
+        let budget = self.budget_steps(planner)?;
+        Ok(budget.min(self.config.max_steps.unwrap_or(u64::MAX)))
+    }
+
+    /// The steps of the run's budget alone (`--steps`, or every minibatch of `epochs`
+    /// epochs), whatever `--max-steps` says.
+    pub fn budget_steps(&self, planner: &Planner) -> Result<u64> {
+        budget::budget_steps(&self.config, planner).with_context(|| {
+            format!(
+                "{} epochs: above the limit of {MAX_EPOCHS} epochs; give fewer",
+                self.config.epochs
+            )
+        })
     }
 
     /// Counts of every label over the training rows (one pass over the label columns).
@@ -282,6 +294,7 @@ impl Setup {
                 epoch: 0,
                 batch_in_epoch: 0,
                 epoch_elbo_sum: 0.0,
+                early: None,
             },
             config: self.config.to_json(),
         })

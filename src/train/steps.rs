@@ -1,6 +1,6 @@
 //! The step loop: minibatches from the prefetch queue → the bound and its gradient →
-//! Adam, with per-epoch figures, held-out ranking and checkpoints on the way, and the exact
-//! bound at the end.
+//! Adam, with per-epoch figures, held-out ranking, early stopping's validation scores and
+//! checkpoints on the way, and the exact bound at the end.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use super::batches::{stream_seed, streams, Batch, Planner, Prefetcher, Share, Span};
 use super::checkpoints::{prune_checkpoints, save_checkpoint};
 use super::classes::{class_ids, noise_seed};
+use super::early;
 use super::exact::exact_bound;
 use super::held_out::HeldOut;
 use super::ranks;
@@ -35,13 +36,19 @@ use crate::stage::StageRun;
 use crate::store::catalog::{MetricRow, Split};
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
-use crate::trained::{KernelChoice, LatentChoice, Negatives, Retention, Task, TrainConfig};
+use crate::trained::{
+    BestEvaluation, EarlyStopping, KernelChoice, LatentChoice, Negatives, Retention, StopMetric,
+    StopReason, Stopped, Task, TrainConfig,
+};
 
 /// How a training loop runs, beyond the configuration that fixes its numbers.
 pub struct LoopOptions {
     pub final_elbo: bool,
     pub prefetch: usize,
     pub held_out: Option<HeldOut>,
+    /// The validation split early stopping scores (the writing process of a run with
+    /// `--early-stopping`; None elsewhere).
+    pub validation: Option<HeldOut>,
     /// Which checkpoints stay on disk.
     pub keep: Retention,
 }
@@ -61,6 +68,17 @@ pub struct TrainSummary {
     pub final_step: u64,
     /// The exact full-data bound at the end, when it was computed now.
     pub exact_elbo: Option<f64>,
+    /// How the run ended (the writing process; None on the other ranks).
+    pub stopped: Option<Stopped>,
+}
+
+/// What early stopping's evaluation after a step decided.
+#[derive(Debug, Clone, Copy, Default)]
+struct Verdict {
+    /// The score is the best so far: the step's checkpoint is written and marked best.
+    improved: bool,
+    /// `--patience` evaluations in a row have not improved: the run ends at this step.
+    stop: bool,
 }
 
 /// Whether a parameter block stays at its initial value for the whole run.
@@ -158,6 +176,8 @@ struct Trainer<'a> {
     pool: rayon::ThreadPool,
     pb: ProgressBar,
     planner: Arc<Planner>,
+    /// The steps of the budget (`--epochs` or `--steps`), whatever `--max-steps` cuts.
+    budget: u64,
     /// When the kernel hyperparameters are released (`--release-hyper-after`).
     release: Option<Release>,
     params: Params,
@@ -174,11 +194,11 @@ struct Trainer<'a> {
     reduce_time: Duration,
 }
 
-/// The optimisation loop from `ckpt` to the configured number of epochs, or to step
-/// `max_steps` if that comes first. A run cut short inside an epoch ends that epoch as the
-/// last epoch of a run ends: its figures (over the steps it ran), the held-out evaluation,
-/// a checkpoint at the final step (whose state is the position inside that epoch), and the
-/// exact bound.
+/// The optimisation loop from `ckpt` to the end of the budget (`--epochs`, or `--steps`),
+/// to step `max_steps` if that comes first, or to the step where early stopping runs out of
+/// patience. A run cut short inside an epoch ends that epoch as the last epoch of a run
+/// ends: its figures (over the steps it ran), the held-out evaluation, a checkpoint at the
+/// final step (whose state is the position inside that epoch), and the exact bound.
 pub fn train_loop(
     ws: &Workspace,
     job: Job<'_>,
@@ -190,6 +210,10 @@ pub fn train_loop(
     let cfg = &setup.config;
     let planner = Arc::new(setup.shuffled());
     let total = setup.total_steps(&planner)?;
+    let budget = setup.budget_steps(&planner)?;
+    // A run that stopped early and was killed before it was marked finished takes no
+    // further step.
+    let stopped_early = early::exhausted(cfg, ckpt.state.early);
     let share = Share {
         rank: job.comm.rank(),
         ranks: job.comm.size(),
@@ -208,6 +232,7 @@ pub fn train_loop(
         pb,
         release: Release::of(cfg, &planner)?,
         planner,
+        budget,
         last_saved: ckpt.state.step,
         params: ckpt.params,
         adam: ckpt.adam,
@@ -229,7 +254,10 @@ pub fn train_loop(
             epoch: t.state.epoch,
             skip: t.state.batch_in_epoch,
             end_epoch: cfg.epochs,
-            max_batches: total.saturating_sub(t.state.step),
+            max_batches: match stopped_early {
+                true => 0,
+                false => total.saturating_sub(t.state.step),
+            },
         },
         share,
         opts.prefetch,
@@ -239,26 +267,33 @@ pub fn train_loop(
         let batch = batch?;
         t.step(&batch)?;
         t.epoch_wait += queue.waited() - wait_before;
-        // The step that reaches `total` ends the run; one inside an epoch (--max-steps)
-        // closes that epoch early, over the steps it ran.
-        let run_ends = t.state.step == total;
+        // Early stopping scores the parameters of this step before its epoch closes and its
+        // checkpoint is written, so that checkpoint holds the score.
+        let verdict = t.early_stopping()?;
+        // The step that reaches `total` ends the run, as does one after which early
+        // stopping runs out of patience; one inside an epoch closes that epoch early, over
+        // the steps it ran.
+        let run_ends = t.state.step == total || verdict.stop;
         if batch.last_in_epoch || run_ends {
             t.end_epoch(batch.last_in_epoch, run_ends)?;
         }
-        let saving = t.state.step % cfg.checkpoint_every == 0;
+        let saving = t.state.step % cfg.checkpoint_every == 0 || verdict.improved;
         if saving || t.state.step % ranks::CHECK_EVERY == 0 {
             t.check_ranks()?;
         }
         if saving {
-            t.save()?;
+            t.save(verdict.improved)?;
         }
         let rank = t.job.comm.rank();
         failpoint::kill_at(&format!("train-rank{rank}-step"), t.state.step);
+        if verdict.stop {
+            break;
+        }
     }
     drop(queue);
     if t.last_saved != t.state.step || t.state.step == 0 {
         t.check_ranks()?;
-        t.save()?;
+        t.save(false)?;
     }
     t.pb.finish_and_clear();
     t.finish(started.elapsed().as_secs_f64())
@@ -488,11 +523,19 @@ impl Trainer<'_> {
                 metric(Figure::EpochQueueWait, wait_fraction, Some(epoch_no)),
             ],
         )?;
+        let cfg = &self.setup.config;
         let cut = if complete {
             String::new()
         } else {
+            let why = if early::exhausted(cfg, self.state.early) {
+                "stopped early".to_string()
+            } else if self.state.step == self.budget && cfg.steps.is_some() {
+                format!("the end of --steps {}", self.budget)
+            } else {
+                "stopped by --max-steps".to_string()
+            };
             format!(
-                " (stopped by --max-steps after {} of {} minibatches)",
+                " ({why} after {} of {} minibatches)",
                 self.state.batch_in_epoch,
                 self.planner.batches_in_epoch(self.state.epoch)
             )
@@ -577,9 +620,9 @@ impl Trainer<'_> {
         Ok(())
     }
 
-    /// Writes and registers a checkpoint (the writing process only; the others note the
-    /// step).
-    fn save(&mut self) -> Result<()> {
+    /// Writes and registers a checkpoint, as the run's best when `best` (the writing
+    /// process only; the others note the step).
+    fn save(&mut self, best: bool) -> Result<()> {
         let Some(run) = self.job.run else {
             self.last_saved = self.state.step;
             return Ok(());
@@ -594,6 +637,7 @@ impl Trainer<'_> {
                 state: self.state,
                 config: self.setup.config.to_json(),
             },
+            best,
         )?;
         self.last_saved = self.state.step;
         prune_checkpoints(self.ws, run, self.out_rel, self.opts.keep)
@@ -615,8 +659,10 @@ impl Trainer<'_> {
             return Ok(TrainSummary {
                 final_step: step,
                 exact_elbo: None,
+                stopped: None,
             });
         };
+        let stopped = self.how_it_ended();
         let mut figures = vec![metric(Figure::TrainSeconds, secs, Some(step as i64))];
         let exact = if self.opts.final_elbo {
             let t = Instant::now();
@@ -644,10 +690,147 @@ impl Trainer<'_> {
             run.id,
             self.ws.resolve(self.out_rel).display()
         );
+        if let Some(best) = &stopped.best {
+            eprintln!(
+                "run {}: {}; the checkpoint of step {} scored best ({} {:.6} on 'validation') \
+                 and is the one predict reads by default",
+                run.id,
+                match stopped.reason {
+                    StopReason::NoImprovement => format!(
+                        "stopped early at step {step}: {} did not improve for {} evaluations",
+                        best.metric.name(),
+                        self.setup.config.early_stopping.map_or(0, |es| es.patience)
+                    ),
+                    reason => format!("ended at step {step} ({})", reason.name()),
+                },
+                best.step,
+                best.metric.name(),
+                best.value
+            );
+        }
         Ok(TrainSummary {
             final_step: step,
             exact_elbo: exact,
+            stopped: Some(stopped),
         })
+    }
+
+    /// How the run ended at its current step: early stopping out of patience, the budget
+    /// run to its end, or `--max-steps` before that; with the best evaluation of an
+    /// early-stopping run.
+    fn how_it_ended(&self) -> Stopped {
+        let cfg = &self.setup.config;
+        let reason = if early::exhausted(cfg, self.state.early) {
+            StopReason::NoImprovement
+        } else if self.state.step >= self.budget {
+            StopReason::Budget
+        } else {
+            StopReason::MaxSteps
+        };
+        let best = match (cfg.early_stopping, self.state.early) {
+            (Some(es), Some(e)) => Some(BestEvaluation {
+                metric: es.metric,
+                value: e.best_value,
+                step: e.best_step,
+            }),
+            _ => None,
+        };
+        Stopped {
+            reason,
+            step: self.state.step,
+            best,
+        }
+    }
+
+    /// Early stopping after the step just taken, when an evaluation is due
+    /// (`early::due`): the writing process scores the validation split, records the score
+    /// and updates the state the next checkpoint carries; over MPI ranks it tells the
+    /// others what it decided. Nothing without `--early-stopping`.
+    fn early_stopping(&mut self) -> Result<Verdict> {
+        let Some(es) = self.setup.config.early_stopping else {
+            return Ok(Verdict::default());
+        };
+        if !early::due(&es, self.state.step) {
+            return Ok(Verdict::default());
+        }
+        let mut verdict = Verdict::default();
+        if let (Some(run), Some(h)) = (self.job.run, &self.opts.validation) {
+            verdict = self.score_validation(run, h, &es)?;
+        }
+        if self.job.comm.size() > 1 {
+            let told = self
+                .job
+                .comm
+                .broadcast_u64(u64::from(verdict.improved) | u64::from(verdict.stop) << 1)?;
+            verdict = Verdict {
+                improved: told & 1 == 1,
+                stop: told & 2 == 2,
+            };
+        }
+        Ok(verdict)
+    }
+
+    /// Scores the validation split by the run's stopping metric, records the score
+    /// (`early_stopping_score` at the optimiser step) and updates early stopping's state.
+    fn score_validation(
+        &mut self,
+        run: &StageRun<'_>,
+        h: &HeldOut,
+        es: &EarlyStopping,
+    ) -> Result<Verdict> {
+        let t = Instant::now();
+        let (setup, params) = (self.setup, &self.params);
+        let value = self.pool.install(|| -> Result<f64> {
+            Ok(match es.metric {
+                StopMetric::P1 | StopMetric::P3 | StopMetric::P5 => {
+                    let k = match es.metric {
+                        StopMetric::P1 => 1,
+                        StopMetric::P3 => 3,
+                        _ => 5,
+                    };
+                    h.ranking_metrics(setup, params)?.p_at[k - 1]
+                }
+                StopMetric::Nlp | StopMetric::Accuracy => {
+                    let f = match &setup.class_lik {
+                        Some(lik) => h.multiclass_figures(setup, params, &**lik)?,
+                        None => h.binary_figures(setup, params)?,
+                    };
+                    match es.metric {
+                        StopMetric::Nlp => f.nlp,
+                        _ => f.accuracy,
+                    }
+                }
+            })
+        })?;
+        let step = self.state.step;
+        let (state, improved) = early::update(es, self.state.early, value, step);
+        self.state.early = Some(state);
+        self.ws.catalog.record_metrics(
+            run.id,
+            &[MetricRow {
+                split: Some(Split::Validation),
+                ..metric(Figure::EarlyStoppingScore, value, Some(step as i64))
+            }],
+        )?;
+        let stop = state.since_best >= es.patience;
+        self.log(&format!(
+            "step {step}: '{}' {} {value:.6}, {} ({:.1} s)",
+            h.split,
+            es.metric.name(),
+            match (improved, stop) {
+                (true, _) => "the best so far".to_string(),
+                (false, false) => format!(
+                    "best {:.6} at step {}, {} of {} scores without improvement",
+                    state.best_value, state.best_step, state.since_best, es.patience
+                ),
+                (false, true) => format!(
+                    "best {:.6} at step {}, {} scores without improvement: stopping",
+                    state.best_value, state.best_step, es.patience
+                ),
+            },
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(Verdict { improved, stop })
     }
 
     /// Prints a line above the progress bar (or plainly when it is hidden); the writing

@@ -413,3 +413,102 @@ fn a_spec_with_a_bad_likelihood_task_or_latent_is_refused_before_any_stage() {
     }
     assert!(!dir.path().join("data").exists(), "no stage ran");
 }
+
+#[test]
+fn early_stopping_of_a_binary_run_watches_the_validation_nlp_lower_is_better() {
+    let p = prepared();
+    let ws = p.copy("early");
+    // The same rows with a quarter carved into a validation split.
+    let src = ws.parent().unwrap().join("src");
+    pipeline_ok(
+        &ws,
+        &[
+            "ingest",
+            "--name",
+            "binval",
+            "--train",
+            src.join("train.txt").to_str().unwrap(),
+            "--chunk-rows",
+            "100",
+            "--validation-fraction",
+            "0.25",
+        ],
+    );
+    let svd = [
+        "svd",
+        "--dataset",
+        "binval",
+        "--rank",
+        "8",
+        "--inducing",
+        "16",
+    ];
+    pipeline_ok(&ws, &svd);
+    let task = ["--dataset", "binval", "--task", "binary", "--seed", "5"];
+    let early = [
+        "--steps",
+        "90",
+        "--early-stopping",
+        "--validate-every",
+        "3",
+        "--patience",
+        "4",
+    ];
+    let id = train_with(&ws, &classify::train_args(&task, &[], &early));
+    assert_eq!(
+        run_params(&ws, id)["early_stopping"],
+        serde_json::json!({"metric": "nlp", "patience": 4, "every": 3})
+    );
+    let scores: Vec<(i64, f64)> = metrics(&ws, id, "early_stopping_score")
+        .into_iter()
+        .map(|(step, bits)| (step, f64::from_bits(bits)))
+        .collect();
+    assert!(scores.len() >= 5, "{scores:?}");
+    // The rule, lower is better: the first of the lowest NLPs before a stop, and the stop
+    // after 4 scores without a strictly lower one.
+    let (mut best, mut best_step, mut since, mut stop) = (f64::INFINITY, 0, 0, None);
+    for &(step, nlp) in &scores {
+        assert!(nlp.is_finite() && nlp > 0.0, "step {step}: NLP {nlp}");
+        if nlp < best {
+            (best, best_step, since) = (nlp, step, 0);
+        } else {
+            since += 1;
+            if since == 4 {
+                stop = Some(step);
+                break;
+            }
+        }
+    }
+    let text: String = common::toy::catalog(&ws)
+        .query_row(
+            "SELECT stopped FROM run_options WHERE stage_run_id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (reason, last) = match stop {
+        Some(step) => ("no-improvement", step),
+        None => ("budget", 90),
+    };
+    assert_eq!(
+        (&record["reason"], &record["step"]),
+        (&reason.into(), &last.into())
+    );
+    assert_eq!(record["best"]["metric"], "nlp");
+    assert_eq!(record["best"]["step"], best_step);
+    assert_eq!(
+        record["best"]["value"].as_f64().unwrap().to_bits(),
+        best.to_bits()
+    );
+    // The scores fell from the first: the NLP was watched, not a figure that rises.
+    assert!(best < scores[0].1, "{scores:?}");
+    let marked: i64 = common::toy::catalog(&ws)
+        .query_row(
+            "SELECT step FROM checkpoints WHERE stage_run_id = ?1 AND best = 1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(marked, best_step);
+}

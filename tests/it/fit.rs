@@ -57,7 +57,7 @@ fn fit_chooses_trains_and_writes_a_spec_that_reproduces_it() {
     let text = std::fs::read_to_string(&spec).unwrap();
     assert!(text.contains("name = \"toy\""), "{text}");
     assert!(!text.contains("validation_fraction"), "{text}");
-    assert!(text.contains("max_steps = "), "{text}");
+    assert!(text.contains("steps = "), "{text}");
     assert!(text.contains("split = \"test\""), "{text}");
     // `pipeline run` of the spec in a fresh workspace prints the same test metrics.
     let fresh = dir.path().join("fresh");

@@ -396,9 +396,9 @@ fn a_damaged_catalog_is_reported_not_a_panic() {
 
 #[test]
 fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
-    // A v2 catalog (before `verified_at`, `repaired_at`, and v4's `label_kind` and
-    // `class_map`): opening migrates it, twice is harmless, and verify finds the workspace
-    // sound.
+    // A v2 catalog (before `verified_at`, `repaired_at`, v4's `label_kind` and `class_map`,
+    // and v6's `checkpoints.best` and `run_options.stopped`): opening migrates it, twice is
+    // harmless, and verify finds the workspace sound.
     let (_dir, ws) = fresh_copy();
     {
         let db = catalog(&ws);
@@ -407,7 +407,9 @@ fn a_catalog_of_the_previous_schema_is_upgraded_in_place() {
              ALTER TABLE stage_runs DROP COLUMN repaired_at; \
              ALTER TABLE datasets DROP COLUMN label_kind; \
              ALTER TABLE datasets DROP COLUMN class_map; \
-             ALTER TABLE datasets DROP COLUMN transform_reason; PRAGMA user_version = 2;",
+             ALTER TABLE datasets DROP COLUMN transform_reason; \
+             ALTER TABLE checkpoints DROP COLUMN best; \
+             ALTER TABLE run_options DROP COLUMN stopped; PRAGMA user_version = 2;",
         )
         .unwrap();
     }

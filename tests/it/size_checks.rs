@@ -286,14 +286,23 @@ fn absurd_epochs_are_refused_and_status_of_a_million_epochs_returns_at_once() {
     assert_eq!(run["steps_total"], (STEPS / 6) * 1_000_000);
     assert_eq!(run["steps_done"], 7);
     // A run recorded before the limit, with 2⁶³ − 1 epochs (what a summed step count
-    // spun on for over 10 minutes): the closed form saturates at once.
-    catalog(&ws)
-        .execute(
-            "UPDATE stage_runs SET params = json_set(params, '$.epochs', 9223372036854775807) \
-             WHERE id = ?1",
-            [id],
-        )
-        .unwrap();
+    // spun on for over 10 minutes): the closed form saturates at once. (Status reads the
+    // configuration in force, `run_options.params`, which a run records beside the one it
+    // started with.)
+    let set_epochs = |epochs: u64| {
+        for (table, key) in [("stage_runs", "id"), ("run_options", "stage_run_id")] {
+            catalog(&ws)
+                .execute(
+                    &format!(
+                        "UPDATE {table} SET params = json_set(params, '$.epochs', ?2) \
+                         WHERE {key} = ?1"
+                    ),
+                    rusqlite::params![id, epochs as i64],
+                )
+                .unwrap();
+        }
+    };
+    set_epochs(i64::MAX as u64);
     let out = run_within(&ws, &["status"], Duration::from_secs(120))
         .expect("status of a run of 2⁶³ − 1 epochs did not return within 120 s");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -302,12 +311,7 @@ fn absurd_epochs_are_refused_and_status_of_a_million_epochs_returns_at_once() {
         "{}",
         stdout(&out)
     );
-    catalog(&ws)
-        .execute(
-            "UPDATE stage_runs SET params = json_set(params, '$.epochs', 1000000) WHERE id = ?1",
-            [id],
-        )
-        .unwrap();
+    set_epochs(1_000_000);
     // Resuming it starts at once too (its step count is the same closed form).
     let resumed = run_within(
         &ws,

@@ -97,6 +97,14 @@ impl Spec {
                 ));
             }
         }
+        if key(SpecStage::Train, "early_stopping").and_then(|v| v.as_bool()) == Some(true) {
+            problems.push(
+                "[train] early_stopping = true scores the validation split, and the dataset \
+                 has none; carve one from the training rows with [ingest] \
+                 validation_fraction = 0.2 (and optionally validation_seed)"
+                    .into(),
+            );
+        }
         problems
     }
 

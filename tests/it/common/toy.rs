@@ -10,6 +10,11 @@ use fsgp::store::checkpoint::read_checkpoint;
 
 /// Synthesises, ingests (5 chunks) and factorises a toy dataset in `ws`.
 pub fn prepare(ws: &Path) {
+    prepare_with(ws, &[]);
+}
+
+/// [`prepare`] with `ingest_extra` options added to the ingest (e.g. a validation split).
+pub fn prepare_with(ws: &Path, ingest_extra: &[&str]) {
     let src = ws.join("src");
     let out = pipeline(
         ws,
@@ -30,20 +35,20 @@ pub fn prepare(ws: &Path) {
         ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = pipeline(
-        ws,
-        &[
-            "ingest",
-            "--name",
-            "toy",
-            "--train",
-            src.join("train.txt").to_str().unwrap(),
-            "--test",
-            src.join("test.txt").to_str().unwrap(),
-            "--chunk-rows",
-            "200",
-        ],
-    );
+    let (train, test) = (src.join("train.txt"), src.join("test.txt"));
+    let mut ingest = vec![
+        "ingest",
+        "--name",
+        "toy",
+        "--train",
+        train.to_str().unwrap(),
+        "--test",
+        test.to_str().unwrap(),
+        "--chunk-rows",
+        "200",
+    ];
+    ingest.extend(ingest_extra);
+    let out = pipeline(ws, &ingest);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = pipeline(
         ws,
@@ -173,6 +178,15 @@ pub fn train_args<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
         }
         i += if value.is_some() { 2 } else { 1 };
     }
+    args
+}
+
+/// TRAIN with `overrides` applied as [`train_args`] does and its `--epochs 6` left out (for
+/// a budget in steps, or the default one).
+pub fn without_epochs<'a>(overrides: &[&'a str]) -> Vec<&'a str> {
+    let mut args = train_args(overrides);
+    let at = args.iter().position(|a| *a == "--epochs").unwrap();
+    args.drain(at..at + 2);
     args
 }
 
@@ -314,6 +328,16 @@ pub fn prepared() -> Prepared {
     Prepared::new(|dir| {
         let base = dir.join("base");
         prepare(&base);
+        (base, ())
+    })
+}
+
+/// The toy dataset with a fifth of its training rows carved into a validation split,
+/// prepared once.
+pub fn prepared_with_validation() -> Prepared {
+    Prepared::new(|dir| {
+        let base = dir.join("base");
+        prepare_with(&base, &["--validation-fraction", "0.2"]);
         (base, ())
     })
 }
