@@ -909,17 +909,40 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Share of the training rows carved out for choosing the model.
-    #[arg(long, default_value_t = crate::cli::fit::DEFAULT_VALIDATION_FRACTION)]
+    #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION)]
     pub validation_fraction: f64,
     /// Where to write the spec of the final model (default: NAME-fit.toml here).
     #[arg(long)]
     pub spec_out: Option<PathBuf>,
 }
 
-/// `--budget`'s parser.
-fn parse_budget(text: &str) -> Result<f64, String> {
-    crate::cli::fit::parse_budget(text)
+/// A budget such as `90s`, `5m`, `1h` or `300` (seconds), in seconds.
+pub fn parse_budget(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' in '{text}' (expected s, m or h, e.g. 90s, 5m, 1h)"
+            ))
+        }
+    };
+    match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "'{text}' is not a positive duration (e.g. 90s, 5m, 1h)"
+        )),
+    }
 }
+
+/// `pipeline fit`'s validation share carved out of the training file.
+pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
 
 /// Arguments of `pipeline report`.
 #[derive(clap::Args, Debug, Clone)]

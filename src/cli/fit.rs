@@ -50,9 +50,6 @@ pub const ACCURACY_TIE: f64 = 0.5;
 const MAX_EPOCHS: u64 = 60;
 const MIN_CAP: u64 = 3000;
 
-/// The validation share carved out of the training file.
-pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
-
 /// One candidate: a name and its svd and train options (flag, value), on top of
 /// [`common_train`].
 #[derive(Debug, Clone, PartialEq)]
@@ -164,31 +161,6 @@ pub fn step_cap(n: u64, batch: u64) -> u64 {
 pub fn planned_steps(seconds: f64, step_seconds: f64, cap: u64) -> u64 {
     let steps = (seconds * STEP_SHARE / step_seconds.max(1e-6)).floor();
     (steps.max(0.0) as u64).min(cap)
-}
-
-/// A budget such as `90s`, `5m`, `1h` or `300` (seconds), in seconds.
-pub fn parse_budget(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let (number, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let scale = match unit {
-        "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit '{other}' in '{text}' (expected s, m or h, e.g. 90s, 5m, 1h)"
-            ))
-        }
-    };
-    match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
-        _ => Err(format!(
-            "'{text}' is not a positive duration (e.g. 90s, 5m, 1h)"
-        )),
-    }
 }
 
 /// The layout of a training file: `xc` when its first line is an XML-repository header
@@ -587,6 +559,8 @@ fn write_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::cli::args::parse_budget;
 
     #[test]
     fn budgets_parse_with_units() {

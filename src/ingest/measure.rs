@@ -13,7 +13,7 @@ use indicatif::ProgressBar;
 use super::config::IngestConfig;
 use super::input::Route;
 use super::labels::LabelPlan;
-use super::pipeline::pass_rules;
+use super::parse::{LabelRules, RowRules};
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
 use crate::transform::{decide_auto, FeatureStats, Transform, TransformChoice};
@@ -119,4 +119,32 @@ fn training_statistics(
         })?;
     }
     Ok(stats)
+}
+
+/// The parser's rules of a pass over the rows, with the dataset's D and L: ids checked
+/// against the declared sizes (or the scan's D), labels through the scan's class map when
+/// the ingest assigns them, values through `transform`.
+pub(super) fn pass_rules(
+    config: &IngestConfig,
+    plan: Option<&LabelPlan>,
+    d: u32,
+    l: u32,
+    transform: Transform,
+) -> (RowRules, u32, u32) {
+    match plan {
+        None => (
+            config.row_rules(d, l, LabelRules::default(), transform),
+            d,
+            l,
+        ),
+        Some(p) => {
+            let check_d = if config.layout.declares_sizes() {
+                d
+            } else {
+                p.n_features
+            };
+            let rules = config.row_rules(check_d, l, p.label_rules(config.first_label), transform);
+            (rules, p.n_features, p.classes.len() as u32)
+        }
+    }
 }

@@ -14,8 +14,8 @@ use super::config::IngestConfig;
 use super::header::{check_row_count, check_row_total};
 use super::input::{absolute, InputLayout, OpenedInput, Route, RowStream};
 use super::labels::{self, LabelPlan};
-use super::measure::{fit_transform, FittedTransform};
-use super::parse::{LabelRules, RowRules};
+use super::measure::{fit_transform, pass_rules, FittedTransform};
+use super::parse::RowRules;
 use super::sink::{Encoder, SplitSink};
 use super::source::SourceInfo;
 use super::stream::{stream_rows, Parsed};
@@ -23,7 +23,6 @@ use super::validation::{ValidationSplit, CARVED_FROM};
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::chunks::CsrChunk;
 use crate::store::scaling::{write_scaling, StoredScaling, SCALING_FILE};
-use crate::transform::Transform;
 
 /// Skip reasons kept for the summary (the counts are always exact).
 const KEPT_SKIP_REASONS: usize = 20;
@@ -83,34 +82,6 @@ fn write_transform_file(
     };
     std::fs::create_dir_all(out)?;
     Ok(Some(write_scaling(&out.join(SCALING_FILE), &stored)?))
-}
-
-/// The parser's rules of a pass over the rows, with the dataset's D and L: ids checked
-/// against the declared sizes (or the scan's D), labels through the scan's class map when
-/// the ingest assigns them, values through `transform`.
-pub(super) fn pass_rules(
-    config: &IngestConfig,
-    plan: Option<&LabelPlan>,
-    d: u32,
-    l: u32,
-    transform: Transform,
-) -> (RowRules, u32, u32) {
-    match plan {
-        None => (
-            config.row_rules(d, l, LabelRules::default(), transform),
-            d,
-            l,
-        ),
-        Some(p) => {
-            let check_d = if config.layout.declares_sizes() {
-                d
-            } else {
-                p.n_features
-            };
-            let rules = config.row_rules(check_d, l, p.label_rules(config.first_label), transform);
-            (rules, p.n_features, p.classes.len() as u32)
-        }
-    }
 }
 
 /// Total size of the input files on disk (compressed, as the progress bar counts them).
