@@ -21,12 +21,12 @@ use crate::predict::PredictOptions;
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
-use crate::svd::SvdOptions;
+use crate::svd::{SvdOptions, DEFAULT_INDUCING, DEFAULT_RANK};
 use crate::synth::{Shape, SynthOptions};
 use crate::train::batches::MAX_EPOCHS;
 use crate::train::budget::DEFAULT_MIN_STEPS;
 use crate::train::early::EVALUATIONS_PER_BUDGET;
-use crate::train::{ElboOptions, TrainFlag, TrainOptions};
+use crate::train::{ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
     Retention, StopMetric, Task,
@@ -381,35 +381,59 @@ impl IngestArgs {
     }
 }
 
+/// The defaults of `pipeline svd`: the library's ([`SvdOptions::new`]).
+fn svd_default() -> SvdOptions {
+    SvdOptions::new("")
+}
+
+/// `svd --rank`'s help: the rule of its default, with the number of its constant.
+fn rank_help() -> String {
+    format!(
+        "R: number of singular vectors kept, at most min(N, D) of the training split. Default: \
+         min({DEFAULT_RANK}, N, D), printed and recorded with the run; at R = D the basis spans \
+         the whole input space, so inducing inputs in input space (train --inducing-inputs \
+         free) start at k-means centroids of the rows themselves"
+    )
+}
+
+/// `svd --inducing`'s help: the rule of its default, with the number of its constant.
+fn svd_inducing_help() -> String {
+    format!(
+        "M: number of inducing inputs initialised (rows of a_init.npy), k-means centroids of at \
+         most min(N, --kmeans-max-rows) rows, so at most that many. Default: \
+         min({DEFAULT_INDUCING}, N, --kmeans-max-rows), printed and recorded with the run"
+    )
+}
+
 /// Arguments of `pipeline svd`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SvdArgs {
     /// Dataset (as named at ingest) whose training split is factorised.
     #[arg(long)]
     pub dataset: String,
-    /// R: number of singular vectors kept.
-    #[arg(long)]
-    pub rank: usize,
+    // Its help is `rank_help`'s, which states the default rule from its constant.
+    #[arg(long, help = rank_help())]
+    pub rank: Option<usize>,
     /// p: extra random directions beyond R (accuracy of the last singular values).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = svd_default().oversample)]
     pub oversample: usize,
     /// q: power iterations (each is one more pass over the data).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = svd_default().power_iters)]
     pub power_iters: usize,
-    /// M: number of subspace inducing inputs initialised (rows of a_init.npy).
-    #[arg(long, default_value_t = 500)]
-    pub inducing: usize,
+    // Its help is `svd_inducing_help`'s, which states the default rule from its constant.
+    #[arg(long, help = svd_inducing_help())]
+    pub inducing: Option<usize>,
     /// How A is initialised.
-    #[arg(long, default_value_t = InitMethod::KmeansPlusPlus,
+    #[arg(long, default_value_t = svd_default().init,
           value_parser = one_of::<InitMethod>())]
     pub init: InitMethod,
     /// Lloyd iterations of the k-means initialisation.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = svd_default().kmeans_iters)]
     pub kmeans_iters: usize,
     /// Run k-means on a uniform sample of at most this many rows of K_XX̃.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = svd_default().kmeans_max_rows)]
     pub kmeans_max_rows: usize,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = svd_default().seed)]
     pub seed: u64,
     /// Worker threads (default: all cores).
     #[arg(long)]
@@ -431,6 +455,15 @@ impl SvdArgs {
             threads: self.threads,
         }
     }
+}
+
+/// `train --factors`'s help: the rule of its default, with the number of its constant.
+fn factors_help() -> String {
+    format!(
+        "P: latent GPs. Default: min({DEFAULT_FACTORS}, L) for the factor model (a P above L \
+         is kept when given, and noted), K with --latent independent; printed and recorded \
+         with the run"
+    )
 }
 
 /// Arguments of `pipeline train`: its flags, and which of them the command line (or the
@@ -545,12 +578,13 @@ pub struct TrainFlags {
     #[arg(long, value_name = "S")]
     pub class_samples: Option<usize>,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
-    /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows).
+    /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows, which
+    /// svd holds to N).
     #[arg(long)]
     pub inducing: Option<usize>,
-    /// P: latent GPs.
-    #[arg(long, default_value_t = train_default().factors)]
-    pub factors: usize,
+    // Its help is `factors_help`'s, which states the default rule from its constant.
+    #[arg(long, help = factors_help())]
+    pub factors: Option<usize>,
     /// B: rows per minibatch.
     #[arg(long, default_value_t = train_default().batch)]
     pub batch: usize,
@@ -1001,7 +1035,8 @@ Rerunning with the same files and options does nothing; other ones need --replac
     pub const SVD: &str = "\
 Examples:
   pipeline svd --dataset delicious --rank 250 --inducing 500
-  pipeline svd --dataset eurlex --rank 300 --inducing 1000 --power-iters 3 --seed 1";
+  pipeline svd --dataset eurlex --rank 300 --inducing 1000 --power-iters 3 --seed 1
+  pipeline svd --dataset banana     # R and M from the data: on D = 2, N = 400, R = 2, M = 400";
 
     pub const TRAIN: &str = "\
 Examples:

@@ -7,7 +7,7 @@
 //! ```toml
 //! [synth]      # optional: generate the input files first
 //! [ingest]     # required: name and input files (paths relative to the spec file)
-//! [svd]        # required
+//! [svd]        # optional: R and M from the data when absent (`pipeline svd`'s defaults)
 //! [train]      # required
 //! [predict]    # required
 //! [evaluate]   # optional; default options when absent
@@ -97,9 +97,13 @@ impl SpecStage {
         Self::ALL.into_iter().find(|s| s.name() == table)
     }
 
-    /// Whether a spec must hold its table (synth and evaluate are optional).
+    /// Whether a spec must hold its table (synth, svd and evaluate are optional: svd's
+    /// options all have defaults, its R and M decided from the data).
     fn required(self) -> bool {
-        !matches!(self, SpecStage::Synth | SpecStage::Evaluate)
+        !matches!(
+            self,
+            SpecStage::Synth | SpecStage::Svd | SpecStage::Evaluate
+        )
     }
 }
 
@@ -730,8 +734,22 @@ mod tests {
             .to_string();
         assert!(e.contains("[ingest] name 'a b' is not allowed"), "{e}");
         assert!(e.contains("[ingest] chunk_mb must be positive"), "{e}");
-        let e = spec(&MINIMAL.replace("[svd]\nrank = 4\n", "[svd]\n")).unwrap_err();
-        assert!(e.to_string().contains("[svd] missing key: rank"), "{e}");
+        let e = spec(&MINIMAL.replace("name = \"d\"\n", "")).unwrap_err();
+        assert!(e.to_string().contains("[ingest] missing key: name"), "{e}");
+        // svd's R and M come from the data when left out, and its table may be too.
+        spec(&MINIMAL.replace("[svd]\nrank = 4\n", "[svd]\n")).unwrap();
+        let s = spec(&MINIMAL.replace("[svd]\nrank = 4\n", "")).unwrap();
+        let Command::Svd(svd) = s
+            .command(SpecStage::Svd, &[("dataset", "d".into())])
+            .unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            svd.options(),
+            crate::svd::SvdOptions::new("d"),
+            "no [svd]: the defaults"
+        );
     }
 
     #[test]

@@ -32,19 +32,31 @@ use crate::store::workspace::Workspace;
 use kmeans::{InitMethod, KMeansConfig};
 use rsvd::{randomized_svd_on, ChunkFiles, RowSource, SvdConfig};
 
+/// R when `--rank` is not given, before [`SvdSizes::of`] holds it to min(N, D): the
+/// paper's Delicious setting (R = 250 of D = 500). The basis costs 4·N·R bytes of K_XX̃ on
+/// disk and 16·D·(R + oversample) bytes during the passes; at D ≤ 250 the clamp makes R = D,
+/// a full orthonormal basis, which loses nothing (`docs/svd.md`, "Sizes from the data").
+pub const DEFAULT_RANK: usize = 250;
+
+/// M when `--inducing` is not given, before [`SvdSizes::of`] holds it to the rows k-means
+/// sees: the paper's M; each GP's q(u) costs O(M³) a step with the full-Cholesky forms and
+/// O(M²B) with the paper's.
+pub const DEFAULT_INDUCING: usize = 500;
+
 /// What `pipeline svd` computes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SvdOptions {
     /// Dataset (as named at ingest) whose training split is factorised.
     pub dataset: String,
-    /// R: number of singular vectors kept.
-    pub rank: usize,
+    /// R: number of singular vectors kept (None: [`DEFAULT_RANK`] held to min(N, D)).
+    pub rank: Option<usize>,
     /// p: extra random directions beyond R (accuracy of the last singular values).
     pub oversample: usize,
     /// q: power iterations (each is one more pass over the data).
     pub power_iters: usize,
-    /// M: number of subspace inducing inputs initialised (rows of a_init.npy).
-    pub inducing: usize,
+    /// M: number of subspace inducing inputs initialised (rows of a_init.npy; None:
+    /// [`DEFAULT_INDUCING`] held to the rows k-means sees).
+    pub inducing: Option<usize>,
     /// How A is initialised.
     pub init: InitMethod,
     /// Lloyd iterations of the k-means initialisation.
@@ -57,14 +69,14 @@ pub struct SvdOptions {
 }
 
 impl SvdOptions {
-    /// The command line's defaults for `dataset` at rank `rank`.
-    pub fn new(dataset: &str, rank: usize) -> Self {
+    /// The command line's defaults for `dataset`: R and M from the data.
+    pub fn new(dataset: &str) -> Self {
         SvdOptions {
             dataset: dataset.to_string(),
-            rank,
+            rank: None,
             oversample: 20,
             power_iters: 2,
-            inducing: 500,
+            inducing: None,
             init: InitMethod::KmeansPlusPlus,
             kmeans_iters: 10,
             kmeans_max_rows: 200_000,
@@ -76,8 +88,8 @@ impl SvdOptions {
     /// Checks the values no type rules out; `run` and `pipeline run`'s spec check call it.
     pub fn validate(&self) -> Result<(), InvalidOptions> {
         let mut c = InvalidOptions::new("");
-        c.check(self.rank >= 1, "rank", || "must be at least 1".into());
-        c.check(self.inducing >= 1, "inducing", || {
+        c.check(self.rank != Some(0), "rank", || "must be at least 1".into());
+        c.check(self.inducing != Some(0), "inducing", || {
             "must be at least 1".into()
         });
         c.check(self.kmeans_max_rows >= 1, "kmeans-max-rows", || {
@@ -87,31 +99,106 @@ impl SvdOptions {
     }
 }
 
-/// R and M against the training split `src` of dataset `name`, before anything is
-/// allocated for them: the basis is R orthonormal directions spanned by N rows of D
-/// features, so R ≤ min(N, D); k-means places the M inducing inputs at centroids of the
-/// rows it is given (N, or its sample of `--kmeans-max-rows`), and S rows have at most S
-/// distinct centroids — more would be copies, which make K_Z singular — so M ≤ S.
-fn check_sizes(opts: &SvdOptions, name: &str, src: &ChunkFiles) -> Result<()> {
-    let (n, d) = (src.n_rows, src.n_cols as u64);
-    let (rank, m) = (opts.rank as u64, opts.inducing as u64);
-    ensure!(
-        rank <= n.min(d),
-        "--rank {rank} exceeds min(N, D) = min({n}, {d}) of the training split of '{name}': \
-         the basis is R orthonormal directions of the span of its N rows in D features, which \
-         has dimension at most min(N, D); give --rank ≤ {}",
-        n.min(d)
-    );
-    let rows = n.min(opts.kmeans_max_rows as u64);
-    ensure!(
-        m <= rows,
-        "--inducing {m}: the M inducing inputs are k-means centroids of {rows} rows (the \
-         N = {n} training rows of '{name}', at most --kmeans-max-rows {}), and {rows} rows \
-         have at most {rows} distinct centroids (copies would make K_Z singular); give \
-         --inducing ≤ {rows}",
-        opts.kmeans_max_rows
-    );
-    Ok(())
+/// The R and M an svd run computes, decided from the options and the training split's N
+/// rows and D features before anything is allocated for them; the run's parameters record
+/// these, so a run whose sizes came from the data is the same run as one given them.
+///
+/// The basis is R orthonormal directions spanned by N rows of D features, so R ≤ min(N, D);
+/// k-means places the M inducing inputs at centroids of the S rows it is given (N, or its
+/// sample of `--kmeans-max-rows`), and S rows have at most S distinct centroids — more would
+/// be copies, which make K_Z singular — so M ≤ S. A value left out is its default held to
+/// that bound; a value given above it is refused, naming the bound (it asks for something
+/// the data cannot give, and a silent change would make the run another one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SvdSizes {
+    /// R.
+    pub rank: usize,
+    /// M.
+    pub inducing: usize,
+    /// N, D and S as the sizes were decided from them (for the printed note).
+    n_rows: u64,
+    n_cols: u64,
+    kmeans_rows: u64,
+    /// Whether R and M were given.
+    rank_given: bool,
+    inducing_given: bool,
+}
+
+impl SvdSizes {
+    /// The sizes of an svd of a training split of `n_rows` × `n_cols` (dataset `name`).
+    pub fn of(opts: &SvdOptions, name: &str, n_rows: u64, n_cols: u64) -> Result<Self> {
+        let (n, d) = (n_rows, n_cols);
+        ensure!(
+            n >= 1 && d >= 1,
+            "the training split of '{name}' has N = {n} rows and D = {d} features: an svd \
+             needs at least one of each"
+        );
+        let rank = match opts.rank {
+            Some(rank) => {
+                let r = rank as u64;
+                ensure!(
+                    r <= n.min(d),
+                    "--rank {r} exceeds min(N, D) = min({n}, {d}) of the training split of \
+                     '{name}': the basis is R orthonormal directions of the span of its N rows \
+                     in D features, which has dimension at most min(N, D); give --rank ≤ {}, \
+                     or leave --rank out (then R = min({DEFAULT_RANK}, N, D))",
+                    n.min(d)
+                );
+                rank
+            }
+            None => (DEFAULT_RANK as u64).min(n).min(d) as usize,
+        };
+        let rows = n.min(opts.kmeans_max_rows as u64);
+        let inducing = match opts.inducing {
+            Some(m) => {
+                ensure!(
+                    m as u64 <= rows,
+                    "--inducing {m}: the M inducing inputs are k-means centroids of {rows} rows \
+                     (the N = {n} training rows of '{name}', at most --kmeans-max-rows {}), and \
+                     {rows} rows have at most {rows} distinct centroids (copies would make K_Z \
+                     singular); give --inducing ≤ {rows}, or leave --inducing out (then M = \
+                     min({DEFAULT_INDUCING}, {rows}))",
+                    opts.kmeans_max_rows
+                );
+                m
+            }
+            None => (DEFAULT_INDUCING as u64).min(rows) as usize,
+        };
+        Ok(SvdSizes {
+            rank,
+            inducing,
+            n_rows: n,
+            n_cols: d,
+            kmeans_rows: rows,
+            rank_given: opts.rank.is_some(),
+            inducing_given: opts.inducing.is_some(),
+        })
+    }
+
+    /// The sizes and where they came from, as the stage prints them:
+    /// `R = 2 (--rank left out: min(250, N = 400, D = 2)), M = 400 (...)`.
+    pub fn describe(&self) -> String {
+        let (n, d, s) = (self.n_rows, self.n_cols, self.kmeans_rows);
+        let rank = match self.rank_given {
+            true => "--rank".to_string(),
+            false => format!("--rank left out: min({DEFAULT_RANK}, N = {n}, D = {d})"),
+        };
+        let full = match self.rank as u64 == d {
+            true => "; R = D: a full orthonormal basis of the input space",
+            false => "",
+        };
+        let inducing = match (self.inducing_given, s < n) {
+            (true, _) => "--inducing".to_string(),
+            (false, false) => format!("--inducing left out: min({DEFAULT_INDUCING}, N = {n})"),
+            (false, true) => format!(
+                "--inducing left out: min({DEFAULT_INDUCING}, the {s} rows k-means samples)"
+            ),
+        };
+        format!(
+            "R = {} ({rank}{full}), M = {} ({inducing})",
+            self.rank, self.inducing
+        )
+    }
 }
 
 /// What the svd stage holds in memory, in bytes, estimated before anything is allocated
@@ -127,8 +214,8 @@ pub struct SvdMemory {
 }
 
 impl SvdMemory {
-    pub fn of(opts: &SvdOptions, src: &ChunkFiles) -> Self {
-        let (d, r, m) = (src.n_cols as u64, opts.rank as u64, opts.inducing as u64);
+    pub fn of(opts: &SvdOptions, sizes: &SvdSizes, src: &ChunkFiles) -> Self {
+        let (d, r, m) = (src.n_cols as u64, sizes.rank as u64, sizes.inducing as u64);
         let k = r.saturating_add(opts.oversample as u64).min(d);
         let mul = |a: u64, b: u64| a.saturating_mul(b);
         let seed_rows = match opts.init {
@@ -228,13 +315,19 @@ pub fn run_on(
 ) -> Result<Outcome<Option<SvdOutput>>> {
     opts.validate()?;
     let dataset = ws.dataset_named(&opts.dataset)?;
+    let src = train_chunk_files(ws, &dataset)?;
+    let sizes = SvdSizes::of(opts, &dataset.name, src.n_rows, src.n_cols as u64)?;
+    if comm.is_root() {
+        eprintln!("svd of '{}': {}", dataset.name, sizes.describe());
+    }
+    // The sizes as decided: a run whose R or M came from the data is the run given them.
     let params = json!({
         "dataset": dataset.name,
         "dataset_checksum": dataset.checksum,
-        "rank": opts.rank,
+        "rank": sizes.rank,
         "oversample": opts.oversample,
         "power_iters": opts.power_iters,
-        "inducing": opts.inducing,
+        "inducing": sizes.inducing,
         "init": format!("{:?}", opts.init),
         "kmeans_iters": opts.kmeans_iters,
         "kmeans_max_rows": opts.kmeans_max_rows,
@@ -261,11 +354,9 @@ pub fn run_on(
         })
     };
     let pool = thread_pool(threads_or_all(opts.threads))?;
-    let src = train_chunk_files(ws, &dataset)?;
-    check_sizes(opts, &dataset.name, &src)?;
     // Before the run is recorded; a finished run is reused whatever memory there is now.
     if !matches!(lookup(ws, StageKind::Svd, &params)?, Lookup::Done(_)) {
-        SvdMemory::of(opts, &src).check(available_memory_bytes()?)?;
+        SvdMemory::of(opts, &sizes, &src).check(available_memory_bytes()?)?;
     }
     memoised_on(
         ws,
@@ -274,7 +365,7 @@ pub fn run_on(
         &params,
         Some(&pool),
         cached,
-        |scratch| compute(&src, comm, &dataset, opts, scratch),
+        |scratch| compute(&src, comm, &dataset, (opts, &sizes), scratch),
         |published, computed: Computed| {
             let artifacts: Vec<ArtifactRow> = computed
                 .artifacts
@@ -322,7 +413,7 @@ fn compute(
     all: &ChunkFiles,
     comm: &dyn Comm,
     dataset: &DatasetRow,
-    args: &SvdOptions,
+    (args, sizes): (&SvdOptions, &SvdSizes),
     tmp: &Path,
 ) -> Result<Staged<Computed>> {
     let out = tmp.join("svd");
@@ -332,7 +423,7 @@ fn compute(
         // Refused before the passes over the data, not after them with a half-written K_XX̃.
         ensure_free(
             &out,
-            output_bytes(all.n_rows, all.n_cols, args.rank),
+            output_bytes(all.n_rows, all.n_cols, sizes.rank),
             "writing kxx.npy, basis.npy and sq_norms.npy",
         )?;
     }
@@ -345,7 +436,7 @@ fn compute(
     };
     let started = Instant::now();
     let cfg = SvdConfig {
-        rank: args.rank,
+        rank: sizes.rank,
         oversample: args.oversample,
         power_iters: args.power_iters,
         seed: args.seed,
@@ -358,7 +449,7 @@ fn compute(
     let svd = randomized_svd_on(src, comm, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
     pb.finish_and_clear();
     memtrace::mark("svd basis computed");
-    let (d, r) = (src.n_cols, args.rank);
+    let (d, r) = (src.n_cols, sizes.rank);
     let basis_t = Array2::from_shape_fn((d, r), |(j, k)| svd.basis_t[(j, k)] as f32);
     let svd = rsvd::SvdResult {
         basis_t: faer::Mat::new(),
@@ -406,7 +497,7 @@ fn compute(
         map.view2::<f32>()?,
         comm,
         &KMeansConfig {
-            k: args.inducing,
+            k: sizes.inducing,
             iters: args.kmeans_iters,
             seed: args.seed,
             init: args.init,
@@ -416,7 +507,7 @@ fn compute(
     )?;
     memtrace::mark("svd k-means");
     match km {
-        Some(km) => finish_on_root(dataset, args, &out, computed, started, km),
+        Some(km) => finish_on_root(dataset, (args, sizes), &out, computed, started, km),
         // Rank 0 alone writes A and publishes: nothing more to do here.
         None => Ok(Staged {
             dir: "svd",
@@ -449,7 +540,7 @@ fn shared_path(comm: &dyn Comm, path: &Path) -> Result<PathBuf> {
 /// the summary.
 fn finish_on_root(
     dataset: &DatasetRow,
-    args: &SvdOptions,
+    (args, sizes): (&SvdOptions, &SvdSizes),
     out: &Path,
     mut computed: Computed,
     started: Instant,
@@ -458,12 +549,12 @@ fn finish_on_root(
     computed.artifacts.push((
         ArtifactKind::AInit,
         "a_init.npy",
-        args.inducing as u64,
+        sizes.inducing as u64,
         write_array(&out.join("a_init.npy"), &km.centroids)?,
     ));
     print_summary(
         dataset,
-        args,
+        (args, sizes),
         &computed.singular_values,
         &computed.pass_seconds,
         started.elapsed().as_secs_f64(),
@@ -471,7 +562,7 @@ fn finish_on_root(
     );
     Ok(Staged {
         dir: "svd",
-        name: format!("{}-r{}", dataset.name, args.rank),
+        name: format!("{}-r{}", dataset.name, sizes.rank),
         value: computed,
     })
 }
@@ -616,7 +707,7 @@ fn write_projected_block(
 
 fn print_summary(
     d: &DatasetRow,
-    args: &SvdOptions,
+    (args, sizes): (&SvdOptions, &SvdSizes),
     sv: &[f64],
     passes: &[f64],
     total: f64,
@@ -626,7 +717,7 @@ fn print_summary(
     eprintln!(
         "svd of '{}': R = {}, p = {}, q = {}; σ_1..5 = {}; σ_R = {:.4}",
         d.name,
-        args.rank,
+        sizes.rank,
         args.oversample,
         args.power_iters,
         head.join(", "),
@@ -640,7 +731,7 @@ fn print_summary(
     if let (Some(first), Some(last)) = (objective.first(), objective.last()) {
         eprintln!(
             "k-means (M = {}): objective {first:.4e} → {last:.4e} in {} iterations",
-            args.inducing,
+            sizes.inducing,
             objective.len() - 1
         );
     }
@@ -662,32 +753,81 @@ mod tests {
     fn a_huge_d_is_refused_before_the_sketch_is_allocated() {
         // D = 4·10⁹ from a LIBSVM file, R = 2, p = 20: the Gaussian sketch alone was the
         // 704 GB allocation that panicked; Q and B together are twice that.
-        let opts = SvdOptions::new("big", 2);
-        let need = SvdMemory::of(&opts, &split(1000, 4_000_000_000));
+        let opts = SvdOptions {
+            rank: Some(2),
+            inducing: Some(500),
+            ..SvdOptions::new("big")
+        };
+        let src = split(1000, 4_000_000_000);
+        let sizes = SvdSizes::of(&opts, "big", src.n_rows, src.n_cols as u64).unwrap();
+        let need = SvdMemory::of(&opts, &sizes, &src);
         assert_eq!(need.passes, 16 * 4_000_000_000 * 22);
         assert!(need.total() >= need.passes);
         let err = need.check(Some(24 << 30)).unwrap_err().to_string();
         assert!(err.starts_with("svd needs about 1.3 TiB"), "{err}");
         assert!(err.contains("this machine has 24.0 GiB available"), "{err}");
         need.check(None).unwrap();
-        check_sizes(&opts, "big", &split(1000, 4_000_000_000)).unwrap();
     }
 
     #[test]
-    fn rank_and_inducing_are_held_to_the_data() {
-        let mut opts = SvdOptions::new("toy", 60);
-        opts.inducing = 900;
-        check_sizes(&opts, "toy", &split(900, 60)).unwrap();
-        opts.rank = 61;
-        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
-        assert!(err.to_string().contains("give --rank ≤ 60"), "{err}");
-        opts.rank = 8;
-        opts.inducing = 901;
-        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
-        assert!(err.to_string().contains("give --inducing ≤ 900"), "{err}");
-        opts.inducing = 200;
+    fn rank_and_inducing_given_are_held_to_the_data() {
+        let sizes = |opts: &SvdOptions| SvdSizes::of(opts, "toy", 900, 60);
+        let mut opts = SvdOptions {
+            rank: Some(60),
+            inducing: Some(900),
+            ..SvdOptions::new("toy")
+        };
+        let ok = sizes(&opts).unwrap();
+        assert_eq!((ok.rank, ok.inducing), (60, 900));
+        opts.rank = Some(61);
+        let err = sizes(&opts).unwrap_err().to_string();
+        assert!(err.contains("give --rank ≤ 60"), "{err}");
+        assert!(
+            err.contains("leave --rank out (then R = min(250, N, D))"),
+            "{err}"
+        );
+        opts.rank = Some(8);
+        opts.inducing = Some(901);
+        let err = sizes(&opts).unwrap_err().to_string();
+        assert!(err.contains("give --inducing ≤ 900"), "{err}");
+        opts.inducing = Some(200);
         opts.kmeans_max_rows = 100;
-        let err = check_sizes(&opts, "toy", &split(900, 60)).unwrap_err();
-        assert!(err.to_string().contains("give --inducing ≤ 100"), "{err}");
+        let err = sizes(&opts).unwrap_err().to_string();
+        assert!(err.contains("give --inducing ≤ 100"), "{err}");
+        assert!(err.contains("(then M = min(500, 100))"), "{err}");
+    }
+
+    #[test]
+    fn rank_and_inducing_left_out_are_their_defaults_held_to_the_data() {
+        let of = |n: u64, d: u64, max_rows: usize| {
+            let opts = SvdOptions {
+                kmeans_max_rows: max_rows,
+                ..SvdOptions::new("d")
+            };
+            let s = SvdSizes::of(&opts, "d", n, d).unwrap();
+            (s.rank, s.inducing, s.describe())
+        };
+        // Delicious: N = 12 920, D = 500: neither bound binds.
+        let (r, m, note) = of(12_920, 500, 200_000);
+        assert_eq!((r, m), (DEFAULT_RANK, DEFAULT_INDUCING));
+        assert_eq!(
+            note,
+            "R = 250 (--rank left out: min(250, N = 12920, D = 500)), \
+             M = 500 (--inducing left out: min(500, N = 12920))"
+        );
+        // Banana: D = 2 and N = 400 below both defaults.
+        let (r, m, note) = of(400, 2, 200_000);
+        assert_eq!((r, m), (2, 400));
+        assert!(note.contains("R = D: a full orthonormal basis"), "{note}");
+        // Fewer rows than features: R = N; k-means's sample bounds M.
+        assert_eq!(of(40, 1000, 200_000).0, 40);
+        let (_, m, note) = of(900, 60, 300);
+        assert_eq!(m, 300);
+        assert!(
+            note.contains("min(500, the 300 rows k-means samples)"),
+            "{note}"
+        );
+        let empty = SvdSizes::of(&SvdOptions::new("e"), "e", 0, 5).unwrap_err();
+        assert!(empty.to_string().contains("N = 0 rows"), "{empty}");
     }
 }

@@ -33,6 +33,6 @@ mod setup;
 mod steps;
 
 pub use exact::{elbo, ElboOptions};
-pub use options::{TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
+pub use options::{TrainFlag, TrainOptions, DEFAULT_FACTORS, DEFAULT_LR_DECAY};
 pub use session::{run, run_on};
 pub use steps::TrainSummary;

@@ -23,6 +23,12 @@ use crate::trained::{
 /// `--lr-decay`'s default γ: each decay divides η by 10.
 pub const DEFAULT_LR_DECAY: f64 = 0.1;
 
+/// P of the factor model when `--factors` is not given, before it is held to the L labels:
+/// the paper's P = 30 (Delicious, L = 983). Each GP costs its own M×M work a step, while
+/// with the GPs' shared kernel the prior of f = Φg + b is reached in full at P = L (Φ Φᵀ
+/// of rank ≤ L is any coregionalisation of L outputs), so the default stops at L.
+pub const DEFAULT_FACTORS: usize = 30;
+
 /// Epoch counts as the command line writes them: `40,50`.
 pub(super) fn join_epochs(at: &[u64]) -> String {
     at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
@@ -102,8 +108,9 @@ pub struct TrainOptions {
     pub kernel: KernelChoice,
     /// M (None: every row of the svd run's a_init.npy).
     pub inducing: Option<usize>,
-    /// P: latent GPs.
-    pub factors: usize,
+    /// P: latent GPs (None: min([`DEFAULT_FACTORS`], L) for the factor model, L with
+    /// `--latent independent`).
+    pub factors: Option<usize>,
     /// B: rows per minibatch.
     pub batch: usize,
     /// The budget in epochs (when `steps` is None). Left at its default (not in `given`),
@@ -198,7 +205,7 @@ impl Default for TrainOptions {
             svd: None,
             kernel: KernelChoice::Linear,
             inducing: None,
-            factors: 30,
+            factors: None,
             batch: 500,
             epochs: 10,
             steps: None,
@@ -246,7 +253,8 @@ impl Default for TrainOptions {
 
 impl TrainOptions {
     /// The configuration of a new run: the dataset's current ingest, its newest svd run
-    /// unless one is named, and M from that run's `a_init.npy` unless given.
+    /// unless one is named, M from that run's `a_init.npy` and P from the labels unless
+    /// given. Prints the sizes it decided and where each came from ([`Sizes`]).
     pub fn config(&self, ws: &Workspace) -> Result<TrainConfig> {
         let name = self.dataset.as_deref().context("--dataset is required")?;
         let dataset = ws.dataset_named(name)?;
@@ -256,13 +264,15 @@ impl TrainOptions {
         };
         let a_init = SvdFiles::of_run(ws, svd_run)?.a_init;
         let (a_rows, rank) = NpyMap::open_registered(&a_init)?.view2::<f32>()?.dim();
+        let n_labels = dataset.n_labels as usize;
+        let factors = self.latent_functions(n_labels)?;
         let mut config = TrainConfig {
             dataset: dataset.name.clone(),
             dataset_checksum: dataset.checksum.clone(),
             svd_run,
             kernel: self.kernel,
             inducing: self.inducing.unwrap_or(a_rows),
-            factors: self.latent_functions(dataset.n_labels as usize)?,
+            factors,
             batch: self.batch,
             epochs: self.epochs,
             lr: self.lr,
@@ -306,23 +316,37 @@ impl TrainOptions {
         let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
         check_inducing_count(&config, (svd_run, a_rows), train_rows)?;
         check_q_form(&config, rank)?;
+        let sizes = Sizes {
+            options: self,
+            svd_run,
+            rank,
+            n_labels,
+            n_features: dataset.n_features,
+        };
+        eprintln!("train on '{}': {}", dataset.name, sizes.describe(&config));
         Ok(config)
     }
 
-    /// P, the number of latent GPs: `--factors`, or with `--latent independent` the K labels
-    /// (`--factors` may then only be left out or equal K).
+    /// P, the number of latent GPs: `--factors`, else min([`DEFAULT_FACTORS`], L) for the
+    /// factor model; with `--latent independent` the K labels (`--factors` may then only be
+    /// left out or equal K). A `--factors` above L is the user's choice and is kept: the
+    /// model is well defined (its q(u) family grows with P), and it costs P GPs' work, which
+    /// the memory estimate checks; [`Sizes::describe`] says so.
     fn latent_functions(&self, n_labels: usize) -> Result<usize> {
-        if self.latent == LatentChoice::Factor {
-            return Ok(self.factors);
+        match (self.latent, self.factors) {
+            (LatentChoice::Factor, Some(p)) => Ok(p),
+            (LatentChoice::Factor, None) => Ok(DEFAULT_FACTORS.min(n_labels).max(1)),
+            (LatentChoice::Independent, p) => {
+                ensure!(
+                    p.is_none_or(|p| p == n_labels),
+                    "--factors {} with --latent independent: that is one GP per label, P = K = \
+                     {n_labels} for this dataset; leave --factors out (or give {n_labels}), or \
+                     use --latent factor",
+                    p.unwrap_or(0)
+                );
+                Ok(n_labels)
+            }
         }
-        ensure!(
-            !self.given.contains(&TrainFlag::Factors) || self.factors == n_labels,
-            "--factors {} with --latent independent: that is one GP per label, P = K = \
-             {n_labels} for this dataset; leave --factors out (or give {n_labels}), or use \
-             --latent factor",
-            self.factors
-        );
-        Ok(n_labels)
     }
 
     /// `--early-stopping` as the configuration stores it: the metric (the task's unless
@@ -429,7 +453,7 @@ impl TrainOptions {
         let mut c = InvalidOptions::new("");
         let at_least_1 = || "must be at least 1".to_string();
         c.check(self.inducing != Some(0), "inducing", at_least_1);
-        c.check(self.factors >= 1, "factors", at_least_1);
+        c.check(self.factors != Some(0), "factors", at_least_1);
         c.check(self.batch >= 1, "batch", at_least_1);
         c.check(self.epochs <= MAX_EPOCHS, "epochs", || {
             epochs_problem(self.epochs)
@@ -710,6 +734,64 @@ impl TrainOptions {
                 )
             },
         );
+    }
+}
+
+/// What decided a new run's M, P and R, for the line `pipeline train` prints before it
+/// starts (the values themselves are recorded in its configuration, which `status` shows).
+struct Sizes<'a> {
+    options: &'a TrainOptions,
+    svd_run: i64,
+    /// The svd run's R (the columns of its `a_init.npy`).
+    rank: usize,
+    n_labels: usize,
+    n_features: u64,
+}
+
+impl Sizes<'_> {
+    /// `M = 16 (a_init.npy of svd run 2), P = 6 (--factors left out: min(30, L = 6)), R = 8
+    /// (svd run 2)`, with a note when a given value exceeds what the data holds.
+    fn describe(&self, config: &TrainConfig) -> String {
+        let o = self.options;
+        let (svd, l) = (self.svd_run, self.n_labels);
+        let m = match (o.inducing, config.inducing_inputs) {
+            (Some(_), _) => "--inducing".to_string(),
+            (None, InducingInputs::FixedRows) => format!(
+                "--inducing left out: the rows of svd run {svd}'s a_init.npy; fixed-rows draws \
+                 that many training rows"
+            ),
+            (None, _) => format!("--inducing left out: the k-means centroids of svd run {svd}"),
+        };
+        let p = match (config.latent, o.factors) {
+            (LatentChoice::Independent, _) => format!("--latent independent: P = K = {l}"),
+            (LatentChoice::Factor, Some(p)) if p > l => format!(
+                "--factors, above L = {l}: the prior of f = Φg + b is whole at P = L, the GPs \
+                 beyond it add their M×M work a step"
+            ),
+            (LatentChoice::Factor, Some(_)) => "--factors".to_string(),
+            (LatentChoice::Factor, None) => {
+                format!("--factors left out: min({DEFAULT_FACTORS}, L = {l})")
+            }
+        };
+        let r = match config.inducing_inputs.in_features() {
+            true => format!(
+                "R = D = {} (inducing inputs in input space; their start from svd run {svd}, \
+                 R = {})",
+                self.n_features, self.rank
+            ),
+            false => format!("R = {} (svd run {svd})", self.rank),
+        };
+        let negatives = match config.negatives {
+            Negatives::Sample(s) if s >= l => format!(
+                "; --negatives {s} ≥ L = {l} takes every negative label of every row, the \
+                 bound of --negatives all computed term by term"
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "M = {} ({m}), P = {} ({p}), {r}{negatives}",
+            config.inducing, config.factors
+        )
     }
 }
 

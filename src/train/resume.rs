@@ -100,7 +100,12 @@ impl TrainFlag {
                     or_none(o.inducing.map(|m| m.to_string())),
                 )
             }),
-            F::Factors => Fixed(|c, o| (c.factors.to_string(), o.factors.to_string())),
+            F::Factors => Fixed(|c, o| {
+                (
+                    c.factors.to_string(),
+                    or_none(o.factors.map(|p| p.to_string())),
+                )
+            }),
             F::Batch => Fixed(|c, o| (c.batch.to_string(), o.batch.to_string())),
             F::Lr => Fixed(|c, o| (c.lr.to_string(), o.lr.to_string())),
             F::LrDecayAt => Fixed(|c, o| {

@@ -11,6 +11,7 @@ mod binary_task;
 mod class_map_train;
 mod classification_metrics;
 mod concurrent_runs;
+mod data_sizes;
 mod decision_boundary;
 mod disk_full;
 mod early_stopping;
