@@ -321,7 +321,9 @@ impl FeatureStats {
     /// Share of the (row, feature) cells that are non-zero, over the features that occur in
     /// the training rows at all (a feature no training row has says nothing of density).
     pub fn density(&self) -> f64 {
-        let present = self.present().len() as f64;
+        let present = (self.indexed.iter().chain(self.mapped.values()))
+            .filter(|m| m.count > 0)
+            .count() as f64;
         if present == 0.0 || self.rows == 0 {
             return 0.0;
         }

@@ -18,7 +18,7 @@
 //! a step count from the probe's measured step time with a safety factor, so each run is a
 //! fixed, reproducible number of steps.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -27,6 +27,7 @@ use clap::Parser;
 
 use super::args::{Cli, Command, FitArgs, RunArgs};
 use super::spec::{self, Spec};
+use crate::ingest::source::LineSource;
 use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::Figure;
 use crate::store::catalog::{LabelKind, Split};
@@ -65,11 +66,6 @@ pub struct Sizes {
     pub n: u64,
     pub d: u64,
     pub l: u64,
-}
-
-/// The task a dataset's labels ask for.
-fn task_of(kind: LabelKind) -> &'static str {
-    kind.as_str()
 }
 
 /// The candidate list of the rule (`docs/fit.md`), by task and sizes.
@@ -164,22 +160,14 @@ pub fn planned_steps(seconds: f64, step_seconds: f64, cap: u64) -> u64 {
 }
 
 /// The layout of a training file: `xc` when its first line is an XML-repository header
-/// (`N D L`, three integers), else `libsvm`.
+/// (`N D L`, three integers), else `libsvm`. Read through ingest's own [`LineSource`]:
+/// compression by magic bytes, special files refused, the line's length capped.
 pub fn sniff_format(path: &Path) -> Result<&'static str> {
-    let file = std::fs::File::open(path).with_context(|| {
-        format!(
-            "{}: cannot open, expected a readable training file",
-            path.display()
-        )
-    })?;
-    let reader: Box<dyn std::io::Read> = match path.extension().and_then(|e| e.to_str()) {
-        Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(file)),
-        Some("zst") => Box::new(zstd::stream::read::Decoder::new(file)?),
-        _ => Box::new(file),
-    };
-    let mut first = String::new();
-    std::io::BufReader::new(reader).read_line(&mut first)?;
-    let tokens: Vec<&str> = first.split_whitespace().collect();
+    let mut source = LineSource::open(path)?;
+    let mut first = Vec::new();
+    source.read_line(&mut first)?;
+    let text = String::from_utf8_lossy(&first);
+    let tokens: Vec<&str> = text.split_whitespace().collect();
     let header = tokens.len() == 3 && tokens.iter().all(|t| t.parse::<u64>().is_ok());
     Ok(if header { "xc" } else { "libsvm" })
 }
@@ -289,6 +277,18 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| default_name(&args.train));
     let select = format!("{name}-select");
+    let spec_path = args
+        .spec_out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
+    // A file no catalog vouches for is never overwritten: refused before anything runs.
+    if spec_path.exists() {
+        bail!(
+            "{}: already exists; fit writes the spec of its final model there and does not \
+             overwrite a file: remove it, or pass --spec-out PATH or --name NAME",
+            spec_path.display()
+        );
+    }
 
     eprintln!(
         "== fit: ingest {} as '{select}' (with a validation split)",
@@ -318,7 +318,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
     let share = left * SELECTION_SHARE / list.len() as f64;
     eprintln!(
         "== fit: task {}, N = {}, D = {}, L = {}; {} candidates, {:.0} s each (budget {:.0} s, {:.0} s left)",
-        task_of(kind),
+        kind.as_str(),
         sizes.n,
         sizes.d,
         sizes.l,
@@ -339,10 +339,6 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         "== fit: chosen {} ({} steps); training it on every training row",
         chosen.candidate.name, chosen.steps
     );
-    let spec_path = args
-        .spec_out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
     write_spec(&spec_path, args, &name, &format, kind, chosen)?;
     let spec = Spec::read(&spec_path)?;
     spec::run(
@@ -413,7 +409,7 @@ fn score(
     let mut train_opts = vec![
         ("dataset", dataset.to_string()),
         ("svd", svd_run.to_string()),
-        ("task", task_of(kind).to_string()),
+        ("task", kind.as_str().to_string()),
     ];
     train_opts.extend(c.train.iter().cloned());
     train_opts.extend(common_train(seed));
@@ -445,7 +441,7 @@ fn score(
     let file = crate::predict::run(ws, &p.options())?.value.path;
     let evaluate = [
         ("predictions", file.clone()),
-        ("task", task_of(kind).to_string()),
+        ("task", kind.as_str().to_string()),
     ];
     let Command::Evaluate(e) = command(argv("evaluate", &evaluate))? else {
         unreachable!()
@@ -535,7 +531,7 @@ fn write_spec(
     let mut svd = vec![("seed", args.seed.to_string())];
     svd.extend(chosen.candidate.svd.iter().cloned());
     text += &table("svd", &svd);
-    let mut train = vec![("task", task_of(kind).to_string())];
+    let mut train = vec![("task", kind.as_str().to_string())];
     train.extend(chosen.candidate.train.iter().cloned());
     train.extend(common_train(args.seed));
     train.push(("steps", chosen.steps.to_string()));
@@ -546,14 +542,11 @@ fn write_spec(
         Split::Train
     };
     text += &table("predict", &predict_options(kind, split));
-    text += &table("evaluate", &[("task", task_of(kind).to_string())]);
-    let mut f = std::fs::File::create(path)
+    text += &table("evaluate", &[("task", kind.as_str().to_string())]);
+    let mut f = std::fs::File::create_new(path)
         .with_context(|| format!("{}: cannot write the spec", path.display()))?;
-    f.write_all(text.as_bytes())?;
-    if !path.exists() {
-        bail!("{}: the spec was not written", path.display());
-    }
-    Ok(())
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("{}: cannot write the spec", path.display()))
 }
 
 #[cfg(test)]

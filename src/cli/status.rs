@@ -40,11 +40,9 @@ fn human_bytes(b: u64) -> String {
 
 /// The dataset's feature transform and, when `auto` chose it, why.
 fn transform_line(d: &DatasetRow) -> String {
-    let asked = d.params.get("normalization").and_then(|v| v.as_str());
-    match (&d.transform_reason, asked) {
-        (Some(reason), _) => format!("transform {} (auto: {reason})", d.normalization),
-        (None, Some("auto")) => format!("transform {} (auto)", d.normalization),
-        (None, _) => format!("transform {} (asked for)", d.normalization),
+    match &d.transform_reason {
+        Some(reason) => format!("transform {} (auto: {reason})", d.normalization),
+        None => format!("transform {} (asked for)", d.normalization),
     }
 }
 

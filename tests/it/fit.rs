@@ -84,4 +84,26 @@ fn fit_refuses_a_missing_file_and_a_bad_budget() {
         "{}",
         stderr(&out)
     );
+    // An existing file where the spec would go is neither overwritten nor is anything run.
+    let train = dir.path().join("toy.svm");
+    std::fs::write(&train, points(0..40)).unwrap();
+    let spec = dir.path().join("mine.toml");
+    std::fs::write(&spec, "# the user's own file\n").unwrap();
+    let out = pipeline(
+        &ws,
+        &[
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--spec-out",
+            spec.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(&spec).unwrap(),
+        "# the user's own file\n"
+    );
+    assert!(dataset_names(&ws).is_empty(), "nothing ingested");
 }
