@@ -4,10 +4,14 @@
 //!
 //! 1. **Selection data.** The training file is ingested with `--transform auto` and a
 //!    validation carve (`<name>-select`); the task is the dataset's label kind unless given.
-//! 2. **Candidates.** A short list from the family, fixed by the task and the data's sizes
-//!    ([`candidates`]). Each gets an equal share of the selection time: a probe of
-//!    [`PROBE_STEPS`] steps measures its step time, then the run is resumed to the steps
-//!    its share affords (capped, [`step_cap`]); it is scored on the validation split.
+//! 2. **Candidates.** A short list from the family in order of preference, fixed by the
+//!    task, the data's sizes and whether its rows are dense ([`candidates`]). Each gets an
+//!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps measures its
+//!    step time, then a run of the steps its share affords (capped, [`step_cap`]) is scored
+//!    on the validation split. The first probe also decides how many candidates the budget
+//!    affords ([`affordable`]): the list is cut from its end until each share buys
+//!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
+//!    instead of many barely.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
@@ -36,9 +40,16 @@ use crate::store::workspace::Workspace;
 /// Steps of the probe that measures a candidate's step time (then resumed from).
 pub const PROBE_STEPS: u64 = 50;
 
-/// Share of the time left after the selection ingest that the candidates get; the rest is
-/// for the final ingest, training, prediction and evaluation.
-const SELECTION_SHARE: f64 = 0.6;
+/// The final model's time in candidate shares: it trains the winner's steps again on every
+/// training row (a share's steps) after ingesting the whole file and a fresh svd, so with k
+/// candidates the selection gets k / (k + 1.3) of the time left after the selection ingest.
+const FINAL_SHARES: f64 = 1.3;
+
+/// A candidate's share must afford this many epochs (or the step cap) for the budget to
+/// afford the candidate; below it, later candidates in the list are dropped. Ten: on the
+/// data measured here the validation figures of every family member still moved by points
+/// within the first few epochs and by fractions of a point after ten (docs/fit.md).
+pub const MIN_EPOCHS: u64 = 10;
 
 /// Only this share of a candidate's time is planned as training steps: prediction,
 /// evaluation, svd and setup take the rest.
@@ -66,9 +77,13 @@ pub struct Sizes {
     pub n: u64,
     pub d: u64,
     pub l: u64,
+    /// Whether the stored rows are dense (at least half their entries non-zero, as after a
+    /// standardising transform): a stationary kernel comes first in the list then.
+    pub dense: bool,
 }
 
-/// The candidate list of the rule (`docs/fit.md`), by task and sizes.
+/// The candidate list of the rule (`docs/fit.md`), by task and sizes, most preferred first
+/// (the budget may afford only a prefix, [`affordable`]).
 pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
     let m = |want: u64| want.min(s.n).max(1);
     // svd's rank: the k-means start needs an svd run; the subspace uses R directions.
@@ -112,7 +127,7 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
         LabelKind::Multilabel => {
             let p = 30.min(s.l).max(1).to_string();
             let factor: &[(&'static str, &str)] = &[("factors", &p)];
-            let mut list = vec![
+            let linear = vec![
                 one(
                     "linear, subspace Z (the paper's)",
                     "linear",
@@ -121,10 +136,10 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                     factor,
                 ),
                 one("linear, free Z", "linear", "free", 500, factor),
-                one("SE, free Z", "se", "free", 200, factor),
             ];
+            let mut se = vec![one("SE, free Z", "se", "free", 200, factor)];
             if s.l <= 50 {
-                list.push(one(
+                se.push(one(
                     "SE, free Z, one GP per label",
                     "se",
                     "free",
@@ -132,15 +147,23 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                     &[("latent", "independent")],
                 ));
             }
-            list
+            // Sparse rows (bag-of-words counts): the paper's linear models first; dense
+            // rows (standardised measurements): the stationary kernel first.
+            match s.dense {
+                true => se.into_iter().chain(linear).collect(),
+                false => linear.into_iter().chain(se).collect(),
+            }
         }
     }
 }
 
+/// The minibatch size of every run.
+const BATCH: u64 = 500;
+
 /// Options every run shares (batch, learning rate, seed, no exact bound at the end).
 fn common_train(seed: u64) -> Vec<(&'static str, String)> {
     vec![
-        ("batch", "500".into()),
+        ("batch", BATCH.to_string()),
         ("lr", "0.01".into()),
         ("seed", seed.to_string()),
         ("no-final-elbo", String::new()),
@@ -150,6 +173,31 @@ fn common_train(seed: u64) -> Vec<(&'static str, String)> {
 /// The most steps a run may take: [`MAX_EPOCHS`] epochs, and at least [`MIN_CAP`].
 pub fn step_cap(n: u64, batch: u64) -> u64 {
     (MAX_EPOCHS * n.div_ceil(batch.max(1))).max(MIN_CAP)
+}
+
+/// Seconds of selection out of `left` when `k` candidates share it (the final model gets
+/// [`FINAL_SHARES`] shares' worth).
+pub fn selection_seconds(left: f64, k: usize) -> f64 {
+    left * k as f64 / (k as f64 + FINAL_SHARES)
+}
+
+/// How many candidates, of `listed`, the time `left` affords: the most whose equal shares
+/// each buy `needed` steps at `step_seconds` a step after `overhead` seconds of setup (the
+/// first candidate's svd and probe), at least one.
+pub fn affordable(
+    left: f64,
+    listed: usize,
+    overhead: f64,
+    step_seconds: f64,
+    needed: u64,
+) -> usize {
+    (1..=listed)
+        .rev()
+        .find(|&k| {
+            let share = selection_seconds(left, k) / k as f64;
+            planned_steps(share - overhead, step_seconds, u64::MAX) >= needed
+        })
+        .unwrap_or(1)
 }
 
 /// The steps `seconds` afford at `step_seconds` a step, planning only [`STEP_SHARE`] of
@@ -312,25 +360,60 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         n: train_rows,
         d: dataset.n_features,
         l: dataset.n_labels,
+        dense: dataset
+            .split(Split::Train)
+            .is_some_and(|s| 2 * s.nnz >= s.n_rows.saturating_mul(dataset.n_features).max(1)),
     };
-    let list = candidates(kind, sizes);
-    let left = (budget - started.elapsed().as_secs_f64()).max(0.0);
-    let share = left * SELECTION_SHARE / list.len() as f64;
+    let mut list = candidates(kind, sizes);
+    // The final model ingests the whole file again: that time, as this ingest measured it,
+    // is set aside before the selection's share is taken.
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    let left = (budget - 2.0 * ingest_seconds).max(0.0);
+    let cap = step_cap(sizes.n, BATCH);
+    // Ten epochs of steps, or the cap when that is fewer (small data).
+    let needed = (MIN_EPOCHS * sizes.n.div_ceil(BATCH)).min(cap);
     eprintln!(
-        "== fit: task {}, N = {}, D = {}, L = {}; {} candidates, {:.0} s each (budget {:.0} s, {:.0} s left)",
+        "== fit: task {}, N = {}, D = {}, L = {}, {} rows; {} candidates (budget {:.0} s, {:.0} s \
+         left after this ingest and the final one)",
         kind.as_str(),
         sizes.n,
         sizes.d,
         sizes.l,
+        if sizes.dense { "dense" } else { "sparse" },
         list.len(),
-        share,
         budget,
         left
     );
-    let cap = step_cap(sizes.n, 500);
+    let selection_started = Instant::now();
     let mut scored = Vec::new();
-    for c in list {
-        scored.push(score(ws, &select, kind, &c, args.seed, share, cap)?);
+    let mut i = 0;
+    while i < list.len() {
+        let probe = probe(ws, &select, kind, &list[i], args.seed)?;
+        if i == 0 {
+            let k = affordable(
+                left,
+                list.len(),
+                probe.seconds(),
+                probe.step_seconds,
+                needed,
+            );
+            if k < list.len() {
+                let dropped: Vec<&str> = list[k..].iter().map(|c| c.name.as_str()).collect();
+                eprintln!(
+                    "== fit: at {:.1} ms a step the budget affords {needed} steps ({MIN_EPOCHS} \
+                     epochs, or the cap) to {k} candidate(s); dropped: {}",
+                    1e3 * probe.step_seconds,
+                    dropped.join("; ")
+                );
+                list.truncate(k);
+            }
+        }
+        // An equal share of the selection time left when this candidate started.
+        let spent = selection_started.elapsed().as_secs_f64() - probe.seconds();
+        let share =
+            (selection_seconds(left, list.len()) - spent).max(0.0) / (list.len() - i) as f64;
+        scored.push(finish(ws, kind, probe, share, cap)?);
+        i += 1;
     }
     print_table(&scored);
     let winner = choose(&scored);
@@ -388,16 +471,42 @@ fn predict_options(kind: LabelKind, split: Split) -> Vec<(&'static str, String)>
     o
 }
 
-/// Trains `c` on the selection dataset within `share` seconds and scores it on validation.
-fn score(
+/// A candidate after its probe: the options of its runs and its measured step time.
+struct Probed {
+    candidate: Candidate,
+    train_opts: Vec<(&'static str, String)>,
+    run: i64,
+    step_seconds: f64,
+    /// When the candidate's svd started: its share counts from here.
+    started: Instant,
+}
+
+impl Probed {
+    /// Seconds since the candidate started (its svd and probe so far).
+    fn seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Trains the candidate's options for `steps` steps: a run of its own (a finished run
+    /// is not resumed), whose first steps repeat the probe's exactly.
+    fn train(&self, ws: &Workspace, steps: u64) -> Result<i64> {
+        let mut options = self.train_opts.clone();
+        options.push(("steps", steps.to_string()));
+        let Command::Train(t) = command(argv("train", &options))? else {
+            unreachable!()
+        };
+        Ok(crate::train::run(ws, &t.options())?.run_id)
+    }
+}
+
+/// Runs `c`'s svd on the selection dataset and its probe of [`PROBE_STEPS`] steps.
+fn probe(
     ws: &Workspace,
     dataset: &str,
     kind: LabelKind,
     c: &Candidate,
     seed: u64,
-    share: f64,
-    cap: u64,
-) -> Result<Scored> {
+) -> Result<Probed> {
     let started = Instant::now();
     eprintln!("== fit: candidate {}", c.name);
     let mut svd_opts = vec![("dataset", dataset.to_string()), ("seed", seed.to_string())];
@@ -413,32 +522,35 @@ fn score(
     ];
     train_opts.extend(c.train.iter().cloned());
     train_opts.extend(common_train(seed));
-    // The probe: PROBE_STEPS steps, timed; a run of its own (a finished run is not
-    // resumed), whose steps the full run repeats exactly.
-    let train = |steps: u64| -> Result<i64> {
-        let mut options = train_opts.clone();
-        options.push(("steps", steps.to_string()));
-        let Command::Train(t) = command(argv("train", &options))? else {
-            unreachable!()
-        };
-        Ok(crate::train::run(ws, &t.options())?.run_id)
+    let mut probed = Probed {
+        candidate: c.clone(),
+        train_opts,
+        run: 0,
+        step_seconds: 0.0,
+        started,
     };
     let probe_started = Instant::now();
-    let probe = train(PROBE_STEPS)?;
-    let step_seconds = probe_step_seconds(ws, probe)?
+    probed.run = probed.train(ws, PROBE_STEPS)?;
+    probed.step_seconds = probe_step_seconds(ws, probed.run)?
         .unwrap_or_else(|| probe_started.elapsed().as_secs_f64() / PROBE_STEPS as f64);
-    let left = (share - started.elapsed().as_secs_f64()).max(0.0);
-    let steps = planned_steps(left, step_seconds, cap).max(PROBE_STEPS);
+    Ok(probed)
+}
+
+/// Trains a probed candidate for the steps its `share` of seconds (counted from its svd)
+/// affords, at most `cap`, and scores it on the validation split.
+fn finish(ws: &Workspace, kind: LabelKind, p: Probed, share: f64, cap: u64) -> Result<Scored> {
+    let left = (share - p.seconds()).max(0.0);
+    let steps = planned_steps(left, p.step_seconds, cap).max(PROBE_STEPS);
     let run = match steps > PROBE_STEPS {
-        true => train(steps)?,
-        false => probe,
+        true => p.train(ws, steps)?,
+        false => p.run,
     };
     let mut predict = vec![("run", run.to_string())];
     predict.extend(predict_options(kind, Split::Validation));
-    let Command::Predict(p) = command(argv("predict", &predict))? else {
+    let Command::Predict(pr) = command(argv("predict", &predict))? else {
         unreachable!()
     };
-    let file = crate::predict::run(ws, &p.options())?.value.path;
+    let file = crate::predict::run(ws, &pr.options())?.value.path;
     let evaluate = [
         ("predictions", file.clone()),
         ("task", kind.as_str().to_string()),
@@ -448,10 +560,10 @@ fn score(
     };
     let metrics = crate::evaluate::run(ws, &e.options(file))?.value;
     Ok(Scored {
-        candidate: c.clone(),
-        step_seconds,
+        seconds: p.seconds(),
+        candidate: p.candidate,
+        step_seconds: p.step_seconds,
         steps,
-        seconds: started.elapsed().as_secs_f64(),
         metrics,
     })
 }
@@ -588,7 +700,12 @@ mod tests {
 
     #[test]
     fn candidates_follow_the_task_and_fit_the_sizes() {
-        let small = Sizes { n: 60, d: 2, l: 1 };
+        let small = Sizes {
+            n: 60,
+            d: 2,
+            l: 1,
+            dense: true,
+        };
         let c = candidates(LabelKind::Binary, small);
         assert_eq!(c.len(), 4);
         for cand in &c {
@@ -603,6 +720,7 @@ mod tests {
                 n: 5000,
                 d: 36,
                 l: 6,
+                dense: true,
             },
         );
         assert!(mc
@@ -614,19 +732,36 @@ mod tests {
                 n: 1000,
                 d: 294,
                 l: 6,
+                dense: true,
             },
         );
         assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
         assert!(ml[0].train.contains(&("factors", "6".into())), "P ≤ L");
+        let kernels = |list: &[Candidate]| -> Vec<String> {
+            let kernel =
+                |c: &Candidate| c.train.iter().find(|o| o.0 == "kernel").unwrap().1.clone();
+            list.iter().map(kernel).collect()
+        };
+        assert_eq!(
+            kernels(&ml),
+            ["se", "se", "linear", "linear"],
+            "dense rows: SE first"
+        );
         let many = candidates(
             LabelKind::Multilabel,
             Sizes {
                 n: 12920,
                 d: 500,
                 l: 983,
+                dense: false,
             },
         );
         assert_eq!(many.len(), 3);
+        assert_eq!(
+            kernels(&many),
+            ["linear", "linear", "se"],
+            "sparse rows: linear first"
+        );
         assert!(many[0].train.contains(&("factors", "30".into())));
         assert_eq!(many[0].svd[0], ("rank", "250".to_string()));
     }
@@ -638,6 +773,24 @@ mod tests {
         assert_eq!(planned_steps(0.0, 0.01, 500), 0);
         assert_eq!(step_cap(400, 500), 3000);
         assert_eq!(step_cap(100_000, 500), 60 * 200);
+    }
+
+    #[test]
+    fn the_budget_affords_a_prefix_of_the_list() {
+        // 300 s left, 10 s of setup, 0.1 s a step, 1000 steps needed. Three candidates:
+        // selection 300·3/4.3 = 209 s, 70 s each, (70 − 10)·0.7/0.1 = 418 steps: too few.
+        // One: 300/2.3 = 130 s, 84 s of steps, 843: still too few, but one is the least.
+        assert_eq!(affordable(300.0, 3, 10.0, 0.1, 1000), 1);
+        // At 0.01 s a step, three candidates get 4 188 steps each: all afforded.
+        assert_eq!(affordable(300.0, 3, 10.0, 0.01, 1000), 3);
+        // At 0.05 s: three give 837, two give (300·2/3.3/2 − 10)·0.7/0.05 = 1 132.
+        assert_eq!(affordable(300.0, 3, 10.0, 0.05, 1000), 2);
+        let share = |k: usize| selection_seconds(300.0, k) / k as f64;
+        assert!(share(1) > share(2) && share(2) > share(3));
+        // The final model gets FINAL_SHARES shares: what is left is that many shares.
+        let k = 4;
+        let rest = 300.0 - selection_seconds(300.0, k);
+        assert!((rest / share(k) - FINAL_SHARES).abs() < 1e-9);
     }
 
     fn binary(accuracy: f64, nlp: f64) -> Evaluation {

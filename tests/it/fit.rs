@@ -107,3 +107,44 @@ fn fit_refuses_a_missing_file_and_a_bad_budget() {
     );
     assert!(dataset_names(&ws).is_empty(), "nothing ingested");
 }
+
+#[test]
+fn a_budget_too_small_for_every_candidate_trains_the_first_and_says_which_were_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("toy.svm");
+    // 20 000 rows: ten epochs are 320 steps of the selection split, which half a second
+    // cannot buy (a step of M = 100 takes well over 0.1 ms), whatever the machine.
+    std::fs::write(&train, points(0..20_000)).unwrap();
+    let spec = dir.path().join("toy-fit.toml");
+    let ws = dir.path().join("ws");
+    let out = pipeline(
+        &ws,
+        &[
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--budget",
+            "0.5s",
+            "--spec-out",
+            spec.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    // No candidate gets its ten epochs: the first (SE, M = 100) runs alone.
+    assert!(
+        err.contains("to 1 candidate(s); dropped: SE + linear"),
+        "{err}"
+    );
+    let table = err.split("candidate (validation)").nth(1).unwrap();
+    let rows: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(rows.len(), 1, "{table}");
+    assert!(rows[0].starts_with("SE, free Z, M = 100"), "{table}");
+    assert!(std::fs::read_to_string(&spec)
+        .unwrap()
+        .contains("kernel = \"se\""));
+}
