@@ -354,7 +354,9 @@ pub struct AutoDecision {
 /// 2. sparse with negative values, or sparse non-negative fractional values whose scales
 ///    differ by more than [`MIXED_SCALE_RATIO`]: `scale` — the same per-feature scale
 ///    without the centring that would fill in every zero;
-/// 3. otherwise (sparse, non-negative, on one scale: counts, tf-idf, intensities): `l2`.
+/// 3. sparse, non-negative, on one scale, mostly fractional values (intensities,
+///    frequencies, tf-idf): `none` — their magnitude is on a common scale already;
+/// 4. otherwise (sparse, non-negative whole numbers: counts, indicators): `l2`.
 pub fn decide_auto(stats: &FeatureStats) -> AutoDecision {
     let density = stats.density();
     let spread = stats.scale_spread();
@@ -393,12 +395,20 @@ pub fn decide_auto(stats: &FeatureStats) -> AutoDecision {
                  divided by their training sd (centring would fill in every zero)"
             ),
         )
+    } else if 2 * stats.fractional >= stats.nonzeros {
+        (
+            TransformChoice::None,
+            format!(
+                "{shown}: sparse non-negative fractional values on one scale (intensities, \
+                 frequencies), kept as they are: a row's magnitude is part of what it measures"
+            ),
+        )
     } else {
         (
             TransformChoice::L2,
             format!(
-                "{shown}: sparse non-negative features on one scale, each row scaled to \
-                 unit length"
+                "{shown}: sparse non-negative whole numbers on one scale (counts, \
+                 indicators), each row scaled to unit length"
             ),
         )
     };

@@ -211,6 +211,19 @@ fn auto_decides_from_the_training_values_and_says_why() {
     let indicators: String = (0..60)
         .map(|i| format!("{} {}:1 {}:1\n", i % 2, 1 + i % 30, 31 + i % 20))
         .collect();
+    // Sparse intensities in [0, 1], mostly fractional (pixels of strokes).
+    let intensities: String = (0..60)
+        .map(|i| {
+            format!(
+                "{} {}:0.{} {}:0.5 {}:1\n",
+                i % 2,
+                1 + i % 20,
+                1 + i % 9,
+                21 + i % 20,
+                41 + i % 10
+            )
+        })
+        .collect();
     // Dense, signed, different scales.
     let dense = dense_text(0..60);
     // Sparse non-negative frequencies beside a run length in the thousands.
@@ -239,6 +252,13 @@ fn auto_decides_from_the_training_values_and_says_why() {
     for (name, text, want, has_file, says) in [
         ("counts", counts.as_str(), "l2", false, "one scale"),
         ("indicators", indicators.as_str(), "l2", false, "one scale"),
+        (
+            "intensities",
+            intensities.as_str(),
+            "none",
+            false,
+            "kept as they are",
+        ),
         (
             "dense",
             dense.as_str(),
