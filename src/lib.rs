@@ -6,12 +6,13 @@
 //! Layers, each importing only those below it (checked by `tests/architecture.rs`):
 //! - [`cli`]: the command line (the only user of clap) and `pipeline run` specs;
 //! - the stages [`synth`], [`ingest`], [`svd`], [`train`], [`predict`], [`evaluate`],
-//!   [`report`]: none imports another; each is a thin use of [`stage`], the one protocol
+//!   [`report`], [`export`]: none imports another; each is a thin use of [`stage`], the one protocol
 //!   by which a stage memoises, computes, publishes and registers its outputs;
 //! - library modules the stages share: [`trained`] (a trained run's configuration, svd
 //!   files and checkpoints), [`scoring`] (ranking rows under a model), [`projection`]
 //!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`],
-//!   [`transform`] (feature transforms fitted at ingest);
+//!   [`transform`] (feature transforms fitted at ingest), [`portable`] (a model file's
+//!   typed contents: what scoring a new row needs without the workspace);
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
 //! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests),
@@ -23,12 +24,14 @@ pub mod cli;
 pub mod comm;
 pub mod error;
 pub mod evaluate;
+pub mod export;
 pub mod failpoint;
 pub mod ingest;
 pub mod linalg;
 pub mod memtrace;
 pub mod metrics;
 pub mod model;
+pub mod portable;
 pub mod predict;
 pub mod projection;
 pub mod report;

@@ -30,7 +30,7 @@ const ANY: &str = "*";
 
 /// The stages: each runs one step of the pipeline; none may import another.
 const STAGES: &[&str] = &[
-    "ingest", "svd", "train", "predict", "evaluate", "report", "synth",
+    "ingest", "svd", "train", "predict", "evaluate", "report", "synth", "export",
 ];
 
 /// What every stage may import: the stage protocol, the library modules, and the layers
@@ -41,6 +41,7 @@ const BELOW_STAGES: &[&str] = &[
     "projection",
     "scoring",
     "trained",
+    "portable",
     "metrics",
     "topk",
     "transform",
@@ -69,6 +70,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("evaluate", BELOW_STAGES),
     ("report", BELOW_STAGES),
     ("synth", BELOW_STAGES),
+    ("export", BELOW_STAGES),
     // The one stage protocol: memoised runs.
     (
         "stage",
@@ -82,6 +84,11 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["model", "store", "projection", "sparse", "topk", "trained"],
     ),
     ("trained", &["model", "store", "choice"]),
+    // A model file's typed contents: what scoring a new row needs without the workspace.
+    (
+        "portable",
+        &["model", "store", "trained", "transform", "choice"],
+    ),
     ("metrics", &["store", "choice"]),
     ("topk", &[]),
     // Feature transforms: fitted on a training split, applied to one row at a time.

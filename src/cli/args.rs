@@ -12,6 +12,7 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
+use crate::export::ExportOptions;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
@@ -115,6 +116,11 @@ pub enum Command {
     /// metrics, and a spec that reproduces it (docs/fit.md).
     #[command(after_help = examples::FIT)]
     Fit(FitArgs),
+    /// One training checkpoint as a self-contained, versioned model file: configuration,
+    /// dataset facts and transform, basis, parameters, checksums and provenance
+    /// (docs/formats.md, "Model files").
+    #[command(after_help = examples::EXPORT)]
+    Export(ExportArgs),
     /// Charts (PNG, SVG) and a Markdown summary of a training run.
     #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
@@ -836,6 +842,34 @@ impl PredictArgs {
     }
 }
 
+/// Arguments of `pipeline export`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExportArgs {
+    /// Training run.
+    #[arg(long)]
+    pub run: i64,
+    /// Checkpoint step (default: the run's best with --early-stopping, else its last).
+    #[arg(long)]
+    pub checkpoint: Option<u64>,
+    /// The model file to write (written beside it under a temporary name, then renamed).
+    #[arg(long, value_name = "MODEL")]
+    pub out: PathBuf,
+    /// Replace an existing file at --out (refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl ExportArgs {
+    pub fn options(&self) -> ExportOptions {
+        ExportOptions {
+            run: self.run,
+            checkpoint: self.checkpoint,
+            out: self.out.clone(),
+            force: self.force,
+        }
+    }
+}
+
 /// Arguments of `pipeline evaluate`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct EvaluateArgs {
@@ -1072,6 +1106,13 @@ Examples:
   pipeline fit --train spam.svm --test spam-test.svm --budget 90s --name spam
 It prints the validation table, the choice and the test metrics, and writes NAME-fit.toml:
 `pipeline run NAME-fit.toml` reproduces the final model.";
+
+    pub const EXPORT: &str = "\
+Examples:
+  pipeline export --run 3 --out delicious.model.parquet   # the run's model (best, else last)
+  pipeline export --run 3 --checkpoint 2600 --out delicious.model.parquet --force
+The file needs no workspace: it holds the configuration, the dataset's transform and class
+map, the basis, the parameters and their checksums (docs/formats.md, \"Model files\").";
 
     pub const REPORT: &str = "\
 Examples:

@@ -81,6 +81,11 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
             let ws = Workspace::open_read_only(&cli.workspace)?;
             return crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ());
         }
+        Command::Export(args) => {
+            // Reads the workspace only; the model file is written outside it.
+            let ws = Workspace::open_read_only(&cli.workspace)?;
+            return crate::export::run(&ws, &args.options()).map(|_| ());
+        }
         _ => {}
     }
     // Flags that name missing input files fail before the workspace is created.
@@ -107,7 +112,7 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Evaluate(args) => evaluate_command(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
         Command::Fit(args) => fit::run(&ws, &args),
-        Command::Report(_) | Command::Status(_) | Command::Verify(_) => {
+        Command::Report(_) | Command::Status(_) | Command::Verify(_) | Command::Export(_) => {
             unreachable!("handled above")
         }
     }

@@ -2,7 +2,7 @@
 //! the position in the data stream and the run configuration (`docs/formats.md`,
 //! "Checkpoints").
 //!
-//! Schema: one row per tensor.
+//! The container is `tensors`' (shared with exported model files): one row per tensor.
 //!
 //! | column | type      | meaning                                           |
 //! |--------|-----------|---------------------------------------------------|
@@ -17,22 +17,13 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use arrow::array::{Array, Float64Array, ListArray, RecordBatch, StringArray, UInt64Array};
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use faer::Mat;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::metadata::KeyValue;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::ChunkReader;
 
-use super::chunks::{checksum_file, WrittenFile};
+use super::chunks::WrittenFile;
 use super::integrity::Registered;
+use super::tensors::{write_tensors, Tensor, TensorFile, Tensors};
 use crate::model::kernel::KernelParams;
 use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::optim::AdamState;
@@ -77,118 +68,86 @@ pub struct Checkpoint {
     pub config: serde_json::Value,
 }
 
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("name", DataType::Utf8, false),
-        Field::new("rows", DataType::UInt64, false),
-        Field::new("cols", DataType::UInt64, false),
-        Field::new(
-            "values",
-            DataType::List(Arc::new(Field::new("item", DataType::Float64, false))),
-            false,
-        ),
-    ]))
-}
-
-/// A named tensor in row-major order.
-struct Tensor {
-    name: &'static str,
-    rows: usize,
-    cols: usize,
-    values: Vec<f64>,
-}
-
-fn row_major(name: &'static str, m: &Mat<f64>) -> Tensor {
-    let (rows, cols) = (m.nrows(), m.ncols());
-    let mut values = Vec::with_capacity(rows * cols);
-    for i in 0..rows {
-        for j in 0..cols {
-            values.push(m[(i, j)]);
-        }
-    }
-    Tensor {
-        name,
-        rows,
-        cols,
-        values,
-    }
-}
-
-fn tensors(c: &Checkpoint) -> Vec<Tensor> {
-    let p = &c.params;
-    let vector = |name, v: &[f64]| Tensor {
-        name,
-        rows: 1,
-        cols: v.len(),
-        values: v.to_vec(),
-    };
+/// The model's tensors in the order a checkpoint stores them: `A`, `mu`, `rho`, `phi`,
+/// `bias`, `kernel`, then the optional ones (`chol`/`chol_whitened`, `ard`,
+/// `ard_features`, `amortiser_*`, `logit_epsilon`), each only when the model has it. A
+/// checkpoint puts Adam's moments between `kernel` and the optional ones
+/// ([`FIRST_OPTIONAL`]); a model file (`model_file`) stores these alone.
+pub fn param_tensors(p: &Params) -> Vec<Tensor> {
     // [log σ_f², log ℓ], and log σ_lin² third for SE + linear.
     let mut kernel = vec![p.kernel.log_sf2, p.kernel.log_ell];
     kernel.extend(p.kernel.log_lin2);
     // ρ is written empty (0×0) for the full-Cholesky forms.
-    let no_rho = Mat::new();
+    let no_rho = faer::Mat::new();
     let mut all = vec![
-        row_major("A", &p.a),
-        row_major("mu", p.q.mu()),
-        row_major("rho", p.q.rho().unwrap_or(&no_rho)),
-        row_major("phi", &p.phi),
-        vector("bias", &p.bias),
-        vector("kernel", &kernel),
-        vector("adam_m", &c.adam.m),
-        vector("adam_v", &c.adam.v),
+        Tensor::matrix("A", &p.a),
+        Tensor::matrix("mu", p.q.mu()),
+        Tensor::matrix("rho", p.q.rho().unwrap_or(&no_rho)),
+        Tensor::matrix("phi", &p.phi),
+        Tensor::vector("bias", &p.bias),
+        Tensor::vector("kernel", &kernel),
     ];
     // Only the full-Cholesky forms have (and write) the packed factors.
     if let Some(chol) = p.q.chol() {
-        all.push(row_major(chol_tensor(chol.whitened), &chol.packed));
+        all.push(Tensor::matrix(chol_tensor(chol.whitened), &chol.packed));
     }
     // Subspace ARD's log ω [1×R], written only when the model has it.
     if !p.kernel.log_ard.is_empty() {
-        all.push(vector("ard", &p.kernel.log_ard));
+        all.push(Tensor::vector("ard", &p.kernel.log_ard));
     }
     // ARD over the features: log w [1×D], written only when the model has it.
     if !p.kernel.log_features.is_empty() {
-        all.push(vector("ard_features", &p.kernel.log_features));
+        all.push(Tensor::vector("ard_features", &p.kernel.log_features));
     }
     // The augment-and-reduce likelihoods' amortisation network, only when the model has it.
     if let Some(net) = &p.amortiser {
         all.extend([
-            row_major("amortiser_w1", &net.w1),
-            vector("amortiser_c1", &net.c1),
-            row_major("amortiser_w2", &net.w2),
-            vector("amortiser_c2", &net.c2),
-            row_major("amortiser_w3", &net.w3),
-            vector("amortiser_c3", &net.c3),
+            Tensor::matrix("amortiser_w1", &net.w1),
+            Tensor::vector("amortiser_c1", &net.c1),
+            Tensor::matrix("amortiser_w2", &net.w2),
+            Tensor::vector("amortiser_c2", &net.c2),
+            Tensor::matrix("amortiser_w3", &net.w3),
+            Tensor::vector("amortiser_c3", &net.c3),
         ]);
     }
     // Robust-max's learnt logit ε [1×1], written only when the model learns it.
     if let Some(theta) = p.logit_epsilon {
-        all.push(vector("logit_epsilon", &[theta]));
+        all.push(Tensor::vector("logit_epsilon", &[theta]));
     }
     all
 }
 
-/// The amortisation network if the checkpoint holds its tensors (all six or none).
-fn read_amortiser(
-    found: &[StoredTensor],
-    mat: &dyn Fn(&str) -> Result<Mat<f64>>,
-    vector: &dyn Fn(&str) -> Result<Vec<f64>>,
-    path: &Path,
-) -> Result<Option<Amortiser>> {
-    if !found.iter().any(|t| t.0.starts_with("amortiser_")) {
+/// Where a checkpoint inserts `adam_m` and `adam_v` among [`param_tensors`]: after the six
+/// tensors every model has, so checkpoints keep the order (and bytes) they always had.
+const FIRST_OPTIONAL: usize = 6;
+
+fn tensors(c: &Checkpoint) -> Vec<Tensor> {
+    let mut all = param_tensors(&c.params);
+    let adam = [
+        Tensor::vector("adam_m", &c.adam.m),
+        Tensor::vector("adam_v", &c.adam.v),
+    ];
+    all.splice(FIRST_OPTIONAL..FIRST_OPTIONAL, adam);
+    all
+}
+
+/// The amortisation network if the file holds its tensors (all six or none).
+fn read_amortiser(found: &Tensors) -> Result<Option<Amortiser>> {
+    if !found.found.iter().any(|t| t.name.starts_with("amortiser_")) {
         return Ok(None);
     }
     let net = Amortiser {
-        w1: mat("amortiser_w1")?,
-        c1: vector("amortiser_c1")?,
-        w2: mat("amortiser_w2")?,
-        c2: vector("amortiser_c2")?,
-        w3: mat("amortiser_w3")?,
-        c3: vector("amortiser_c3")?,
+        w1: found.mat("amortiser_w1")?,
+        c1: found.vector("amortiser_c1")?,
+        w2: found.mat("amortiser_w2")?,
+        c2: found.vector("amortiser_c2")?,
+        w3: found.mat("amortiser_w3")?,
+        c3: found.vector("amortiser_c3")?,
     };
     ensure!(
         net.shapes_agree(),
         "{}: the amortiser tensors' shapes do not chain (W₁ {}×{}, W₂ {}×{}, W₃ {}×{})",
-        path.display(),
+        found.path.display(),
         net.w1.nrows(),
         net.w1.ncols(),
         net.w2.nrows(),
@@ -208,7 +167,7 @@ fn chol_tensor(whitened: bool) -> &'static str {
     }
 }
 
-fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
+fn metadata(c: &Checkpoint) -> Vec<(String, String)> {
     let s = &c.state;
     // `{:?}` prints the shortest decimal that parses back to the same f64.
     [
@@ -228,7 +187,7 @@ fn metadata(c: &Checkpoint) -> Vec<KeyValue> {
             ("fsgp.evaluations_since_best", e.since_best.to_string()),
         ]
     }))
-    .map(|(k, v)| KeyValue::new(k.to_string(), v))
+    .map(|(k, v)| (k.to_string(), v))
     .collect()
 }
 
@@ -247,63 +206,21 @@ fn read_early(meta: &[(String, String)], path: &Path) -> Result<Option<EarlyStat
 /// Writes a checkpoint to `path` (fsynced) and returns its size and checksum. Callers write
 /// to a temporary name and rename.
 pub fn write_checkpoint(path: &Path, c: &Checkpoint) -> Result<WrittenFile> {
-    let tensors = tensors(c);
-    let names = StringArray::from_iter_values(tensors.iter().map(|t| t.name));
-    let rows = UInt64Array::from_iter_values(tensors.iter().map(|t| t.rows as u64));
-    let cols = UInt64Array::from_iter_values(tensors.iter().map(|t| t.cols as u64));
-    let lengths = tensors.iter().map(|t| t.values.len());
-    let flat: Vec<f64> = tensors
-        .iter()
-        .flat_map(|t| t.values.iter().copied())
-        .collect();
-    let values = ListArray::new(
-        Arc::new(Field::new("item", DataType::Float64, false)),
-        OffsetBuffer::from_lengths(lengths),
-        Arc::new(Float64Array::from(flat)),
-        None,
-    );
-    let batch = RecordBatch::try_new(
-        schema(),
-        vec![
-            Arc::new(names),
-            Arc::new(rows),
-            Arc::new(cols),
-            Arc::new(values),
-        ],
-    )?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
-        .set_dictionary_enabled(false)
-        .set_statistics_enabled(EnabledStatistics::None)
-        .set_key_value_metadata(Some(metadata(c)))
-        .build();
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let writing = || format!("writing {}", path.display());
-    let mut writer = ArrowWriter::try_new(file, schema(), Some(props)).with_context(writing)?;
-    writer.write(&batch).with_context(writing)?;
-    let file = writer.into_inner().with_context(writing)?;
-    file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    drop(file);
-    checksum_file(path)
+    write_tensors(path, &tensors(c), &metadata(c))
 }
 
-/// The packed Cholesky factors if the checkpoint holds `chol` or `chol_whitened` (not both).
-fn read_chol(
-    found: &[(String, usize, usize, Vec<f64>)],
-    mat: &dyn Fn(&str) -> Result<Mat<f64>>,
-    path: &Path,
-) -> Result<Option<CholFactors>> {
-    let has = |name: &str| found.iter().any(|t| t.0 == name);
-    match (has(chol_tensor(false)), has(chol_tensor(true))) {
+/// The packed Cholesky factors if the file holds `chol` or `chol_whitened` (not both).
+fn read_chol(found: &Tensors) -> Result<Option<CholFactors>> {
+    match (found.has(chol_tensor(false)), found.has(chol_tensor(true))) {
         (false, false) => Ok(None),
         (true, true) => bail!(
-            "{}: checkpoint holds both chol and chol_whitened",
-            path.display()
+            "{}: {} holds both chol and chol_whitened",
+            found.path.display(),
+            found.what
         ),
         (_, whitened) => Ok(Some(CholFactors {
             whitened,
-            packed: mat(chol_tensor(whitened))?,
+            packed: found.mat(chol_tensor(whitened))?,
         })),
     }
 }
@@ -336,55 +253,65 @@ pub fn read_registered_checkpoint(file: &Registered) -> Result<Checkpoint> {
 }
 
 fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<Checkpoint> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
-        .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
-    let meta: Vec<(String, String)> = builder
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .map(|kv| {
-            kv.iter()
-                .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let file = TensorFile::open(reader, path)?;
+    let meta = file.meta.clone();
     let format = kv(&meta, "fsgp.format", path)?;
     ensure!(
         format == CHECKPOINT_FORMAT,
         "{}: format {format:?}, expected {CHECKPOINT_FORMAT:?}",
         path.display()
     );
-    let found = read_tensors(builder, path)?;
-    let take = |name: &str| -> Result<(usize, usize, Vec<f64>)> {
-        found
-            .iter()
-            .find(|t| t.0 == name)
-            .map(|t| (t.1, t.2, t.3.clone()))
-            .with_context(|| format!("{}: checkpoint lacks tensor {name}", path.display()))
+    let found = file.tensors(path, "checkpoint")?;
+    let config: serde_json::Value = serde_json::from_str(kv(&meta, "fsgp.config", path)?)
+        .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?;
+    let params = read_params(&found, &config)?;
+    let adam = AdamState {
+        m: found.vector("adam_m")?,
+        v: found.vector("adam_v")?,
+        t: parse_kv(&meta, "fsgp.adam_t", path)?,
     };
-    let mat = |name: &str| -> Result<Mat<f64>> {
-        let (r, c, v) = take(name)?;
-        Ok(Mat::from_fn(r, c, |i, j| v[i * c + j]))
-    };
-    let vector = |name: &str| -> Result<Vec<f64>> { Ok(take(name)?.2) };
-    let kernel = vector("kernel")?;
+    let n = crate::model::params::flat_len(&params);
+    ensure!(
+        adam.m.len() == n && adam.v.len() == n,
+        "{}: Adam state length differs from the parameters ({n})",
+        path.display()
+    );
+    Ok(Checkpoint {
+        params,
+        adam,
+        state: TrainState {
+            step: parse_kv(&meta, "fsgp.step", path)?,
+            epoch: parse_kv(&meta, "fsgp.epoch", path)?,
+            batch_in_epoch: parse_kv(&meta, "fsgp.batch_in_epoch", path)?,
+            epoch_elbo_sum: parse_kv(&meta, "fsgp.epoch_elbo_sum", path)?,
+            early: read_early(&meta, path)?,
+        },
+        config,
+    })
+}
+
+/// The model's parameters from the tensors [`param_tensors`] wrote, every shape checked
+/// and the optional tensors checked against `config` (the run's `TrainConfig` as JSON).
+pub fn read_params(found: &Tensors, config: &serde_json::Value) -> Result<Params> {
+    let path = found.path;
+    let kernel = found.vector("kernel")?;
     ensure!(
         kernel.len() == 2 || kernel.len() == 3,
         "{}: kernel tensor must hold 2 values (3 for SE + linear), not {}",
         path.display(),
         kernel.len()
     );
-    let log_ard = match found.iter().any(|t| t.0 == "ard") {
-        true => vector("ard")?,
-        false => Vec::new(),
+    let optional = |name: &str| -> Result<Vec<f64>> {
+        match found.has(name) {
+            true => found.vector(name),
+            false => Ok(Vec::new()),
+        }
     };
-    let log_features = match found.iter().any(|t| t.0 == "ard_features") {
-        true => vector("ard_features")?,
-        false => Vec::new(),
-    };
-    let logit_epsilon = match found.iter().any(|t| t.0 == "logit_epsilon") {
+    let log_ard = optional("ard")?;
+    let log_features = optional("ard_features")?;
+    let logit_epsilon = match found.has("logit_epsilon") {
         true => {
-            let v = vector("logit_epsilon")?;
+            let v = found.vector("logit_epsilon")?;
             ensure!(
                 v.len() == 1,
                 "{}: logit_epsilon tensor must hold 1 value, not {}",
@@ -395,19 +322,19 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         }
         false => None,
     };
-    let a = mat("A")?;
-    let mu = mat("mu")?;
-    let rho = mat("rho")?;
-    let phi = mat("phi")?;
-    let bias = vector("bias")?;
+    let a = found.mat("A")?;
+    let mu = found.mat("mu")?;
+    let rho = found.mat("rho")?;
+    let phi = found.mat("phi")?;
+    let bias = found.vector("bias")?;
     let kernel = KernelParams {
         log_lin2: kernel.get(2).copied(),
         log_ard,
         log_features,
         ..KernelParams::new(kernel[0], kernel[1])
     };
-    let chol = read_chol(&found, &mat, path)?;
-    let amortiser = read_amortiser(&found, &mat, &vector, path)?;
+    let chol = read_chol(found)?;
+    let amortiser = read_amortiser(found)?;
     let (m, p) = (mu.nrows(), mu.ncols());
     // The paper's form: ρ [M×P], no factors; the full-Cholesky forms: factors, ρ empty.
     let (q_ok, q) = match chol {
@@ -441,73 +368,8 @@ fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result
         "{}: parameter shapes disagree",
         path.display()
     );
-    let config: serde_json::Value = serde_json::from_str(kv(&meta, "fsgp.config", path)?)
-        .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?;
-    check_kernel_tensors(&params, &config, path)?;
-    let adam = AdamState {
-        m: vector("adam_m")?,
-        v: vector("adam_v")?,
-        t: parse_kv(&meta, "fsgp.adam_t", path)?,
-    };
-    let n = crate::model::params::flat_len(&params);
-    ensure!(
-        adam.m.len() == n && adam.v.len() == n,
-        "{}: Adam state length differs from the parameters ({n})",
-        path.display()
-    );
-    Ok(Checkpoint {
-        params,
-        adam,
-        state: TrainState {
-            step: parse_kv(&meta, "fsgp.step", path)?,
-            epoch: parse_kv(&meta, "fsgp.epoch", path)?,
-            batch_in_epoch: parse_kv(&meta, "fsgp.batch_in_epoch", path)?,
-            epoch_elbo_sum: parse_kv(&meta, "fsgp.epoch_elbo_sum", path)?,
-            early: read_early(&meta, path)?,
-        },
-        config,
-    })
-}
-
-/// One tensor as read back: (name, rows, cols, values in row-major order).
-type StoredTensor = (String, usize, usize, Vec<f64>);
-
-/// Every tensor row of a checkpoint: (name, rows, cols, values in row-major order), each
-/// checked to hold rows × cols values.
-fn read_tensors<R: ChunkReader + 'static>(
-    builder: ParquetRecordBatchReaderBuilder<R>,
-    path: &Path,
-) -> Result<Vec<StoredTensor>> {
-    let mut found = Vec::new();
-    for batch in builder.build()? {
-        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
-        let col = |i: usize| batch.column(i).as_any();
-        let (Some(names), Some(rows), Some(cols), Some(values)) = (
-            col(0).downcast_ref::<StringArray>(),
-            col(1).downcast_ref::<UInt64Array>(),
-            col(2).downcast_ref::<UInt64Array>(),
-            col(3).downcast_ref::<ListArray>(),
-        ) else {
-            bail!("{}: not an fsgp checkpoint (schema)", path.display());
-        };
-        for i in 0..batch.num_rows() {
-            let v = values.value(i);
-            let v = v
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .with_context(|| format!("{}: values are not f64", path.display()))?;
-            let (r, c) = (rows.value(i) as usize, cols.value(i) as usize);
-            ensure!(
-                v.len() == r * c,
-                "{}: tensor {} holds {} values, expected {r}×{c}",
-                path.display(),
-                names.value(i),
-                v.len()
-            );
-            found.push((names.value(i).to_string(), r, c, v.values().to_vec()));
-        }
-    }
-    Ok(found)
+    check_kernel_tensors(&params, config, path)?;
+    Ok(params)
 }
 
 /// The optional kernel tensors agree with the embedded configuration: a 1×3 `kernel` for
@@ -617,7 +479,7 @@ mod tests {
     #[test]
     fn early_stopping_state_round_trips_and_stays_out_of_other_checkpoints() {
         let dir = tempfile::tempdir().unwrap();
-        let key = |c: &Checkpoint| metadata(c).iter().any(|kv| kv.key.starts_with("fsgp.best"));
+        let key = |c: &Checkpoint| metadata(c).iter().any(|kv| kv.0.starts_with("fsgp.best"));
         assert!(
             !key(&sample()),
             "a run without early stopping writes no keys of it"
@@ -720,7 +582,10 @@ mod tests {
         *c.adam.m.last_mut().unwrap() = 0.125;
         let t = tensors(&c);
         let last = t.last().unwrap();
-        assert_eq!((last.name, last.rows, last.cols), ("ard_features", 1, 4));
+        assert_eq!(
+            (last.name.as_str(), last.rows, last.cols),
+            ("ard_features", 1, 4)
+        );
         let path = dir.path().join("f.parquet");
         write_checkpoint(&path, &c).unwrap();
         assert_eq!(read_checkpoint(&path).unwrap(), c);
@@ -741,7 +606,8 @@ mod tests {
         c.params.amortiser = Some(Amortiser::init(2, 3, &[0.75], 9));
         c.adam = AdamState::new(&c.params);
         *c.adam.v.last_mut().unwrap() = 0.25;
-        let names: Vec<&str> = tensors(&c).iter().map(|t| t.name).collect();
+        let all = tensors(&c);
+        let names: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
         assert!(names.ends_with(&[
             "amortiser_w1",
             "amortiser_c1",
@@ -772,7 +638,10 @@ mod tests {
         *c.adam.v.last_mut().unwrap() = 0.375;
         let t = tensors(&c);
         let last = t.last().unwrap();
-        assert_eq!((last.name, last.rows, last.cols), ("logit_epsilon", 1, 1));
+        assert_eq!(
+            (last.name.as_str(), last.rows, last.cols),
+            ("logit_epsilon", 1, 1)
+        );
         let path = dir.path().join("e.parquet");
         write_checkpoint(&path, &c).unwrap();
         assert_eq!(read_checkpoint(&path).unwrap(), c);

@@ -166,6 +166,26 @@ impl NpyMap {
         })
     }
 
+    /// An f32 matrix held in memory (an anonymous map) as a `.npy` file's bytes would be:
+    /// what a model file's basis becomes, so it is read by the same code as `basis.npy`.
+    /// `name` stands for the file in messages.
+    pub fn in_memory(name: &Path, array: ArrayView2<'_, f32>) -> Result<Self> {
+        let mut bytes = Vec::new();
+        array
+            .write_npy(&mut bytes)
+            .with_context(|| format!("{}: encoding the basis", name.display()))?;
+        let mut map = MmapMut::map_anon(bytes.len())
+            .with_context(|| format!("{}: mapping {} bytes", name.display(), bytes.len()))?;
+        map.copy_from_slice(&bytes);
+        let map = map
+            .make_read_only()
+            .with_context(|| format!("{}: sealing the map", name.display()))?;
+        Ok(NpyMap {
+            path: name.to_path_buf(),
+            map,
+        })
+    }
+
     /// A registered `.npy` file, mapped and hashed once in full against the catalog.
     pub fn open_registered(file: &Registered) -> Result<Self> {
         file.ensure_present()?;

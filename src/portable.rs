@@ -1,0 +1,117 @@
+//! A model file's contents as scoring uses them: what a new row needs without the
+//! workspace. [`PortableModel::open`] reads a model file (`store::model_file`, written by
+//! `pipeline export`) and types its parts: the run's [`TrainConfig`], the dataset's
+//! [`Transform`] with its statistics, and X̃ as the memory map `scoring::model_inputs` reads,
+//! so a row is transformed, projected and scored exactly as the workspace's run would.
+//!
+//! Scoring with it (what `predict --model` would do):
+//!
+//! ```text
+//! let model = PortableModel::open(path)?;
+//! let (inputs, k_tilde, unweighted) = scoring::model_inputs(
+//!     &model.basis, model.n_features(), model.config.inducing_inputs.in_features(),
+//!     model.params())?;
+//! let ranker = Ranker::open(inputs, k_tilde, model.config.kernel.kind(),
+//!     unweighted.as_ref().unwrap_or(model.params()), probabilities)?;
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::choice::Choice;
+use crate::model::params::Params;
+use crate::store::classes::ClassMap;
+use crate::store::model_file::{DatasetFacts, ModelFile, Provenance};
+use crate::store::npy::NpyMap;
+use crate::trained::TrainConfig;
+use crate::transform::{FeatureScaling, Transform, TransformChoice};
+
+/// A model file, read, checked and typed.
+pub struct PortableModel {
+    /// The file it was read from (messages).
+    pub path: PathBuf,
+    /// Everything the file holds, as stored.
+    pub file: ModelFile,
+    /// The run's configuration (kernel, inducing inputs, likelihood, task, seed, …).
+    pub config: TrainConfig,
+    /// The dataset's transform, with its fitted statistics when it has them: what a new
+    /// row's values go through before scoring (`Transform::apply`).
+    pub transform: Transform,
+    /// X̃ [R×D] f32 in memory, as `basis.npy` ([`ModelFile::basis_map`]; 0×D when the model
+    /// never reads it).
+    pub basis: NpyMap,
+}
+
+impl PortableModel {
+    /// Reads `path` ([`ModelFile::read`]: refused by name when damaged, truncated, of
+    /// another format or a newer version) and types its parts.
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::from_file(path, ModelFile::read(path)?)
+    }
+
+    /// Types the parts of `file`, read from `path`.
+    pub fn from_file(path: &Path, file: ModelFile) -> Result<Self> {
+        let p = path.display();
+        let config: TrainConfig = serde_json::from_value(file.config.clone())
+            .with_context(|| format!("{p}: unreadable configuration (fsgp.config)"))?;
+        let transform = transform_of(
+            &file.dataset,
+            file.scaling.as_ref().map(|s| FeatureScaling {
+                ids: s.ids.clone(),
+                shift: s.shift.clone(),
+                scale: s.scale.clone(),
+            }),
+        )
+        .with_context(|| format!("{p}: unusable transform"))?;
+        let basis = file.basis_map(path)?;
+        Ok(PortableModel {
+            path: path.to_path_buf(),
+            file,
+            config,
+            transform,
+            basis,
+        })
+    }
+
+    /// The checkpoint's parameters.
+    pub fn params(&self) -> &Params {
+        &self.file.params
+    }
+
+    /// D: a new row's feature ids (after the index base) must be below it.
+    pub fn n_features(&self) -> u64 {
+        self.file.dataset.n_features
+    }
+
+    /// The dataset's facts (format, index base, D, L, label kind, class map).
+    pub fn dataset(&self) -> &DatasetFacts {
+        &self.file.dataset
+    }
+
+    /// Label id → original label, when ingest assigned the ids.
+    pub fn class_map(&self) -> Option<&ClassMap> {
+        self.file.dataset.class_map.as_ref()
+    }
+
+    pub fn provenance(&self) -> &Provenance {
+        &self.file.provenance
+    }
+}
+
+/// The resolved transform a dataset's facts name, with `scaling` for the two that need it.
+fn transform_of(facts: &DatasetFacts, scaling: Option<FeatureScaling>) -> Result<Transform> {
+    let choice = TransformChoice::parse_name(&facts.transform).map_err(anyhow::Error::msg)?;
+    let fitted = |s: Option<FeatureScaling>| {
+        s.map(Arc::new)
+            .with_context(|| format!("transform '{}' without its statistics", facts.transform))
+    };
+    Ok(match choice {
+        TransformChoice::None => Transform::None,
+        TransformChoice::L2 => Transform::L2,
+        TransformChoice::Scale => Transform::Scale(fitted(scaling)?),
+        TransformChoice::Standardize => Transform::Standardize(fitted(scaling)?),
+        TransformChoice::Auto => anyhow::bail!("transform 'auto' was never resolved"),
+    })
+}
