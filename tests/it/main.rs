@@ -17,6 +17,7 @@ mod disk_full;
 mod early_stopping;
 mod elbo_gradients;
 mod evaluate_tasks;
+mod export;
 mod feature_ard;
 mod fit;
 mod inducing_identity;
