@@ -415,6 +415,7 @@ fn check_kernel_tensors(params: &Params, config: &serde_json::Value, path: &Path
 #[cfg(test)]
 mod tests {
     use super::*;
+    use faer::Mat;
 
     fn sample() -> Checkpoint {
         let f = |r: usize, c: usize, s: f64| {
