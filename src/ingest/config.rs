@@ -4,12 +4,12 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::input::{absolute, InputLayout};
-use super::parse::{LabelRules, RowRules, MAX_IDS};
 use super::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
-use super::source::refuse_special_file;
 use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
 use crate::store::catalog::{LabelKind, Split};
+use crate::text::parse::{LabelRules, RowRules, UnknownFeatures, MAX_IDS};
+use crate::text::source::refuse_special_file;
 use crate::transform::{Transform, TransformChoice};
 
 /// Configuration of one ingest.
@@ -227,6 +227,7 @@ impl IngestConfig {
                 "in the header"
             },
             labels,
+            unknown_features: UnknownFeatures::Refuse,
         }
     }
 
