@@ -186,7 +186,8 @@ impl Case {
 
 /// The multi-label XC test file (with its `N D L` header, as synth writes it), without the
 /// header, and gzip-compressed: the rows of `predict --split test`, for transforms none and
-/// l2; with `--probabilities` too.
+/// l2; with `--probabilities` too. A header of another D, or whose N the rows fall short
+/// of, is refused naming its line.
 #[test]
 fn xc_multilabel_rows_score_as_the_test_split() {
     let case = Case::new();
@@ -234,6 +235,25 @@ fn xc_multilabel_rows_score_as_the_test_split() {
                 );
             }
         }
+    }
+    // A header is held to the dataset: its D at line 1, its N at the end of the rows.
+    let rows = text.split_once('\n').unwrap().1;
+    let wide = case.file("wide.txt", format!("60 41 12\n{rows}").as_bytes());
+    let short = case.file("short.txt", format!("61 40 12\n{rows}").as_bytes());
+    for (file, says) in [
+        (
+            &wide,
+            format!("{wide}:1: found D = 41 in the header, expected D = 40"),
+        ),
+        (
+            &short,
+            format!("{short}:61: found the end of the file after 60 rows, expected N = 61"),
+        ),
+    ] {
+        let run = newest_run(&case.ws(), "train").to_string();
+        let done = pipeline(&case.ws(), &["predict", "--run", &run, "--input", file]);
+        assert_eq!(done.status.code(), Some(1), "{file}");
+        assert!(stderr(&done).contains(&says), "{says}: {}", stderr(&done));
     }
 }
 
