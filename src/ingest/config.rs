@@ -221,6 +221,7 @@ impl IngestConfig {
             index_base: self.index_base,
             transform,
             lenient: self.lenient,
+            offers_lenient: true,
             features_from: if self.features.is_some() {
                 "from --features"
             } else {

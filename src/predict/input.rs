@@ -423,6 +423,7 @@ fn dataset_rules(
     };
     Ok(RowRules {
         transform,
+        offers_lenient: false,
         features_from: "in the run's dataset; --unknown-features drop leaves such features out",
         labels: LabelRules {
             first_label,

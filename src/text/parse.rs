@@ -42,6 +42,9 @@ pub struct RowRules {
     pub transform: Transform,
     /// Skip bad rows (counting them) and accept CRLF line ends and a missing final newline.
     pub lenient: bool,
+    /// Whether the command has `--lenient` (ingest), so messages may offer it; `predict
+    /// --input` is always strict.
+    pub offers_lenient: bool,
     /// Where D comes from, for messages: `"in the header"` or `"from --features"`.
     pub features_from: &'static str,
     /// How the labels become label ids.
@@ -108,6 +111,7 @@ impl RowRules {
             index_base,
             transform: Transform::None,
             lenient: false,
+            offers_lenient: true,
             features_from: "in the header",
             labels: LabelRules::default(),
             unknown_features: UnknownFeatures::Refuse,
@@ -590,8 +594,17 @@ fn lines(block: &[u8], first_line: u64) -> impl Iterator<Item = (u64, &[u8])> {
         })
 }
 
-const CRLF_MSG: &str = "found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" \
-     (strip the '\\r' characters, or pass --lenient to accept them)";
+/// Message for a CRLF line end; `--lenient` is offered when the command has it.
+fn crlf_msg(rules: &RowRules) -> String {
+    let lenient = match rules.offers_lenient {
+        true => ", or pass --lenient to accept them",
+        false => "",
+    };
+    format!(
+        "found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" (strip the '\\r' \
+         characters{lenient})"
+    )
+}
 
 /// Which of a block's inputs a problem was found in (0: the main file, 1: a BoW label file).
 pub type BlockError = (usize, LineError);
@@ -618,7 +631,7 @@ impl<'r> BlockParser<'r> {
                 self.out.crlf_lines += 1;
                 Ok(stripped)
             }
-            Some(_) => Err(CRLF_MSG.to_string()),
+            Some(_) => Err(crlf_msg(self.rules)),
             None => Ok(line),
         }
     }
@@ -667,11 +680,17 @@ impl<'r> BlockParser<'r> {
     }
 }
 
-/// Message for a file whose last line lacks '\n'.
-fn unterminated_msg() -> String {
-    "found the last line without a '\\n' line end, expected every line to end with '\\n' \
-     (the file may be truncated; pass --lenient to accept it)"
-        .to_string()
+/// Message for a file whose last line lacks '\n'; `--lenient` is offered when the command
+/// has it.
+fn unterminated_msg(rules: &RowRules) -> String {
+    let lenient = match rules.offers_lenient {
+        true => "; pass --lenient to accept it",
+        false => "",
+    };
+    format!(
+        "found the last line without a '\\n' line end, expected every line to end with '\\n' \
+         (the file may be truncated{lenient})"
+    )
 }
 
 /// Parses a block of lines of one syntax.
@@ -698,7 +717,7 @@ pub fn parse_block(
         }
     }
     if !terminated && !block.is_empty() && !rules.lenient {
-        return Err((0, LineError::new(last_line, unterminated_msg())));
+        return Err((0, LineError::new(last_line, unterminated_msg(rules))));
     }
     Ok(p.out)
 }
@@ -745,7 +764,7 @@ pub fn parse_bow_block(
     if !rules.lenient {
         for (source, ok) in [(0, terminated.0), (1, terminated.1)] {
             if !ok {
-                return Err((source, LineError::new(last_line, unterminated_msg())));
+                return Err((source, LineError::new(last_line, unterminated_msg(rules))));
             }
         }
     }

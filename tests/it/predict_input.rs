@@ -512,6 +512,10 @@ fn refusals_name_the_line_and_leave_no_output() {
         &["--block-rows", "1"],
         &[format!("{bad}:3: found value 'x' in token '2:x', expected a decimal number").as_str()],
     );
+    // Strict whatever the dataset's --lenient, which predict does not offer.
+    let crlf = case.file("crlf.svm", b"1 1:0.5\r\n");
+    let says = format!("{crlf}:1: found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" (strip the '\\r' characters)\n");
+    refused(&crlf, &[], &[says.as_str()]);
     let missing = case.src().join("missing.svm").display().to_string();
     refused(&missing, &[], &[missing.as_str(), "cannot open"]);
     let dir = case.src().display().to_string();
