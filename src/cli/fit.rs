@@ -31,13 +31,13 @@ use clap::Parser;
 
 use super::args::{Cli, Command, FitArgs, RunArgs};
 use super::spec::{self, Spec};
-use crate::ingest::source::LineSource;
 use crate::metrics::baseline;
 use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::Figure;
 use crate::store::catalog::{DatasetRow, LabelKind, Split};
 use crate::store::chunks::read_registered_chunk_labels;
 use crate::store::workspace::Workspace;
+use crate::text::source::LineSource;
 
 /// Steps of the probe that measures a candidate's step time (then resumed from).
 pub const PROBE_STEPS: u64 = 50;
@@ -210,7 +210,7 @@ pub fn planned_steps(seconds: f64, step_seconds: f64, cap: u64) -> u64 {
 }
 
 /// The layout of a training file: `xc` when its first line is an XML-repository header
-/// (`N D L`, three integers), else `libsvm`. Read through ingest's own [`LineSource`]:
+/// (`N D L`, three integers), else `libsvm`. Read through ingest's [`LineSource`]:
 /// compression by magic bytes, special files refused, the line's length capped.
 pub fn sniff_format(path: &Path) -> Result<&'static str> {
     let mut source = LineSource::open(path)?;

@@ -23,8 +23,10 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
+use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
+use super::integrity::Registered;
 
 /// Value of the `fsgp.format` key.
 pub const SCALING_FORMAT: &str = "fsgp-feature-transform/1";
@@ -96,7 +98,17 @@ pub fn write_scaling(path: &Path, s: &StoredScaling) -> Result<WrittenFile> {
 /// ids do not increase.
 pub fn read_scaling(path: &Path) -> Result<StoredScaling> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+    decode_scaling(file, path)
+}
+
+/// Reads a dataset's registered map: the whole file, checked against the catalog, then
+/// decoded as [`read_scaling`] does (`predict --input` applies it to new rows).
+pub fn read_registered_scaling(file: &Registered) -> Result<StoredScaling> {
+    decode_scaling(bytes::Bytes::from(file.read()?), file.path())
+}
+
+fn decode_scaling<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<StoredScaling> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
         .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
     let meta = |key: &str| {
         builder
