@@ -11,8 +11,9 @@
 //! - library modules the stages share: [`trained`] (a trained run's configuration, svd
 //!   files and checkpoints), [`scoring`] (ranking rows under a model), [`projection`]
 //!   (rows onto the basis), [`sparse`] (sparse × dense kernels), [`topk`], [`metrics`],
-//!   [`transform`] (feature transforms fitted at ingest), [`portable`] (a model file's
-//!   typed contents: what scoring a new row needs without the workspace);
+//!   [`transform`] (feature transforms fitted at ingest), [`text`] (input rows of text: the
+//!   line reader and the row parser ingest and `predict --input` share), [`portable`] (a
+//!   model file's typed contents: what scoring a new row needs without the workspace);
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
 //! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests),
@@ -41,6 +42,7 @@ pub mod stage;
 pub mod store;
 pub mod svd;
 pub mod synth;
+pub mod text;
 pub mod topk;
 pub mod train;
 pub mod trained;

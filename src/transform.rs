@@ -55,6 +55,13 @@ pub const DENSE_SHARE: f64 = 0.5;
 /// frequencies beside run lengths, not the spread of word counts or pixel intensities).
 pub const MIXED_SCALE_RATIO: f64 = 100.0;
 
+/// `auto` calls sparse non-negative fractional features range-scaled when the largest
+/// feature's largest value is within this factor of the median feature's: the features
+/// share one range, as pixel intensities or values scaled to [0, c] per feature do (MNIST:
+/// exactly 1). tf-idf values do not: a feature's largest value follows its idf, and on the
+/// generated text of `pipeline synth` the ratio is 2.3.
+pub const SHARED_RANGE_RATIO: f64 = 1.1;
+
 /// Per-feature affine map fitted on the training split, `v ↦ (v − shift) · scale`, over
 /// the features that occur in the training rows (`ids`, increasing); every other feature is
 /// left as it is (shift 0, scale 1), so the map's size follows the training data, not D.
@@ -354,9 +361,10 @@ pub struct AutoDecision {
 /// 2. sparse with negative values, or sparse non-negative fractional values whose scales
 ///    differ by more than [`MIXED_SCALE_RATIO`]: `scale` — the same per-feature scale
 ///    without the centring that would fill in every zero;
-/// 3. sparse, non-negative, on one scale, mostly fractional values (intensities,
-///    frequencies, tf-idf): `none` — their magnitude is on a common scale already;
-/// 4. otherwise (sparse, non-negative whole numbers: counts, indicators): `l2`.
+/// 3. sparse, non-negative, mostly fractional values whose features share one range
+///    ([`SHARED_RANGE_RATIO`]: intensities, features scaled to [0, c]): `none` — they are
+///    on a common scale already;
+/// 4. otherwise (sparse, non-negative, on one scale: counts, indicators, tf-idf): `l2`.
 pub fn decide_auto(stats: &FeatureStats) -> AutoDecision {
     let density = stats.density();
     let spread = stats.scale_spread();
@@ -395,20 +403,22 @@ pub fn decide_auto(stats: &FeatureStats) -> AutoDecision {
                  divided by their training sd (centring would fill in every zero)"
             ),
         )
-    } else if 2 * stats.fractional >= stats.nonzeros {
+    } else if 2 * stats.fractional >= stats.nonzeros && spread <= SHARED_RANGE_RATIO {
         (
             TransformChoice::None,
             format!(
-                "{shown}: sparse non-negative fractional values on one scale (intensities, \
-                 frequencies), kept as they are: a row's magnitude is part of what it measures"
+                "{shown}: sparse non-negative fractional values sharing one range (the \
+                 largest feature maximum is {spread:.2} times the median's: intensities, or \
+                 features already scaled to [0, c]), kept as they are: a row's magnitude is \
+                 part of what it measures"
             ),
         )
     } else {
         (
             TransformChoice::L2,
             format!(
-                "{shown}: sparse non-negative whole numbers on one scale (counts, \
-                 indicators), each row scaled to unit length"
+                "{shown}: sparse non-negative features on one scale (counts, indicators, \
+                 tf-idf), each row scaled to unit length"
             ),
         )
     };

@@ -45,6 +45,7 @@ const BELOW_STAGES: &[&str] = &[
     "metrics",
     "topk",
     "transform",
+    "text",
     "model",
     "store",
     "linalg",
@@ -93,6 +94,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("topk", &[]),
     // Feature transforms: fitted on a training split, applied to one row at a time.
     ("transform", &["choice"]),
+    // Input rows of text: the line reader and the row parser (ingest, `predict --input`).
+    ("text", &["store", "error", "transform", "choice"]),
     // The model knows no files.
     ("model", &["linalg", "error", "choice"]),
     // Every on-disk format, the catalog, the workspace directory.

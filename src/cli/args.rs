@@ -18,12 +18,14 @@ use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
 use crate::ingest::validation::ValidationSplit;
 use crate::metrics::{LabellessRows, PropensityParams};
+use crate::predict::input::{InputOptions, StreamFormat};
 use crate::predict::PredictOptions;
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::{SvdOptions, DEFAULT_INDUCING, DEFAULT_RANK};
 use crate::synth::{Shape, SynthOptions};
+use crate::text::parse::UnknownFeatures;
 use crate::train::batches::MAX_EPOCHS;
 use crate::train::budget::DEFAULT_MIN_STEPS;
 use crate::train::early::EVALUATIONS_PER_BUDGET;
@@ -102,7 +104,8 @@ pub enum Command {
     Train(TrainArgs),
     /// Exact full-data evidence lower bound of a training checkpoint.
     Elbo(ElboArgs),
-    /// Top-k labels of every row of a split under a training checkpoint (Parquet).
+    /// Top-k labels of every row of a split under a training checkpoint (Parquet), or of
+    /// new rows from a file or standard input (--input).
     #[command(after_help = examples::PREDICT)]
     Predict(PredictArgs),
     /// P@k, nDCG@k, PSP@k, PSnDCG@k and coverage@k of predictions against the true labels.
@@ -826,6 +829,24 @@ pub struct PredictArgs {
     pub probabilities: bool,
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Score the rows of this file instead of a split: text as the run's dataset was
+    /// ingested (XML-repository rows with or without their header, or LIBSVM; plain, gzip
+    /// or zstd), through its transform; `-` reads standard input. Only reads the workspace
+    /// (docs/predict-input.md)
+    #[arg(long, value_name = "FILE|-", conflicts_with = "split")]
+    pub input: Option<PathBuf>,
+    /// With --input: write the predictions to this Parquet file (predict's schema; row_id =
+    /// the row's position in the input) instead of printing them
+    #[arg(long, value_name = "FILE", requires = "input")]
+    pub output: Option<PathBuf>,
+    /// With --input and no --output: how the rows are printed on standard output
+    #[arg(long, default_value_t = StreamFormat::Jsonl, value_parser = one_of::<StreamFormat>(),
+          requires = "input", conflicts_with = "output")]
+    pub format: StreamFormat,
+    /// With --input: a feature id the run's dataset does not have (≥ its D)
+    #[arg(long, default_value_t = UnknownFeatures::Refuse,
+          value_parser = one_of::<UnknownFeatures>(), requires = "input")]
+    pub unknown_features: UnknownFeatures,
 }
 
 impl PredictArgs {
@@ -839,6 +860,16 @@ impl PredictArgs {
             probabilities: self.probabilities,
             threads: self.threads,
         }
+    }
+
+    /// With `--input`: the rows to score and where the predictions go.
+    pub fn input_options(&self) -> Option<InputOptions> {
+        self.input.as_ref().map(|rows| InputOptions {
+            rows: rows.clone(),
+            output: self.output.clone(),
+            format: self.format,
+            unknown_features: self.unknown_features,
+        })
     }
 }
 
@@ -1085,7 +1116,9 @@ Examples:
     pub const PREDICT: &str = "\
 Examples:
   pipeline predict --run 3 --split test --top-k 5
-  pipeline predict --run 3 --checkpoint 2600 --probabilities";
+  pipeline predict --run 3 --checkpoint 2600 --probabilities
+  pipeline predict --run 3 --input new.txt --output new.parquet   # rows never ingested
+  zcat new.svm.gz | pipeline predict --run 7 --input - --probabilities --format tsv";
 
     pub const EVALUATE: &str = "\
 Examples:

@@ -31,11 +31,13 @@ use clap::Parser;
 
 use super::args::{Cli, Command, FitArgs, RunArgs};
 use super::spec::{self, Spec};
-use crate::ingest::source::LineSource;
+use crate::metrics::baseline;
 use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::Figure;
-use crate::store::catalog::{LabelKind, Split};
+use crate::store::catalog::{DatasetRow, LabelKind, Split};
+use crate::store::chunks::read_registered_chunk_labels;
 use crate::store::workspace::Workspace;
+use crate::text::source::LineSource;
 
 /// Steps of the probe that measures a candidate's step time (then resumed from).
 pub const PROBE_STEPS: u64 = 50;
@@ -208,7 +210,7 @@ pub fn planned_steps(seconds: f64, step_seconds: f64, cap: u64) -> u64 {
 }
 
 /// The layout of a training file: `xc` when its first line is an XML-repository header
-/// (`N D L`, three integers), else `libsvm`. Read through ingest's own [`LineSource`]:
+/// (`N D L`, three integers), else `libsvm`. Read through ingest's [`LineSource`]:
 /// compression by magic bytes, special files refused, the line's length capped.
 pub fn sniff_format(path: &Path) -> Result<&'static str> {
     let mut source = LineSource::open(path)?;
@@ -415,9 +417,17 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         scored.push(finish(ws, kind, probe, share, cap)?);
         i += 1;
     }
-    print_table(&scored);
+    let floor = frequency_floor(ws, &dataset, kind)?;
+    print_table(&scored, floor);
     let winner = choose(&scored);
     let chosen = &scored[winner];
+    if chosen.key().0 <= floor.0 {
+        eprintln!(
+            "warning: the chosen model does not beat the label frequencies on validation: \
+             its features taught it nothing it could show there (features on the wrong \
+             scale, no signal, or too small a budget)"
+        );
+    }
     eprintln!(
         "== fit: chosen {} ({} steps); training it on every training row",
         chosen.candidate.name, chosen.steps
@@ -581,22 +591,65 @@ fn probe_step_seconds(ws: &Workspace, run: i64) -> Result<Option<f64>> {
     Ok((seconds > 0.0).then(|| seconds / PROBE_STEPS as f64))
 }
 
-/// The validation table: one line per candidate.
-fn print_table(scored: &[Scored]) {
+/// The label frequencies' figures on the validation split, keyed as [`Scored::key`]: the
+/// frequency ranking's P@1 and P@3, or the majority class's accuracy and −NLP of the class
+/// shares ([`crate::metrics::baseline`]).
+fn frequency_floor(ws: &Workspace, dataset: &DatasetRow, kind: LabelKind) -> Result<(f64, f64)> {
+    let rows = |split: Split| -> Result<Vec<Vec<u32>>> {
+        let mut rows = Vec::new();
+        for (file, _) in ws.split_chunks(dataset, split)? {
+            let c = read_registered_chunk_labels(&file)?;
+            for i in 0..c.len() {
+                rows.push(c.labels[c.offsets[i] as usize..c.offsets[i + 1] as usize].to_vec());
+            }
+        }
+        Ok(rows)
+    };
+    let (train, validation) = (rows(Split::Train)?, rows(Split::Validation)?);
+    // A binary row is positive when it holds label 0; a multi-class row's class is its one
+    // label (a row without one is left out, as evaluate leaves it out of accuracy).
+    let classes = |rows: &[Vec<u32>]| -> Vec<u32> {
+        match kind {
+            LabelKind::Binary => rows.iter().map(|r| u32::from(r.contains(&0))).collect(),
+            _ => rows.iter().filter_map(|r| r.first().copied()).collect(),
+        }
+    };
+    Ok(match kind {
+        LabelKind::Multilabel => baseline::frequency_ranking(&train, &validation),
+        LabelKind::Binary => {
+            let (accuracy, nlp) =
+                baseline::class_shares(&classes(&train), &classes(&validation), 2);
+            (accuracy, -nlp)
+        }
+        LabelKind::Multiclass => {
+            let k = dataset.n_labels as usize;
+            let (accuracy, nlp) =
+                baseline::class_shares(&classes(&train), &classes(&validation), k);
+            (accuracy, -nlp)
+        }
+    })
+}
+
+/// The validation table: one line per candidate, and the label frequencies' line.
+fn print_table(scored: &[Scored], floor: (f64, f64)) {
     eprintln!();
     eprintln!(
         "{:<44} {:>8} {:>7} {:>8} {:>10} {:>10}",
         "candidate (validation)", "ms/step", "steps", "seconds", "primary", "second"
     );
+    let ranking = matches!(
+        scored.first().map(|s| &s.metrics),
+        Some(Evaluation::Ranking(_))
+    );
+    let shown = |(a, b): (f64, f64)| match ranking {
+        true => (
+            format!("P@1 {:.2}", 100.0 * a),
+            format!("P@3 {:.2}", 100.0 * b),
+        ),
+        false => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
+    };
     for s in scored {
-        let (a, b) = s.key();
-        let (pa, pb) = match &s.metrics {
-            Evaluation::Ranking(_) => (
-                format!("P@1 {:.2}", 100.0 * a),
-                format!("P@3 {:.2}", 100.0 * b),
-            ),
-            _ => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
-        };
+        let (pa, pb) = shown(s.key());
         eprintln!(
             "{:<44} {:>8.1} {:>7} {:>8.1} {:>10} {:>10}",
             s.candidate.name,
@@ -607,6 +660,11 @@ fn print_table(scored: &[Scored]) {
             pb
         );
     }
+    let (fa, fb) = shown(floor);
+    eprintln!(
+        "{:<44} {:>8} {:>7} {:>8} {:>10} {:>10}",
+        "(label frequencies, no model)", "", "", "", fa, fb
+    );
     eprintln!();
 }
 

@@ -12,7 +12,7 @@ use anyhow::{bail, Result};
 
 use crate::comm::Comm;
 use crate::store::workspace::{NoWorkspace, Workspace};
-use args::{Cli, Command, EvaluateArgs, VerifyArgs};
+use args::{Cli, Command, EvaluateArgs, PredictArgs, VerifyArgs};
 
 /// Runs one parsed command line: in one process, or, built with the `mpi` feature, on
 /// every rank of the MPI job (MPI is initialised here, once; one process without
@@ -81,6 +81,9 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
             let ws = Workspace::open_read_only(&cli.workspace)?;
             return crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ());
         }
+        // New rows from a file: nothing is registered, so the workspace is only read
+        // (docs/predict-input.md, "The catalog").
+        Command::Predict(args) if args.input.is_some() => return predict_input(&cli, args, comm),
         Command::Export(args) => {
             // Reads the workspace only; the model file is written outside it.
             let ws = Workspace::open_read_only(&cli.workspace)?;
@@ -132,6 +135,20 @@ fn open_workspace(root: &std::path::Path, comm: &dyn Comm) -> Result<Workspace> 
         comm.barrier()?;
         Workspace::open_as_follower(root)
     }
+}
+
+/// `pipeline predict --input`: in one process, on a workspace opened read-only.
+fn predict_input(cli: &Cli, args: &PredictArgs, comm: &dyn Comm) -> Result<()> {
+    if comm.size() > 1 {
+        bail!(
+            "predict --input runs in one process (started with {} ranks): run it without \
+             mpirun",
+            comm.size()
+        );
+    }
+    let input = args.input_options().expect("--input was given");
+    let ws = Workspace::open_read_only(&cli.workspace)?;
+    crate::predict::input::run(&ws, &args.options(), &input).map(|_| ())
 }
 
 /// `pipeline verify`: the report, then an error (exit status 1) if anything was wrong.

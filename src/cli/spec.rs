@@ -288,6 +288,15 @@ fn push_option(argv: &mut Vec<String>, flag: String, value: String) {
 /// `[train] seeds = [0, 1, 2]`: train → predict → evaluate once per seed (`--seed S`).
 const SEEDS: &str = "seeds";
 
+/// Options of the command line that a spec does not take, per stage: `predict --input`
+/// scores a file outside the workspace, not a split of the spec's run.
+fn command_line_only(stage: SpecStage) -> &'static [&'static str] {
+    match stage {
+        SpecStage::Predict => &["input", "output", "format", "unknown_features"],
+        _ => &[],
+    }
+}
+
 /// Keys of a spec that are not flags of their stage but tell the runner what to do.
 fn spec_only_keys(stage: SpecStage) -> &'static [&'static str] {
     match stage {
@@ -673,6 +682,13 @@ mod tests {
         assert!(
             e.to_string()
                 .contains("[predict] unknown key 'top_kk' (did you mean 'top_k'?)"),
+            "{e}"
+        );
+        // `predict --input` is the command line's: a spec's predict scores its split.
+        let e = spec(&MINIMAL.replace("top_k = 7", "top_k = 7\ninput = 'new.txt'")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("[predict] input: an option of 'pipeline predict --input'"),
             "{e}"
         );
     }

@@ -4,12 +4,12 @@
 use super::config::IngestConfig;
 use super::measure::FittedTransform;
 use super::sink::{SplitCounts, WrittenChunk};
-use super::source::SourceInfo;
 use crate::store::catalog::{
     ArtifactKind, ArtifactRow, ClassMap, LabelKind, NewDataset, SourceRow, Split, SplitRow,
 };
 use crate::store::chunks::WrittenFile;
 use crate::store::scaling::SCALING_FILE;
+use crate::text::source::SourceInfo;
 
 /// The written (not yet published) dataset.
 pub struct Built {

@@ -4,12 +4,12 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::input::{absolute, InputLayout};
-use super::parse::{LabelRules, RowRules, MAX_IDS};
 use super::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
-use super::source::refuse_special_file;
 use super::validation::ValidationSplit;
 use crate::error::InvalidOptions;
 use crate::store::catalog::{LabelKind, Split};
+use crate::text::parse::{LabelRules, RowRules, UnknownFeatures, MAX_IDS};
+use crate::text::source::refuse_special_file;
 use crate::transform::{Transform, TransformChoice};
 
 /// Configuration of one ingest.
@@ -221,12 +221,14 @@ impl IngestConfig {
             index_base: self.index_base,
             transform,
             lenient: self.lenient,
+            offers_lenient: true,
             features_from: if self.features.is_some() {
                 "from --features"
             } else {
                 "in the header"
             },
             labels,
+            unknown_features: UnknownFeatures::Refuse,
         }
     }
 

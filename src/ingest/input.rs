@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 
-use super::source::SourceInfo;
 use super::stream::RowInput;
 use crate::error::InputError;
 use crate::store::catalog::Split;
+use crate::text::source::SourceInfo;
 
 /// One way the input files of a dataset are laid out.
 pub trait InputLayout: Debug + Send + Sync {

@@ -17,11 +17,11 @@ use indicatif::ProgressBar;
 
 use super::config::IngestConfig;
 use super::input::{Route, UNDECLARED};
-use super::parse::{LabelRules, LabelScan};
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::classes::UnseenClasses;
+use crate::text::parse::{LabelRules, LabelScan};
 use crate::transform::Transform;
 
 /// What the scan decided.
@@ -44,6 +44,7 @@ impl LabelPlan {
             first_label,
             classes: Some(Arc::clone(&self.classes)),
             exactly_one: self.exactly_one,
+            unlabeled_ok: false,
         }
     }
 }
@@ -86,6 +87,7 @@ pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Re
         first_label: config.first_label,
         classes: None,
         exactly_one: false,
+        unlabeled_ok: false,
     };
     let rules = config.row_rules(
         declared_d.unwrap_or(UNDECLARED),

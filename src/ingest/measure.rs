@@ -13,9 +13,9 @@ use indicatif::ProgressBar;
 use super::config::IngestConfig;
 use super::input::Route;
 use super::labels::LabelPlan;
-use super::parse::{LabelRules, RowRules};
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
+use crate::text::parse::{LabelRules, RowRules};
 use crate::transform::{decide_auto, FeatureStats, Transform, TransformChoice};
 
 /// The transform the rows are written with, and why.

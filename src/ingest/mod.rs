@@ -12,15 +12,12 @@
 
 pub mod built;
 pub mod config;
-mod header;
 pub mod input;
 pub mod labels;
 pub mod layouts;
 pub mod measure;
-pub mod parse;
 pub mod pipeline;
 pub mod sink;
-pub mod source;
 pub mod stream;
 pub mod validation;
 
@@ -32,9 +29,9 @@ use anyhow::{bail, Result};
 use crate::stage::{self, Staged};
 use crate::store::catalog::{DatasetRow, SourceRow, StageKind};
 use crate::store::workspace::Workspace;
+use crate::text::source::checksum_source;
 use built::{print_summary, Built};
 use config::IngestConfig;
-use source::checksum_source;
 
 /// What an ingest did, for the report and the tests.
 #[derive(Debug, Clone)]

@@ -11,18 +11,18 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::built::Built;
 use super::config::IngestConfig;
-use super::header::{check_row_count, check_row_total};
 use super::input::{absolute, InputLayout, OpenedInput, Route, RowStream};
 use super::labels::{self, LabelPlan};
 use super::measure::{fit_transform, pass_rules, FittedTransform};
-use super::parse::RowRules;
 use super::sink::{Encoder, SplitSink};
-use super::source::SourceInfo;
 use super::stream::{stream_rows, Parsed};
 use super::validation::{ValidationSplit, CARVED_FROM};
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::chunks::CsrChunk;
 use crate::store::scaling::{write_scaling, StoredScaling, SCALING_FILE};
+use crate::text::header::{check_row_count, check_row_total};
+use crate::text::parse::RowRules;
+use crate::text::source::SourceInfo;
 
 /// Skip reasons kept for the summary (the counts are always exact).
 const KEPT_SKIP_REASONS: usize = 20;
@@ -307,7 +307,7 @@ fn stream_into(
         &shared.progress,
         &mut |parsed| {
             if let Some(declared) = declared_rows {
-                check_row_count(&path, declared, &mut lines, &parsed)?;
+                check_row_count(&path, declared, &mut lines, parsed.n_lines)?;
             }
             // Skipped rows are counted against the stream's first split (under a row
             // table: the training split).

@@ -10,10 +10,10 @@ use std::thread::ScopedJoinHandle;
 use anyhow::{anyhow, Context, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use super::parse::UNSEEN_CLASS;
 use crate::store::catalog::Split;
 use crate::store::chunks::{write_chunk, CsrChunk, RowRef, WrittenFile};
 use crate::store::space::ensure_free;
+use crate::text::parse::UNSEEN_CLASS;
 
 /// Smallest and largest automatic chunk sizes, in rows; the largest is also the most
 /// `--chunk-rows` accepts, since a chunk is held whole in memory (`threads + 1` of them

@@ -12,9 +12,9 @@ use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, unbounded};
 use indicatif::ProgressBar;
 
-use super::parse::{parse_block, parse_bow_block, LineSyntax, ParsedBlock, RowRules};
-use super::source::{LineSource, SourceInfo, TextBlock};
 use crate::error::LineError;
+use crate::text::parse::{parse_block, parse_bow_block, LineSyntax, ParsedBlock, RowRules};
+use crate::text::source::{LineSource, SourceInfo, TextBlock};
 
 /// Target size of one text block handed to a parser thread.
 const BLOCK_BYTES: usize = 4 << 20;

@@ -28,6 +28,7 @@ use calibration::Calibration;
 use fixed::{add_all_i128, from_fixed, ratio, to_fixed};
 use names::AtK;
 
+pub mod baseline;
 pub mod binary;
 pub mod calibration;
 pub mod evaluation;

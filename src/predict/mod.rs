@@ -8,7 +8,11 @@
 //!
 //! Over MPI ranks ([`run_on`], [`ranks`]) each rank scores its share of the chunks and
 //! rank 0 writes every block, in the chunks' order: the same file as one process.
+//!
+//! `pipeline predict --input` ([`input`]) scores rows that were never ingested, read as the
+//! run's dataset was read and ranked by the same [`Ranking`] as a split's chunks.
 
+pub mod input;
 mod ranks;
 
 use std::path::Path;
@@ -19,12 +23,13 @@ use serde_json::json;
 
 use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
+use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::model::predictive::ProbabilityRule;
 use crate::scoring::{model_inputs, Ranker};
 use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
-use crate::store::chunks::read_registered_chunk;
+use crate::store::chunks::{read_registered_chunk, CsrChunk};
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::predictions::{
@@ -224,6 +229,94 @@ pub fn run_on(
     )
 }
 
+/// What ranking rows under a checkpoint needs of its training run.
+struct Model<'a> {
+    config: &'a TrainConfig,
+    /// D of the run's dataset.
+    n_features: u64,
+    /// The checkpoint's parameters.
+    params: &'a Params,
+    /// X̃ [R×D], the svd run's basis.
+    basis: &'a Registered,
+}
+
+/// How rows are ranked under one checkpoint: the [`Ranker`] opened with the run's view of
+/// the rows and probability rule, and for a multi-class run its likelihood. `predict
+/// --split` and `predict --input` both rank through it, so a new row is scored exactly as
+/// the same row in a split is.
+struct Ranking<'p> {
+    ranker: Ranker<'p>,
+    /// Multi-class runs: the classes are ranked by their predictive probabilities.
+    class_lik: Option<Box<dyn ClassLikelihood>>,
+    /// The Monte Carlo seed of the class probabilities (sampling likelihoods).
+    seed: u64,
+    top_k: usize,
+    /// Rows scored together (memory: rows × labels f64 scores).
+    block_rows: usize,
+    probabilities: bool,
+}
+
+impl Ranking<'_> {
+    /// The predictions of `chunk`'s rows, one block per `block_rows` rows, in row order.
+    /// The chunk's row ids must be consecutive (they seed each row's Monte Carlo noise).
+    fn rank(&self, chunk: &CsrChunk) -> Result<Vec<PredictionBlock>> {
+        let blocks = match &self.class_lik {
+            None => self.ranker.rank_chunk(chunk, self.top_k, self.block_rows),
+            Some(lik) => self.ranker.rank_chunk_classes(
+                chunk,
+                &**lik,
+                self.seed,
+                (self.top_k, self.block_rows),
+                self.probabilities,
+            ),
+        }?;
+        Ok(blocks.into_iter().map(|(_, block)| block).collect())
+    }
+}
+
+/// Opens the [`Ranking`] of `model` keeping `(top_k, block_rows, probabilities)` and calls
+/// `f` with it (the ranker borrows parameters made here: ARD over the features ranks with
+/// the weights folded into the basis). `what` names the rows for a failure to open it.
+fn with_ranking<T>(
+    model: &Model<'_>,
+    (top_k, block_rows, probabilities): (usize, usize, bool),
+    what: &dyn Fn() -> String,
+    f: impl FnOnce(&Ranking<'_>) -> Result<T>,
+) -> Result<T> {
+    let config = model.config;
+    let basis = NpyMap::open_registered(model.basis)?;
+    let (inputs, k_tilde, unweighted) = model_inputs(
+        &basis,
+        model.n_features,
+        config.inducing_inputs.in_features(),
+        model.params,
+    )?;
+    let class_lik = match config.task {
+        Task::Multiclass => Some(config.class_likelihood()?),
+        _ => None,
+    };
+    let ranker = Ranker::open(
+        inputs,
+        k_tilde,
+        config.kernel.kind(),
+        unweighted.as_ref().unwrap_or(model.params),
+        probabilities || class_lik.is_some(),
+    )
+    .with_context(what)?;
+    let ranker = match class_lik {
+        Some(_) => ranker,
+        None => ranker.with_probability_rule(config.probability_rule()?),
+    };
+    f(&Ranking {
+        ranker,
+        class_lik,
+        seed: config.predictive_seed(),
+        top_k,
+        block_rows,
+        probabilities,
+    })
+}
+
 /// Everything one predict run reads.
 struct Job<'a> {
     opts: &'a PredictOptions,
@@ -252,13 +345,6 @@ impl Job<'_> {
             true => Some(self.create_writer(scratch, split_rows)?),
             false => None,
         };
-        let basis = NpyMap::open_registered(self.basis)?;
-        let (inputs, k_tilde, unweighted) = model_inputs(
-            &basis,
-            dataset.n_features,
-            self.config.inducing_inputs.in_features(),
-            self.params,
-        )?;
         // A model whose q(u) cannot be factorised fails here or at its first block of rows.
         let scoring = || {
             format!(
@@ -266,49 +352,30 @@ impl Job<'_> {
                 opts.split, opts.run, self.checkpoint_step
             )
         };
-        let class_lik = match self.config.task {
-            Task::Multiclass => Some(self.config.class_likelihood()?),
-            _ => None,
+        let model = Model {
+            config: self.config,
+            n_features: dataset.n_features,
+            params: self.params,
+            basis: self.basis,
         };
-        let ranker = Ranker::open(
-            inputs,
-            k_tilde,
-            self.config.kernel.kind(),
-            unweighted.as_ref().unwrap_or(self.params),
-            opts.probabilities || class_lik.is_some(),
-        )
-        .with_context(scoring)?;
-        let ranker = match class_lik {
-            Some(_) => ranker,
-            None => ranker.with_probability_rule(self.config.probability_rule()?),
-        };
-        let seed = self.config.predictive_seed();
         let started = Instant::now();
         let mut rows = 0u64;
-        let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {
-            let chunk = read_registered_chunk(file)?;
-            let blocks = match &class_lik {
-                None => ranker.rank_chunk(&chunk, self.top_k, opts.block_rows),
-                Some(lik) => ranker.rank_chunk_classes(
-                    &chunk,
-                    &**lik,
-                    seed,
-                    (self.top_k, opts.block_rows),
-                    opts.probabilities,
-                ),
-            }
-            .with_context(scoring)?;
-            Ok(blocks.into_iter().map(|(_, block)| block).collect())
-        };
-        if self.comm.size() == 1 {
-            let writer = writer.as_mut().expect("one process is rank 0");
-            for file in self.files {
-                for block in rank_chunk(file)? {
-                    writer.write(&block)?;
-                    rows += block.len() as u64;
+        let sizes = (self.top_k, opts.block_rows, opts.probabilities);
+        with_ranking(&model, sizes, &scoring, |ranking| {
+            let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {
+                let chunk = read_registered_chunk(file)?;
+                ranking.rank(&chunk).with_context(scoring)
+            };
+            if self.comm.size() == 1 {
+                let writer = writer.as_mut().expect("one process is rank 0");
+                for file in self.files {
+                    for block in rank_chunk(file)? {
+                        writer.write(&block)?;
+                        rows += block.len() as u64;
+                    }
                 }
+                return Ok(());
             }
-        } else {
             ranks::rank_over_ranks(
                 self.comm,
                 self.files.len(),
@@ -317,8 +384,8 @@ impl Job<'_> {
                     rows += block.len() as u64;
                     writer.as_mut().map_or(Ok(()), |w| w.write(block))
                 },
-            )?;
-        }
+            )
+        })?;
         let Some(writer) = writer else {
             // Another rank: its share is with rank 0, which writes and publishes.
             return Ok(Staged {

@@ -101,7 +101,8 @@ pub fn read_scaling(path: &Path) -> Result<StoredScaling> {
     decode_scaling(file, path)
 }
 
-/// [`read_scaling`] of a registered file: the whole file, checked against the catalog.
+/// Reads a dataset's registered map: the whole file, checked against the catalog, then
+/// decoded as [`read_scaling`] does (`predict --input` applies it to new rows).
 pub fn read_registered_scaling(file: &Registered) -> Result<StoredScaling> {
     decode_scaling(bytes::Bytes::from(file.read()?), file.path())
 }

@@ -50,6 +50,12 @@ fn fit_chooses_trains_and_writes_a_spec_that_reproduces_it() {
     assert!(err.contains("task binary, N = "), "{err}");
     assert!(err.contains("transform: standardize (auto: "), "{err}");
     assert!(err.contains("candidate (validation)"), "{err}");
+    // The floor beside the candidates: the majority class's accuracy on validation.
+    assert!(err.contains("(label frequencies, no model)"), "{err}");
+    assert!(
+        !err.contains("does not beat the label frequencies"),
+        "{err}"
+    );
     assert!(err.contains("== fit: chosen "), "{err}");
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(printed.contains("accuracy"), "{printed}");
@@ -141,6 +147,7 @@ fn a_budget_too_small_for_every_candidate_trains_the_first_and_says_which_were_d
         .lines()
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
+        .filter(|l| !l.starts_with("(label frequencies"))
         .collect();
     assert_eq!(rows.len(), 1, "{table}");
     assert!(rows[0].starts_with("SE, free Z, M = 100"), "{table}");

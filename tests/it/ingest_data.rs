@@ -149,6 +149,8 @@ fn small_xc(rows: usize) -> (String, Vec<String>) {
 
 #[test]
 fn layouts_and_compression_give_identical_rows() {
+    // One named transform for every layout: `auto` decides from each layout's training rows,
+    // and the split layout's are half of the others'.
     let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let (text, lines) = small_xc(500);
@@ -161,6 +163,8 @@ fn layouts_and_compression_give_identical_rows() {
             "single",
             "--train",
             single.to_str().unwrap(),
+            "--transform",
+            "l2",
             "--chunk-rows",
             "64",
         ],
@@ -187,6 +191,8 @@ fn layouts_and_compression_give_identical_rows() {
                 name,
                 "--train",
                 path.to_str().unwrap(),
+                "--transform",
+                "l2",
                 "--chunk-rows",
                 "64",
             ],
@@ -221,6 +227,8 @@ fn layouts_and_compression_give_identical_rows() {
             te.to_str().unwrap(),
             "--split-column",
             "1",
+            "--transform",
+            "l2",
             "--chunk-rows",
             "64",
         ],
@@ -279,6 +287,8 @@ fn layouts_and_compression_give_identical_rows() {
             yp.to_str().unwrap(),
             "--index-base",
             "1",
+            "--transform",
+            "l2",
             "--chunk-rows",
             "64",
         ],

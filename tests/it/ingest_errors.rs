@@ -387,12 +387,12 @@ fn devices_and_directories_are_refused_naming_what_they_are() {
     );
 }
 
-/// `fsgp::ingest::source::MAX_LINE_BYTES`, as the message states it.
+/// `fsgp::text::source::MAX_LINE_BYTES`, as the message states it.
 const MAX_LINE: usize = 64 << 20;
 
 #[test]
 fn a_line_longer_than_the_cap_is_refused_naming_it() {
-    assert_eq!(fsgp::ingest::source::MAX_LINE_BYTES, MAX_LINE);
+    assert_eq!(fsgp::text::source::MAX_LINE_BYTES, MAX_LINE);
     let c = IngestCase::new();
     // A row of MAX_LINE + 4 bytes ("0000...0"), right after the header: the reads double
     // to exactly the cap there, and the one past it ends the line within 64 KiB.

@@ -38,6 +38,7 @@ mod multiclass_values;
 mod options_doc;
 mod parse_props;
 mod pipeline_run;
+mod predict_input;
 mod probit_likelihood;
 mod q_form_combinations;
 mod q_form_train;

@@ -1,7 +1,7 @@
 //! Property tests of the row parser: it never panics on any input, and valid rows written
 //! out as text are read back exactly.
 
-use fsgp::ingest::parse::{
+use fsgp::text::parse::{
     parse_block, parse_bow_block, parse_header, LineSyntax, ParsedBlock, RowRules, MAX_IDS,
 };
 use fsgp::transform::Transform;

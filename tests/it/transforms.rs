@@ -211,7 +211,8 @@ fn auto_decides_from_the_training_values_and_says_why() {
     let indicators: String = (0..60)
         .map(|i| format!("{} {}:1 {}:1\n", i % 2, 1 + i % 30, 31 + i % 20))
         .collect();
-    // Sparse intensities in [0, 1], mostly fractional (pixels of strokes).
+    // Sparse intensities in [0, 1], mostly fractional, every feature reaching 1 somewhere
+    // (pixels of strokes).
     let intensities: String = (0..60)
         .map(|i| {
             format!(
@@ -219,9 +220,17 @@ fn auto_decides_from_the_training_values_and_says_why() {
                 i % 2,
                 1 + i % 20,
                 1 + i % 9,
-                21 + i % 20,
-                41 + i % 10
+                1 + (i + 3) % 20,
+                1 + (i + 7) % 20
             )
+        })
+        .collect();
+    // tf-idf-like: fractional, each feature's largest value following its own weight.
+    let tfidf: String = (0..60)
+        .map(|i| {
+            let f = 1 + i % 30;
+            let value = f64::from(1 + i % 3) * 0.173 * (1.0 + f64::from(f) / 10.0);
+            format!("{} {f}:{value:.4} {}:0.25\n", i % 2, 31 + i % 10)
         })
         .collect();
     // Dense, signed, different scales.
@@ -259,6 +268,7 @@ fn auto_decides_from_the_training_values_and_says_why() {
             false,
             "kept as they are",
         ),
+        ("tfidf", tfidf.as_str(), "l2", false, "one scale"),
         (
             "dense",
             dense.as_str(),

@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser};
 
-use super::{linked_options, spec_only_keys, Spec, SpecStage, SEEDS};
+use super::{command_line_only, linked_options, spec_only_keys, Spec, SpecStage, SEEDS};
 use crate::cli::args::{Cli, Command};
 use crate::error::{closest, InvalidOptions};
 use crate::store::catalog::Split;
@@ -220,6 +220,12 @@ fn key_problem(
     if linked_options(stage).contains(&key.replace('-', "_").as_str()) {
         return Some(format!(
             "{key}: set by the runner from the previous stage; remove it"
+        ));
+    }
+    if command_line_only(stage).contains(&key.replace('-', "_").as_str()) {
+        return Some(format!(
+            "{key}: an option of 'pipeline predict --input' on the command line, which scores \
+             a file of new rows; a spec's predict scores a split of its run"
         ));
     }
     if spec_only_keys(stage).contains(&key) {

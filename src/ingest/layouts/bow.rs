@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 
 use crate::error::InputError;
-use crate::ingest::header::{read_header, to_u32};
 use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream};
-use crate::ingest::source::LineSource;
 use crate::ingest::stream::RowInput;
 use crate::store::catalog::Split;
+use crate::text::header::{read_header, to_u32};
+use crate::text::source::LineSource;
 
 /// A (features, labels) file pair.
 pub type BowPair = (PathBuf, PathBuf);

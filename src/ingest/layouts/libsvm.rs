@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream, UNDECLARED};
-use crate::ingest::parse::LineSyntax;
-use crate::ingest::source::LineSource;
 use crate::ingest::stream::RowInput;
 use crate::store::catalog::Split;
+use crate::text::parse::LineSyntax;
+use crate::text::source::LineSource;
 
 #[derive(Debug, Clone)]
 pub struct Libsvm {

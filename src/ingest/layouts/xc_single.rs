@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 
 use crate::error::InputError;
-use crate::ingest::header::{read_header, to_u32};
 use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream};
-use crate::ingest::parse::LineSyntax;
-use crate::ingest::source::LineSource;
 use crate::ingest::stream::RowInput;
 use crate::store::catalog::Split;
+use crate::text::header::{read_header, to_u32};
+use crate::text::parse::LineSyntax;
+use crate::text::source::LineSource;
 
 #[derive(Debug, Clone)]
 pub struct XcSingle {

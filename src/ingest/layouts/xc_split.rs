@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Result};
 
 use crate::error::InputError;
-use crate::ingest::header::{read_header, to_u32};
 use crate::ingest::input::{InputLayout, OpenedInput, Route, RowStream};
-use crate::ingest::parse::{parse_u64, LineSyntax};
-use crate::ingest::source::{LineSource, SourceInfo};
 use crate::ingest::stream::RowInput;
 use crate::store::catalog::Split;
+use crate::text::header::{read_header, to_u32};
+use crate::text::parse::{parse_u64, LineSyntax};
+use crate::text::source::{LineSource, SourceInfo};
 
 #[derive(Debug, Clone)]
 pub struct XcSplit {

@@ -12,7 +12,9 @@
 //!
 //! When the ingest assigns the label ids (LIBSVM, `--first-label`), rows are parsed twice:
 //! first without a class map, to collect the label values and the largest feature id into
-//! [`ParsedBlock::scan`], then with the map the scan decided ([`super::labels`]).
+//! [`ParsedBlock::scan`], then with the map the scan decided (`crate::ingest::labels`).
+//! `pipeline predict --input` parses new rows with the rules of the run's dataset (its
+//! class map, index base, D and fitted transform), so they are read as its rows were.
 //!
 //! Every malformed token is an error naming the line, what was found and what was
 //! expected. The parser is pure (bytes in, CSR rows out) so it can run on many threads.
@@ -20,6 +22,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::choice::choice_enum;
 use crate::error::LineError;
 use crate::store::chunks::{CsrChunk, RowRef};
 use crate::store::classes::ClassMap;
@@ -39,10 +42,30 @@ pub struct RowRules {
     pub transform: Transform,
     /// Skip bad rows (counting them) and accept CRLF line ends and a missing final newline.
     pub lenient: bool,
+    /// Whether the command has `--lenient` (ingest), so messages may offer it; `predict
+    /// --input` is always strict.
+    pub offers_lenient: bool,
     /// Where D comes from, for messages: `"in the header"` or `"from --features"`.
     pub features_from: &'static str,
     /// How the labels become label ids.
     pub labels: LabelRules,
+    /// What a feature id ≥ D is: an error (ingest, and `predict --input` by default), or
+    /// dropped and counted (`predict --input --unknown-features drop`).
+    pub unknown_features: UnknownFeatures,
+}
+
+choice_enum! {
+    /// What `pipeline predict --input` does with a feature id the run's dataset does not
+    /// have (≥ D): the model has no weight for it.
+    #[derive(Default)]
+    pub enum UnknownFeatures("unknown-features") {
+        /// The row is an error naming its line and the id.
+        #[default]
+        Refuse = "refuse" => "stop at the first such feature, naming its line and id",
+        /// The feature is left out of the row, as if the file lacked it, and counted.
+        Drop = "drop" => "leave such features out of their rows (before the dataset's \
+                          transform, as if the file lacked them) and report how many",
+    }
 }
 
 /// The largest D and L a dataset may have, so every feature and label id (0-based) is below
@@ -53,7 +76,8 @@ pub struct RowRules {
 pub const MAX_IDS: u32 = i32::MAX as u32;
 
 /// The label id the writing pass gives a row whose class is one of the class map's unseen
-/// ones (`--class-map train`); never stored: [`super::sink::SplitSink`] strips it.
+/// ones (`--class-map train`); never stored: ingest's `SplitSink` strips it, and a scored
+/// row has no true class then.
 pub const UNSEEN_CLASS: u32 = u32::MAX;
 
 /// How a row's labels become label ids.
@@ -66,6 +90,9 @@ pub struct LabelRules {
     pub classes: Option<Arc<ClassMap>>,
     /// Refuse a row without exactly one label (binary and multi-class LIBSVM datasets).
     pub exactly_one: bool,
+    /// With `exactly_one`, also accept a row without a label: new rows scored by `predict
+    /// --input` need not carry one (several are still refused).
+    pub unlabeled_ok: bool,
 }
 
 impl LabelRules {
@@ -84,8 +111,10 @@ impl RowRules {
             index_base,
             transform: Transform::None,
             lenient: false,
+            offers_lenient: true,
             features_from: "in the header",
             labels: LabelRules::default(),
+            unknown_features: UnknownFeatures::Refuse,
         }
     }
 }
@@ -159,6 +188,10 @@ pub struct ParsedBlock {
     pub crlf_lines: u64,
     /// `qid:` tokens ignored (LIBSVM).
     pub qid_tokens: u64,
+    /// Feature tokens with an id ≥ D left out, and the rows that had one
+    /// ([`UnknownFeatures::Drop`]).
+    pub dropped_features: u64,
+    pub rows_with_dropped: u64,
     /// The scan pass's findings (empty unless the ids are assigned and no map is given).
     pub scan: LabelScan,
 }
@@ -173,6 +206,8 @@ struct RowScratch {
     /// Label values of a row whose ids are assigned (LIBSVM, `--first-label`).
     label_values: Vec<i64>,
     qid_tokens: u64,
+    /// Feature tokens of the row dropped for an id ≥ D ([`UnknownFeatures::Drop`]).
+    dropped_features: u64,
     features: Vec<(u32, f64)>,
     indices: Vec<u32>,
     values: Vec<f32>,
@@ -231,6 +266,16 @@ fn is_space(b: u8) -> bool {
 /// Splits on runs of spaces and tabs.
 fn tokens(line: &[u8]) -> impl Iterator<Item = &[u8]> {
     line.split(|&b| is_space(b)).filter(|t| !t.is_empty())
+}
+
+/// The fields of `line` when it is a header (`N D L`: 3, or a BoW feature file's `N D`: 2)
+/// rather than a row of the XML-repository syntax: two or three tokens, each only digits.
+/// No valid row looks so (a row's tokens after the label field are `feature:value` pairs),
+/// so the first line of a file tells whether it has one (`predict --input` reads both).
+pub fn header_fields(line: &[u8]) -> Option<usize> {
+    let found: Vec<&[u8]> = tokens(line).collect();
+    let digits = found.iter().all(|t| t.iter().all(u8::is_ascii_digit));
+    ((2..=3).contains(&found.len()) && digits).then_some(found.len())
 }
 
 /// Parses a header of `fields` whitespace-separated non-negative integers (`N D L`, `N D`).
@@ -423,7 +468,17 @@ impl RowRules {
                     continue;
                 }
             }
-            let (id, value) = self.id_value(tok, "feature", self.n_features, 'D')?;
+            // Dropping: the id is checked against the largest any dataset has, then
+            // against D here, so a malformed token is still an error.
+            let limit = match self.unknown_features {
+                UnknownFeatures::Refuse => self.n_features,
+                UnknownFeatures::Drop => MAX_IDS,
+            };
+            let (id, value) = self.id_value(tok, "feature", limit, 'D')?;
+            if id >= self.n_features {
+                s.dropped_features += 1;
+                continue;
+            }
             s.features.push((id, value));
         }
         Ok(())
@@ -439,11 +494,17 @@ impl RowRules {
                 w[0]
             ));
         }
-        if self.labels.exactly_one && s.label_values.len() != 1 {
+        let n = s.label_values.len();
+        if self.labels.exactly_one && self.labels.unlabeled_ok && n > 1 {
             return Err(format!(
-                "found {} labels, expected exactly one (a binary or multi-class dataset; \
-                 pass --label-kind multilabel if rows may have none or several)",
-                s.label_values.len()
+                "found {n} labels, expected at most one (the run's dataset is binary or \
+                 multi-class)"
+            ));
+        }
+        if self.labels.exactly_one && !self.labels.unlabeled_ok && n != 1 {
+            return Err(format!(
+                "found {n} labels, expected exactly one (a binary or multi-class dataset; \
+                 pass --label-kind multilabel if rows may have none or several)"
             ));
         }
         let Some(map) = &self.labels.classes else {
@@ -533,8 +594,17 @@ fn lines(block: &[u8], first_line: u64) -> impl Iterator<Item = (u64, &[u8])> {
         })
 }
 
-const CRLF_MSG: &str = "found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" \
-     (strip the '\\r' characters, or pass --lenient to accept them)";
+/// Message for a CRLF line end; `--lenient` is offered when the command has it.
+fn crlf_msg(rules: &RowRules) -> String {
+    let lenient = match rules.offers_lenient {
+        true => ", or pass --lenient to accept them",
+        false => "",
+    };
+    format!(
+        "found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" (strip the '\\r' \
+         characters{lenient})"
+    )
+}
 
 /// Which of a block's inputs a problem was found in (0: the main file, 1: a BoW label file).
 pub type BlockError = (usize, LineError);
@@ -561,7 +631,7 @@ impl<'r> BlockParser<'r> {
                 self.out.crlf_lines += 1;
                 Ok(stripped)
             }
-            Some(_) => Err(CRLF_MSG.to_string()),
+            Some(_) => Err(crlf_msg(self.rules)),
             None => Ok(line),
         }
     }
@@ -586,6 +656,8 @@ impl<'r> BlockParser<'r> {
         let sq_norm = self.rules.finish_row(&mut self.scratch)?;
         let s = &self.scratch;
         self.out.qid_tokens += s.qid_tokens;
+        self.out.dropped_features += s.dropped_features;
+        self.out.rows_with_dropped += u64::from(s.dropped_features > 0);
         if assigned && self.rules.labels.classes.is_none() {
             self.out.scan.record(line_no, &s.label_values, &s.features);
         }
@@ -604,14 +676,21 @@ impl<'r> BlockParser<'r> {
         self.scratch.label_values.clear();
         self.scratch.features.clear();
         self.scratch.qid_tokens = 0;
+        self.scratch.dropped_features = 0;
     }
 }
 
-/// Message for a file whose last line lacks '\n'.
-fn unterminated_msg() -> String {
-    "found the last line without a '\\n' line end, expected every line to end with '\\n' \
-     (the file may be truncated; pass --lenient to accept it)"
-        .to_string()
+/// Message for a file whose last line lacks '\n'; `--lenient` is offered when the command
+/// has it.
+fn unterminated_msg(rules: &RowRules) -> String {
+    let lenient = match rules.offers_lenient {
+        true => "; pass --lenient to accept it",
+        false => "",
+    };
+    format!(
+        "found the last line without a '\\n' line end, expected every line to end with '\\n' \
+         (the file may be truncated{lenient})"
+    )
 }
 
 /// Parses a block of lines of one syntax.
@@ -638,7 +717,7 @@ pub fn parse_block(
         }
     }
     if !terminated && !block.is_empty() && !rules.lenient {
-        return Err((0, LineError::new(last_line, unterminated_msg())));
+        return Err((0, LineError::new(last_line, unterminated_msg(rules))));
     }
     Ok(p.out)
 }
@@ -685,7 +764,7 @@ pub fn parse_bow_block(
     if !rules.lenient {
         for (source, ok) in [(0, terminated.0), (1, terminated.1)] {
             if !ok {
-                return Err((source, LineError::new(last_line, unterminated_msg())));
+                return Err((source, LineError::new(last_line, unterminated_msg(rules))));
             }
         }
     }
@@ -888,6 +967,49 @@ mod tests {
                 .contains("found label 7, expected one of the dataset's classes (-1, 1, 4)"),
             "{e}"
         );
+    }
+
+    /// `predict --input`: features beyond D dropped and counted (the row kept, as if the
+    /// file lacked them; a malformed token still an error), and a binary or multi-class
+    /// row without a label accepted (several still refused).
+    #[test]
+    fn unknown_features_are_dropped_and_labels_may_be_absent() {
+        let mut rl = RowRules::new(3, u32::MAX, 1);
+        rl.unknown_features = UnknownFeatures::Drop;
+        rl.labels = LabelRules {
+            first_label: false,
+            classes: Some(Arc::new(ClassMap::new(vec![3, 7], None).unwrap())),
+            exactly_one: true,
+            unlabeled_ok: true,
+        };
+        let text = b"7 1:1 9:2 3:0.5 4:1\n 2:1\n";
+        let b = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
+        assert_eq!(b.rows.row(0).indices, &[0, 2]);
+        assert_eq!(b.rows.row(0).labels, &[1]);
+        assert!(b.rows.row(1).labels.is_empty());
+        assert_eq!((b.dropped_features, b.rows_with_dropped), (2, 1));
+        let (_, e) = parse_block(b"3 9:x\n", 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert!(e.msg.contains("found value 'x'"), "{e}");
+        let (_, e) = parse_block(b"3,7 1:1\n", 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert!(
+            e.msg.contains("found 2 labels, expected at most one"),
+            "{e}"
+        );
+        rl.unknown_features = UnknownFeatures::Refuse;
+        let (_, e) = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert!(
+            e.msg.starts_with("found feature id 9, expected < 4 (D = 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn headers_are_two_or_three_integers() {
+        assert_eq!(header_fields(b"3 5 4"), Some(3));
+        assert_eq!(header_fields(b"3\t5"), Some(2));
+        for row in [&b"3"[..], b"1,2 3:1", b"3 5 4 1", b"3 5:1", b"", b"3 -5 4"] {
+            assert_eq!(header_fields(row), None, "{}", String::from_utf8_lossy(row));
+        }
     }
 
     #[test]

@@ -6,7 +6,6 @@ use anyhow::{anyhow, Result};
 
 use super::parse::{parse_header, MAX_IDS};
 use super::source::{Compression, LineSource};
-use super::stream::Parsed;
 use crate::error::InputError;
 
 /// Reads a header line (its first field N, the number of rows), checking it is there,
@@ -61,9 +60,15 @@ pub fn to_u32(value: u64, what: &str, path: &Path) -> Result<u32> {
         })
 }
 
-/// Checks rows against the header's N as blocks arrive; `lines` counts data lines so far.
-pub fn check_row_count(path: &Path, declared: u64, lines: &mut u64, parsed: &Parsed) -> Result<()> {
-    *lines += parsed.n_lines;
+/// Checks rows against the header's N as blocks arrive: `lines` counts data lines so far,
+/// `block_lines` those of the block that arrived.
+pub fn check_row_count(
+    path: &Path,
+    declared: u64,
+    lines: &mut u64,
+    block_lines: u64,
+) -> Result<()> {
+    *lines += block_lines;
     if *lines > declared {
         // Data lines start at line 2; the first surplus row is data line N+1.
         return Err(anyhow!(InputError::new(

@@ -1,5 +1,5 @@
-//! Reading input text files: compression detection, checksums of the raw bytes, and
-//! cutting the text into blocks of whole lines with known line numbers.
+//! Reading input text files (or standard input): compression detection, checksums of the
+//! raw bytes, and cutting the text into blocks of whole lines with known line numbers.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -19,6 +19,9 @@ use crate::error::InputError;
 /// thousand `id:value` tokens is a few MB, a dense LIBSVM row of 1 million features about
 /// 20 MB (`docs/formats.md`, "Limits").
 pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// How standard input is named in messages (`<stdin>:3: found ...`).
+pub const STDIN_NAME: &str = "<stdin>";
 
 /// The most bytes gzip (deflate: a 258-byte match in 2 bits) can decompress one input
 /// byte to.
@@ -84,7 +87,7 @@ struct HashState {
 
 /// Hashes the raw (possibly compressed) bytes as they are read.
 struct HashingReader {
-    inner: File,
+    inner: Box<dyn Read + Send>,
     state: Arc<Mutex<HashState>>,
 }
 
@@ -109,7 +112,7 @@ pub struct TextBlock {
     pub terminated: bool,
 }
 
-/// Line-oriented reader over a plain, gzip or zstd file.
+/// Line-oriented reader over a plain, gzip or zstd file, or a stream read once.
 pub struct LineSource {
     path: PathBuf,
     compression: Compression,
@@ -119,9 +122,13 @@ pub struct LineSource {
     lines: u64,
     carry: Vec<u8>,
     eof: bool,
-    /// Size of the file on disk when it was opened.
+    /// Size of the file on disk when it was opened (`u64::MAX` for a stream, whose size is
+    /// not known: no bound).
     raw_len: u64,
 }
+
+/// How [`special_kind`] names a FIFO.
+const FIFO: &str = "a FIFO (named pipe)";
 
 /// What `path` is when it exists but is not a regular file (symlinks followed); None for a
 /// regular file, or when there is nothing to look at (opening it reports that).
@@ -132,7 +139,7 @@ fn special_kind(path: &Path) -> Option<&'static str> {
     } else if kind.is_dir() {
         "a directory"
     } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
+        FIFO
     } else if kind.is_char_device() {
         "a character device"
     } else if kind.is_block_device() {
@@ -190,9 +197,58 @@ impl LineSource {
             .with_context(|| format!("{}: cannot read", path.display()))?
             .len();
         drop(file);
+        let inner = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        Self::over(path, compression, Box::new(inner), raw_len)
+    }
+
+    /// Opens `path` to be read once, front to back (`predict --input`): a regular file as
+    /// [`LineSource::open`] does, and also a FIFO (`<(zcat rows.gz)`, a named pipe), which
+    /// a single pass can read. Other special files are refused as `open` refuses them.
+    pub fn open_once(path: &Path) -> Result<Self> {
+        match special_kind(path) {
+            None => Self::open(path),
+            Some(FIFO) => {
+                let file =
+                    File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+                Self::from_stream(path, Box::new(file))
+            }
+            Some(kind) => Err(InputError::new(
+                path,
+                0,
+                format!("found {kind}, expected a regular file or a pipe"),
+            )
+            .into()),
+        }
+    }
+
+    /// Standard input, named `<stdin>` in messages; compression by its first bytes.
+    pub fn stdin() -> Result<Self> {
+        Self::from_stream(Path::new(STDIN_NAME), Box::new(std::io::stdin()))
+    }
+
+    /// A stream read once (a pipe, standard input), named `name` in messages: its first
+    /// bytes are read to detect the compression, then handed back in front of the rest.
+    fn from_stream(name: &Path, mut inner: Box<dyn Read + Send>) -> Result<Self> {
+        let mut magic = vec![0u8; 4];
+        let got = read_up_to(&mut inner, &mut magic)
+            .with_context(|| format!("{}: cannot read", name.display()))?;
+        magic.truncate(got);
+        let compression = Compression::detect(&magic);
+        let whole = std::io::Cursor::new(magic).chain(inner);
+        Self::over(name, compression, Box::new(whole), u64::MAX)
+    }
+
+    /// A source over `raw`, the input's bytes from the first, decompressed as
+    /// `compression` says and hashed as read.
+    fn over(
+        path: &Path,
+        compression: Compression,
+        raw: Box<dyn Read + Send>,
+        raw_len: u64,
+    ) -> Result<Self> {
         let state = Arc::new(Mutex::new(HashState::default()));
         let raw = HashingReader {
-            inner: File::open(path).with_context(|| format!("{}: cannot open", path.display()))?,
+            inner: raw,
             state: Arc::clone(&state),
         };
         const BUF: usize = 1 << 20;
@@ -233,7 +289,8 @@ impl LineSource {
         self.compression
     }
 
-    /// Size of the file on disk (compressed size for compressed input).
+    /// Size of the file on disk (compressed size for compressed input; `u64::MAX` for a
+    /// stream).
     pub fn raw_len(&self) -> u64 {
         self.raw_len
     }
@@ -416,7 +473,7 @@ impl LineSource {
     }
 }
 
-fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_up_to(file: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         let n = file.read(&mut buf[got..])?;
@@ -546,6 +603,28 @@ mod tests {
         // Opening it would block until a writer came: the test would hang.
         let e = LineSource::open(&fifo).err().unwrap();
         assert!(e.to_string().contains("found a FIFO (named pipe)"), "{e}");
+    }
+
+    /// A stream (standard input, a pipe) is decompressed by its first bytes too, and its
+    /// lines numbered as a file's; a stream shorter than the magic is plain text.
+    #[test]
+    fn streams_are_read_by_their_magic_bytes() {
+        let text = b"1 1:1\n2 2:2\n";
+        for bytes in [text.to_vec(), zstd::encode_all(&text[..], 3).unwrap()] {
+            let stream = Box::new(std::io::Cursor::new(bytes));
+            let mut src = LineSource::from_stream(Path::new(STDIN_NAME), stream).unwrap();
+            let block = src.read_lines(5).unwrap();
+            assert_eq!((block.first_line, block.n_lines), (1, 2));
+            assert_eq!(block.bytes, text);
+        }
+        let mut src = LineSource::from_stream(
+            Path::new("x"),
+            Box::new(std::io::Cursor::new(b"7".to_vec())),
+        )
+        .unwrap();
+        let mut line = Vec::new();
+        assert_eq!(src.read_line(&mut line).unwrap(), Some(false));
+        assert_eq!(line, b"7");
     }
 
     #[test]
