@@ -16,7 +16,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
@@ -103,15 +102,7 @@ impl PortableModel {
 /// The resolved transform a dataset's facts name, with `scaling` for the two that need it.
 fn transform_of(facts: &DatasetFacts, scaling: Option<FeatureScaling>) -> Result<Transform> {
     let choice = TransformChoice::parse_name(&facts.transform).map_err(anyhow::Error::msg)?;
-    let fitted = |s: Option<FeatureScaling>| {
-        s.map(Arc::new)
-            .with_context(|| format!("transform '{}' without its statistics", facts.transform))
-    };
-    Ok(match choice {
-        TransformChoice::None => Transform::None,
-        TransformChoice::L2 => Transform::L2,
-        TransformChoice::Scale => Transform::Scale(fitted(scaling)?),
-        TransformChoice::Standardize => Transform::Standardize(fitted(scaling)?),
-        TransformChoice::Auto => anyhow::bail!("transform 'auto' was never resolved"),
+    Transform::from_recorded(choice, || {
+        scaling.with_context(|| format!("transform '{}' without its statistics", facts.transform))
     })
 }

@@ -96,6 +96,24 @@ pub enum Transform {
 }
 
 impl Transform {
+    /// The transform a dataset recorded as `choice`, fitted ones with the statistics
+    /// `scaling` gives (asked for only by `scale` and `standardize`). `auto` is refused: a
+    /// dataset records what auto decided, never auto itself.
+    pub fn from_recorded(
+        choice: TransformChoice,
+        scaling: impl FnOnce() -> anyhow::Result<FeatureScaling>,
+    ) -> anyhow::Result<Transform> {
+        Ok(match choice {
+            TransformChoice::None => Transform::None,
+            TransformChoice::L2 => Transform::L2,
+            TransformChoice::Scale => Transform::Scale(Arc::new(scaling()?)),
+            TransformChoice::Standardize => Transform::Standardize(Arc::new(scaling()?)),
+            TransformChoice::Auto => {
+                anyhow::bail!("transform 'auto' recorded, expected the one auto decided")
+            }
+        })
+    }
+
     /// The catalog's name of this transform.
     pub fn choice(&self) -> TransformChoice {
         match self {

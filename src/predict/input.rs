@@ -217,17 +217,7 @@ fn dataset_transform(ws: &Workspace, dataset: &DatasetRow) -> Result<Transform> 
             scale: s.scale,
         })
     };
-    Ok(match choice {
-        TransformChoice::None => Transform::None,
-        TransformChoice::L2 => Transform::L2,
-        TransformChoice::Scale => Transform::Scale(scaling()?.into()),
-        TransformChoice::Standardize => Transform::Standardize(scaling()?.into()),
-        // The catalog records what `auto` decided, never `auto` itself.
-        TransformChoice::Auto => anyhow::bail!(
-            "dataset '{}' records transform 'auto', expected the one auto decided",
-            dataset.name
-        ),
-    })
+    Transform::from_recorded(choice, scaling).with_context(|| format!("dataset '{}'", dataset.name))
 }
 
 /// The input's rows, read a block of lines at a time with the parser's rules of the run's
