@@ -29,6 +29,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::ChunkReader;
 use sprs::CsMatViewI;
 
+use super::footer::key_values;
 use super::integrity::Registered;
 use crate::failpoint;
 
@@ -273,6 +274,26 @@ fn split_and_file(path: &Path) -> String {
 }
 
 /// xxh3-64 checksum and size of a file.
+/// Writes `batch` as the one row group of a new Parquet file at `path` with `props`, syncs
+/// it and returns its size and checksum: the whole life of the small single-batch files
+/// (transform statistics, checkpoints, model files).
+pub fn write_one_batch(
+    path: &Path,
+    schema: SchemaRef,
+    props: WriterProperties,
+    batch: &RecordBatch,
+) -> Result<WrittenFile> {
+    let writing = || format!("writing {}", path.display());
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut writer = ArrowWriter::try_new(file, schema, Some(props)).with_context(writing)?;
+    writer.write(batch).with_context(writing)?;
+    let file = writer.into_inner().with_context(writing)?;
+    file.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    drop(file);
+    checksum_file(path)
+}
+
 pub fn checksum_file(path: &Path) -> Result<WrittenFile> {
     let mut file = BufReader::with_capacity(
         1 << 20,
@@ -414,17 +435,7 @@ fn decode_chunk_labels<R: ChunkReader + 'static>(reader: R, path: &Path) -> Resu
 pub fn read_chunk_metadata(path: &Path) -> Result<Vec<(String, String)>> {
     let file = File::open(path).with_context(|| format!("opening chunk {}", path.display()))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
-    let kv = builder
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .map(|kv| {
-            kv.iter()
-                .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(kv)
+    Ok(key_values(builder.metadata().file_metadata()))
 }
 
 fn downcast<T: 'static>(batch: &RecordBatch, i: usize) -> Result<&T> {

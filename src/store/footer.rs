@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{FileMetaData, ParquetMetaDataReader};
 
 /// Key–value pairs of a Parquet file's footer, in the order written (`fsgp.format` first in
 /// every fsgp file, the Arrow writer's `ARROW:schema` last). A key written without a value
@@ -16,13 +16,16 @@ pub fn parquet_key_values(path: &Path) -> Result<Vec<(String, String)>> {
     let metadata = ParquetMetaDataReader::new()
         .parse_and_finish(&file)
         .with_context(|| format!("reading the Parquet footer of {}", path.display()))?;
-    Ok(metadata
-        .file_metadata()
-        .key_value_metadata()
+    Ok(key_values(metadata.file_metadata()))
+}
+
+/// The key–value pairs of a decoded footer, as [`parquet_key_values`] reads them.
+pub fn key_values(meta: &FileMetaData) -> Vec<(String, String)> {
+    meta.key_value_metadata()
         .into_iter()
         .flatten()
         .map(|kv| (kv.key.clone(), kv.value.clone().unwrap_or_default()))
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

@@ -19,13 +19,12 @@ use anyhow::{bail, Context, Result};
 use arrow::array::{Array, Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::ChunkReader;
 
-use super::chunks::{checksum_file, WrittenFile};
+use super::chunks::{write_one_batch, WrittenFile};
 use super::integrity::Registered;
 
 /// Value of the `fsgp.format` key.
@@ -84,14 +83,7 @@ pub fn write_scaling(path: &Path, s: &StoredScaling) -> Result<WrittenFile> {
         ],
     )
     .with_context(writing)?;
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut writer = ArrowWriter::try_new(file, schema(), Some(props)).with_context(writing)?;
-    writer.write(&batch).with_context(writing)?;
-    let file = writer.into_inner().with_context(writing)?;
-    file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    drop(file);
-    checksum_file(path)
+    write_one_batch(path, schema(), props, &batch)
 }
 
 /// Reads a file [`write_scaling`] wrote; refuses another format or a file whose feature
@@ -165,6 +157,7 @@ fn decode_scaling<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::chunks::checksum_file;
 
     #[test]
     fn round_trips_bit_for_bit() {

@@ -13,7 +13,6 @@
 //! The bytes depend only on the tensors and the metadata (no time, no statistics), so the
 //! same content always gives the same file.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,13 +22,13 @@ use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use faer::Mat;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::ChunkReader;
 
-use super::chunks::{checksum_file, WrittenFile};
+use super::chunks::{write_one_batch, WrittenFile};
+use super::footer::key_values;
 
 /// A named rows × cols matrix, its entries row-major (a vector is one row).
 #[derive(Debug, Clone, PartialEq)]
@@ -157,15 +156,7 @@ pub fn write_tensors(
         .set_statistics_enabled(EnabledStatistics::None)
         .set_key_value_metadata(Some(kv))
         .build();
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let writing = || format!("writing {}", path.display());
-    let mut writer = ArrowWriter::try_new(file, schema(), Some(props)).with_context(writing)?;
-    writer.write(&batch).with_context(writing)?;
-    let file = writer.into_inner().with_context(writing)?;
-    file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    drop(file);
-    checksum_file(path)
+    write_one_batch(path, schema(), props, &batch)
 }
 
 /// A tensor file whose footer has been read: its key-value metadata, the tensors not yet
@@ -181,16 +172,7 @@ impl<R: ChunkReader + 'static> TensorFile<R> {
     pub fn open(reader: R, path: &Path) -> Result<Self> {
         let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
             .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
-        let meta = builder
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .map(|kv| {
-                kv.iter()
-                    .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let meta = key_values(builder.metadata().file_metadata());
         Ok(TensorFile { meta, builder })
     }
 
@@ -246,6 +228,7 @@ impl<R: ChunkReader + 'static> TensorFile<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     #[test]
     fn tensors_and_metadata_round_trip_in_order() {
