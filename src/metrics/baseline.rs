@@ -66,6 +66,10 @@ mod tests {
         let (p1, p3) = frequency_ranking(&train, &validation);
         assert_eq!(p1, 1.0 / 4.0);
         assert_eq!(p3, 3.0 / 12.0);
+        // A tie at the top goes to the smaller id: 3 and 4 both seen twice, 3 ranks first.
+        let tied = vec![vec![4, 3], vec![3, 4]];
+        assert_eq!(frequency_ranking(&tied, &[vec![3]]).0, 1.0);
+        assert_eq!(frequency_ranking(&tied, &[vec![4]]).0, 0.0);
     }
 
     #[test]
