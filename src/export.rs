@@ -15,9 +15,10 @@ use anyhow::{Context, Result};
 
 use crate::store::catalog::{ArtifactKind, DatasetRow};
 use crate::store::chunks::WrittenFile;
-use crate::store::model_file::{reads_basis, refuse_existing, DatasetFacts, ModelFile, Provenance};
+use crate::store::model_file::{reads_basis, DatasetFacts, ModelFile, Provenance};
 use crate::store::npy::NpyMap;
 use crate::store::scaling::{read_registered_scaling, StoredScaling};
+use crate::store::user_file::refuse_existing;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
 

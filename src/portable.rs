@@ -4,16 +4,8 @@
 //! [`Transform`] with its statistics, and X̃ as the memory map `scoring::model_inputs` reads,
 //! so a row is transformed, projected and scored exactly as the workspace's run would.
 //!
-//! Scoring with it (what `predict --model` would do):
-//!
-//! ```text
-//! let model = PortableModel::open(path)?;
-//! let (inputs, k_tilde, unweighted) = scoring::model_inputs(
-//!     &model.basis, model.n_features(), model.config.inducing_inputs.in_features(),
-//!     model.params())?;
-//! let ranker = Ranker::open(inputs, k_tilde, model.config.kernel.kind(),
-//!     unweighted.as_ref().unwrap_or(model.params()), probabilities)?;
-//! ```
+//! `predict --model` and `serve` rank rows with [`PortableModel::scoring_model`] through
+//! `scoring::ranking::with_ranking`, as `predict --run` ranks them with the run's files.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +13,7 @@ use anyhow::{Context, Result};
 
 use crate::choice::Choice;
 use crate::model::params::Params;
+use crate::scoring::ranking::Model;
 use crate::store::classes::ClassMap;
 use crate::store::model_file::{DatasetFacts, ModelFile, Provenance};
 use crate::store::npy::NpyMap;
@@ -96,6 +89,16 @@ impl PortableModel {
 
     pub fn provenance(&self) -> &Provenance {
         &self.file.provenance
+    }
+
+    /// The model as [`crate::scoring::ranking::with_ranking`] ranks rows with it.
+    pub fn scoring_model(&self) -> Model<'_> {
+        Model {
+            config: &self.config,
+            n_features: self.n_features(),
+            params: self.params(),
+            basis: &self.basis,
+        }
     }
 }
 

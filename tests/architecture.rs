@@ -88,7 +88,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     // A model file's typed contents: what scoring a new row needs without the workspace.
     (
         "portable",
-        &["model", "store", "trained", "transform", "choice"],
+        &[
+            "model",
+            "store",
+            "trained",
+            "transform",
+            "scoring",
+            "choice",
+        ],
     ),
     ("metrics", &["store", "choice"]),
     ("topk", &[]),

@@ -810,8 +810,12 @@ fn top_k_help() -> String {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PredictArgs {
     /// Training run.
-    #[arg(long)]
-    pub run: i64,
+    #[arg(long, required_unless_present = "model")]
+    pub run: Option<i64>,
+    /// With --input: score under this model file (`pipeline export`) instead of a run; no
+    /// workspace is read
+    #[arg(long, value_name = "MODEL", requires = "input", conflicts_with_all = ["run", "checkpoint"])]
+    pub model: Option<PathBuf>,
     /// Checkpoint step (default: the run's best with --early-stopping, else its last).
     #[arg(long)]
     pub checkpoint: Option<u64>,
@@ -839,6 +843,9 @@ pub struct PredictArgs {
     /// the row's position in the input) instead of printing them
     #[arg(long, value_name = "FILE", requires = "input")]
     pub output: Option<PathBuf>,
+    /// With --output: replace an existing file (refused otherwise, before any row is read)
+    #[arg(long, requires = "output")]
+    pub force: bool,
     /// With --input and no --output: how the rows are printed on standard output
     #[arg(long, default_value_t = StreamFormat::Jsonl, value_parser = one_of::<StreamFormat>(),
           requires = "input", conflicts_with = "output")]
@@ -852,7 +859,8 @@ pub struct PredictArgs {
 impl PredictArgs {
     pub fn options(&self) -> PredictOptions {
         PredictOptions {
-            run: self.run,
+            // Only `--model` leaves it out, and a model file's predictions read no run.
+            run: self.run.unwrap_or_default(),
             checkpoint: self.checkpoint,
             split: self.split,
             top_k: self.top_k,
@@ -867,6 +875,7 @@ impl PredictArgs {
         self.input.as_ref().map(|rows| InputOptions {
             rows: rows.clone(),
             output: self.output.clone(),
+            force: self.force,
             format: self.format,
             unknown_features: self.unknown_features,
         })
@@ -1118,6 +1127,7 @@ Examples:
   pipeline predict --run 3 --split test --top-k 5
   pipeline predict --run 3 --checkpoint 2600 --probabilities
   pipeline predict --run 3 --input new.txt --output new.parquet   # rows never ingested
+  pipeline predict --model delicious.model.parquet --input new.txt  # no workspace needed
   zcat new.svm.gz | pipeline predict --run 7 --input - --probabilities --format tsv";
 
     pub const EVALUATE: &str = "\

@@ -147,6 +147,9 @@ fn predict_input(cli: &Cli, args: &PredictArgs, comm: &dyn Comm) -> Result<()> {
         );
     }
     let input = args.input_options().expect("--input was given");
+    if let Some(model) = &args.model {
+        return crate::predict::input::run_model(model, &args.options(), &input).map(|_| ());
+    }
     let ws = Workspace::open_read_only(&cli.workspace)?;
     crate::predict::input::run(&ws, &args.options(), &input).map(|_| ())
 }

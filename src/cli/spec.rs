@@ -587,7 +587,7 @@ mod tests {
         else {
             panic!("not predict")
         };
-        assert_eq!((p.run, p.top_k), (9, Some(7)));
+        assert_eq!((p.run, p.top_k), (Some(9), Some(7)));
     }
 
     #[test]

@@ -1,20 +1,21 @@
 //! `pipeline predict --input FILE|-`: rows that were never ingested, scored under a
-//! training run (`docs/predict-input.md`).
+//! training run of the workspace (`--run`) or a model file (`--model`, no workspace)
+//! (`docs/predict-input.md`).
 //!
-//! The rows go through what the run's dataset went through at ingest: the same syntax
-//! (XML-repository text, with or without its header, or LIBSVM), index base, class map and
-//! fitted feature transform (`transform.parquet`, read through its checksum), and its D.
-//! Then they are ranked by the [`Ranking`] `predict --split` ranks a chunk with, so a row
-//! gets the bits it would get in an ingested split.
+//! The rows go through what the run's dataset went through at ingest
+//! ([`crate::text::new_rows`]): the same syntax (XML-repository text, with or without its
+//! header, or LIBSVM), index base, class map and fitted feature transform, and its D. Then
+//! they are ranked by the [`Ranking`] `predict --split` ranks a chunk with, so a row gets
+//! the bits it would get in an ingested split, whether the model is a run or its export.
 //!
 //! Memory does not grow with the input: `--block-rows` lines are read, parsed into one CSR
 //! chunk, scored and written, then the next. The output is a Parquet file of the
-//! predictions schema (`--output`, written beside its name and renamed when whole) or rows
-//! streamed to standard output (`--format jsonl|tsv`, labels by their original names).
-//! Nothing is registered in the catalog and the workspace is only read: the file is the
-//! user's, outside the workspace, and the rows are not a split of any dataset.
+//! predictions schema (`--output`, written beside its name and moved into place when whole,
+//! an existing file kept unless `--force`: `store::user_file`) or rows streamed to
+//! standard output (`--format jsonl|tsv`, labels by their original names). Nothing is
+//! registered in the catalog and the workspace is only read: the file is the user's,
+//! outside the workspace, and the rows are not a split of any dataset.
 
-use std::fs::File;
 use std::io::{BufWriter, Stdout, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,27 +23,23 @@ use std::time::Instant;
 use anyhow::{anyhow, ensure, Context, Result};
 use serde::Serialize;
 
-use super::{resolved_top_k, with_ranking, Model, PredictOptions, Ranking};
+use super::PredictOptions;
 use crate::choice::{choice_enum, Choice};
-use crate::error::InputError;
+use crate::portable::PortableModel;
+use crate::scoring::ranking::{resolved_top_k, with_ranking, Model, Ranking};
 use crate::stage::thread_pool;
-use crate::store::catalog::{DatasetRow, LabelKind};
-use crate::store::chunks::CsrChunk;
+use crate::store::catalog::DatasetRow;
 use crate::store::classes::ClassMap;
+use crate::store::model_file::DatasetFacts;
+use crate::store::npy::NpyMap;
 use crate::store::predictions::{OptionalColumns, PredictionBlock, PredictionWriter};
 use crate::store::scaling::{read_registered_scaling, SCALING_FILE};
+use crate::store::user_file::{refuse_existing, UserFile};
 use crate::store::workspace::Workspace;
-use crate::text::header::{check_row_count, check_row_total, to_u32};
-use crate::text::parse::{
-    header_fields, parse_block, parse_header, LabelRules, LineSyntax, RowRules, UnknownFeatures,
-    MAX_IDS,
-};
-use crate::text::source::{LineSource, TextBlock};
+pub use crate::text::new_rows::STDIN_ARG;
+use crate::text::new_rows::{Dropped, NewRows};
 use crate::trained::{load_run_checkpoint, SvdFiles, Task};
 use crate::transform::{FeatureScaling, Transform, TransformChoice};
-
-/// `--input -`: standard input.
-pub const STDIN_ARG: &str = "-";
 
 choice_enum! {
     /// How `predict --input` prints the predictions on standard output (no `--output`).
@@ -66,10 +63,12 @@ pub struct InputOptions {
     pub rows: PathBuf,
     /// A Parquet file of predictions to write; None: stream rows to standard output.
     pub output: Option<PathBuf>,
+    /// Replace an existing `output` (refused otherwise, before any row is read).
+    pub force: bool,
     /// The lines on standard output without `output`.
     pub format: StreamFormat,
     /// What a feature id ≥ the dataset's D is.
-    pub unknown_features: UnknownFeatures,
+    pub unknown_features: crate::text::parse::UnknownFeatures,
 }
 
 /// What `predict --input` did.
@@ -87,58 +86,124 @@ pub struct InputOutcome {
 /// stops it with `FILE:LINE: found …, expected …` and leaves no output file.
 pub fn run(ws: &Workspace, opts: &PredictOptions, input: &InputOptions) -> Result<InputOutcome> {
     opts.validate()?;
+    refuse_output(input)?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
-    let top_k = resolved_top_k(config.task, dataset.n_labels, opts.top_k);
+    let facts = DatasetFacts::of(&dataset);
+    let basis = NpyMap::open_registered(&SvdFiles::of_run(ws, config.svd_run)?.basis)?;
+    let loaded = Loaded {
+        model: Model {
+            config: &config,
+            n_features: facts.n_features,
+            params: &ckpt.params,
+            basis: &basis,
+        },
+        facts: &facts,
+        transform: dataset_transform(ws, &dataset)?,
+        train_run: opts.run,
+        checkpoint_step: ckpt_row.step,
+    };
+    score_input(&loaded, opts, input)
+}
+
+/// [`run`] under the model file `model` instead of a run: no workspace is read.
+/// `opts.run`, `opts.checkpoint` and `opts.split` are not used (the file holds one
+/// checkpoint of one run, named in its provenance).
+pub fn run_model(
+    model: &Path,
+    opts: &PredictOptions,
+    input: &InputOptions,
+) -> Result<InputOutcome> {
+    opts.validate()?;
+    refuse_output(input)?;
+    let file = PortableModel::open(model)?;
+    let loaded = Loaded {
+        model: file.scoring_model(),
+        facts: file.dataset(),
+        transform: file.transform.clone(),
+        train_run: file.provenance().train_run,
+        checkpoint_step: file.provenance().checkpoint_step,
+    };
+    score_input(&loaded, opts, input)
+}
+
+/// An existing `--output` is refused (unless `--force`) before anything is read or scored.
+fn refuse_output(input: &InputOptions) -> Result<()> {
+    match &input.output {
+        Some(path) => refuse_existing(path, input.force),
+        None => Ok(()),
+    }
+}
+
+/// A trained model as `predict --input` scores with it, from a run or a model file.
+struct Loaded<'a> {
+    model: Model<'a>,
+    facts: &'a DatasetFacts,
+    transform: Transform,
+    /// Provenance, written in the output's metadata and messages.
+    train_run: i64,
+    checkpoint_step: u64,
+}
+
+/// Reads, scores and writes every row of `input` under `loaded`.
+fn score_input(
+    loaded: &Loaded<'_>,
+    opts: &PredictOptions,
+    input: &InputOptions,
+) -> Result<InputOutcome> {
+    let (config, facts) = (loaded.model.config, loaded.facts);
+    let top_k = resolved_top_k(config.task, facts.n_labels, opts.top_k);
     ensure!(
-        top_k <= dataset.n_labels as usize,
+        top_k <= facts.n_labels as usize,
         "--top-k {top_k} exceeds the {} labels",
-        dataset.n_labels
+        facts.n_labels
     );
-    let transform = dataset_transform(ws, &dataset)?;
-    let mut rows = NewRows::open(&input.rows, &dataset, transform, input.unknown_features)?;
+    let mut rows = NewRows::open(
+        &input.rows,
+        facts,
+        loaded.transform.clone(),
+        input.unknown_features,
+    )?;
     let columns = OptionalColumns::with(opts.probabilities, config.task == Task::Multiclass);
     let mut sink = match &input.output {
         Some(path) => {
             let metadata = vec![
-                ("fsgp.dataset".to_string(), dataset.name.clone()),
+                ("fsgp.dataset".to_string(), facts.name.clone()),
                 ("fsgp.input".to_string(), input.rows.display().to_string()),
-                ("fsgp.train_run".to_string(), opts.run.to_string()),
+                ("fsgp.train_run".to_string(), loaded.train_run.to_string()),
                 (
                     "fsgp.checkpoint_step".to_string(),
-                    ckpt_row.step.to_string(),
+                    loaded.checkpoint_step.to_string(),
                 ),
                 ("fsgp.top_k".to_string(), top_k.to_string()),
             ];
-            Sink::Parquet(Box::new(PartFile::create(path, &metadata, columns)?))
+            Sink::Parquet(Box::new(PartFile::create(
+                path,
+                input.force,
+                &metadata,
+                columns,
+            )?))
         }
-        None => Sink::Stream(RowPrinter::new(input.format, &dataset, columns)),
-    };
-    let basis = SvdFiles::of_run(ws, config.svd_run)?.basis;
-    let model = Model {
-        config: &config,
-        n_features: dataset.n_features,
-        params: &ckpt.params,
-        basis: &basis,
+        None => Sink::Stream(RowPrinter::new(input.format, facts, columns)),
     };
     let scoring = || {
         format!(
             "scoring the rows of {} with train run {} (checkpoint step {})",
             input.rows.display(),
-            opts.run,
-            ckpt_row.step
+            loaded.train_run,
+            loaded.checkpoint_step
         )
     };
     let pool = thread_pool(opts.threads.unwrap_or(config.threads))?;
     let started = Instant::now();
     let sizes = (top_k, opts.block_rows, opts.probabilities);
     let outcome = pool.install(|| {
-        with_ranking(&model, sizes, &scoring, |ranking| {
+        with_ranking(&loaded.model, sizes, &scoring, |ranking| {
             score_all(&mut rows, ranking, &mut sink, opts.block_rows)
         })
     })?;
     sink.finish()?;
-    report(&outcome, top_k, &input.rows, &dataset, started);
+    report(&outcome, top_k, &input.rows, facts, started);
     Ok(outcome)
 }
 
@@ -149,19 +214,20 @@ fn score_all(
     sink: &mut Sink,
     block_rows: usize,
 ) -> Result<InputOutcome> {
-    let mut outcome = InputOutcome {
-        rows: 0,
-        dropped_features: 0,
-        rows_with_dropped: 0,
-    };
-    while let Some(chunk) = rows.next_chunk(block_rows, &mut outcome)? {
+    let mut scored = 0u64;
+    let mut dropped = Dropped::default();
+    while let Some(chunk) = rows.next_chunk(block_rows, &mut dropped)? {
         for block in ranking.rank(&chunk)? {
             sink.write(&block)?;
-            outcome.rows += block.len() as u64;
+            scored += block.len() as u64;
         }
     }
     rows.finish()?;
-    Ok(outcome)
+    Ok(InputOutcome {
+        rows: scored,
+        dropped_features: dropped.features,
+        rows_with_dropped: dropped.rows,
+    })
 }
 
 /// The summary on standard error (standard output may hold the predictions).
@@ -169,7 +235,7 @@ fn report(
     outcome: &InputOutcome,
     top_k: usize,
     input: &Path,
-    dataset: &DatasetRow,
+    facts: &DatasetFacts,
     started: Instant,
 ) {
     let secs = started.elapsed().as_secs_f64();
@@ -186,7 +252,7 @@ fn report(
         eprintln!(
             "dropped {} features with ids beyond the dataset's D = {} in {} rows \
              (--unknown-features drop)",
-            outcome.dropped_features, dataset.n_features, outcome.rows_with_dropped
+            outcome.dropped_features, facts.n_features, outcome.rows_with_dropped
         );
     }
 }
@@ -220,212 +286,6 @@ fn dataset_transform(ws: &Workspace, dataset: &DatasetRow) -> Result<Transform> 
     Transform::from_recorded(choice, scaling).with_context(|| format!("dataset '{}'", dataset.name))
 }
 
-/// The input's rows, read a block of lines at a time with the parser's rules of the run's
-/// dataset.
-struct NewRows {
-    source: LineSource,
-    syntax: LineSyntax,
-    rules: RowRules,
-    /// The line of the first row: 2 after a header, else 1 (row i is on line i + first).
-    first_line: u64,
-    /// The header's N, which the rows must match, when the file has a header.
-    declared: Option<u64>,
-    /// Data lines read so far.
-    lines: u64,
-    /// The first line, read to look for a header, when it is a row: it starts the first
-    /// block (its bytes without '\n', and whether it had one).
-    first_row: Option<(Vec<u8>, bool)>,
-}
-
-impl NewRows {
-    /// Opens `path` ([`STDIN_ARG`]: standard input) and reads its header if it has one.
-    fn open(
-        path: &Path,
-        dataset: &DatasetRow,
-        transform: Transform,
-        unknown: UnknownFeatures,
-    ) -> Result<Self> {
-        let source = match path.as_os_str() == STDIN_ARG {
-            true => LineSource::stdin()?,
-            false => LineSource::open_once(path)?,
-        };
-        let mut rows = NewRows {
-            source,
-            syntax: match dataset.format.as_str() {
-                "libsvm" => LineSyntax::Libsvm,
-                _ => LineSyntax::LabelsFeatures,
-            },
-            rules: dataset_rules(dataset, transform, unknown)?,
-            first_line: 1,
-            declared: None,
-            lines: 0,
-            first_row: None,
-        };
-        rows.read_first_line(dataset)?;
-        Ok(rows)
-    }
-
-    /// Reads line 1: a header (XML-repository datasets only; LIBSVM files have none) is
-    /// checked against the dataset, anything else is kept as the first row.
-    fn read_first_line(&mut self, dataset: &DatasetRow) -> Result<()> {
-        let mut line = Vec::new();
-        let Some(terminated) = self.source.read_line(&mut line)? else {
-            return Ok(()); // an empty input: no rows
-        };
-        let names: &[&str] = match (self.syntax, header_fields(&line)) {
-            (LineSyntax::LabelsFeatures, Some(2)) => &["N", "D"],
-            (LineSyntax::LabelsFeatures, Some(_)) => &["N", "D", "L"],
-            _ => {
-                self.first_row = Some((line, terminated));
-                return Ok(());
-            }
-        };
-        let path = self.source.path().to_path_buf();
-        let fail = |msg: String| anyhow!(InputError::new(&path, 1, msg));
-        let values = parse_header(&line, names).map_err(fail)?;
-        let d = to_u32(values[1], "D", &path)?;
-        let want_d = dataset.n_features;
-        if self.rules.unknown_features == UnknownFeatures::Refuse && u64::from(d) != want_d {
-            return Err(fail(format!(
-                "found D = {d} in the header, expected D = {want_d}, the run's dataset's \
-                 (--unknown-features drop reads a file of more features, dropping those \
-                 beyond {want_d})"
-            )));
-        }
-        if let Some(&l) = values.get(2) {
-            self.header_labels(to_u32(l, "L", &path)?, dataset)
-                .map_err(fail)?;
-        }
-        self.declared = Some(values[0]);
-        self.first_line = 2;
-        Ok(())
-    }
-
-    /// A header's L: the dataset's L, whose label ids the rows hold; with `--first-label`
-    /// the file's own label ids are mapped through the class map, so L is the file's.
-    fn header_labels(&mut self, l: u32, dataset: &DatasetRow) -> Result<(), String> {
-        if self.rules.labels.first_label {
-            self.rules.n_labels = l;
-            return Ok(());
-        }
-        match u64::from(l) == dataset.n_labels {
-            true => Ok(()),
-            false => Err(format!(
-                "found L = {l} in the header, expected L = {}, the run's dataset's",
-                dataset.n_labels
-            )),
-        }
-    }
-
-    /// The next at most `max_rows` rows as a chunk whose row ids are the rows' 0-based
-    /// positions in the input; None at its end. Dropped features are counted in `outcome`.
-    fn next_chunk(
-        &mut self,
-        max_rows: usize,
-        outcome: &mut InputOutcome,
-    ) -> Result<Option<CsrChunk>> {
-        let block = self.next_lines(max_rows as u64)?;
-        if block.n_lines == 0 {
-            return Ok(None);
-        }
-        let path = self.source.path();
-        if let Some(declared) = self.declared {
-            check_row_count(path, declared, &mut self.lines, block.n_lines)?;
-        }
-        let parsed = parse_block(
-            &block.bytes,
-            block.first_line,
-            block.terminated,
-            self.syntax,
-            &self.rules,
-        )
-        .map_err(|(_, e)| anyhow!(e.in_file(path)))?;
-        outcome.dropped_features += parsed.dropped_features;
-        outcome.rows_with_dropped += parsed.rows_with_dropped;
-        let mut chunk = parsed.rows;
-        // The parser numbers rows by line; the predictions by position among the rows.
-        for id in &mut chunk.row_ids {
-            *id -= self.first_line;
-        }
-        Ok(Some(chunk))
-    }
-
-    /// The next at most `n` lines (≥ 1), the first row read ahead included.
-    fn next_lines(&mut self, n: u64) -> Result<TextBlock> {
-        let Some((mut bytes, terminated)) = self.first_row.take() else {
-            return self.source.read_lines(n);
-        };
-        let mut block = TextBlock {
-            first_line: 1,
-            n_lines: 1,
-            bytes: Vec::new(),
-            terminated,
-        };
-        if terminated {
-            bytes.push(b'\n');
-            let rest = self.source.read_lines(n.max(1) - 1)?;
-            bytes.extend_from_slice(&rest.bytes);
-            block.n_lines += rest.n_lines;
-            block.terminated = rest.terminated;
-        }
-        block.bytes = bytes;
-        Ok(block)
-    }
-
-    /// At the end: a header's N must be the rows read.
-    fn finish(&self) -> Result<()> {
-        match self.declared {
-            Some(declared) => check_row_total(self.source.path(), declared, self.lines),
-            None => Ok(()),
-        }
-    }
-}
-
-/// The parser's rules for new rows of `dataset`: its D, index base, label ids (the class
-/// map when ingest assigned them) and fitted transform, always strict (a malformed row is
-/// an error, never skipped: a skipped row would leave the rows' positions unaccounted for),
-/// a row without a label accepted (new rows need not carry one).
-fn dataset_rules(
-    dataset: &DatasetRow,
-    transform: Transform,
-    unknown: UnknownFeatures,
-) -> Result<RowRules> {
-    let first_label = dataset.params.get("first_label").and_then(|v| v.as_bool()) == Some(true);
-    let kind = dataset.label_kind();
-    let assigned = first_label || dataset.format == "libsvm";
-    let classes = match (assigned, &dataset.class_map) {
-        (false, _) => None,
-        (true, Some(map)) => Some(std::sync::Arc::new(map.clone())),
-        (true, None) => anyhow::bail!(
-            "dataset '{}' assigned its label ids at ingest but records no class map",
-            dataset.name
-        ),
-    };
-    let n_features = u32::try_from(dataset.n_features)
-        .ok()
-        .filter(|&d| d <= MAX_IDS)
-        .with_context(|| format!("dataset '{}': D = {}", dataset.name, dataset.n_features))?;
-    // Label ids as written: the dataset's own (its L), or with a class map values that
-    // the map checks (for `--first-label`, a header's L narrows it).
-    let n_labels = match assigned {
-        false => u32::try_from(dataset.n_labels).unwrap_or(MAX_IDS),
-        true => MAX_IDS,
-    };
-    Ok(RowRules {
-        transform,
-        offers_lenient: false,
-        features_from: "in the run's dataset; --unknown-features drop leaves such features out",
-        labels: LabelRules {
-            first_label,
-            classes,
-            exactly_one: kind != LabelKind::Multilabel && !first_label,
-            unlabeled_ok: true,
-        },
-        unknown_features: unknown,
-        ..RowRules::new(n_features, n_labels, dataset.index_base)
-    })
-}
-
 /// Where the predictions go.
 enum Sink {
     /// `--output FILE` (boxed: the Parquet writer's buffers make it large).
@@ -437,7 +297,7 @@ enum Sink {
 impl Sink {
     fn write(&mut self, block: &PredictionBlock) -> Result<()> {
         match self {
-            Sink::Parquet(part) => part.writer()?.write(block),
+            Sink::Parquet(part) => part.writer.write(block),
             Sink::Stream(printer) => printer.print(block),
         }
     }
@@ -450,73 +310,33 @@ impl Sink {
     }
 }
 
-/// A predictions file written under a temporary name beside its final one, renamed into
-/// place only when whole: a failure part-way (a malformed row, a full disk) removes it, so
-/// no half-written file is ever left under the name asked for.
+/// A predictions file written under a temporary name beside its final one and moved into
+/// place only when whole ([`UserFile`]): a failure part-way (a malformed row, a full disk)
+/// removes it, so no half-written file is ever left under the name asked for.
 struct PartFile {
-    writer: Option<PredictionWriter>,
-    part: PathBuf,
-    path: PathBuf,
+    writer: PredictionWriter,
+    file: UserFile,
 }
 
 impl PartFile {
-    /// `path`'s temporary sibling `.NAME.part-PID`, opened for the predictions schema.
+    /// `path`'s temporary sibling, opened for the predictions schema.
     fn create(
         path: &Path,
+        replace: bool,
         metadata: &[(String, String)],
         columns: OptionalColumns,
     ) -> Result<Self> {
-        let name = path
-            .file_name()
-            .with_context(|| format!("--output {}: expected a file name", path.display()))?;
-        let part = path.with_file_name(format!(
-            ".{}.part-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let writer = PredictionWriter::create(&part, metadata, columns)
+        let file = UserFile::temporary(path, replace)
             .with_context(|| format!("--output {}", path.display()))?;
-        Ok(PartFile {
-            writer: Some(writer),
-            part,
-            path: path.to_path_buf(),
-        })
+        let writer = PredictionWriter::create(file.tmp_path(), metadata, columns)
+            .with_context(|| format!("--output {}", path.display()))?;
+        Ok(PartFile { writer, file })
     }
 
-    fn writer(&mut self) -> Result<&mut PredictionWriter> {
-        self.writer
-            .as_mut()
-            .context("internal: the output is already published")
-    }
-
-    /// Closes and fsyncs the file, renames it to its name and fsyncs the directory.
-    fn publish(mut self) -> Result<()> {
-        let writer = self.writer.take().context("internal: published twice")?;
-        writer.finish()?;
-        std::fs::rename(&self.part, &self.path).with_context(|| {
-            format!(
-                "renaming {} to {}",
-                self.part.display(),
-                self.path.display()
-            )
-        })?;
-        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
-        File::open(dir.unwrap_or(Path::new(".")))
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing the directory of {}", self.path.display()))?;
-        // Published: nothing left to remove.
-        self.part = PathBuf::new();
-        Ok(())
-    }
-}
-
-impl Drop for PartFile {
-    fn drop(&mut self) {
-        // Not published: the writer is closed first, then its file removed.
-        drop(self.writer.take());
-        if !self.part.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.part);
-        }
+    /// Closes and fsyncs the file, then moves it into place.
+    fn publish(self) -> Result<()> {
+        self.writer.finish()?;
+        self.file.publish()
     }
 }
 
@@ -552,11 +372,11 @@ struct RowPrinter {
 }
 
 impl RowPrinter {
-    fn new(format: StreamFormat, dataset: &DatasetRow, columns: OptionalColumns) -> Self {
+    fn new(format: StreamFormat, facts: &DatasetFacts, columns: OptionalColumns) -> Self {
         RowPrinter {
             out: BufWriter::new(std::io::stdout()),
             format,
-            classes: dataset.class_map.clone(),
+            classes: facts.class_map.clone(),
             columns,
             started: false,
         }

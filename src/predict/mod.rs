@@ -23,13 +23,13 @@ use serde_json::json;
 
 use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
-use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::model::predictive::ProbabilityRule;
-use crate::scoring::{model_inputs, Ranker};
+pub use crate::scoring::ranking::{default_top_k, DEFAULT_TOP_K, EVERY_CLASS_UP_TO};
+use crate::scoring::ranking::{resolved_top_k, with_ranking, Model};
 use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
-use crate::store::chunks::{read_registered_chunk, CsrChunk};
+use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::predictions::{
@@ -82,39 +82,6 @@ impl PredictOptions {
             "must be at least 1".into()
         });
         c.into_result()
-    }
-}
-
-/// Labels a multi-label prediction keeps per row when `--top-k` is not given (and a
-/// multi-class one with more than [`EVERY_CLASS_UP_TO`] classes).
-pub const DEFAULT_TOP_K: usize = 5;
-
-/// A multi-class run with at most this many classes lists every class of every row when
-/// `--top-k` is not given. Its NLP needs no listing (the file holds each row's probability
-/// of its true class whatever k), so the bound is one of size: a listed class costs 8 bytes
-/// per row (its id and probability; 12 with `--probabilities`) in the file and in the
-/// whole-file read of `evaluate`, so N rows of K ≤ 20 classes cost at most 4× the default
-/// top-5 (about 260 against 80 bytes a row with probabilities, 260 MB per million rows).
-pub const EVERY_CLASS_UP_TO: u64 = 4 * DEFAULT_TOP_K as u64;
-
-/// `--top-k` when it is not given, for a run of `task` on `n_labels` labels (L, or K
-/// classes): 1 for a binary run (its one label), every class of a multi-class run with
-/// K ≤ [`EVERY_CLASS_UP_TO`], and [`DEFAULT_TOP_K`] otherwise.
-pub fn default_top_k(task: Task, n_labels: u64) -> usize {
-    match task {
-        Task::Binary => 1,
-        Task::Multiclass if n_labels <= EVERY_CLASS_UP_TO => n_labels as usize,
-        Task::Multiclass | Task::Multilabel => DEFAULT_TOP_K,
-    }
-}
-
-/// The top-k a prediction with a run of `task` on `n_labels` labels keeps: the one label
-/// of a binary run whatever was asked (L = 1), otherwise `--top-k` when given, else
-/// [`default_top_k`].
-fn resolved_top_k(task: Task, n_labels: u64, given: Option<usize>) -> usize {
-    match (task, given) {
-        (Task::Binary, _) | (_, None) => default_top_k(task, n_labels),
-        (_, Some(k)) => k,
     }
 }
 
@@ -229,94 +196,6 @@ pub fn run_on(
     )
 }
 
-/// What ranking rows under a checkpoint needs of its training run.
-struct Model<'a> {
-    config: &'a TrainConfig,
-    /// D of the run's dataset.
-    n_features: u64,
-    /// The checkpoint's parameters.
-    params: &'a Params,
-    /// X̃ [R×D], the svd run's basis.
-    basis: &'a Registered,
-}
-
-/// How rows are ranked under one checkpoint: the [`Ranker`] opened with the run's view of
-/// the rows and probability rule, and for a multi-class run its likelihood. `predict
-/// --split` and `predict --input` both rank through it, so a new row is scored exactly as
-/// the same row in a split is.
-struct Ranking<'p> {
-    ranker: Ranker<'p>,
-    /// Multi-class runs: the classes are ranked by their predictive probabilities.
-    class_lik: Option<Box<dyn ClassLikelihood>>,
-    /// The Monte Carlo seed of the class probabilities (sampling likelihoods).
-    seed: u64,
-    top_k: usize,
-    /// Rows scored together (memory: rows × labels f64 scores).
-    block_rows: usize,
-    probabilities: bool,
-}
-
-impl Ranking<'_> {
-    /// The predictions of `chunk`'s rows, one block per `block_rows` rows, in row order.
-    /// The chunk's row ids must be consecutive (they seed each row's Monte Carlo noise).
-    fn rank(&self, chunk: &CsrChunk) -> Result<Vec<PredictionBlock>> {
-        let blocks = match &self.class_lik {
-            None => self.ranker.rank_chunk(chunk, self.top_k, self.block_rows),
-            Some(lik) => self.ranker.rank_chunk_classes(
-                chunk,
-                &**lik,
-                self.seed,
-                (self.top_k, self.block_rows),
-                self.probabilities,
-            ),
-        }?;
-        Ok(blocks.into_iter().map(|(_, block)| block).collect())
-    }
-}
-
-/// Opens the [`Ranking`] of `model` keeping `(top_k, block_rows, probabilities)` and calls
-/// `f` with it (the ranker borrows parameters made here: ARD over the features ranks with
-/// the weights folded into the basis). `what` names the rows for a failure to open it.
-fn with_ranking<T>(
-    model: &Model<'_>,
-    (top_k, block_rows, probabilities): (usize, usize, bool),
-    what: &dyn Fn() -> String,
-    f: impl FnOnce(&Ranking<'_>) -> Result<T>,
-) -> Result<T> {
-    let config = model.config;
-    let basis = NpyMap::open_registered(model.basis)?;
-    let (inputs, k_tilde, unweighted) = model_inputs(
-        &basis,
-        model.n_features,
-        config.inducing_inputs.in_features(),
-        model.params,
-    )?;
-    let class_lik = match config.task {
-        Task::Multiclass => Some(config.class_likelihood()?),
-        _ => None,
-    };
-    let ranker = Ranker::open(
-        inputs,
-        k_tilde,
-        config.kernel.kind(),
-        unweighted.as_ref().unwrap_or(model.params),
-        probabilities || class_lik.is_some(),
-    )
-    .with_context(what)?;
-    let ranker = match class_lik {
-        Some(_) => ranker,
-        None => ranker.with_probability_rule(config.probability_rule()?),
-    };
-    f(&Ranking {
-        ranker,
-        class_lik,
-        seed: config.predictive_seed(),
-        top_k,
-        block_rows,
-        probabilities,
-    })
-}
-
 /// Everything one predict run reads.
 struct Job<'a> {
     opts: &'a PredictOptions,
@@ -352,11 +231,12 @@ impl Job<'_> {
                 opts.split, opts.run, self.checkpoint_step
             )
         };
+        let basis = NpyMap::open_registered(self.basis)?;
         let model = Model {
             config: self.config,
             n_features: dataset.n_features,
             params: self.params,
-            basis: self.basis,
+            basis: &basis,
         };
         let started = Instant::now();
         let mut rows = 0u64;
@@ -442,30 +322,5 @@ impl Job<'_> {
             ("fsgp.top_k".to_string(), self.top_k.to_string()),
         ];
         PredictionWriter::create(&out.join("predictions.parquet"), &metadata, self.columns)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The default top-k: every class of a multi-class run up to K = 20, then 5, as for a
-    /// multi-label run of any L; a binary run's one label whatever is asked; a given
-    /// `--top-k` otherwise as given, even below K.
-    #[test]
-    fn every_class_is_kept_by_default_up_to_twenty_classes() {
-        assert_eq!(EVERY_CLASS_UP_TO, 20);
-        for (k, want) in [(2, 2), (6, 6), (10, 10), (20, 20), (21, 5), (355, 5)] {
-            assert_eq!(default_top_k(Task::Multiclass, k), want, "K = {k}");
-            assert_eq!(resolved_top_k(Task::Multiclass, k, None), want, "K = {k}");
-        }
-        for l in [3, 10, 983] {
-            assert_eq!(default_top_k(Task::Multilabel, l), DEFAULT_TOP_K, "L = {l}");
-        }
-        assert_eq!(resolved_top_k(Task::Multiclass, 10, Some(3)), 3);
-        assert_eq!(resolved_top_k(Task::Multilabel, 983, Some(7)), 7);
-        for given in [None, Some(1), Some(5)] {
-            assert_eq!(resolved_top_k(Task::Binary, 1, given), 1, "{given:?}");
-        }
     }
 }

@@ -15,5 +15,6 @@ pub mod rebuild;
 pub mod scaling;
 pub mod space;
 pub mod tensors;
+pub mod user_file;
 pub mod verify;
 pub mod workspace;

@@ -19,8 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
 use ndarray::Array2;
@@ -35,6 +34,7 @@ use super::integrity::checksum_of;
 use super::npy::NpyMap;
 use super::scaling::StoredScaling;
 use super::tensors::{write_tensors, Tensor, TensorFile, Tensors};
+use super::user_file::UserFile;
 use crate::model::params::Params;
 
 /// Value of `fsgp.format` in the model files this build writes and reads.
@@ -74,6 +74,10 @@ pub struct DatasetFacts {
     /// Label id → original label, when ingest assigned the ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_map: Option<ClassMap>,
+    /// XML-repository rows whose first label is the class (`ingest --first-label`): a new
+    /// row's first label goes through the class map.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_label: bool,
     /// The transform the values went through (`none`, `l2`, `standardize`, `scale`).
     pub transform: String,
     /// Why `--transform auto` chose it (None: asked for by name).
@@ -92,6 +96,7 @@ impl DatasetFacts {
             n_labels: d.n_labels,
             label_kind: d.label_kind(),
             class_map: d.class_map.clone(),
+            first_label: d.params.get("first_label").and_then(|v| v.as_bool()) == Some(true),
             transform: d.normalization.clone(),
             transform_reason: d.transform_reason.clone(),
         }
@@ -227,15 +232,11 @@ impl ModelFile {
     /// place, so `path` is either absent or whole. An existing `path` is refused unless
     /// `replace`. Returns the file's size and checksum.
     pub fn write(&self, path: &Path, replace: bool) -> Result<WrittenFile> {
-        refuse_existing(path, replace)?;
+        let file = UserFile::temporary(path, replace)?;
         let encoded = self.encode()?;
-        let tmp = temporary_beside(path)?;
-        let written = write_tensors(&tmp, &encoded.tensors, &encoded.meta)
-            .and_then(|w| publish(&tmp, path, replace).map(|()| w));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
+        let written = write_tensors(file.tmp_path(), &encoded.tensors, &encoded.meta)?;
+        file.publish()?;
+        Ok(written)
     }
 
     /// Reads and checks a model file: refused, naming `path` and what is wrong, when it is
@@ -464,62 +465,6 @@ fn decode_scaling(text: &str, tensors: &Tensors, path: &Path) -> Result<StoredSc
     })
 }
 
-/// Refuses an existing `path` unless `replace`; a directory always (`pipeline export
-/// --force`).
-pub fn refuse_existing(path: &Path, replace: bool) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => bail!("{}: is a directory, expected a file name", path.display()),
-        Ok(_) if !replace => bail!(
-            "{} exists; give --force to replace it (nothing was written)",
-            path.display()
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// `.NAME.tmp-PID` in `path`'s directory (the same file system, so the move is a rename).
-fn temporary_beside(path: &Path) -> Result<PathBuf> {
-    let name = path
-        .file_name()
-        .with_context(|| format!("{}: expected a file name", path.display()))?;
-    let dir = path.parent().unwrap_or(Path::new(""));
-    let tmp = format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id());
-    Ok(dir.join(tmp))
-}
-
-/// Moves the whole file `tmp` to `path` and syncs the directory. Without `replace`, by a
-/// hard link, which fails if `path` appeared meanwhile, so a file written by someone else
-/// between the check and now is never overwritten.
-fn publish(tmp: &Path, path: &Path, replace: bool) -> Result<()> {
-    if replace {
-        std::fs::rename(tmp, path)
-            .with_context(|| format!("moving {} to {}", tmp.display(), path.display()))?;
-    } else {
-        match std::fs::hard_link(tmp, path) {
-            Ok(()) => {
-                std::fs::remove_file(tmp).with_context(|| format!("removing {}", tmp.display()))?
-            }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                bail!(
-                    "{} exists; give --force to replace it (nothing was written)",
-                    path.display()
-                )
-            }
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("linking {} as {}", tmp.display(), path.display()))
-            }
-        }
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing directory {}", dir.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,6 +504,7 @@ mod tests {
                 n_labels: 3,
                 label_kind: Task::Multiclass,
                 class_map: Some(ClassMap::new(vec![-1, 2, 7], None).unwrap()),
+                first_label: false,
                 transform: "standardize".into(),
                 transform_reason: Some("dense".into()),
             },

@@ -6,8 +6,11 @@
 //!   cut into lines and blocks of whole lines with their line numbers, lines capped;
 //! - [`header`]: `N D L` / `N D` header lines, and holding a file to its N;
 //! - [`parse`]: the row syntaxes (XML repository, BoW, LIBSVM) and their checks, one block
-//!   of lines → CSR rows, with the dataset's label ids and feature transform.
+//!   of lines → CSR rows, with the dataset's label ids and feature transform;
+//! - [`new_rows`]: rows a trained model never saw, read with its dataset's rules (a model
+//!   file's [`crate::store::model_file::DatasetFacts`]), for `predict --input` and `serve`.
 
 pub mod header;
+pub mod new_rows;
 pub mod parse;
 pub mod source;

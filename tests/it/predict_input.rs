@@ -2,7 +2,8 @@
 //! run's dataset was and scored as its splits are. The test file of each small dataset,
 //! given as `--input`, must give the rows `predict --split test` gives, bit for bit
 //! (multi-label XC text with and without its header, gzip; binary and multi-class LIBSVM;
-//! transforms none, l2, standardize and scale; standard input, zstd); then the refusals,
+//! transforms none, l2, standardize and scale; standard input, zstd), and `predict --model`
+//! of the run's export must write the same bytes without a workspace; then the refusals,
 //! what the rows print as on standard output, and that the workspace is only read.
 
 use crate::common;
@@ -164,7 +165,36 @@ impl Case {
         ];
         args.extend(extra);
         self.ok(&args);
+        self.check_model_file_agrees(run, input, extra, &out);
         read_rows(&out)
+    }
+
+    /// `predict --model` of `run`'s export (written once per run) on the same input and
+    /// options writes the same bytes as `predict --run` wrote to `by_run`, with no
+    /// workspace: the workspace option names a directory that does not exist.
+    fn check_model_file_agrees(&self, run: &str, input: &str, extra: &[&str], by_run: &Path) {
+        let model = self.dir.path().join(format!("run-{run}.model.parquet"));
+        if !model.exists() {
+            self.ok(&["export", "--run", run, "--out", model.to_str().unwrap()]);
+        }
+        let out = by_run.with_extension("model.parquet");
+        let mut args = vec![
+            "predict",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input,
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let nowhere = self.dir.path().join("no-workspace");
+        pipeline_ok(&nowhere, &args);
+        assert!(!nowhere.exists(), "--model created a workspace");
+        assert!(
+            std::fs::read(&out).unwrap() == std::fs::read(by_run).unwrap(),
+            "--model and --run wrote different files for {input} {extra:?}"
+        );
     }
 
     /// `pipeline --workspace WS ARGS...` with `stdin` as its standard input.
@@ -424,6 +454,18 @@ fn multiclass_libsvm_rows_score_as_the_test_split_and_print_class_names() {
         let truth = (v["true_class_probability"].as_f64().unwrap() as f32).to_bits();
         assert_eq!(Some(Some(truth)), want.4);
     }
+    // The model file prints the same lines (its class map travels with it).
+    let model = case.dir.path().join(format!("run-{run}.model.parquet"));
+    let nowhere = case.dir.path().join("no-workspace");
+    let model_args = [
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        &test,
+    ];
+    let by_model = pipeline_ok(&nowhere, &[&model_args[..], &["--probabilities"]].concat());
+    assert_eq!(by_model, jsonl);
     let tsv = case.ok(&[
         "predict", "--run", &run, "--input", &bare, "--format", "tsv",
     ]);
@@ -553,6 +595,34 @@ fn refusals_name_the_line_and_leave_no_output() {
     );
     let narrow = case.file("narrow.svm", b"1 1:0.5 2:101\n-1 1:-0.5 2:99\n");
     assert_eq!(read_rows(&out), case.input_rows(&run, &narrow, &[]));
+    // An existing --output is kept, refused before any row is read; --force replaces it.
+    let kept = std::fs::read(&out).unwrap();
+    let again = [
+        "predict",
+        "--run",
+        &run,
+        "--input",
+        &narrow,
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    let done = pipeline(&ws, &again);
+    assert_eq!(done.status.code(), Some(1), "{}", stderr(&done));
+    let says = format!("{} exists; give --force to replace it", out.display());
+    assert!(stderr(&done).contains(&says), "{}", stderr(&done));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        kept,
+        "the existing file was changed"
+    );
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 1);
+    let mut forced = again.to_vec();
+    forced.extend(["--top-k", "1", "--force"]);
+    pipeline_ok(&ws, &forced);
+    assert_eq!(
+        read_rows(&out),
+        case.input_rows(&run, &narrow, &["--top-k", "1"])
+    );
     assert_eq!(
         contents(&ws),
         before,

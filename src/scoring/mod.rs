@@ -1,6 +1,9 @@
 //! Scoring rows under a trained model: projection onto the training basis, predictive
 //! moments, partial selection of each row's best labels. Shared by the predict stage and
-//! the trainer's held-out evaluation.
+//! the trainer's held-out evaluation; [`ranking`] is the one way every prediction path
+//! ranks rows under a loaded model.
+
+pub mod ranking;
 
 use anyhow::{ensure, Context, Result};
 use faer::Mat;
