@@ -6,7 +6,7 @@
 //! Layers, each importing only those below it (checked by `tests/architecture.rs`):
 //! - [`cli`]: the command line (the only user of clap) and `pipeline run` specs;
 //! - the stages [`synth`], [`ingest`], [`svd`], [`train`], [`predict`], [`evaluate`],
-//!   [`report`], [`export`]: none imports another; each is a thin use of [`stage`], the one protocol
+//!   [`report`], [`export`], [`serve`]: none imports another; each is a thin use of [`stage`], the one protocol
 //!   by which a stage memoises, computes, publishes and registers its outputs;
 //! - library modules the stages share: [`trained`] (a trained run's configuration, svd
 //!   files and checkpoints), [`scoring`] (ranking rows under a model), [`projection`]
@@ -37,6 +37,7 @@ pub mod predict;
 pub mod projection;
 pub mod report;
 pub mod scoring;
+pub mod serve;
 pub mod sparse;
 pub mod stage;
 pub mod store;

@@ -30,7 +30,7 @@ const ANY: &str = "*";
 
 /// The stages: each runs one step of the pipeline; none may import another.
 const STAGES: &[&str] = &[
-    "ingest", "svd", "train", "predict", "evaluate", "report", "synth", "export",
+    "ingest", "svd", "train", "predict", "evaluate", "report", "synth", "export", "serve",
 ];
 
 /// What every stage may import: the stage protocol, the library modules, and the layers
@@ -72,6 +72,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("report", BELOW_STAGES),
     ("synth", BELOW_STAGES),
     ("export", BELOW_STAGES),
+    ("serve", BELOW_STAGES),
     // The one stage protocol: memoised runs.
     (
         "stage",

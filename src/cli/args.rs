@@ -11,6 +11,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 use crate::choice::Choice;
+use crate::error::InvalidOptions;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
 use crate::ingest::config::IngestConfig;
@@ -20,6 +21,7 @@ use crate::ingest::validation::ValidationSplit;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::input::{InputOptions, StreamFormat};
 use crate::predict::PredictOptions;
+use crate::serve::{Limits, ServeOptions};
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
@@ -124,6 +126,11 @@ pub enum Command {
     /// (docs/formats.md, "Model files").
     #[command(after_help = examples::EXPORT)]
     Export(ExportArgs),
+    /// Serve a model file's predictions over HTTP/1.1 JSON: POST /v1/predict, GET
+    /// /v1/model, GET /healthz (docs/serve.md). Needs no workspace; stops on SIGTERM after
+    /// the requests in flight.
+    #[command(after_help = examples::SERVE)]
+    Serve(ServeArgs),
     /// Charts (PNG, SVG) and a Markdown summary of a training run.
     #[command(after_help = examples::REPORT)]
     Report(ReportArgs),
@@ -882,6 +889,75 @@ impl PredictArgs {
     }
 }
 
+/// Arguments of `pipeline serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The model file (`pipeline export`).
+    #[arg(long, value_name = "MODEL")]
+    pub model: PathBuf,
+    /// Address and port to listen on (port 0: any free one, printed on standard error).
+    /// Loopback by default: put a proxy in front to serve other hosts
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: std::net::SocketAddr,
+    /// Scoring threads (default: every core)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Largest request body in bytes (413 beyond)
+    #[arg(long, default_value_t = Limits::default().max_body_bytes)]
+    pub max_body: usize,
+    /// Most rows in one request (413 beyond)
+    #[arg(long, default_value_t = Limits::default().max_rows)]
+    pub max_rows: usize,
+    /// Seconds from a request's arrival to its answer (408 while its body is arriving,
+    /// 503 while it waits to be scored)
+    #[arg(long, default_value_t = Limits::default().timeout.as_secs_f64())]
+    pub request_timeout: f64,
+    /// Most rows scored together: concurrent requests are batched up to it
+    #[arg(long, default_value_t = Limits::default().max_block_rows)]
+    pub max_block_rows: usize,
+    /// Most requests waiting to be scored (503 beyond)
+    #[arg(long, default_value_t = Limits::default().queue)]
+    pub queue: usize,
+    /// A feature id the model's dataset does not have (≥ its D): refuse the request (422),
+    /// or drop the feature
+    #[arg(long, default_value_t = UnknownFeatures::Refuse, value_parser = one_of::<UnknownFeatures>())]
+    pub unknown_features: UnknownFeatures,
+}
+
+impl ServeArgs {
+    pub fn options(&self) -> anyhow::Result<ServeOptions> {
+        let mut c = InvalidOptions::new("");
+        for (name, value) in [
+            ("max-body", self.max_body),
+            ("max-rows", self.max_rows),
+            ("max-block-rows", self.max_block_rows),
+            ("queue", self.queue),
+        ] {
+            c.check(value >= 1, name, || "must be at least 1".into());
+        }
+        let timeout = self.request_timeout;
+        c.check(
+            timeout > 0.0 && timeout.is_finite(),
+            "request-timeout",
+            || "must be a positive number of seconds".into(),
+        );
+        c.into_result()?;
+        Ok(ServeOptions {
+            model: self.model.clone(),
+            addr: self.addr,
+            threads: self.threads,
+            limits: Limits {
+                max_body_bytes: self.max_body,
+                max_rows: self.max_rows,
+                timeout: std::time::Duration::from_secs_f64(timeout),
+                max_block_rows: self.max_block_rows,
+                queue: self.queue,
+            },
+            unknown_features: self.unknown_features,
+        })
+    }
+}
+
 /// Arguments of `pipeline export`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExportArgs {
@@ -1156,6 +1232,14 @@ Examples:
   pipeline export --run 3 --checkpoint 2600 --out delicious.model.parquet --force
 The file needs no workspace: it holds the configuration, the dataset's transform and class
 map, the basis, the parameters and their checksums (docs/formats.md, \"Model files\").";
+
+    pub const SERVE: &str = "\
+Examples:
+  pipeline serve --model delicious.model.parquet                  # on 127.0.0.1:8080
+  curl -s localhost:8080/v1/predict -d '{\"rows\": [{\"features\": {\"12\": 0.5}}], \"top_k\": 3}'
+  curl -s localhost:8080/v1/predict -d '{\"rows\": [\"12:0.5 40:1\"], \"probabilities\": true}'
+Each answer row is the line `predict --model MODEL --input` prints for the same row
+(docs/serve.md).";
 
     pub const REPORT: &str = "\
 Examples:

@@ -84,6 +84,7 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         // New rows from a file: nothing is registered, so the workspace is only read
         // (docs/predict-input.md, "The catalog").
         Command::Predict(args) if args.input.is_some() => return predict_input(&cli, args, comm),
+        Command::Serve(args) => return crate::serve::run(&args.options()?),
         Command::Export(args) => {
             // Reads the workspace only; the model file is written outside it.
             let ws = Workspace::open_read_only(&cli.workspace)?;
@@ -115,7 +116,11 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Evaluate(args) => evaluate_command(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args),
         Command::Fit(args) => fit::run(&ws, &args),
-        Command::Report(_) | Command::Status(_) | Command::Verify(_) | Command::Export(_) => {
+        Command::Report(_)
+        | Command::Status(_)
+        | Command::Verify(_)
+        | Command::Export(_)
+        | Command::Serve(_) => {
             unreachable!("handled above")
         }
     }

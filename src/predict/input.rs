@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, ensure, Context, Result};
-use serde::Serialize;
 
 use super::PredictOptions;
 use crate::choice::{choice_enum, Choice};
@@ -32,7 +31,7 @@ use crate::store::catalog::DatasetRow;
 use crate::store::classes::ClassMap;
 use crate::store::model_file::DatasetFacts;
 use crate::store::npy::NpyMap;
-use crate::store::predictions::{OptionalColumns, PredictionBlock, PredictionWriter};
+use crate::store::predictions::{JsonRow, OptionalColumns, PredictionBlock, PredictionWriter};
 use crate::store::scaling::{read_registered_scaling, SCALING_FILE};
 use crate::store::user_file::{refuse_existing, UserFile};
 use crate::store::workspace::Workspace;
@@ -340,27 +339,6 @@ impl PartFile {
     }
 }
 
-/// Label id → the name printed: the original label (the class map's value) when ingest
-/// assigned the ids, else the id itself.
-fn label_name(classes: Option<&ClassMap>, id: u32) -> i64 {
-    classes
-        .and_then(|map| map.value_of(id))
-        .unwrap_or(i64::from(id))
-}
-
-/// One row as a JSON line (`--format jsonl`).
-#[derive(Serialize)]
-struct JsonRow<'a> {
-    row: u64,
-    labels: Vec<i64>,
-    scores: &'a [f32],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    probabilities: Option<&'a [f32]>,
-    /// Multi-class runs only; null for a row without a (known) class.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    true_class_probability: Option<Option<f32>>,
-}
-
 /// Prints blocks of predictions on standard output, one line per row.
 struct RowPrinter {
     out: BufWriter<Stdout>,
@@ -397,33 +375,17 @@ impl RowPrinter {
         }
         self.started = true;
         for i in 0..block.len() {
-            let labels: Vec<i64> = block
-                .labels(i)
-                .iter()
-                .map(|&id| label_name(self.classes.as_ref(), id))
-                .collect();
+            let row = JsonRow::of(block, i, self.classes.as_ref());
             match self.format {
-                StreamFormat::Jsonl => self.json_line(block, i, labels)?,
-                StreamFormat::Tsv => self.tsv_line(block, i, &labels)?,
+                StreamFormat::Jsonl => self.json_line(&row)?,
+                StreamFormat::Tsv => self.tsv_line(&row)?,
             }
         }
         Ok(())
     }
 
-    fn json_line(
-        &mut self,
-        block: &PredictionBlock,
-        i: usize,
-        labels: Vec<i64>,
-    ) -> std::io::Result<()> {
-        let row = JsonRow {
-            row: block.row_ids[i],
-            labels,
-            scores: block.scores(i),
-            probabilities: block.probabilities(i),
-            true_class_probability: block.true_class_probability(i),
-        };
-        serde_json::to_writer(&mut self.out, &row)?;
+    fn json_line(&mut self, row: &JsonRow<'_>) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, row)?;
         self.out.write_all(b"\n")
     }
 
@@ -439,21 +401,12 @@ impl RowPrinter {
         names.join("\t")
     }
 
-    fn tsv_line(
-        &mut self,
-        block: &PredictionBlock,
-        i: usize,
-        labels: &[i64],
-    ) -> std::io::Result<()> {
-        let mut fields = vec![
-            block.row_ids[i].to_string(),
-            joined(labels),
-            joined(block.scores(i)),
-        ];
-        if let Some(p) = block.probabilities(i) {
+    fn tsv_line(&mut self, row: &JsonRow<'_>) -> std::io::Result<()> {
+        let mut fields = vec![row.row.to_string(), joined(&row.labels), joined(row.scores)];
+        if let Some(p) = row.probabilities {
             fields.push(joined(p));
         }
-        if let Some(t) = block.true_class_probability(i) {
+        if let Some(t) = row.true_class_probability {
             // Empty for a row without a (known) class.
             fields.push(t.map_or(String::new(), |p| p.to_string()));
         }

@@ -68,9 +68,37 @@ impl<'p> Ranker<'p> {
         params: &'p Params,
         probabilities: bool,
     ) -> Result<Self> {
-        let means = match probabilities {
-            true => None,
-            false => Some(MeanUtilities::new(kind, params, k_tilde.as_ref())?),
+        Self::open_for(
+            inputs,
+            k_tilde,
+            kind,
+            params,
+            (!probabilities, probabilities),
+        )
+    }
+
+    /// [`Ranker::open`] for both kinds of request, as a server takes them: ranked by the
+    /// means alone ([`MeanUtilities`], the bits `open(…, false)` ranks with) or with the
+    /// predictive moments and probabilities ([`Predictor`], those of `open(…, true)`).
+    pub fn open_both(
+        inputs: RowInputs,
+        k_tilde: Mat<f64>,
+        kind: KernelKind,
+        params: &'p Params,
+    ) -> Result<Self> {
+        Self::open_for(inputs, k_tilde, kind, params, (true, true))
+    }
+
+    fn open_for(
+        inputs: RowInputs,
+        k_tilde: Mat<f64>,
+        kind: KernelKind,
+        params: &'p Params,
+        (with_means, probabilities): (bool, bool),
+    ) -> Result<Self> {
+        let means = match with_means {
+            false => None,
+            true => Some(MeanUtilities::new(kind, params, k_tilde.as_ref())?),
         };
         let predictor = if probabilities {
             let p = Predictor::new(kind, params, k_tilde.as_ref())?;
@@ -108,8 +136,26 @@ impl<'p> Ranker<'p> {
         top_k: usize,
         block_rows: usize,
     ) -> Result<Vec<(usize, PredictionBlock)>> {
+        let probabilities = self.predictor.is_some();
+        self.rank_chunk_as(chunk, (top_k, block_rows), probabilities)
+    }
+
+    /// [`Ranker::rank_chunk`] with the probabilities column or without, as asked: with
+    /// them, by the predictive moments (a ranker opened with probabilities); without, by
+    /// the means alone when the ranker has them ([`Ranker::open_both`]), so each gives the
+    /// bits of a ranker opened for it alone.
+    pub fn rank_chunk_as(
+        &self,
+        chunk: &CsrChunk,
+        (top_k, block_rows): (usize, usize),
+        probabilities: bool,
+    ) -> Result<Vec<(usize, PredictionBlock)>> {
+        ensure!(
+            !probabilities || self.predictor.is_some(),
+            "internal: probabilities of a ranker opened without them"
+        );
         self.per_block(chunk, block_rows, |x, start, end| {
-            self.rank_block(x, &chunk.row_ids[start..end], top_k)
+            self.rank_block(x, &chunk.row_ids[start..end], top_k, probabilities)
         })
     }
 
@@ -192,7 +238,9 @@ impl<'p> Ranker<'p> {
     /// The predictive class probabilities [rows×K] of every row of `chunk` under a
     /// multi-class likelihood, in blocks of `block_rows` rows: (first row of the block within
     /// the chunk, its probabilities). Row r's Monte Carlo noise (sampling likelihoods) is
-    /// drawn from `seed` and the stream of its row id, so it does not depend on the blocks.
+    /// drawn from `seed` and the stream of its row id, so it does not depend on the blocks
+    /// nor on the other rows of the chunk (a served batch holds several requests' rows,
+    /// each numbered from 0 within its request).
     /// Needs a ranker opened with probabilities; uses the current rayon pool.
     pub fn class_probabilities(
         &self,
@@ -207,16 +255,15 @@ impl<'p> Ranker<'p> {
             .context("internal: class probabilities of a ranker opened without them")?;
         self.per_block(chunk, block_rows, |x, start, end| {
             let (m, s) = predictor.marginals(x);
-            let first = chunk.row_ids[start];
-            ensure!(
-                chunk.row_ids[start..end]
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &id)| id == first + i as u64),
-                "internal: the row ids of a chunk are not consecutive"
+            let streams = &chunk.row_ids[start..end];
+            let probs = class_probabilities(
+                lik,
+                predictor.params(),
+                m.as_ref(),
+                s.as_ref(),
+                seed,
+                streams,
             );
-            let probs =
-                class_probabilities(lik, predictor.params(), m.as_ref(), s.as_ref(), seed, first);
             Ok(probs)
         })
     }
@@ -269,16 +316,16 @@ impl<'p> Ranker<'p> {
         x: &BasisInputs<'_>,
         row_ids: &[u64],
         top_k: usize,
+        probabilities: bool,
     ) -> Result<PredictionBlock> {
-        let (scores, variances) = match &self.predictor {
-            Some(p) => {
+        let (scores, variances) = match (&self.predictor, &self.means) {
+            (Some(p), _) if probabilities => {
                 let (mean, var) = p.mean_and_variance(x);
                 (mean, Some(var))
             }
-            None => {
-                let means = self.means.as_ref().expect("a ranker without probabilities");
-                (means.at(x), None)
-            }
+            (_, Some(means)) => (means.at(x), None),
+            (Some(p), None) => (p.mean_and_variance(x).0, None),
+            (None, None) => unreachable!("a ranker is opened with means or moments"),
         };
         let best: Vec<(Vec<u32>, Vec<f32>)> = (0..row_ids.len())
             .into_par_iter()

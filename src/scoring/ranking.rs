@@ -75,17 +75,32 @@ pub struct Ranking<'p> {
 }
 
 impl Ranking<'_> {
-    /// The predictions of `chunk`'s rows, one block per `block_rows` rows, in row order.
-    /// The chunk's row ids must be consecutive (they seed each row's Monte Carlo noise).
+    /// The predictions of `chunk`'s rows, one block per `block_rows` rows, in row order,
+    /// with the top-k and probabilities it was opened with. The chunk's row ids seed each
+    /// row's Monte Carlo noise (sampling likelihoods).
     pub fn rank(&self, chunk: &CsrChunk) -> Result<Vec<PredictionBlock>> {
+        self.rank_as(chunk, self.top_k, self.probabilities)
+    }
+
+    /// [`Ranking::rank`] keeping `top_k` labels, with or without probabilities: what one
+    /// served request asks for. A ranking opened for one kind of request only
+    /// ([`with_ranking`]) refuses probabilities it was opened without.
+    pub fn rank_as(
+        &self,
+        chunk: &CsrChunk,
+        top_k: usize,
+        probabilities: bool,
+    ) -> Result<Vec<PredictionBlock>> {
         let blocks = match &self.class_lik {
-            None => self.ranker.rank_chunk(chunk, self.top_k, self.block_rows),
+            None => self
+                .ranker
+                .rank_chunk_as(chunk, (top_k, self.block_rows), probabilities),
             Some(lik) => self.ranker.rank_chunk_classes(
                 chunk,
                 &**lik,
                 self.seed,
-                (self.top_k, self.block_rows),
-                self.probabilities,
+                (top_k, self.block_rows),
+                probabilities,
             ),
         }?;
         Ok(blocks.into_iter().map(|(_, block)| block).collect())
@@ -101,6 +116,36 @@ pub fn with_ranking<T>(
     what: &dyn Fn() -> String,
     f: impl FnOnce(&Ranking<'_>) -> Result<T>,
 ) -> Result<T> {
+    let opens = Opens::For(probabilities);
+    open_ranking(model, (top_k, block_rows, probabilities), opens, what, f)
+}
+
+/// [`with_ranking`] for requests of either kind ([`Ranking::rank_as`]): with
+/// probabilities or without, each ranked with the bits a ranking opened for it alone
+/// gives. Its own top-k and probabilities are `top_k` and none.
+pub fn with_serving_ranking<T>(
+    model: &Model<'_>,
+    (top_k, block_rows): (usize, usize),
+    what: &dyn Fn() -> String,
+    f: impl FnOnce(&Ranking<'_>) -> Result<T>,
+) -> Result<T> {
+    open_ranking(model, (top_k, block_rows, false), Opens::Both, what, f)
+}
+
+/// What a ranker is opened for: requests with probabilities or without, or both.
+#[derive(Clone, Copy)]
+enum Opens {
+    For(bool),
+    Both,
+}
+
+fn open_ranking<T>(
+    model: &Model<'_>,
+    (top_k, block_rows, probabilities): (usize, usize, bool),
+    opens: Opens,
+    what: &dyn Fn() -> String,
+    f: impl FnOnce(&Ranking<'_>) -> Result<T>,
+) -> Result<T> {
     let config = model.config;
     let (inputs, k_tilde, unweighted) = model_inputs(
         model.basis,
@@ -112,13 +157,16 @@ pub fn with_ranking<T>(
         Task::Multiclass => Some(config.class_likelihood()?),
         _ => None,
     };
-    let ranker = Ranker::open(
-        inputs,
-        k_tilde,
+    let (kind, params) = (
         config.kernel.kind(),
         unweighted.as_ref().unwrap_or(model.params),
-        probabilities || class_lik.is_some(),
-    )
+    );
+    // Classes are always ranked by their predictive probabilities.
+    let ranker = match (opens, class_lik.is_some()) {
+        (Opens::Both, false) => Ranker::open_both(inputs, k_tilde, kind, params),
+        (Opens::Both, true) => Ranker::open(inputs, k_tilde, kind, params, true),
+        (Opens::For(p), classes) => Ranker::open(inputs, k_tilde, kind, params, p || classes),
+    }
     .with_context(what)?;
     let ranker = match class_lik {
         Some(_) => ranker,

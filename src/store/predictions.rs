@@ -31,6 +31,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::reader::ChunkReader;
 
 use super::chunks::{checksum_file, WrittenFile};
+use super::classes::ClassMap;
 use super::integrity::Registered;
 use crate::failpoint;
 
@@ -163,6 +164,27 @@ impl PredictionBlock {
         self.labels.extend_from_slice(labels);
         self.scores.extend_from_slice(scores);
         self.offsets.push(self.labels.len() as i32);
+    }
+
+    /// An empty block carrying the optional columns `other` carries.
+    pub fn like(other: &PredictionBlock) -> Self {
+        PredictionBlock {
+            offsets: vec![0],
+            probabilities: other.probabilities.as_ref().map(|_| Vec::new()),
+            true_class: other.true_class.as_ref().map(|_| Vec::new()),
+            ..Default::default()
+        }
+    }
+
+    /// Appends row `i` of `other`, a block with the same optional columns.
+    pub fn push_row_of(&mut self, other: &PredictionBlock, i: usize) {
+        if let (Some(to), Some(from)) = (self.probabilities.as_mut(), other.probabilities(i)) {
+            to.extend_from_slice(from);
+        }
+        if let (Some(to), Some(from)) = (self.true_class.as_mut(), &other.true_class) {
+            to.push(from[i]);
+        }
+        self.push(other.row_ids[i], other.labels(i), other.scores(i));
     }
 
     /// Labels of the block's i-th row, best first.
@@ -321,6 +343,47 @@ impl PredictionWriter {
             .with_context(|| format!("syncing {}", self.path.display()))?;
         drop(file);
         checksum_file(&self.path)
+    }
+}
+
+/// Label id → the name printed: the original label (the class map's value) when ingest
+/// assigned the ids, else the id itself.
+pub fn label_name(classes: Option<&ClassMap>, id: u32) -> i64 {
+    classes
+        .and_then(|map| map.value_of(id))
+        .unwrap_or(i64::from(id))
+}
+
+/// One row of predictions as JSON, labels by their original names: a line of `predict
+/// --input --format jsonl` and a row of `serve`'s answer (one definition, so a served row
+/// is the file's line).
+#[derive(Debug, serde::Serialize)]
+pub struct JsonRow<'a> {
+    /// The row's id: its position among the input's rows (or the request's).
+    pub row: u64,
+    pub labels: Vec<i64>,
+    pub scores: &'a [f32],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probabilities: Option<&'a [f32]>,
+    /// Multi-class runs only; null for a row without a (known) class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub true_class_probability: Option<Option<f32>>,
+}
+
+impl<'a> JsonRow<'a> {
+    /// Row `i` of `block`, its labels named through `classes`.
+    pub fn of(block: &'a PredictionBlock, i: usize, classes: Option<&ClassMap>) -> Self {
+        JsonRow {
+            row: block.row_ids[i],
+            labels: block
+                .labels(i)
+                .iter()
+                .map(|&id| label_name(classes, id))
+                .collect(),
+            scores: block.scores(i),
+            probabilities: block.probabilities(i),
+            true_class_probability: block.true_class_probability(i),
+        }
     }
 }
 

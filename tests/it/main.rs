@@ -43,6 +43,7 @@ mod probit_likelihood;
 mod q_form_combinations;
 mod q_form_train;
 mod q_forms;
+mod serve;
 mod shipped_specs;
 mod size_checks;
 mod spec_validation;

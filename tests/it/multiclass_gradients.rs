@@ -206,6 +206,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     };
     let marg_m = Mat::from_fn(b, p, |i, q| ((i * 3 + q) as f64 * 0.37).sin());
     let marg_s = Mat::from_fn(b, p, |i, q| 0.2 + ((i + 2 * q) as f64 * 0.21).cos().abs());
+    let streams: Vec<u64> = (100..100 + b as u64).collect();
     for lik in likelihoods() {
         for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
             let run = |threads: usize| {
@@ -221,7 +222,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                         marg_m.as_ref(),
                         marg_s.as_ref(),
                         5,
-                        100,
+                        &streams,
                     );
                     (eval_bits(&e), probs)
                 })
@@ -241,7 +242,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
             marg_m.as_ref(),
             marg_s.as_ref(),
             5,
-            100,
+            &streams,
         );
         let phi_rows: Vec<f64> = (0..k)
             .flat_map(|kk| (0..p).map(move |q| (kk, q)))

@@ -215,17 +215,19 @@ pub(crate) fn classes_part(
 
 /// The predictive class probabilities [B×K] of a block of rows from their marginals m, s
 /// [B×P] (from `Predictor::marginals`), in parallel over the rows. Sampling likelihoods draw
-/// row i's noise from `seed` and the stream `first_row + i` (the row's id in its split), so
-/// a row's probabilities do not depend on how the rows are split into blocks.
+/// row i's noise from `seed` and the stream `streams[i]` (the row's id in its split, or its
+/// position in its request), so a row's probabilities do not depend on how the rows are
+/// split into blocks nor on which other rows share its block.
 pub fn class_probabilities(
     lik: &dyn ClassLikelihood,
     params: &Params,
     m: MatRef<'_, f64>,
     s: MatRef<'_, f64>,
     seed: u64,
-    first_row: u64,
+    streams: &[u64],
 ) -> Mat<f64> {
     let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
+    assert_eq!(streams.len(), b, "one stream per row");
     let phi_rows = row_major(params.phi.as_ref(), false);
     let m_rows = row_major(m, false);
     let s_rows = row_major(s, true);
@@ -238,7 +240,7 @@ pub fn class_probabilities(
         .for_each_init(Vec::new, |work, (i, out)| {
             let input = RowInput {
                 class: 0,
-                stream: first_row + i as u64,
+                stream: streams[i],
                 seed,
                 mean: &m_rows[i * p_count..(i + 1) * p_count],
                 var: &s_rows[i * p_count..(i + 1) * p_count],

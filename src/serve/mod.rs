@@ -1,0 +1,490 @@
+//! `pipeline serve --model MODEL`: predictions over HTTP/1.1 (`docs/serve.md`).
+//!
+//! - `POST /v1/predict`: `{"rows": [...], "top_k": k, "probabilities": bool}` → `{"rows":
+//!   [...]}`, each row the JSON line `predict --input` prints for it ([`request`] reads the
+//!   body; [`JsonRow`] is the one definition of a row).
+//! - `GET /healthz`: `{"status": "ok"}` once the model is opened.
+//! - `GET /v1/model`: the configuration, sizes, provenance, defaults and limits.
+//!
+//! The HTTP side is axum on a tokio runtime of two workers; parsing a request happens there.
+//! Scoring happens on one scorer thread that owns the opened model and a rayon pool
+//! ([`batch`]: concurrent requests are scored together in blocks). The two meet at a
+//! bounded queue: a full queue answers 503 at once rather than letting latency grow
+//! without bound. Limits: the body's size (413), rows per request (413), and the time a
+//! request may take from its first byte to its answer (408 while the body is still
+//! arriving, 503 once it waits for the scorer). Every refusal is a JSON `{"error": …}`
+//! naming what was wrong; none stops the server. SIGTERM or SIGINT stops accepting
+//! connections, lets the requests in flight finish, then exits 0.
+//!
+//! One access-log line per request on standard error: time, peer, method and path, status,
+//! rows scored, milliseconds; a request whose client went away before its answer is logged
+//! with status 499.
+
+pub mod batch;
+pub mod request;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context, Result};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use crossbeam_channel::{Sender, TrySendError};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::portable::PortableModel;
+use crate::scoring::ranking::{default_top_k, resolved_top_k, with_serving_ranking};
+use crate::stage::{thread_pool, threads_or_all};
+use crate::store::classes::ClassMap;
+use crate::store::predictions::JsonRow;
+use crate::text::new_rows::{line_syntax, row_rules};
+use crate::text::parse::UnknownFeatures;
+use batch::{score_queue, Job};
+use request::{Refusal, RequestRules};
+
+/// What `pipeline serve` serves and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeOptions {
+    /// The model file (`pipeline export`).
+    pub model: PathBuf,
+    /// Where to listen (port 0: any free port, printed when listening).
+    pub addr: SocketAddr,
+    /// Scoring threads (None: every core).
+    pub threads: Option<usize>,
+    pub limits: Limits,
+    /// What a feature id ≥ the dataset's D is.
+    pub unknown_features: UnknownFeatures,
+}
+
+/// The server's limits and batching.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Bytes of a request body.
+    pub max_body_bytes: usize,
+    /// Rows of one request.
+    pub max_rows: usize,
+    /// From a request's arrival to its answer.
+    pub timeout: Duration,
+    /// Rows scored together at most ([`batch`]).
+    pub max_block_rows: usize,
+    /// Requests waiting for the scorer at most; more are answered 503.
+    pub queue: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 16 << 20,
+            max_rows: 10_000,
+            timeout: Duration::from_secs(30),
+            max_block_rows: 1024,
+            queue: 1024,
+        }
+    }
+}
+
+/// What the handlers share.
+struct Served {
+    rules: RequestRules,
+    classes: Option<ClassMap>,
+    task: crate::trained::Task,
+    n_labels: u64,
+    limits: Limits,
+    jobs: Sender<Job>,
+    /// `GET /v1/model`'s body.
+    info: Vec<u8>,
+}
+
+/// `POST /v1/predict`'s answer.
+#[derive(serde::Serialize)]
+struct Answer<'a> {
+    rows: Vec<JsonRow<'a>>,
+}
+
+/// Rows a response carries, for the access log.
+#[derive(Clone, Copy)]
+struct RowsServed(usize);
+
+/// Opens the model, starts the scorer, listens on `opts.addr` and serves until SIGTERM or
+/// SIGINT. Prints `listening on http://ADDR` on standard error once requests are taken.
+pub fn run(opts: &ServeOptions) -> Result<()> {
+    let model = PortableModel::open(&opts.model)?;
+    let facts = model.dataset().clone();
+    let rules = RequestRules {
+        rows: row_rules(&facts, model.transform.clone(), opts.unknown_features)?,
+        syntax: line_syntax(&facts),
+        max_rows: opts.limits.max_rows,
+        n_labels: facts.n_labels as usize,
+    };
+    let threads = threads_or_all(opts.threads);
+    let info = serde_json::to_vec(&model_info(&model, opts, threads))?;
+    let (jobs, queue) = crossbeam_channel::bounded::<Job>(opts.limits.queue);
+    let scorer = start_scorer(model, threads, opts.limits.max_block_rows, queue)?;
+    let served = Arc::new(Served {
+        rules,
+        classes: facts.class_map.clone(),
+        task: scorer.task,
+        n_labels: facts.n_labels,
+        limits: opts.limits,
+        jobs,
+        info,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    runtime.block_on(listen(opts.addr, served))?;
+    // Every sender is gone with the router: the scorer finishes its queue and stops.
+    let blocks = scorer
+        .thread
+        .join()
+        .map_err(|_| anyhow!("the scorer thread panicked"))??;
+    eprintln!("stopped ({blocks} blocks scored)");
+    Ok(())
+}
+
+/// The scorer thread, once its model is open.
+struct Scorer {
+    thread: std::thread::JoinHandle<Result<u64>>,
+    task: crate::trained::Task,
+}
+
+/// Opens the ranking on a new thread (with `threads` rayon workers) and scores `queue`
+/// there; returns once the model is open, or with the reason it could not be.
+fn start_scorer(
+    model: PortableModel,
+    threads: usize,
+    max_block_rows: usize,
+    queue: crossbeam_channel::Receiver<Job>,
+) -> Result<Scorer> {
+    let pool = thread_pool(threads)?;
+    let task = model.config.task;
+    let (opened, ready) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("fsgp-scorer".into())
+        .spawn(move || {
+            let what = || format!("opening the model of {}", model.path.display());
+            // Each job names its own top-k (`Ranking::rank_as`); this one is not used.
+            let k = default_top_k(model.config.task, model.dataset().n_labels);
+            pool.install(|| {
+                with_serving_ranking(&model.scoring_model(), (k, max_block_rows), &what, |r| {
+                    let _ = opened.send(());
+                    Ok(score_queue(r, &queue, max_block_rows))
+                })
+            })
+        })
+        .context("starting the scorer thread")?;
+    if ready.recv().is_err() {
+        // The thread ended before the model was open: its error says why.
+        return Err(match thread.join() {
+            Ok(Err(e)) => e,
+            _ => anyhow!("the scorer thread stopped while opening the model"),
+        });
+    }
+    Ok(Scorer { thread, task })
+}
+
+/// Binds `addr` and serves the routes until a signal, then drains.
+async fn listen(addr: SocketAddr, served: Arc<Served>) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    let bound = listener.local_addr()?;
+    let app = Router::new()
+        .route("/v1/predict", post(predict))
+        .route("/v1/model", get(model))
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
+        .with_state(served)
+        .layer(middleware::from_fn(access_log));
+    eprintln!("listening on http://{bound}");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("serving")
+}
+
+/// Resolves at SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let name = match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    };
+    eprintln!("{name}: not accepting connections; finishing the requests in flight");
+}
+
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec())
+}
+
+async fn model(State(served): State<Arc<Served>>) -> Response {
+    json_response(StatusCode::OK, served.info.clone())
+}
+
+async fn not_found(request: Request) -> Response {
+    let message = format!(
+        "no route {} {}; the routes are POST /v1/predict, GET /v1/model, GET /healthz",
+        request.method(),
+        request.uri().path()
+    );
+    error_response(StatusCode::NOT_FOUND, &message)
+}
+
+/// `POST /v1/predict`.
+async fn predict(State(served): State<Arc<Served>>, body: Body) -> Response {
+    let deadline = tokio::time::Instant::now() + served.limits.timeout;
+    let bytes = match read_body(body, &served.limits, deadline).await {
+        Ok(bytes) => bytes,
+        Err(refusal) => return refused(&refusal),
+    };
+    let parsed = match served.rules.parse(&bytes) {
+        Ok(parsed) => parsed,
+        Err(refusal) => return refused(&refusal),
+    };
+    let n = parsed.rows.len();
+    let (reply, answer) = oneshot::channel();
+    let job = Job {
+        rows: parsed.rows,
+        top_k: resolved_top_k(served.task, served.n_labels, parsed.top_k),
+        probabilities: parsed.probabilities,
+        reply,
+    };
+    match served.jobs.try_send(job) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            let message = format!(
+                "busy: {} requests are waiting to be scored (the queue's limit); retry later",
+                served.limits.queue
+            );
+            return error_response(StatusCode::SERVICE_UNAVAILABLE, &message);
+        }
+        Err(TrySendError::Disconnected(_)) => {
+            return error_response(StatusCode::SERVICE_UNAVAILABLE, "the scorer has stopped")
+        }
+    }
+    let block = match tokio::time::timeout_at(deadline, answer).await {
+        Ok(Ok(Ok(block))) => block,
+        Ok(Ok(Err(e))) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        Ok(Err(_)) => {
+            return error_response(StatusCode::INTERNAL_SERVER_ERROR, "the scorer has stopped")
+        }
+        Err(_) => {
+            let message = format!(
+                "not scored within the {} s limit (--request-timeout)",
+                served.limits.timeout.as_secs_f64()
+            );
+            return error_response(StatusCode::SERVICE_UNAVAILABLE, &message);
+        }
+    };
+    let rows: Vec<JsonRow<'_>> = (0..block.len())
+        .map(|i| JsonRow::of(&block, i, served.classes.as_ref()))
+        .collect();
+    // Serialised as the file's lines are (f32 scores at their shortest), not through a
+    // `Value`, which would widen them to f64.
+    match serde_json::to_vec(&Answer { rows }) {
+        Ok(body) => {
+            let mut response = json_response(StatusCode::OK, body);
+            response.extensions_mut().insert(RowsServed(n));
+            response
+        }
+        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// The whole body, at most `limits.max_body_bytes` (else 413), arrived before `deadline`
+/// (else 408).
+async fn read_body(
+    body: Body,
+    limits: &Limits,
+    deadline: tokio::time::Instant,
+) -> Result<axum::body::Bytes, Refusal> {
+    let max = limits.max_body_bytes;
+    let too_large = || {
+        Refusal::too_large(format!(
+            "the request body exceeds the limit of {max} bytes (--max-body)"
+        ))
+    };
+    match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, max)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let limit = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            match limit {
+                true => Err(too_large()),
+                false => Err(Refusal::malformed(format!("reading the request body: {e}"))),
+            }
+        }
+        Err(_) => Err(Refusal {
+            status: 408,
+            message: format!(
+                "the request body did not arrive within {} s (--request-timeout)",
+                limits.timeout.as_secs_f64()
+            ),
+        }),
+    }
+}
+
+fn refused(refusal: &Refusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    error_response(status, &refusal.message)
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::to_vec(&json!({ "error": message })).unwrap_or_default();
+    json_response(status, body)
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// One line per request on standard error, also for a request dropped before its answer
+/// (the client went away): status 499 then.
+async fn access_log(
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut line = LogLine {
+        peer,
+        method: request.method().to_string(),
+        path: request.uri().path().to_string(),
+        started: Instant::now(),
+        outcome: None,
+    };
+    let response = next.run(request).await;
+    let rows = response.extensions().get::<RowsServed>().map_or(0, |r| r.0);
+    line.outcome = Some((response.status().as_u16(), rows));
+    response
+}
+
+/// An access-log line, printed when the request ends, however it ends.
+struct LogLine {
+    peer: SocketAddr,
+    method: String,
+    path: String,
+    started: Instant,
+    /// Status and rows; None: dropped before an answer.
+    outcome: Option<(u16, usize)>,
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        let (status, rows) = self.outcome.unwrap_or((499, 0));
+        eprintln!(
+            "{} {} \"{} {}\" {status} rows={rows} {:.3}ms",
+            utc_now(),
+            self.peer,
+            self.method,
+            self.path,
+            self.started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
+/// The time now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+fn utc_now() -> String {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The proleptic Gregorian date of `days` since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `GET /v1/model`'s body.
+fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Value {
+    let params = model.params();
+    let facts = model.dataset();
+    let task = model.config.task;
+    json!({
+        "model_file": model.path.display().to_string(),
+        "task": task,
+        "sizes": {
+            "features": facts.n_features,
+            "labels": facts.n_labels,
+            "inducing": params.a.nrows(),
+            // 0 when the model never reads X̃.
+            "rank": model.basis.view2::<f32>().map_or(0, |b| b.nrows()),
+            "factors": params.phi.ncols(),
+        },
+        "dataset": {
+            "name": facts.name,
+            "format": facts.format,
+            "index_base": facts.index_base,
+            "label_kind": facts.label_kind,
+            "transform": facts.transform,
+            "first_label": facts.first_label,
+        },
+        "provenance": model.provenance(),
+        "config": model.file.config,
+        "defaults": {
+            "top_k": default_top_k(task, facts.n_labels),
+            "probabilities": false,
+        },
+        "limits": {
+            "max_body_bytes": opts.limits.max_body_bytes,
+            "max_rows": opts.limits.max_rows,
+            "request_timeout_seconds": opts.limits.timeout.as_secs_f64(),
+            "queue": opts.limits.queue,
+        },
+        "batching": {
+            "max_block_rows": opts.limits.max_block_rows,
+            "max_wait_ms": 0,
+            "scoring_threads": threads,
+        },
+        "unknown_features": opts.unknown_features.name(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_from_days() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_784), (2026, 11, 27));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+}

@@ -1,0 +1,551 @@
+//! `pipeline serve` over loopback (docs/serve.md): served rows equal the lines `predict
+//! --model --input` prints for the same rows (multi-label and multi-class; one request,
+//! and many concurrent single-row ones); every kind of bad request gets its 4xx and a
+//! message and the server stays up, also after clients that go away mid-request; SIGTERM
+//! while a request is in flight answers it, then exits 0. Every wait is bounded.
+//!
+//! The client is a few lines of HTTP/1.1 over `TcpStream` (`Connection: close`), so a test
+//! can send half a request, or a malformed one, as no HTTP library would.
+
+use crate::common;
+use common::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running `pipeline serve`, killed when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    /// Standard error's lines after "listening on".
+    log: std::sync::Mutex<mpsc::Receiver<String>>,
+}
+
+impl Server {
+    fn start(model: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(pipeline_bin())
+            .args([
+                "serve",
+                "--model",
+                model.to_str().unwrap(),
+                "--addr",
+                "127.0.0.1:0",
+            ])
+            .args(["--threads", "2"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (lines, log) = mpsc::channel();
+        let err = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let addr = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = log
+                .recv_timeout(left)
+                .expect("serve printed 'listening on'");
+            if let Some(a) = line.strip_prefix("listening on http://") {
+                break a.parse().unwrap();
+            }
+        };
+        Server {
+            child,
+            addr,
+            log: std::sync::Mutex::new(log),
+        }
+    }
+
+    /// `METHOD PATH` with `body`: (status, parsed JSON body).
+    fn call(&self, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+        let mut s = self.connect();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(body).unwrap();
+        response(s)
+    }
+
+    fn predict(&self, request: &Value) -> (u16, Value) {
+        self.call("POST", "/v1/predict", request.to_string().as_bytes())
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    }
+
+    /// Standard error's lines until `done(lines)` holds or the process has exited and
+    /// every line is read (at most 10 s).
+    fn log_until(&self, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut lines = Vec::new();
+        while !done(&lines) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        lines
+    }
+
+    fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits (at most `limit`) for the process to exit; its exit code.
+    fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "serve did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a whole `Connection: close` response: (status, JSON body).
+fn response(mut s: TcpStream) -> (u16, Value) {
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = serde_json::from_str(body).unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// A trained and exported model of a small synth multi-label set (D = 40, L = 12), and its
+/// test file without the header.
+struct Fixture {
+    dir: tempfile::TempDir,
+    model: PathBuf,
+    rows: PathBuf,
+}
+
+fn multilabel_fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let src = dir.path().join("src");
+    let s = src.to_str().unwrap();
+    pipeline_ok(
+        &ws,
+        &[
+            "synth",
+            "--out",
+            s,
+            "--rows",
+            "300",
+            "--test-rows",
+            "40",
+            "--features",
+            "40",
+            "--labels",
+            "12",
+            "--seed",
+            "3",
+        ],
+    );
+    let (train, test) = (src.join("train.txt"), src.join("test.txt"));
+    pipeline_ok(
+        &ws,
+        &[
+            "ingest",
+            "--name",
+            "ml",
+            "--train",
+            train.to_str().unwrap(),
+            "--test",
+            test.to_str().unwrap(),
+        ],
+    );
+    pipeline_ok(
+        &ws,
+        &[
+            "svd",
+            "--dataset",
+            "ml",
+            "--rank",
+            "8",
+            "--inducing",
+            "8",
+            "--threads",
+            "2",
+        ],
+    );
+    pipeline_ok(
+        &ws,
+        &[
+            "train",
+            "--dataset",
+            "ml",
+            "--inducing",
+            "8",
+            "--batch",
+            "50",
+            "--epochs",
+            "3",
+            "--factors",
+            "3",
+            "--threads",
+            "2",
+            "--seed",
+            "5",
+        ],
+    );
+    let model = dir.path().join("ml.model.parquet");
+    let run = common::toy::newest_run(&ws, "train").to_string();
+    pipeline_ok(
+        &ws,
+        &["export", "--run", &run, "--out", model.to_str().unwrap()],
+    );
+    let text = std::fs::read_to_string(&test).unwrap();
+    let rows = dir.path().join("rows.txt");
+    std::fs::write(&rows, text.split_once('\n').unwrap().1).unwrap();
+    Fixture { dir, model, rows }
+}
+
+/// `predict --model --input ROWS` with `extra`: its JSON lines.
+fn file_lines(f: &Fixture, rows: &Path, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec![
+        "predict",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--input",
+        rows.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let out = pipeline_ok(&f.dir.path().join("nowhere"), &args);
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A text line → the object `{"features": {...}}` it stands for (labels left out).
+fn as_object(line: &str) -> Value {
+    let features: serde_json::Map<String, Value> = line
+        .split(' ')
+        .filter_map(|t| t.split_once(':'))
+        .map(|(id, v)| (id.to_string(), json!(v.parse::<f64>().unwrap())))
+        .collect();
+    json!({ "features": features })
+}
+
+/// One request of every row (alternately as text and as an object) answers each row as
+/// the file's line for it, with and without probabilities; single-row requests from 8
+/// concurrent clients answer the same labels and scores (row id 0 within each request).
+#[test]
+fn served_rows_are_the_files_lines() {
+    let f = multilabel_fixture();
+    let lines: Vec<String> = std::fs::read_to_string(&f.rows)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let server = Server::start(&f.model, &[]);
+    for extra in [&[][..], &["--probabilities"][..]] {
+        let want = file_lines(&f, &f.rows, &[&["--top-k", "3"][..], extra].concat());
+        let rows: Vec<Value> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| match i % 2 {
+                0 => json!(l),
+                _ => as_object(l),
+            })
+            .collect();
+        let request = json!({"rows": rows, "top_k": 3, "probabilities": !extra.is_empty()});
+        let (status, body) = server.predict(&request);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["rows"].as_array().unwrap(), &want, "{extra:?}");
+    }
+    // Concurrent single-row requests: batched or not, each row is its file line.
+    let want = file_lines(&f, &f.rows, &[]);
+    let server = &server;
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let (lines, want) = (&lines, &want);
+            scope.spawn(move || {
+                for i in (t..lines.len()).step_by(8) {
+                    let (status, body) = server.predict(&json!({"rows": [as_object(&lines[i])]}));
+                    assert_eq!(status, 200, "{body}");
+                    let mut row = body["rows"][0].clone();
+                    assert_eq!(row["row"], 0);
+                    row["row"] = want[i]["row"].clone();
+                    assert_eq!(row, want[i], "row {i}");
+                }
+            });
+        }
+    });
+    let (status, info) = server.call("GET", "/v1/model", b"");
+    assert_eq!(status, 200);
+    assert_eq!(info["sizes"]["features"], 40);
+    assert_eq!(info["sizes"]["labels"], 12);
+    assert_eq!(info["sizes"]["factors"], 3);
+    assert_eq!(info["defaults"]["top_k"], 5);
+    assert!(info["provenance"]["train_run"].as_i64().is_some(), "{info}");
+    assert_eq!(
+        server.call("GET", "/healthz", b""),
+        (200, json!({"status": "ok"}))
+    );
+    let served = |log: &[String]| {
+        let ok = |l: &&String| l.contains("\"POST /v1/predict\" 200");
+        log.iter().filter(ok).count()
+    };
+    let log = server.log_until(|log| served(log) >= 2 + lines.len());
+    assert_eq!(
+        served(&log),
+        2 + lines.len(),
+        "one access-log line per request: {log:?}"
+    );
+}
+
+/// A multi-class LIBSVM model (classes named 3, 7, 9; standardized features): one request
+/// of every row answers the file's lines, class names and true-class probabilities
+/// included.
+#[test]
+fn served_classes_are_the_files_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let text = |n: usize, seed: u64| -> String {
+        let mut out = String::new();
+        for i in 0..n {
+            let x = ((i as u64 * 7919 + seed) % 1000) as f64 / 100.0;
+            let y = ((i as u64 * 104_729 + seed * 3) % 1000) as f64 / 10.0;
+            let class = [3, 7, 9][(x as usize + (y / 40.0) as usize) % 3];
+            out += &format!("{class} 1:{x} 2:{y} 3:{}\n", (i % 5) as f64 * 0.25);
+        }
+        out
+    };
+    let (train, test) = (dir.path().join("train.svm"), dir.path().join("test.svm"));
+    std::fs::write(&train, text(240, 1)).unwrap();
+    std::fs::write(&test, text(30, 2)).unwrap();
+    let (train_s, test_s) = (train.to_str().unwrap(), test.to_str().unwrap());
+    pipeline_ok(
+        &ws,
+        &[
+            "ingest", "--name", "mc", "--format", "libsvm", "--train", train_s, "--test", test_s,
+        ],
+    );
+    pipeline_ok(
+        &ws,
+        &[
+            "svd",
+            "--dataset",
+            "mc",
+            "--rank",
+            "3",
+            "--inducing",
+            "8",
+            "--threads",
+            "2",
+        ],
+    );
+    pipeline_ok(
+        &ws,
+        &[
+            "train",
+            "--dataset",
+            "mc",
+            "--task",
+            "multiclass",
+            "--likelihood",
+            "softmax",
+            "--inducing",
+            "8",
+            "--batch",
+            "50",
+            "--epochs",
+            "3",
+            "--threads",
+            "2",
+            "--seed",
+            "5",
+        ],
+    );
+    let model = dir.path().join("mc.model.parquet");
+    let run = common::toy::newest_run(&ws, "train").to_string();
+    pipeline_ok(
+        &ws,
+        &["export", "--run", &run, "--out", model.to_str().unwrap()],
+    );
+    let f = Fixture {
+        dir,
+        model,
+        rows: test.clone(),
+    };
+    let want = file_lines(&f, &test, &["--probabilities"]);
+    assert!(want.iter().all(|r| r["true_class_probability"].is_number()));
+    let server = Server::start(&f.model, &[]);
+    let rows: Vec<Value> = text(30, 2).lines().map(|l| json!(l)).collect();
+    let (status, body) = server.predict(&json!({"rows": rows, "probabilities": true}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"].as_array().unwrap(), &want);
+    let names: Vec<i64> = want[0]["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![3, 7, 9], "every class, by its name");
+}
+
+/// Each bad request gets its status and a message naming the problem; clients that go
+/// away mid-body or before reading their answer leave the server up.
+#[test]
+fn bad_requests_are_refused_by_name_and_the_server_stays_up() {
+    let f = multilabel_fixture();
+    let limits = [
+        "--max-rows",
+        "4",
+        "--max-body",
+        "2000",
+        "--request-timeout",
+        "1",
+    ];
+    let server = Server::start(&f.model, &limits);
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{\"rows\": [".to_vec(), 400, "malformed JSON"),
+        (b"[\"1:1\"]".to_vec(), 422, "expected a JSON object"),
+        (
+            br#"{"rows": "1:1"}"#.to_vec(),
+            422,
+            "rows: expected an array",
+        ),
+        (
+            br#"{"rows": [3]}"#.to_vec(),
+            422,
+            "rows[0]: expected an object",
+        ),
+        (
+            br#"{"rows": ["1:1"], "top_k": "3"}"#.to_vec(),
+            422,
+            "top_k: expected an integer from 1 to 12",
+        ),
+        (
+            br#"{"rows": [{"features": {"1": "x"}}]}"#.to_vec(),
+            422,
+            "rows[0].features.1: expected a number",
+        ),
+        (
+            br#"{"rows": [{"features": {"40": 1}}]}"#.to_vec(),
+            422,
+            "rows[0]: found feature id 40, expected < 40",
+        ),
+        (
+            br#"{"rows": []}"#.to_vec(),
+            422,
+            "expected at least one row",
+        ),
+        (
+            br#"{"rows": [{"features": {}}]}"#.to_vec(),
+            422,
+            "rows[0]: found no features",
+        ),
+        (
+            br#"{"rows": ["1:1","1:1","1:1","1:1","1:1"]}"#.to_vec(),
+            413,
+            "found 5 rows, the limit is 4",
+        ),
+        (
+            format!("{{\"rows\": [\"{}\"]}}", "1:1 ".repeat(600)).into_bytes(),
+            413,
+            "exceeds the limit of 2000 bytes",
+        ),
+    ];
+    for (body, status, says) in &cases {
+        let (got, answer) = server.call("POST", "/v1/predict", body);
+        let text = String::from_utf8_lossy(body);
+        assert_eq!(got, *status, "{text}: {answer}");
+        let message = answer["error"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{text}: {message} (want {says})");
+    }
+    let (status, answer) = server.call("GET", "/v2/predict", b"");
+    assert_eq!(status, 404);
+    assert!(answer["error"]
+        .as_str()
+        .unwrap()
+        .contains("POST /v1/predict"));
+    assert_eq!(server.call("GET", "/v1/predict", b"").0, 405);
+    // A body that stops arriving: 408 at the time limit.
+    let mut slow = server.connect();
+    slow.write_all(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{\"rows\"").unwrap();
+    let (status, answer) = response(slow);
+    assert_eq!(status, 408, "{answer}");
+    // Clients that go away: mid-body, and right after a whole request.
+    for partial in [&b"{\"rows\": [\"1:1"[..], &b"{\"rows\": [\"1:1\"]}"[..]] {
+        let mut gone = server.connect();
+        let head = "POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Length: 18\r\n\r\n";
+        gone.write_all(head.as_bytes()).unwrap();
+        gone.write_all(partial).unwrap();
+        drop(gone);
+    }
+    let (status, body) = server.predict(&json!({"rows": ["1:1 2:0.5"]}));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.call("GET", "/healthz", b"").0, 200);
+}
+
+/// SIGTERM while a request's body is still arriving: the request is answered in full,
+/// then the process exits 0 and says so; new connections are refused after.
+#[test]
+fn sigterm_finishes_the_requests_in_flight() {
+    let f = multilabel_fixture();
+    let mut server = Server::start(&f.model, &[]);
+    let body = json!({"rows": ["1:1 2:0.5", {"features": {"3": 2}}]}).to_string();
+    let (first, rest) = body.as_bytes().split_at(10);
+    let mut s = server.connect();
+    let head = format!(
+        "POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(first).unwrap();
+    // Let the server take the request before the signal.
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    s.write_all(rest).unwrap();
+    let (status, answer) = response(s);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["rows"].as_array().unwrap().len(), 2);
+    assert_eq!(server.wait(Duration::from_secs(20)), Some(0));
+    let log = server.log_until(|_| false).join("\n");
+    assert!(log.contains("SIGTERM: not accepting connections"), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    assert!(TcpStream::connect(server.addr).is_err(), "still accepting");
+}
