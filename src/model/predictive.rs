@@ -25,6 +25,15 @@ pub struct MeanUtilities<'p> {
     params: &'p Params,
     /// w [M×P].
     weights: Mat<f64>,
+    /// ‖z_m‖² [M] (None under subspace ARD, whose Z moves with the rows).
+    z_sq: Option<Vec<f64>>,
+}
+
+/// ‖z_m‖² of `params`' inducing inputs, computed once for every block of rows
+/// (`Conditional::at_rows`); None under subspace ARD.
+fn inducing_sq_norms(params: &Params, k_tilde: MatRef<'_, f64>) -> Option<Vec<f64>> {
+    let plain = params.kernel.log_ard.is_empty();
+    plain.then(|| KernelKind::inducing_sq_norms(params.a.as_ref(), k_tilde))
 }
 
 impl<'p> MeanUtilities<'p> {
@@ -36,12 +45,13 @@ impl<'p> MeanUtilities<'p> {
             kind,
             params,
             weights,
+            z_sq: inducing_sq_norms(params, k_tilde),
         })
     }
 
     /// f̄ [B×K] at the rows of `x` (their K_XX̃ rows projected with the training basis).
     pub fn at(&self, x: &BasisInputs<'_>) -> Mat<f64> {
-        let m = Conditional::through_inducing(self.kind, self.params, x)
+        let m = Conditional::at_rows(self.kind, self.params, x, self.z_sq.as_deref())
             .mean_given(self.weights.as_ref());
         add_bias(&m * self.params.phi.transpose(), &self.params.bias)
     }
@@ -74,6 +84,8 @@ pub struct Predictor<'p> {
     scratch: Scratch,
     /// Largest diagonal jitter a factorisation needed (0 when none).
     pub jitter: f64,
+    /// ‖z_m‖² [M] (None under subspace ARD).
+    z_sq: Option<Vec<f64>>,
 }
 
 impl<'p> Predictor<'p> {
@@ -95,6 +107,7 @@ impl<'p> Predictor<'p> {
             q,
             phi_sq,
             scratch,
+            z_sq: inducing_sq_norms(params, k_tilde),
         })
     }
 
@@ -107,7 +120,7 @@ impl<'p> Predictor<'p> {
     /// multi-class likelihood needs to form the rows' joint utilities
     /// (`class_phase::class_probabilities`).
     pub fn marginals(&self, x: &BasisInputs<'_>) -> (Mat<f64>, Mat<f64>) {
-        let cond = Conditional::through_inducing(self.kind, self.params, x);
+        let cond = Conditional::at_rows(self.kind, self.params, x, self.z_sq.as_deref());
         let (m, mut s) = cond.marginals_given(&self.q, self.params, &self.scratch);
         // Rounding can make s_ip slightly negative.
         for p in 0..s.ncols() {

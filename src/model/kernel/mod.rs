@@ -117,6 +117,24 @@ pub struct KernelForward {
     gram_bz: Mat<f64>,
 }
 
+impl KernelForward {
+    /// Every part empty.
+    fn empty() -> Self {
+        KernelForward {
+            k_z: Mat::new(),
+            k_bz: Mat::new(),
+            k_diag: Vec::new(),
+            a_kt: Mat::new(),
+            d_z: Mat::new(),
+            d_bz: Mat::new(),
+            se_z: Mat::new(),
+            se_bz: Mat::new(),
+            gram_z: Mat::new(),
+            gram_bz: Mat::new(),
+        }
+    }
+}
+
 /// Gradients with respect to the kernel's trainable inputs.
 #[derive(Debug, Clone)]
 pub struct KernelGrads {
@@ -152,15 +170,35 @@ fn se_parts(
     clear_upper_simd_state();
     let inv_2l2 = 0.5 * (-2.0 * log_ell).exp();
     let m = g.nrows();
-    let diag: Vec<f64> = (0..m).map(|i| g[(i, i)]).collect();
+    let diag = gram_diagonal(g);
     // Clamped at 0: rounding can make a squared distance slightly negative.
     let d_z = Mat::from_fn(m, m, |i, j| (diag[i] + diag[j] - 2.0 * g[(i, j)]).max(0.0));
-    let d_bz = Mat::from_fn(h.nrows(), m, |i, j| {
-        (sq_norms[i] + diag[j] - 2.0 * h[(i, j)]).max(0.0)
-    });
     let k_z = Mat::from_fn(m, m, |i, j| sf2 * (-d_z[(i, j)] * inv_2l2).exp());
-    let k_bz = Mat::from_fn(h.nrows(), m, |i, j| sf2 * (-d_bz[(i, j)] * inv_2l2).exp());
+    let (k_bz, d_bz) = se_cross(sf2, inv_2l2, &diag, h, sq_norms);
     (k_z, k_bz, d_z, d_bz)
+}
+
+/// diag(G) of G = A K_X̃ Aᵀ [M×M]: ‖z_m‖².
+fn gram_diagonal(g: &Mat<f64>) -> Vec<f64> {
+    (0..g.nrows()).map(|i| g[(i, i)]).collect()
+}
+
+/// The SE block between the rows and Z: K_bZ [B×M] and its squared distances D_bZ, from
+/// H = K_bX̃ Aᵀ [B×M], ‖x_b‖² and ‖z_m‖² (`z_sq`).
+fn se_cross(
+    sf2: f64,
+    inv_2l2: f64,
+    z_sq: &[f64],
+    h: &Mat<f64>,
+    sq_norms: &[f64],
+) -> (Mat<f64>, Mat<f64>) {
+    let d_bz = Mat::from_fn(h.nrows(), z_sq.len(), |i, j| {
+        (sq_norms[i] + z_sq[j] - 2.0 * h[(i, j)]).max(0.0)
+    });
+    let k_bz = Mat::from_fn(h.nrows(), z_sq.len(), |i, j| {
+        sf2 * (-d_bz[(i, j)] * inv_2l2).exp()
+    });
+    (k_bz, d_bz)
 }
 
 /// ∂F/∂log ℓ of an SE part K_se with distances D: ⟨Ḡ, K_se ∘ D⟩ / ℓ² over both blocks.
@@ -252,6 +290,55 @@ impl KernelKind {
     }
 
     /// Evaluates K_Z, K_bZ and k_ii for inducing-input coordinates `a` [M×R].
+    /// ‖z_m‖² = diag(A K_X̃ Aᵀ) [M], computed as [`KernelKind::forward`] computes it (the
+    /// same GEMMs), for [`KernelKind::cross`].
+    pub fn inducing_sq_norms(a: MatRef<'_, f64>, k_tilde: MatRef<'_, f64>) -> Vec<f64> {
+        let a_kt = a * k_tilde;
+        gram_diagonal(&(&a_kt * a.transpose()))
+    }
+
+    /// The forward pass without the M×M block: K_bZ and k_ii at the rows of `x` (every
+    /// other part empty), given ‖z_m‖² ([`KernelKind::inducing_sq_norms`]). The same
+    /// arithmetic as [`KernelKind::forward`], so the same bits, at O(B·R·M) instead of
+    /// O(M·R·(R + M) + B·R·M): what prediction needs (its M×M work is done once per model),
+    /// and what makes scoring one row cost one row's work.
+    pub fn cross(
+        self,
+        p: &KernelParams,
+        a: MatRef<'_, f64>,
+        z_sq: &[f64],
+        x: &BasisInputs<'_>,
+    ) -> KernelForward {
+        let sf2 = p.log_sf2.exp();
+        let h = x.kxx_b * a.transpose();
+        let (k_bz, k_diag) = match self {
+            KernelKind::Linear => (
+                &h * faer::Scale(sf2),
+                x.sq_norms.iter().map(|n| sf2 * n).collect(),
+            ),
+            KernelKind::SquaredExponential => {
+                clear_upper_simd_state();
+                let inv_2l2 = 0.5 * (-2.0 * p.log_ell).exp();
+                (
+                    se_cross(sf2, inv_2l2, z_sq, &h, x.sq_norms).0,
+                    vec![sf2; h.nrows()],
+                )
+            }
+            KernelKind::SePlusLinear => {
+                clear_upper_simd_state();
+                let (lin2, inv_2l2) = (p.lin2(), 0.5 * (-2.0 * p.log_ell).exp());
+                let se_bz = se_cross(sf2, inv_2l2, z_sq, &h, x.sq_norms).0;
+                let k_diag = x.sq_norms.iter().map(|n| sf2 + lin2 * n).collect();
+                (&se_bz + &h * faer::Scale(lin2), k_diag)
+            }
+        };
+        KernelForward {
+            k_bz,
+            k_diag,
+            ..KernelForward::empty()
+        }
+    }
+
     pub fn forward(
         self,
         p: &KernelParams,
@@ -535,6 +622,34 @@ mod tests {
         KernelKind::SquaredExponential,
         KernelKind::SePlusLinear,
     ];
+
+    /// The cross-only pass gives forward's K_bZ and k_ii bit for bit, for every kernel.
+    #[test]
+    fn cross_is_forwards_cross_block_bit_for_bit() {
+        let pr = problem(11);
+        let x = BasisInputs {
+            kxx_b: pr.kxx.as_ref(),
+            sq_norms: &pr.norms,
+            k_tilde: pr.kt.as_ref(),
+        };
+        let z_sq = KernelKind::inducing_sq_norms(pr.a.as_ref(), pr.kt.as_ref());
+        for kind in KINDS {
+            let p = params_for(kind);
+            let (full, cross) = (
+                kind.forward(&p, pr.a.as_ref(), &x),
+                kind.cross(&p, pr.a.as_ref(), &z_sq, &x),
+            );
+            let bits = |m: &Mat<f64>| -> Vec<u64> {
+                (0..m.nrows())
+                    .flat_map(|i| (0..m.ncols()).map(move |j| (i, j)))
+                    .map(|(i, j)| m[(i, j)].to_bits())
+                    .collect()
+            };
+            assert_eq!(bits(&full.k_bz), bits(&cross.k_bz), "{kind:?}");
+            assert_eq!(full.k_diag, cross.k_diag, "{kind:?}");
+            assert_eq!(cross.k_z.nrows(), 0, "no M×M block");
+        }
+    }
 
     /// Central difference of F along a perturbation of the problem or parameters.
     fn central(f: &dyn Fn(f64) -> f64) -> f64 {

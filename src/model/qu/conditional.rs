@@ -118,6 +118,29 @@ impl Conditional {
         }
     }
 
+    /// [`Conditional::through_inducing`] for prediction: only K_bZ and k_ii, from the
+    /// inducing inputs' ‖z_m‖² computed once per model (`z_sq`,
+    /// `KernelKind::inducing_sq_norms`), which is all [`Conditional::mean_given`] and
+    /// [`Conditional::marginals_given`] read. Subspace ARD (whose map warps Z with the rows)
+    /// and a missing `z_sq` take the whole forward pass.
+    pub fn at_rows(
+        kind: KernelKind,
+        params: &Params,
+        x: &BasisInputs<'_>,
+        z_sq: Option<&[f64]>,
+    ) -> Self {
+        match z_sq {
+            Some(z_sq) if params.kernel.log_ard.is_empty() => Conditional {
+                kind,
+                form: params.q_form(),
+                kernel: kind.cross(&params.kernel, params.a.as_ref(), z_sq, x),
+                low_rank: None,
+                warp: None,
+            },
+            _ => Self::through_inducing(kind, params, x),
+        }
+    }
+
     /// m = K_bZ w [B×P] alone (ranking needs no variances), with the weights w [M×P] of
     /// [`mean_weights`], computed once per set of parameters.
     pub fn mean_given(&self, weights: MatRef<'_, f64>) -> Mat<f64> {
