@@ -286,13 +286,7 @@ impl<'p> Ranker<'p> {
         Ok(blocks
             .into_iter()
             .map(|(start, probs)| {
-                let best: Vec<(Vec<u32>, Vec<f32>)> = (0..probs.nrows())
-                    .into_par_iter()
-                    .map(|i| {
-                        let row: Vec<f64> = probs.row(i).iter().copied().collect();
-                        topk::top_k(&row, top_k)
-                    })
-                    .collect();
+                let best = best_of_rows(&probs, top_k);
                 let mut block = match probabilities {
                     true => PredictionBlock::with_probabilities(),
                     false => PredictionBlock::new(),
@@ -327,13 +321,7 @@ impl<'p> Ranker<'p> {
             (Some(p), None) => (p.mean_and_variance(x).0, None),
             (None, None) => unreachable!("a ranker is opened with means or moments"),
         };
-        let best: Vec<(Vec<u32>, Vec<f32>)> = (0..row_ids.len())
-            .into_par_iter()
-            .map(|i| {
-                let row: Vec<f64> = scores.row(i).iter().copied().collect();
-                topk::top_k(&row, top_k)
-            })
-            .collect();
+        let best = best_of_rows(&scores, top_k);
         let mut block = match variances {
             Some(_) => PredictionBlock::with_probabilities(),
             None => PredictionBlock::new(),
@@ -355,6 +343,18 @@ impl<'p> Ranker<'p> {
         }
         Ok(block)
     }
+}
+
+/// The `top_k` best columns of each row of `scores` [B×K] with their values, in parallel
+/// over the rows (`topk::top_k`: ties to the lower id).
+fn best_of_rows(scores: &Mat<f64>, top_k: usize) -> Vec<(Vec<u32>, Vec<f32>)> {
+    (0..scores.nrows())
+        .into_par_iter()
+        .map(|i| {
+            let row: Vec<f64> = scores.row(i).iter().copied().collect();
+            topk::top_k(&row, top_k)
+        })
+        .collect()
 }
 
 /// p(c_r | x_r) of the true class c_r of each row r = `start` + i of `chunk`, read from the

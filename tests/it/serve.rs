@@ -157,6 +157,33 @@ struct Fixture {
     rows: PathBuf,
 }
 
+/// Factorises dataset `name` of the workspace `dir/ws` (R = `rank`, M = 8), trains it
+/// with `extra` options, and exports the run to `dir/NAME.model.parquet`.
+fn train_and_export(dir: &Path, name: &str, rank: &str, extra: &[&str]) -> PathBuf {
+    let ws = dir.join("ws");
+    let threads = ["--threads", "2"];
+    let svd = ["svd", "--dataset", name, "--rank", rank, "--inducing", "8"];
+    pipeline_ok(&ws, &[&svd[..], &threads].concat());
+    let train = [
+        "train",
+        "--dataset",
+        name,
+        "--inducing",
+        "8",
+        "--batch",
+        "50",
+    ];
+    let schedule = ["--epochs", "3", "--seed", "5"];
+    pipeline_ok(&ws, &[&train[..], &schedule, &threads, extra].concat());
+    let model = dir.join(format!("{name}.model.parquet"));
+    let run = common::toy::newest_run(&ws, "train").to_string();
+    pipeline_ok(
+        &ws,
+        &["export", "--run", &run, "--out", model.to_str().unwrap()],
+    );
+    model
+}
+
 fn multilabel_fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -193,46 +220,7 @@ fn multilabel_fixture() -> Fixture {
             test.to_str().unwrap(),
         ],
     );
-    pipeline_ok(
-        &ws,
-        &[
-            "svd",
-            "--dataset",
-            "ml",
-            "--rank",
-            "8",
-            "--inducing",
-            "8",
-            "--threads",
-            "2",
-        ],
-    );
-    pipeline_ok(
-        &ws,
-        &[
-            "train",
-            "--dataset",
-            "ml",
-            "--inducing",
-            "8",
-            "--batch",
-            "50",
-            "--epochs",
-            "3",
-            "--factors",
-            "3",
-            "--threads",
-            "2",
-            "--seed",
-            "5",
-        ],
-    );
-    let model = dir.path().join("ml.model.parquet");
-    let run = common::toy::newest_run(&ws, "train").to_string();
-    pipeline_ok(
-        &ws,
-        &["export", "--run", &run, "--out", model.to_str().unwrap()],
-    );
+    let model = train_and_export(dir.path(), "ml", "8", &["--factors", "3"]);
     let text = std::fs::read_to_string(&test).unwrap();
     let rows = dir.path().join("rows.txt");
     std::fs::write(&rows, text.split_once('\n').unwrap().1).unwrap();
@@ -360,48 +348,8 @@ fn served_classes_are_the_files_lines() {
             "ingest", "--name", "mc", "--format", "libsvm", "--train", train_s, "--test", test_s,
         ],
     );
-    pipeline_ok(
-        &ws,
-        &[
-            "svd",
-            "--dataset",
-            "mc",
-            "--rank",
-            "3",
-            "--inducing",
-            "8",
-            "--threads",
-            "2",
-        ],
-    );
-    pipeline_ok(
-        &ws,
-        &[
-            "train",
-            "--dataset",
-            "mc",
-            "--task",
-            "multiclass",
-            "--likelihood",
-            "softmax",
-            "--inducing",
-            "8",
-            "--batch",
-            "50",
-            "--epochs",
-            "3",
-            "--threads",
-            "2",
-            "--seed",
-            "5",
-        ],
-    );
-    let model = dir.path().join("mc.model.parquet");
-    let run = common::toy::newest_run(&ws, "train").to_string();
-    pipeline_ok(
-        &ws,
-        &["export", "--run", &run, "--out", model.to_str().unwrap()],
-    );
+    let multiclass = ["--task", "multiclass", "--likelihood", "softmax"];
+    let model = train_and_export(dir.path(), "mc", "3", &multiclass);
     let f = Fixture {
         dir,
         model,
