@@ -838,6 +838,8 @@ pub struct PredictArgs {
     /// Labels stay ranked by the mean f̄, so the probabilities need not decrease along a row.
     #[arg(long)]
     pub probabilities: bool,
+    /// Worker threads (default: the training run's count; with --model, the run's as
+    /// exported)
     #[arg(long)]
     pub threads: Option<usize>,
     /// Score the rows of this file instead of a split: text as the run's dataset was
