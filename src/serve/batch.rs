@@ -18,6 +18,7 @@ use anyhow::Result;
 use crossbeam_channel::{Receiver, TryRecvError};
 use tokio::sync::oneshot;
 
+use crate::failpoint;
 use crate::scoring::ranking::Ranking;
 use crate::store::chunks::CsrChunk;
 use crate::store::predictions::PredictionBlock;
@@ -68,6 +69,11 @@ pub fn score_queue(ranking: &Ranking<'_>, queue: &Receiver<Job>, max_block_rows:
 
 /// Scores the jobs of one block, grouped by what they ask for, and answers each.
 fn score_block(ranking: &Ranking<'_>, mut jobs: Vec<Job>) {
+    // The tests of a full queue and of a request timed out while waiting need a scorer
+    // known to be busy: `FSGP_FAILPOINT=serve-slow-block:1s` makes every block take 1 s.
+    if failpoint::fires("serve-slow-block", "1s") {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
     while !jobs.is_empty() {
         let key = (jobs[0].top_k, jobs[0].probabilities);
         let (group, rest): (Vec<Job>, Vec<Job>) = jobs

@@ -27,7 +27,16 @@ struct Server {
 
 impl Server {
     fn start(model: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(pipeline_bin())
+        Self::start_with(model, extra, None)
+    }
+
+    /// [`Server::start`] with `FSGP_FAILPOINT` set to `failpoint`.
+    fn start_with(model: &Path, extra: &[&str], failpoint: Option<&str>) -> Server {
+        let mut command = Command::new(pipeline_bin());
+        if let Some(f) = failpoint {
+            command.env("FSGP_FAILPOINT", f);
+        }
+        let mut child = command
             .args([
                 "serve",
                 "--model",
@@ -496,4 +505,42 @@ fn sigterm_finishes_the_requests_in_flight() {
     assert!(log.contains("SIGTERM: not accepting connections"), "{log}");
     assert!(log.contains("stopped"), "{log}");
     assert!(TcpStream::connect(server.addr).is_err(), "still accepting");
+}
+
+/// A busy scorer (every block takes 1 s, by a failpoint): with a queue of one request, the
+/// request behind the queued one is answered 503 at once; a request that waits longer than
+/// `--request-timeout` is answered 503; the others are answered in full.
+#[test]
+fn a_full_queue_and_a_slow_answer_are_503s() {
+    let f = multilabel_fixture();
+    let slow = Some("serve-slow-block:1s");
+    let server = Server::start_with(&f.model, &["--queue", "1"], slow);
+    let request = json!({"rows": ["1:1 2:0.5"]});
+    let server = &server;
+    let answers: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let mut sent = Vec::new();
+        for _ in 0..3 {
+            let request = &request;
+            sent.push(scope.spawn(move || server.predict(request)));
+            // The first is being scored, the second waits in the queue, the third finds it full.
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        sent.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(answers[0].0, 200, "{}", answers[0].1);
+    assert_eq!(answers[1].0, 200, "{}", answers[1].1);
+    assert_eq!(answers[2].0, 503, "{}", answers[2].1);
+    let says = answers[2].1["error"].as_str().unwrap();
+    assert!(says.contains("busy: 1 requests are waiting"), "{says}");
+    let server = Server::start_with(&f.model, &["--request-timeout", "0.3"], slow);
+    let started = Instant::now();
+    let (status, answer) = server.predict(&request);
+    assert_eq!(status, 503, "{answer}");
+    let says = answer["error"].as_str().unwrap();
+    assert!(says.contains("not scored within the 0.3 s limit"), "{says}");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "answered at the limit, not after the block"
+    );
+    assert_eq!(server.call("GET", "/healthz", b"").0, 200);
 }
