@@ -256,7 +256,7 @@ async fn predict(State(served): State<Arc<Served>>, body: Body) -> Response {
         Ok(bytes) => bytes,
         Err(refusal) => return refused(&refusal),
     };
-    let parsed = match served.rules.parse(&bytes) {
+    let parsed = match parse_off_the_runtime(&served, bytes).await {
         Ok(parsed) => parsed,
         Err(refusal) => return refused(&refusal),
     };
@@ -308,6 +308,29 @@ async fn predict(State(served): State<Arc<Served>>, body: Body) -> Response {
         }
         Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
+}
+
+/// Bodies up to this size are parsed on the HTTP runtime's thread; larger ones (up to
+/// `--max-body`, milliseconds of work) on tokio's blocking pool, so that a large request
+/// does not hold up the small ones behind it on the runtime's two workers.
+const INLINE_PARSE_BYTES: usize = 64 << 10;
+
+async fn parse_off_the_runtime(
+    served: &Arc<Served>,
+    bytes: axum::body::Bytes,
+) -> Result<request::Parsed, Refusal> {
+    if bytes.len() <= INLINE_PARSE_BYTES {
+        return served.rules.parse(&bytes);
+    }
+    let served = Arc::clone(served);
+    tokio::task::spawn_blocking(move || served.rules.parse(&bytes))
+        .await
+        .unwrap_or_else(|e| {
+            Err(Refusal {
+                status: 500,
+                message: format!("parsing the request failed: {e}"),
+            })
+        })
 }
 
 /// The whole body, at most `limits.max_body_bytes` (else 413), arrived before `deadline`

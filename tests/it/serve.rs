@@ -289,6 +289,16 @@ fn served_rows_are_the_files_lines() {
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["rows"].as_array().unwrap(), &want, "{extra:?}");
     }
+    // A body over 64 KiB (parsed off the HTTP runtime): the rows 25 times over.
+    let many: Vec<&String> = (0..25).flat_map(|_| lines.iter()).collect();
+    let many_file = f.dir.path().join("many.txt");
+    let text: String = many.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&many_file, &text).unwrap();
+    let request = json!({ "rows": many });
+    assert!(request.to_string().len() > 64 << 10);
+    let (status, body) = server.predict(&request);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"].as_array().unwrap(), &file_lines(&f, &many_file, &[]));
     // Concurrent single-row requests: batched or not, each row is its file line.
     let want = file_lines(&f, &f.rows, &[]);
     let server = &server;
@@ -322,10 +332,10 @@ fn served_rows_are_the_files_lines() {
         let ok = |l: &&String| l.contains("\"POST /v1/predict\" 200");
         log.iter().filter(ok).count()
     };
-    let log = server.log_until(|log| served(log) >= 2 + lines.len());
+    let log = server.log_until(|log| served(log) >= 3 + lines.len());
     assert_eq!(
         served(&log),
-        2 + lines.len(),
+        3 + lines.len(),
         "one access-log line per request: {log:?}"
     );
 }
