@@ -63,6 +63,11 @@ pub fn product_into(dst: MatMut<'_, f64>, lhs: MatRef<'_, f64>, rhs: MatRef<'_, 
     matmul(dst, Accum::Replace, lhs, rhs, 1.0, Par::rayon(0));
 }
 
+/// dst += lhs · rhs on the current rayon pool.
+pub fn product_add_into(dst: MatMut<'_, f64>, lhs: MatRef<'_, f64>, rhs: MatRef<'_, f64>) {
+    matmul(dst, Accum::Add, lhs, rhs, 1.0, Par::rayon(0));
+}
+
 /// ⟨X, Y⟩ = Σ X∘Y as one running sum over the entries in column-major order.
 pub fn inner(x: MatRef<'_, f64>, y: MatRef<'_, f64>) -> f64 {
     let mut s = 0.0;

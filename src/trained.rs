@@ -73,6 +73,26 @@ impl ArdChoice {
 }
 
 choice_enum! {
+    /// `--warm-start`: how μ and Φ start (`docs/model.md`, "Warm start").
+    #[derive(Default)]
+    pub enum WarmStart("warm start") {
+        #[default]
+        None = "none" => "μ = 0 and a random Φ: the model starts at its biases",
+        /// One closed-form Newton step of the logistic likelihood under the GP prior,
+        /// cut to rank P (`train::warm`).
+        Ridge = "ridge"
+            => "μ and Φ from one Newton step of the likelihood under the GP prior, in closed \
+                form over one pass of the rows (logistic likelihood, sites q(u), factor model)",
+    }
+}
+
+impl WarmStart {
+    pub fn is_none(&self) -> bool {
+        *self == WarmStart::None
+    }
+}
+
+choice_enum! {
     /// `--inducing-inputs`: where the inducing inputs Z live and whether they are trained
     /// (`docs/model.md`, "Free inducing inputs: the identity basis").
     ///
@@ -378,6 +398,9 @@ pub struct TrainConfig {
     /// `--ard` (absent from the JSON when none).
     #[serde(default, skip_serializing_if = "ArdChoice::is_none")]
     pub ard: ArdChoice,
+    /// `--warm-start` (absent from the JSON when none, so earlier runs are found).
+    #[serde(default, skip_serializing_if = "WarmStart::is_none")]
+    pub warm_start: WarmStart,
     /// `--release-hyper-after E0`: the kernel hyperparameters stay at their initial values
     /// for the first E0 epochs, then train (absent from the JSON when None).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -904,6 +927,7 @@ mod tests {
             ard: ArdChoice::None,
             release_hyper_after: None,
             q_form: QForm::SiteDiagonal,
+            warm_start: WarmStart::None,
             inducing_inputs: InducingInputs::Subspace,
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,

@@ -34,7 +34,7 @@ use crate::train::early::EVALUATIONS_PER_BUDGET;
 use crate::train::{ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
-    Retention, StopMetric, Task,
+    Retention, StopMetric, Task, WarmStart,
 };
 use crate::transform::TransformChoice;
 
@@ -558,6 +558,10 @@ pub struct TrainFlags {
     /// (docs/model.md).
     #[arg(long, default_value_t = train_default().q_form, value_parser = one_of::<QForm>())]
     pub q_form: QForm,
+    /// How μ and Φ start: at the biases alone, or from one closed-form Newton step over one
+    /// pass of the training rows (docs/model.md, "Warm start")
+    #[arg(long, default_value_t = train_default().warm_start, value_parser = one_of::<WarmStart>())]
+    pub warm_start: WarmStart,
     /// The likelihood: logistic or probit for the binary and multilabel tasks, one of the
     /// others for multiclass (docs/likelihood.md).
     #[arg(long, default_value_t = train_default().likelihood,
@@ -757,6 +761,7 @@ impl TrainFlags {
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
+            warm_start: self.warm_start,
             likelihood: self.likelihood,
             task: self.task,
             latent: self.latent,

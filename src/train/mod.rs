@@ -31,6 +31,7 @@ mod resume;
 mod session;
 mod setup;
 mod steps;
+mod warm;
 
 pub use exact::{elbo, ElboOptions};
 pub use options::{TrainFlag, TrainOptions, DEFAULT_FACTORS, DEFAULT_LR_DECAY};

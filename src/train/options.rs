@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use super::batches::MAX_EPOCHS;
 use super::{budget, early};
@@ -17,7 +17,7 @@ use crate::store::workspace::Workspace;
 use crate::trained::{
     newest_svd_run, ArdChoice, EarlyStopping, InducingInputs, KernelChoice, LatentChoice,
     LikelihoodChoice, LrDecay, Negatives, QForm, Retention, Steering, StopMetric, SvdFiles, Task,
-    TrainConfig,
+    TrainConfig, WarmStart,
 };
 
 /// `--lr-decay`'s default γ: each decay divides η by 10.
@@ -87,6 +87,7 @@ choice_enum! {
         Patience = "patience",
         ValidateEvery = "validate-every",
         StopMetric = "stop-metric",
+        WarmStart = "warm-start",
     }
 }
 
@@ -165,6 +166,8 @@ pub struct TrainOptions {
     pub release_hyper_after: Option<u64>,
     /// The q(u) form (`--q-form`).
     pub q_form: QForm,
+    /// How μ and Φ start (`--warm-start`).
+    pub warm_start: WarmStart,
     /// The Bernoulli likelihood's link (`--likelihood`).
     pub likelihood: LikelihoodChoice,
     /// `--task`: binary needs a dataset with one label, multiclass one label per row.
@@ -234,6 +237,7 @@ impl Default for TrainOptions {
             ard: ArdChoice::None,
             release_hyper_after: None,
             q_form: QForm::SiteDiagonal,
+            warm_start: WarmStart::None,
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,
             latent: LatentChoice::Factor,
@@ -292,6 +296,7 @@ impl TrainOptions {
             ard: self.ard,
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
+            warm_start: self.warm_start,
             inducing_inputs: self.stored_inducing_inputs(),
             likelihood: self.likelihood,
             task: self.task,
@@ -316,6 +321,7 @@ impl TrainOptions {
         let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
         check_inducing_count(&config, (svd_run, a_rows), train_rows)?;
         check_q_form(&config, rank)?;
+        check_warm_start(&config)?;
         let sizes = Sizes {
             options: self,
             svd_run,
@@ -842,6 +848,32 @@ fn check_q_form(config: &TrainConfig, rank: usize) -> Result<()> {
         config.inducing
     );
     Ok(())
+}
+
+/// `--warm-start ridge` is one Newton step of the logistic likelihood through the sites
+/// q(u)'s mean K_xZ μ Φᵀ of dense or basis rows (`train::warm`): other likelihoods, q(u)
+/// forms, Φ = I and rows the minibatches carry sparse have no such step here.
+fn check_warm_start(config: &TrainConfig) -> Result<()> {
+    if config.warm_start == WarmStart::None {
+        return Ok(());
+    }
+    let problem = if config.likelihood != LikelihoodChoice::Logistic
+        || config.task == Task::Multiclass
+    {
+        Some(format!("the logistic likelihood of a multi-label or binary task (got --likelihood {} --task {})", config.likelihood, config.task))
+    } else if config.q_form != QForm::SiteDiagonal {
+        Some(format!("--q-form sites (got {})", config.q_form))
+    } else if config.latent != LatentChoice::Factor {
+        Some("--latent factor (Φ is trained)".to_string())
+    } else if config.ard == ArdChoice::Features {
+        Some("rows the minibatches carry dense (not --ard features)".to_string())
+    } else {
+        None
+    };
+    match problem {
+        Some(needs) => bail!("--warm-start {} needs {needs}", config.warm_start),
+        None => Ok(()),
+    }
 }
 
 /// `--task binary` is a dataset with one label (L = 1: label 0 the positive class, the

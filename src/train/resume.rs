@@ -72,6 +72,7 @@ impl TrainFlag {
             F::Svd => Fixed(|c, o| (c.svd_run.to_string(), or_none(o.svd.map(|s| s.to_string())))),
             F::Kernel => Fixed(|c, o| (c.kernel.name().into(), o.kernel.name().into())),
             F::QForm => Fixed(|c, o| (c.q_form.name().into(), o.q_form.name().into())),
+            F::WarmStart => Fixed(|c, o| (c.warm_start.name().into(), o.warm_start.name().into())),
             F::Likelihood => Fixed(|c, o| (c.likelihood.name().into(), o.likelihood.name().into())),
             F::Task => Fixed(|c, o| (c.task.name().into(), o.task.name().into())),
             F::Latent => Fixed(|c, o| (c.latent.name().into(), o.latent.name().into())),

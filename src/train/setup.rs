@@ -9,17 +9,19 @@ use faer::Mat;
 use super::batches::{
     self, check_spans, spans_from_rows, stream_seed, streams, Order, Planner, MAX_EPOCHS,
 };
-use super::batches::{RowView, Source};
+use super::batches::{Prefetcher, RowView, Source, Span};
 use super::budget;
 use super::init;
+use super::warm;
 use crate::memtrace::available_memory_bytes;
 use crate::model::kernel::feature_ard::weighted_gram;
-use crate::model::kernel::KernelKind;
+use crate::model::kernel::{BasisInputs, KernelKind};
 use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::likelihood::Likelihood;
 use crate::model::optim::AdamState;
-use crate::model::params::Params;
+use crate::model::params::{Params, QParams};
+use crate::model::qu::conditional::Conditional;
 use crate::model::qu::sites::GP_CHUNK;
 use crate::projection::{basis_gram, identity_gram};
 use crate::stage::StageRun;
@@ -30,7 +32,9 @@ use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
 use crate::store::space::human_bytes as memory;
 use crate::store::workspace::Workspace;
-use crate::trained::{ArdChoice, InducingInputs, LatentChoice, QForm, SvdFiles, Task, TrainConfig};
+use crate::trained::{
+    ArdChoice, InducingInputs, LatentChoice, QForm, SvdFiles, Task, TrainConfig, WarmStart,
+};
 
 /// A rayon pool of `threads` workers, with faer's own parallel kernels set to the same
 /// count (results are reproducible for a fixed count).
@@ -239,7 +243,69 @@ impl Setup {
         // `--learn-epsilon`: θ = logit ε starts at the run's (fixed-default) ε.
         let eps = self.config.epsilon();
         params.logit_epsilon = self.config.learn_epsilon.then(|| (eps / (1.0 - eps)).ln());
-        init::with_q_form(params, self.config.q_form, self.kind, self.k_tilde.as_ref())
+        let params =
+            init::with_q_form(params, self.config.q_form, self.kind, self.k_tilde.as_ref())?;
+        match self.config.warm_start {
+            WarmStart::None => Ok(params),
+            WarmStart::Ridge => self.ridge_start(params),
+        }
+    }
+
+    /// `--warm-start ridge` (`train::warm`): one pass over the training rows in file order
+    /// for G, s and T at the initial kernel, then μ and Φ from the Newton step.
+    fn ridge_start(&self, mut params: Params) -> Result<Params> {
+        let started = std::time::Instant::now();
+        let planner = Arc::new(self.planner(Order::Sequential));
+        let span = Span {
+            epoch: 0,
+            skip: 0,
+            end_epoch: 1,
+            max_batches: u64::MAX,
+        };
+        let mut queue = Prefetcher::spawn(self.source.clone(), planner, span, 2);
+        let k_tilde = self.k_tilde.as_ref();
+        let z_sq = KernelKind::inducing_sq_norms(params.a.as_ref(), k_tilde);
+        let mut sums = warm::RowSums::new(params.a.nrows(), self.n_labels);
+        while let Some(batch) = queue.next_batch() {
+            let batch = batch?;
+            let x = BasisInputs {
+                kxx_b: batch.kxx.as_ref(),
+                sq_norms: &batch.sq_norms,
+                k_tilde,
+            };
+            let h = Conditional::at_rows(self.kind, &params, &x, Some(&z_sq))
+                .kernel
+                .k_bz;
+            sums.add(&h, &batch.positives);
+        }
+        // K_Z at the start: the kernel's forward pass without rows.
+        let no_rows = Mat::<f64>::zeros(0, self.source.width());
+        let x = BasisInputs {
+            kxx_b: no_rows.as_ref(),
+            sq_norms: &[],
+            k_tilde,
+        };
+        let k_z = Conditional::through_inducing(self.kind, &params, &x)
+            .kernel
+            .k_z;
+        let p: Vec<f64> = params
+            .bias
+            .iter()
+            .map(|b| 1.0 / (1.0 + (-b).exp()))
+            .collect();
+        let w = warm::newton_weights(&sums, &k_z, &p)?;
+        let (mu, phi) = warm::factors_of(&w, params.phi.ncols(), &params.phi)?;
+        params.phi = phi;
+        match &mut params.q {
+            QParams::Sites { mu: m, .. } => *m = mu,
+            QParams::Full { .. } => anyhow::bail!("internal: --warm-start ridge with a full q(u)"),
+        }
+        eprintln!(
+            "warm start (ridge): μ and Φ from one pass over {} rows in {:.1} s",
+            sums.rows,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(params)
     }
 
     /// The amortisation network of a likelihood with local parameters, drawn from the run's

@@ -60,3 +60,4 @@ mod train_resume_rules;
 mod train_stage;
 mod transforms;
 mod validation_split;
+mod warm_start;

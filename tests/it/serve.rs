@@ -298,7 +298,10 @@ fn served_rows_are_the_files_lines() {
     assert!(request.to_string().len() > 64 << 10);
     let (status, body) = server.predict(&request);
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["rows"].as_array().unwrap(), &file_lines(&f, &many_file, &[]));
+    assert_eq!(
+        body["rows"].as_array().unwrap(),
+        &file_lines(&f, &many_file, &[])
+    );
     // Concurrent single-row requests: batched or not, each row is its file line.
     let want = file_lines(&f, &f.rows, &[]);
     let server = &server;
