@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Per-evaluation table of a `pipeline train --eval-every 1 --eval-split validation` log:
+epoch, epoch seconds, cumulative training seconds (the sum of the epoch times the log prints;
+the validation scoring, printed separately, is left out), and the validation metrics.
+With --target-frac F: the target F x (last evaluation's first metric) and the first epoch that
+reaches it (>=, or <= with --lower for NLP-like metrics), and the first epoch from which it
+stays reached.
+
+Usage: scripts/tta-table.py LOG [--target-frac 0.99] [--target VALUE] [--metric P@1] [--lower]
+"""
+import argparse
+import re
+
+ap = argparse.ArgumentParser()
+ap.add_argument("log")
+ap.add_argument("--metric", default="P@1")
+ap.add_argument("--target-frac", type=float, default=None)
+ap.add_argument("--target", type=float, default=None)
+ap.add_argument("--lower", action="store_true")
+a = ap.parse_args()
+
+rows, secs, cum = [], {}, 0.0
+for line in open(a.log):
+    m = re.match(r"epoch (\d+)/\d+: .*?, ([0-9.]+) s,", line)
+    if m:
+        secs[int(m.group(1))] = float(m.group(2))
+        continue
+    m = re.match(r"epoch (\d+): 'validation' (.*) \(([0-9.]+) s\)", line)
+    if m:
+        e = int(m.group(1))
+        toks = m.group(2).split()
+        vals = {toks[i]: float(toks[i + 1]) for i in range(0, len(toks) - 1, 2)}
+        cum = sum(secs[k] for k in secs if k <= e)
+        rows.append((e, secs[e], cum, vals))
+keys = list(rows[0][3].keys())
+print("| epoch | epoch s | cumulative s | " + " | ".join(f"val {k}" for k in keys) + " |")
+print("|---" * (3 + len(keys)) + "|")
+for e, s, c, v in rows:
+    print(f"| {e} | {s:.1f} | {c:.1f} | " + " | ".join(f"{v[k]:g}" for k in keys) + " |")
+final = rows[-1][3][a.metric]
+tgt = a.target if a.target is not None else (final * a.target_frac if a.target_frac else None)
+if tgt is not None:
+    ok = (lambda x: x <= tgt) if a.lower else (lambda x: x >= tgt)
+    first = next((r for r in rows if ok(r[3][a.metric])), None)
+    stay = None
+    for i in range(len(rows)):
+        if all(ok(r[3][a.metric]) for r in rows[i:]):
+            stay = rows[i]
+            break
+    print(f"\nfinal {a.metric} {final:g}; target {tgt:.4f}")
+    for name, r in (("first reached", first), ("reached for good", stay)):
+        print(f"{name}: " + (f"epoch {r[0]}, {r[2]:.1f} s cumulative" if r else "never"))
