@@ -44,7 +44,7 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 import gpflow  # noqa: E402
 from gpflow.optimizers import NaturalGradient  # noqa: E402
 
-DATA = "/work/shared/data/classification/mnist-oddeven"
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "classification", "mnist-oddeven")
 D = 784
 
 _lib = ctypes.CDLL("libxxhash.so.0")

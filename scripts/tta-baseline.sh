@@ -7,8 +7,9 @@ set -euo pipefail
 P=$1; OUT=$2; shift 2
 STEPS=${*:-del-slinear mnist gpflow}
 HERE=$(cd "$(dirname "$0")" && pwd)
-DEL=/work/shared/data/delicious
-MN=/work/shared/data/classification/mnist-oddeven
+SHARED=${SHARED:-$(cd "$HERE/../../shared" && pwd)}
+DEL=$SHARED/data/delicious
+MN=$SHARED/data/classification/mnist-oddeven
 mkdir -p "$OUT"; cd "$OUT"
 ( while sleep 5; do date +%T; top -bn1 | awk 'NR>7 && $9>20 {print "   ", $1, $9, $12}'; done ) > load.log 2>&1 &
 MON=$!

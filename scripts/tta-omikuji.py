@@ -66,8 +66,8 @@ def p_at(model, rows):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default="/work/shared/data/delicious")
-    ap.add_argument("--out", default="/work/tta/omikuji")
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "delicious"))
+    ap.add_argument("--out", default="tta-omikuji")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--fraction", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=0)
