@@ -62,8 +62,17 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
     let config = opts.config(ws)?;
     match lookup(ws, &config)? {
         Lookup::Done(done) => {
+            // --fresh restarts an interrupted run; a finished one is a result, kept as is.
+            let fresh = match opts.fresh {
+                true => {
+                    " (--fresh starts over an interrupted run, not a finished one: to \
+                         train again, give another --seed or use another workspace)"
+                }
+                false => "",
+            };
             eprintln!(
-                "training of '{}' with these parameters is already done (run {}); nothing to do",
+                "training of '{}' with these parameters is already done (run {}); nothing to \
+                 do{fresh}",
                 config.dataset, done.id
             );
             let last = ws

@@ -7,6 +7,7 @@
 
 use crate::common;
 use common::toy::*;
+use common::{pipeline, stderr};
 
 const WARM: &[&str] = &["--warm-start", "ridge"];
 
@@ -25,6 +26,14 @@ fn a_warm_start_is_deterministic_resumable_and_recorded_only_when_given() {
         "the warm start changes the run"
     );
     assert_eq!(run_params(&warm_a, a)["warm_start"], "ridge");
+    // The same command again finds it done; with --fresh it says what --fresh does.
+    let mut again = WARM.to_vec();
+    again.push("--fresh");
+    let out = pipeline(&warm_a, &train_args(&again));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let says =
+        format!("already done (run {a}); nothing to do (--fresh starts over an interrupted run");
+    assert!(stderr(&out).contains(&says), "{}", stderr(&out));
     assert!(run_params(&plain, plain_id).get("warm_start").is_none());
     let cut = p.copy("cut");
     let id = crash_at(&cut, WARM, "checkpoint-renamed:14");
