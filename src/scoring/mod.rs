@@ -201,21 +201,16 @@ impl<'p> Ranker<'p> {
             .predictor
             .as_ref()
             .context("internal: probabilities of a ranker opened without them")?;
-        let rows = self.inputs.of_chunk(chunk);
-        let mut out = Vec::with_capacity(chunk.len());
-        for start in (0..chunk.len()).step_by(block_rows.max(1)) {
-            let end = (start + block_rows).min(chunk.len());
-            let kxx = rows.block(start, end)?;
-            let sq = self.inputs.sq_norms(chunk, start, end);
-            let x = BasisInputs {
-                kxx_b: kxx.as_ref(),
-                sq_norms: &sq,
-                k_tilde: self.k_tilde.as_ref(),
-            };
-            let (mean, var) = predictor.mean_and_variance(&x);
-            out.extend((0..end - start).map(|i| (mean[(i, label)], var[(i, label)])));
-        }
-        Ok(out)
+        let blocks = self.per_block(chunk, block_rows, |x, start, end| {
+            let (mean, var) = predictor.mean_and_variance(x);
+            Ok((0..end - start)
+                .map(|i| (mean[(i, label)], var[(i, label)]))
+                .collect::<Vec<_>>())
+        })?;
+        Ok(blocks
+            .into_iter()
+            .flat_map(|(_, moments)| moments)
+            .collect())
     }
 
     /// p(y = 1) of `label` at every row of `chunk` by the ranker's rule, in f64: the values
