@@ -13,11 +13,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::store::catalog::{ArtifactKind, DatasetRow};
 use crate::store::chunks::WrittenFile;
 use crate::store::model_file::{reads_basis, DatasetFacts, ModelFile, Provenance};
 use crate::store::npy::NpyMap;
-use crate::store::scaling::{read_registered_scaling, StoredScaling};
+use crate::store::scaling::read_dataset_scaling;
 use crate::store::user_file::refuse_existing;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
@@ -75,7 +74,7 @@ fn collect(ws: &Workspace, opts: &ExportOptions) -> Result<ModelFile> {
     let dataset = started.dataset_row(ws)?;
     let facts = DatasetFacts::of(&dataset);
     let scaling = match facts.has_statistics() {
-        true => Some(scaling_of(ws, &dataset)?),
+        true => Some(read_dataset_scaling(ws, &dataset)?),
         false => None,
     };
     let basis = match reads_basis(&ckpt.config, &ckpt.params) {
@@ -100,18 +99,4 @@ fn collect(ws: &Workspace, opts: &ExportOptions) -> Result<ModelFile> {
         basis,
         scaling,
     })
-}
-
-/// The dataset's transform statistics (`transform.parquet`), read through its checksum.
-fn scaling_of(ws: &Workspace, dataset: &DatasetRow) -> Result<StoredScaling> {
-    let file = ws
-        .run_file(dataset.stage_run_id, ArtifactKind::FeatureTransform)?
-        .with_context(|| {
-            format!(
-                "dataset '{}' has transform '{}' but no registered statistics \
-                 (transform.parquet); ingest it again",
-                dataset.name, dataset.normalization
-            )
-        })?;
-    read_registered_scaling(&file)
 }

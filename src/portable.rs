@@ -17,6 +17,7 @@ use crate::scoring::ranking::Model;
 use crate::store::classes::ClassMap;
 use crate::store::model_file::{DatasetFacts, ModelFile, Provenance};
 use crate::store::npy::NpyMap;
+use crate::store::scaling::StoredScaling;
 use crate::trained::TrainConfig;
 use crate::transform::{FeatureScaling, Transform, TransformChoice};
 
@@ -48,15 +49,8 @@ impl PortableModel {
         let p = path.display();
         let config: TrainConfig = serde_json::from_value(file.config.clone())
             .with_context(|| format!("{p}: unreadable configuration (fsgp.config)"))?;
-        let transform = transform_of(
-            &file.dataset,
-            file.scaling.as_ref().map(|s| FeatureScaling {
-                ids: s.ids.clone(),
-                shift: s.shift.clone(),
-                scale: s.scale.clone(),
-            }),
-        )
-        .with_context(|| format!("{p}: unusable transform"))?;
+        let transform = recorded_transform(&file.dataset, file.scaling.as_ref())
+            .with_context(|| format!("{p}: unusable transform"))?;
         let basis = file.basis_map(path)?;
         Ok(PortableModel {
             path: path.to_path_buf(),
@@ -102,10 +96,27 @@ impl PortableModel {
     }
 }
 
-/// The resolved transform a dataset's facts name, with `scaling` for the two that need it.
-fn transform_of(facts: &DatasetFacts, scaling: Option<FeatureScaling>) -> Result<Transform> {
-    let choice = TransformChoice::parse_name(&facts.transform).map_err(anyhow::Error::msg)?;
+/// The resolved transform a dataset's facts name, with its stored statistics for the two
+/// that need them: how a new row's values are transformed, whether the dataset comes from
+/// a model file or from the workspace (`predict --input --run`).
+pub fn recorded_transform(
+    facts: &DatasetFacts,
+    scaling: Option<&StoredScaling>,
+) -> Result<Transform> {
+    let choice = TransformChoice::parse_name(&facts.transform).map_err(|e| {
+        anyhow::anyhow!(
+            "dataset '{}': its transform '{}' is not one this build knows ({e})",
+            facts.name,
+            facts.transform
+        )
+    })?;
     Transform::from_recorded(choice, || {
-        scaling.with_context(|| format!("transform '{}' without its statistics", facts.transform))
+        let s = scaling
+            .with_context(|| format!("transform '{}' without its statistics", facts.transform))?;
+        Ok(FeatureScaling {
+            ids: s.ids.clone(),
+            shift: s.shift.clone(),
+            scale: s.scale.clone(),
+        })
     })
 }

@@ -20,25 +20,24 @@ use std::io::{BufWriter, Stdout, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{Context, Result};
 
 use super::PredictOptions;
-use crate::choice::{choice_enum, Choice};
-use crate::portable::PortableModel;
-use crate::scoring::ranking::{resolved_top_k, with_ranking, Model, Ranking};
+use crate::choice::choice_enum;
+use crate::portable::{recorded_transform, PortableModel};
+use crate::scoring::ranking::{checked_top_k, with_ranking, Model, Ranking};
 use crate::stage::thread_pool;
-use crate::store::catalog::DatasetRow;
 use crate::store::classes::ClassMap;
 use crate::store::model_file::DatasetFacts;
 use crate::store::npy::NpyMap;
 use crate::store::predictions::{JsonRow, OptionalColumns, PredictionBlock, PredictionWriter};
-use crate::store::scaling::{read_registered_scaling, SCALING_FILE};
+use crate::store::scaling::read_dataset_scaling;
 use crate::store::user_file::{refuse_existing, UserFile};
 use crate::store::workspace::Workspace;
 pub use crate::text::new_rows::STDIN_ARG;
 use crate::text::new_rows::{Dropped, NewRows};
 use crate::trained::{load_run_checkpoint, SvdFiles, Task};
-use crate::transform::{FeatureScaling, Transform, TransformChoice};
+use crate::transform::Transform;
 
 choice_enum! {
     /// How `predict --input` prints the predictions on standard output (no `--output`).
@@ -89,6 +88,10 @@ pub fn run(ws: &Workspace, opts: &PredictOptions, input: &InputOptions) -> Resul
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
     let facts = DatasetFacts::of(&dataset);
+    let scaling = match facts.has_statistics() {
+        true => Some(read_dataset_scaling(ws, &dataset)?),
+        false => None,
+    };
     let basis = NpyMap::open_registered(&SvdFiles::of_run(ws, config.svd_run)?.basis)?;
     let loaded = Loaded {
         model: Model {
@@ -98,7 +101,8 @@ pub fn run(ws: &Workspace, opts: &PredictOptions, input: &InputOptions) -> Resul
             basis: &basis,
         },
         facts: &facts,
-        transform: dataset_transform(ws, &dataset)?,
+        transform: recorded_transform(&facts, scaling.as_ref())
+            .with_context(|| format!("dataset '{}'", dataset.name))?,
         train_run: opts.run,
         checkpoint_step: ckpt_row.step,
     };
@@ -151,12 +155,7 @@ fn score_input(
     input: &InputOptions,
 ) -> Result<InputOutcome> {
     let (config, facts) = (loaded.model.config, loaded.facts);
-    let top_k = resolved_top_k(config.task, facts.n_labels, opts.top_k);
-    ensure!(
-        top_k <= facts.n_labels as usize,
-        "--top-k {top_k} exceeds the {} labels",
-        facts.n_labels
-    );
+    let top_k = checked_top_k(config.task, facts.n_labels, opts.top_k)?;
     let mut rows = NewRows::open(
         &input.rows,
         facts,
@@ -254,35 +253,6 @@ fn report(
             outcome.dropped_features, facts.n_features, outcome.rows_with_dropped
         );
     }
-}
-
-/// The run's dataset's feature transform as ingest fitted it: `none` and `l2` need nothing,
-/// `scale` and `standardize` their statistics from the dataset's registered
-/// `transform.parquet`, read through its checksum.
-fn dataset_transform(ws: &Workspace, dataset: &DatasetRow) -> Result<Transform> {
-    let choice = TransformChoice::parse_name(&dataset.normalization).map_err(|e| {
-        anyhow!(
-            "dataset '{}': its transform '{}' is not one this build knows ({e})",
-            dataset.name,
-            dataset.normalization
-        )
-    })?;
-    let scaling = || -> Result<FeatureScaling> {
-        let rel = format!("{}/{SCALING_FILE}", dataset.path);
-        let stored = ws.catalog.stored_artifact_at(&rel)?.with_context(|| {
-            format!(
-                "dataset '{}' (transform {choice}) has no registered {rel}; ingest it again",
-                dataset.name
-            )
-        })?;
-        let s = read_registered_scaling(&ws.registered(&stored))?;
-        Ok(FeatureScaling {
-            ids: s.ids,
-            shift: s.shift,
-            scale: s.scale,
-        })
-    };
-    Transform::from_recorded(choice, scaling).with_context(|| format!("dataset '{}'", dataset.name))
 }
 
 /// Where the predictions go.

@@ -25,8 +25,8 @@ use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
 use crate::model::params::Params;
 use crate::model::predictive::ProbabilityRule;
+use crate::scoring::ranking::{checked_top_k, with_ranking, Model};
 pub use crate::scoring::ranking::{default_top_k, DEFAULT_TOP_K, EVERY_CLASS_UP_TO};
-use crate::scoring::ranking::{resolved_top_k, with_ranking, Model};
 use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
 use crate::store::chunks::read_registered_chunk;
@@ -109,17 +109,12 @@ pub fn run_on(
     opts.validate()?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
-    let top_k = resolved_top_k(config.task, dataset.n_labels, opts.top_k);
+    let top_k = checked_top_k(config.task, dataset.n_labels, opts.top_k)?;
     let files: Vec<Registered> = ws
         .split_chunks(&dataset, opts.split)?
         .into_iter()
         .map(|c| c.0)
         .collect();
-    ensure!(
-        top_k <= dataset.n_labels as usize,
-        "--top-k {top_k} exceeds the {} labels",
-        dataset.n_labels
-    );
     let mut params = json!({
         "train_run": opts.run,
         "checkpoint_step": ckpt_row.step,
@@ -199,7 +194,7 @@ pub fn run_on(
 /// Everything one predict run reads.
 struct Job<'a> {
     opts: &'a PredictOptions,
-    /// `--top-k` as resolved for the run ([`resolved_top_k`]).
+    /// `--top-k` as resolved for the run ([`checked_top_k`]).
     top_k: usize,
     /// The optional columns written: probabilities when asked for, the true class's
     /// probability for a multi-class run.

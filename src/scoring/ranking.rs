@@ -46,6 +46,16 @@ pub fn resolved_top_k(task: Task, n_labels: u64, given: Option<usize>) -> usize 
     }
 }
 
+/// [`resolved_top_k`], refused when it exceeds the `n_labels` labels (L, or K classes).
+pub fn checked_top_k(task: Task, n_labels: u64, given: Option<usize>) -> Result<usize> {
+    let top_k = resolved_top_k(task, n_labels, given);
+    anyhow::ensure!(
+        top_k as u64 <= n_labels,
+        "--top-k {top_k} exceeds the {n_labels} labels"
+    );
+    Ok(top_k)
+}
+
 /// What ranking rows under a checkpoint needs of its training run.
 pub struct Model<'a> {
     pub config: &'a TrainConfig,

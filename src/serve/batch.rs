@@ -85,7 +85,7 @@ fn score_block(ranking: &Ranking<'_>, mut jobs: Vec<Job>) {
         if group.is_empty() {
             continue;
         }
-        let chunk = concatenated(&group);
+        let (chunk, group) = concatenated(group);
         let scored = ranking
             .rank_as(&chunk, key.0, key.1)
             .map_err(|e| format!("{e:#}"));
@@ -93,26 +93,31 @@ fn score_block(ranking: &Ranking<'_>, mut jobs: Vec<Job>) {
     }
 }
 
-/// The jobs' rows in order, each keeping its id within its request.
-fn concatenated(jobs: &[Job]) -> CsrChunk {
-    if let [one] = jobs {
-        return one.rows.clone();
-    }
-    let mut chunk = CsrChunk::default();
-    for job in jobs {
-        for row in job.rows.rows() {
-            chunk.push_row(row);
+/// The jobs' rows in order, each keeping its id within its request (a lone job's rows
+/// are moved, not copied); the jobs keep their row counts for [`answer`].
+fn concatenated(jobs: Vec<Job>) -> (CsrChunk, Vec<(usize, Job)>) {
+    let mut counted: Vec<(usize, Job)> = jobs.into_iter().map(|j| (j.rows.len(), j)).collect();
+    let chunk = match counted.as_mut_slice() {
+        [(_, one)] => std::mem::take(&mut one.rows),
+        many => {
+            let mut chunk = CsrChunk::default();
+            for (_, job) in many.iter() {
+                for row in job.rows.rows() {
+                    chunk.push_row(row);
+                }
+            }
+            chunk
         }
-    }
-    chunk
+    };
+    (chunk, counted)
 }
 
 /// Cuts the scored blocks back into one block per job and sends each.
-fn answer(jobs: Vec<Job>, scored: Result<Vec<PredictionBlock>, String>) {
+fn answer(jobs: Vec<(usize, Job)>, scored: Result<Vec<PredictionBlock>, String>) {
     let blocks = match scored {
         Ok(blocks) => blocks,
         Err(e) => {
-            for job in jobs {
+            for (_, job) in jobs {
                 let _ = job.reply.send(Err(e.clone()));
             }
             return;
@@ -121,9 +126,9 @@ fn answer(jobs: Vec<Job>, scored: Result<Vec<PredictionBlock>, String>) {
     let mut rows = blocks
         .iter()
         .flat_map(|b| (0..b.len()).map(move |i| (b, i)));
-    for job in jobs {
+    for (n_rows, job) in jobs {
         let mut out = PredictionBlock::like(&blocks[0]);
-        for _ in 0..job.rows.len() {
+        for _ in 0..n_rows {
             let (block, i) = rows.next().expect("one scored row per row");
             out.push_row_of(block, i);
         }

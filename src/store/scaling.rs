@@ -154,6 +154,27 @@ fn decode_scaling<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<St
     Ok(stored)
 }
 
+/// The registered statistics of `dataset`'s fitted transform (its `transform.parquet`,
+/// read through its checksum): what `export` copies and `predict --input` applies.
+pub fn read_dataset_scaling(
+    ws: &super::workspace::Workspace,
+    dataset: &super::catalog::DatasetRow,
+) -> Result<StoredScaling> {
+    let file = ws
+        .run_file(
+            dataset.stage_run_id,
+            super::catalog::ArtifactKind::FeatureTransform,
+        )?
+        .with_context(|| {
+            format!(
+                "dataset '{}' has transform '{}' but no registered statistics \
+                 (transform.parquet); ingest it again",
+                dataset.name, dataset.normalization
+            )
+        })?;
+    read_registered_scaling(&file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
