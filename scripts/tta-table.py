@@ -28,8 +28,9 @@ for line in open(a.log):
     m = re.match(r"epoch (\d+): 'validation' (.*) \(([0-9.]+) s\)", line)
     if m:
         e = int(m.group(1))
-        toks = m.group(2).split()
-        vals = {toks[i]: float(toks[i + 1]) for i in range(0, len(toks) - 1, 2)}
+        # "P@1 67.3 P@3 ..." or "accuracy 96.52 %, mean NLP 0.1017": name, then number.
+        pairs = re.findall(r"([A-Za-z@][A-Za-z@0-9 ]*?) (-?[0-9.]+)", m.group(2))
+        vals = {k.strip().split()[-1]: float(v) for k, v in pairs}
         cum = sum(secs[k] for k in secs if k <= e)
         rows.append((e, secs[e], cum, vals))
 keys = list(rows[0][3].keys())

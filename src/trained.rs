@@ -401,6 +401,10 @@ pub struct TrainConfig {
     /// `--warm-start` (absent from the JSON when none, so earlier runs are found).
     #[serde(default, skip_serializing_if = "WarmStart::is_none")]
     pub warm_start: WarmStart,
+    /// `--natural-step γ`: q(u) is trained by natural-gradient steps of size γ (times the
+    /// `lr_decay` multiplier of the epoch) instead of Adam; absent from the JSON when None.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub natural_step: Option<f64>,
     /// `--release-hyper-after E0`: the kernel hyperparameters stay at their initial values
     /// for the first E0 epochs, then train (absent from the JSON when None).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -584,6 +588,16 @@ impl TrainConfig {
             beta2: self.beta2,
             eps: self.eps,
         }
+    }
+
+    /// The natural-gradient step size γ in (0-based) `epoch` (`--natural-step` times the
+    /// decay of the epochs passed, as η); None when q(u) is trained by Adam.
+    pub fn natural_step_in(&self, epoch: u64) -> Option<f64> {
+        let gamma = self.natural_step?;
+        Some(match &self.lr_decay {
+            Some(decay) => gamma * decay.multiplier(epoch),
+            None => gamma,
+        })
     }
 
     /// η in (0-based) `epoch`: `--lr` times the decay of the epochs passed (exactly `--lr`
@@ -928,6 +942,7 @@ mod tests {
             release_hyper_after: None,
             q_form: QForm::SiteDiagonal,
             warm_start: WarmStart::None,
+            natural_step: None,
             inducing_inputs: InducingInputs::Subspace,
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,

@@ -144,6 +144,8 @@ const MODEL_PARTS: &[(&str, &[&str])] = &[
     ),
     // Adam.
     ("optim", &["kernel", "likelihood", "params"]),
+    // Natural-gradient steps for the full-Cholesky q(u).
+    ("natgrad", &["params"]),
     // Predictive moments and probabilities at new rows.
     (
         "predictive",

@@ -562,6 +562,11 @@ pub struct TrainFlags {
     /// pass of the training rows (docs/model.md, "Warm start")
     #[arg(long, default_value_t = train_default().warm_start, value_parser = one_of::<WarmStart>())]
     pub warm_start: WarmStart,
+    /// Train q(u) by natural-gradient steps of size γ in (0, 1] (Adam trains the rest);
+    /// γ follows --lr-decay's schedule. Needs --q-form cholesky or whitened (docs/model.md,
+    /// "Natural gradients").
+    #[arg(long, value_name = "GAMMA")]
+    pub natural_step: Option<f64>,
     /// The likelihood: logistic or probit for the binary and multilabel tasks, one of the
     /// others for multiclass (docs/likelihood.md).
     #[arg(long, default_value_t = train_default().likelihood,
@@ -762,6 +767,7 @@ impl TrainFlags {
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
             warm_start: self.warm_start,
+            natural_step: self.natural_step,
             likelihood: self.likelihood,
             task: self.task,
             latent: self.latent,

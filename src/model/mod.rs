@@ -5,6 +5,7 @@
 pub mod bound;
 pub mod kernel;
 pub mod likelihood;
+pub mod natgrad;
 pub mod optim;
 pub mod params;
 pub mod predictive;

@@ -88,6 +88,7 @@ choice_enum! {
         ValidateEvery = "validate-every",
         StopMetric = "stop-metric",
         WarmStart = "warm-start",
+        NaturalStep = "natural-step",
     }
 }
 
@@ -168,6 +169,8 @@ pub struct TrainOptions {
     pub q_form: QForm,
     /// How μ and Φ start (`--warm-start`).
     pub warm_start: WarmStart,
+    /// `--natural-step γ`: q(u) takes natural-gradient steps of size γ instead of Adam's.
+    pub natural_step: Option<f64>,
     /// The Bernoulli likelihood's link (`--likelihood`).
     pub likelihood: LikelihoodChoice,
     /// `--task`: binary needs a dataset with one label, multiclass one label per row.
@@ -238,6 +241,7 @@ impl Default for TrainOptions {
             release_hyper_after: None,
             q_form: QForm::SiteDiagonal,
             warm_start: WarmStart::None,
+            natural_step: None,
             likelihood: LikelihoodChoice::Logistic,
             task: Task::Multilabel,
             latent: LatentChoice::Factor,
@@ -297,6 +301,7 @@ impl TrainOptions {
             release_hyper_after: self.release_hyper_after,
             q_form: self.q_form,
             warm_start: self.warm_start,
+            natural_step: self.natural_step,
             inducing_inputs: self.stored_inducing_inputs(),
             likelihood: self.likelihood,
             task: self.task,
@@ -322,6 +327,7 @@ impl TrainOptions {
         check_inducing_count(&config, (svd_run, a_rows), train_rows)?;
         check_q_form(&config, rank)?;
         check_warm_start(&config)?;
+        check_natural_step(&config)?;
         let sizes = Sizes {
             options: self,
             svd_run,
@@ -532,6 +538,11 @@ impl TrainOptions {
             self.release_hyper_after.is_none_or(|e| e <= MAX_EPOCHS),
             "release-hyper-after",
             || epochs_problem(self.release_hyper_after.unwrap_or(0)),
+        );
+        c.check(
+            self.natural_step.is_none_or(|g| g > 0.0 && g <= 1.0),
+            "natural-step",
+            || "must be in (0, 1] (the natural-gradient step size γ)".into(),
         );
         c.check(
             !(self.freeze_hyper && self.release_hyper_after.is_some()),
@@ -874,6 +885,20 @@ fn check_warm_start(config: &TrainConfig) -> Result<()> {
         Some(needs) => bail!("--warm-start {} needs {needs}", config.warm_start),
         None => Ok(()),
     }
+}
+
+/// `--natural-step` steps the natural parameters of a Gaussian q(u) with a free covariance
+/// (`model::natgrad`): the full-Cholesky forms. The paper's sites form constrains the
+/// precision to K_Z⁻¹ + diagonal, on which the natural gradient needs an M²×M² Fisher solve
+/// per GP (`docs/model.md`, "Natural gradients").
+fn check_natural_step(config: &TrainConfig) -> Result<()> {
+    if config.natural_step.is_some() && config.q_form == QForm::SiteDiagonal {
+        bail!(
+            "--natural-step needs a full-Cholesky q(u): --q-form cholesky or whitened (got {})",
+            config.q_form
+        );
+    }
+    Ok(())
 }
 
 /// `--task binary` is a dataset with one label (L = 1: label 0 the positive class, the

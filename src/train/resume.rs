@@ -73,6 +73,12 @@ impl TrainFlag {
             F::Kernel => Fixed(|c, o| (c.kernel.name().into(), o.kernel.name().into())),
             F::QForm => Fixed(|c, o| (c.q_form.name().into(), o.q_form.name().into())),
             F::WarmStart => Fixed(|c, o| (c.warm_start.name().into(), o.warm_start.name().into())),
+            F::NaturalStep => Fixed(|c, o| {
+                (
+                    or_none(c.natural_step.map(|g| g.to_string())),
+                    or_none(o.natural_step.map(|g| g.to_string())),
+                )
+            }),
             F::Likelihood => Fixed(|c, o| (c.likelihood.name().into(), o.likelihood.name().into())),
             F::Task => Fixed(|c, o| (c.task.name().into(), o.task.name().into())),
             F::Latent => Fixed(|c, o| (c.latent.name().into(), o.latent.name().into())),

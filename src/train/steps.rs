@@ -29,6 +29,7 @@ use crate::model::bound::terms::{terms_sampled, Term, TermSet};
 use crate::model::kernel::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::likelihood::multiclass::Classes;
+use crate::model::natgrad::natural_step;
 use crate::model::optim::AdamState;
 use crate::model::params::{Block, Params, QParams};
 use crate::model::scratch::Scratch;
@@ -465,10 +466,22 @@ impl Trainer<'_> {
             ));
         }
         let (cfg, release, epoch) = (&self.setup.config, self.release, batch.epoch);
+        let natural = cfg.natural_step_in(epoch);
+        // With natural gradients q(u)'s blocks are stepped by `natural_step`, not by Adam
+        // (their Adam moments stay zero).
+        let by_natural =
+            |blk: Block| natural.is_some() && matches!(blk, Block::Mu | Block::CholFactor);
         self.adam
             .step_scheduled(&cfg.adam(epoch), &mut self.params, &ev.grads, &|blk| {
+                if by_natural(blk) {
+                    return None;
+                }
                 trained_since(cfg, release, blk, epoch)
             });
+        if let Some(gamma) = natural {
+            let stopped = self.stopped();
+            natural_step(&mut self.params.q, &ev.grads.q, gamma).with_context(|| stopped)?;
+        }
         if !params_finite(&self.params) {
             bail!(
                 "{}: the Adam update made a parameter infinite or NaN; resume with a smaller --lr",

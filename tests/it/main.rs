@@ -35,6 +35,7 @@ mod multiclass_gradients;
 mod multiclass_nlp;
 mod multiclass_task;
 mod multiclass_values;
+mod natural_step;
 mod options_doc;
 mod parse_props;
 mod pipeline_run;
