@@ -16,10 +16,11 @@
 //!   model file's typed contents: what scoring a new row needs without the workspace);
 //! - [`model`] (the GP model; knows no files) and [`store`] (every on-disk format, the
 //!   catalog, the workspace directory);
-//! - [`linalg`], [`error`], [`memtrace`], [`failpoint`] (fault injection for the tests),
+//! - [`linalg`], [`error`], [`memtrace`], [`alloc`] (the allocator's tunables per phase), [`failpoint`] (fault injection for the tests),
 //!   [`comm`] (one process, or the ranks of an MPI job), [`choice`] (closed sets of named
 //!   values, each declared once as a table).
 
+pub mod alloc;
 pub mod choice;
 pub mod cli;
 pub mod comm;

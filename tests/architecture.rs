@@ -51,6 +51,7 @@ const BELOW_STAGES: &[&str] = &[
     "linalg",
     "error",
     "memtrace",
+    "alloc",
     "failpoint",
     "comm",
     "choice",
@@ -112,6 +113,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("linalg", &[]),
     ("error", &[]),
     ("memtrace", &[]),
+    // The C allocator's tunables for a phase's kind of work.
+    ("alloc", &[]),
     // Fault injection for the crash and disk-full tests: reads one environment variable.
     ("failpoint", &[]),
     // The processes a stage runs on: one, or the ranks of an MPI job.

@@ -10,6 +10,9 @@ mod verify;
 
 use anyhow::{bail, Result};
 
+/// The allocator's setting for the process's start (`alloc::for_streaming`), for `main`.
+pub use crate::alloc::for_streaming as allocator_for_streaming;
+
 use crate::comm::Comm;
 use crate::store::workspace::{NoWorkspace, Workspace};
 use args::{Cli, Command, EvaluateArgs, PredictArgs, VerifyArgs};

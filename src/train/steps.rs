@@ -209,6 +209,8 @@ pub fn train_loop(
     opts: &LoopOptions,
 ) -> Result<TrainSummary> {
     let cfg = &setup.config;
+    // Every step allocates the same buffers again: keep them in the heap.
+    crate::alloc::for_recurring_steps();
     let planner = Arc::new(setup.shuffled());
     let total = setup.total_steps(&planner)?;
     let budget = setup.budget_steps(&planner)?;
