@@ -158,9 +158,8 @@ def main():
     kern = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=ell)
     model = gpflow.models.SVGP(kern, lik, gpflow.inducing_variables.InducingPoints(Z),
                                num_latent_gps=1, whiten=True, q_diag=False, num_data=len(Xtr))
-    lr = tf.Variable(a.lr, dtype=tf.float64, trainable=False)
     gamma = tf.Variable(a.gamma, dtype=tf.float64, trainable=False)
-    adam = tf.optimizers.Adam(learning_rate=lr)
+    adam = tf.optimizers.Adam(learning_rate=a.lr)
     if not a.adam_only:
         gpflow.set_trainable(model.q_mu, False)
         gpflow.set_trainable(model.q_sqrt, False)
@@ -190,7 +189,7 @@ def main():
         if k == 0:
             perm = rng.permutation(N)
             factor = a.decay ** sum(1 for e in decay_at if e <= (s - 1) // per_epoch)
-            lr.assign(a.lr * factor)
+            adam.learning_rate.assign(a.lr * factor)
             gamma.assign(a.gamma * factor)
         idx = perm[k * B:(k + 1) * B]
         xb, yb = tf.constant(Xtr[idx]), tf.constant(Y[idx])
