@@ -148,7 +148,7 @@ const MODEL_PARTS: &[(&str, &[&str])] = &[
     // Adam.
     ("optim", &["kernel", "likelihood", "params"]),
     // Natural-gradient steps for the full-Cholesky q(u).
-    ("natgrad", &["params"]),
+    ("natgrad", &["params", "qu"]),
     // Predictive moments and probabilities at new rows.
     (
         "predictive",

@@ -32,7 +32,8 @@ use faer::{Accum, Mat, MatRef, Par};
 use rayon::prelude::*;
 
 use crate::linalg::{cholesky_lower, lower_inverse_into, zero_upper};
-use crate::model::params::{packed_index, packed_len, QParams};
+use crate::model::params::QParams;
+use crate::model::qu::cholesky::{factor_of, pack};
 
 /// One natural-gradient step of size `gamma` ∈ (0, 1] on the full-Cholesky q(u) in `q`,
 /// from the bound's gradients `grads` (the same form). Fails, leaving `q` unchanged, when a
@@ -57,8 +58,7 @@ pub fn natural_step(q: &mut QParams, grads: &QParams, gamma: f64) -> Result<()> 
     let stepped: Vec<(Vec<f64>, Vec<f64>)> = (0..p_count)
         .into_par_iter()
         .map(|p| {
-            let l = unpack_column(&column(chol.packed.as_ref(), p), m);
-            let l_bar = unpack_column(&column(g_chol.packed.as_ref(), p), m);
+            let (l, l_bar) = (factor_of(chol, p, m), factor_of(g_chol, p, m));
             let (mu_p, g_mu_p) = (column(mu.as_ref(), p), column(g_mu.as_ref(), p));
             gp_step(l.as_ref(), l_bar.as_ref(), &mu_p, &g_mu_p, gamma)
                 .ok_or_else(|| not_positive_definite(p, gamma))
@@ -88,17 +88,6 @@ fn not_positive_definite(p: usize, gamma: f64) -> anyhow::Error {
 
 fn column(x: MatRef<'_, f64>, p: usize) -> Vec<f64> {
     x.col(p).iter().copied().collect()
-}
-
-/// L [M×M] (zeros above the diagonal) from one packed column.
-fn unpack_column(packed: &[f64], m: usize) -> Mat<f64> {
-    Mat::from_fn(m, m, |i, j| {
-        if i >= j {
-            packed[packed_index(m, i, j)]
-        } else {
-            0.0
-        }
-    })
 }
 
 /// One GP's step: (μ_new [M], L_new packed [M(M+1)/2]) from L, L̄ = ∂F/∂L (lower), μ and
@@ -161,12 +150,7 @@ fn gp_step(
     let mu_new: Vec<f64> = (0..m)
         .map(|i| mu[i] + gamma * (0..=i).map(|j| l_new[(i, j)] * t[j]).sum::<f64>())
         .collect();
-    let mut packed = vec![0.0; packed_len(m)];
-    for j in 0..m {
-        for i in j..m {
-            packed[packed_index(m, i, j)] = l_new[(i, j)];
-        }
-    }
+    let packed = pack(l_new.as_ref());
     let finite = mu_new.iter().chain(&packed).all(|v| v.is_finite());
     finite.then_some((mu_new, packed))
 }
@@ -175,7 +159,7 @@ fn gp_step(
 mod tests {
     use super::*;
     use crate::linalg::product;
-    use crate::model::params::CholFactors;
+    use crate::model::qu::cholesky::pack_factors;
     use faer::Scale;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -278,18 +262,6 @@ mod tests {
         }
     }
 
-    fn packed_of(l: &Mat<f64>) -> Mat<f64> {
-        let m = l.nrows();
-        Mat::from_fn(packed_len(m), 1, |k, _| {
-            let (mut j, mut rest) = (0, k);
-            while rest >= m - j {
-                rest -= m - j;
-                j += 1;
-            }
-            l[(j + rest, j)]
-        })
-    }
-
     /// Natural parameters (S⁻¹μ, S⁻¹) of N(μ, LLᵀ).
     fn natural(mu: &[f64], l: &Mat<f64>) -> (Vec<f64>, Mat<f64>) {
         let prec = inverse(product(l.as_ref(), l.transpose()).as_ref());
@@ -321,23 +293,17 @@ mod tests {
             let (g_mu, g_l) = problem.gradients(&mu, &l);
             let mut q = QParams::Full {
                 mu: Mat::from_fn(m, 1, |i, _| mu[i]),
-                chol: CholFactors {
-                    whitened: false,
-                    packed: packed_of(&l),
-                },
+                chol: pack_factors(std::slice::from_ref(&l), false),
             };
             let grads = QParams::Full {
                 mu: Mat::from_fn(m, 1, |i, _| g_mu[i]),
-                chol: CholFactors {
-                    whitened: false,
-                    packed: packed_of(&g_l),
-                },
+                chol: pack_factors(std::slice::from_ref(&g_l), false),
             };
             natural_step(&mut q, &grads, gamma).unwrap();
             let QParams::Full { mu: mu_new, chol } = &q else {
                 unreachable!()
             };
-            let l_new = unpack_column(&column(chol.packed.as_ref(), 0), m);
+            let l_new = factor_of(chol, 0, m);
             let mu_new: Vec<f64> = mu_new.col(0).iter().copied().collect();
             let (theta1_new, prec_new) = natural(&mu_new, &l_new);
             let (theta1_old, prec_old) = natural(&mu, &l);
@@ -367,19 +333,16 @@ mod tests {
         let l = Mat::<f64>::identity(m, m);
         let mut q = QParams::Full {
             mu: Mat::zeros(m, 1),
-            chol: CholFactors {
-                whitened: true,
-                packed: packed_of(&l),
-            },
+            chol: pack_factors(std::slice::from_ref(&l), true),
         };
         let before = q.clone();
         // ∂F/∂L = 2 S̄ L with S̄ = +I (a convex "likelihood"): W = I − 2γI at γ = 1.
         let grads = QParams::Full {
             mu: Mat::zeros(m, 1),
-            chol: CholFactors {
-                whitened: true,
-                packed: packed_of(&(Mat::<f64>::identity(m, m) * Scale(2.0))),
-            },
+            chol: pack_factors(
+                std::slice::from_ref(&(Mat::<f64>::identity(m, m) * Scale(2.0))),
+                true,
+            ),
         };
         let err = natural_step(&mut q, &grads, 1.0).unwrap_err().to_string();
         assert!(err.contains("not positive definite"), "{err}");

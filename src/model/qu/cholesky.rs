@@ -160,7 +160,7 @@ fn unpack(packed: MatRef<'_, f64>, p: usize, m: usize, scratch: &Scratch) -> Mat
 }
 
 /// The lower triangle of `x` [M×M], packed as in [`CholFactors`].
-fn pack(x: MatRef<'_, f64>) -> Vec<f64> {
+pub(crate) fn pack(x: MatRef<'_, f64>) -> Vec<f64> {
     let m = x.nrows();
     let mut out = Vec::with_capacity(packed_len(m));
     for j in 0..m {
