@@ -114,10 +114,12 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                 LabelKind::Binary => "logistic",
                 _ => "softmax",
             };
+            // q(u) by natural steps of 0.1 (docs/fit.md, "Natural steps for the classifiers").
             let classify: &[(&'static str, &str)] = &[
                 ("latent", "independent"),
                 ("likelihood", likelihood),
                 ("q-form", "whitened"),
+                ("natural-step", "0.1"),
             ];
             vec![
                 one("SE, free Z", "se", "free", 100, classify),
