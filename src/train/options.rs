@@ -889,8 +889,8 @@ fn check_warm_start(config: &TrainConfig) -> Result<()> {
 
 /// `--natural-step` steps the natural parameters of a Gaussian q(u) with a free covariance
 /// (`model::natgrad`): the full-Cholesky forms. The paper's sites form constrains the
-/// precision to K_Z⁻¹ + diagonal, on which the natural gradient needs an M²×M² Fisher solve
-/// per GP (`docs/model.md`, "Natural gradients").
+/// precision to K_Z⁻¹ + diagonal, on which the natural gradient needs an M×M Fisher solve
+/// (½ S∘S) per GP and step (`docs/model.md`, "Natural gradients").
 fn check_natural_step(config: &TrainConfig) -> Result<()> {
     if config.natural_step.is_some() && config.q_form == QForm::SiteDiagonal {
         bail!(
