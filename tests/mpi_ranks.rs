@@ -329,6 +329,7 @@ fn params_rel_diff(
             &p.a,
             p.q.mu(),
             p.q.rho().unwrap_or(&faer::Mat::new()),
+            p.q.chol().map_or(&faer::Mat::new(), |c| &c.packed),
             &p.phi,
         ] {
             for j in 0..m.ncols() {
@@ -399,10 +400,22 @@ fn training_over_two_ranks_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base");
     common::toy::prepare(&base);
-    // Sampled negatives (each rank draws the one process's stream) and all negatives.
+    // Sampled negatives (each rank draws the one process's stream), all negatives, and
+    // natural steps on a whitened q(u) (each rank steps q(u) from the reduced gradient).
     for (name, overrides) in [
         ("sampled", &["--negatives", "5"][..]),
         ("all", &["--negatives", "all", "--epochs", "3"][..]),
+        (
+            "natural",
+            &[
+                "--q-form",
+                "whitened",
+                "--natural-step",
+                "0.1",
+                "--epochs",
+                "3",
+            ][..],
+        ),
     ] {
         let (one, two) = (dir.path().join(name), dir.path().join(format!("{name}-2")));
         copy_dir(&base, &one);
