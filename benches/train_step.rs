@@ -17,6 +17,10 @@
 //!   basis, so R = D = 500 and K_XX̃ is the batch's B×D rows): linear and SE with the O(M)
 //!   form, and each full-Cholesky form.
 //!
+//! - the natural-gradient step of `--natural-step` (`model::natgrad`) on a whitened q(u),
+//!   alone: at the Delicious shape (M = 500, P = 30) and MNIST's (M = 200, P = 1), 4M³/3
+//!   flops per GP (FSGP_BENCH_ONLY=natural runs only these).
+//!
 //! Data and parameters are random of the right shapes (linear kernel unless a row says
 //! otherwise, everything trainable); the cost of a step does not depend on the values. The
 //! step runs like the trainer's: faer's global parallelism on the rayon pool, all cores.
@@ -36,6 +40,7 @@ use fsgp::model::bound::terms::{terms_sampled, TermSet};
 use fsgp::model::kernel::feature_ard::{FeatureInputs, FeatureRows};
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
+use fsgp::model::natgrad::natural_step;
 use fsgp::model::optim::{AdamConfig, AdamState};
 use fsgp::model::params::{Params, QForm, QParams};
 use fsgp::model::qu::cholesky::pack_factors;
@@ -503,5 +508,56 @@ fn main() {
             continue;
         }
         run(c, steps, gemm);
+    }
+    if only.as_ref().is_none_or(|o| o == "natural") {
+        natural_rows(steps, gemm);
+    }
+}
+
+/// The natural-gradient step alone (`model::natgrad::natural_step`) at M×P shapes: L̄ small
+/// and random, so W = I − 2γC stays positive definite as it does in training.
+fn natural_rows(steps: usize, gemm: f64) {
+    println!();
+    println!("| natural step (whitened q(u)) | s/step | GFLOP | achieved GFLOP/s | faer f64 GEMM GFLOP/s | fraction |");
+    println!("|---|---|---|---|---|---|");
+    for (m, p) in [(500usize, 30usize), (200, 1)] {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
+        let mut lower = |diag: f64, off: f64| -> Vec<Mat<f64>> {
+            (0..p)
+                .map(|_| {
+                    Mat::from_fn(m, m, |i, j| match i.cmp(&j) {
+                        std::cmp::Ordering::Equal => diag + u(off),
+                        std::cmp::Ordering::Greater => u(off),
+                        std::cmp::Ordering::Less => 0.0,
+                    })
+                })
+                .collect()
+        };
+        let (l, l_bar) = (lower(1.0, 0.01), lower(0.0, 0.01));
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let mut mean = || Mat::from_fn(m, p, |_, _| rng.random::<f64>() - 0.5);
+        let q = QParams::Full {
+            mu: mean(),
+            chol: pack_factors(&l, true),
+        };
+        let grads = QParams::Full {
+            mu: mean(),
+            chol: pack_factors(&l_bar, true),
+        };
+        let mut best = f64::INFINITY;
+        for _ in 0..steps.max(1) {
+            let mut stepped = q.clone();
+            let t = Instant::now();
+            natural_step(&mut stepped, &grads, 0.1).expect("W stays positive definite");
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let flops = 4.0 / 3.0 * (m as f64).powi(3) * p as f64;
+        println!(
+            "| M={m}, P={p} | {best:.4} | {:.2} | {:.1} | {gemm:.1} | {:.0} % |",
+            flops / 1e9,
+            flops / best / 1e9,
+            100.0 * flops / best / 1e9 / gemm
+        );
     }
 }
