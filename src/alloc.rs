@@ -1,7 +1,7 @@
 //! The C allocator's tunables, set for the kind of work a process phase does (glibc only;
 //! a no-op elsewhere).
 //!
-//! - [`for_streaming`], at start: glibc raises its mmap threshold each time a large block is
+//! - [`for_streaming`], at start and when ingest or svd starts: glibc raises its mmap threshold each time a large block is
 //!   freed, after which the many short-lived multi-MB buffers of a streaming stage (ingest's
 //!   text blocks, svd's passes) are carved from per-thread heaps that fragment and never
 //!   shrink, so RSS creeps up with the input size. A fixed 1 MiB threshold keeps large
@@ -19,8 +19,9 @@
 //! glibc itself moves the mmap threshold at run time from whichever thread frees a block,
 //! so changing these values while other threads allocate is within its own practice.
 
-/// The streaming phases' setting (see the module documentation); call before any thread
-/// starts.
+/// The streaming phases' setting (see the module documentation): at the process's start,
+/// and again when ingest or svd starts, since a process may have trained before (`fit`
+/// trains its candidates, then ingests the whole file).
 pub fn for_streaming() {
     set(1 << 20, None);
 }

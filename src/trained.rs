@@ -593,19 +593,20 @@ impl TrainConfig {
     /// The natural-gradient step size γ in (0-based) `epoch` (`--natural-step` times the
     /// decay of the epochs passed, as η); None when q(u) is trained by Adam.
     pub fn natural_step_in(&self, epoch: u64) -> Option<f64> {
-        let gamma = self.natural_step?;
-        Some(match &self.lr_decay {
-            Some(decay) => gamma * decay.multiplier(epoch),
-            None => gamma,
-        })
+        self.natural_step.map(|gamma| self.decayed(gamma, epoch))
     }
 
     /// η in (0-based) `epoch`: `--lr` times the decay of the epochs passed (exactly `--lr`
     /// without a schedule, so runs without one keep their bits).
     pub fn lr_in(&self, epoch: u64) -> f64 {
+        self.decayed(self.lr, epoch)
+    }
+
+    /// `step` times the `--lr-decay` multiplier of `epoch` (exactly `step` without one).
+    fn decayed(&self, step: f64, epoch: u64) -> f64 {
         match &self.lr_decay {
-            Some(decay) => self.lr * decay.multiplier(epoch),
-            None => self.lr,
+            Some(decay) => step * decay.multiplier(epoch),
+            None => step,
         }
     }
 

@@ -48,6 +48,9 @@ pub struct IngestOutcome {
 /// options, an error when the name is taken by other inputs (unless `replace`), else the
 /// pipeline into the run's scratch directory, published under `datasets/` and registered.
 pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
+    // A process that trained before (`fit`'s whole-file ingest, a spec's later datasets)
+    // streams again.
+    crate::alloc::for_streaming();
     config.validate()?;
     config.check_input_files()?;
     let params = config.params_json()?;

@@ -313,6 +313,7 @@ pub fn run_on(
     comm: &dyn Comm,
     opts: &SvdOptions,
 ) -> Result<Outcome<Option<SvdOutput>>> {
+    crate::alloc::for_streaming();
     opts.validate()?;
     let dataset = ws.dataset_named(&opts.dataset)?;
     let src = train_chunk_files(ws, &dataset)?;

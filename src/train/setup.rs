@@ -16,6 +16,7 @@ use super::warm;
 use crate::memtrace::available_memory_bytes;
 use crate::model::kernel::feature_ard::weighted_gram;
 use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::likelihood::logistic::sigmoid;
 use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::likelihood::Likelihood;
@@ -288,11 +289,7 @@ impl Setup {
         let k_z = Conditional::through_inducing(self.kind, &params, &x)
             .kernel
             .k_z;
-        let p: Vec<f64> = params
-            .bias
-            .iter()
-            .map(|b| 1.0 / (1.0 + (-b).exp()))
-            .collect();
+        let p: Vec<f64> = params.bias.iter().map(|&b| sigmoid(b)).collect();
         let w = warm::newton_weights(&sums, &k_z, &p)?;
         let (mu, phi) = warm::factors_of(&w, params.phi.ncols(), &params.phi)?;
         params.phi = phi;

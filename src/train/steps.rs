@@ -481,8 +481,9 @@ impl Trainer<'_> {
                 trained_since(cfg, release, blk, epoch)
             });
         if let Some(gamma) = natural {
-            let stopped = self.stopped();
-            natural_step(&mut self.params.q, &ev.grads.q, gamma).with_context(|| stopped)?;
+            if let Err(e) = natural_step(&mut self.params.q, &ev.grads.q, gamma) {
+                return Err(e.context(self.stopped()));
+            }
         }
         if !params_finite(&self.params) {
             bail!(

@@ -9,10 +9,11 @@
 //!
 //!   (c_k G + K_Z) w_k = r_k,   G = Σ_n h_n h_nᵀ [M×M],   r_k = Σ_n h_n (y_nk − p_k) [M],
 //!
-//! with h_n = K_{x_n Z} and the logistic curvature c_k = p_k (1 − p_k), the same at every
-//! row because every row starts at the same f. Every label shares G and K_Z, so one
+//! with h_n = K_{x_n Z} and c_k = 1/4, Böhning's bound on the logistic curvature (the exact
+//! p_k (1 − p_k) lets rare labels, divided by it, take over the ranking: `docs/model.md`,
+//! "Warm start"). Every label shares G and K_Z, so one
 //! Cholesky K_Z + εI = LLᵀ and one eigendecomposition L⁻¹ G L⁻ᵀ = QΛQᵀ solve all of them:
-//! w_k = L⁻ᵀ Q diag(1 / (c_k λ_i + 1)) Qᵀ L⁻¹ r_k. Then W = [w_1 … w_L] [M×L] is cut to
+//! w_k = L⁻ᵀ Q diag(1 / (c λ_i + 1)) Qᵀ L⁻¹ r_k. Then W = [w_1 … w_L] [M×L] is cut to
 //! the factor model's rank P: with W Wᵀ = U Σ² Uᵀ (top P), μ = U Σ^½ and Φ = Wᵀ U Σ^-½,
 //! so μ Φᵀ = U Uᵀ W, the best rank-P W. A direction W lacks (σ_p ≈ 0) keeps its random Φ
 //! column and μ = 0, so no factor starts at the saddle μ_p = Φ_p = 0.
@@ -87,15 +88,15 @@ pub fn newton_weights(sums: &RowSums, k_z: &Mat<f64>, p: &[f64]) -> Result<Mat<f
         .ok()
         .context("warm start: the eigendecomposition of L⁻¹GL⁻ᵀ did not converge")?;
     let (q, lambda) = (eig.U(), eig.S());
-    // R = T − s pᵀ, then Qᵀ L⁻¹ R, each entry divided by c_k λ_i + 1.
+    // R = T − s pᵀ, then Qᵀ L⁻¹ R, row i divided by c λ_i + 1.
     let residual = Mat::from_fn(m, p.len(), |j, k| {
         sums.label_sums[(j, k)] - sums.sum[j] * p[k]
     });
     let mut rotated = q.transpose() * (&l_inv * &residual);
-    for k in 0..p.len() {
-        let c = CURVATURE;
-        for i in 0..m {
-            rotated[(i, k)] /= c * lambda[i].max(0.0) + 1.0;
+    for i in 0..m {
+        let shrink = CURVATURE * lambda[i].max(0.0) + 1.0;
+        for k in 0..p.len() {
+            rotated[(i, k)] /= shrink;
         }
     }
     Ok(l_inv.transpose() * (q * rotated))
@@ -126,7 +127,7 @@ pub fn factors_of(w: &Mat<f64>, p: usize, phi_default: &Mat<f64>) -> Result<(Mat
     let mut phi = phi_default.clone();
     for (r, &i) in top.iter().enumerate() {
         let sigma = eig.S()[i].max(0.0).sqrt();
-        if sigma <= ABSENT * largest || sigma == 0.0 {
+        if sigma <= ABSENT * largest {
             continue;
         }
         let u = eig.U().col(i);
