@@ -1111,6 +1111,11 @@ pub struct FitArgs {
     /// Where to write the spec of the final model (default: NAME-fit.toml here).
     #[arg(long)]
     pub spec_out: Option<PathBuf>,
+    /// Train every candidate for its whole share instead of stopping it once its validation
+    /// score stops improving (train's --early-stopping, the default since issue 33); the
+    /// final model then trains a candidate's whole steps, not its best step's.
+    #[arg(long)]
+    pub no_early_stopping: bool,
 }
 
 /// A budget such as `90s`, `5m`, `1h` or `300` (seconds), in seconds.

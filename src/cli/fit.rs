@@ -7,20 +7,23 @@
 //! 2. **Candidates.** A short list from the family in order of preference, fixed by the
 //!    task, the data's sizes and whether its rows are dense ([`candidates`]). Each gets an
 //!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps measures its
-//!    step time, then a run of the steps its share affords (capped, [`step_cap`]) is scored
-//!    on the validation split. The first probe also decides how many candidates the budget
+//!    step time, then a run of the steps its share affords (capped, [`step_cap`]), stopped
+//!    by train's early stopping once its validation score no longer improves, is scored
+//!    on the validation split at its best checkpoint; time a stopped run did not use goes
+//!    to the candidates after it. The first probe also decides how many candidates the budget
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
-//!    and trains the winner for the same number of steps, and it is run as `pipeline run`
+//!    and trains the winner for the steps of its scored checkpoint, and it is run as `pipeline run`
 //!    runs it: the test metrics printed are those the spec reproduces.
 //!
 //! The budget is kept by measurement, not by interrupting runs: every share is converted to
 //! a step count from the probe's measured step time with a safety factor, so each run is a
-//! fixed, reproducible number of steps.
+//! reproducible number of steps at most (early stopping ends it on the scores, never on
+//! the clock).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,7 @@ use crate::store::catalog::{DatasetRow, LabelKind, Split};
 use crate::store::chunks::read_registered_chunk_labels;
 use crate::store::workspace::Workspace;
 use crate::text::source::LineSource;
+use crate::trained::Stopped;
 
 /// Steps of the probe that measures a candidate's step time (then resumed from).
 pub const PROBE_STEPS: u64 = 50;
@@ -276,6 +280,10 @@ struct Scored {
     candidate: Candidate,
     /// The probe's measured seconds per step.
     step_seconds: f64,
+    /// The steps its run trained (fewer than planned when early stopping ended it).
+    trained: u64,
+    /// The steps of the checkpoint scored: early stopping's best, else `trained`. The
+    /// final model trains this many.
     steps: u64,
     seconds: f64,
     metrics: Evaluation,
@@ -416,7 +424,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         let spent = selection_started.elapsed().as_secs_f64() - probe.seconds();
         let share =
             (selection_seconds(left, list.len()) - spent).max(0.0) / (list.len() - i) as f64;
-        scored.push(finish(ws, kind, probe, share, cap)?);
+        scored.push(finish(ws, kind, probe, share, cap, args.no_early_stopping)?);
         i += 1;
     }
     let floor = frequency_floor(ws, &dataset, kind)?;
@@ -499,15 +507,23 @@ impl Probed {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Trains the candidate's options for `steps` steps: a run of its own (a finished run
-    /// is not resumed), whose first steps repeat the probe's exactly.
-    fn train(&self, ws: &Workspace, steps: u64) -> Result<i64> {
+    /// Trains the candidate's options for `steps` steps (with `extra` options): a run of
+    /// its own (a finished run is not resumed), whose first steps repeat the probe's
+    /// exactly. Returns the run and how it ended.
+    fn train(
+        &self,
+        ws: &Workspace,
+        steps: u64,
+        extra: &[(&'static str, String)],
+    ) -> Result<(i64, Option<Stopped>)> {
         let mut options = self.train_opts.clone();
         options.push(("steps", steps.to_string()));
+        options.extend(extra.iter().cloned());
         let Command::Train(t) = command(argv("train", &options))? else {
             unreachable!()
         };
-        Ok(crate::train::run(ws, &t.options())?.run_id)
+        let outcome = crate::train::run(ws, &t.options())?;
+        Ok((outcome.run_id, outcome.value.stopped))
     }
 }
 
@@ -542,20 +558,37 @@ fn probe(
         started,
     };
     let probe_started = Instant::now();
-    probed.run = probed.train(ws, PROBE_STEPS)?;
+    probed.run = probed.train(ws, PROBE_STEPS, &[])?.0;
     probed.step_seconds = probe_step_seconds(ws, probed.run)?
         .unwrap_or_else(|| probe_started.elapsed().as_secs_f64() / PROBE_STEPS as f64);
     Ok(probed)
 }
 
 /// Trains a probed candidate for the steps its `share` of seconds (counted from its svd)
-/// affords, at most `cap`, and scores it on the validation split.
-fn finish(ws: &Workspace, kind: LabelKind, p: Probed, share: f64, cap: u64) -> Result<Scored> {
+/// affords, at most `cap`, with early stopping unless `fixed`, and scores it on the
+/// validation split (the checkpoint early stopping marked best, which predict reads).
+fn finish(
+    ws: &Workspace,
+    kind: LabelKind,
+    p: Probed,
+    share: f64,
+    cap: u64,
+    fixed: bool,
+) -> Result<Scored> {
     let left = (share - p.seconds()).max(0.0);
-    let steps = planned_steps(left, p.step_seconds, cap).max(PROBE_STEPS);
-    let run = match steps > PROBE_STEPS {
-        true => p.train(ws, steps)?,
-        false => p.run,
+    let planned = planned_steps(left, p.step_seconds, cap).max(PROBE_STEPS);
+    let (run, trained, steps) = match planned > PROBE_STEPS {
+        true => {
+            let extra = match fixed {
+                true => vec![],
+                false => vec![("early-stopping", String::new())],
+            };
+            let (run, stopped) = p.train(ws, planned, &extra)?;
+            let trained = stopped.map_or(planned, |s| s.step);
+            let best = stopped.and_then(|s| s.best).map_or(trained, |b| b.step);
+            (run, trained, best)
+        }
+        false => (p.run, PROBE_STEPS, PROBE_STEPS),
     };
     let mut predict = vec![("run", run.to_string())];
     predict.extend(predict_options(kind, Split::Validation));
@@ -575,6 +608,7 @@ fn finish(ws: &Workspace, kind: LabelKind, p: Probed, share: f64, cap: u64) -> R
         seconds: p.seconds(),
         candidate: p.candidate,
         step_seconds: p.step_seconds,
+        trained,
         steps,
         metrics,
     })
@@ -636,8 +670,8 @@ fn frequency_floor(ws: &Workspace, dataset: &DatasetRow, kind: LabelKind) -> Res
 fn print_table(scored: &[Scored], floor: (f64, f64)) {
     eprintln!();
     eprintln!(
-        "{:<44} {:>8} {:>7} {:>8} {:>10} {:>10}",
-        "candidate (validation)", "ms/step", "steps", "seconds", "primary", "second"
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>10} {:>10}",
+        "candidate (validation)", "ms/step", "trained", "best", "seconds", "primary", "second"
     );
     let ranking = matches!(
         scored.first().map(|s| &s.metrics),
@@ -653,9 +687,10 @@ fn print_table(scored: &[Scored], floor: (f64, f64)) {
     for s in scored {
         let (pa, pb) = shown(s.key());
         eprintln!(
-            "{:<44} {:>8.1} {:>7} {:>8.1} {:>10} {:>10}",
+            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>10} {:>10}",
             s.candidate.name,
             1e3 * s.step_seconds,
+            s.trained,
             s.steps,
             s.seconds,
             pa,
@@ -664,8 +699,8 @@ fn print_table(scored: &[Scored], floor: (f64, f64)) {
     }
     let (fa, fb) = shown(floor);
     eprintln!(
-        "{:<44} {:>8} {:>7} {:>8} {:>10} {:>10}",
-        "(label frequencies, no model)", "", "", "", fa, fb
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>10} {:>10}",
+        "(label frequencies, no model)", "", "", "", "", fa, fb
     );
     eprintln!();
 }
@@ -683,8 +718,9 @@ fn write_spec(
     let mut text = String::new();
     text += &format!(
         "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
-         # trained on every training row for the {} steps its selection run took.\n\n",
-        chosen.candidate.name, chosen.steps
+         # trained on every training row for the {} steps of its selection run's scored\n\
+         # checkpoint (of {} trained).\n\n",
+        chosen.candidate.name, chosen.steps, chosen.trained
     );
     let table = |title: &str, options: &[(&str, String)]| {
         let mut t = format!("[{title}]\n");
@@ -871,6 +907,7 @@ mod tests {
                 train: Vec::new(),
             },
             step_seconds: 0.0,
+            trained: 1,
             steps: 1,
             seconds: 0.0,
             metrics,

@@ -155,3 +155,128 @@ fn a_budget_too_small_for_every_candidate_trains_the_first_and_says_which_were_d
         .unwrap()
         .contains("kernel = \"se\""));
 }
+
+/// Labels drawn independently of the features (a hash of the row number), on the same
+/// 2-D points: there is nothing to learn, so every model's validation NLP is best within
+/// its first scores and only worsens after.
+fn noise(rows: std::ops::Range<u32>) -> String {
+    rows.map(|i| {
+        let t = f64::from(i) * 0.618;
+        let label = if (f64::from(i) * 12.9898).sin().abs() * 43758.5453 % 1.0 < 0.5 {
+            1
+        } else {
+            -1
+        };
+        format!(
+            "{label} 1:{:.4} 2:{:.4}\n",
+            (t * 7.1).sin(),
+            (t * 3.3).cos()
+        )
+    })
+    .collect()
+}
+
+/// The validation table's candidate rows: (name, steps trained, steps of the scored
+/// checkpoint).
+fn table_rows(err: &str) -> Vec<(String, u64, u64)> {
+    let table = err.split("candidate (validation)").nth(1).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| !l.starts_with("(label frequencies"))
+        .map(|l| {
+            let name = l[..44].trim().to_string();
+            let numbers: Vec<&str> = l[44..].split_whitespace().collect();
+            (
+                name,
+                numbers[1].parse().unwrap(),
+                numbers[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn fit_noise(dir: &std::path::Path, extra: &[&str]) -> (String, String, std::path::PathBuf) {
+    let train = dir.join("noise.svm");
+    std::fs::write(&train, noise(0..240)).unwrap();
+    let spec = dir.join("noise-fit.toml");
+    let ws = dir.join("ws");
+    let mut args = vec![
+        "fit",
+        "--train",
+        train.to_str().unwrap(),
+        "--budget",
+        "20s",
+        "--spec-out",
+        spec.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = pipeline(&ws, &args);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    (err, std::fs::read_to_string(&spec).unwrap(), ws)
+}
+
+#[test]
+fn fit_stops_candidates_early_and_trains_the_final_model_to_the_best_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (err, spec, ws) = fit_noise(dir.path(), &[]);
+    let rows = table_rows(&err);
+    assert_eq!(rows.len(), 4, "{err}");
+    for (name, trained, best) in &rows {
+        assert!(
+            best <= trained,
+            "{name}: best {best} > trained {trained}\n{err}"
+        );
+    }
+    // Every selection run (not the probes) watched validation; at least one stopped on it
+    // and the time it did not use was not spent.
+    let mut selection: Vec<serde_json::Value> = status_json(&ws)["train_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["dataset"] == "noise-select" && r["steps"] != 50)
+        .cloned()
+        .collect();
+    selection.sort_by_key(|r| r["id"].as_i64());
+    assert_eq!(selection.len(), 4, "{selection:?}");
+    assert!(selection.iter().all(|r| r["early_stopping"].is_object()));
+    let stopped = selection
+        .iter()
+        .filter(|r| r["stopped"]["reason"] == "no-improvement")
+        .count();
+    assert!(stopped >= 1, "{selection:?}");
+    // The table's columns are each run's last step and its best-scoring one (the runs are
+    // the candidates in order).
+    for (row, run) in rows.iter().zip(&selection) {
+        assert_eq!(run["stopped"]["step"], row.1, "{row:?}: {run}");
+        assert_eq!(run["stopped"]["best"]["step"], row.2, "{row:?}: {run}");
+    }
+    // The final model trains the chosen candidate's best step, which the table shows.
+    let chosen = err.split("== fit: chosen ").nth(1).unwrap();
+    let (name, steps) = chosen.split_once(" (").unwrap();
+    let steps: u64 = steps.split(' ').next().unwrap().parse().unwrap();
+    let row = rows.iter().find(|r| r.0 == name).unwrap();
+    assert_eq!(steps, row.2, "{err}");
+    assert!(spec.contains(&format!("steps = {steps}\n")), "{spec}");
+}
+
+#[test]
+fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let (err, spec, ws) = fit_noise(dir.path(), &["--no-early-stopping"]);
+    let rows = table_rows(&err);
+    for (name, trained, best) in &rows {
+        assert_eq!(trained, best, "{name}\n{err}");
+    }
+    let runs = status_json(&ws)["train_runs"].as_array().unwrap().clone();
+    assert!(
+        runs.iter().all(|r| r["early_stopping"].is_null()),
+        "{runs:?}"
+    );
+    let chosen = err.split("== fit: chosen ").nth(1).unwrap();
+    let (name, _) = chosen.split_once(" (").unwrap();
+    let row = rows.iter().find(|r| r.0 == name).unwrap();
+    assert!(spec.contains(&format!("steps = {}\n", row.1)), "{spec}");
+}
