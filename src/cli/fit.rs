@@ -9,15 +9,15 @@
 //!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps measures its
 //!    step time, then a run of the steps its share affords (capped, [`step_cap`]), stopped
 //!    by train's early stopping once its validation score no longer improves, is scored
-//!    on the validation split at its best checkpoint; time a stopped run did not use goes
-//!    to the candidates after it. The first probe also decides how many candidates the budget
+//!    on the validation split at its last step; time a stopped run did not use goes to
+//!    the candidates after it. The first probe also decides how many candidates the budget
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
-//!    and trains the winner for the steps of its scored checkpoint, and it is run as `pipeline run`
+//!    and trains the winner for the steps its selection run took, and it is run as `pipeline run`
 //!    runs it: the test metrics printed are those the spec reproduces.
 //!
 //! The budget is kept by measurement, not by interrupting runs: every share is converted to
@@ -280,10 +280,10 @@ struct Scored {
     candidate: Candidate,
     /// The probe's measured seconds per step.
     step_seconds: f64,
-    /// The steps its run trained (fewer than planned when early stopping ended it).
-    trained: u64,
-    /// The steps of the checkpoint scored: early stopping's best, else `trained`. The
-    /// final model trains this many.
+    /// The steps its share afforded.
+    planned: u64,
+    /// The steps its run trained (fewer than planned when early stopping ended it), whose
+    /// last checkpoint was scored. The final model trains this many.
     steps: u64,
     seconds: f64,
     metrics: Evaluation,
@@ -565,8 +565,13 @@ fn probe(
 }
 
 /// Trains a probed candidate for the steps its `share` of seconds (counted from its svd)
-/// affords, at most `cap`, with early stopping unless `fixed`, and scores it on the
-/// validation split (the checkpoint early stopping marked best, which predict reads).
+/// affords, at most `cap`, with early stopping unless `fixed`, and scores the run's last
+/// checkpoint on the validation split.
+///
+/// The last, not the best-scoring one early stopping marks: on a plateau the best single
+/// score is a noise peak anywhere along it, and final models trained only to that step
+/// scored lower on test (docs/experiments/stopping.md, "What fit trains to"). The run's
+/// last step is the model the final spec reproduces, so that is the one compared.
 fn finish(
     ws: &Workspace,
     kind: LabelKind,
@@ -577,20 +582,18 @@ fn finish(
 ) -> Result<Scored> {
     let left = (share - p.seconds()).max(0.0);
     let planned = planned_steps(left, p.step_seconds, cap).max(PROBE_STEPS);
-    let (run, trained, steps) = match planned > PROBE_STEPS {
+    let (run, steps) = match planned > PROBE_STEPS {
         true => {
             let extra = match fixed {
                 true => vec![],
                 false => vec![("early-stopping", String::new())],
             };
             let (run, stopped) = p.train(ws, planned, &extra)?;
-            let trained = stopped.map_or(planned, |s| s.step);
-            let best = stopped.and_then(|s| s.best).map_or(trained, |b| b.step);
-            (run, trained, best)
+            (run, stopped.map_or(planned, |s| s.step))
         }
-        false => (p.run, PROBE_STEPS, PROBE_STEPS),
+        false => (p.run, PROBE_STEPS),
     };
-    let mut predict = vec![("run", run.to_string())];
+    let mut predict = vec![("run", run.to_string()), ("checkpoint", steps.to_string())];
     predict.extend(predict_options(kind, Split::Validation));
     let Command::Predict(pr) = command(argv("predict", &predict))? else {
         unreachable!()
@@ -608,7 +611,7 @@ fn finish(
         seconds: p.seconds(),
         candidate: p.candidate,
         step_seconds: p.step_seconds,
-        trained,
+        planned,
         steps,
         metrics,
     })
@@ -671,7 +674,7 @@ fn print_table(scored: &[Scored], floor: (f64, f64)) {
     eprintln!();
     eprintln!(
         "{:<44} {:>8} {:>7} {:>7} {:>8} {:>10} {:>10}",
-        "candidate (validation)", "ms/step", "trained", "best", "seconds", "primary", "second"
+        "candidate (validation)", "ms/step", "planned", "trained", "seconds", "primary", "second"
     );
     let ranking = matches!(
         scored.first().map(|s| &s.metrics),
@@ -690,7 +693,7 @@ fn print_table(scored: &[Scored], floor: (f64, f64)) {
             "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>10} {:>10}",
             s.candidate.name,
             1e3 * s.step_seconds,
-            s.trained,
+            s.planned,
             s.steps,
             s.seconds,
             pa,
@@ -718,9 +721,9 @@ fn write_spec(
     let mut text = String::new();
     text += &format!(
         "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
-         # trained on every training row for the {} steps of its selection run's scored\n\
-         # checkpoint (of {} trained).\n\n",
-        chosen.candidate.name, chosen.steps, chosen.trained
+         # trained on every training row for the {} steps its selection run took (of {}\n\
+         # planned).\n\n",
+        chosen.candidate.name, chosen.steps, chosen.planned
     );
     let table = |title: &str, options: &[(&str, String)]| {
         let mut t = format!("[{title}]\n");
@@ -907,7 +910,7 @@ mod tests {
                 train: Vec::new(),
             },
             step_seconds: 0.0,
-            trained: 1,
+            planned: 1,
             steps: 1,
             seconds: 0.0,
             metrics,

@@ -176,8 +176,7 @@ fn noise(rows: std::ops::Range<u32>) -> String {
     .collect()
 }
 
-/// The validation table's candidate rows: (name, steps trained, steps of the scored
-/// checkpoint).
+/// The validation table's candidate rows: (name, steps planned, steps trained).
 fn table_rows(err: &str) -> Vec<(String, u64, u64)> {
     let table = err.split("candidate (validation)").nth(1).unwrap();
     table
@@ -219,16 +218,13 @@ fn fit_noise(dir: &std::path::Path, extra: &[&str]) -> (String, String, std::pat
 }
 
 #[test]
-fn fit_stops_candidates_early_and_trains_the_final_model_to_the_best_step() {
+fn fit_stops_candidates_early_and_trains_the_final_model_as_far_as_the_chosen_run() {
     let dir = tempfile::tempdir().unwrap();
     let (err, spec, ws) = fit_noise(dir.path(), &[]);
     let rows = table_rows(&err);
     assert_eq!(rows.len(), 4, "{err}");
-    for (name, trained, best) in &rows {
-        assert!(
-            best <= trained,
-            "{name}: best {best} > trained {trained}\n{err}"
-        );
+    for (name, planned, trained) in &rows {
+        assert!(trained <= planned, "{name}: {trained} > {planned}\n{err}");
     }
     // Every selection run (not the probes) watched validation; at least one stopped on it
     // and the time it did not use was not spent.
@@ -247,19 +243,28 @@ fn fit_stops_candidates_early_and_trains_the_final_model_to_the_best_step() {
         .filter(|r| r["stopped"]["reason"] == "no-improvement")
         .count();
     assert!(stopped >= 1, "{selection:?}");
-    // The table's columns are each run's last step and its best-scoring one (the runs are
-    // the candidates in order).
+    // The table's columns are each run's budget and its last step (the runs are the
+    // candidates in order), and one that stopped early ended before its budget.
     for (row, run) in rows.iter().zip(&selection) {
-        assert_eq!(run["stopped"]["step"], row.1, "{row:?}: {run}");
-        assert_eq!(run["stopped"]["best"]["step"], row.2, "{row:?}: {run}");
+        assert_eq!(run["steps"], row.1, "{row:?}: {run}");
+        assert_eq!(run["stopped"]["step"], row.2, "{row:?}: {run}");
+        if run["stopped"]["reason"] == "no-improvement" {
+            assert!(row.2 < row.1, "{row:?}");
+        }
     }
-    // The final model trains the chosen candidate's best step, which the table shows.
+    // The final model trains the steps the chosen candidate's run took, and the score that
+    // chose it is that last checkpoint's: the validation evaluation recorded for the run.
     let chosen = err.split("== fit: chosen ").nth(1).unwrap();
     let (name, steps) = chosen.split_once(" (").unwrap();
     let steps: u64 = steps.split(' ').next().unwrap().parse().unwrap();
     let row = rows.iter().find(|r| r.0 == name).unwrap();
     assert_eq!(steps, row.2, "{err}");
     assert!(spec.contains(&format!("steps = {steps}\n")), "{spec}");
+    for run in &selection {
+        let scored = &run["evaluations"][0];
+        assert_eq!(scored["split"], "validation", "{run}");
+        assert_eq!(scored["checkpoint_step"], run["stopped"]["step"], "{run}");
+    }
 }
 
 #[test]
@@ -267,8 +272,8 @@ fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
     let dir = tempfile::tempdir().unwrap();
     let (err, spec, ws) = fit_noise(dir.path(), &["--no-early-stopping"]);
     let rows = table_rows(&err);
-    for (name, trained, best) in &rows {
-        assert_eq!(trained, best, "{name}\n{err}");
+    for (name, planned, trained) in &rows {
+        assert_eq!(planned, trained, "{name}\n{err}");
     }
     let runs = status_json(&ws)["train_runs"].as_array().unwrap().clone();
     assert!(
