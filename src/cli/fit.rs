@@ -17,8 +17,8 @@
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
-//!    and trains the winner for the steps its selection run took, and it is run as `pipeline run`
-//!    runs it: the test metrics printed are those the spec reproduces.
+//!    and trains the winner for the steps its selection run took, and it is run as
+//!    `pipeline run` runs it: the test metrics printed are those the spec reproduces.
 //!
 //! The budget is kept by measurement, not by interrupting runs: every share is converted to
 //! a step count from the probe's measured step time with a safety factor, so each run is a
