@@ -351,17 +351,25 @@ impl RowRules {
         }
         let id = raw - self.index_base;
         if id >= limit {
-            let max = u64::from(limit) + u64::from(self.index_base);
-            return Err(format!(
-                "found {what} id {raw}, expected < {max} ({header} = {limit} {from})",
-                from = if header == 'D' {
-                    self.features_from
-                } else {
-                    "in the header"
-                }
-            ));
+            return Err(self.id_beyond(what, u64::from(raw), limit, header));
         }
         Ok(id)
+    }
+
+    /// "found {what} id RAW, expected < MAX (D = … from …)": `raw` as written (with the
+    /// index base), at or past `limit`.
+    fn id_beyond(&self, what: &str, raw: u64, limit: u32, header: char) -> String {
+        let max = u64::from(limit) + u64::from(self.index_base);
+        let from = match header {
+            'D' => self.features_from,
+            _ => "in the header",
+        };
+        format!("found {what} id {raw}, expected < {max} ({header} = {limit} {from})")
+    }
+
+    /// "found non-finite value TEXT for {what} ID, expected a finite number".
+    fn non_finite(what: &str, text: &str, id: u32) -> String {
+        format!("found non-finite value '{text}' for {what} {id}, expected a finite number")
     }
 
     fn label_list(&self, token: &[u8], s: &mut RowScratch) -> Result<(), String> {
@@ -421,10 +429,7 @@ impl RowRules {
             )
         })?;
         if !value.is_finite() {
-            return Err(format!(
-                "found non-finite value '{}' for {what} {id}, expected a finite number",
-                show(text)
-            ));
+            return Err(Self::non_finite(what, &show(text), id));
         }
         Ok((id, value))
     }
@@ -722,6 +727,74 @@ pub fn parse_block(
     Ok(p.out)
 }
 
+/// Rows given as (feature id, value) pairs instead of text: a matrix already in memory
+/// (the Python bindings' NumPy and SciPy rows). Each row goes through what a parsed line's
+/// features go through, so a row gets the bits its text would get: ids checked against D
+/// (an error, or dropped and counted, as `rules.unknown_features` says), values checked
+/// finite, then [`RowRules::finish_row`]'s sort, duplicate check and transform. The rows
+/// carry no labels.
+pub struct PairRows<'r> {
+    rules: &'r RowRules,
+    scratch: RowScratch,
+    out: ParsedBlock,
+}
+
+impl<'r> PairRows<'r> {
+    pub fn new(rules: &'r RowRules) -> Self {
+        PairRows {
+            rules,
+            scratch: RowScratch::default(),
+            out: ParsedBlock::default(),
+        }
+    }
+
+    /// Appends the row of `pairs` (0-based feature ids, in any order) as row `row_id`. An
+    /// error says what a parsed line's would, ids written with the rules' index base.
+    pub fn push(
+        &mut self,
+        row_id: u64,
+        pairs: impl IntoIterator<Item = (u64, f64)>,
+    ) -> Result<(), String> {
+        let (rules, s) = (self.rules, &mut self.scratch);
+        s.features.clear();
+        s.labels.clear();
+        s.dropped_features = 0;
+        let base = u64::from(rules.index_base);
+        for (id, value) in pairs {
+            let Some(id) = u32::try_from(id).ok().filter(|&i| i < rules.n_features) else {
+                match rules.unknown_features {
+                    UnknownFeatures::Refuse => {
+                        let raw = id.saturating_add(base);
+                        return Err(rules.id_beyond("feature", raw, rules.n_features, 'D'));
+                    }
+                    UnknownFeatures::Drop => s.dropped_features += 1,
+                }
+                continue;
+            };
+            if !value.is_finite() {
+                return Err(RowRules::non_finite("feature", &value.to_string(), id));
+            }
+            s.features.push((id, value));
+        }
+        let sq_norm = rules.finish_row(s)?;
+        self.out.dropped_features += s.dropped_features;
+        self.out.rows_with_dropped += u64::from(s.dropped_features > 0);
+        self.out.rows.push_row(RowRef {
+            row_id,
+            labels: &s.labels,
+            indices: &s.indices,
+            values: &s.values,
+            sq_norm,
+        });
+        Ok(())
+    }
+
+    /// The rows pushed, as one chunk, with the dropped-feature counts.
+    pub fn finish(self) -> ParsedBlock {
+        self.out
+    }
+}
+
 /// Parses matching blocks of a BoW feature file (source 0) and label file (source 1):
 /// line i of one is the same row as line i of the other.
 pub fn parse_bow_block(
@@ -1001,6 +1074,77 @@ mod tests {
             e.msg.starts_with("found feature id 9, expected < 4 (D = 3"),
             "{e}"
         );
+    }
+
+    /// Rows from memory get the bits their text gets, under every kind of transform, with
+    /// unknown features refused or dropped as in text and non-finite values refused.
+    #[test]
+    fn pair_rows_equal_the_parsed_text_of_the_same_rows() {
+        use crate::transform::FeatureScaling;
+        let scaling = Arc::new(FeatureScaling {
+            ids: vec![0, 1, 2, 3],
+            shift: vec![0.5, -1.25, 0.0, 2.0],
+            scale: vec![1.0 / 3.0, 2.0, 1.0, 0.1],
+        });
+        let rows: Vec<Vec<(u64, f64)>> = vec![
+            vec![(2, 0.1), (0, 1.0 / 3.0), (3, -7.25)],
+            vec![],
+            vec![(1, 1e-300), (3, 12345.678)],
+        ];
+        let text: String = rows
+            .iter()
+            .map(|r| {
+                let tokens: Vec<String> =
+                    r.iter().map(|(i, v)| format!("{}:{v:?}", i + 1)).collect();
+                tokens.join(" ") + "\n"
+            })
+            .collect();
+        for transform in [
+            Transform::None,
+            Transform::L2,
+            Transform::Scale(scaling.clone()),
+            Transform::Standardize(scaling.clone()),
+        ] {
+            let mut rl = RowRules::new(4, u32::MAX, 1);
+            rl.transform = transform;
+            let parsed = parse_block(text.as_bytes(), 1, true, LineSyntax::Libsvm, &rl).unwrap();
+            let mut pairs = PairRows::new(&rl);
+            for (i, r) in rows.iter().enumerate() {
+                pairs.push(i as u64 + 1, r.iter().copied()).unwrap();
+            }
+            let from_memory = pairs.finish().rows;
+            assert_eq!(from_memory.row_ids, parsed.rows.row_ids);
+            assert_eq!(from_memory.feature_offsets, parsed.rows.feature_offsets);
+            assert_eq!(from_memory.indices, parsed.rows.indices);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&from_memory.values), bits(&parsed.rows.values));
+            assert_eq!(bits(&from_memory.sq_norms), bits(&parsed.rows.sq_norms));
+        }
+        let mut rl = RowRules::new(4, u32::MAX, 1);
+        let mut pairs = PairRows::new(&rl);
+        let e = pairs.push(0, [(0, 1.0), (9, 2.0)]).unwrap_err();
+        assert!(
+            e.starts_with("found feature id 10, expected < 5 (D = 4"),
+            "{e}"
+        );
+        let e = pairs.push(0, [(u64::MAX, 1.0)]).unwrap_err();
+        assert!(
+            e.starts_with(&format!("found feature id {}", u64::MAX)),
+            "{e}"
+        );
+        let e = pairs.push(0, [(1, f64::NAN)]).unwrap_err();
+        assert!(e.contains("non-finite value 'NaN' for feature 1"), "{e}");
+        let e = pairs.push(0, [(1, 1.0), (1, 2.0)]).unwrap_err();
+        assert!(e.contains("found feature 2 twice"), "{e}");
+        rl.unknown_features = UnknownFeatures::Drop;
+        let mut pairs = PairRows::new(&rl);
+        pairs
+            .push(0, [(0, 1.0), (9, 2.0), (u64::MAX, 3.0)])
+            .unwrap();
+        pairs.push(1, [(1, 1.0)]).unwrap();
+        let out = pairs.finish();
+        assert_eq!(out.rows.row(0).indices, &[0]);
+        assert_eq!((out.dropped_features, out.rows_with_dropped), (2, 1));
     }
 
     #[test]
