@@ -130,6 +130,67 @@ pub fn run_model(
     score_input(&loaded, opts, input)
 }
 
+/// What [`score_pairs`] returns: the prediction blocks in row order (row ids are the rows'
+/// 0-based positions) and the features dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoredRows {
+    pub blocks: Vec<PredictionBlock>,
+    pub dropped: Dropped,
+}
+
+/// Scores rows held in memory, each a list of (0-based feature id, value) pairs, under the
+/// model file `file`, as `predict --model FILE --input` scores the same rows written as
+/// text: the same checks and transform ([`crate::text::parse::PairRows`]), the same
+/// ranking, block by block of `opts.block_rows` rows (`opts.run`, `opts.checkpoint` and
+/// `opts.split` are not used). A bad row is an error naming its 0-based position.
+pub fn score_pairs<'a, R>(
+    file: &PortableModel,
+    rows: R,
+    opts: &PredictOptions,
+    unknown: crate::text::parse::UnknownFeatures,
+) -> Result<ScoredRows>
+where
+    R: IntoIterator<Item = &'a [(u64, f64)]>,
+    R::IntoIter: Send,
+{
+    opts.validate()?;
+    let model = file.scoring_model();
+    let facts = file.dataset();
+    let top_k = checked_top_k(model.config.task, facts.n_labels, opts.top_k)?;
+    let rules = crate::text::new_rows::row_rules(facts, file.transform.clone(), unknown)?;
+    let pool = thread_pool(opts.threads.unwrap_or(model.config.threads))?;
+    let scoring = || {
+        format!(
+            "scoring rows from memory with train run {} (checkpoint step {})",
+            file.provenance().train_run,
+            file.provenance().checkpoint_step
+        )
+    };
+    let sizes = (top_k, opts.block_rows, opts.probabilities);
+    let mut rows = rows.into_iter().enumerate().peekable();
+    pool.install(|| {
+        with_ranking(&model, sizes, &scoring, |ranking| {
+            let mut out = ScoredRows {
+                blocks: Vec::new(),
+                dropped: Dropped::default(),
+            };
+            while rows.peek().is_some() {
+                let mut pairs = crate::text::parse::PairRows::new(&rules);
+                for (i, row) in rows.by_ref().take(opts.block_rows.max(1)) {
+                    pairs
+                        .push(i as u64, row.iter().copied())
+                        .map_err(|e| anyhow::anyhow!("row {i}: {e}"))?;
+                }
+                let parsed = pairs.finish();
+                out.dropped.features += parsed.dropped_features;
+                out.dropped.rows += parsed.rows_with_dropped;
+                out.blocks.extend(ranking.rank(&parsed.rows)?);
+            }
+            Ok(out)
+        })
+    })
+}
+
 /// An existing `--output` is refused (unless `--force`) before anything is read or scored.
 fn refuse_output(input: &InputOptions) -> Result<()> {
     match &input.output {

@@ -634,3 +634,90 @@ fn refusals_name_the_line_and_leave_no_output() {
         "no run recorded"
     );
 }
+
+/// The LIBSVM text's feature pairs, 0-based ids (the rows a caller holds in memory).
+fn libsvm_pairs(text: &str) -> Vec<Vec<(u64, f64)>> {
+    text.lines()
+        .map(|line| {
+            line.split_whitespace()
+                .skip(1)
+                .map(|tok| {
+                    let (id, value) = tok.split_once(':').unwrap();
+                    (id.parse::<u64>().unwrap() - 1, value.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Rows from memory under a model file (`predict::input::score_pairs`, what the Python
+/// bindings call) get the bits `predict --model --input` writes for the same rows as
+/// text, block by block, with probabilities; a bad row names its position.
+#[test]
+fn rows_from_memory_score_as_the_same_rows_from_a_file() {
+    use fsgp::portable::PortableModel;
+    use fsgp::predict::input::score_pairs;
+    use fsgp::predict::PredictOptions;
+    use fsgp::text::parse::UnknownFeatures;
+    let case = Case::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let label = |x: &[f64; 3]| if x[0] > 0.3 { "+1" } else { "-1" }.to_string();
+    let train = case.file("train.svm", libsvm_text(200, &mut rng, label).as_bytes());
+    let test_text = libsvm_text(70, &mut rng, label);
+    let test = case.file("test.svm", test_text.as_bytes());
+    let run = case.model(
+        "mem",
+        (&train, &test),
+        &["--format", "libsvm", "--transform", "standardize"],
+        "3",
+        &[
+            "--task",
+            "binary",
+            "--latent",
+            "independent",
+            "--kernel",
+            "se",
+        ],
+    );
+    let by_text = case.input_rows(&run, &test, &["--probabilities", "--block-rows", "32"]);
+    let model = case.dir.path().join(format!("run-{run}.model.parquet"));
+    let file = PortableModel::open(&model).unwrap();
+    let mut opts = PredictOptions::new(0);
+    opts.probabilities = true;
+    opts.block_rows = 32;
+    let pairs = libsvm_pairs(&test_text);
+    let scored = score_pairs(
+        &file,
+        pairs.iter().map(Vec::as_slice),
+        &opts,
+        UnknownFeatures::Refuse,
+    )
+    .unwrap();
+    assert_eq!(scored.blocks.len(), 3, "70 rows in blocks of 32");
+    let mut from_memory = Vec::new();
+    for b in &scored.blocks {
+        for i in 0..b.len() {
+            from_memory.push((
+                b.row_ids[i],
+                b.labels(i).to_vec(),
+                bits(b.scores(i)),
+                b.probabilities(i).map(bits),
+                b.true_class_probability(i).map(|t| t.map(f32::to_bits)),
+            ));
+        }
+    }
+    assert_eq!(from_memory, by_text);
+    let mut bad = pairs.clone();
+    bad[5].push((7, 1.0));
+    let e = score_pairs(
+        &file,
+        bad.iter().map(Vec::as_slice),
+        &opts,
+        UnknownFeatures::Refuse,
+    )
+    .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("row 5: found feature id 8, expected < 4 (D = 3"),
+        "{e:#}"
+    );
+}
