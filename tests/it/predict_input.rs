@@ -9,7 +9,7 @@
 use crate::common;
 use common::toy::{newest_run, predictions_path};
 use common::*;
-use fsgp::store::predictions::PredictionReader;
+use fsgp::store::predictions::{PredictionBlock, PredictionReader};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::io::Write;
@@ -34,18 +34,22 @@ fn bits(values: &[f32]) -> Vec<u32> {
 fn read_rows(path: &Path) -> Vec<Row> {
     let mut rows = Vec::new();
     for block in PredictionReader::open(path).unwrap() {
-        let b = block.unwrap();
-        for i in 0..b.len() {
-            rows.push((
-                b.row_ids[i],
-                b.labels(i).to_vec(),
-                bits(b.scores(i)),
-                b.probabilities(i).map(bits),
-                b.true_class_probability(i).map(|t| t.map(f32::to_bits)),
-            ));
-        }
+        push_rows(&block.unwrap(), &mut rows);
     }
     rows
+}
+
+/// Appends the rows of `b`, decoded, to `rows`.
+fn push_rows(b: &PredictionBlock, rows: &mut Vec<Row>) {
+    for i in 0..b.len() {
+        rows.push((
+            b.row_ids[i],
+            b.labels(i).to_vec(),
+            bits(b.scores(i)),
+            b.probabilities(i).map(bits),
+            b.true_class_probability(i).map(|t| t.map(f32::to_bits)),
+        ));
+    }
 }
 
 /// A workspace (`dir/ws`) and its input files (`dir/src`).
@@ -696,15 +700,7 @@ fn rows_from_memory_score_as_the_same_rows_from_a_file() {
     assert_eq!(scored.blocks.len(), 3, "70 rows in blocks of 32");
     let mut from_memory = Vec::new();
     for b in &scored.blocks {
-        for i in 0..b.len() {
-            from_memory.push((
-                b.row_ids[i],
-                b.labels(i).to_vec(),
-                bits(b.scores(i)),
-                b.probabilities(i).map(bits),
-                b.true_class_probability(i).map(|t| t.map(f32::to_bits)),
-            ));
-        }
+        push_rows(b, &mut from_memory);
     }
     assert_eq!(from_memory, by_text);
     let mut bad = pairs.clone();
