@@ -15,7 +15,10 @@ for d in $SETS; do
     banana|mnist-oddeven) train=$SHARED/data/classification/$d/train.txt.gz; test=$SHARED/data/classification/$d/test.txt.gz ;;
     delicious) train=$SHARED/data/delicious/train.txt; test=$SHARED/data/delicious/test.txt ;;
   esac
-  rm -rf "ws-$d" "$d-fit.toml"
+  # fit never overwrites a spec, and a workspace here may be someone's: refuse, do not delete.
+  for old in "ws-$d" "$d-fit.toml"; do
+    [ -e "$old" ] && { echo "$OUT/$old exists: remove it or choose another OUT_DIR" >&2; exit 1; }
+  done
   FSGP_WORKSPACE=$OUT/ws-$d /usr/bin/time -f "fit wall %e s" $P fit --train $train --test $test \
     --budget ${BUDGET:-5m} --name $d ${FIT_ARGS:-} > fit-$d.out 2> fit-$d.err
 done

@@ -1,10 +1,10 @@
 //! The C allocator's tunables, set for the kind of work a process phase does (glibc only;
 //! a no-op elsewhere).
 //!
-//! - [`for_streaming`], at start and when ingest or svd starts: glibc raises its mmap threshold each time a large block is
-//!   freed, after which the many short-lived multi-MB buffers of a streaming stage (ingest's
-//!   text blocks, svd's passes) are carved from per-thread heaps that fragment and never
-//!   shrink, so RSS creeps up with the input size. A fixed 1 MiB threshold keeps large
+//! - [`for_streaming`], at start and when ingest or svd starts: glibc raises its mmap
+//!   threshold each time a large block is freed, after which the many short-lived multi-MB
+//!   buffers of a streaming stage (ingest's text blocks, svd's passes) are carved from
+//!   per-thread heaps that fragment and never shrink, so RSS creeps up with the input size. A fixed 1 MiB threshold keeps large
 //!   buffers in their own mappings, returned to the OS on free.
 //! - [`for_recurring_steps`], when training starts: a training step allocates the same
 //!   buffers every step (the minibatch's dense rows, K_bZ, the per-GP products). Each block

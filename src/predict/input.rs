@@ -120,14 +120,7 @@ pub fn run_model(
     opts.validate()?;
     refuse_output(input)?;
     let file = PortableModel::open(model)?;
-    let loaded = Loaded {
-        model: file.scoring_model(),
-        facts: file.dataset(),
-        transform: file.transform.clone(),
-        train_run: file.provenance().train_run,
-        checkpoint_step: file.provenance().checkpoint_step,
-    };
-    score_input(&loaded, opts, input)
+    score_input(&Loaded::of_file(&file), opts, input)
 }
 
 /// What [`score_pairs`] returns: the prediction blocks in row order (row ids are the rows'
@@ -154,34 +147,33 @@ where
     R::IntoIter: Send,
 {
     opts.validate()?;
-    let model = file.scoring_model();
-    let facts = file.dataset();
-    let top_k = checked_top_k(model.config.task, facts.n_labels, opts.top_k)?;
-    let rules = crate::text::new_rows::row_rules(facts, file.transform.clone(), unknown)?;
-    let pool = thread_pool(opts.threads.unwrap_or(model.config.threads))?;
+    let loaded = Loaded::of_file(file);
+    let (config, facts) = (loaded.model.config, loaded.facts);
+    let top_k = checked_top_k(config.task, facts.n_labels, opts.top_k)?;
+    let rules = crate::text::new_rows::row_rules(facts, loaded.transform.clone(), unknown)?;
+    let mut pairs = crate::text::parse::PairRows::new(&rules);
+    let pool = thread_pool(opts.threads.unwrap_or(config.threads))?;
     let scoring = || {
         format!(
             "scoring rows from memory with train run {} (checkpoint step {})",
-            file.provenance().train_run,
-            file.provenance().checkpoint_step
+            loaded.train_run, loaded.checkpoint_step
         )
     };
     let sizes = (top_k, opts.block_rows, opts.probabilities);
     let mut rows = rows.into_iter().enumerate().peekable();
     pool.install(|| {
-        with_ranking(&model, sizes, &scoring, |ranking| {
+        with_ranking(&loaded.model, sizes, &scoring, |ranking| {
             let mut out = ScoredRows {
                 blocks: Vec::new(),
                 dropped: Dropped::default(),
             };
             while rows.peek().is_some() {
-                let mut pairs = crate::text::parse::PairRows::new(&rules);
                 for (i, row) in rows.by_ref().take(opts.block_rows.max(1)) {
                     pairs
                         .push(i as u64, row.iter().copied())
                         .map_err(|e| anyhow::anyhow!("row {i}: {e}"))?;
                 }
-                let parsed = pairs.finish();
+                let parsed = pairs.take();
                 out.dropped.features += parsed.dropped_features;
                 out.dropped.rows += parsed.rows_with_dropped;
                 out.blocks.extend(ranking.rank(&parsed.rows)?);
@@ -207,6 +199,19 @@ struct Loaded<'a> {
     /// Provenance, written in the output's metadata and messages.
     train_run: i64,
     checkpoint_step: u64,
+}
+
+impl<'a> Loaded<'a> {
+    /// The model a model file holds, with its provenance.
+    fn of_file(file: &'a PortableModel) -> Self {
+        Loaded {
+            model: file.scoring_model(),
+            facts: file.dataset(),
+            transform: file.transform.clone(),
+            train_run: file.provenance().train_run,
+            checkpoint_step: file.provenance().checkpoint_step,
+        }
+    }
 }
 
 /// Reads, scores and writes every row of `input` under `loaded`.

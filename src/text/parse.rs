@@ -733,39 +733,42 @@ pub fn parse_block(
 /// (an error, or dropped and counted, as `rules.unknown_features` says), values checked
 /// finite, then [`RowRules::finish_row`]'s sort, duplicate check and transform. The rows
 /// carry no labels.
-pub struct PairRows<'r> {
-    rules: &'r RowRules,
+pub struct PairRows {
+    rules: RowRules,
     scratch: RowScratch,
     out: ParsedBlock,
 }
 
-impl<'r> PairRows<'r> {
-    pub fn new(rules: &'r RowRules) -> Self {
+impl PairRows {
+    /// Rows under `rules`, whose index base is not used: the caller's ids are 0-based, and
+    /// every message names them as given.
+    pub fn new(rules: &RowRules) -> Self {
         PairRows {
-            rules,
+            rules: RowRules {
+                index_base: 0,
+                ..rules.clone()
+            },
             scratch: RowScratch::default(),
             out: ParsedBlock::default(),
         }
     }
 
     /// Appends the row of `pairs` (0-based feature ids, in any order) as row `row_id`. An
-    /// error says what a parsed line's would, ids written with the rules' index base.
+    /// error says what a parsed line's would, with the ids as given.
     pub fn push(
         &mut self,
         row_id: u64,
         pairs: impl IntoIterator<Item = (u64, f64)>,
     ) -> Result<(), String> {
-        let (rules, s) = (self.rules, &mut self.scratch);
+        let (rules, s) = (&self.rules, &mut self.scratch);
         s.features.clear();
         s.labels.clear();
         s.dropped_features = 0;
-        let base = u64::from(rules.index_base);
         for (id, value) in pairs {
             let Some(id) = u32::try_from(id).ok().filter(|&i| i < rules.n_features) else {
                 match rules.unknown_features {
                     UnknownFeatures::Refuse => {
-                        let raw = id.saturating_add(base);
-                        return Err(rules.id_beyond("feature", raw, rules.n_features, 'D'));
+                        return Err(rules.id_beyond("feature", id, rules.n_features, 'D'));
                     }
                     UnknownFeatures::Drop => s.dropped_features += 1,
                 }
@@ -789,9 +792,10 @@ impl<'r> PairRows<'r> {
         Ok(())
     }
 
-    /// The rows pushed, as one chunk, with the dropped-feature counts.
-    pub fn finish(self) -> ParsedBlock {
-        self.out
+    /// The rows pushed since the last call, as one chunk, with their dropped-feature
+    /// counts; the next rows start a new chunk.
+    pub fn take(&mut self) -> ParsedBlock {
+        std::mem::take(&mut self.out)
     }
 }
 
@@ -1112,7 +1116,7 @@ mod tests {
             for (i, r) in rows.iter().enumerate() {
                 pairs.push(i as u64 + 1, r.iter().copied()).unwrap();
             }
-            let from_memory = pairs.finish().rows;
+            let from_memory = pairs.take().rows;
             assert_eq!(from_memory.row_ids, parsed.rows.row_ids);
             assert_eq!(from_memory.feature_offsets, parsed.rows.feature_offsets);
             assert_eq!(from_memory.indices, parsed.rows.indices);
@@ -1124,7 +1128,7 @@ mod tests {
         let mut pairs = PairRows::new(&rl);
         let e = pairs.push(0, [(0, 1.0), (9, 2.0)]).unwrap_err();
         assert!(
-            e.starts_with("found feature id 10, expected < 5 (D = 4"),
+            e.starts_with("found feature id 9, expected < 4 (D = 4"),
             "{e}"
         );
         let e = pairs.push(0, [(u64::MAX, 1.0)]).unwrap_err();
@@ -1135,14 +1139,14 @@ mod tests {
         let e = pairs.push(0, [(1, f64::NAN)]).unwrap_err();
         assert!(e.contains("non-finite value 'NaN' for feature 1"), "{e}");
         let e = pairs.push(0, [(1, 1.0), (1, 2.0)]).unwrap_err();
-        assert!(e.contains("found feature 2 twice"), "{e}");
+        assert!(e.contains("found feature 1 twice"), "{e}");
         rl.unknown_features = UnknownFeatures::Drop;
         let mut pairs = PairRows::new(&rl);
         pairs
             .push(0, [(0, 1.0), (9, 2.0), (u64::MAX, 3.0)])
             .unwrap();
         pairs.push(1, [(1, 1.0)]).unwrap();
-        let out = pairs.finish();
+        let out = pairs.take();
         assert_eq!(out.rows.row(0).indices, &[0]);
         assert_eq!((out.dropped_features, out.rows_with_dropped), (2, 1));
     }

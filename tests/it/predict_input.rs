@@ -713,7 +713,7 @@ fn rows_from_memory_score_as_the_same_rows_from_a_file() {
     )
     .unwrap_err();
     assert!(
-        format!("{e:#}").contains("row 5: found feature id 8, expected < 4 (D = 3"),
+        format!("{e:#}").contains("row 5: found feature id 7, expected < 3 (D = 3"),
         "{e:#}"
     );
 }
