@@ -1095,6 +1095,10 @@ pub struct FitArgs {
     /// The task (default: the label kind ingest detects).
     #[arg(long, value_parser = one_of::<LabelKind>())]
     pub task: Option<LabelKind>,
+    /// LIBSVM: the number of features D, as ingest's --features (default: the largest
+    /// index in the files, which misses features zero in every training row).
+    #[arg(long)]
+    pub features: Option<u32>,
     /// Wall-clock budget of the whole fit, e.g. 90s, 5m, 1h.
     #[arg(long, default_value = "5m", value_parser = parse_budget)]
     pub budget: f64,
@@ -1116,6 +1120,56 @@ pub struct FitArgs {
     /// final model then trains a candidate's whole steps, not its best step's.
     #[arg(long)]
     pub no_early_stopping: bool,
+    /// A train option every candidate takes, overriding the candidate's own: FLAG=VALUE,
+    /// or FLAG alone for a switch (repeatable; e.g. `--set kernel=linear --set inducing=200`).
+    /// Candidates it makes equal are tried once; `inducing` also sets the svd's count of
+    /// k-means inducing rows. The options fit decides itself are refused.
+    #[arg(long = "set", value_name = "FLAG=VALUE", value_parser = parse_setting)]
+    pub set: Vec<Setting>,
+    /// Also write the final model's file here, as `pipeline export` writes it (for
+    /// `predict --model`, `serve` and the Python package); an existing file is refused
+    /// before anything runs.
+    #[arg(long)]
+    pub model_out: Option<PathBuf>,
+}
+
+/// One `fit --set`: a train option and its value (empty for a switch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setting {
+    pub flag: TrainFlag,
+    pub value: String,
+}
+
+/// The train options `pipeline fit` decides itself, which `--set` refuses: the data and
+/// svd each run reads, its task and seed (fit's own `--task`, `--seed`), its length and
+/// stopping, and the run bookkeeping.
+pub const FIT_DECIDES: &[TrainFlag] = &[
+    TrainFlag::Dataset,
+    TrainFlag::Svd,
+    TrainFlag::Task,
+    TrainFlag::Seed,
+    TrainFlag::Epochs,
+    TrainFlag::Steps,
+    TrainFlag::MaxSteps,
+    TrainFlag::Resume,
+    TrainFlag::Fresh,
+    TrainFlag::EarlyStopping,
+    TrainFlag::EvalSplit,
+];
+
+/// `FLAG=VALUE` or `FLAG` (a switch) for `fit --set`, FLAG a train option (without `--`).
+pub fn parse_setting(text: &str) -> Result<Setting, String> {
+    let (name, value) = text.split_once('=').unwrap_or((text, ""));
+    let flag: TrainFlag = name.trim().trim_start_matches("--").parse()?;
+    if FIT_DECIDES.contains(&flag) {
+        return Err(format!(
+            "fit decides --{flag} itself (for the task and seed: fit's own --task and --seed)"
+        ));
+    }
+    Ok(Setting {
+        flag,
+        value: value.trim().to_string(),
+    })
 }
 
 /// A budget such as `90s`, `5m`, `1h` or `300` (seconds), in seconds.

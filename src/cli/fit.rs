@@ -32,8 +32,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
-use super::args::{Cli, Command, FitArgs, RunArgs};
+use super::args::{Cli, Command, FitArgs, RunArgs, Setting};
 use super::spec::{self, Spec};
+use crate::export::ExportOptions;
 use crate::metrics::baseline;
 use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::Figure;
@@ -41,6 +42,7 @@ use crate::store::catalog::{DatasetRow, LabelKind, Split};
 use crate::store::chunks::read_registered_chunk_labels;
 use crate::store::workspace::Workspace;
 use crate::text::source::LineSource;
+use crate::train::TrainFlag;
 use crate::trained::Stopped;
 
 /// Steps of the probe that measures a candidate's step time (then resumed from).
@@ -165,6 +167,82 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
     }
 }
 
+/// `list` with fit's `--set` options applied: each replaces the candidate's option of its
+/// flag or joins its options, and `inducing` sets the svd's count too. A candidate changed
+/// is named by what it now trains; candidates made equal are kept once, the first.
+pub fn with_settings(list: Vec<Candidate>, sets: &[Setting]) -> Vec<Candidate> {
+    if sets.is_empty() {
+        return list;
+    }
+    let mut out: Vec<Candidate> = Vec::new();
+    for mut c in list {
+        for s in sets {
+            set_option(&mut c.train, s.flag.name(), &s.value);
+            if s.flag == TrainFlag::Inducing {
+                set_option(&mut c.svd, "inducing", &s.value);
+            }
+        }
+        c.name = settings_name(&c.train, sets);
+        let same = |o: &Candidate| {
+            sorted(&o.svd) == sorted(&c.svd) && sorted(&o.train) == sorted(&c.train)
+        };
+        if !out.iter().any(same) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Refuses a `--set` value train's command line would refuse, before anything runs.
+fn check_settings(sets: &[Setting]) -> Result<()> {
+    let mut options = vec![("dataset", "-".to_string())];
+    options.extend(sets.iter().map(|s| (s.flag.name(), s.value.clone())));
+    command(argv("train", &options)).context("fit --set")?;
+    Ok(())
+}
+
+fn set_option(options: &mut Vec<(&'static str, String)>, key: &'static str, value: &str) {
+    match options.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, v)) => *v = value.to_string(),
+        None => options.push((key, value.to_string())),
+    }
+}
+
+fn sorted(options: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut v = options.to_vec();
+    v.sort();
+    v
+}
+
+/// A candidate's name after `--set`: its kernel, inducing inputs and M, then the settings
+/// other than those three.
+fn settings_name(train: &[(&'static str, String)], sets: &[Setting]) -> String {
+    let get = |key: &str| {
+        train
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or("default", |(_, v)| v.as_str())
+    };
+    let mut name = format!(
+        "{}, {} Z, M = {}",
+        get("kernel"),
+        get("inducing-inputs"),
+        get("inducing")
+    );
+    let shown = [
+        TrainFlag::Kernel,
+        TrainFlag::InducingInputs,
+        TrainFlag::Inducing,
+    ];
+    for s in sets.iter().filter(|s| !shown.contains(&s.flag)) {
+        name += &match s.value.as_str() {
+            "" => format!(", {}", s.flag),
+            v => format!(", {}={v}", s.flag),
+        };
+    }
+    name
+}
+
 /// The minibatch size of every run.
 const BATCH: u64 = 500;
 
@@ -261,6 +339,9 @@ fn ingest_options(
     if let Some(test) = &args.test {
         o.push(("test", absolute(test)));
     }
+    if let Some(d) = args.features {
+        o.push(("features", d.to_string()));
+    }
     if carve {
         o.push(("validation-fraction", args.validation_fraction.to_string()));
         o.push(("validation-seed", args.seed.to_string()));
@@ -350,6 +431,14 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         );
     }
 
+    if let Some(path) = args.model_out.as_ref().filter(|p| p.exists()) {
+        bail!(
+            "{}: already exists; fit writes its final model there and does not overwrite a \
+             file: remove it or pass another --model-out",
+            path.display()
+        );
+    }
+    check_settings(&args.set)?;
     eprintln!(
         "== fit: ingest {} as '{select}' (with a validation split)",
         args.train.display()
@@ -376,7 +465,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
             .split(Split::Train)
             .is_some_and(|s| 2 * s.nnz >= s.n_rows.saturating_mul(dataset.n_features).max(1)),
     };
-    let mut list = candidates(kind, sizes);
+    let mut list = with_settings(candidates(kind, sizes), &args.set);
     // The final model ingests the whole file again: that time, as this ingest measured it,
     // is set aside before the selection's share is taken.
     let ingest_seconds = started.elapsed().as_secs_f64();
@@ -444,7 +533,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
     );
     write_spec(&spec_path, args, &name, &format, kind, chosen)?;
     let spec = Spec::read(&spec_path)?;
-    spec::run(
+    let final_runs = spec::run(
         ws,
         &spec,
         &RunArgs {
@@ -452,6 +541,22 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
             json: false,
         },
     )?;
+    if let (Some(out), Some(&run)) = (&args.model_out, final_runs.first()) {
+        let exported = crate::export::run(
+            ws,
+            &ExportOptions {
+                run,
+                checkpoint: None,
+                out: out.clone(),
+                force: false,
+            },
+        )?;
+        eprintln!(
+            "== fit: the final model (train run {run}, step {}) is in {}",
+            exported.checkpoint_step,
+            exported.path.display()
+        );
+    }
     eprintln!(
         "== fit: {:.0} s of a {:.0} s budget; `pipeline run {}` reproduces the final model",
         started.elapsed().as_secs_f64(),
@@ -775,6 +880,44 @@ mod tests {
         assert!(parse_budget("0s").unwrap_err().contains("positive"));
         assert!(parse_budget("5d").unwrap_err().contains("unknown unit 'd'"));
         assert!(parse_budget("-3m").is_err());
+    }
+
+    #[test]
+    fn settings_override_every_candidate_and_equal_ones_are_tried_once() {
+        let sizes = Sizes {
+            n: 1000,
+            d: 20,
+            l: 1,
+            dense: true,
+        };
+        let listed = candidates(LabelKind::Binary, sizes);
+        assert_eq!(with_settings(listed.clone(), &[]), listed);
+        let set = |t: &str| crate::cli::args::parse_setting(t).unwrap();
+        // Kernel and M fixed: the four binary candidates differ in nothing else.
+        let one = with_settings(
+            listed.clone(),
+            &[set("kernel=linear"), set("inducing=20"), set("ard")],
+        );
+        assert_eq!(one.len(), 1, "{one:?}");
+        let c = &one[0];
+        assert_eq!(c.name, "linear, free Z, M = 20, ard");
+        assert!(c.train.contains(&("kernel", "linear".into())));
+        assert!(c.train.contains(&("inducing", "20".into())));
+        assert!(c.train.contains(&("ard", String::new())));
+        assert!(c.svd.contains(&("inducing", "20".into())));
+        // The likelihood alone: every candidate stays, each with it.
+        let probit = with_settings(listed.clone(), &[set("likelihood=probit")]);
+        assert_eq!(probit.len(), listed.len());
+        assert!(probit
+            .iter()
+            .all(|c| c.train.contains(&("likelihood", "probit".into()))));
+        // What fit decides itself is refused, naming the flag.
+        let e = crate::cli::args::parse_setting("steps=10").unwrap_err();
+        assert!(e.contains("fit decides --steps itself"), "{e}");
+        assert!(crate::cli::args::parse_setting("no-such=1").is_err());
+        // A value train refuses is refused before anything runs.
+        let e = check_settings(&[set("kernel=cubic")]).unwrap_err();
+        assert!(format!("{e:#}").contains("cubic"), "{e:#}");
     }
 
     #[test]

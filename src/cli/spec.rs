@@ -461,8 +461,9 @@ struct Evaluated {
     metrics: Evaluation,
 }
 
-/// Runs `pipeline run` of a spec [`Spec::read`] has checked.
-pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
+/// Runs `pipeline run` of a spec [`Spec::read`] has checked; returns its training runs,
+/// one per seed.
+pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<Vec<i64>> {
     let mut runner = Runner {
         ws,
         spec,
@@ -478,7 +479,7 @@ pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
         } else {
             println!("{}", one.metrics.to_table());
         }
-        return Ok(());
+        return Ok(vec![one.train_run]);
     };
     let mut sweep = Vec::new();
     for seed in seeds {
@@ -486,7 +487,7 @@ pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<()> {
     }
     runner.print_lines();
     print_sweep(&sweep, args.json);
-    Ok(())
+    Ok(sweep.iter().map(|e| e.train_run).collect())
 }
 
 /// Each seed's metrics, then their summary over the seeds (`--json`: one object).

@@ -9,8 +9,11 @@
 //!   of lines → CSR rows, with the dataset's label ids and feature transform;
 //! - [`new_rows`]: rows a trained model never saw, read with its dataset's rules (a model
 //!   file's [`crate::store::model_file::DatasetFacts`]), for `predict --input` and `serve`.
+//! - [`write`]: rows held in memory written as LIBSVM text (the Python package's arrays,
+//!   which `pipeline fit` then ingests as it ingests a user's file).
 
 pub mod header;
 pub mod new_rows;
 pub mod parse;
 pub mod source;
+pub mod write;

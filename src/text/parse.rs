@@ -368,7 +368,7 @@ impl RowRules {
     }
 
     /// "found non-finite value TEXT for {what} ID, expected a finite number".
-    fn non_finite(what: &str, text: &str, id: u32) -> String {
+    pub(crate) fn non_finite(what: &str, text: &str, id: u32) -> String {
         format!("found non-finite value '{text}' for {what} {id}, expected a finite number")
     }
 

@@ -156,6 +156,86 @@ fn a_budget_too_small_for_every_candidate_trains_the_first_and_says_which_were_d
         .contains("kernel = \"se\""));
 }
 
+#[test]
+fn set_options_fix_every_candidate_and_the_final_model_is_written_as_export_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("toy.svm");
+    let test = dir.path().join("toy-test.svm");
+    std::fs::write(&train, points(0..240)).unwrap();
+    std::fs::write(&test, points(240..320)).unwrap();
+    let (spec, model) = (
+        dir.path().join("toy-fit.toml"),
+        dir.path().join("toy.model"),
+    );
+    let ws = dir.path().join("ws");
+    let fit = |extra: &[&str]| {
+        let mut args = vec![
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--test",
+            test.to_str().unwrap(),
+            "--budget",
+            "20s",
+            "--spec-out",
+            spec.to_str().unwrap(),
+            "--model-out",
+            model.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        pipeline(&ws, &args)
+    };
+    // A value train refuses is refused before anything is ingested.
+    let bad = fit(&["--set", "kernel=cubic"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("fit --set"), "{}", stderr(&bad));
+    assert!(!stderr(&bad).contains("== fit: ingest"), "{}", stderr(&bad));
+    let out = fit(&["--set", "kernel=linear", "--set", "inducing=12"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    // The four binary candidates differ only in kernel and M: one is left.
+    let table = err.split("candidate (validation)").nth(1).unwrap();
+    let rows: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| !l.starts_with("(label frequencies"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{table}");
+    assert!(rows[0].starts_with("linear, free Z, M = 12"), "{table}");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert!(text.contains("kernel = \"linear\""), "{text}");
+    assert!(text.contains("inducing = 12"), "{text}");
+    // The model file scores the test file as the spec's run scored its test split.
+    assert!(err.contains("== fit: the final model (train run "), "{err}");
+    let scored = pipeline(
+        &ws,
+        &[
+            "predict",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            test.to_str().unwrap(),
+            "--probabilities",
+        ],
+    );
+    assert!(scored.status.success(), "{}", stderr(&scored));
+    assert_eq!(
+        String::from_utf8_lossy(&scored.stdout).lines().count(),
+        80,
+        "one line per test row"
+    );
+    // A second fit refuses to overwrite the model file before anything runs.
+    std::fs::remove_file(&spec).unwrap();
+    let again = fit(&[]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("toy.model: already exists"),
+        "{}",
+        stderr(&again)
+    );
+}
+
 /// Labels drawn independently of the features (a hash of the row number), on the same
 /// 2-D points: there is nothing to learn, so every model's validation NLP is best within
 /// its first scores and only worsens after.
