@@ -818,7 +818,8 @@ fn top_k_help() -> String {
     use crate::predict::{DEFAULT_TOP_K, EVERY_CLASS_UP_TO};
     format!(
         "Labels kept per row. Default: every class of a multi-class run with K ≤ \
-         {EVERY_CLASS_UP_TO} classes, otherwise {DEFAULT_TOP_K}; a binary run keeps its one \
+         {EVERY_CLASS_UP_TO} classes, otherwise {DEFAULT_TOP_K} (every label when there are \
+         fewer); a binary run keeps its one \
          label whatever is given. A multi-class run also records each row's probability of \
          its true class, so its NLP is known whatever k"
     )

@@ -27,12 +27,15 @@ pub const EVERY_CLASS_UP_TO: u64 = 4 * DEFAULT_TOP_K as u64;
 
 /// `--top-k` when it is not given, for a run of `task` on `n_labels` labels (L, or K
 /// classes): 1 for a binary run (its one label), every class of a multi-class run with
-/// K ≤ [`EVERY_CLASS_UP_TO`], and [`DEFAULT_TOP_K`] otherwise.
+/// K ≤ [`EVERY_CLASS_UP_TO`], and [`DEFAULT_TOP_K`] otherwise, or every label when there
+/// are fewer (a default must hold for data with four labels as for data with a thousand).
 pub fn default_top_k(task: Task, n_labels: u64) -> usize {
     match task {
         Task::Binary => 1,
         Task::Multiclass if n_labels <= EVERY_CLASS_UP_TO => n_labels as usize,
-        Task::Multiclass | Task::Multilabel => DEFAULT_TOP_K,
+        Task::Multiclass | Task::Multilabel => {
+            DEFAULT_TOP_K.min(usize::try_from(n_labels).unwrap_or(usize::MAX).max(1))
+        }
     }
 }
 
@@ -197,7 +200,7 @@ mod tests {
     use super::*;
 
     /// The default top-k: every class of a multi-class run up to K = 20, then 5, as for a
-    /// multi-label run of any L; a binary run's one label whatever is asked; a given
+    /// multi-label run of L ≥ 5 (every label below); a binary run's one label whatever is asked; a given
     /// `--top-k` otherwise as given, even below K.
     #[test]
     fn every_class_is_kept_by_default_up_to_twenty_classes() {
@@ -206,9 +209,15 @@ mod tests {
             assert_eq!(default_top_k(Task::Multiclass, k), want, "K = {k}");
             assert_eq!(resolved_top_k(Task::Multiclass, k, None), want, "K = {k}");
         }
-        for l in [3, 10, 983] {
+        for l in [5, 10, 983] {
             assert_eq!(default_top_k(Task::Multilabel, l), DEFAULT_TOP_K, "L = {l}");
         }
+        // Fewer labels than the default: every label, which checked_top_k accepts.
+        for l in [1, 3, 4] {
+            assert_eq!(default_top_k(Task::Multilabel, l), l as usize, "L = {l}");
+            assert!(checked_top_k(Task::Multilabel, l, None).is_ok(), "L = {l}");
+        }
+        assert!(checked_top_k(Task::Multilabel, 4, Some(5)).is_err());
         assert_eq!(resolved_top_k(Task::Multiclass, 10, Some(3)), 3);
         assert_eq!(resolved_top_k(Task::Multilabel, 983, Some(7)), 7);
         for given in [None, Some(1), Some(5)] {

@@ -1,0 +1,298 @@
+//! `fsgp._fsgp`: the Python package's native module, a thin layer over the engine's public
+//! functions (docs/python.md). Nothing here trains, parses or scores by itself:
+//!
+//! - [`run_pipeline`] runs a `pipeline` command line in this process, parsed by the
+//!   engine's own clap definition (`fit`, `export`, `predict`, … exactly as the binary
+//!   runs them);
+//! - [`write_libsvm`] writes CSR rows as the LIBSVM text `pipeline fit` ingests
+//!   (`fsgp::text::write`);
+//! - [`Model`] holds a model file (`fsgp::portable::PortableModel`) and scores CSR rows
+//!   under it (`fsgp::predict::input::score_pairs`), as `predict --model --input` scores
+//!   the same rows written as text.
+//!
+//! Every call into the engine releases the GIL. Engine errors become `fsgp.EngineError`
+//! (a `ValueError`) carrying the engine's message, or `FileNotFoundError` when a file was
+//! missing.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Parser;
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
+use pyo3::prelude::*;
+
+use fsgp::portable::PortableModel;
+use fsgp::predict::input::score_pairs;
+use fsgp::predict::PredictOptions;
+use fsgp::text::parse::UnknownFeatures;
+
+create_exception!(
+    _fsgp,
+    EngineError,
+    PyValueError,
+    "An error the fsgp engine reported (bad input, a refused option, a damaged file); the \
+     message is the engine's."
+);
+
+/// The Python exception of an engine error: `FileNotFoundError` when the cause is a file
+/// that does not exist, else [`EngineError`]; the message is the engine's whole chain.
+fn engine_error(e: anyhow::Error) -> PyErr {
+    let message = format!("{e:#}");
+    let missing = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+    });
+    match missing {
+        true => PyFileNotFoundError::new_err(message),
+        false => EngineError::new_err(message),
+    }
+}
+
+/// Runs `pipeline ARGV...` in this process with the GIL released: the engine's command
+/// line, parsed by its own definition (a bad flag is an `EngineError` with clap's message).
+/// What the command prints goes to this process's standard output and error.
+#[pyfunction]
+fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
+    let argv: Vec<String> = std::iter::once("pipeline".to_string())
+        .chain(argv)
+        .collect();
+    let cli = fsgp::cli::args::Cli::try_parse_from(&argv)
+        .map_err(|e| EngineError::new_err(e.render().to_string().trim_end().to_string()))?;
+    py.detach(|| fsgp::cli::run(cli)).map_err(engine_error)
+}
+
+/// CSR arrays as rows of (feature id, value) pairs: one buffer of every pair, cut by
+/// `indptr`. Checks what the arrays' shapes must satisfy.
+struct CsrRows {
+    pairs: Vec<(u64, f64)>,
+    indptr: Vec<usize>,
+}
+
+impl CsrRows {
+    fn new(indptr: &[i64], indices: &[i64], data: &[f64]) -> PyResult<Self> {
+        if indices.len() != data.len() {
+            return Err(PyValueError::new_err(format!(
+                "CSR arrays disagree: {} indices and {} values",
+                indices.len(),
+                data.len()
+            )));
+        }
+        let ok = indptr.first() == Some(&0)
+            && indptr.windows(2).all(|w| w[0] <= w[1])
+            && indptr.last().is_some_and(|&n| n as usize == data.len());
+        if !ok {
+            return Err(PyValueError::new_err(format!(
+                "CSR indptr must start at 0, never decrease and end at the number of values \
+                 ({})",
+                data.len()
+            )));
+        }
+        if let Some(i) = indices.iter().position(|&i| i < 0) {
+            return Err(PyValueError::new_err(format!(
+                "found feature index {} at position {i}, expected a non-negative index",
+                indices[i]
+            )));
+        }
+        Ok(CsrRows {
+            pairs: indices
+                .iter()
+                .zip(data)
+                .map(|(&i, &v)| (i as u64, v))
+                .collect(),
+            indptr: indptr.iter().map(|&p| p as usize).collect(),
+        })
+    }
+
+    fn rows(&self) -> impl Iterator<Item = &[(u64, f64)]> + Send + '_ {
+        self.indptr.windows(2).map(|w| &self.pairs[w[0]..w[1]])
+    }
+
+    fn len(&self) -> usize {
+        self.indptr.len() - 1
+    }
+}
+
+/// Writes CSR rows and their labels (`label_indptr` cuts `labels` per row) to `path` as
+/// LIBSVM text, 1-based indices. A non-finite value is an `EngineError` naming its row.
+#[pyfunction]
+fn write_libsvm(
+    py: Python<'_>,
+    path: PathBuf,
+    indptr: PyReadonlyArray1<'_, i64>,
+    indices: PyReadonlyArray1<'_, i64>,
+    data: PyReadonlyArray1<'_, f64>,
+    label_indptr: PyReadonlyArray1<'_, i64>,
+    labels: PyReadonlyArray1<'_, i64>,
+) -> PyResult<()> {
+    let rows = CsrRows::new(indptr.as_slice()?, indices.as_slice()?, data.as_slice()?)?;
+    let label_indptr = label_indptr.as_slice()?;
+    let labels = labels.as_slice()?;
+    if label_indptr.len() != rows.len() + 1 {
+        return Err(PyValueError::new_err(format!(
+            "{} rows of features and {} rows of labels",
+            rows.len(),
+            label_indptr.len().saturating_sub(1)
+        )));
+    }
+    py.detach(|| -> anyhow::Result<()> {
+        let file = std::fs::File::create(&path)
+            .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", path.display()))?;
+        let mut out = std::io::BufWriter::new(file);
+        let mut line = Vec::new();
+        for (i, row) in rows.rows().enumerate() {
+            let (a, b) = (label_indptr[i] as usize, label_indptr[i + 1] as usize);
+            line.clear();
+            fsgp::text::write::libsvm_row(&mut line, &labels[a..b], row)
+                .map_err(|e| anyhow::anyhow!("row {i}: {e}"))?;
+            out.write_all(&line)?;
+        }
+        out.flush()
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
+    })
+    .map_err(engine_error)
+}
+
+/// A trained model, from its model file (`pipeline export`, `fit --model-out`, `save`).
+#[pyclass(frozen, module = "fsgp._fsgp")]
+struct Model {
+    file: PortableModel,
+}
+
+/// One row's kept labels, scores and probabilities, flattened over rows.
+type Scored<'py> = (
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<u32>>,
+    Bound<'py, PyArray1<f32>>,
+    Option<Bound<'py, PyArray1<f32>>>,
+    u64,
+);
+
+#[pymethods]
+impl Model {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let file = py
+            .detach(|| PortableModel::open(&path))
+            .map_err(engine_error)?;
+        Ok(Model { file })
+    }
+
+    /// The model file's path.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.file.path.clone()
+    }
+
+    /// The task it was trained for: `binary`, `multiclass` or `multilabel`.
+    #[getter]
+    fn task(&self) -> &'static str {
+        self.file.config.task.name()
+    }
+
+    /// D: the features a row may have.
+    #[getter]
+    fn n_features(&self) -> u64 {
+        self.file.n_features()
+    }
+
+    /// L: label ids (1 for a binary model, K classes for a multi-class one).
+    #[getter]
+    fn n_labels(&self) -> u64 {
+        self.file.dataset().n_labels
+    }
+
+    /// The original label of each label id when ingest assigned the ids (LIBSVM input),
+    /// else None (label ids are the file's own).
+    #[getter]
+    fn label_values(&self) -> Option<Vec<i64>> {
+        self.file.class_map().map(|c| c.values.clone())
+    }
+
+    /// A binary model's label of the negative class (None when unknown).
+    #[getter]
+    fn negative_label(&self) -> Option<i64> {
+        self.file.class_map().and_then(|c| c.negative)
+    }
+
+    /// The transform ingest fitted to the training rows (`none`, `l2`, `standardize`,
+    /// `scale`).
+    #[getter]
+    fn transform(&self) -> String {
+        self.file.dataset().transform.clone()
+    }
+
+    /// (train run, checkpoint step) of the workspace the model came from.
+    #[getter]
+    fn provenance(&self) -> (i64, u64) {
+        let p = self.file.provenance();
+        (p.train_run, p.checkpoint_step)
+    }
+
+    /// Scores CSR rows (0-based feature ids) under the model, as `predict --model --input`
+    /// scores them: returns `(offsets, labels, scores, probabilities, dropped)`, row i's kept
+    /// label ids being `labels[offsets[i]:offsets[i+1]]` best first, `probabilities` when
+    /// asked for, and `dropped` the features dropped (`drop_unknown`: ids ≥ D are dropped
+    /// and counted instead of refused).
+    #[pyo3(signature = (indptr, indices, data, top_k=None, probabilities=false, drop_unknown=false, threads=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        indptr: PyReadonlyArray1<'py, i64>,
+        indices: PyReadonlyArray1<'py, i64>,
+        data: PyReadonlyArray1<'py, f64>,
+        top_k: Option<usize>,
+        probabilities: bool,
+        drop_unknown: bool,
+        threads: Option<usize>,
+    ) -> PyResult<Scored<'py>> {
+        let rows = CsrRows::new(indptr.as_slice()?, indices.as_slice()?, data.as_slice()?)?;
+        let mut opts = PredictOptions::new(0);
+        opts.top_k = top_k;
+        opts.probabilities = probabilities;
+        opts.threads = threads;
+        let unknown = match drop_unknown {
+            true => UnknownFeatures::Drop,
+            false => UnknownFeatures::Refuse,
+        };
+        let file = &self.file;
+        let scored = py
+            .detach(|| score_pairs(file, rows.rows(), &opts, unknown))
+            .map_err(engine_error)?;
+        let mut offsets = Vec::with_capacity(rows.len() + 1);
+        offsets.push(0i64);
+        let (mut labels, mut scores) = (Vec::new(), Vec::new());
+        let mut probs = probabilities.then(Vec::new);
+        for block in &scored.blocks {
+            for i in 0..block.len() {
+                debug_assert_eq!(block.row_ids[i], offsets.len() as u64 - 1);
+                labels.extend_from_slice(block.labels(i));
+                scores.extend_from_slice(block.scores(i));
+                if let (Some(p), Some(row)) = (probs.as_mut(), block.probabilities(i)) {
+                    p.extend_from_slice(row);
+                }
+                offsets.push(labels.len() as i64);
+            }
+        }
+        Ok((
+            PyArray1::from_vec(py, offsets),
+            PyArray1::from_vec(py, labels),
+            PyArray1::from_vec(py, scores),
+            probs.map(|p| PyArray1::from_vec(py, p)),
+            scored.dropped.features,
+        ))
+    }
+}
+
+#[pymodule]
+fn _fsgp(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(write_libsvm, m)?)?;
+    m.add_class::<Model>()?;
+    m.add("EngineError", m.py().get_type::<EngineError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
