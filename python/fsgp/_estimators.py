@@ -331,6 +331,7 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         return np.array([index[int(v)] for v in engine], dtype=np.int64)
 
     def _proba_and_scores(self, X):
+        check_is_fitted(self, "model_")
         k = len(self.classes_)
         top = 1 if k == 2 else k
         offsets, ids, scores, probs = self._scored(X, top, True)

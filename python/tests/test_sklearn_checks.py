@@ -7,9 +7,22 @@ import fsgp
 
 # A fixed kernel and M (one candidate) and a short budget: the checks fit dozens of times
 # on tens of rows.
-CLASSIFIER = fsgp.GPClassifier(kernel="se", n_inducing=10, budget="10s")
+# M = 5: the checks fit as few as 7 rows, and the engine refuses a fixed M above the rows
+# its k-means can place distinct centroids on.
+CLASSIFIER = fsgp.GPClassifier(kernel="se", n_inducing=5, budget="5s")
 
-EXPECTED_FAILURES = {}
+# Multi-class predictive probabilities under the softmax likelihood are Monte Carlo
+# estimates whose draws follow a row's position in its block, so a row's probabilities
+# (and the class ranked first by them) change, by sampling noise, when the rows around it
+# change: the same rows in the same order always give the same bits, but not a row alone.
+MONTE_CARLO = (
+    "multi-class probabilities are Monte Carlo estimates whose draws depend on the row's "
+    "position in its block (docs/python.md, 'scikit-learn's estimator checks')"
+)
+EXPECTED_FAILURES = {
+    "check_methods_sample_order_invariance": MONTE_CARLO,
+    "check_methods_subset_invariance": MONTE_CARLO,
+}
 
 
 @parametrize_with_checks([CLASSIFIER], expected_failed_checks=lambda est: EXPECTED_FAILURES)

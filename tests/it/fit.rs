@@ -194,15 +194,9 @@ fn set_options_fix_every_candidate_and_the_final_model_is_written_as_export_writ
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     // The four binary candidates differ only in kernel and M: one is left.
-    let table = err.split("candidate (validation)").nth(1).unwrap();
-    let rows: Vec<&str> = table
-        .lines()
-        .skip(1)
-        .take_while(|l| !l.trim().is_empty())
-        .filter(|l| !l.starts_with("(label frequencies"))
-        .collect();
-    assert_eq!(rows.len(), 1, "{table}");
-    assert!(rows[0].starts_with("linear, free Z, M = 12"), "{table}");
+    let rows = table_rows(&err);
+    assert_eq!(rows.len(), 1, "{err}");
+    assert_eq!(rows[0].0, "linear, free Z, M = 12", "{err}");
     let text = std::fs::read_to_string(&spec).unwrap();
     assert!(text.contains("kernel = \"linear\""), "{text}");
     assert!(text.contains("inducing = 12"), "{text}");
