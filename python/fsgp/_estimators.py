@@ -166,10 +166,13 @@ class _FsgpEstimator(BaseEstimator):
 
     # ----- persistence ----------------------------------------------------------------
 
-    def save(self, path):
+    def save(self, path, overwrite=False):
         """Writes the model file (the bytes `pipeline export` writes; `pipeline predict
-        --model`, `pipeline serve` and `fsgp.load` read it)."""
+        --model`, `pipeline serve` and `fsgp.load` read it). An existing file is refused
+        unless `overwrite`, as `pipeline export` refuses it without `--force`."""
         check_is_fitted(self, "model_")
+        if os.path.exists(path) and not overwrite:
+            raise FileExistsError(f"{os.fspath(path)}: already exists; pass overwrite=True")
         if not self._labels_in_file():
             warnings.warn(
                 "the model file records the labels the engine was given (0, 1, …), not "
@@ -327,8 +330,8 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         """Class indices of engine label ids."""
         values = self.model_.label_values
         engine = np.asarray(values, dtype=np.int64)[ids] if values else ids.astype(np.int64)
-        index = {int(v): i for i, v in enumerate(self._engine_values_)}
-        return np.array([index[int(v)] for v in engine], dtype=np.int64)
+        # The engine's values of the classes are sorted (the classes, or their codes).
+        return np.searchsorted(self._engine_values_, engine)
 
     def _proba_and_scores(self, X):
         check_is_fitted(self, "model_")
@@ -452,7 +455,7 @@ class MultiLabelGP(_FsgpEstimator):
         if output == "arrow":
             import pyarrow as pa
 
-            labels = self.classes_[cols] if self.classes_.dtype != object else cols
+            labels = self.classes_[cols]
             return pa.table(
                 {
                     "labels": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(labels)),

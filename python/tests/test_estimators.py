@@ -70,7 +70,7 @@ def test_dense_csr_and_csc_inputs_score_alike():
     assert np.array_equal(again.predict_proba(X), dense)
 
 
-def test_multiclass_with_string_classes():
+def test_multiclass_with_string_classes(tmp_path):
     X, y = blobs(300, 4, 3, seed=3)
     names = np.array(["ant", "bee", "cat"])[y]
     est = fsgp.GPClassifier(**FAST).fit(X[:240], names[:240])
@@ -84,7 +84,9 @@ def test_multiclass_with_string_classes():
     again = pickle.loads(pickle.dumps(est))
     assert np.array_equal(again.predict(X[240:]), est.predict(X[240:]))
     with pytest.warns(UserWarning, match="codes"):
-        est.save(os.devnull)
+        est.save(tmp_path / "names.model")
+    with pytest.raises(FileExistsError, match="already exists"):
+        est.save(tmp_path / "names.model")
 
 
 def test_multiclass_integer_classes_are_recorded_in_the_model_file(tmp_path):
