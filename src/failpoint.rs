@@ -3,10 +3,12 @@
 //! `FSGP_FAILPOINT=NAME:ARG` arms one point: `NAME` is where (`stage-computed`,
 //! `checkpoint-written`, ...), `ARG` which occurrence (a stage, `svd`; a step, `21`). The
 //! variable is read here and nowhere else, at the moment a point is reached, so no state is
-//! kept between points. Unset, every point is a no-op. Three effects:
+//! kept between points. Unset, every point is a no-op. Four effects:
 //!
 //! - [`kill_at`]: the process sends itself SIGKILL, like `kill -9`: no destructor, no
 //!   cleanup, no catalog update, which is what a crash or a killed job leaves behind;
+//! - [`interrupt_at`]: the process sends itself SIGINT, as a terminal's Ctrl-C does (the
+//!   stop request of `crate::stop`);
 //! - [`enospc_at`]: the write about to happen fails with "No space left on device";
 //! - [`pause_at`]: the process stops at the point until a file appears, so a test can run a
 //!   second process against a first one that is known to be at that point.
@@ -51,6 +53,21 @@ pub fn kill_at(name: &str, arg: impl Display) {
         }
         // SIGKILL to oneself is delivered before kill(2) returns; this is not reached.
         std::process::abort();
+    }
+}
+
+/// Raises SIGINT in this process `times` times when `name:arg` is armed, as pressing Ctrl-C
+/// that often would. `raise(3)` runs the handler before it returns, so the caller's next
+/// check sees the request.
+pub fn interrupt_at(name: &str, arg: impl Display, times: usize) {
+    if armed(name, &arg) {
+        eprintln!("failpoint {name}:{arg}: SIGINT × {times}");
+        for _ in 0..times {
+            // SAFETY: raise(3) with a valid signal number has no memory effects.
+            unsafe {
+                libc::raise(libc::SIGINT);
+            }
+        }
     }
 }
 

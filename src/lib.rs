@@ -41,6 +41,7 @@ pub mod scoring;
 pub mod serve;
 pub mod sparse;
 pub mod stage;
+pub mod stop;
 pub mod store;
 pub mod svd;
 pub mod synth;

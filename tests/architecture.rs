@@ -55,6 +55,7 @@ const BELOW_STAGES: &[&str] = &[
     "failpoint",
     "comm",
     "choice",
+    "stop",
 ];
 
 /// Top-level module → the top-level modules it may import. The one table of the layout:
@@ -109,7 +110,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("model", &["linalg", "error", "choice"]),
     // Every on-disk format, the catalog, the workspace directory.
     // (`failpoint`: the writers fail midway through a file when a test arms them.)
-    ("store", &["model", "error", "failpoint", "choice"]),
+    // (`stop`: the workspace carries the user's request to stop to every stage.)
+    ("store", &["model", "error", "failpoint", "choice", "stop"]),
     ("linalg", &[]),
     ("error", &[]),
     ("memtrace", &[]),
@@ -121,6 +123,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("comm", &[]),
     // Closed sets of named values, each declared once as a table (`choice_enum!`).
     ("choice", &[]),
+    // A user's request to stop (Ctrl-C), polled by the stages at safe points.
+    ("stop", &[]),
 ];
 
 /// The model layer's parts (`src/model/`: a folder, or a file directly in it) → the parts

@@ -3,6 +3,7 @@ run in this process, the engine's messages routed to the `fsgp` logger, and rows
 under a model file. Everything numerical happens in the engine (`fsgp._fsgp`)."""
 
 import contextlib
+import hashlib
 import logging
 import os
 import sys
@@ -34,18 +35,32 @@ def csr_of(X):
     )
 
 
-def write_rows(path, X, label_indptr, labels):
+def write_rows(workspace, prefix, X, label_indptr, labels, ingest_options):
     """Writes X's rows with their labels (`labels[label_indptr[i]:label_indptr[i+1]]`) as
-    LIBSVM text, which `pipeline fit` ingests as it ingests a user's file."""
+    LIBSVM text, which `pipeline fit` ingests as it ingests a user's file, into
+    `workspace`; returns (name, path). The name is the rows' digest, so the same rows fit
+    again in the same workspace are the same dataset: its ingest, svd and finished runs are
+    reused and a run stopped by Ctrl-C is taken up where it stopped. `ingest_options` (what
+    else decides the dataset: its D, its task) enter the digest too."""
     indptr, indices, data = csr_of(X)
-    _fsgp.write_libsvm(
-        str(path),
-        indptr,
-        indices,
-        data,
-        np.ascontiguousarray(label_indptr, dtype=np.int64),
-        np.ascontiguousarray(labels, dtype=np.int64),
-    )
+    label_indptr = np.ascontiguousarray(label_indptr, dtype=np.int64)
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    digest = hashlib.blake2b(repr(ingest_options).encode(), digest_size=8)
+    for array in (indptr, indices, data, label_indptr, labels):
+        digest.update(np.int64(array.size).tobytes())
+        digest.update(array.tobytes())
+    name = f"{prefix}-{digest.hexdigest()}"
+    path = workspace.file(name + ".svm")
+    if not os.path.exists(path):
+        # Written aside, then renamed: a file under this name is always whole.
+        partial = f"{path}.{uuid.uuid4().hex[:8]}.partial"
+        try:
+            _fsgp.write_libsvm(partial, indptr, indices, data, label_indptr, labels)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+    return name, path
 
 
 class Workspace:

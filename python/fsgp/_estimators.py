@@ -68,14 +68,18 @@ class _FsgpEstimator(BaseEstimator):
         return out
 
     def _fit_argv(self, workspace, name, train, n_features, task):
+        # This fit's own files: the dataset may be fit again, the model file is never
+        # overwritten.
+        out = _engine.fresh_name(name)
+        model_file, spec_file = workspace.file(out + ".model.parquet"), workspace.file(out + "-fit.toml")
         argv = [
             "--workspace", workspace.path, "fit",
             "--train", train,
             "--name", name,
             "--budget", str(self.budget),
             "--seed", str(int(self.seed)),
-            "--spec-out", workspace.file(name + "-fit.toml"),
-            "--model-out", workspace.file(name + ".model.parquet"),
+            "--spec-out", spec_file,
+            "--model-out", model_file,
         ]  # fmt: skip
         if n_features is not None:
             argv += ["--format", "libsvm", "--features", str(int(n_features))]
@@ -87,15 +91,17 @@ class _FsgpEstimator(BaseEstimator):
             argv.append("--no-early-stopping")
         for s in self._settings():
             argv += ["--set", s]
-        return argv
+        return argv, model_file, spec_file
 
     def _run_fit(self, train, n_features, name, workspace):
         """Runs `pipeline fit` on the file `train` and loads the model it writes."""
-        argv = self._fit_argv(workspace, name, train, n_features, self._engine_task)
+        argv, model_file, spec_file = self._fit_argv(
+            workspace, name, train, n_features, self._engine_task
+        )
         _engine.run(argv, self.verbose)
-        self._set_model(_fsgp.Model(workspace.file(name + ".model.parquet")))
+        self._set_model(_fsgp.Model(model_file))
         self.workspace_ = workspace.path
-        self.spec_ = workspace.file(name + "-fit.toml")
+        self.spec_ = spec_file
         return self
 
     def _new_workspace(self):
@@ -107,9 +113,9 @@ class _FsgpEstimator(BaseEstimator):
 
     def _fit_rows(self, X, label_indptr, labels, n_features):
         workspace = self._new_workspace()
-        name = _engine.fresh_name("py")
-        train = workspace.file(name + ".svm")
-        _engine.write_rows(train, X, label_indptr, labels)
+        name, train = _engine.write_rows(
+            workspace, "py", X, label_indptr, labels, (n_features, self._engine_task)
+        )
         return self._run_fit(train, n_features, name, workspace)
 
     def _fit_file(self, path):

@@ -10,22 +10,26 @@
 //!   under it (`fsgp::predict::input::score_pairs`), as `predict --model --input` scores
 //!   the same rows written as text.
 //!
-//! Every call into the engine releases the GIL. Engine errors become `fsgp.EngineError`
+//! Every call into the engine releases the GIL; Ctrl-C during `run_pipeline` stops the
+//! engine at its next safe point and raises `KeyboardInterrupt` (docs/python.md). Engine errors become `fsgp.EngineError`
 //! (a `ValueError`) carrying the engine's message, or `FileNotFoundError` when a file was
 //! missing.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyValueError};
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 
 use fsgp::portable::PortableModel;
 use fsgp::predict::input::score_pairs;
 use fsgp::predict::PredictOptions;
+use fsgp::stop::StopToken;
 use fsgp::text::parse::UnknownFeatures;
 
 create_exception!(
@@ -51,9 +55,19 @@ fn engine_error(e: anyhow::Error) -> PyErr {
     }
 }
 
+/// How often the waiting Python thread looks for a signal (Ctrl-C) while the engine runs.
+const SIGNAL_POLL: Duration = Duration::from_millis(20);
+/// The engine thread's stack: what the `pipeline` binary's main thread has.
+const ENGINE_STACK: usize = 8 << 20;
+
 /// Runs `pipeline ARGV...` in this process with the GIL released: the engine's command
 /// line, parsed by its own definition (a bad flag is an `EngineError` with clap's message).
 /// What the command prints goes to this process's standard output and error.
+///
+/// The engine runs on a thread of its own while this one waits, looking for signals: on
+/// Ctrl-C it asks the engine to stop (`fsgp::stop`), waits until it has stopped whole (a
+/// training run after its current step, with a checkpoint there), then raises
+/// `KeyboardInterrupt` carrying the engine's message.
 #[pyfunction]
 fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
     let argv: Vec<String> = std::iter::once("pipeline".to_string())
@@ -61,7 +75,38 @@ fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
         .collect();
     let cli = fsgp::cli::args::Cli::try_parse_from(&argv)
         .map_err(|e| EngineError::new_err(e.render().to_string().trim_end().to_string()))?;
-    py.detach(|| fsgp::cli::run(cli)).map_err(engine_error)
+    let stop = StopToken::new();
+    let engine_stop = stop.clone();
+    let (result, interrupt) = std::thread::scope(|scope| {
+        let engine = std::thread::Builder::new()
+            .name("fsgp-engine".into())
+            .stack_size(ENGINE_STACK)
+            .spawn_scoped(scope, move || fsgp::cli::run(cli, &engine_stop))
+            .map_err(|e| EngineError::new_err(format!("starting the engine's thread: {e}")))?;
+        let mut interrupt = None;
+        while !engine.is_finished() {
+            py.detach(|| std::thread::sleep(SIGNAL_POLL));
+            if interrupt.is_none() {
+                if let Err(signal) = py.check_signals() {
+                    stop.request();
+                    interrupt = Some(signal);
+                }
+            }
+        }
+        let result = engine
+            .join()
+            .map_err(|_| PanicException::new_err("the fsgp engine panicked"))?;
+        Ok::<_, PyErr>((result, interrupt))
+    })?;
+    match (result, interrupt) {
+        (Err(e), Some(_)) if fsgp::cli::is_stop(&e) => {
+            Err(PyKeyboardInterrupt::new_err(format!("{e:#}")))
+        }
+        // The signal came too late to stop anything (or its handler raised something
+        // else): Python's own exception.
+        (Ok(()), Some(signal)) => Err(signal),
+        (result, _) => result.map_err(engine_error),
+    }
 }
 
 /// CSR arrays as rows of (feature id, value) pairs: one buffer of every pair, cut by

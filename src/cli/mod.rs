@@ -8,25 +8,76 @@ pub mod spec;
 mod status;
 mod verify;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// The allocator's setting for the process's start (`alloc::for_streaming`), for `main`.
 pub use crate::alloc::for_streaming as allocator_for_streaming;
 
 use crate::comm::Comm;
+use crate::stop::StopToken;
 use crate::store::workspace::{NoWorkspace, Workspace};
 use args::{Cli, Command, EvaluateArgs, PredictArgs, VerifyArgs};
 
 /// Runs one parsed command line: in one process, or, built with the `mpi` feature, on
 /// every rank of the MPI job (MPI is initialised here, once; one process without
 /// `mpirun` is a job of one rank). A rank that fails aborts the whole job, so no rank
-/// waits forever in a collective for it.
-pub fn run(cli: Cli) -> Result<()> {
+/// waits forever in a collective for it. The stages poll `stop` (`crate::stop`): an
+/// embedding program (the Python package) sets it to stop them whole.
+pub fn run(cli: Cli, stop: &StopToken) -> Result<()> {
+    run_job(cli, |_, _| Ok(stop.clone()))
+}
+
+/// [`run`] for the `pipeline` binary: SIGINT (Ctrl-C) and SIGTERM become a stop request
+/// for the commands that honour one ([`honours_stop`]) in a job of one process; a second
+/// signal ends the process at once (exit status 130), as do signals to every other command.
+pub fn run_with_signals(cli: Cli) -> Result<()> {
+    run_job(cli, |command, ranks| {
+        match ranks == 1 && honours_stop(command) {
+            true => stop_on_signals(),
+            false => Ok(StopToken::new()),
+        }
+    })
+}
+
+/// Whether an error is a stop request honoured (`crate::stop`), not a failure: the binary
+/// exits with status 130 for it, as a shell reports a Ctrl-C.
+pub fn is_stop(error: &anyhow::Error) -> bool {
+    crate::stop::is_stopped(error)
+}
+
+/// The commands whose stages poll the stop request: the long ones, which write as they go.
+fn honours_stop(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Ingest(_)
+            | Command::Svd(_)
+            | Command::Train(_)
+            | Command::Run(_)
+            | Command::Fit(_)
+    )
+}
+
+/// A token that SIGINT and SIGTERM set; once it is set, the next of them ends the process
+/// with status 130 (`signal_hook::flag`: the conditional exit is registered first, so the
+/// first signal only sets the flag).
+fn stop_on_signals() -> Result<StopToken> {
+    let stop = StopToken::new();
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.flag())
+            .and_then(|_| signal_hook::flag::register(signal, stop.flag()))
+            .context("installing the Ctrl-C handler")?;
+    }
+    Ok(stop)
+}
+
+/// [`run`] with the stop request `stop_for(command, ranks)` makes once the job's size is
+/// known.
+fn run_job(cli: Cli, stop_for: impl FnOnce(&Command, usize) -> Result<StopToken>) -> Result<()> {
     #[cfg(feature = "mpi")]
     {
         let job = crate::comm::MpiJob::start()?;
         let comm = job.comm();
-        let result = run_on(cli, comm);
+        let result = stop_for(&cli.command, comm.size()).and_then(|stop| run_on(cli, comm, &stop));
         if let Err(e) = &result {
             if comm.size() > 1 {
                 eprintln!(
@@ -40,7 +91,10 @@ pub fn run(cli: Cli) -> Result<()> {
         result
     }
     #[cfg(not(feature = "mpi"))]
-    run_on(cli, &crate::comm::Single)
+    {
+        let stop = stop_for(&cli.command, 1)?;
+        run_on(cli, &crate::comm::Single, &stop)
+    }
 }
 
 /// Which commands run over MPI ranks; the others are refused under `mpirun -n K > 1`.
@@ -52,7 +106,7 @@ fn runs_on_ranks(command: &Command) -> bool {
 }
 
 /// [`run`] on the ranks of `comm`.
-fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
+fn run_on(cli: Cli, comm: &dyn Comm, stop: &StopToken) -> Result<()> {
     if comm.size() > 1 && !runs_on_ranks(&cli.command) {
         bail!(
             "this command does not run over MPI ranks (started with {} ranks); 'pipeline svd', \
@@ -105,7 +159,7 @@ fn run_on(cli: Cli, comm: &dyn Comm) -> Result<()> {
         Command::Run(args) => Some(spec::Spec::read(&args.spec)?),
         _ => None,
     };
-    let ws = open_workspace(&cli.workspace, comm)?;
+    let ws = open_workspace(&cli.workspace, comm)?.with_stop(stop.clone());
     match cli.command {
         Command::Synth(_) => unreachable!("handled above"),
         Command::Ingest(_) => {

@@ -19,6 +19,7 @@ use super::config::IngestConfig;
 use super::input::{Route, UNDECLARED};
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
+use crate::stop::StopToken;
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::classes::UnseenClasses;
 use crate::text::parse::{LabelRules, LabelScan};
@@ -76,7 +77,12 @@ impl Scanned {
 /// Scans every input file of `config` (bad rows are errors, or skipped under `--lenient`
 /// exactly as the writing pass skips them) and decides the labels; prints what it found.
 /// `progress` counts the input bytes read.
-pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Result<LabelPlan> {
+pub fn scan(
+    config: &IngestConfig,
+    threads: usize,
+    progress: &ProgressBar,
+    stop: &StopToken,
+) -> Result<LabelPlan> {
     let opened = config.layout.open(config.lenient)?;
     let declared_d = if config.layout.declares_sizes() {
         Some(opened.n_features)
@@ -108,11 +114,18 @@ pub fn scan(config: &IngestConfig, threads: usize, progress: &ProgressBar) -> Re
             (Route::ByRow { .. }, false) => {}
         }
         let mut scan = LabelScan::default();
-        stream_rows(stream.input, &rules, threads, progress, &mut |parsed| {
-            scanned.qid_tokens += parsed.block.qid_tokens;
-            scan.merge(parsed.block.scan);
-            Ok(())
-        })?;
+        stream_rows(
+            stream.input,
+            &rules,
+            threads,
+            progress,
+            stop,
+            &mut |parsed| {
+                scanned.qid_tokens += parsed.block.qid_tokens;
+                scan.merge(parsed.block.scan);
+                Ok(())
+            },
+        )?;
         if let (Route::Whole(_), Some((_, values))) = (&stream.route, scanned.by_split.last_mut()) {
             values.extend(scan.values.iter().copied());
         }

@@ -15,6 +15,7 @@ use super::input::Route;
 use super::labels::LabelPlan;
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
+use crate::stop::StopToken;
 use crate::text::parse::{LabelRules, RowRules};
 use crate::transform::{decide_auto, FeatureStats, Transform, TransformChoice};
 
@@ -35,6 +36,7 @@ pub fn fit_transform(
     plan: Option<&LabelPlan>,
     threads: usize,
     progress: &ProgressBar,
+    stop: &StopToken,
 ) -> Result<FittedTransform> {
     if !config.transform.needs_statistics() {
         return Ok(FittedTransform {
@@ -43,7 +45,7 @@ pub fn fit_transform(
             training_rows: 0,
         });
     }
-    let stats = training_statistics(config, plan, threads, progress)?;
+    let stats = training_statistics(config, plan, threads, progress, stop)?;
     let (choice, reason) = match config.transform {
         TransformChoice::Auto => {
             let decision = decide_auto(&stats);
@@ -76,6 +78,7 @@ fn training_statistics(
     plan: Option<&LabelPlan>,
     threads: usize,
     progress: &ProgressBar,
+    stop: &StopToken,
 ) -> Result<FeatureStats> {
     let opened = config.layout.open(config.lenient)?;
     let (rules, _, _) = pass_rules(
@@ -107,16 +110,23 @@ fn training_statistics(
             };
             feeds_training[position] && !config.validation.is_some_and(|v| v.selects(index))
         };
-        stream_rows(stream.input, &rules, threads, progress, &mut |parsed| {
-            let rows = &parsed.block.rows;
-            for i in 0..rows.len() {
-                let row = rows.row(i);
-                if is_training(row.row_id - first_line) {
-                    stats.add_row(row.indices, row.values);
+        stream_rows(
+            stream.input,
+            &rules,
+            threads,
+            progress,
+            stop,
+            &mut |parsed| {
+                let rows = &parsed.block.rows;
+                for i in 0..rows.len() {
+                    let row = rows.row(i);
+                    if is_training(row.row_id - first_line) {
+                        stats.add_row(row.indices, row.values);
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
     }
     Ok(stats)
 }

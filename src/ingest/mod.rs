@@ -84,6 +84,7 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
         }
     }
     let started = Instant::now();
+    let stop = ws.stop().clone();
     let done = stage::execute(
         ws,
         StageKind::Ingest,
@@ -94,7 +95,7 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
             Ok(Staged {
                 dir: "dataset",
                 name: config.name.clone(),
-                value: pipeline::build(config, scratch)?,
+                value: pipeline::build(config, scratch, &stop)?,
             })
         },
         |published, built: Built| {

@@ -17,6 +17,7 @@ use super::measure::{fit_transform, pass_rules, FittedTransform};
 use super::sink::{Encoder, SplitSink};
 use super::stream::{stream_rows, Parsed};
 use super::validation::{ValidationSplit, CARVED_FROM};
+use crate::stop::StopToken;
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::chunks::CsrChunk;
 use crate::store::scaling::{write_scaling, StoredScaling, SCALING_FILE};
@@ -28,20 +29,20 @@ use crate::text::source::SourceInfo;
 const KEPT_SKIP_REASONS: usize = 20;
 
 /// Parses every input of `config.layout` and writes the chunk files below `tmp/dataset/`.
-pub fn build(config: &IngestConfig, tmp: &Path) -> Result<Built> {
+pub fn build(config: &IngestConfig, tmp: &Path, stop: &StopToken) -> Result<Built> {
     let threads = config.worker_threads();
     let total = input_bytes(config.layout.as_ref())?;
     let plan = match config.assigns_labels() {
         true => {
             let scanning = progress_bar(total, "scan  ");
-            let plan = labels::scan(config, threads, &scanning);
+            let plan = labels::scan(config, threads, &scanning, stop);
             scanning.finish_and_clear();
             Some(plan?)
         }
         false => None,
     };
     let measuring = progress_bar(total, "stats ");
-    let fitted = fit_transform(config, plan.as_ref(), threads, &measuring);
+    let fitted = fit_transform(config, plan.as_ref(), threads, &measuring, stop);
     measuring.finish_and_clear();
     let fitted = fitted?;
     let progress = progress_bar(total, "ingest");
@@ -53,7 +54,7 @@ pub fn build(config: &IngestConfig, tmp: &Path) -> Result<Built> {
             plan.as_ref(),
             &fitted,
             threads,
-            &progress,
+            (&progress, stop),
             &out,
         )
     });
@@ -119,6 +120,7 @@ struct Shared<'a> {
     /// without a first label have no class); never for binary datasets, whose negative
     /// rows have no label id.
     drop_unlabeled: bool,
+    stop: &'a StopToken,
 }
 
 impl Shared<'_> {
@@ -146,7 +148,7 @@ fn write_dataset(
     plan: Option<&LabelPlan>,
     fitted: &FittedTransform,
     threads: usize,
-    progress: &ProgressBar,
+    (progress, stop): (&ProgressBar, &StopToken),
     out: &Path,
 ) -> Result<Built> {
     let OpenedInput {
@@ -168,6 +170,7 @@ fn write_dataset(
         out: out.to_path_buf(),
         drop_unlabeled: kind != Some(LabelKind::Binary)
             && (config.drop_unlabeled || config.first_label),
+        stop,
     };
     std::thread::scope(|scope| {
         let encoder = Encoder::start(scope, threads);
@@ -305,6 +308,7 @@ fn stream_into(
         &shared.rules,
         shared.threads,
         &shared.progress,
+        shared.stop,
         &mut |parsed| {
             if let Some(declared) = declared_rows {
                 check_row_count(&path, declared, &mut lines, parsed.n_lines)?;

@@ -13,6 +13,7 @@ use crossbeam_channel::{bounded, unbounded};
 use indicatif::ProgressBar;
 
 use crate::error::LineError;
+use crate::stop::StopToken;
 use crate::text::parse::{parse_block, parse_bow_block, LineSyntax, ParsedBlock, RowRules};
 use crate::text::source::{LineSource, SourceInfo, TextBlock};
 
@@ -50,6 +51,7 @@ pub fn stream_rows(
     rules: &RowRules,
     threads: usize,
     progress: &ProgressBar,
+    stop: &StopToken,
     on_block: &mut dyn FnMut(Parsed) -> Result<()>,
 ) -> Result<Vec<SourceInfo>> {
     let threads = threads.max(1);
@@ -96,6 +98,14 @@ pub fn stream_rows(
             for (seq, result) in done_rx.iter() {
                 pending.insert(seq, result);
                 while let Some(result) = pending.remove(&next) {
+                    // Between blocks: the run keeps nothing yet, so it ends here whole.
+                    stop.check(|| {
+                        format!(
+                            "while reading {}; an unfinished ingest keeps nothing, the same \
+                             command starts it again",
+                            paths[0].display()
+                        )
+                    })?;
                     on_block(result.map_err(locate)?)?;
                     next += 1;
                     // The reader may have exited already; a lost credit is harmless then.

@@ -43,6 +43,7 @@ use super::identity::{self, PublishedDir, RunMarker};
 use super::integrity::Registered;
 use super::npy::NpyMap;
 use crate::error::did_you_mean;
+use crate::stop::StopToken;
 
 /// Top-level directories that hold published stage outputs, one per stage.
 fn output_dirs() -> impl Iterator<Item = &'static str> {
@@ -60,6 +61,9 @@ pub struct Workspace {
     pub catalog: Catalog,
     /// The id of `workspace.json` and of the catalog (`store::identity`).
     workspace_id: String,
+    /// The user's request to stop, polled by the stages run here (`crate::stop`): every
+    /// stage is handed the workspace, so it carries the request to all of them.
+    stop: StopToken,
 }
 
 /// A directory that holds no workspace: no catalog and no outputs (a read-only open
@@ -166,6 +170,7 @@ impl Workspace {
             root: root.to_path_buf(),
             catalog,
             workspace_id: claimed.id,
+            stop: StopToken::new(),
         };
         ws.collect_garbage(&dirs)?;
         Ok(ws)
@@ -203,6 +208,7 @@ impl Workspace {
             root: root.to_path_buf(),
             catalog,
             workspace_id: recorded.id,
+            stop: StopToken::new(),
         })
     }
 
@@ -217,7 +223,18 @@ impl Workspace {
             root: root.to_path_buf(),
             catalog,
             workspace_id,
+            stop: StopToken::new(),
         })
+    }
+
+    /// This handle with `stop` as the request its stages poll.
+    pub fn with_stop(self, stop: StopToken) -> Self {
+        Workspace { stop, ..self }
+    }
+
+    /// The request to stop that the stages run here poll.
+    pub fn stop(&self) -> &StopToken {
+        &self.stop
     }
 
     /// Whether `marker` is this workspace's.

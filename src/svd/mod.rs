@@ -24,6 +24,7 @@ use crate::error::InvalidOptions;
 use crate::memtrace::{self, available_memory_bytes};
 use crate::sparse::project_chunk;
 use crate::stage::{lookup, memoised_on, thread_pool, threads_or_all, Lookup, Outcome, Staged};
+use crate::stop::StopToken;
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
 use crate::store::chunks::WrittenFile;
 use crate::store::npy::{write_array, NpyMap, NpyRowWriter};
@@ -355,6 +356,7 @@ pub fn run_on(
         })
     };
     let pool = thread_pool(threads_or_all(opts.threads))?;
+    let stop = ws.stop().clone();
     // Before the run is recorded; a finished run is reused whatever memory there is now.
     if !matches!(lookup(ws, StageKind::Svd, &params)?, Lookup::Done(_)) {
         SvdMemory::of(opts, &sizes, &src).check(available_memory_bytes()?)?;
@@ -366,7 +368,7 @@ pub fn run_on(
         &params,
         Some(&pool),
         cached,
-        |scratch| compute(&src, comm, &dataset, (opts, &sizes), scratch),
+        |scratch| compute(&src, (comm, &stop), &dataset, (opts, &sizes), scratch),
         |published, computed: Computed| {
             let artifacts: Vec<ArtifactRow> = computed
                 .artifacts
@@ -412,7 +414,7 @@ fn output_bytes(n_rows: u64, n_cols: usize, rank: usize) -> u64 {
 
 fn compute(
     all: &ChunkFiles,
-    comm: &dyn Comm,
+    (comm, stop): (&dyn Comm, &StopToken),
     dataset: &DatasetRow,
     (args, sizes): (&SvdOptions, &SvdSizes),
     tmp: &Path,
@@ -447,7 +449,18 @@ fn compute(
         ProgressStyle::with_template("svd basis pass {pos}/{len} {bar:40} {elapsed}")
             .expect("valid template"),
     );
-    let svd = randomized_svd_on(src, comm, &cfg, &mut |i, _| pb.set_position(i as u64 + 1))?;
+    // A stop request is honoured between passes (one process: ranks would have to agree).
+    let stop_here = |at: &str| match comm.size() {
+        1 => stop.check(|| {
+            format!("{at}; an unfinished svd keeps nothing, the same command starts it again")
+        }),
+        _ => Ok(()),
+    };
+    let svd = randomized_svd_on(src, comm, &cfg, &mut |i, total| {
+        stop_here(&format!("before basis pass {} of {total}", i + 1))?;
+        pb.set_position(i as u64 + 1);
+        Ok(())
+    })?;
     pb.finish_and_clear();
     memtrace::mark("svd basis computed");
     let (d, r) = (src.n_cols, sizes.rank);
@@ -473,6 +486,7 @@ fn compute(
     }
 
     // The K_XX̃ pass: one more read of the chunks, rows projected onto the basis.
+    stop_here("before the K_XX̃ pass")?;
     let t = Instant::now();
     if comm.size() > 1 {
         arts.extend(
@@ -493,6 +507,7 @@ fn compute(
     // A's initialisation: k-means over the rows of the K_XX̃ rank 0 has written
     // (memory-mapped, not loaded; a sample of at most `kmeans_max_rows` rows), its Lloyd
     // passes shared by the ranks, which map rank 0's file on the shared workspace.
+    stop_here("before k-means")?;
     let map = NpyMap::open(&shared_path(comm, &out.join("kxx.npy"))?)?;
     let km = kmeans::kmeans_on(
         map.view2::<f32>()?,

@@ -249,11 +249,11 @@ fn thin_q(mut factors: Mat<f64>) -> Mat<f64> {
 }
 
 /// Randomised truncated SVD of the rows of `src`; `on_pass(i, total)` is called before each
-/// pass (for progress reporting).
+/// pass (progress reporting; its error, such as a stop request, ends the svd there).
 pub fn randomized_svd(
     src: &dyn RowSource,
     cfg: &SvdConfig,
-    on_pass: &mut dyn FnMut(usize, usize),
+    on_pass: &mut dyn FnMut(usize, usize) -> Result<()>,
 ) -> Result<SvdResult> {
     randomized_svd_on(src, &Single, cfg, on_pass)
 }
@@ -267,7 +267,7 @@ pub fn randomized_svd_on(
     src: &dyn RowSource,
     comm: &dyn Comm,
     cfg: &SvdConfig,
-    on_pass: &mut dyn FnMut(usize, usize),
+    on_pass: &mut dyn FnMut(usize, usize) -> Result<()>,
 ) -> Result<SvdResult> {
     let mut svd = randomized_svd_passes(src, comm, cfg, on_pass)?;
     if comm.size() > 1 {
@@ -284,7 +284,7 @@ fn randomized_svd_passes(
     src: &dyn RowSource,
     comm: &dyn Comm,
     cfg: &SvdConfig,
-    on_pass: &mut dyn FnMut(usize, usize),
+    on_pass: &mut dyn FnMut(usize, usize) -> Result<()>,
 ) -> Result<SvdResult> {
     let d = src.n_cols();
     let n = if comm.size() > 1 {
@@ -309,7 +309,7 @@ fn randomized_svd_passes(
     );
     let mut pass_seconds = Vec::with_capacity(total);
     let mut timed_pass = |i: usize, q: &Panels| -> Result<Panels> {
-        on_pass(i, total);
+        on_pass(i, total)?;
         let t = Instant::now();
         let b = gram_pass(src, comm, q)?;
         memtrace::mark(&format!("svd pass {}", i + 1));

@@ -34,6 +34,7 @@ use crate::model::optim::AdamState;
 use crate::model::params::{Block, Params, QParams};
 use crate::model::scratch::Scratch;
 use crate::stage::StageRun;
+use crate::stop::StoppedOnRequest;
 use crate::store::catalog::{MetricRow, Split};
 use crate::store::checkpoint::{Checkpoint, TrainState};
 use crate::store::workspace::Workspace;
@@ -289,8 +290,13 @@ pub fn train_loop(
         }
         let rank = t.job.comm.rank();
         failpoint::kill_at(&format!("train-rank{rank}-step"), t.state.step);
+        failpoint::interrupt_at("train-ctrl-c", t.state.step, 1);
+        failpoint::interrupt_at("train-ctrl-c-twice", t.state.step, 2);
         if verdict.stop {
             break;
+        }
+        if !run_ends {
+            t.stop_if_asked()?;
         }
     }
     drop(queue);
@@ -303,6 +309,29 @@ pub fn train_loop(
 }
 
 impl Trainer<'_> {
+    /// Honours a stop request (`crate::stop`) between steps: writes a checkpoint at this
+    /// step unless one is there, then ends the run with [`StoppedOnRequest`], so taking it up again
+    /// loses no step and gives an uninterrupted run's bits. One process only: the ranks of
+    /// an MPI job would have to agree on the step, and `mpirun` ends its job on a signal by
+    /// itself (the run then resumes from its last checkpoint).
+    fn stop_if_asked(&mut self) -> Result<()> {
+        let stop = self.ws.stop();
+        if self.job.comm.size() > 1 || !stop.requested() {
+            return Ok(());
+        }
+        if self.last_saved != self.state.step {
+            self.check_ranks()?;
+            self.save(false)?;
+        }
+        self.pb.finish_and_clear();
+        let (step, epoch) = (self.state.step, self.state.epoch + 1);
+        let at = format!(
+            "after step {step} (epoch {epoch}), checkpoint written at step {step}; the same \
+             command takes the run up there"
+        );
+        Err(StoppedOnRequest { at }.into())
+    }
+
     /// "step S (epoch E): training stopped; the last good checkpoint is …" context.
     fn stopped(&self) -> String {
         format!(

@@ -50,6 +50,7 @@ mod size_checks;
 mod spec_validation;
 mod stage_kill;
 mod status;
+mod stop_request;
 mod svd_accuracy;
 mod svd_stage;
 mod synth;

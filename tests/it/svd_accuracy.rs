@@ -85,7 +85,7 @@ fn check(x: &Mat<f64>, rank: usize, sv_tol: Option<f64>) {
             power_iters: Q,
             seed: 3,
         },
-        &mut |_, _| {},
+        &mut |_, _| Ok(()),
     )
     .unwrap();
     for (i, (g, e)) in got.singular_values.iter().zip(&exact).enumerate() {
@@ -201,7 +201,7 @@ fn deterministic_for_a_seed_and_any_thread_count() {
                     power_iters: Q,
                     seed,
                 },
-                &mut |_, _| {},
+                &mut |_, _| Ok(()),
             )
             .unwrap()
         })
