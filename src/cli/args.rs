@@ -1143,8 +1143,9 @@ pub struct Setting {
 
 /// The train options `pipeline fit` decides itself, which `--set` refuses: the data and
 /// svd each run reads, its task and seed (fit's own `--task`, `--seed`), its length and
-/// stopping, and the run bookkeeping.
+/// stopping (and so a schedule counted in its epochs), and the run bookkeeping.
 pub const FIT_DECIDES: &[TrainFlag] = &[
+    TrainFlag::LrDecayAt,
     TrainFlag::Dataset,
     TrainFlag::Svd,
     TrainFlag::Task,
@@ -1162,6 +1163,12 @@ pub const FIT_DECIDES: &[TrainFlag] = &[
 pub fn parse_setting(text: &str) -> Result<Setting, String> {
     let (name, value) = text.split_once('=').unwrap_or((text, ""));
     let flag: TrainFlag = name.trim().trim_start_matches("--").parse()?;
+    if flag == TrainFlag::LrDecayAt {
+        return Err(format!(
+            "fit decides how long each run trains (its probe takes 50 steps), so a schedule \
+             in epochs cannot be fixed (--{flag}); train a spec with `pipeline run` for one"
+        ));
+    }
     if FIT_DECIDES.contains(&flag) {
         return Err(format!(
             "fit decides --{flag} itself (for the task and seed: fit's own --task and --seed)"

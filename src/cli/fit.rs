@@ -256,6 +256,26 @@ fn common_train(seed: u64) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A run's train options: the candidate's (`--set` applied), then those of
+/// [`common_train`] it does not set itself (`--set batch=1000` replaces fit's batch).
+fn run_options(c: &Candidate, seed: u64) -> Vec<(&'static str, String)> {
+    let mut options = c.train.clone();
+    for (key, value) in common_train(seed) {
+        if !options.iter().any(|(k, _)| *k == key) {
+            options.push((key, value));
+        }
+    }
+    options
+}
+
+/// The minibatch size the runs of `list` train with: a `--set batch`, else [`BATCH`].
+fn batch_of(list: &[Candidate]) -> u64 {
+    list.first()
+        .and_then(|c| c.train.iter().find(|(k, _)| *k == "batch"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(BATCH)
+}
+
 /// The most steps a run may take: [`MAX_EPOCHS`] epochs, and at least [`MIN_CAP`].
 pub fn step_cap(n: u64, batch: u64) -> u64 {
     (MAX_EPOCHS * n.div_ceil(batch.max(1))).max(MIN_CAP)
@@ -470,9 +490,10 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
     // is set aside before the selection's share is taken.
     let ingest_seconds = started.elapsed().as_secs_f64();
     let left = (budget - 2.0 * ingest_seconds).max(0.0);
-    let cap = step_cap(sizes.n, BATCH);
+    let batch = batch_of(&list);
+    let cap = step_cap(sizes.n, batch);
     // Ten epochs of steps, or the cap when that is fewer (small data).
-    let needed = (MIN_EPOCHS * sizes.n.div_ceil(BATCH)).min(cap);
+    let needed = (MIN_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
     eprintln!(
         "== fit: task {}, N = {}, D = {}, L = {}, {} rows; {} candidates (budget {:.0} s, {:.0} s \
          left after this ingest and the final one)",
@@ -653,8 +674,7 @@ fn probe(
         ("svd", svd_run.to_string()),
         ("task", kind.as_str().to_string()),
     ];
-    train_opts.extend(c.train.iter().cloned());
-    train_opts.extend(common_train(seed));
+    train_opts.extend(run_options(c, seed));
     let mut probed = Probed {
         candidate: c.clone(),
         train_opts,
@@ -848,8 +868,7 @@ fn write_spec(
     svd.extend(chosen.candidate.svd.iter().cloned());
     text += &table("svd", &svd);
     let mut train = vec![("task", kind.as_str().to_string())];
-    train.extend(chosen.candidate.train.iter().cloned());
-    train.extend(common_train(args.seed));
+    train.extend(run_options(&chosen.candidate, args.seed));
     train.push(("steps", chosen.steps.to_string()));
     text += &table("train", &train);
     let split = if args.test.is_some() {
@@ -918,6 +937,39 @@ mod tests {
         // A value train refuses is refused before anything runs.
         let e = check_settings(&[set("kernel=cubic")]).unwrap_err();
         assert!(format!("{e:#}").contains("cubic"), "{e:#}");
+        // A schedule in epochs cannot be fixed when fit decides the length.
+        let e = crate::cli::args::parse_setting("lr-decay-at=20,25").unwrap_err();
+        assert!(e.contains("schedule in epochs"), "{e}");
+    }
+
+    #[test]
+    fn a_set_batch_or_rate_replaces_fits_own_once() {
+        let sizes = Sizes {
+            n: 1000,
+            d: 20,
+            l: 1,
+            dense: true,
+        };
+        let set = |t: &str| crate::cli::args::parse_setting(t).unwrap();
+        let listed = candidates(LabelKind::Binary, sizes);
+        assert_eq!(batch_of(&listed), BATCH);
+        let plain = run_options(&listed[0], 4);
+        assert!(plain.contains(&("batch", BATCH.to_string())));
+        assert!(plain.contains(&("lr", "0.01".into())));
+        let fixed = with_settings(listed, &[set("batch=1000"), set("lr=0.02")]);
+        assert_eq!(batch_of(&fixed), 1000);
+        for c in &fixed {
+            let options = run_options(c, 4);
+            let count = |key: &str| options.iter().filter(|(k, _)| *k == key).count();
+            assert_eq!((count("batch"), count("lr"), count("seed")), (1, 1, 1));
+            assert!(options.contains(&("batch", "1000".into())));
+            assert!(options.contains(&("lr", "0.02".into())));
+            assert!(options.contains(&("seed", "4".into())));
+            // Train's own parser takes the options as a run gets them.
+            let mut argv_options = vec![("dataset", "-".to_string())];
+            argv_options.extend(options);
+            command(argv("train", &argv_options)).unwrap();
+        }
     }
 
     #[test]
