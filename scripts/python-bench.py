@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fit time, predict time and peak memory of fsgp from Python, of the same fit from the
-command line, and of omikuji's and GPflow's Python APIs (docs/python.md, "Not yet": the
-timing table), on Delicious (multi-label) and MNIST odd/even (binary).
+command line, and of omikuji's and GPflow's Python APIs, on Delicious (multi-label) and
+MNIST odd/even (binary): BENCHMARKS.md, "From Python".
 
 Usage:
   scripts/python-bench.py [--reps 3] [--out FILE] [--json-out FILE]
@@ -81,10 +81,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FSGP_PY = "/work/venv34/bin/python"
-PEER_PY = "/root/.pyenv/versions/3.11.7/bin/python"
+# The interpreter with the fsgp package (`pip install ./python`; .ci/run's venv), and the
+# one with omikuji, gpflow and tensorflow (--fsgp-python, --peer-python).
+FSGP_PY = os.environ.get(
+    "FSGP_PYTHON", os.path.join(ROOT, "target", "python-venv", "bin", "python"))
+PEER_PY = os.environ.get("PEER_PYTHON", "python3")
 PIPELINE_CANDIDATES = [
-    os.path.join(ROOT, "..", "target-lead", "release", "pipeline"),
+    os.environ.get("FSGP_PIPELINE", ""),
     os.path.join(ROOT, "target", "release", "pipeline"),
 ]
 DATA = os.path.join(ROOT, "..", "shared", "data")
