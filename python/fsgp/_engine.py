@@ -63,6 +63,16 @@ def write_rows(workspace, prefix, X, label_indptr, labels, ingest_options):
     return name, path
 
 
+def file_dataset_name(path, ingest_options):
+    """The dataset name of a fit from the file `path` (absolute): its path, size and
+    modification time digested with `ingest_options`. Fitting the same file again in the
+    same workspace is the same dataset (its ingest reused, a run stopped by Ctrl-C taken up
+    where it stopped); a file changed since is a new one."""
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns, ingest_options)
+    return "file-" + hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+
+
 class Workspace:
     """A workspace directory: the one given, or a temporary one the estimator owns (kept
     while the estimator lives, so a fit can be inspected with `pipeline status`)."""

@@ -122,7 +122,8 @@ class _FsgpEstimator(BaseEstimator):
         if not os.path.exists(path):
             raise FileNotFoundError(f"{os.fspath(path)}: no such file")
         train = os.path.abspath(os.fspath(path))
-        return self._run_fit(train, None, _engine.fresh_name("file"), self._new_workspace())
+        name = _engine.file_dataset_name(train, self._engine_task)
+        return self._run_fit(train, None, name, self._new_workspace())
 
     # ----- the model ------------------------------------------------------------------
 

@@ -153,6 +153,20 @@ def test_fit_and_predict_from_files(binary_files, tmp_path):
     assert np.array_equal(est.predict_proba(Xt)[:, 1].astype(np.float32), p)
 
 
+def test_the_same_rows_or_file_fit_again_in_a_workspace_reuse_its_dataset(binary_files, tmp_path):
+    train, _ = binary_files
+    X, y = load_svmlight_file(str(train))
+    for source, data in (("rows", (X, y)), ("file", (str(train),))):
+        workspace = tmp_path / source
+        first = fsgp.GPClassifier(workspace=workspace, **FAST).fit(*data)
+        ingests = cli("status", "--json", workspace=workspace).count('"stage": "ingest"')
+        again = fsgp.GPClassifier(workspace=workspace, **FAST).fit(*data)
+        # Every stage found done: no ingest ran again, and the model is the same.
+        assert cli("status", "--json", workspace=workspace).count('"stage": "ingest"') == ingests
+        assert again.spec_ != first.spec_
+        assert np.array_equal(again.predict_proba(X), first.predict_proba(X))
+
+
 def test_bad_input_raises_python_exceptions_with_the_engine_message(tmp_path):
     X, y = blobs(120, 3, 2, seed=7)
     with pytest.raises(FileNotFoundError, match="no-such.svm"):
