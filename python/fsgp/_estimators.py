@@ -152,7 +152,8 @@ class _FsgpEstimator(BaseEstimator):
         """Scores the rows of a file (LIBSVM or XML-repository text, plain, gzip or zstd)
         as `pipeline predict --model --input` does, streaming: memory does not grow with
         the file. Returns the engine's predictions as a pyarrow Table read from the Parquet
-        file it writes (`output`, default a temporary file removed after reading)."""
+        file it writes (`output`, default a temporary file removed after reading), its
+        `labels` named as `predict` names them (the file holds the engine's label ids)."""
         import pyarrow.parquet as pq
 
         check_is_fitted(self, "model_")
@@ -169,7 +170,17 @@ class _FsgpEstimator(BaseEstimator):
             if probabilities and self.model_.task != "multilabel":
                 argv.append("--probabilities")
             _engine.run(argv, self.verbose)
-            return pq.read_table(out)
+            return self._named_labels(pq.read_table(out))
+
+    def _named_labels(self, table):
+        """`table` with its `labels` column (lists of engine label ids) as classes_."""
+        import pyarrow as pa
+
+        column = table.column("labels").combine_chunks()
+        ids = np.asarray(column.flatten(), dtype=np.int64)
+        names = pa.array(self.classes_[self._class_index(ids)])
+        named = pa.ListArray.from_arrays(column.offsets, names)
+        return table.set_column(table.schema.get_field_index("labels"), "labels", named)
 
     # ----- persistence ----------------------------------------------------------------
 

@@ -133,13 +133,19 @@ def test_multilabel_fit_from_indicators_and_from_label_lists():
     assert np.array_equal(named_labels, names[labels])
 
 
-def test_a_label_absent_from_training_is_never_predicted():
+def test_a_label_absent_from_training_is_never_predicted(tmp_path):
     X, Y = multilabel_data(200, 6)
     Y[:, 3] = 0
     est = fsgp.MultiLabelGP(kernel="linear", n_inducing=20, budget="60s").fit(X, Y)
     labels, _ = est.predict(X, top_k=4)
     assert 3 not in labels
     assert np.all(est.predict_proba(X)[:, 3] == 0)
+    # A file of new rows may carry labels no training row had: they are left out, as
+    # predictions use none.
+    test = tmp_path / "test.svm"
+    write_libsvm(test, X[:10], [[3, 9], [0, 3]] + [[]] * 8)
+    table = est.predict_file(test, top_k=4)
+    assert table.column("labels").to_pylist() == labels[:10].tolist()
 
 
 def test_fit_and_predict_from_files(binary_files, tmp_path):

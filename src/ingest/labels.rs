@@ -46,6 +46,7 @@ impl LabelPlan {
             classes: Some(Arc::clone(&self.classes)),
             exactly_one: self.exactly_one,
             unlabeled_ok: false,
+            unknown_left_out: false,
         }
     }
 }
@@ -94,6 +95,7 @@ pub fn scan(
         classes: None,
         exactly_one: false,
         unlabeled_ok: false,
+        unknown_left_out: false,
     };
     let rules = config.row_rules(
         declared_d.unwrap_or(UNDECLARED),

@@ -235,6 +235,9 @@ pub fn row_rules(
             classes,
             exactly_one: kind != LabelKind::Multilabel && !first_label,
             unlabeled_ok: true,
+            // A multi-class row's class gives its true class's probability; a multi-label
+            // row's labels are not used.
+            unknown_left_out: kind == LabelKind::Multilabel,
         },
         unknown_features: unknown,
         ..RowRules::new(n_features, n_labels, facts.index_base)

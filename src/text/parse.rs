@@ -93,6 +93,10 @@ pub struct LabelRules {
     /// With `exactly_one`, also accept a row without a label: new rows scored by `predict
     /// --input` need not carry one (several are still refused).
     pub unlabeled_ok: bool,
+    /// Leave out a label value the class map does not hold instead of refusing the row:
+    /// new rows of a multi-label model, whose scores use no label of the row, from test
+    /// files that carry labels no training row had (common in extreme classification).
+    pub unknown_left_out: bool,
 }
 
 impl LabelRules {
@@ -524,6 +528,7 @@ impl RowRules {
                 // `--class-map train`: a class no training row has; the sink counts the row
                 // and stores it without a label id.
                 None if map.is_unseen(v) => UNSEEN_CLASS,
+                None if self.labels.unknown_left_out => continue,
                 None => return Err(unknown_class(v, map)),
             };
             s.labels.push(id);
@@ -1046,6 +1051,27 @@ mod tests {
         );
     }
 
+    /// New rows of a multi-label model: a label the class map does not hold is left out,
+    /// the row's others kept; without the rule the row is refused, naming the label.
+    #[test]
+    fn unknown_labels_are_left_out_of_new_multilabel_rows() {
+        let mut rl = RowRules::new(3, u32::MAX, 1);
+        rl.labels = LabelRules {
+            first_label: false,
+            classes: Some(Arc::new(ClassMap::new(vec![3, 7], None).unwrap())),
+            exactly_one: false,
+            unlabeled_ok: true,
+            unknown_left_out: true,
+        };
+        let text = b"7,9,3 1:1\n9 2:1\n";
+        let b = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
+        assert_eq!(b.rows.row(0).labels, &[0, 1]);
+        assert!(b.rows.row(1).labels.is_empty());
+        rl.labels.unknown_left_out = false;
+        let (_, e) = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap_err();
+        assert!(e.msg.contains("found label 9, expected one of"), "{e}");
+    }
+
     /// `predict --input`: features beyond D dropped and counted (the row kept, as if the
     /// file lacked them; a malformed token still an error), and a binary or multi-class
     /// row without a label accepted (several still refused).
@@ -1058,6 +1084,7 @@ mod tests {
             classes: Some(Arc::new(ClassMap::new(vec![3, 7], None).unwrap())),
             exactly_one: true,
             unlabeled_ok: true,
+            unknown_left_out: false,
         };
         let text = b"7 1:1 9:2 3:0.5 4:1\n 2:1\n";
         let b = parse_block(text, 1, true, LineSyntax::Libsvm, &rl).unwrap();
