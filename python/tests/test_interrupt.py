@@ -42,7 +42,7 @@ def interrupt_once_training(workspace, sent):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if any(stage == "train" and state == "running" for _, stage, state, _ in runs(workspace)):
-            time.sleep(0.3)
+            time.sleep(0.05)
             sent.append(time.monotonic())
             os.kill(os.getpid(), signal.SIGINT)
             return
@@ -76,17 +76,21 @@ def test_ctrl_c_stops_the_fit_cleanly_and_keeps_the_workspace(tmp_path):
     stopped_runs = [r for r in recorded if r[3] and "stopped on request" in r[3]]
     assert len(stopped_runs) == 1, recorded
     run_id, stage, state, error = stopped_runs[0]
-    assert state == "failed" and stage == "train", stopped_runs
-    assert f"train run {run_id}" in message
-    # Its checkpoint at the step it stopped after is registered.
-    step = int(error.split("after step ")[1].split(" ")[0])
-    steps = [c["step"] for c in status(workspace, "--run", str(run_id))["checkpoints"]]
-    assert step in steps, (step, steps)
+    assert state == "failed", stopped_runs
+    assert f"{stage} run {run_id}" in message
+    # Almost always a training run (the signal follows one's start by 50 ms), but a short
+    # one may end first and the next svd, which stops between passes, take the request.
+    if stage == "train":
+        # Its checkpoint at the step it stopped after is registered.
+        step = int(error.split("after step ")[1].split(" ")[0])
+        steps = [c["step"] for c in status(workspace, "--run", str(run_id))["checkpoints"]]
+        assert step in steps, (step, steps)
     # Nothing half-written or unregistered: the engine's own check of the workspace passes.
     _fsgp.run_pipeline(["--workspace", workspace, "verify"])
 
     # Fit again, same rows, same workspace: the rows are the same dataset (named by their
-    # digest), and the stopped run is taken up where it stopped, not redone.
+    # digest), and the stopped run is taken up (training where it stopped; an svd again,
+    # under its own id).
     est.fit(X, y)
     again = {r[0]: r for r in runs(workspace)}
     assert again[run_id][2] == "ok", again[run_id]
