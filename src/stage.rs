@@ -50,7 +50,8 @@ use crate::comm::Comm;
 use crate::failpoint;
 
 use crate::store::catalog::{RunRow, RunStatus, StageKind};
-use crate::store::workspace::{process_identity, remove_path, StageLock, Workspace};
+use crate::store::owned::{Disposal, LostFound, SCRATCH_DIR};
+use crate::store::workspace::{process_identity, StageLock, Workspace};
 
 /// What a stage returns: its value and whether it was computed now or found done.
 #[derive(Debug, Clone)]
@@ -174,7 +175,7 @@ pub fn memoised_on<T, C: Send>(
     commit: impl FnOnce(&Published, C) -> Result<T>,
 ) -> Result<Outcome<Option<T>>> {
     if !comm.is_root() {
-        return follow_root(ws, comm, pool, compute);
+        return follow_root(ws, comm, kind, pool, compute);
     }
     // Rank 0 tells the others the run id, or 0 when a finished run is reused (ids start at
     // 1), once it holds the lock or knows there is nothing to do.
@@ -199,6 +200,7 @@ pub fn memoised_on<T, C: Send>(
 fn follow_root<T, C: Send>(
     ws: &Workspace,
     comm: &dyn Comm,
+    kind: StageKind,
     pool: Option<&rayon::ThreadPool>,
     compute: impl FnOnce(&Path) -> Result<Staged<C>> + Send,
 ) -> Result<Outcome<Option<T>>> {
@@ -210,17 +212,13 @@ fn follow_root<T, C: Send>(
             value: None,
         });
     }
-    let scratch = ws
-        .root()
-        .join("tmp")
-        .join(format!("run-{run_id}.rank{}", comm.rank()));
-    fs::create_dir_all(&scratch)
-        .with_context(|| format!("creating scratch directory {}", scratch.display()))?;
+    let name = format!("run-{run_id}.rank{}", comm.rank());
+    let scratch = ws.create_scratch(&name, run_id, kind)?;
     let computed = match pool {
         Some(pool) => pool.install(|| compute(&scratch)),
         None => compute(&scratch),
     };
-    let _ = remove_path(&scratch);
+    let _ = ws.dispose(&format!("{SCRATCH_DIR}/{name}"), &mut LostFound::new());
     drop(computed?);
     // Rank 0 broadcasts again once the outputs are registered.
     comm.broadcast_u64(0)?;
@@ -446,9 +444,7 @@ impl<'a> StageRun<'a> {
     }
 
     fn with_scratch(ws: &'a Workspace, lock: StageLock, kind: StageKind, id: i64) -> Result<Self> {
-        let tmp_dir = ws.root().join("tmp").join(format!("run-{id}"));
-        fs::create_dir_all(&tmp_dir)
-            .with_context(|| format!("creating scratch directory {}", tmp_dir.display()))?;
+        let tmp_dir = ws.create_scratch(&format!("run-{id}"), id, kind)?;
         failpoint::pause_at("stage-pause", kind, &tmp_dir);
         Ok(StageRun {
             ws,
@@ -486,8 +482,15 @@ impl<'a> StageRun<'a> {
         let src = self.tmp_dir.join(from);
         let dst = self.ws.resolve(to);
         self.ws.stamp_run_dir(&src, self.id, self.kind)?;
-        if fs::symlink_metadata(&dst).is_ok() {
-            remove_path(&dst)?;
+        let mut aside = LostFound::new();
+        match self.ws.dispose(to, &mut aside)? {
+            Disposal::Absent | Disposal::Removed => {}
+            Disposal::MovedAside(moved) => eprintln!(
+                "warning: moved what fsgp did not write in {to} to {} before publishing \
+                 there",
+                moved.join(", ")
+            ),
+            Disposal::Kept(why) => bail!("cannot publish {to}: {why}"),
         }
         fs::rename(&src, &dst)
             .with_context(|| format!("publishing {} as {}", src.display(), dst.display()))?;
@@ -527,7 +530,7 @@ impl<'a> StageRun<'a> {
                 Ok(value)
             }
             Err(e) => {
-                let _ = remove_path(&self.ws.resolve(to));
+                let _ = self.ws.dispose(to, &mut LostFound::new());
                 let e = self.locate(e);
                 self.failed(&e);
                 Err(e)
@@ -538,7 +541,7 @@ impl<'a> StageRun<'a> {
     /// Call after the catalog rows naming the outputs were committed.
     pub fn succeeded(mut self) -> Result<()> {
         self.ended = true;
-        remove_path(&self.tmp_dir)
+        self.remove_scratch()
     }
 
     /// Ends a stage that registered its outputs as it went (training): ok when `result` is,
@@ -564,9 +567,18 @@ impl<'a> StageRun<'a> {
         self.record_failure(&format!("{error:#}"));
     }
 
+    /// Removes this run's scratch directory (`tmp/run-<id>`), by the workspace's rule.
+    fn remove_scratch(&self) -> Result<()> {
+        let rel = format!("{SCRATCH_DIR}/run-{}", self.id);
+        if let Some(note) = self.ws.dispose(&rel, &mut LostFound::new())?.note(&rel) {
+            eprintln!("warning: {note}");
+        }
+        Ok(())
+    }
+
     fn record_failure(&self, msg: &str) {
         // Best effort: the original error matters more than a cleanup failure.
-        let _ = remove_path(&self.tmp_dir);
+        let _ = self.remove_scratch();
         let _ = self
             .ws
             .catalog

@@ -909,7 +909,7 @@ pub fn load_run_checkpoint(
 
 /// Reads a registered checkpoint, verifying its size and checksum against the catalog.
 pub fn load_checkpoint(ws: &Workspace, row: &CheckpointRow) -> Result<Checkpoint> {
-    read_registered_checkpoint(&ws.checkpoint_file(row))
+    read_registered_checkpoint(&ws.checkpoint_file(row)?)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use crate::store::catalog::{
     ArtifactKind, ClassMap, DatasetRow, LabelKind, MetricRow, RunRow, RunStatus, Split, StageKind,
 };
 use crate::store::footer::parquet_key_values;
+use crate::store::owned::checked_rel;
 use crate::store::workspace::{as_seen, Workspace};
 use crate::train::budget;
 use crate::trained::{EarlyStopping, Stopped, TrainConfig};
@@ -604,9 +605,13 @@ struct FileDetail {
 impl FileDetail {
     /// Reads the footer of a Parquet file; a file that cannot be read is reported, not
     /// fatal, so `status` still describes a damaged workspace.
-    fn with_metadata(mut self, ws: &Workspace) -> Self {
+    /// A path the catalog gives that leaves `stage`'s folder is not opened: its refusal is
+    /// reported in its place.
+    fn with_metadata(mut self, ws: &Workspace, stage: StageKind) -> Self {
         if self.path.ends_with(".parquet") {
-            match parquet_key_values(&ws.resolve(&self.path)) {
+            let read =
+                checked_rel(&self.path, stage).and_then(|rel| parquet_key_values(&ws.resolve(rel)));
+            match read {
                 Ok(kv) => self.metadata = Some(kv.into_iter().collect()),
                 Err(e) => self.metadata_error = Some(format!("{e:#}")),
             }
@@ -649,7 +654,7 @@ fn run_detail(ws: &Workspace, id: i64) -> Result<RunDetail> {
                 metadata: None,
                 metadata_error: None,
             }
-            .with_metadata(ws)
+            .with_metadata(ws, run.stage)
         })
         .collect();
     let checkpoints = ws
@@ -670,7 +675,7 @@ fn run_detail(ws: &Workspace, id: i64) -> Result<RunDetail> {
                 metadata: None,
                 metadata_error: None,
             }
-            .with_metadata(ws)
+            .with_metadata(ws, StageKind::Train)
         })
         .collect();
     let train = match run.stage {

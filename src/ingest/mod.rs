@@ -28,6 +28,7 @@ use anyhow::{bail, Result};
 
 use crate::stage::{self, Staged};
 use crate::store::catalog::{DatasetRow, SourceRow, StageKind};
+use crate::store::owned::LostFound;
 use crate::store::workspace::Workspace;
 use crate::text::source::checksum_source;
 use built::{print_summary, Built};
@@ -109,8 +110,13 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
     let (built, replaced) = done.value;
     if let Some(old) = replaced {
         // The old files are unreferenced now; failing to delete them only wastes space.
-        if let Err(e) = std::fs::remove_dir_all(ws.resolve(&old)) {
-            eprintln!("warning: could not remove replaced dataset files {old}: {e}");
+        match ws.dispose(&old, &mut LostFound::new()) {
+            Ok(done) => {
+                if let Some(note) = done.note(&old) {
+                    eprintln!("warning: {note}");
+                }
+            }
+            Err(e) => eprintln!("warning: could not remove replaced dataset files {old}: {e:#}"),
         }
     }
     let seconds = started.elapsed().as_secs_f64();

@@ -761,6 +761,14 @@ impl Catalog {
         tx.commit().map_err(e)
     }
 
+    /// The time now in UTC as `YYYYMMDDTHHMMSSZ`, by the catalog's clock (the one its rows'
+    /// times come from): the name of a folder in `lost+found`.
+    pub fn utc_stamp(&self) -> Result<String> {
+        self.conn
+            .query_row("SELECT strftime('%Y%m%dT%H%M%SZ', 'now')", [], |r| r.get(0))
+            .map_err(|e| explain(&self.path, e))
+    }
+
     /// Sets the workspace's generation (a rebuilt catalog takes the highest its run
     /// directories recorded).
     pub fn set_generation(&self, generation: i64) -> Result<()> {

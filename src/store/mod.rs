@@ -10,6 +10,7 @@ pub mod integrity;
 pub mod kinds;
 pub mod model_file;
 pub mod npy;
+pub mod owned;
 pub mod predictions;
 pub mod rebuild;
 pub mod scaling;

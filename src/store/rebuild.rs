@@ -18,8 +18,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::catalog::{Catalog, RunRows};
+use super::catalog::{Catalog, RunRows, StageKind};
 use super::identity::{self, PublishedDir};
+use super::owned::checked_rel;
 use super::workspace::CATALOG_FILE;
 
 /// What a rebuild restored and what it could not.
@@ -55,9 +56,14 @@ pub fn rebuild_catalog(root: &Path) -> Result<RebuildReport> {
                 dir.rel, m.workspace
             )),
             Some(m) => match &m.rows {
-                Some(rows) => {
-                    by_run.insert(m.run, (dir, rows));
-                }
+                Some(rows) => match foreign_path(rows, &dir.rel) {
+                    None => {
+                        by_run.insert(m.run, (dir, rows));
+                    }
+                    Some(why) => report
+                        .not_restored
+                        .push(format!("{}: its marker is refused: {why}", dir.rel)),
+                },
                 None => report.not_restored.push(format!(
                     "{}: its marker carries no rows (the run had not committed)",
                     dir.rel
@@ -129,4 +135,30 @@ fn workspace_id(root: &Path, dirs: &[PublishedDir]) -> Result<String> {
         ))
         .context(format!("rebuilding the catalog of {}", root.display())),
     }
+}
+
+/// Why the rows of a marker in run directory `dir` cannot be restored because of the paths
+/// they name (None: every path is a file of `dir`, or `dir` itself): a marker edited by
+/// hand or damaged must not make a catalog that points outside the run's directory, since
+/// the workspace reads and removes what its catalog names.
+fn foreign_path(rows: &RunRows, dir: &str) -> Option<String> {
+    let stage = StageKind::ALL
+        .iter()
+        .copied()
+        .find(|k| dir.split('/').next() == Some(k.output_dir()))?;
+    let inside = format!("{dir}/");
+    ["datasets", "artifacts", "checkpoints"]
+        .iter()
+        .flat_map(|table| rows.get(*table).into_iter().flatten())
+        .filter_map(|row| {
+            row.get("path")
+                .map(|p| p.as_str().unwrap_or("").to_string())
+        })
+        .find_map(|path| match checked_rel(&path, stage) {
+            Err(e) => Some(format!("{e:#}")),
+            Ok(rel) if rel != dir && !rel.starts_with(&inside) => Some(format!(
+                "found the path '{rel}', expected a path inside its own directory {dir}"
+            )),
+            Ok(_) => None,
+        })
 }

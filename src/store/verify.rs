@@ -26,7 +26,8 @@ use serde_json::Value;
 use super::catalog::{Catalog, RunRow, RunStatus, StageKind};
 use super::identity::{published_dir, run_dir, RUN_MARKER};
 use super::integrity::Registered;
-use super::workspace::{remove_path, run_is_live, Workspace};
+use super::owned::{checked_rel, is_own_name, Disposal, LostFound};
+use super::workspace::{run_is_live, Workspace};
 
 /// What `pipeline verify` does besides checking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -142,34 +143,56 @@ pub fn run(ws: &Workspace, opts: VerifyOptions) -> Result<VerifyReport> {
 }
 
 /// Hashes every registered artifact and checkpoint; reports each damaged one and returns
-/// the runs they belong to.
+/// the runs they belong to. A row whose path leaves its stage's folder is damage too (of
+/// the catalog's): reported, its run repaired, and the path never opened.
 fn hash_registered(ws: &Workspace, report: &mut VerifyReport) -> Result<BTreeMap<i64, DamagedRun>> {
     let mut damaged: BTreeMap<i64, DamagedRun> = BTreeMap::new();
-    let mut record = |report: &mut VerifyReport, file: &Registered, run: i64, step: Option<u64>| {
+    let mut found = |report: &mut VerifyReport,
+                     problem: Problem,
+                     reason: String,
+                     run: i64,
+                     step: Option<u64>| {
+        report.problems.push(problem);
+        let entry = damaged.entry(run).or_default();
+        entry.reasons.push(reason);
+        if let Some(step) = step {
+            entry.first_step = Some(entry.first_step.map_or(step, |s| s.min(step)));
+        }
+    };
+    let mut files: Vec<(Result<Registered>, i64, Option<u64>)> = Vec::new();
+    for a in ws.catalog.stored_artifacts(None)? {
+        files.push((ws.registered(&a), a.run_id, None));
+        report.artifacts += 1;
+    }
+    for c in &ws.catalog.all_checkpoints()? {
+        files.push((ws.checkpoint_file(c), c.run_id, Some(c.step)));
+        report.checkpoints += 1;
+    }
+    for (file, run, step) in files {
+        let file = match file {
+            Ok(file) => file,
+            Err(e) => {
+                let problem = Problem {
+                    subject: format!("catalog row of run {run}"),
+                    run: Some(run),
+                    path: None,
+                    problem: format!("{e:#}"),
+                };
+                found(report, problem, format!("{e:#}"), run, step);
+                continue;
+            }
+        };
         let inspection = file.inspect()?;
         report.bytes_hashed += inspection.hashed;
         if let Some(damage) = inspection.damage {
-            report.problems.push(Problem {
+            let problem = Problem {
                 subject: file.name(),
                 run: Some(run),
                 path: Some(file.rel.clone()),
                 problem: damage.to_string(),
-            });
-            let entry = damaged.entry(run).or_default();
-            entry.reasons.push(format!("{} {damage}", file.rel));
-            if let Some(step) = step {
-                entry.first_step = Some(entry.first_step.map_or(step, |s| s.min(step)));
-            }
+            };
+            found(report, problem, format!("{} {damage}", file.rel), run, step);
         }
-        anyhow::Ok(())
-    };
-    for a in ws.catalog.stored_artifacts(None)? {
-        record(report, &ws.registered(&a), a.run_id, None)?;
-        report.artifacts += 1;
-    }
-    for c in &ws.catalog.all_checkpoints()? {
-        record(report, &ws.checkpoint_file(c), c.run_id, Some(c.step))?;
-        report.checkpoints += 1;
     }
     Ok(damaged)
 }
@@ -191,16 +214,23 @@ fn repair(
         }
         report.repaired.push(repair_run(ws, id, d)?);
     }
+    let mut aside = LostFound::new();
     for rel in orphans {
-        match why_kept(ws, rel, live)? {
-            None => {
-                remove_path(&ws.resolve(rel))?;
-                report.repaired.push(format!("removed orphan {rel}"));
+        let line = match why_kept(ws, rel, live)? {
+            None => match ws.dispose(rel, &mut aside)? {
+                Disposal::Absent | Disposal::Removed => format!("removed orphan {rel}"),
+                Disposal::MovedAside(moved) => format!(
+                    "moved orphan {rel} to {} (fsgp did not write it; look it over, then \
+                     keep or delete it)",
+                    moved.join(", ")
+                ),
+                Disposal::Kept(why) => format!("left orphan {rel} in place: {why}"),
+            },
+            Some(why) => {
+                format!("left orphan {rel} in place: {why}; move it out or delete it yourself")
             }
-            Some(why) => report.repaired.push(format!(
-                "left orphan {rel} in place: {why}; move it out or delete it yourself"
-            )),
-        }
+        };
+        report.repaired.push(line);
     }
     Ok(())
 }
@@ -234,8 +264,11 @@ fn repair_run(ws: &Workspace, id: i64, d: &DamagedRun) -> Result<String> {
                 .map(|c| c.path)
                 .collect();
             ws.catalog.mark_damaged(id, &reason, Some(step))?;
+            let mut kept = Vec::new();
             for rel in &dropped {
-                remove_path(&ws.resolve(rel))?;
+                if let Some(note) = ws.dispose(rel, &mut LostFound::new())?.note(rel) {
+                    kept.push(note);
+                }
             }
             // The run's directory stays, and carries its rows as they are now.
             if let Some(dir) = dropped.first().and_then(|rel| run_dir(rel)) {
@@ -243,26 +276,42 @@ fn repair_run(ws: &Workspace, id: i64, d: &DamagedRun) -> Result<String> {
             }
             Ok(format!(
                 "train run {id}: marked failed; dropped its checkpoints from step {step} on \
-                 ({} files); the next run resumes it from the one before",
-                dropped.len()
+                 ({} files); the next run resumes it from the one before{}",
+                dropped.len(),
+                kept.iter().map(|k| format!("; {k}")).collect::<String>()
             ))
         }
         None => {
+            // Only paths under the run's own stage folder: a row naming anything else is
+            // dropped with the run's rows, and the path it names is left alone.
             let dirs: BTreeSet<String> = ws
                 .catalog
                 .stored_artifacts(Some(id))?
                 .iter()
-                .filter_map(|a| run_dir(&a.artifact.path))
+                .filter_map(|a| {
+                    checked_rel(&a.artifact.path, a.stage)
+                        .ok()
+                        .and_then(run_dir)
+                })
                 .collect();
             let stage = ws.catalog.run(id)?.map_or(StageKind::Ingest, |r| r.stage);
             ws.catalog.mark_damaged(id, &reason, None)?;
+            let mut aside = LostFound::new();
+            let mut notes = Vec::new();
             for dir in &dirs {
-                remove_path(&ws.resolve(dir))?;
+                if let Some(note) = ws.dispose(dir, &mut aside)?.note(dir) {
+                    notes.push(note);
+                }
             }
             Ok(format!(
                 "{stage} run {id}: marked failed; removed {} and its rows; the next run \
-                 recomputes it",
-                dirs.iter().cloned().collect::<Vec<_>>().join(", ")
+                 recomputes it{}",
+                if dirs.is_empty() {
+                    "no files".to_string()
+                } else {
+                    dirs.iter().cloned().collect::<Vec<_>>().join(", ")
+                },
+                notes.iter().map(|n| format!("; {n}")).collect::<String>()
             ))
         }
     }
@@ -355,16 +404,21 @@ fn orphans(ws: &Workspace, live: &BTreeSet<i64>) -> Result<Vec<String>> {
     let referenced: BTreeSet<String> = ws.catalog.referenced_paths()?.into_iter().collect();
     let mut found = Vec::new();
     for &kind in StageKind::ALL {
-        walk(ws, kind.output_dir(), &referenced, live, &mut found)?;
+        walk(ws, kind.output_dir(), false, &referenced, live, &mut found)?;
     }
     Ok(found)
 }
 
 /// Lists the unreferenced entries below `rel` into `found`; returns whether anything below
 /// `rel` is referenced.
+///
+/// A directory reached through a symbolic link (a run directory moved to another disk) is
+/// read, not judged: the folder it points to may hold the user's other files, so only the
+/// names fsgp makes there can be orphans.
 fn walk(
     ws: &Workspace,
     rel: &str,
+    linked: bool,
     referenced: &BTreeSet<String>,
     live: &BTreeSet<i64>,
     found: &mut Vec<String>,
@@ -393,13 +447,15 @@ fn walk(
         // Through symbolic links: a run directory moved to another disk and linked back is
         // the run's directory, whose files are registered inside it.
         let is_dir = fs::metadata(entry.path()).is_ok_and(|m| m.is_dir());
+        let is_link = fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_symlink());
+
         let is_referenced = if is_dir {
             // A dataset's row names its directory, its artifacts the files inside: look
             // inside every directory. One holding a registered path is not an orphan even
             // when that file is missing (reported as damage instead).
             let mut below = Vec::new();
             let prefix = format!("{child}/");
-            let any = walk(ws, &child, referenced, live, &mut below)?
+            let any = walk(ws, &child, linked || is_link, referenced, live, &mut below)?
                 || referenced.contains(&child)
                 || referenced
                     .range(prefix.clone()..)
@@ -414,7 +470,7 @@ fn walk(
         };
         if is_referenced {
             any_referenced = true;
-        } else {
+        } else if !linked || is_own_name(&entry.file_name().to_string_lossy()) {
             unreferenced.push(child);
         }
     }

@@ -42,6 +42,7 @@ use super::catalog::{
 use super::identity::{self, PublishedDir, RunMarker};
 use super::integrity::Registered;
 use super::npy::NpyMap;
+use super::owned::{checked_rel, LostFound, SCRATCH_DIR};
 use crate::error::did_you_mean;
 use crate::stop::StopToken;
 
@@ -132,7 +133,7 @@ impl Workspace {
                 return Err(refusal.into());
             }
         }
-        for dir in ["tmp", LOCK_DIR] {
+        for dir in [SCRATCH_DIR, LOCK_DIR] {
             fs::create_dir_all(root.join(dir))
                 .with_context(|| format!("creating workspace {}", root.display()))?;
         }
@@ -237,6 +238,11 @@ impl Workspace {
         &self.stop
     }
 
+    /// The workspace's id (`workspace.json`, the catalog, every run marker).
+    pub fn workspace_id(&self) -> &str {
+        &self.workspace_id
+    }
+
     /// Whether `marker` is this workspace's.
     pub fn owns_marker(&self, marker: &RunMarker) -> bool {
         marker.workspace == self.workspace_id
@@ -327,7 +333,7 @@ impl Workspace {
                     .artifact
                     .rows
                     .with_context(|| format!("chunk {} has no row count", a.artifact.path))?;
-                Ok((self.registered(&a), rows))
+                Ok((self.registered(&a)?, rows))
             })
             .collect::<Result<Vec<_>>>()?;
         let rows: u64 = files.iter().map(|f| f.1).sum();
@@ -343,36 +349,43 @@ impl Workspace {
         Ok(files)
     }
 
-    /// A registered artifact, to be read through its checks.
-    pub fn registered(&self, a: &StoredArtifact) -> Registered {
+    /// A registered artifact, to be read through its checks; refused when the catalog's
+    /// path for it leaves its stage's folder (`store::owned::checked_rel`).
+    pub fn registered(&self, a: &StoredArtifact) -> Result<Registered> {
         let owner = match (&a.dataset, a.stage) {
             (Some(name), StageKind::Ingest) => format!("dataset '{name}', ingest run {}", a.run_id),
             _ => format!("{} run {}", a.stage, a.run_id),
         };
-        Registered {
+        let rel = checked_rel(&a.artifact.path, a.stage)
+            .with_context(|| format!("{} of {owner}", a.artifact.kind.as_str()))?;
+        Ok(Registered {
             kind: a.artifact.kind.as_str(),
+            path: self.resolve(rel),
+            rel: rel.to_string(),
             owner,
-            rel: a.artifact.path.clone(),
-            path: self.resolve(&a.artifact.path),
             bytes: a.artifact.bytes,
             checksum: a.artifact.checksum.clone(),
             artifact_id: Some(a.id),
             verified_at: a.verified_at.clone(),
-        }
+        })
     }
 
-    /// A registered checkpoint, to be read through its checks.
-    pub fn checkpoint_file(&self, c: &CheckpointRow) -> Registered {
-        Registered {
+    /// A registered checkpoint, to be read through its checks; refused as
+    /// [`Workspace::registered`] is.
+    pub fn checkpoint_file(&self, c: &CheckpointRow) -> Result<Registered> {
+        let owner = format!("train run {}, step {}", c.run_id, c.step);
+        let rel = checked_rel(&c.path, StageKind::Train)
+            .with_context(|| format!("checkpoint of {owner}"))?;
+        Ok(Registered {
             kind: "checkpoint",
-            owner: format!("train run {}, step {}", c.run_id, c.step),
-            rel: c.path.clone(),
-            path: self.resolve(&c.path),
+            owner,
+            rel: rel.to_string(),
+            path: self.resolve(rel),
             bytes: c.bytes,
             checksum: c.checksum.clone(),
             artifact_id: None,
             verified_at: None,
-        }
+        })
     }
 
     /// The artifact of `kind` that run `run_id` registered (the first if several).
@@ -382,7 +395,8 @@ impl Workspace {
             .stored_artifacts(Some(run_id))?
             .iter()
             .find(|a| a.artifact.kind == kind)
-            .map(|a| self.registered(a)))
+            .map(|a| self.registered(a))
+            .transpose()?)
     }
 
     /// The registered artifact at `path` (absolute, or relative to the current directory),
@@ -398,7 +412,8 @@ impl Workspace {
         Ok(self
             .catalog
             .stored_artifact_at(rel)?
-            .map(|a| self.registered(&a)))
+            .map(|a| self.registered(&a))
+            .transpose()?)
     }
 
     /// A memory map of a matrix too large to hash on every open (K_XX̃, possibly GBs): hashed
@@ -436,7 +451,8 @@ impl Workspace {
                     .end_run(run.id, RunStatus::Interrupted, Some(DEAD_RUN))?;
             }
         }
-        let scratch = list_dir(&self.root.join("tmp"))?;
+        let scratch = list_dir(&self.root.join(SCRATCH_DIR))?;
+        let mut aside = LostFound::new();
         let live: Vec<i64> = self
             .catalog
             .running_runs()?
@@ -452,7 +468,7 @@ impl Workspace {
                 .and_then(|s| s.split('.').next())
                 .and_then(|s| s.parse::<i64>().ok());
             if owner.is_some_and(|id| id <= last_run && !live.contains(&id)) {
-                remove_path(&self.root.join("tmp").join(&name))?;
+                self.collect(&format!("{SCRATCH_DIR}/{name}"), &mut aside)?;
             }
         }
         let referenced = self.catalog.referenced_paths()?;
@@ -461,8 +477,17 @@ impl Workspace {
                 .iter()
                 .any(|p| p == &dir.rel || p.starts_with(&format!("{}/", dir.rel)));
             if !is_referenced && self.why_kept(dir, |r| live.contains(&r), false)?.is_none() {
-                remove_path(&dir.path)?;
+                self.collect(&dir.rel, &mut aside)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Removes what a dead run left at `rel` by the workspace's rule (`store::owned`),
+    /// saying what it moved aside or kept instead.
+    fn collect(&self, rel: &str, aside: &mut LostFound) -> Result<()> {
+        if let Some(note) = self.dispose(rel, aside)?.note(rel) {
+            eprintln!("warning: {note}");
         }
         Ok(())
     }
@@ -713,21 +738,6 @@ impl Workspace {
             self.root.display(),
             ids.join(", ")
         )
-    }
-}
-
-/// Removes a file or a directory tree; a path already gone is not an error.
-pub fn remove_path(path: &Path) -> Result<()> {
-    let result = if path.is_dir() {
-        fs::remove_dir_all(path)
-    } else {
-        fs::remove_file(path)
-    };
-    match result {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("removing {}", path.display()))
-        }
-        _ => Ok(()),
     }
 }
 

@@ -12,8 +12,9 @@ use crate::failpoint::{enospc_at, kill_at};
 use crate::stage::StageRun;
 use crate::store::catalog::{CheckpointRow, StageKind, WAL_BOUND_BYTES};
 use crate::store::checkpoint::{write_checkpoint, Checkpoint};
+use crate::store::owned::LostFound;
 use crate::store::space::ensure_free;
-use crate::store::workspace::{remove_path, Workspace};
+use crate::store::workspace::Workspace;
 use crate::trained::{EarlyStopping, Retention};
 
 /// Writes a checkpoint into the run's directory `out_rel` (temp file, fsync, rename) and
@@ -152,12 +153,20 @@ pub fn prune_checkpoints(
         kill_at("checkpoints-unregistered", steps[steps.len() - 1]);
     }
     let registered: BTreeSet<&str> = kept.iter().chain(&best).map(|c| c.path.as_str()).collect();
+    let just_dropped: BTreeSet<&str> = old.iter().map(|c| c.path.as_str()).collect();
     let dir = ws.resolve(out_rel);
+    let mut aside = LostFound::new();
     for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
         let name = entry?.file_name().to_string_lossy().into_owned();
+        let rel = format!("{out_rel}/{name}");
         let is_checkpoint = name.starts_with("ckpt-") && name.ends_with(".parquet");
-        if is_checkpoint && !registered.contains(format!("{out_rel}/{name}").as_str()) {
-            remove_path(&dir.join(&name))?;
+        if is_checkpoint && !registered.contains(rel.as_str()) {
+            let note = ws.dispose(&rel, &mut aside)?.note(&rel);
+            // A run directory linked from elsewhere keeps its old checkpoints: said once,
+            // when each leaves the catalog.
+            if let Some(note) = note.filter(|_| just_dropped.contains(rel.as_str())) {
+                eprintln!("warning: {note}");
+            }
         }
     }
     Ok(())

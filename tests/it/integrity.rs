@@ -760,3 +760,244 @@ fn a_lost_catalog_is_rebuilt_from_the_run_directories_row_for_row() {
         );
     }
 }
+
+/// Files of a person's beside the workspace (the victims a wrong deletion would take), each
+/// with the xxh3 hash of its bytes, and a check that every one is unchanged.
+struct Victims {
+    root: PathBuf,
+    before: std::collections::BTreeMap<String, u64>,
+}
+
+impl Victims {
+    /// Writes a few files and a folder under `root`.
+    fn plant(root: &Path) -> Victims {
+        for (rel, text) in [
+            ("notes.txt", "my notes"),
+            ("data/big.csv", "a,b\n1,2\n"),
+            ("venv/bin/python", "#!/bin/sh\n"),
+        ] {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        Victims {
+            root: root.to_path_buf(),
+            before: contents(root),
+        }
+    }
+
+    /// Whether every planted file is there with its bytes (other files may have come).
+    fn untouched(&self) -> bool {
+        let now = contents(&self.root);
+        self.before
+            .iter()
+            .all(|(rel, hash)| now.get(rel) == Some(hash))
+    }
+
+    fn assert_untouched(&self, after: &str) {
+        assert!(
+            self.untouched(),
+            "{after} changed files outside the workspace: {:?}, expected {:?}",
+            contents(&self.root),
+            self.before
+        );
+    }
+}
+
+#[test]
+fn repair_removes_nothing_through_a_linked_run_directory() {
+    let (dir, ws) = fresh_copy();
+    let train_dir = last_train_dir(&ws);
+    // The run's directory moved to a folder that also holds the person's other files.
+    let moved = dir.path().join("other-disk/mine");
+    let victims = Victims::plant(&moved);
+    for e in std::fs::read_dir(ws.join(&train_dir)).unwrap() {
+        let e = e.unwrap();
+        std::fs::rename(e.path(), moved.join(e.file_name())).unwrap();
+    }
+    std::fs::remove_dir(ws.join(&train_dir)).unwrap();
+    std::os::unix::fs::symlink(&moved, ws.join(&train_dir)).unwrap();
+    // The person's files there are not the run's orphans.
+    let out = verify(&ws, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A stray checkpoint (a name fsgp makes) there is, but is never removed through the
+    // link.
+    let stray = format!("{train_dir}/ckpt-000999999.parquet");
+    std::fs::write(ws.join(&stray), b"stray").unwrap();
+    let out = verify(&ws, &["--repair"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "left orphan {stray} in place: it is reached through the symbolic link {train_dir}"
+        )),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(ws.join(&stray)).unwrap(), b"stray");
+    std::fs::remove_file(moved.join("ckpt-000999999.parquet")).unwrap();
+    victims.assert_untouched("verify --repair");
+    assert!(ws.join(&train_dir).is_symlink());
+}
+
+#[test]
+fn paths_in_a_tampered_catalog_are_refused_and_nothing_outside_is_touched() {
+    let (dir, ws) = fresh_copy();
+    let victims = Victims::plant(&dir.path().join("victims"));
+    let absolute = dir.path().join("victims/notes.txt");
+    let db = catalog(&ws);
+    db.execute(
+        "UPDATE checkpoints SET path = ?1 WHERE step = (SELECT max(step) FROM checkpoints)",
+        [absolute.to_str().unwrap()],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE artifacts SET path = 'predictions/../../victims/data/big.csv' \
+         WHERE kind = 'predictions'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    let (out, report) = verify_json(&ws);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let problems = report["problems"].to_string();
+    for path in [
+        absolute.to_str().unwrap(),
+        "predictions/../../victims/data/big.csv",
+    ] {
+        assert!(
+            problems.contains(&format!("found the path '{path}', expected a path inside")),
+            "{path}: {problems}"
+        );
+    }
+    let out = verify(&ws, &["--repair"]);
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    victims.assert_untouched("verify --repair");
+    // The runs those rows belonged to are recomputed, and the workspace ends whole.
+    let out = run_spec(&ws, &baseline().spec);
+    assert!(out.status.success(), "{}", stderr(&out));
+    victims.assert_untouched("the spec's rerun");
+    assert!(verify(&ws, &[]).status.success());
+}
+
+#[test]
+fn a_marker_naming_paths_outside_its_directory_is_not_restored() {
+    let (dir, ws) = fresh_copy();
+    let victims = Victims::plant(&dir.path().join("victims"));
+    let predictions: String = one(&ws, PREDICTIONS);
+    let run_dir = Path::new(&predictions).parent().unwrap().to_path_buf();
+    let marker_path = ws.join(&run_dir).join(".fsgp-run.json");
+    let mut marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&marker_path).unwrap()).unwrap();
+    let outside = dir.path().join("victims");
+    for row in marker["rows"]["artifacts"].as_array_mut().unwrap() {
+        row["path"] = outside.to_str().unwrap().into();
+    }
+    std::fs::write(&marker_path, serde_json::to_vec(&marker).unwrap()).unwrap();
+    move_catalog(&ws, &dir.path().join("kept"));
+    let out = verify(&ws, &["--rebuild-catalog"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{}: its marker is refused: found the path '{}'",
+            run_dir.display(),
+            outside.display()
+        )),
+        "{err}"
+    );
+    let out = verify(&ws, &["--repair"]);
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    victims.assert_untouched("verify --rebuild-catalog and --repair");
+    let paths: String = one(&ws, "SELECT group_concat(path) FROM artifacts");
+    assert!(!paths.contains("victims"), "{paths}");
+}
+
+#[test]
+fn a_folder_fsgp_did_not_make_in_its_scratch_space_is_moved_aside() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let ws = dir.path().join("ws");
+    // A person's folder where the first run's scratch space goes.
+    let victims = Victims::plant(&ws.join("tmp/run-1"));
+    let out = run_spec(&ws, &baseline().spec);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("moved what fsgp did not write in tmp/run-1 to lost+found/"),
+        "{err}"
+    );
+    let aside: Vec<PathBuf> = std::fs::read_dir(ws.join("lost+found"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("tmp/run-1"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(contents(&aside[0]), victims.before);
+    assert_eq!(outputs(&ws), baseline().outputs);
+}
+
+/// `status` and `verify` in a workspace whose parent folder is read-only: a tmpfs
+/// remounted `ro` with the workspace on a tmpfs of its own mounted inside it (as root;
+/// without root, the parent's write permission removed). They succeed, and the parent's
+/// files are as they were.
+#[test]
+fn status_and_verify_write_nothing_outside_the_workspace() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let parent = dir.path().join("parent");
+    std::fs::create_dir_all(&parent).unwrap();
+    let mount = |args: &[&str], at: &Path| {
+        std::process::Command::new("mount")
+            .args(args)
+            .arg(at)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let mounted = is_root && mount(&["-t", "tmpfs", "-o", "size=64m", "tmpfs"], &parent);
+    if is_root && !mounted {
+        eprintln!("skipped: a read-only parent needs, as root, to mount a tmpfs");
+        return;
+    }
+    let victims = Victims::plant(&parent.join("beside"));
+    let ws = parent.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let inner = mounted && mount(&["-t", "tmpfs", "-o", "size=64m", "tmpfs"], &ws);
+    common::toy::copy_dir(&baseline().ws, &ws);
+    let read_only = if mounted {
+        inner && mount(&["-o", "remount,ro"], &parent)
+    } else {
+        let mut perms = std::fs::metadata(&parent).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+        std::fs::set_permissions(&parent, perms).is_ok()
+    };
+    let listing_before = listing(&parent);
+    let results: Vec<(Vec<&str>, Output)> = [
+        vec!["status", "--json"],
+        vec!["status", "--run", "3"],
+        vec!["verify"],
+        vec!["verify", "--repair"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let out = pipeline(&ws, &args);
+        (args, out)
+    })
+    .collect();
+    let listing_after = listing(&parent);
+    let untouched = victims.untouched();
+    if mounted {
+        let _ = mount(&["-o", "remount,rw"], &parent);
+        let _ = std::process::Command::new("umount").arg(&ws).output();
+        let _ = std::process::Command::new("umount").arg(&parent).output();
+    }
+    assert!(read_only, "the parent could not be made read-only");
+    for (args, out) in results {
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let outside = |l: &[String]| -> Vec<String> {
+        l.iter().filter(|p| !p.starts_with("ws")).cloned().collect()
+    };
+    assert_eq!(outside(&listing_after), outside(&listing_before));
+    assert!(
+        untouched,
+        "status or verify changed the files beside the workspace"
+    );
+}
