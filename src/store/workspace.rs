@@ -390,13 +390,12 @@ impl Workspace {
 
     /// The artifact of `kind` that run `run_id` registered (the first if several).
     pub fn run_file(&self, run_id: i64, kind: ArtifactKind) -> Result<Option<Registered>> {
-        Ok(self
-            .catalog
+        self.catalog
             .stored_artifacts(Some(run_id))?
             .iter()
             .find(|a| a.artifact.kind == kind)
             .map(|a| self.registered(a))
-            .transpose()?)
+            .transpose()
     }
 
     /// The registered artifact at `path` (absolute, or relative to the current directory),
@@ -409,11 +408,10 @@ impl Workspace {
         let Some(rel) = path.strip_prefix(&root).ok().and_then(Path::to_str) else {
             return Ok(None);
         };
-        Ok(self
-            .catalog
+        self.catalog
             .stored_artifact_at(rel)?
             .map(|a| self.registered(&a))
-            .transpose()?)
+            .transpose()
     }
 
     /// A memory map of a matrix too large to hash on every open (K_XX̃, possibly GBs): hashed
