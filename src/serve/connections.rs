@@ -437,9 +437,8 @@ struct Refusal {
 
 impl Refusal {
     fn new(limit: usize) -> Self {
-        let message = format!(
-            "too many open connections (limit {limit}, --max-connections); retry later"
-        );
+        let message =
+            format!("too many open connections (limit {limit}, --max-connections); retry later");
         let body = serde_json::json!({ "error": message }).to_string();
         let response = format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
