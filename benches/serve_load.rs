@@ -291,13 +291,24 @@ fn beside_slow_clients(
     let (_, alone_p99) = report_beside("alone", &mut alone);
     let end = Instant::now() + Duration::from_secs_f64(seconds + 30.0);
     let held = Arc::new(AtomicUsize::new(0));
+    // The slow clients run on a runtime of their own (one thread), so that the measuring
+    // client's latencies are not its tasks' scheduling delays.
+    let slow_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let clients: Vec<_> = (0..slow)
         .map(|i| {
             let (addr, held) = (server.addr.clone(), Arc::clone(&held));
-            runtime.spawn(slow_client(addr, i % 2 == 0, end, held))
+            slow_runtime.spawn(slow_client(addr, i % 2 == 0, end, held))
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(1));
+    // Every slow client connected (the listener's backlog makes some retry), at most 10 s.
+    let connecting = Instant::now();
+    while held.load(Ordering::Relaxed) < slow && connecting.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let connected = held.load(Ordering::Relaxed);
     let mut beside = runtime.block_on(load(&server.addr, Arc::clone(bodies), 8, seconds));
     let (_, beside_p99) = report_beside("beside the slow clients", &mut beside);
@@ -306,6 +317,7 @@ fn beside_slow_clients(
          alone: {:.2}",
         beside_p99 / alone_p99
     );
+    let open_at_signal = held.load(Ordering::Relaxed);
     let signalled = Instant::now();
     // SAFETY: kill sends a signal to the server this bench started; no memory is touched.
     unsafe { libc::kill(server.child.id() as libc::pid_t, libc::SIGTERM) };
@@ -322,13 +334,14 @@ fn beside_slow_clients(
     println!(
         "SIGTERM with {} slow connections open → exit {:?} after {:.3} s (--shutdown-timeout \
          {SHUTDOWN_SECONDS} s)",
-        held.load(Ordering::Relaxed),
+        open_at_signal,
         status.and_then(|s| s.code()),
         signalled.elapsed().as_secs_f64()
     );
     for client in clients {
         client.abort();
     }
+    slow_runtime.shutdown_background();
 }
 
 /// Raises the soft open-files limit to the hard one (the slow clients' sockets); returns

@@ -106,8 +106,8 @@ impl Default for Limits {
             // Each connection holds a file descriptor: 256 plus the server's own
             // (`connections::OWN_FILES`) stay well below the usual `ulimit -n` of 1024.
             max_connections: 256,
-            // Below the 30 s a service manager (Kubernetes, systemd's default 90 s) gives
-            // between SIGTERM and SIGKILL.
+            // Below the 30 s Kubernetes gives between SIGTERM and SIGKILL (systemd gives
+            // 90 s), so the server closes its connections itself.
             shutdown_timeout: Duration::from_secs(25),
         }
     }
@@ -115,7 +115,7 @@ impl Default for Limits {
 
 /// The largest values the options of [`Limits`] take: what a server on one machine can
 /// use. Nothing is allocated in proportion to a value before it is checked against these
-/// (`--queue` sizes the scorer's queue up front, a pointer per place).
+/// (`--queue` sizes the scorer's queue up front, 16 bytes a place).
 impl Limits {
     /// 1 GiB.
     pub const MOST_BODY_BYTES: usize = 1 << 30;
