@@ -47,7 +47,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{utc_now, Limits};
+use super::clock::utc_now;
 
 /// Refused connections being answered at once, at most. Each holds a file descriptor for
 /// up to [`REFUSAL_LINGER`]; beyond this many, an excess connection is closed unanswered.
@@ -116,13 +116,23 @@ fn open_files_limit() -> Result<libc::rlimit> {
     Ok(limit)
 }
 
+/// What bounds the connections (the server's `--header-timeout`, `--idle-timeout`,
+/// `--max-connections` and `--shutdown-timeout`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnectionLimits {
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// The budget [`connection_budget`] allowed.
+    pub max_connections: usize,
+    pub shutdown_timeout: Duration,
+}
+
 /// Serves `app` on `listener`'s connections until `stop` resolves, then closes the
-/// listener and drains (see the module's documentation). `limits.max_connections` is the
-/// budget [`connection_budget`] allowed.
+/// listener and drains (see the module's documentation).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    limits: &Limits,
+    limits: ConnectionLimits,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let timeouts = Timeouts {

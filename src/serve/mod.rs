@@ -24,13 +24,14 @@
 //! with status 499.
 
 pub mod batch;
+pub mod clock;
 pub mod connections;
 pub mod request;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use axum::body::Body;
@@ -52,6 +53,8 @@ use crate::store::predictions::JsonRow;
 use crate::text::new_rows::{line_syntax, row_rules};
 use crate::text::parse::UnknownFeatures;
 use batch::{score_queue, Job};
+use clock::utc_now;
+use connections::ConnectionLimits;
 use request::{Refusal, RequestRules};
 
 /// What `pipeline serve` serves and how.
@@ -127,6 +130,18 @@ impl Limits {
     pub const SHORTEST_WAIT: Duration = Duration::from_millis(1);
     /// The longest time limit: 1 day.
     pub const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
+}
+
+impl Limits {
+    /// The limits [`connections`] applies.
+    fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
+            shutdown_timeout: self.shutdown_timeout,
+        }
+    }
 }
 
 /// What the handlers share.
@@ -252,7 +267,7 @@ async fn listen(addr: SocketAddr, served: Arc<Served>) -> Result<()> {
         .layer(middleware::from_fn(access_log));
     let stop = shutdown_signal(limits.shutdown_timeout)?;
     eprintln!("listening on http://{bound}");
-    connections::serve(listener, app, &limits, stop).await;
+    connections::serve(listener, app, limits.connections(), stop).await;
     Ok(())
 }
 
@@ -481,36 +496,6 @@ impl Drop for LogLine {
     }
 }
 
-/// The time now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub(crate) fn utc_now() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01 (H. Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// `GET /v1/model`'s body.
 fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Value {
     let params = model.params();
@@ -558,17 +543,4 @@ fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Val
         },
         "unknown_features": opts.unknown_features.name(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates_from_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_784), (2026, 11, 27));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-    }
 }
