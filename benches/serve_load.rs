@@ -8,7 +8,14 @@
 //!   (request written → answer read, client side) and requests/s;
 //! - 1 000-row requests from 1 and 2 connections: rows/s;
 //! - then `pipeline predict --model MODEL --input FILE --output …` on the same rows
-//!   repeated to at least 20 000 (best of 3 runs, whole process): rows/s.
+//!   repeated to at least 20 000 (best of 3 runs, whole process): rows/s;
+//! - then, on a fresh server, single-row requests from 8 connections twice: alone, and
+//!   beside FSGP_SERVE_SLOW (default 1 000; 0 skips this part) slow clients, half of them
+//!   trickling a request head a byte every 500 ms, half holding a connection idle, each
+//!   reconnecting when the server closes it: p50 / p99 of both, their ratio, and the time
+//!   from SIGTERM (slow clients still connected) to the process's exit against its
+//!   `--shutdown-timeout`. The slow clients need more file descriptors than the usual
+//!   1 024: the soft open-files limit is raised to the hard one.
 //!
 //! Rows come from FSGP_SERVE_ROWS (a text file in the model's dataset syntax; an `N D L`
 //! header line is skipped), sent as text lines in request order, cycling. The client runs
@@ -48,10 +55,11 @@ impl Drop for Server {
     }
 }
 
-fn start_server(model: &Path, threads: Option<&str>) -> Server {
+fn start_server(model: &Path, threads: Option<&str>, extra: &[&str]) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pipeline"));
     cmd.args(["serve", "--model"]).arg(model);
     cmd.args(["--addr", "127.0.0.1:0", "--queue", "4096"]);
+    cmd.args(extra);
     if let Some(t) = threads {
         cmd.args(["--threads", t]);
     }
@@ -211,7 +219,7 @@ fn main() {
         .split(',')
         .map(|c| c.trim().parse().unwrap())
         .collect();
-    let server = start_server(&model, threads.as_deref());
+    let server = start_server(&model, threads.as_deref(), &[]);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -245,6 +253,164 @@ fn main() {
         "served 1 000-row requests / file path: {:.2}",
         batched_rate / file_rate
     );
+    let slow: usize = env_or("FSGP_SERVE_SLOW", "1000").parse().unwrap();
+    if slow > 0 {
+        beside_slow_clients(&runtime, &model, threads.as_deref(), &single, slow, seconds);
+    }
+}
+
+/// The server's time limit after SIGTERM in the slow-clients part (`--shutdown-timeout`).
+const SHUTDOWN_SECONDS: f64 = 5.0;
+
+/// Normal traffic alone and beside `slow` slow clients on one fresh server, then SIGTERM.
+fn beside_slow_clients(
+    runtime: &tokio::runtime::Runtime,
+    model: &Path,
+    threads: Option<&str>,
+    bodies: &Arc<Vec<Bytes>>,
+    slow: usize,
+    seconds: f64,
+) {
+    let files = raise_open_files_limit();
+    let shutdown = SHUTDOWN_SECONDS.to_string();
+    let connections = (slow + 64).to_string();
+    let extra = [
+        "--max-connections",
+        connections.as_str(),
+        "--shutdown-timeout",
+        shutdown.as_str(),
+    ];
+    let mut server = start_server(model, threads, &extra);
+    println!(
+        "\n{slow} slow clients (half trickling a head, half idle; open-files limit {files}), \
+         8 connections of single-row requests, {seconds} s each:"
+    );
+    println!("\n| server | p50 ms | p99 ms | mean ms | requests/s |");
+    println!("|---|---:|---:|---:|---:|");
+    let mut alone = runtime.block_on(load(&server.addr, Arc::clone(bodies), 8, seconds));
+    let (_, alone_p99) = report_beside("alone", &mut alone);
+    let end = Instant::now() + Duration::from_secs_f64(seconds + 30.0);
+    let held = Arc::new(AtomicUsize::new(0));
+    // The slow clients run on a runtime of their own (one thread), so that the measuring
+    // client's latencies are not its tasks' scheduling delays.
+    let slow_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clients: Vec<_> = (0..slow)
+        .map(|i| {
+            let (addr, held) = (server.addr.clone(), Arc::clone(&held));
+            slow_runtime.spawn(slow_client(addr, i % 2 == 0, end, held))
+        })
+        .collect();
+    // Every slow client connected (the listener's backlog makes some retry), at most 10 s.
+    let connecting = Instant::now();
+    while held.load(Ordering::Relaxed) < slow && connecting.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let connected = held.load(Ordering::Relaxed);
+    let mut beside = runtime.block_on(load(&server.addr, Arc::clone(bodies), 8, seconds));
+    let (_, beside_p99) = report_beside("beside the slow clients", &mut beside);
+    println!(
+        "\nslow connections open when the second level started: {connected}; p99 beside / \
+         alone: {:.2}",
+        beside_p99 / alone_p99
+    );
+    let open_at_signal = held.load(Ordering::Relaxed);
+    let signalled = Instant::now();
+    // SAFETY: kill sends a signal to the server this bench started; no memory is touched.
+    unsafe { libc::kill(server.child.id() as libc::pid_t, libc::SIGTERM) };
+    let limit = Duration::from_secs_f64(SHUTDOWN_SECONDS + 10.0);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if signalled.elapsed() > limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    println!(
+        "SIGTERM with {} slow connections open → exit {:?} after {:.3} s (--shutdown-timeout \
+         {SHUTDOWN_SECONDS} s)",
+        open_at_signal,
+        status.and_then(|s| s.code()),
+        signalled.elapsed().as_secs_f64()
+    );
+    for client in clients {
+        client.abort();
+    }
+    slow_runtime.shutdown_background();
+}
+
+/// Raises the soft open-files limit to the hard one (the slow clients' sockets); returns
+/// the soft limit after.
+fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write the struct given, which outlives them.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+    }
+    limit.rlim_cur
+}
+
+/// A client that holds a connection without finishing a request: trickling a head a byte
+/// every 500 ms, or sending nothing; when the server closes it, it connects again (after
+/// 100 ms), until `end`. `held` counts its open connections.
+async fn slow_client(addr: String, trickle: bool, end: Instant, held: Arc<AtomicUsize>) {
+    while Instant::now() < end {
+        let Ok(stream) = tokio::net::TcpStream::connect(&addr).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        held.fetch_add(1, Ordering::Relaxed);
+        let mut next: &[u8] = match trickle {
+            true => b"GET /healthz HTTP/1.1\r\nHost: bench\r\nX-Slow: ",
+            false => b"",
+        };
+        // Until the server closes the connection (or resets it).
+        while Instant::now() < end {
+            if !next.is_empty() && stream.try_write(next).is_err() {
+                break;
+            }
+            next = match trickle {
+                true => b"x",
+                false => b"",
+            };
+            let wait = tokio::time::timeout(Duration::from_millis(500), stream.readable());
+            if let Ok(ready) = wait.await {
+                let mut sink = [0u8; 512];
+                match (ready, stream.try_read(&mut sink)) {
+                    (Err(_), _) | (_, Ok(0)) => break,
+                    (_, Err(e)) if e.kind() != std::io::ErrorKind::WouldBlock => break,
+                    _ => {}
+                }
+            }
+        }
+        held.fetch_sub(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Prints one row of the slow-clients table; returns (p50, p99) in ms.
+fn report_beside(server: &str, level: &mut Level) -> (f64, f64) {
+    level.latencies_us.sort_by(f64::total_cmp);
+    let l = &level.latencies_us;
+    let mean = l.iter().sum::<f64>() / l.len().max(1) as f64;
+    let (p50, p99) = (percentile(l, 0.5) / 1e3, percentile(l, 0.99) / 1e3);
+    println!(
+        "| {server} | {p50:.3} | {p99:.3} | {:.3} | {:.0} |",
+        mean / 1e3,
+        level.requests as f64 / level.seconds
+    );
+    (p50, p99)
 }
 
 /// Prints one table row; returns rows/s.

@@ -11,7 +11,6 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 use crate::choice::Choice;
-use crate::error::InvalidOptions;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
 use crate::ingest::config::IngestConfig;
@@ -128,7 +127,7 @@ pub enum Command {
     Export(ExportArgs),
     /// Serve a model file's predictions over HTTP/1.1 JSON: POST /v1/predict, GET
     /// /v1/model, GET /healthz (docs/serve.md). Needs no workspace; stops on SIGTERM after
-    /// the requests in flight.
+    /// the requests in flight (at most --shutdown-timeout).
     #[command(after_help = examples::SERVE)]
     Serve(ServeArgs),
     /// Charts (PNG, SVG) and a Markdown summary of a training run.
@@ -917,21 +916,43 @@ pub struct ServeArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Largest request body in bytes (413 beyond)
-    #[arg(long, default_value_t = Limits::default().max_body_bytes)]
+    #[arg(long, default_value_t = Limits::default().max_body_bytes,
+          value_parser = count_up_to(Limits::MOST_BODY_BYTES))]
     pub max_body: usize,
     /// Most rows in one request (413 beyond)
-    #[arg(long, default_value_t = Limits::default().max_rows)]
+    #[arg(long, default_value_t = Limits::default().max_rows,
+          value_parser = count_up_to(Limits::MOST_ROWS))]
     pub max_rows: usize,
     /// Seconds from a request's arrival to its answer (408 while its body is arriving,
     /// 503 while it waits to be scored)
-    #[arg(long, default_value_t = Limits::default().timeout.as_secs_f64())]
-    pub request_timeout: f64,
+    #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Limits::default().timeout),
+          value_parser = serve_seconds)]
+    pub request_timeout: Seconds,
     /// Most rows scored together: concurrent requests are batched up to it
-    #[arg(long, default_value_t = Limits::default().max_block_rows)]
+    #[arg(long, default_value_t = Limits::default().max_block_rows,
+          value_parser = count_up_to(Limits::MOST_BLOCK_ROWS))]
     pub max_block_rows: usize,
     /// Most requests waiting to be scored (503 beyond)
-    #[arg(long, default_value_t = Limits::default().queue)]
+    #[arg(long, default_value_t = Limits::default().queue,
+          value_parser = count_up_to(Limits::MOST_QUEUED))]
     pub queue: usize,
+    /// Seconds from a request head's first byte to its last; a connection slower is closed
+    #[arg(long, value_name = "SECONDS",
+          default_value_t = Seconds(Limits::default().header_timeout), value_parser = serve_seconds)]
+    pub header_timeout: Seconds,
+    /// Seconds a connection with no request in flight stays open
+    #[arg(long, value_name = "SECONDS",
+          default_value_t = Seconds(Limits::default().idle_timeout), value_parser = serve_seconds)]
+    pub idle_timeout: Seconds,
+    /// Most connections open at once; one more is answered 503 and closed (lowered to fit
+    /// the open-files limit, ulimit -n)
+    #[arg(long, default_value_t = Limits::default().max_connections,
+          value_parser = count_up_to(Limits::MOST_CONNECTIONS))]
+    pub max_connections: usize,
+    /// Seconds after SIGTERM or SIGINT at which the connections still open are closed
+    #[arg(long, value_name = "SECONDS",
+          default_value_t = Seconds(Limits::default().shutdown_timeout), value_parser = serve_seconds)]
+    pub shutdown_timeout: Seconds,
     /// A feature id the model's dataset does not have (≥ its D): refuse the request (422),
     /// or drop the feature
     #[arg(long, default_value_t = UnknownFeatures::Refuse, value_parser = one_of::<UnknownFeatures>())]
@@ -939,23 +960,8 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// Every value was range-checked as it was parsed.
     pub fn options(&self) -> anyhow::Result<ServeOptions> {
-        let mut c = InvalidOptions::new("");
-        for (name, value) in [
-            ("max-body", self.max_body),
-            ("max-rows", self.max_rows),
-            ("max-block-rows", self.max_block_rows),
-            ("queue", self.queue),
-        ] {
-            c.check(value >= 1, name, || "must be at least 1".into());
-        }
-        let timeout = self.request_timeout;
-        c.check(
-            timeout > 0.0 && timeout.is_finite(),
-            "request-timeout",
-            || "must be a positive number of seconds".into(),
-        );
-        c.into_result()?;
         Ok(ServeOptions {
             model: self.model.clone(),
             addr: self.addr,
@@ -963,12 +969,52 @@ impl ServeArgs {
             limits: Limits {
                 max_body_bytes: self.max_body,
                 max_rows: self.max_rows,
-                timeout: std::time::Duration::from_secs_f64(timeout),
+                timeout: self.request_timeout.0,
                 max_block_rows: self.max_block_rows,
                 queue: self.queue,
+                header_timeout: self.header_timeout.0,
+                idle_timeout: self.idle_timeout.0,
+                max_connections: self.max_connections,
+                shutdown_timeout: self.shutdown_timeout.0,
             },
             unknown_features: self.unknown_features,
         })
+    }
+}
+
+/// A count from 1 to `most`; clap's refusal names the option and the range.
+fn count_up_to(most: usize) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=most as u64)
+}
+
+/// A time limit of `pipeline serve` as written on its command line: seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seconds(pub std::time::Duration);
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.as_secs_f64())
+    }
+}
+
+/// Seconds from [`Limits::SHORTEST_WAIT`] to [`Limits::LONGEST_WAIT`] (finite: not NaN,
+/// not inf).
+fn serve_seconds(text: &str) -> Result<Seconds, String> {
+    let (shortest, longest) = (Limits::SHORTEST_WAIT, Limits::LONGEST_WAIT);
+    let bounds = format!(
+        "expected seconds from {} to {}",
+        shortest.as_secs_f64(),
+        longest.as_secs_f64()
+    );
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{bounds}, found '{text}'"))?;
+    let within = seconds >= shortest.as_secs_f64() && seconds <= longest.as_secs_f64();
+    match within {
+        // In range, so the conversion cannot overflow.
+        true => Ok(Seconds(std::time::Duration::from_secs_f64(seconds))),
+        false => Err(format!("{bounds}, found {text}")),
     }
 }
 

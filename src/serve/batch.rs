@@ -36,9 +36,13 @@ pub struct Job {
 
 /// Scores jobs from `queue` until every sender is gone, `max_block_rows` rows at a time at
 /// most (a larger job alone). Returns the number of blocks scored.
-pub fn score_queue(ranking: &Ranking<'_>, queue: &Receiver<Job>, max_block_rows: usize) -> u64 {
+pub fn score_queue(
+    ranking: &Ranking<'_>,
+    queue: &Receiver<Box<Job>>,
+    max_block_rows: usize,
+) -> u64 {
     let mut blocks = 0;
-    let mut held: Option<Job> = None;
+    let mut held: Option<Box<Job>> = None;
     loop {
         let first = match held.take() {
             Some(job) => job,
@@ -48,12 +52,12 @@ pub fn score_queue(ranking: &Ranking<'_>, queue: &Receiver<Job>, max_block_rows:
             },
         };
         let mut rows = first.rows.len();
-        let mut block = vec![first];
+        let mut block = vec![*first];
         loop {
             match queue.try_recv() {
                 Ok(job) if rows + job.rows.len() <= max_block_rows => {
                     rows += job.rows.len();
-                    block.push(job);
+                    block.push(*job);
                 }
                 Ok(job) => {
                     held = Some(job);

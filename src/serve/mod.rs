@@ -13,20 +13,25 @@
 //! without bound. Limits: the body's size (413), rows per request (413), and the time a
 //! request may take from its first byte to its answer (408 while the body is still
 //! arriving, 503 once it waits for the scorer). Every refusal is a JSON `{"error": …}`
-//! naming what was wrong; none stops the server. SIGTERM or SIGINT stops accepting
-//! connections, lets the requests in flight finish, then exits 0.
+//! naming what was wrong, 404 and 405 included; none stops the server. [`connections`]
+//! bounds what a client can hold: a request head's time, an idle connection's time, the
+//! connections open at once. SIGTERM or SIGINT stops accepting connections, lets the
+//! requests in flight finish, closes what is still open at `--shutdown-timeout`, then
+//! exits 0.
 //!
 //! One access-log line per request on standard error: time, peer, method and path, status,
 //! rows scored, milliseconds; a request whose client went away before its answer is logged
 //! with status 499.
 
 pub mod batch;
+pub mod clock;
+pub mod connections;
 pub mod request;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use axum::body::Body;
@@ -48,6 +53,8 @@ use crate::store::predictions::JsonRow;
 use crate::text::new_rows::{line_syntax, row_rules};
 use crate::text::parse::UnknownFeatures;
 use batch::{score_queue, Job};
+use clock::utc_now;
+use connections::ConnectionLimits;
 use request::{Refusal, RequestRules};
 
 /// What `pipeline serve` serves and how.
@@ -77,6 +84,14 @@ pub struct Limits {
     pub max_block_rows: usize,
     /// Requests waiting for the scorer at most; more are answered 503.
     pub queue: usize,
+    /// From a request head's first byte to its last; a connection slower is closed.
+    pub header_timeout: Duration,
+    /// A connection with no request in flight this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections open at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// After SIGTERM or SIGINT, connections still open this long are closed.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -87,6 +102,44 @@ impl Default for Limits {
             timeout: Duration::from_secs(30),
             max_block_rows: 1024,
             queue: 1024,
+            header_timeout: Duration::from_secs(10),
+            // Longer than nginx's upstream keep-alive (60 s): a proxy in front closes its
+            // idle connections first, rather than reusing one the server is closing.
+            idle_timeout: Duration::from_secs(75),
+            // Each connection holds a file descriptor: 256 plus the server's own
+            // (`connections::OWN_FILES`) stay well below the usual `ulimit -n` of 1024.
+            max_connections: 256,
+            // Below the 30 s Kubernetes gives between SIGTERM and SIGKILL (systemd gives
+            // 90 s), so the server closes its connections itself.
+            shutdown_timeout: Duration::from_secs(25),
+        }
+    }
+}
+
+/// The largest values the options of [`Limits`] take: what a server on one machine can
+/// use. Nothing is allocated in proportion to a value before it is checked against these
+/// (`--queue` sizes the scorer's queue up front, 16 bytes a place).
+impl Limits {
+    /// 1 GiB.
+    pub const MOST_BODY_BYTES: usize = 1 << 30;
+    pub const MOST_ROWS: usize = 1_000_000;
+    pub const MOST_BLOCK_ROWS: usize = 65_536;
+    pub const MOST_QUEUED: usize = 1_000_000;
+    pub const MOST_CONNECTIONS: usize = 65_536;
+    /// The shortest time limit: 1 ms.
+    pub const SHORTEST_WAIT: Duration = Duration::from_millis(1);
+    /// The longest time limit: 1 day.
+    pub const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
+}
+
+impl Limits {
+    /// The limits [`connections`] applies.
+    fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
+            shutdown_timeout: self.shutdown_timeout,
         }
     }
 }
@@ -98,7 +151,7 @@ struct Served {
     task: crate::trained::Task,
     n_labels: u64,
     limits: Limits,
-    jobs: Sender<Job>,
+    jobs: Sender<Box<Job>>,
     /// `GET /v1/model`'s body.
     info: Vec<u8>,
 }
@@ -116,6 +169,8 @@ struct RowsServed(usize);
 /// Opens the model, starts the scorer, listens on `opts.addr` and serves until SIGTERM or
 /// SIGINT. Prints `listening on http://ADDR` on standard error once requests are taken.
 pub fn run(opts: &ServeOptions) -> Result<()> {
+    let mut opts = opts.clone();
+    opts.limits.max_connections = connections::connection_budget(opts.limits.max_connections)?;
     let model = PortableModel::open(&opts.model)?;
     let facts = model.dataset().clone();
     let rules = RequestRules {
@@ -125,8 +180,9 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
         n_labels: facts.n_labels as usize,
     };
     let threads = threads_or_all(opts.threads);
-    let info = serde_json::to_vec(&model_info(&model, opts, threads))?;
-    let (jobs, queue) = crossbeam_channel::bounded::<Job>(opts.limits.queue);
+    let info = serde_json::to_vec(&model_info(&model, &opts, threads))?;
+    // Boxed: the channel allocates its places up front, so each is one pointer.
+    let (jobs, queue) = crossbeam_channel::bounded::<Box<Job>>(opts.limits.queue);
     let scorer = start_scorer(model, threads, opts.limits.max_block_rows, queue)?;
     let served = Arc::new(Served {
         rules,
@@ -143,7 +199,8 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
         .build()
         .context("starting the HTTP runtime")?;
     runtime.block_on(listen(opts.addr, served))?;
-    // Every sender is gone with the router: the scorer finishes its queue and stops.
+    // Every sender is gone with the router: the scorer finishes its queue (skipping the
+    // requests whose connection was closed) and stops.
     let blocks = scorer
         .thread
         .join()
@@ -164,7 +221,7 @@ fn start_scorer(
     model: PortableModel,
     threads: usize,
     max_block_rows: usize,
-    queue: crossbeam_channel::Receiver<Job>,
+    queue: crossbeam_channel::Receiver<Box<Job>>,
 ) -> Result<Scorer> {
     let pool = thread_pool(threads)?;
     let task = model.config.task;
@@ -199,37 +256,38 @@ async fn listen(addr: SocketAddr, served: Arc<Served>) -> Result<()> {
         .await
         .with_context(|| format!("listening on {addr}"))?;
     let bound = listener.local_addr()?;
+    let limits = served.limits;
     let app = Router::new()
         .route("/v1/predict", post(predict))
         .route("/v1/model", get(model))
         .route("/healthz", get(healthz))
-        .fallback(not_found)
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_route)
         .with_state(served)
         .layer(middleware::from_fn(access_log));
+    let stop = shutdown_signal(limits.shutdown_timeout)?;
     eprintln!("listening on http://{bound}");
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .context("serving")
+    connections::serve(listener, app, limits.connections(), stop).await;
+    Ok(())
 }
 
-/// Resolves at SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Resolves at SIGTERM or SIGINT. Both are caught from the call on (before the port is
+/// announced), so a signal right after `listening on` is a shutdown, not a kill.
+fn shutdown_signal(deadline: Duration) -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let name = match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
+    let mut term = signal(SignalKind::terminate()).context("catching SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("catching SIGINT")?;
+    Ok(async move {
+        let name = tokio::select! {
             _ = term.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-        },
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
-        }
-    };
-    eprintln!("{name}: not accepting connections; finishing the requests in flight");
+            _ = int.recv() => "SIGINT",
+        };
+        eprintln!(
+            "{name}: not accepting connections; finishing the requests in flight (at most {} s, \
+             --shutdown-timeout)",
+            deadline.as_secs_f64()
+        );
+    })
 }
 
 async fn healthz() -> Response {
@@ -240,14 +298,28 @@ async fn model(State(served): State<Arc<Served>>) -> Response {
     json_response(StatusCode::OK, served.info.clone())
 }
 
-async fn not_found(request: Request) -> Response {
+/// 404 for a path no route has, 405 for a route's path with another method.
+async fn no_route(request: Request) -> Response {
+    let path = request.uri().path();
+    let status = match ROUTES.iter().any(|(_, route)| *route == path) {
+        true => StatusCode::METHOD_NOT_ALLOWED,
+        false => StatusCode::NOT_FOUND,
+    };
+    let routes: Vec<String> = ROUTES.iter().map(|(m, p)| format!("{m} {p}")).collect();
     let message = format!(
-        "no route {} {}; the routes are POST /v1/predict, GET /v1/model, GET /healthz",
+        "no route {} {path}; the routes are {}",
         request.method(),
-        request.uri().path()
+        routes.join(", ")
     );
-    error_response(StatusCode::NOT_FOUND, &message)
+    error_response(status, &message)
 }
+
+/// The routes, for [`no_route`]'s message.
+const ROUTES: [(&str, &str); 3] = [
+    ("POST", "/v1/predict"),
+    ("GET", "/v1/model"),
+    ("GET", "/healthz"),
+];
 
 /// `POST /v1/predict`.
 async fn predict(State(served): State<Arc<Served>>, body: Body) -> Response {
@@ -268,7 +340,7 @@ async fn predict(State(served): State<Arc<Served>>, body: Body) -> Response {
         probabilities: parsed.probabilities,
         reply,
     };
-    match served.jobs.try_send(job) {
+    match served.jobs.try_send(Box::new(job)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
             let message = format!(
@@ -424,36 +496,6 @@ impl Drop for LogLine {
     }
 }
 
-/// The time now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-fn utc_now() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01 (H. Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// `GET /v1/model`'s body.
 fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Value {
     let params = model.params();
@@ -489,6 +531,10 @@ fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Val
             "max_rows": opts.limits.max_rows,
             "request_timeout_seconds": opts.limits.timeout.as_secs_f64(),
             "queue": opts.limits.queue,
+            "header_timeout_seconds": opts.limits.header_timeout.as_secs_f64(),
+            "idle_timeout_seconds": opts.limits.idle_timeout.as_secs_f64(),
+            "max_connections": opts.limits.max_connections,
+            "shutdown_timeout_seconds": opts.limits.shutdown_timeout.as_secs_f64(),
         },
         "batching": {
             "max_block_rows": opts.limits.max_block_rows,
@@ -497,17 +543,4 @@ fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Val
         },
         "unknown_features": opts.unknown_features.name(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates_from_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_784), (2026, 11, 27));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-    }
 }

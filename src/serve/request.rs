@@ -10,10 +10,16 @@
 //! --input` reads files with, under the same rules ([`crate::text::new_rows::row_rules`]):
 //! an object becomes the line `ID:VALUE …`, so its values go through the same transform and
 //! checks as a file's. Every refusal names the field or row and what was expected.
+//!
+//! An object with a key given twice is refused (400), anywhere in the body: a JSON parser
+//! would keep one of the two silently, and a file row with a feature id twice is refused
+//! the same way.
 
 use std::collections::HashSet;
+use std::fmt;
 
-use serde_json::{Map, Value};
+use serde::de::{Deserialize, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
 
 use crate::store::chunks::CsrChunk;
 use crate::text::parse::{parse_block, LineSyntax, RowRules};
@@ -77,8 +83,7 @@ impl RequestRules {
     /// Reads `body`: JSON (else 400), of the request's shape (else 422), at most
     /// `max_rows` rows (else 413).
     pub fn parse(&self, body: &[u8]) -> Result<Parsed, Refusal> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| Refusal::malformed(format!("malformed JSON: {e}")))?;
+        let value = unique_keys_json(body)?;
         let Value::Object(object) = value else {
             return Err(Refusal::invalid(format!(
                 "expected a JSON object {{\"rows\": [...]}}, found {}",
@@ -192,6 +197,88 @@ impl RequestRules {
     }
 }
 
+/// `body` as JSON whose objects each name a key once (else 400, naming the key).
+fn unique_keys_json(body: &[u8]) -> Result<Value, Refusal> {
+    match serde_json::from_slice::<UniqueKeys>(body) {
+        Ok(UniqueKeys(value)) => Ok(value),
+        // The only data error a JSON value can raise here is a repeated key.
+        Err(e) if e.is_data() => Err(Refusal::malformed(e.to_string())),
+        Err(e) => Err(Refusal::malformed(format!("malformed JSON: {e}"))),
+    }
+}
+
+/// A JSON value whose objects each name a key once.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
+    }
+}
+
+/// Builds the [`Value`] serde_json would, refusing a repeated key.
+struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(x).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(A::Error::custom(format!(
+                    "found key '{key}' twice in one object, expected unique keys"
+                )));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
 /// `{"features": {"ID": VALUE, …}}` as the text line `ID:VALUE …`.
 fn features_line(i: usize, row: &Map<String, Value>, text: &mut Vec<u8>) -> Result<(), Refusal> {
     if let Some(other) = row.keys().find(|k| k.as_str() != "features") {
@@ -274,6 +361,18 @@ mod tests {
 
     fn refused(body: &str) -> Refusal {
         rules().parse(body.as_bytes()).unwrap_err()
+    }
+
+    /// Without repeated keys, a body reads as serde_json reads it.
+    #[test]
+    fn unique_keys_read_as_serde_json_reads() {
+        let body = r#"{"a": [1, -2, 0.5, 1e300, "x", null, true, {"b": {}}], "c": {"d": 18446744073709551615}}"#;
+        let want: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(unique_keys_json(body.as_bytes()).unwrap(), want);
+        // Nesting stays bounded by serde_json's depth limit: refused, not a stack overflow.
+        let deep = "[".repeat(100_000);
+        let refusal = unique_keys_json(deep.as_bytes()).unwrap_err();
+        assert!(refusal.message.contains("recursion limit"), "{refusal:?}");
     }
 
     /// An object row and the text line it stands for parse to the same row; ids count
@@ -364,6 +463,26 @@ mod tests {
                 "{\"rows\": [\"1:1\\n2:2\"]}",
                 422,
                 "rows[0]: found a line break",
+            ),
+            (
+                "{\"rows\": [\"1:1\"], \"top_k\": 1, \"top_k\": 2}",
+                400,
+                "found key 'top_k' twice in one object, expected unique keys at line 1",
+            ),
+            (
+                "{\"rows\": [{\"features\": {\"2\": 1, \"2\": 1}}]}",
+                400,
+                "found key '2' twice",
+            ),
+            (
+                "{\"rows\": [[{\"a\": {\"b\": 1, \"b\": 1}}]]}",
+                400,
+                "found key 'b' twice",
+            ),
+            (
+                "{\"rows\": [{\"features\": {\"2\": 1, \"02\": 1}}]}",
+                422,
+                "feature id 2 is given twice",
             ),
         ];
         for &(body, status, says) in cases {

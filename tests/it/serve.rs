@@ -2,7 +2,10 @@
 //! --model --input` prints for the same rows (multi-label and multi-class; one request,
 //! and many concurrent single-row ones); every kind of bad request gets its 4xx and a
 //! message and the server stays up, also after clients that go away mid-request; SIGTERM
-//! while a request is in flight answers it, then exits 0. Every wait is bounded.
+//! while a request is in flight answers it, then exits 0. Clients that hold connections
+//! (a head trickled, a connection left idle, more connections than the limit, a request
+//! still in flight at shutdown) are closed or refused at their limits; out-of-range option
+//! values are refused before anything starts. Every wait is bounded.
 //!
 //! The client is a few lines of HTTP/1.1 over `TcpStream` (`Connection: close`), so a test
 //! can send half a request, or a malformed one, as no HTTP library would.
@@ -10,8 +13,9 @@
 use crate::common;
 use common::*;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -21,6 +25,8 @@ use std::time::{Duration, Instant};
 struct Server {
     child: Child,
     addr: SocketAddr,
+    /// Standard error's lines before "listening on".
+    preamble: Vec<String>,
     /// Standard error's lines after "listening on".
     log: std::sync::Mutex<mpsc::Receiver<String>>,
 }
@@ -32,10 +38,34 @@ impl Server {
 
     /// [`Server::start`] with `FSGP_FAILPOINT` set to `failpoint`.
     fn start_with(model: &Path, extra: &[&str], failpoint: Option<&str>) -> Server {
+        Self::start_as(model, extra, |command| {
+            if let Some(f) = failpoint {
+                command.env("FSGP_FAILPOINT", f);
+            }
+        })
+    }
+
+    /// [`Server::start`] with at most `files` open files (soft and hard `ulimit -n`).
+    fn start_with_open_files(model: &Path, extra: &[&str], files: u64) -> Server {
+        Self::start_as(model, extra, |command| {
+            let limit = libc::rlimit {
+                rlim_cur: files,
+                rlim_max: files,
+            };
+            // SAFETY: setrlimit is async-signal-safe and only reads `limit`, a copy.
+            unsafe {
+                command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+        })
+    }
+
+    /// [`Server::start`] with the command adjusted by `configure` first.
+    fn start_as(model: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
         let mut command = Command::new(pipeline_bin());
-        if let Some(f) = failpoint {
-            command.env("FSGP_FAILPOINT", f);
-        }
+        configure(&mut command);
         let mut child = command
             .args([
                 "serve",
@@ -61,6 +91,7 @@ impl Server {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut preamble = Vec::new();
         let addr = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = log
@@ -69,10 +100,12 @@ impl Server {
             if let Some(a) = line.strip_prefix("listening on http://") {
                 break a.parse().unwrap();
             }
+            preamble.push(line);
         };
         Server {
             child,
             addr,
+            preamble,
             log: std::sync::Mutex::new(log),
         }
     }
@@ -144,6 +177,55 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Reads one response of a kept-alive connection (its body sized by Content-Length):
+/// (status, JSON body).
+fn keep_alive_response(s: &mut TcpStream) -> (u16, Value) {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).unwrap(),
+            1,
+            "the connection ended mid-head"
+        );
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8(raw).unwrap().to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .expect("a content-length")
+        .trim()
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).unwrap();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// The time until the server closes `s` (a read sees its end, or a reset), failing the
+/// test after `limit`. With `trickle`, one more byte is written every 100 ms meanwhile,
+/// as a slow client sends its head.
+fn time_to_close(s: &mut TcpStream, trickle: bool, limit: Duration) -> Duration {
+    let started = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        assert!(started.elapsed() < limit, "still open after {limit:?}");
+        if trickle && s.write_all(b"x").is_err() {
+            return started.elapsed();
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return started.elapsed(),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return started.elapsed(),
+        }
     }
 }
 
@@ -457,6 +539,16 @@ fn bad_requests_are_refused_by_name_and_the_server_stays_up() {
             413,
             "exceeds the limit of 2000 bytes",
         ),
+        (
+            br#"{"rows": ["1:1"], "rows": ["2:1"]}"#.to_vec(),
+            400,
+            "found key 'rows' twice in one object, expected unique keys",
+        ),
+        (
+            br#"{"rows": [{"features": {"3": 1, "3": 2}}]}"#.to_vec(),
+            400,
+            "found key '3' twice in one object",
+        ),
     ];
     for (body, status, says) in &cases {
         let (got, answer) = server.call("POST", "/v1/predict", body);
@@ -465,13 +557,18 @@ fn bad_requests_are_refused_by_name_and_the_server_stays_up() {
         let message = answer["error"].as_str().unwrap_or_default();
         assert!(message.contains(says), "{text}: {message} (want {says})");
     }
-    let (status, answer) = server.call("GET", "/v2/predict", b"");
-    assert_eq!(status, 404);
-    assert!(answer["error"]
-        .as_str()
-        .unwrap()
-        .contains("POST /v1/predict"));
-    assert_eq!(server.call("GET", "/v1/predict", b"").0, 405);
+    // Another path, and a route's path with another method: JSON bodies naming the routes.
+    for (method, path, status) in [
+        ("GET", "/v2/predict", 404),
+        ("GET", "/v1/predict", 405),
+        ("POST", "/healthz", 405),
+    ] {
+        let (got, answer) = server.call(method, path, b"");
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        let message = answer["error"].as_str().unwrap_or_default();
+        let says = format!("no route {method} {path}; the routes are POST /v1/predict");
+        assert!(message.contains(&says), "{method} {path}: {answer}");
+    }
     // A body that stops arriving: 408 at the time limit.
     let mut slow = server.connect();
     slow.write_all(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{\"rows\"").unwrap();
@@ -556,4 +653,192 @@ fn a_full_queue_and_a_slow_answer_are_503s() {
         "answered at the limit, not after the block"
     );
     assert_eq!(server.call("GET", "/healthz", b"").0, 200);
+}
+
+/// A head trickled a byte at a time is closed at `--header-timeout` (counted from its
+/// first byte, not extended by the bytes after it); a connection that sends nothing is
+/// closed at `--idle-timeout`, also after a request; a kept-alive connection's next request
+/// arriving after the head's limit but within the idle one is answered.
+#[test]
+fn slow_heads_and_idle_connections_are_closed_at_their_limits() {
+    let f = multilabel_fixture();
+    let timeouts = ["--header-timeout", "1", "--idle-timeout", "3"];
+    let server = Server::start(&f.model, &timeouts);
+    let (head, idle) = (Duration::from_secs(1), Duration::from_secs(3));
+    let limit = Duration::from_secs(10);
+    let mut slow = server.connect();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        .unwrap();
+    let took = time_to_close(&mut slow, true, limit);
+    assert!(
+        took >= head.mul_f64(0.9) && took < idle.mul_f64(0.7),
+        "a trickled head closed after {took:?}"
+    );
+    let mut silent = server.connect();
+    let took = time_to_close(&mut silent, false, limit);
+    assert!(
+        took >= idle.mul_f64(0.95) && took < idle * 2,
+        "a silent connection closed after {took:?}"
+    );
+    let mut kept = server.connect();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    kept.write_all(request).unwrap();
+    assert_eq!(keep_alive_response(&mut kept).0, 200);
+    std::thread::sleep(head.mul_f64(1.5));
+    kept.write_all(request).unwrap();
+    assert_eq!(keep_alive_response(&mut kept).0, 200, "the second request");
+    let took = time_to_close(&mut kept, false, limit);
+    assert!(
+        took >= idle.mul_f64(0.95) && took < idle * 2,
+        "an idle kept-alive connection closed after {took:?}"
+    );
+    let log = server.log_until(|log| log.iter().any(|l| l.contains("--header-timeout")));
+    assert!(
+        log.iter()
+            .any(|l| l.contains("closed: no whole request head within 1 s (--header-timeout)")),
+        "{log:?}"
+    );
+    assert_eq!(server.call("GET", "/healthz", b"").0, 200);
+}
+
+/// SIGTERM with a head half sent, a request whose body never ends (in flight, with a
+/// longer `--request-timeout`) and an idle connection, all with longer head and idle
+/// limits: the process closes what is left at `--shutdown-timeout` and exits 0.
+#[test]
+fn sigterm_closes_held_connections_at_the_shutdown_deadline() {
+    let f = multilabel_fixture();
+    let long = ["--header-timeout", "60", "--idle-timeout", "60"];
+    let limits = ["--shutdown-timeout", "1", "--request-timeout", "60"];
+    let mut server = Server::start(&f.model, &[&long[..], &limits].concat());
+    let mut head = server.connect();
+    head.write_all(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    let mut body = server.connect();
+    body.write_all(b"POST /v1/predict HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+        .unwrap();
+    let mut idle = server.connect();
+    // Let the server take them all before the signal.
+    std::thread::sleep(Duration::from_millis(300));
+    let signalled = Instant::now();
+    server.signal("TERM");
+    assert_eq!(server.wait(Duration::from_secs(6)), Some(0));
+    let took = signalled.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "exited after {took:?}, before the request in flight's deadline"
+    );
+    for s in [&mut head, &mut body, &mut idle] {
+        time_to_close(s, false, Duration::from_secs(1));
+    }
+    let log = server.log_until(|_| false).join("\n");
+    assert!(
+        log.contains("closing 2 connections still open at the shutdown deadline (1 s"),
+        "{log}"
+    );
+    assert!(log.contains("stopped"), "{log}");
+}
+
+/// With `--max-connections 4` and four connections held open, a fifth (a `/healthz`) is
+/// answered 503 at once with the limit named; once the four go, `/healthz` on a fresh
+/// connection answers 200. Under `ulimit -n 128` the default limit is lowered to fit, so
+/// 150 idle connections leave `/healthz` answered (503) rather than unanswered.
+#[test]
+fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
+    let f = multilabel_fixture();
+    let server = Server::start(&f.model, &["--max-connections", "4"]);
+    let (_, info) = server.call("GET", "/v1/model", b"");
+    assert_eq!(info["limits"]["max_connections"], 4, "{info}");
+    let held: Vec<TcpStream> = (0..4).map(|_| server.connect()).collect();
+    // Let the server accept the four before the fifth.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let (status, answer) = server.call("GET", "/healthz", b"");
+    assert_eq!(status, 503, "{answer}");
+    let message = answer["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("too many open connections (limit 4, --max-connections)"),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once"
+    );
+    drop(held);
+    assert_eq!(health_within(&server, Duration::from_secs(5)), 200);
+
+    let server = Server::start_with_open_files(&f.model, &[], 128);
+    let log = server.preamble.join("\n");
+    let (_, info) = server.call("GET", "/v1/model", b"");
+    let limit = info["limits"]["max_connections"].as_u64().unwrap();
+    assert!(limit < 128 && limit > 0, "{info}");
+    assert!(
+        log.contains(&format!("--max-connections 256 lowered to {limit}")),
+        "{log}"
+    );
+    let held: Vec<TcpStream> = (0..150).map(|_| server.connect()).collect();
+    // The refusals in progress end (they linger 1 s for the client's bytes).
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    let (status, answer) = server.call("GET", "/healthz", b"");
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once"
+    );
+    drop(held);
+    assert_eq!(health_within(&server, Duration::from_secs(5)), 200);
+}
+
+/// `/healthz`'s status on a fresh connection, retried until 200 or `limit` (the server sees
+/// closed connections a moment after the client closes them).
+fn health_within(server: &Server, limit: Duration) -> u16 {
+    let started = Instant::now();
+    loop {
+        let (status, _) = server.call("GET", "/healthz", b"");
+        if status == 200 || started.elapsed() >= limit {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every numeric option of `serve` out of its range exits 2 before anything starts, naming
+/// the option and its bound.
+#[test]
+fn out_of_range_serve_options_are_refused_with_their_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let counts = "is not in 1..=";
+    let seconds = "expected seconds from 0.001 to 86400";
+    let cases: &[(&str, &str, &str)] = &[
+        ("--queue", "18446744073709551615", "1..=1000000"),
+        ("--queue", "1000000000", "1..=1000000"),
+        ("--queue", "0", counts),
+        ("--max-body", "0", counts),
+        ("--max-body", "1073741825", "1..=1073741824"),
+        ("--max-rows", "0", counts),
+        ("--max-rows", "1000001", "1..=1000000"),
+        ("--max-block-rows", "65537", "1..=65536"),
+        ("--max-connections", "0", counts),
+        ("--max-connections", "65537", "1..=65536"),
+        ("--request-timeout", "1e20", seconds),
+        ("--request-timeout", "NaN", seconds),
+        ("--request-timeout", "inf", seconds),
+        ("--request-timeout", "-1", seconds),
+        ("--request-timeout", "0", seconds),
+        ("--request-timeout", "0.0001", seconds),
+        ("--header-timeout", "0", seconds),
+        ("--header-timeout", "86401", seconds),
+        ("--idle-timeout", "1e20", seconds),
+        ("--shutdown-timeout", "NaN", seconds),
+        ("--shutdown-timeout", "ten", seconds),
+    ];
+    for (option, value, says) in cases {
+        let given = format!("{option}={value}");
+        let args = ["serve", "--model", "absent.model.parquet", &given];
+        let out = pipeline_within(&ws, &args, Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{given}: {err}");
+        assert!(err.contains(option) && err.contains(says), "{given}: {err}");
+    }
 }
