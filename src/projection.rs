@@ -3,8 +3,8 @@
 //! the trainer's held-out ranking project other splits the same way.
 //!
 //! [`RowInputs`] is how a model sees a row: its coordinates in the svd basis (X X̃ᵀ, R
-//! columns) or, for inducing inputs in input space, its raw features densified (the
-//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Free inducing inputs").
+//! columns) or, for inducing inputs in input space, its raw features kept sparse (the
+//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Sparse rows in input space").
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +12,10 @@ use anyhow::{bail, ensure, Context, Result};
 use faer::Mat;
 use ndarray::{Array2, ArrayView2};
 
+use crate::model::kernel::feature_ard::FeatureRows;
+use crate::model::kernel::{Gram, Rows};
 use crate::sparse::project_chunk;
-use crate::store::chunks::{read_chunk, CsrChunk, WrittenFile};
+use crate::store::chunks::{read_chunk, CsrChunk, RowRef, WrittenFile};
 use crate::store::npy::{NpyMap, NpyRowWriter};
 
 /// K_X̃ = X̃X̃ᵀ [R×R] from `basis.npy` [R×D] (mapped), accumulated over blocks of columns
@@ -112,7 +114,7 @@ pub fn project_split(
 pub enum RowInputs {
     /// Coordinates in the training basis, x_i X̃ᵀ [R]; holds X̃ᵀ [D×R].
     Basis { basis_t: Array2<f32> },
-    /// The raw features densified, x_i [D] (the identity basis).
+    /// The raw features x_i [D], kept sparse (the identity basis).
     Features { n_features: usize },
     /// ARD over the features: coordinates in the weighted basis, x_i W X̃ᵀ [R]; holds
     /// (X̃W)ᵀ [D×R] and the weights w [D], which also weigh the squared norms
@@ -152,13 +154,15 @@ impl RowInputs {
     }
 
     /// The view's Gram K_X̃: [`basis_gram`] of `basis` (the file this view was opened
-    /// from), I_D, or the weighted Gram X̃WX̃ᵀ.
-    pub fn gram(&self, basis: &NpyMap) -> Result<Mat<f64>> {
-        match self {
-            RowInputs::Basis { .. } => basis_gram(basis),
-            RowInputs::Features { n_features } => Ok(identity_gram(*n_features)),
-            RowInputs::Weighted { weights, .. } => weighted_basis_gram(basis, weights),
-        }
+    /// from), I_D (never materialised), or the weighted Gram X̃WX̃ᵀ.
+    pub fn gram(&self, basis: &NpyMap) -> Result<Gram> {
+        Ok(match self {
+            RowInputs::Basis { .. } => Gram::Dense(basis_gram(basis)?),
+            RowInputs::Features { n_features } => Gram::Identity(*n_features),
+            RowInputs::Weighted { weights, .. } => {
+                Gram::Dense(weighted_basis_gram(basis, weights)?)
+            }
+        })
     }
 
     /// The squared norms the model sees for rows `start..end` of `chunk` [end − start]: the
@@ -182,9 +186,8 @@ impl RowInputs {
         }
     }
 
-    /// A chunk prepared for [`ChunkInputs::block`]: projected whole onto the basis (as
-    /// before the identity basis existed, so the bytes do not change), or kept sparse and
-    /// densified block by block (a chunk densified whole could be rows × D × 4 bytes).
+    /// A chunk prepared for [`ChunkInputs::block`]: projected whole onto the basis, or
+    /// kept sparse (the identity basis).
     pub fn of_chunk<'c>(&self, chunk: &'c CsrChunk) -> ChunkInputs<'c> {
         match self {
             RowInputs::Basis { basis_t } | RowInputs::Weighted { basis_t, .. } => {
@@ -209,28 +212,60 @@ pub enum ChunkInputs<'c> {
 }
 
 impl ChunkInputs<'_> {
-    /// Rows `start..end` of the chunk in the model's view, in f64 [(end − start)×width].
-    pub fn block(&self, start: usize, end: usize) -> Result<Mat<f64>> {
+    /// Rows `start..end` of the chunk in the model's view, in f64: dense
+    /// [(end − start)×R], or sparse over D features (each feature id checked against D).
+    pub fn block(&self, start: usize, end: usize) -> Result<BlockRows> {
         match self {
-            ChunkInputs::Projected(projected) => {
-                Ok(Mat::from_fn(end - start, projected.ncols(), |i, j| {
-                    projected[(start + i, j)] as f64
-                }))
-            }
+            ChunkInputs::Projected(projected) => Ok(BlockRows::Dense(Mat::from_fn(
+                end - start,
+                projected.ncols(),
+                |i, j| projected[(start + i, j)] as f64,
+            ))),
             ChunkInputs::Sparse { chunk, n_features } => {
-                let mut dense = Mat::<f64>::zeros(end - start, *n_features);
+                let mut rows = FeatureRows::new();
                 for i in start..end {
-                    chunk.densify_row(i, *n_features, |j, v| dense[(i - start, j)] = v as f64)?;
+                    push_sparse_row(chunk.row(i), *n_features, &mut rows)?;
                 }
-                Ok(dense)
+                Ok(BlockRows::Sparse {
+                    rows,
+                    width: *n_features,
+                })
             }
         }
     }
 }
 
-/// K_X̃ of the identity basis, I_D [D×D].
-pub fn identity_gram(n_features: usize) -> Mat<f64> {
-    Mat::identity(n_features, n_features)
+/// A block of rows in a model's view, owned ([`ChunkInputs::block`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlockRows {
+    Dense(Mat<f64>),
+    Sparse { rows: FeatureRows, width: usize },
+}
+
+impl BlockRows {
+    /// The rows as the kernel reads them.
+    pub fn rows(&self) -> Rows<'_> {
+        match self {
+            BlockRows::Dense(m) => Rows::Dense(m.as_ref()),
+            BlockRows::Sparse { rows, width } => Rows::Sparse {
+                rows,
+                width: *width,
+            },
+        }
+    }
+}
+
+/// Appends `row`'s features to `out` in f64, refusing a feature id outside the dataset's
+/// `n_features`.
+pub fn push_sparse_row(row: RowRef<'_>, n_features: usize, out: &mut FeatureRows) -> Result<()> {
+    if let Some(&j) = row.indices.iter().find(|&&j| j as usize >= n_features) {
+        bail!(
+            "row {}: feature {j} is outside the dataset's {n_features} features",
+            row.row_id
+        );
+    }
+    out.push_row(row.indices, row.values.iter().map(|&v| f64::from(v)));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -250,20 +285,30 @@ mod tests {
                 sq_norm: values.iter().map(|v| v * v).sum(),
             });
         }
-        let dense = RowInputs::Features { n_features: 3 }
+        let sparse = RowInputs::Features { n_features: 3 }
             .of_chunk(&chunk)
             .block(0, 2)
             .unwrap();
         assert_eq!(
-            dense,
+            sparse.rows().to_dense(),
             Mat::from_fn(2, 3, |i, j| [[1.0, 0.0, 2.0], [0.0, -3.0, 0.0]][i][j])
         );
+        // A feature id outside the dataset's features is refused, naming the row.
+        let err = RowInputs::Features { n_features: 2 }
+            .of_chunk(&chunk)
+            .block(0, 2)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "row 0: feature 2 is outside the dataset's 2 features");
         // Basis X̃ [2×3] = rows (1, 1, 0) and (0, 0, 1): X X̃ᵀ.
         let basis_t = ndarray::array![[1.0f32, 0.0], [1.0, 0.0], [0.0, 1.0]];
         let projected = RowInputs::Basis { basis_t }
             .of_chunk(&chunk)
             .block(1, 2)
             .unwrap();
-        assert_eq!(projected, Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]));
+        assert_eq!(
+            projected,
+            BlockRows::Dense(Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]))
+        );
     }
 }

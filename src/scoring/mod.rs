@@ -10,7 +10,7 @@ use faer::Mat;
 use rayon::prelude::*;
 
 use crate::model::bound::class_phase::class_probabilities;
-use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::kernel::{BasisInputs, Gram, KernelKind};
 use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::model::predictive::{MeanUtilities, Predictor, ProbabilityRule};
@@ -30,7 +30,7 @@ pub fn model_inputs(
     n_features: u64,
     in_features: bool,
     params: &Params,
-) -> Result<(RowInputs, Mat<f64>, Option<Params>)> {
+) -> Result<(RowInputs, Gram, Option<Params>)> {
     let log_w = &params.kernel.log_features;
     if log_w.is_empty() {
         let inputs = RowInputs::open(basis, n_features, in_features)?;
@@ -48,8 +48,8 @@ pub fn model_inputs(
 pub struct Ranker<'p> {
     /// How the model sees a row (basis coordinates, or dense features).
     inputs: RowInputs,
-    /// K_X̃ [R×R].
-    k_tilde: Mat<f64>,
+    /// K_X̃ [R×R] (the identity's marker for inducing inputs in input space).
+    k_tilde: Gram,
     /// Present when probabilities are wanted (it factorises q(u) once: P·M³/3).
     predictor: Option<Predictor<'p>>,
     /// The means alone, when no probabilities are wanted (weights computed once).
@@ -63,7 +63,7 @@ impl<'p> Ranker<'p> {
     /// Gram K_X̃ ([`RowInputs::open`]).
     pub fn open(
         inputs: RowInputs,
-        k_tilde: Mat<f64>,
+        k_tilde: Gram,
         kind: KernelKind,
         params: &'p Params,
         probabilities: bool,
@@ -82,7 +82,7 @@ impl<'p> Ranker<'p> {
     /// predictive moments and probabilities ([`Predictor`], those of `open(…, true)`).
     pub fn open_both(
         inputs: RowInputs,
-        k_tilde: Mat<f64>,
+        k_tilde: Gram,
         kind: KernelKind,
         params: &'p Params,
     ) -> Result<Self> {
@@ -91,17 +91,17 @@ impl<'p> Ranker<'p> {
 
     fn open_for(
         inputs: RowInputs,
-        k_tilde: Mat<f64>,
+        k_tilde: Gram,
         kind: KernelKind,
         params: &'p Params,
         (with_means, probabilities): (bool, bool),
     ) -> Result<Self> {
         let means = match with_means {
             false => None,
-            true => Some(MeanUtilities::new(kind, params, k_tilde.as_ref())?),
+            true => Some(MeanUtilities::new(kind, params, &k_tilde)?),
         };
         let predictor = if probabilities {
-            let p = Predictor::new(kind, params, k_tilde.as_ref())?;
+            let p = Predictor::new(kind, params, &k_tilde)?;
             if p.jitter > 0.0 {
                 eprintln!(
                     "note: {} needed jitter {:.3e} on the diagonal",
@@ -172,10 +172,10 @@ impl<'p> Ranker<'p> {
             .step_by(block_rows.max(1))
             .map(|start| {
                 let end = (start + block_rows).min(chunk.len());
-                let kxx = rows.block(start, end)?;
+                let block = rows.block(start, end)?;
                 let sq = self.inputs.sq_norms(chunk, start, end);
                 let x = BasisInputs {
-                    kxx_b: kxx.as_ref(),
+                    kxx_b: block.rows(),
                     sq_norms: &sq,
                     k_tilde: self.k_tilde.as_ref(),
                 };

@@ -15,7 +15,7 @@ use super::init;
 use super::warm;
 use crate::memtrace::available_memory_bytes;
 use crate::model::kernel::feature_ard::weighted_gram;
-use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::kernel::{BasisInputs, Gram, KernelKind};
 use crate::model::likelihood::logistic::sigmoid;
 use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::likelihood::multiclass::ClassLikelihood;
@@ -24,7 +24,7 @@ use crate::model::optim::AdamState;
 use crate::model::params::{Params, QParams};
 use crate::model::qu::conditional::Conditional;
 use crate::model::qu::sites::GP_CHUNK;
-use crate::projection::{basis_gram, identity_gram};
+use crate::projection::basis_gram;
 use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, Split, StageKind};
 use crate::store::checkpoint::{Checkpoint, TrainState};
@@ -59,8 +59,8 @@ pub struct Setup {
     pub class_lik: Option<Box<dyn ClassLikelihood>>,
     pub source: Arc<Source>,
     spans: Vec<batches::ChunkSpan>,
-    /// K_X̃ = X̃X̃ᵀ [R×R].
-    pub k_tilde: Mat<f64>,
+    /// K_X̃ = X̃X̃ᵀ [R×R], or the identity's marker I_D (never materialised).
+    pub k_tilde: Gram,
     pub n_labels: usize,
     pub n_rows: u64,
     a_init: Registered,
@@ -125,14 +125,17 @@ impl Setup {
             source.n_rows,
         );
         let (k_tilde, feature_basis) = match view {
-            RowView::Basis => (basis_gram(&NpyMap::open_registered(&files.basis)?)?, None),
-            RowView::Features { n_features } => (identity_gram(n_features), None),
+            RowView::Basis => (
+                Gram::Dense(basis_gram(&NpyMap::open_registered(&files.basis)?)?),
+                None,
+            ),
+            RowView::Features { n_features } => (Gram::Identity(n_features), None),
             RowView::SparseFeatures { n_features } => {
                 let basis = basis_f64(&NpyMap::open_registered(&files.basis)?, n_features)?;
                 // K'_X̃ at w = 1, as the first step computes it (the q(u) initialisation
                 // of the full-Cholesky forms factorises the K_Z it gives).
                 let gram = weighted_gram(&vec![0.0; n_features], basis.as_ref());
-                (gram, Some(basis))
+                (Gram::Dense(gram), Some(basis))
             }
         };
         Ok(Setup {
@@ -270,7 +273,7 @@ impl Setup {
         while let Some(batch) = queue.next_batch() {
             let batch = batch?;
             let x = BasisInputs {
-                kxx_b: batch.kxx.as_ref(),
+                kxx_b: self.source.rows_of(&batch),
                 sq_norms: &batch.sq_norms,
                 k_tilde,
             };
@@ -280,12 +283,7 @@ impl Setup {
             sums.add(&h, &batch.positives);
         }
         // K_Z at the start: the kernel's forward pass without rows.
-        let no_rows = Mat::<f64>::zeros(0, self.source.width());
-        let x = BasisInputs {
-            kxx_b: no_rows.as_ref(),
-            sq_norms: &[],
-            k_tilde,
-        };
+        let x = BasisInputs::without_rows(k_tilde);
         let k_z = Conditional::through_inducing(self.kind, &params, &x)
             .kernel
             .k_z;

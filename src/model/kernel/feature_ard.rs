@@ -171,9 +171,9 @@ impl FeatureWarp {
     /// The inputs as the kernel sees them.
     pub fn inputs(&self) -> BasisInputs<'_> {
         BasisInputs {
-            kxx_b: self.kxx_b.as_ref(),
+            kxx_b: self.kxx_b.as_ref().into(),
             sq_norms: &self.sq_norms,
-            k_tilde: self.k_tilde.as_ref(),
+            k_tilde: self.k_tilde.as_ref().into(),
         }
     }
 
