@@ -18,6 +18,8 @@ use fsgp::model::kernel::feature_ard::FeatureRows;
 use fsgp::model::kernel::{BasisInputs, GramRef, KernelKind, Rows};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{Block, Params};
+use fsgp::model::predictive::{MeanUtilities, Predictor};
+use fsgp::model::qu::cholesky::pack_factors;
 use fsgp::model::qu::conditional::Factorisation;
 use fsgp::model::scratch::Scratch;
 use rand::{Rng, SeedableRng};
@@ -329,5 +331,52 @@ fn sparse_path_gradient_matches_central_differences() {
             }
         }
         eprintln!("{setup:?} sparse: worst ∂Z relative error {worst_z:.1e}");
+    }
+}
+
+/// Prediction on sparse rows with the identity marker (what `predict` and `serve` score
+/// with) gives the means and variances of the densified rows with a dense I_D to 1e-10,
+/// for the O(M) form and a full-Cholesky form, through the predictor and the means alone.
+#[test]
+fn sparse_predictions_equal_the_dense_identity_ones() {
+    let (m, d, b, p) = (8, 6, 9, 3);
+    for (s, (kind, _)) in SETUPS.into_iter().enumerate() {
+        for whitened in [false, true] {
+            let mut pr = problem(180 + s as u64, (m, d, b, p));
+            if whitened {
+                let factor = Mat::from_fn(m, m, |i, j| match i.cmp(&j) {
+                    std::cmp::Ordering::Equal => 1.0,
+                    std::cmp::Ordering::Greater => 0.05 * ((i + j) % 3) as f64,
+                    std::cmp::Ordering::Less => 0.0,
+                });
+                pr.params.set_full(pack_factors(&vec![factor; p], true));
+            }
+            let rows = sparse_of(&pr.x);
+            let identity = Mat::<f64>::identity(d, d);
+            let dense = BasisInputs {
+                kxx_b: pr.x.as_ref().into(),
+                sq_norms: &pr.norms,
+                k_tilde: identity.as_ref().into(),
+            };
+            let sparse = sparse_inputs(&pr, &rows);
+            let by_dense = Predictor::new(kind, &pr.params, &identity).unwrap();
+            let by_sparse = Predictor::new(kind, &pr.params, GramRef::Identity(d)).unwrap();
+            let (mean_d, var_d) = by_dense.mean_and_variance(&dense);
+            let (mean_s, var_s) = by_sparse.mean_and_variance(&sparse);
+            let means_only = MeanUtilities::new(kind, &pr.params, GramRef::Identity(d))
+                .unwrap()
+                .at(&sparse);
+            for (name, x, y) in [
+                ("mean", &mean_s, &mean_d),
+                ("variance", &var_s, &var_d),
+                ("means alone", &means_only, &mean_d),
+            ] {
+                let diff = mat_rel(x, y);
+                assert!(
+                    diff <= 1e-10,
+                    "{kind:?} whitened={whitened} {name}: {diff:e}"
+                );
+            }
+        }
     }
 }
