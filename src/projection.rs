@@ -4,7 +4,8 @@
 //!
 //! [`RowInputs`] is how a model sees a row: its coordinates in the svd basis (X X̃ᵀ, R
 //! columns) or, for inducing inputs in input space, its raw features kept sparse (the
-//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Sparse rows in input space").
+//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Sparse rows in input space"; the
+//! scorer hands them to the kernel as they are, `scoring::model_inputs`).
 
 use std::path::{Path, PathBuf};
 
@@ -12,10 +13,8 @@ use anyhow::{bail, ensure, Context, Result};
 use faer::Mat;
 use ndarray::{Array2, ArrayView2};
 
-use crate::model::kernel::feature_ard::FeatureRows;
-use crate::model::kernel::{Gram, Rows};
 use crate::sparse::project_chunk;
-use crate::store::chunks::{read_chunk, CsrChunk, RowRef, WrittenFile};
+use crate::store::chunks::{read_chunk, CsrChunk, WrittenFile};
 use crate::store::npy::{NpyMap, NpyRowWriter};
 
 /// K_X̃ = X̃X̃ᵀ [R×R] from `basis.npy` [R×D] (mapped), accumulated over blocks of columns
@@ -114,7 +113,7 @@ pub fn project_split(
 pub enum RowInputs {
     /// Coordinates in the training basis, x_i X̃ᵀ [R]; holds X̃ᵀ [D×R].
     Basis { basis_t: Array2<f32> },
-    /// The raw features x_i [D], kept sparse (the identity basis).
+    /// The raw features x_i [D], kept sparse (the identity basis, K_X̃ = I_D).
     Features { n_features: usize },
     /// ARD over the features: coordinates in the weighted basis, x_i W X̃ᵀ [R]; holds
     /// (X̃W)ᵀ [D×R] and the weights w [D], which also weigh the squared norms
@@ -153,18 +152,6 @@ impl RowInputs {
         Ok(RowInputs::Weighted { basis_t, weights })
     }
 
-    /// The view's Gram K_X̃: [`basis_gram`] of `basis` (the file this view was opened
-    /// from), I_D (never materialised), or the weighted Gram X̃WX̃ᵀ.
-    pub fn gram(&self, basis: &NpyMap) -> Result<Gram> {
-        Ok(match self {
-            RowInputs::Basis { .. } => Gram::Dense(basis_gram(basis)?),
-            RowInputs::Features { n_features } => Gram::Identity(*n_features),
-            RowInputs::Weighted { weights, .. } => {
-                Gram::Dense(weighted_basis_gram(basis, weights)?)
-            }
-        })
-    }
-
     /// The squared norms the model sees for rows `start..end` of `chunk` [end − start]: the
     /// stored ‖x_i‖², or Σ_d w_d x_id² in the weighted view.
     pub fn sq_norms(&self, chunk: &CsrChunk, start: usize, end: usize) -> Vec<f64> {
@@ -186,8 +173,8 @@ impl RowInputs {
         }
     }
 
-    /// A chunk prepared for [`ChunkInputs::block`]: projected whole onto the basis, or
-    /// kept sparse (the identity basis).
+    /// A chunk prepared for scoring: projected whole onto the basis, or kept sparse (the
+    /// identity basis).
     pub fn of_chunk<'c>(&self, chunk: &'c CsrChunk) -> ChunkInputs<'c> {
         match self {
             RowInputs::Basis { basis_t } | RowInputs::Weighted { basis_t, .. } => {
@@ -205,110 +192,9 @@ impl RowInputs {
 pub enum ChunkInputs<'c> {
     /// x_i X̃ᵀ [rows×R], f32.
     Projected(Array2<f32>),
+    /// The chunk's rows as stored, over `n_features` features.
     Sparse {
         chunk: &'c CsrChunk,
         n_features: usize,
     },
-}
-
-impl ChunkInputs<'_> {
-    /// Rows `start..end` of the chunk in the model's view, in f64: dense
-    /// [(end − start)×R], or sparse over D features (each feature id checked against D).
-    pub fn block(&self, start: usize, end: usize) -> Result<BlockRows> {
-        match self {
-            ChunkInputs::Projected(projected) => Ok(BlockRows::Dense(Mat::from_fn(
-                end - start,
-                projected.ncols(),
-                |i, j| projected[(start + i, j)] as f64,
-            ))),
-            ChunkInputs::Sparse { chunk, n_features } => {
-                let mut rows = FeatureRows::new();
-                for i in start..end {
-                    push_sparse_row(chunk.row(i), *n_features, &mut rows)?;
-                }
-                Ok(BlockRows::Sparse {
-                    rows,
-                    width: *n_features,
-                })
-            }
-        }
-    }
-}
-
-/// A block of rows in a model's view, owned ([`ChunkInputs::block`]).
-#[derive(Debug, Clone, PartialEq)]
-pub enum BlockRows {
-    Dense(Mat<f64>),
-    Sparse { rows: FeatureRows, width: usize },
-}
-
-impl BlockRows {
-    /// The rows as the kernel reads them.
-    pub fn rows(&self) -> Rows<'_> {
-        match self {
-            BlockRows::Dense(m) => Rows::Dense(m.as_ref()),
-            BlockRows::Sparse { rows, width } => Rows::Sparse {
-                rows,
-                width: *width,
-            },
-        }
-    }
-}
-
-/// Appends `row`'s features to `out` in f64, refusing a feature id outside the dataset's
-/// `n_features`.
-pub fn push_sparse_row(row: RowRef<'_>, n_features: usize, out: &mut FeatureRows) -> Result<()> {
-    if let Some(&j) = row.indices.iter().find(|&&j| j as usize >= n_features) {
-        bail!(
-            "row {}: feature {j} is outside the dataset's {n_features} features",
-            row.row_id
-        );
-    }
-    out.push_row(row.indices, row.values.iter().map(|&v| f64::from(v)));
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::chunks::RowRef;
-
-    #[test]
-    fn a_block_is_the_rows_projected_or_densified() {
-        let mut chunk = CsrChunk::default();
-        for (id, indices, values) in [(0, &[0u32, 2][..], &[1.0f32, 2.0][..]), (1, &[1], &[-3.0])] {
-            chunk.push_row(RowRef {
-                row_id: id,
-                labels: &[],
-                indices,
-                values,
-                sq_norm: values.iter().map(|v| v * v).sum(),
-            });
-        }
-        let sparse = RowInputs::Features { n_features: 3 }
-            .of_chunk(&chunk)
-            .block(0, 2)
-            .unwrap();
-        assert_eq!(
-            sparse.rows().to_dense(),
-            Mat::from_fn(2, 3, |i, j| [[1.0, 0.0, 2.0], [0.0, -3.0, 0.0]][i][j])
-        );
-        // A feature id outside the dataset's features is refused, naming the row.
-        let err = RowInputs::Features { n_features: 2 }
-            .of_chunk(&chunk)
-            .block(0, 2)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(err, "row 0: feature 2 is outside the dataset's 2 features");
-        // Basis X̃ [2×3] = rows (1, 1, 0) and (0, 0, 1): X X̃ᵀ.
-        let basis_t = ndarray::array![[1.0f32, 0.0], [1.0, 0.0], [0.0, 1.0]];
-        let projected = RowInputs::Basis { basis_t }
-            .of_chunk(&chunk)
-            .block(1, 2)
-            .unwrap();
-        assert_eq!(
-            projected,
-            BlockRows::Dense(Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]))
-        );
-    }
 }

@@ -10,11 +10,12 @@ use faer::Mat;
 use rayon::prelude::*;
 
 use crate::model::bound::class_phase::class_probabilities;
-use crate::model::kernel::{BasisInputs, Gram, KernelKind};
+use crate::model::kernel::feature_ard::FeatureRows;
+use crate::model::kernel::{BasisInputs, Gram, KernelKind, Rows};
 use crate::model::likelihood::multiclass::ClassLikelihood;
 use crate::model::params::Params;
 use crate::model::predictive::{MeanUtilities, Predictor, ProbabilityRule};
-use crate::projection::RowInputs;
+use crate::projection::{basis_gram, weighted_basis_gram, ChunkInputs, RowInputs};
 use crate::store::chunks::CsrChunk;
 use crate::store::npy::NpyMap;
 use crate::store::predictions::PredictionBlock;
@@ -34,13 +35,66 @@ pub fn model_inputs(
     let log_w = &params.kernel.log_features;
     if log_w.is_empty() {
         let inputs = RowInputs::open(basis, n_features, in_features)?;
-        let k_tilde = inputs.gram(basis)?;
+        let k_tilde = gram_of(&inputs, basis)?;
         return Ok((inputs, k_tilde, None));
     }
     let inputs =
         RowInputs::open_weighted(basis, n_features, log_w.iter().map(|l| l.exp()).collect())?;
-    let k_tilde = inputs.gram(basis)?;
+    let k_tilde = gram_of(&inputs, basis)?;
     Ok((inputs, k_tilde, Some(params.without_feature_weights())))
+}
+
+/// The Gram K_X̃ of a view: `basis_gram` of `basis` (the file the view was opened from),
+/// I_D (a marker, never materialised), or the weighted Gram X̃WX̃ᵀ.
+fn gram_of(inputs: &RowInputs, basis: &NpyMap) -> Result<Gram> {
+    Ok(match inputs {
+        RowInputs::Basis { .. } => Gram::Dense(basis_gram(basis)?),
+        RowInputs::Features { n_features } => Gram::Identity(*n_features),
+        RowInputs::Weighted { weights, .. } => Gram::Dense(weighted_basis_gram(basis, weights)?),
+    })
+}
+
+/// A block of a chunk's rows in a model's view, owned: their basis coordinates in f64, or
+/// their sparse features (each id checked against D).
+#[derive(Debug, Clone, PartialEq)]
+enum BlockRows {
+    Dense(Mat<f64>),
+    Sparse { rows: FeatureRows, width: usize },
+}
+
+impl BlockRows {
+    /// Rows `start..end` of `chunk`.
+    fn of(chunk: &ChunkInputs<'_>, start: usize, end: usize) -> Result<Self> {
+        match chunk {
+            ChunkInputs::Projected(projected) => Ok(BlockRows::Dense(Mat::from_fn(
+                end - start,
+                projected.ncols(),
+                |i, j| projected[(start + i, j)] as f64,
+            ))),
+            ChunkInputs::Sparse { chunk, n_features } => {
+                let mut rows = FeatureRows::new();
+                for i in start..end {
+                    let row = chunk.row(i);
+                    rows.push_checked(row.row_id, row.indices, row.values, *n_features)?;
+                }
+                Ok(BlockRows::Sparse {
+                    rows,
+                    width: *n_features,
+                })
+            }
+        }
+    }
+
+    /// The rows as the kernel reads them.
+    fn rows(&self) -> Rows<'_> {
+        match self {
+            BlockRows::Dense(m) => Rows::Dense(m.as_ref()),
+            BlockRows::Sparse { rows, width } => Rows::Sparse {
+                rows,
+                width: *width,
+            },
+        }
+    }
 }
 
 /// Scores rows of a split under one model and keeps each row's best labels: projection onto
@@ -172,7 +226,7 @@ impl<'p> Ranker<'p> {
             .step_by(block_rows.max(1))
             .map(|start| {
                 let end = (start + block_rows).min(chunk.len());
-                let block = rows.block(start, end)?;
+                let block = BlockRows::of(&rows, start, end)?;
                 let sq = self.inputs.sq_norms(chunk, start, end);
                 let x = BasisInputs {
                     kxx_b: block.rows(),
@@ -369,4 +423,41 @@ fn true_class_probabilities(chunk: &CsrChunk, start: usize, probs: &Mat<f64>) ->
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::chunks::RowRef;
+
+    #[test]
+    fn a_block_is_the_rows_projected_or_kept_sparse() {
+        let mut chunk = CsrChunk::default();
+        for (id, indices, values) in [(0, &[0u32, 2][..], &[1.0f32, 2.0][..]), (1, &[1], &[-3.0])] {
+            chunk.push_row(RowRef {
+                row_id: id,
+                labels: &[],
+                indices,
+                values,
+                sq_norm: values.iter().map(|v| v * v).sum(),
+            });
+        }
+        let sparse = RowInputs::Features { n_features: 3 }.of_chunk(&chunk);
+        let block = BlockRows::of(&sparse, 0, 2).unwrap();
+        assert_eq!(
+            block.rows().to_dense(),
+            Mat::from_fn(2, 3, |i, j| [[1.0, 0.0, 2.0], [0.0, -3.0, 0.0]][i][j])
+        );
+        // A feature id outside the dataset's features is refused, naming the row.
+        let narrow = RowInputs::Features { n_features: 2 }.of_chunk(&chunk);
+        let err = BlockRows::of(&narrow, 0, 2).unwrap_err().to_string();
+        assert_eq!(err, "row 0: feature 2 is outside the dataset's 2 features");
+        // Basis X̃ [2×3] = rows (1, 1, 0) and (0, 0, 1): X X̃ᵀ.
+        let basis_t = ndarray::array![[1.0f32, 0.0], [1.0, 0.0], [0.0, 1.0]];
+        let projected = RowInputs::Basis { basis_t }.of_chunk(&chunk);
+        assert_eq!(
+            BlockRows::of(&projected, 1, 2).unwrap(),
+            BlockRows::Dense(Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]))
+        );
+    }
 }

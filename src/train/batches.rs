@@ -36,7 +36,6 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::model::kernel::feature_ard::FeatureRows;
 use crate::model::kernel::Rows;
-use crate::projection::push_sparse_row;
 use crate::store::chunks::{
     read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk,
 };
@@ -499,7 +498,8 @@ impl GroupRows {
         let (GroupChunk::Whole(chunk), i) = self.locate(row) else {
             unreachable!("features are read whole whenever they are streamed")
         };
-        push_sparse_row(chunk.row(i), n_features, out)
+        let r = chunk.row(i);
+        out.push_checked(r.row_id, r.indices, r.values, n_features)
     }
 }
 
