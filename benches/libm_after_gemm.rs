@@ -106,9 +106,9 @@ fn main() {
         .collect();
     let k_tilde = Mat::<f64>::identity(R, R);
     let inputs = BasisInputs {
-        kxx_b: x.as_ref(),
+        kxx_b: x.as_ref().into(),
         sq_norms: &sq_norms,
-        k_tilde: k_tilde.as_ref(),
+        k_tilde: k_tilde.as_ref().into(),
     };
     let kind = KernelKind::SquaredExponential;
     let forward = best_of(

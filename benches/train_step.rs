@@ -223,9 +223,9 @@ fn run(c: &Config, steps: usize, gemm: f64) {
     let scale = 12920.0 / b as f64;
     let lik = BernoulliLogistic::new(20).unwrap();
     let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
+        kxx_b: kxx.as_ref().into(),
         sq_norms: &norms,
-        k_tilde: kt.as_ref(),
+        k_tilde: kt.as_ref().into(),
     };
     let (rows, basis) = feature_inputs(c, &mut u);
     if let Some((d, _)) = c.features {

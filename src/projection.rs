@@ -3,8 +3,9 @@
 //! the trainer's held-out ranking project other splits the same way.
 //!
 //! [`RowInputs`] is how a model sees a row: its coordinates in the svd basis (X X̃ᵀ, R
-//! columns) or, for inducing inputs in input space, its raw features densified (the
-//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Free inducing inputs").
+//! columns) or, for inducing inputs in input space, its raw features kept sparse (the
+//! identity basis X̃ = I_D, D columns; `docs/model.md`, "Sparse rows in input space"; the
+//! scorer hands them to the kernel as they are, `scoring::model_inputs`).
 
 use std::path::{Path, PathBuf};
 
@@ -112,7 +113,7 @@ pub fn project_split(
 pub enum RowInputs {
     /// Coordinates in the training basis, x_i X̃ᵀ [R]; holds X̃ᵀ [D×R].
     Basis { basis_t: Array2<f32> },
-    /// The raw features densified, x_i [D] (the identity basis).
+    /// The raw features x_i [D], kept sparse (the identity basis, K_X̃ = I_D).
     Features { n_features: usize },
     /// ARD over the features: coordinates in the weighted basis, x_i W X̃ᵀ [R]; holds
     /// (X̃W)ᵀ [D×R] and the weights w [D], which also weigh the squared norms
@@ -151,16 +152,6 @@ impl RowInputs {
         Ok(RowInputs::Weighted { basis_t, weights })
     }
 
-    /// The view's Gram K_X̃: [`basis_gram`] of `basis` (the file this view was opened
-    /// from), I_D, or the weighted Gram X̃WX̃ᵀ.
-    pub fn gram(&self, basis: &NpyMap) -> Result<Mat<f64>> {
-        match self {
-            RowInputs::Basis { .. } => basis_gram(basis),
-            RowInputs::Features { n_features } => Ok(identity_gram(*n_features)),
-            RowInputs::Weighted { weights, .. } => weighted_basis_gram(basis, weights),
-        }
-    }
-
     /// The squared norms the model sees for rows `start..end` of `chunk` [end − start]: the
     /// stored ‖x_i‖², or Σ_d w_d x_id² in the weighted view.
     pub fn sq_norms(&self, chunk: &CsrChunk, start: usize, end: usize) -> Vec<f64> {
@@ -182,9 +173,8 @@ impl RowInputs {
         }
     }
 
-    /// A chunk prepared for [`ChunkInputs::block`]: projected whole onto the basis (as
-    /// before the identity basis existed, so the bytes do not change), or kept sparse and
-    /// densified block by block (a chunk densified whole could be rows × D × 4 bytes).
+    /// A chunk prepared for scoring: projected whole onto the basis, or kept sparse (the
+    /// identity basis).
     pub fn of_chunk<'c>(&self, chunk: &'c CsrChunk) -> ChunkInputs<'c> {
         match self {
             RowInputs::Basis { basis_t } | RowInputs::Weighted { basis_t, .. } => {
@@ -202,68 +192,9 @@ impl RowInputs {
 pub enum ChunkInputs<'c> {
     /// x_i X̃ᵀ [rows×R], f32.
     Projected(Array2<f32>),
+    /// The chunk's rows as stored, over `n_features` features.
     Sparse {
         chunk: &'c CsrChunk,
         n_features: usize,
     },
-}
-
-impl ChunkInputs<'_> {
-    /// Rows `start..end` of the chunk in the model's view, in f64 [(end − start)×width].
-    pub fn block(&self, start: usize, end: usize) -> Result<Mat<f64>> {
-        match self {
-            ChunkInputs::Projected(projected) => {
-                Ok(Mat::from_fn(end - start, projected.ncols(), |i, j| {
-                    projected[(start + i, j)] as f64
-                }))
-            }
-            ChunkInputs::Sparse { chunk, n_features } => {
-                let mut dense = Mat::<f64>::zeros(end - start, *n_features);
-                for i in start..end {
-                    chunk.densify_row(i, *n_features, |j, v| dense[(i - start, j)] = v as f64)?;
-                }
-                Ok(dense)
-            }
-        }
-    }
-}
-
-/// K_X̃ of the identity basis, I_D [D×D].
-pub fn identity_gram(n_features: usize) -> Mat<f64> {
-    Mat::identity(n_features, n_features)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::chunks::RowRef;
-
-    #[test]
-    fn a_block_is_the_rows_projected_or_densified() {
-        let mut chunk = CsrChunk::default();
-        for (id, indices, values) in [(0, &[0u32, 2][..], &[1.0f32, 2.0][..]), (1, &[1], &[-3.0])] {
-            chunk.push_row(RowRef {
-                row_id: id,
-                labels: &[],
-                indices,
-                values,
-                sq_norm: values.iter().map(|v| v * v).sum(),
-            });
-        }
-        let dense = RowInputs::Features { n_features: 3 }
-            .of_chunk(&chunk)
-            .block(0, 2)
-            .unwrap();
-        assert_eq!(
-            dense,
-            Mat::from_fn(2, 3, |i, j| [[1.0, 0.0, 2.0], [0.0, -3.0, 0.0]][i][j])
-        );
-        // Basis X̃ [2×3] = rows (1, 1, 0) and (0, 0, 1): X X̃ᵀ.
-        let basis_t = ndarray::array![[1.0f32, 0.0], [1.0, 0.0], [0.0, 1.0]];
-        let projected = RowInputs::Basis { basis_t }
-            .of_chunk(&chunk)
-            .block(1, 2)
-            .unwrap();
-        assert_eq!(projected, Mat::from_fn(1, 2, |_, j| [-3.0, 0.0][j]));
-    }
 }

@@ -10,9 +10,9 @@
 //! probit approximation σ(f̄ / √(1 + π v / 8)) (`docs/model.md`, "Prediction").
 
 use anyhow::Result;
-use faer::{Mat, MatRef};
+use faer::Mat;
 
-use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::kernel::{BasisInputs, GramRef, KernelKind};
 use crate::model::params::Params;
 use crate::model::qu::conditional::{mean_weights, Conditional, FactorisedQ};
 use crate::model::scratch::Scratch;
@@ -31,7 +31,7 @@ pub struct MeanUtilities<'p> {
 
 /// ‖z_m‖² of `params`' inducing inputs, computed once for every block of rows
 /// (`Conditional::at_rows`); None under subspace ARD.
-fn inducing_sq_norms(params: &Params, k_tilde: MatRef<'_, f64>) -> Option<Vec<f64>> {
+fn inducing_sq_norms(params: &Params, k_tilde: GramRef<'_>) -> Option<Vec<f64>> {
     let plain = params.kernel.log_ard.is_empty();
     plain.then(|| KernelKind::inducing_sq_norms(params.a.as_ref(), k_tilde))
 }
@@ -39,7 +39,12 @@ fn inducing_sq_norms(params: &Params, k_tilde: MatRef<'_, f64>) -> Option<Vec<f6
 impl<'p> MeanUtilities<'p> {
     /// Fails for a full-Cholesky form whose K_Z does not factorise; `k_tilde` [R×R] is the
     /// basis Gram the model was trained with.
-    pub fn new(kind: KernelKind, params: &'p Params, k_tilde: MatRef<'_, f64>) -> Result<Self> {
+    pub fn new<'g>(
+        kind: KernelKind,
+        params: &'p Params,
+        k_tilde: impl Into<GramRef<'g>>,
+    ) -> Result<Self> {
+        let k_tilde = k_tilde.into();
         let weights = mean_weights(kind, params, k_tilde)?;
         Ok(MeanUtilities {
             kind,
@@ -90,11 +95,12 @@ pub struct Predictor<'p> {
 
 impl<'p> Predictor<'p> {
     /// `k_tilde` [R×R] is the basis Gram K_X̃ the model was trained with.
-    pub fn new(
+    pub fn new<'g>(
         kind: KernelKind,
         params: &'p Params,
-        k_tilde: faer::MatRef<'_, f64>,
+        k_tilde: impl Into<GramRef<'g>>,
     ) -> Result<Self> {
+        let k_tilde = k_tilde.into();
         let scratch = Scratch::new();
         let q = FactorisedQ::new(kind, params, k_tilde, &scratch)?;
         let phi_sq = Mat::from_fn(params.phi.nrows(), params.phi.ncols(), |k, p| {
@@ -284,9 +290,9 @@ mod tests {
         ] {
             let (params, k_tilde, kxx, sq) = problem(kind, ard);
             let x = BasisInputs {
-                kxx_b: kxx.as_ref(),
+                kxx_b: kxx.as_ref().into(),
                 sq_norms: &sq,
-                k_tilde: k_tilde.as_ref(),
+                k_tilde: k_tilde.as_ref().into(),
             };
             // The training-time kernel: on the inputs after ARD's map when there is one.
             let kf = if ard {

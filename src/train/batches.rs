@@ -4,11 +4,12 @@
 //!
 //! With inducing inputs in input space (`--inducing-inputs free|fixed-rows`, the identity
 //! basis) the rows' sparse features are read with their labels, from the same group of
-//! chunks, and densified into [B×D] instead ([`RowView::Features`]). A group's chunks are then
-//! held whole (features and labels) instead of their label columns: memory is still the
-//! queue plus one group, whatever N is. ARD over the input features (`--ard features`)
-//! reads the same whole chunks but carries each minibatch's rows sparse
-//! ([`RowView::SparseFeatures`]): nnz values per minibatch instead of B·D.
+//! chunks, and carried sparse instead ([`RowView::Features`]: nnz values per minibatch,
+//! never B·D; the kernel works on them sparse, `kernel/input_space.rs`). A group's chunks
+//! are then held whole (features and labels) instead of their label columns: memory is
+//! still the queue plus one group, whatever N is. ARD over the input features (`--ard
+//! features`) reads the same whole chunks and carries the rows sparse the same way
+//! ([`RowView::SparseFeatures`]).
 //!
 //! Epoch order (seeded, reproducible): the chunks are permuted, consecutive chunks of that
 //! order form groups of `window` chunks, and the rows of each group are shuffled and cut
@@ -34,6 +35,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::model::kernel::feature_ard::FeatureRows;
+use crate::model::kernel::Rows;
 use crate::store::chunks::{
     read_registered_chunk, read_registered_chunk_labels, ChunkLabels, CsrChunk,
 };
@@ -237,7 +239,9 @@ impl Planner {
 pub enum RowView {
     /// Its coordinates in the svd basis: a row of K_XX̃ [R].
     Basis,
-    /// Its raw features densified, x_i [D] (the identity basis X̃ = I_D).
+    /// Its raw features x_i [D] (the identity basis X̃ = I_D), kept sparse
+    /// ([`Batch::features`]) and read by the kernel as they are ([`Source::rows_of`]);
+    /// [`Batch::kxx`] is empty [B×0].
     Features { n_features: usize },
     /// Its raw features kept sparse ([`Batch::features`]), for ARD over the features; the
     /// model computes the rows' basis coordinates itself, so [`Batch::kxx`] is empty [B×0].
@@ -272,6 +276,19 @@ impl Source {
         })
     }
 
+    /// A minibatch's rows as the kernel reads them: its K_XX̃ rows, or with the identity
+    /// basis its sparse features [B×D]. (With `--ard features` the rows' basis coordinates
+    /// are computed by the model from the sparse features, and this is the empty [B×0].)
+    pub fn rows_of<'b>(&self, batch: &'b Batch) -> Rows<'b> {
+        match (self.view, &batch.features) {
+            (RowView::Features { n_features }, Some(rows)) => Rows::Sparse {
+                rows,
+                width: n_features,
+            },
+            _ => Rows::Dense(batch.kxx.as_ref()),
+        }
+    }
+
     /// Columns of a minibatch's rows: R, or D for the features.
     pub fn width(&self) -> usize {
         match self.view {
@@ -297,9 +314,8 @@ impl Source {
         Ok(())
     }
 
-    /// Gathers rows into f64: their view [B×R] (K_XX̃ rows) or [B×D] (features densified
-    /// from `group`, which holds them) or [B×0] with the sparse features, and their squared
-    /// norms [B].
+    /// Gathers rows into f64: their view [B×R] (K_XX̃ rows), or [B×0] with their sparse
+    /// features from `group` (which holds them), and their squared norms [B].
     fn gather(&self, rows: &[u64], group: &GroupRows) -> Result<Gathered> {
         let norms = self.sq_norms.view1::<f32>()?;
         for &r in rows {
@@ -311,14 +327,7 @@ impl Source {
         }
         let out = match self.view {
             RowView::Basis => self.gather_basis(rows)?,
-            RowView::Features { n_features } => {
-                let mut out = Mat::<f64>::zeros(rows.len(), n_features);
-                for (i, &r) in rows.iter().enumerate() {
-                    group.densify(r, n_features, |j, v| out[(i, j)] = v as f64)?;
-                }
-                out
-            }
-            RowView::SparseFeatures { n_features } => {
+            RowView::Features { n_features } | RowView::SparseFeatures { n_features } => {
                 let mut features = FeatureRows::new();
                 for &r in rows {
                     group.sparse_row(r, n_features, &mut features)?;
@@ -345,7 +354,7 @@ impl Source {
 }
 
 /// A minibatch's rows as [`Source::gather`] reads them: the view, the squared norms and,
-/// for [`RowView::SparseFeatures`], the sparse rows.
+/// for [`RowView::Features`] and [`RowView::SparseFeatures`], the sparse rows.
 type Gathered = (Mat<f64>, Vec<f64>, Option<FeatureRows>);
 
 /// Which rows of every global minibatch this process takes. One process takes them all;
@@ -377,14 +386,15 @@ pub struct Batch {
     pub last_in_epoch: bool,
     /// Global row ids [B].
     pub rows: Vec<u64>,
-    /// The rows as the model sees them (`Kxx_b`): K_XX̃ rows [B×R], or with
-    /// [`RowView::Features`] the rows densified [B×D].
+    /// The rows' K_XX̃ rows [B×R] (`Kxx_b`); empty [B×0] when they are carried sparse
+    /// ([`Batch::features`]).
     pub kxx: Mat<f64>,
     /// ‖x_i‖² [B].
     pub sq_norms: Vec<f64>,
     /// Positive labels of each row, sorted.
     pub positives: Vec<Vec<u32>>,
-    /// The rows' sparse features [B×D], with [`RowView::SparseFeatures`] only.
+    /// The rows' sparse features [B×D], with [`RowView::Features`] and
+    /// [`RowView::SparseFeatures`] only.
     pub features: Option<FeatureRows>,
     /// Rows in the global minibatch, B (the N/B scaling uses it); `rows.len()` in one
     /// process.
@@ -479,16 +489,6 @@ impl GroupRows {
             (GroupChunk::Whole(chunk), i) => chunk.row(i).labels.to_vec(),
         }
     }
-
-    /// Row `row`'s features through `set(feature, value)` (see `CsrChunk::densify_row`).
-    fn densify(&self, row: u64, n_features: usize, set: impl FnMut(usize, f32)) -> Result<()> {
-        match self.locate(row) {
-            (GroupChunk::Whole(chunk), i) => chunk.densify_row(i, n_features, set),
-            (GroupChunk::Labels(_), _) => {
-                unreachable!("features are read whole whenever they are streamed")
-            }
-        }
-    }
 }
 
 impl GroupRows {
@@ -499,14 +499,7 @@ impl GroupRows {
             unreachable!("features are read whole whenever they are streamed")
         };
         let r = chunk.row(i);
-        if let Some(&j) = r.indices.iter().find(|&&j| j as usize >= n_features) {
-            anyhow::bail!(
-                "row {}: feature {j} is outside the dataset's {n_features} features",
-                r.row_id
-            );
-        }
-        out.push_row(r.indices, r.values.iter().map(|&v| f64::from(v)));
-        Ok(())
+        out.push_checked(r.row_id, r.indices, r.values, n_features)
     }
 }
 

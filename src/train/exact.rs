@@ -91,7 +91,7 @@ pub fn exact_bound(
             }
             _ => {
                 let x = BasisInputs {
-                    kxx_b: batch.kxx.as_ref(),
+                    kxx_b: setup.source.rows_of(&batch),
                     sq_norms: &batch.sq_norms,
                     k_tilde: setup.k_tilde.as_ref(),
                 };

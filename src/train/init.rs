@@ -1,14 +1,14 @@
 //! Initial parameters of a fresh run (`docs/model.md`, "Initialisation").
 
 use anyhow::{ensure, Result};
-use faer::{Mat, MatRef};
+use faer::Mat;
 use ndarray::ArrayView2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::batches::{stream_seed, streams};
-use crate::model::kernel::{KernelKind, KernelParams};
+use crate::model::kernel::{GramRef, KernelKind, KernelParams};
 use crate::model::params::{Params, QForm, QParams};
 use crate::model::qu::cholesky::{pack_factors, prior_factor};
 
@@ -220,7 +220,7 @@ pub fn with_q_form(
     mut params: Params,
     form: QForm,
     kind: KernelKind,
-    k_tilde: MatRef<'_, f64>,
+    k_tilde: GramRef<'_>,
 ) -> Result<Params> {
     let (m, p) = (params.q.mu().nrows(), params.q.mu().ncols());
     let factor = match form {

@@ -15,7 +15,7 @@ use super::init;
 use super::warm;
 use crate::memtrace::available_memory_bytes;
 use crate::model::kernel::feature_ard::weighted_gram;
-use crate::model::kernel::{BasisInputs, KernelKind};
+use crate::model::kernel::{BasisInputs, Gram, KernelKind};
 use crate::model::likelihood::logistic::sigmoid;
 use crate::model::likelihood::multiclass::amortiser::Amortiser;
 use crate::model::likelihood::multiclass::ClassLikelihood;
@@ -23,8 +23,8 @@ use crate::model::likelihood::Likelihood;
 use crate::model::optim::AdamState;
 use crate::model::params::{Params, QParams};
 use crate::model::qu::conditional::Conditional;
-use crate::model::qu::sites::GP_CHUNK;
-use crate::projection::{basis_gram, identity_gram};
+use crate::model::qu::sites::{low_rank, GP_CHUNK};
+use crate::projection::basis_gram;
 use crate::stage::StageRun;
 use crate::store::catalog::{DatasetRow, Split, StageKind};
 use crate::store::checkpoint::{Checkpoint, TrainState};
@@ -59,8 +59,8 @@ pub struct Setup {
     pub class_lik: Option<Box<dyn ClassLikelihood>>,
     pub source: Arc<Source>,
     spans: Vec<batches::ChunkSpan>,
-    /// K_X̃ = X̃X̃ᵀ [R×R].
-    pub k_tilde: Mat<f64>,
+    /// K_X̃ = X̃X̃ᵀ [R×R], or the identity's marker I_D (never materialised).
+    pub k_tilde: Gram,
     pub n_labels: usize,
     pub n_rows: u64,
     a_init: Registered,
@@ -69,6 +69,14 @@ pub struct Setup {
     /// X̃ [R×D] in f64 with `--ard features`, which weighs its columns every step (None
     /// otherwise).
     pub feature_basis: Option<Mat<f64>>,
+}
+
+/// Non-zero features of a training row on average, rounded up (what a sparse minibatch
+/// holds per row).
+fn mean_row_nnz(dataset: &DatasetRow) -> u64 {
+    dataset
+        .split(Split::Train)
+        .map_or(0, |s| s.nnz.div_ceil(s.n_rows.max(1)))
 }
 
 /// Training chunk files of a dataset with their row counts, in chunk order.
@@ -90,8 +98,9 @@ impl Setup {
         if feature_ard {
             check_feature_ard(&config)?;
         }
+        let row_nnz = mean_row_nnz(&dataset);
         if in_features {
-            InputsMemory::of(&config, dataset.n_features, prefetch).check(
+            InputsMemory::of(&config, dataset.n_features, row_nnz, prefetch).check(
                 config.inducing_inputs,
                 std::env::var(MEMORY_LIMIT_VAR).ok().as_deref(),
             )?;
@@ -113,6 +122,7 @@ impl Setup {
             n_labels: dataset.n_labels,
             rank: source.rank as u64,
             n_features: dataset.n_features,
+            row_nnz,
             prefetch,
         };
         TrainMemory::of(&config, sizes).check(&config, available_memory_bytes()?)?;
@@ -125,14 +135,17 @@ impl Setup {
             source.n_rows,
         );
         let (k_tilde, feature_basis) = match view {
-            RowView::Basis => (basis_gram(&NpyMap::open_registered(&files.basis)?)?, None),
-            RowView::Features { n_features } => (identity_gram(n_features), None),
+            RowView::Basis => (
+                Gram::Dense(basis_gram(&NpyMap::open_registered(&files.basis)?)?),
+                None,
+            ),
+            RowView::Features { n_features } => (Gram::Identity(n_features), None),
             RowView::SparseFeatures { n_features } => {
                 let basis = basis_f64(&NpyMap::open_registered(&files.basis)?, n_features)?;
                 // K'_X̃ at w = 1, as the first step computes it (the q(u) initialisation
                 // of the full-Cholesky forms factorises the K_Z it gives).
                 let gram = weighted_gram(&vec![0.0; n_features], basis.as_ref());
-                (gram, Some(basis))
+                (Gram::Dense(gram), Some(basis))
             }
         };
         Ok(Setup {
@@ -270,7 +283,7 @@ impl Setup {
         while let Some(batch) = queue.next_batch() {
             let batch = batch?;
             let x = BasisInputs {
-                kxx_b: batch.kxx.as_ref(),
+                kxx_b: self.source.rows_of(&batch),
                 sq_norms: &batch.sq_norms,
                 k_tilde,
             };
@@ -280,12 +293,7 @@ impl Setup {
             sums.add(&h, &batch.positives);
         }
         // K_Z at the start: the kernel's forward pass without rows.
-        let no_rows = Mat::<f64>::zeros(0, self.source.width());
-        let x = BasisInputs {
-            kxx_b: no_rows.as_ref(),
-            sq_norms: &[],
-            k_tilde,
-        };
+        let x = BasisInputs::without_rows(k_tilde);
         let k_z = Conditional::through_inducing(self.kind, &params, &x)
             .kernel
             .k_z;
@@ -486,6 +494,8 @@ pub struct RunSizes {
     pub n_labels: u64,
     pub rank: u64,
     pub n_features: u64,
+    /// Non-zero features of a training row on average (the sparse minibatches' size).
+    pub row_nnz: u64,
     pub prefetch: usize,
 }
 
@@ -534,7 +544,9 @@ impl TrainMemory {
             _ => 0,
         };
         let inputs = match in_features {
-            true => InputsMemory::of(config, sizes.n_features, sizes.prefetch).total(),
+            true => {
+                InputsMemory::of(config, sizes.n_features, sizes.row_nnz, sizes.prefetch).total()
+            }
             false => 0,
         };
         TrainMemory {
@@ -615,29 +627,40 @@ pub const MEMORY_LIMIT_VAR: &str = "FSGP_INPUTS_MEMORY_MIB";
 pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 4096;
 
 /// What inducing inputs in input space (`free`, `fixed-rows`) hold in memory beyond the
-/// subspace path, in bytes (`docs/model.md`, "Free inducing inputs", Memory).
+/// subspace path, in bytes (`docs/model.md`, "Sparse rows in input space", Memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InputsMemory {
     /// Z, its gradient and Adam's two moments: 4·M·D f64.
     pub state: u64,
-    /// The kernel's M×D products, forward (Z K_X̃) and backward: 4·M·D f64.
+    /// The kernel backward's M×D products ((∂G + ∂Gᵀ) Z and its scaled copy): 2·M·D f64.
     pub kernel: u64,
-    /// K_X̃ = I_D and, on the linear kernel's subspace path, its Cholesky factor: 2·D² f64.
+    /// I_D and its Cholesky factor, materialised only on the linear kernel's subspace path
+    /// (paper form, 4D ≤ 3M): 2·D² f64 there, else nothing (K_X̃ = I_D is a marker).
     pub gram: u64,
-    /// The queued minibatches plus the one being read and the one in use:
-    /// (prefetch + 2)·B·D f64.
+    /// The queued sparse minibatches plus the one being read and the one in use:
+    /// (prefetch + 2)·B·(nnz a row·(8 + 4) + 8) bytes (values f64, ids u32, offsets).
     pub queue: u64,
 }
 
 impl InputsMemory {
-    pub fn of(config: &TrainConfig, n_features: u64, prefetch: usize) -> Self {
+    /// For D = `n_features` and `row_nnz` non-zeros a row on average.
+    pub fn of(config: &TrainConfig, n_features: u64, row_nnz: u64, prefetch: usize) -> Self {
         let (m, d, b) = (config.inducing as u64, n_features, config.batch as u64);
         let f64s = |n: u64| n.saturating_mul(8);
+        let subspace_path = config.kernel.kind() == KernelKind::Linear
+            && config.q_form == QForm::SiteDiagonal
+            && low_rank::worthwhile(config.inducing, usize::try_from(d).unwrap_or(usize::MAX));
+        let row_bytes = row_nnz.saturating_mul(12).saturating_add(8);
         InputsMemory {
             state: f64s(4u64.saturating_mul(m).saturating_mul(d)),
-            kernel: f64s(4u64.saturating_mul(m).saturating_mul(d)),
-            gram: f64s(2u64.saturating_mul(d).saturating_mul(d)),
-            queue: f64s((prefetch as u64 + 2).saturating_mul(b).saturating_mul(d)),
+            kernel: f64s(2u64.saturating_mul(m).saturating_mul(d)),
+            gram: match subspace_path {
+                true => f64s(2u64.saturating_mul(d).saturating_mul(d)),
+                false => 0,
+            },
+            queue: (prefetch as u64 + 2)
+                .saturating_mul(b)
+                .saturating_mul(row_bytes),
         }
     }
 
@@ -657,7 +680,8 @@ impl InputsMemory {
             self.total() <= limit_mib.saturating_mul(1 << 20),
             "--inducing-inputs {} needs about {} MiB for its inputs in input space: \
              Z with its gradient and Adam's moments {} MiB, the kernel's M×D products {} MiB, \
-             K_X̃ = I_D {} MiB, the minibatch queue {} MiB; the limit is {limit_mib} MiB. \
+             I_D on the linear kernel's subspace path {} MiB, the sparse minibatch queue {} \
+             MiB; the limit is {limit_mib} MiB. \
              Use --inducing-inputs subspace (R columns instead of D), fewer --inducing, \
              a smaller --batch or --prefetch, or raise the limit with {MEMORY_LIMIT_VAR}=MIB",
             choice.name(),
@@ -693,16 +717,28 @@ mod tests {
     #[test]
     fn input_space_memory_is_counted_and_refused_with_the_numbers() {
         let mut config = config(serde_json::json!({"inducing_inputs": "free"}));
-        // Delicious: M = B = D = 500, prefetch 4: 8·M·D + 2·D² + 6·B·D doubles = 32 MB.
-        let delicious = InputsMemory::of(&config, 500, 4);
+        // Delicious: M = B = D = 500, 18 non-zeros a row, prefetch 4: 6·M·D doubles and
+        // 6·B sparse rows; D > ¾M, so no I_D.
+        let delicious = InputsMemory::of(&config, 500, 18, 4);
         assert_eq!(
             delicious.total(),
-            8 * (8 * 500 * 500 + 2 * 500 * 500 + 6 * 500 * 500)
+            8 * 6 * 500 * 500 + 6 * 500 * (18 * 12 + 8)
         );
+        // At D ≤ ¾M the linear kernel's subspace path holds I_D and its factor.
+        assert_eq!(
+            InputsMemory::of(&config, 300, 18, 4).gram,
+            8 * 2 * 300 * 300
+        );
+        // The 23 146-feature set (M = B = 500): 6·M·D doubles, nothing of D², far below the
+        // limit (it asked for 9.4 GiB, 8.2 GiB of it a dense I_D, when rows were densified).
+        let wide = InputsMemory::of(&config, 23_146, 50, 4);
+        assert_eq!(wide.gram, 0);
+        assert!(wide.total() < 600 << 20, "{}", wide.total());
+        wide.check(InducingInputs::Free, None).unwrap();
         delicious.check(InducingInputs::Free, None).unwrap();
         // AmazonCat-13K's 203 882 features: refused, stating the bytes and the limit.
         config.inducing = 1000;
-        let amazon = InputsMemory::of(&config, 203_882, 4);
+        let amazon = InputsMemory::of(&config, 203_882, 76, 4);
         let err = amazon
             .check(InducingInputs::Free, None)
             .unwrap_err()
@@ -739,6 +775,7 @@ mod tests {
             n_labels: 52946,
             rank: 250,
             n_features: 100_000,
+            row_nnz: 50,
             prefetch: 4,
         };
         let est = TrainMemory::of(&config, sizes);

@@ -425,7 +425,7 @@ impl Trainer<'_> {
             ..BoundOptions::default()
         };
         let x = BasisInputs {
-            kxx_b: batch.kxx.as_ref(),
+            kxx_b: self.setup.source.rows_of(batch),
             sq_norms: &batch.sq_norms,
             k_tilde: self.setup.k_tilde.as_ref(),
         };

@@ -187,9 +187,9 @@ fn unit_feature_weights_equal_the_model_without_ard_bitwise() {
         let norms = pr.rows.weighted_sq_norms(None);
         let kt = &pr.basis * pr.basis.transpose();
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let plain_params = pr.params.without_feature_weights();
         let plain = eval_plain(kind, &plain_params, &x, &dense);
@@ -239,9 +239,9 @@ fn feature_ard_is_the_plain_kernel_on_explicitly_scaled_inputs() {
             .map(|i| xs.row(i).iter().map(|v| v * v).sum())
             .collect();
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let plain_params = pr.params.without_feature_weights();
         let plain = eval_plain(kind, &plain_params, &x, &dense);
@@ -294,9 +294,9 @@ fn plain_paths_refuse_parameters_with_feature_weights() {
     let norms = pr.rows.weighted_sq_norms(None);
     let kt = &pr.basis * pr.basis.transpose();
     let x = BasisInputs {
-        kxx_b: kxx.as_ref(),
+        kxx_b: kxx.as_ref().into(),
         sq_norms: &norms,
-        k_tilde: kt.as_ref(),
+        k_tilde: kt.as_ref().into(),
     };
     let dense = TermSet::AllLabels {
         positives: &pr.positives,

@@ -367,9 +367,9 @@ fn shares_with_their_stream_offsets_add_up_to_the_whole_minibatch() {
     for lik in &liks {
         let data = |rows: std::ops::Range<usize>, first_stream: u64| {
             let x = fsgp::model::kernel::BasisInputs {
-                kxx_b: pr.kxx.as_ref().subrows(rows.start, rows.len()),
+                kxx_b: pr.kxx.as_ref().subrows(rows.start, rows.len()).into(),
                 sq_norms: &pr.norms[rows.clone()],
-                k_tilde: pr.kt.as_ref(),
+                k_tilde: pr.kt.as_ref().into(),
             };
             let terms = TermSet::Classes(Classes {
                 class: &class[rows],

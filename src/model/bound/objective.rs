@@ -18,7 +18,7 @@ use faer::{Mat, MatRef};
 use crate::model::bound::expected::likelihood_part;
 use crate::model::bound::terms::{Term, TermSet};
 use crate::model::kernel::feature_ard::{FeatureInputs, FeatureWarp};
-use crate::model::kernel::{BasisInputs, InputGrads, KernelKind};
+use crate::model::kernel::{BasisInputs, GramRef, InputGrads, KernelKind, Rows};
 use crate::model::likelihood::multiclass::Classes;
 use crate::model::likelihood::Likelihood;
 use crate::model::params::{CholFactors, Grads, Params, QParams};
@@ -268,7 +268,15 @@ fn bound_and_grads_inner(
     times.kernel_fwd = lap(&clock, 0.0);
     let vf = cond.forward(params, scratch)?;
     times.variational_fwd = lap(&clock, times.total());
-    let lg = likelihood_part(params, (vf.mean(), vf.var()), x.kxx_b, terms, lik, scratch);
+    let rows = NetworkRows::of(params, x);
+    let lg = likelihood_part(
+        params,
+        (vf.mean(), vf.var()),
+        rows.view(),
+        terms,
+        lik,
+        scratch,
+    );
     times.likelihood = lap(&clock, times.total());
     let vg = cond.backward(
         &vf,
@@ -325,6 +333,31 @@ fn bound_and_grads_inner(
     Ok((ev, input_grads))
 }
 
+/// The minibatch's rows as the amortisation network of a multi-class likelihood reads them
+/// [B×R]: dense rows as they are; sparse rows (the identity basis) densified when the
+/// parameters carry a network, which reads whole rows, and otherwise none [B×0].
+enum NetworkRows<'x> {
+    Dense(MatRef<'x, f64>),
+    Densified(Mat<f64>),
+}
+
+impl<'x> NetworkRows<'x> {
+    fn of(params: &Params, x: &BasisInputs<'x>) -> Self {
+        match (x.kxx_b, &params.amortiser) {
+            (Rows::Dense(m), _) => NetworkRows::Dense(m),
+            (sparse, Some(_)) => NetworkRows::Densified(sparse.to_dense()),
+            (sparse, None) => NetworkRows::Densified(Mat::zeros(sparse.nrows(), 0)),
+        }
+    }
+
+    fn view(&self) -> MatRef<'_, f64> {
+        match self {
+            NetworkRows::Dense(m) => *m,
+            NetworkRows::Densified(m) => m.as_ref(),
+        }
+    }
+}
+
 /// Seconds since `clock` minus what earlier phases already took.
 fn lap(clock: &Instant, before: f64) -> f64 {
     clock.elapsed().as_secs_f64() - before
@@ -346,7 +379,7 @@ pub fn expected_loglik(
     let lg = likelihood_part(
         params,
         (marginals.mean.as_ref(), marginals.var.as_ref()),
-        x.kxx_b,
+        NetworkRows::of(params, x).view(),
         terms,
         lik,
         scratch,
@@ -356,17 +389,12 @@ pub fn expected_loglik(
 
 /// Σ_p KL_p, which depends on the data only through K_X̃ [R×R]: computed once for a
 /// full-data bound, on the path [`bound_and_grads`] takes by default.
-pub fn kl_total(
+pub fn kl_total<'g>(
     kind: KernelKind,
     params: &Params,
-    k_tilde: MatRef<'_, f64>,
+    k_tilde: impl Into<GramRef<'g>>,
     scratch: &Scratch,
 ) -> Result<f64> {
-    let no_rows = Mat::<f64>::zeros(0, k_tilde.nrows());
-    let x = BasisInputs {
-        kxx_b: no_rows.as_ref(),
-        sq_norms: &[],
-        k_tilde,
-    };
+    let x = BasisInputs::without_rows(k_tilde.into());
     Conditional::new(kind, params, &x, Factorisation::Auto)?.kl_total(params, scratch)
 }

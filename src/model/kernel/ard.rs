@@ -23,7 +23,7 @@
 
 use faer::{Mat, MatRef};
 
-use crate::model::kernel::BasisInputs;
+use crate::model::kernel::{BasisInputs, GramRef};
 
 /// t_r = √ω_r − 1 and √ω_r of the weights ω_r = exp(log ω_r).
 fn shifts(log_ard: &[f64]) -> (Vec<f64>, Vec<f64>) {
@@ -42,9 +42,13 @@ fn add_scaled_columns(mut base: Mat<f64>, prod: &Mat<f64>, t: &[f64]) -> Mat<f64
 }
 
 /// The inducing coordinates after φ, A' = A + (A K_X̃) T [M×R] (all K_Z needs).
-pub fn warp_inducing(log_ard: &[f64], a: MatRef<'_, f64>, k_tilde: MatRef<'_, f64>) -> Mat<f64> {
+pub fn warp_inducing<'g>(
+    log_ard: &[f64],
+    a: MatRef<'_, f64>,
+    k_tilde: impl Into<GramRef<'g>>,
+) -> Mat<f64> {
     let (t, _) = shifts(log_ard);
-    add_scaled_columns(a.to_owned(), &(a * k_tilde), &t)
+    add_scaled_columns(a.to_owned(), &k_tilde.into().right_mul(a), &t)
 }
 
 /// One minibatch's inputs after φ, with what [`Warp::backward`] needs.
@@ -66,19 +70,17 @@ impl Warp {
     /// φ applied to the inducing coordinates `a` [M×R] and the minibatch `x`; `log_ard` [R].
     pub fn new(log_ard: &[f64], a: MatRef<'_, f64>, x: &BasisInputs<'_>) -> Warp {
         let (t, sqrt_w) = shifts(log_ard);
-        let a_kt = a * x.k_tilde;
+        let a_kt = x.k_tilde.right_mul(a);
         let a_w = add_scaled_columns(a.to_owned(), &a_kt, &t);
-        let kxx_t = add_scaled_columns(
-            Mat::zeros(x.kxx_b.nrows(), t.len()),
-            &x.kxx_b.to_owned(),
-            &t,
-        );
-        let kxx_w = x.kxx_b.to_owned() + &kxx_t * x.k_tilde;
-        let sq_norms = (0..x.kxx_b.nrows())
+        // Sparse rows (the identity basis) are densified: the map mixes every column.
+        let kxx = x.kxx_b.to_dense();
+        let kxx_t = add_scaled_columns(Mat::zeros(kxx.nrows(), t.len()), &kxx, &t);
+        let kxx_w = &kxx + x.k_tilde.right_mul(kxx_t.as_ref());
+        let sq_norms = (0..kxx.nrows())
             .map(|i| {
                 let extra: f64 = (0..t.len())
                     .map(|r| {
-                        let c = x.kxx_b[(i, r)];
+                        let c = kxx[(i, r)];
                         t[r] * c * (c + kxx_w[(i, r)])
                     })
                     .sum();
@@ -96,9 +98,9 @@ impl Warp {
     }
 
     /// The transformed inputs, with the unchanged K_X̃ `k_tilde`.
-    pub fn inputs<'a>(&'a self, k_tilde: MatRef<'a, f64>) -> BasisInputs<'a> {
+    pub fn inputs<'a>(&'a self, k_tilde: GramRef<'a>) -> BasisInputs<'a> {
         BasisInputs {
-            kxx_b: self.kxx_b.as_ref(),
+            kxx_b: self.kxx_b.as_ref().into(),
             sq_norms: &self.sq_norms,
             k_tilde,
         }
@@ -118,8 +120,9 @@ impl Warp {
     ) -> (Mat<f64>, Vec<f64>) {
         let r_count = self.t.len();
         let g_at = add_scaled_columns(Mat::zeros(g_a.nrows(), r_count), &g_a.to_owned(), &self.t);
-        let g_a_orig = g_a.to_owned() + &g_at * x.k_tilde;
-        let g_kxx_kt = g_kxx * x.k_tilde;
+        let g_a_orig = g_a.to_owned() + x.k_tilde.right_mul(g_at.as_ref());
+        let g_kxx_kt = x.k_tilde.right_mul(g_kxx);
+        let kxx = x.kxx_b.to_dense();
         let log_ard = (0..r_count)
             .map(|r| {
                 let from_a: f64 = self
@@ -129,9 +132,9 @@ impl Warp {
                     .zip(g_a.col(r).iter())
                     .map(|(p, g)| p * g)
                     .sum();
-                let from_kxx: f64 = (0..x.kxx_b.nrows())
+                let from_kxx: f64 = (0..kxx.nrows())
                     .map(|i| {
-                        let c = x.kxx_b[(i, r)];
+                        let c = kxx[(i, r)];
                         c * g_kxx_kt[(i, r)] + 2.0 * g_n[i] * c * self.kxx_b[(i, r)]
                     })
                     .sum();
@@ -185,9 +188,9 @@ mod tests {
         let pr = problem(1);
         let (kxx, kt, norms) = basis_view(&pr);
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let w = Warp::new(&pr.log_ard, pr.a.as_ref(), &x);
         let d = pr.xt.ncols();
@@ -223,9 +226,9 @@ mod tests {
         let kt = Mat::<f64>::identity(3, 3);
         let norms: Vec<f64> = (0..5).map(|i| 2.0 + i as f64).collect();
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let w = Warp::new(&pr.log_ard, pr.a.as_ref(), &x);
         for i in 0..5 {
@@ -246,9 +249,9 @@ mod tests {
         let pr = problem(3);
         let (kxx, kt, norms) = basis_view(&pr);
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let w = Warp::new(&[0.0; 3], pr.a.as_ref(), &x);
         assert_eq!(w.a, pr.a);
@@ -270,9 +273,9 @@ mod tests {
         let pk = Mat::from_fn(5, 3, |_, _| u());
         let pn: Vec<f64> = (0..5).map(|_| u()).collect();
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let f = |log_ard: &[f64], a: &Mat<f64>| {
             let w = Warp::new(log_ard, a.as_ref(), &x);

@@ -19,88 +19,8 @@
 use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
+pub use crate::model::kernel::input_space::FeatureRows;
 use crate::model::kernel::{BasisInputs, InputGrads};
-
-/// A minibatch's rows as sparse feature vectors [B×D] (CSR, f64 values).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FeatureRows {
-    /// Row i's entries are `offsets[i]..offsets[i + 1]` [B + 1].
-    offsets: Vec<usize>,
-    /// Feature ids, increasing within a row [nnz].
-    indices: Vec<u32>,
-    values: Vec<f64>,
-}
-
-impl FeatureRows {
-    pub fn new() -> Self {
-        FeatureRows {
-            offsets: vec![0],
-            indices: Vec::new(),
-            values: Vec::new(),
-        }
-    }
-
-    /// Appends a row given by its feature ids and values.
-    pub fn push_row(&mut self, indices: &[u32], values: impl IntoIterator<Item = f64>) {
-        if self.offsets.is_empty() {
-            self.offsets.push(0);
-        }
-        self.indices.extend_from_slice(indices);
-        self.values.extend(values);
-        debug_assert_eq!(self.indices.len(), self.values.len());
-        self.offsets.push(self.indices.len());
-    }
-
-    /// Rows B.
-    pub fn len(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Row i's (feature id, value) pairs.
-    pub fn row(&self, i: usize) -> impl Iterator<Item = (usize, f64)> + '_ {
-        let (s, e) = (self.offsets[i], self.offsets[i + 1]);
-        self.indices[s..e]
-            .iter()
-            .zip(&self.values[s..e])
-            .map(|(&d, &v)| (d as usize, v))
-    }
-
-    /// The largest feature id + 1 (0 without entries).
-    fn width(&self) -> usize {
-        self.indices.iter().max().map_or(0, |&d| d as usize + 1)
-    }
-
-    /// The rows projected onto `basis` [R×D]: X_b basisᵀ [B×R], accumulated feature by
-    /// feature in the row's order (nnz·R).
-    pub fn project(&self, basis: MatRef<'_, f64>) -> Mat<f64> {
-        let r_count = basis.nrows();
-        // Built transposed, [R×B], so each row's accumulator is a contiguous column.
-        let mut out_t = Mat::<f64>::zeros(r_count, self.len());
-        for i in 0..self.len() {
-            for (d, v) in self.row(i) {
-                for (o, &b) in out_t.col_mut(i).iter_mut().zip(basis.col(d).iter()) {
-                    *o += v * b;
-                }
-            }
-        }
-        out_t.transpose().to_owned()
-    }
-
-    /// Σ_d c_d x_id² for every row [B] (c = 1: the squared norms n).
-    pub fn weighted_sq_norms(&self, weights: Option<&[f64]>) -> Vec<f64> {
-        (0..self.len())
-            .map(|i| {
-                self.row(i)
-                    .map(|(d, v)| weights.map_or(1.0, |w| w[d]) * v * v)
-                    .sum()
-            })
-            .collect()
-    }
-}
 
 /// The data feature ARD reads: the minibatch's sparse rows and the basis X̃ [R×D] (f64).
 #[derive(Debug, Clone, Copy)]
@@ -171,9 +91,9 @@ impl FeatureWarp {
     /// The inputs as the kernel sees them.
     pub fn inputs(&self) -> BasisInputs<'_> {
         BasisInputs {
-            kxx_b: self.kxx_b.as_ref(),
+            kxx_b: self.kxx_b.as_ref().into(),
             sq_norms: &self.sq_norms,
-            k_tilde: self.k_tilde.as_ref(),
+            k_tilde: self.k_tilde.as_ref().into(),
         }
     }
 

@@ -18,8 +18,11 @@
 
 pub mod ard;
 pub mod feature_ard;
+pub mod input_space;
 
 use faer::{Mat, MatRef};
+
+pub use input_space::{Gram, GramRef, Rows};
 
 use crate::linalg::{clear_upper_simd_state, inner};
 
@@ -88,12 +91,24 @@ impl KernelParams {
     }
 }
 
-/// The minibatch's view of the data: Kxx_b [B×R], ‖x_i‖² [B], and K_X̃ [R×R].
+/// The minibatch's view of the data: Kxx_b [B×R], ‖x_i‖² [B], and K_X̃ [R×R]; with the
+/// identity basis the rows sparse and K_X̃ = I_D a marker (`kernel/input_space.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct BasisInputs<'a> {
-    pub kxx_b: MatRef<'a, f64>,
+    pub kxx_b: Rows<'a>,
     pub sq_norms: &'a [f64],
-    pub k_tilde: MatRef<'a, f64>,
+    pub k_tilde: GramRef<'a>,
+}
+
+impl<'a> BasisInputs<'a> {
+    /// No rows: what K_Z and the KL read (they depend on the data only through K_X̃).
+    pub fn without_rows(k_tilde: GramRef<'a>) -> Self {
+        BasisInputs {
+            kxx_b: Rows::Dense(MatRef::from_column_major_slice(&[], 0, k_tilde.dim())),
+            sq_norms: &[],
+            k_tilde,
+        }
+    }
 }
 
 /// Kernel matrices of one step, with what `backward` needs.
@@ -105,8 +120,8 @@ pub struct KernelForward {
     pub k_bz: Mat<f64>,
     /// k(x_i, x_i) [B].
     pub k_diag: Vec<f64>,
-    /// A K_X̃ [M×R], reused by the gradient.
-    a_kt: Mat<f64>,
+    /// A K_X̃ [M×R], reused by the gradient; None with K_X̃ = I, where it is A.
+    a_kt: Option<Mat<f64>>,
     /// Squared distances D_Z [M×M] and D_bZ [B×M] (SE and SE + linear; empty for linear).
     d_z: Mat<f64>,
     d_bz: Mat<f64>,
@@ -124,7 +139,7 @@ impl KernelForward {
             k_z: Mat::new(),
             k_bz: Mat::new(),
             k_diag: Vec::new(),
-            a_kt: Mat::new(),
+            a_kt: None,
             d_z: Mat::new(),
             d_bz: Mat::new(),
             se_z: Mat::new(),
@@ -176,6 +191,24 @@ fn se_parts(
     let k_z = Mat::from_fn(m, m, |i, j| sf2 * (-d_z[(i, j)] * inv_2l2).exp());
     let (k_bz, d_bz) = se_cross(sf2, inv_2l2, &diag, h, sq_norms);
     (k_z, k_bz, d_z, d_bz)
+}
+
+/// G = A K_X̃ Aᵀ [M×M] and A K_X̃ [M×R] for `a` [M×R]; with the identity basis G = A Aᵀ
+/// and A K_X̃ is A itself (None): no M·R² product and no R×R matrix.
+fn inducing_gram(a: MatRef<'_, f64>, k_tilde: GramRef<'_>) -> (Mat<f64>, Option<Mat<f64>>) {
+    let a_kt = k_tilde.times(a);
+    let g = match &a_kt {
+        Some(a_kt) => a_kt * a.transpose(),
+        None => a * a.transpose(),
+    };
+    (g, a_kt)
+}
+
+impl KernelForward {
+    /// A K_X̃ [M×R] for the `a` the pass was evaluated at.
+    fn a_kt<'s>(&'s self, a: MatRef<'s, f64>) -> MatRef<'s, f64> {
+        self.a_kt.as_ref().map_or(a, |m| m.as_ref())
+    }
 }
 
 /// diag(G) of G = A K_X̃ Aᵀ [M×M]: ‖z_m‖².
@@ -279,22 +312,21 @@ impl KernelKind {
     }
 
     /// K_Z [M×M] alone: it depends on the data only through K_X̃ [R×R].
-    pub fn k_z(self, p: &KernelParams, a: MatRef<'_, f64>, k_tilde: MatRef<'_, f64>) -> Mat<f64> {
-        let none = Mat::<f64>::zeros(0, k_tilde.nrows());
-        let x = BasisInputs {
-            kxx_b: none.as_ref(),
-            sq_norms: &[],
-            k_tilde,
-        };
-        self.forward(p, a, &x).k_z
+    pub fn k_z<'g>(
+        self,
+        p: &KernelParams,
+        a: MatRef<'_, f64>,
+        k_tilde: impl Into<GramRef<'g>>,
+    ) -> Mat<f64> {
+        self.forward(p, a, &BasisInputs::without_rows(k_tilde.into()))
+            .k_z
     }
 
     /// Evaluates K_Z, K_bZ and k_ii for inducing-input coordinates `a` [M×R].
     /// ‖z_m‖² = diag(A K_X̃ Aᵀ) [M], computed as [`KernelKind::forward`] computes it (the
     /// same GEMMs), for [`KernelKind::cross`].
-    pub fn inducing_sq_norms(a: MatRef<'_, f64>, k_tilde: MatRef<'_, f64>) -> Vec<f64> {
-        let a_kt = a * k_tilde;
-        gram_diagonal(&(&a_kt * a.transpose()))
+    pub fn inducing_sq_norms<'g>(a: MatRef<'_, f64>, k_tilde: impl Into<GramRef<'g>>) -> Vec<f64> {
+        gram_diagonal(&inducing_gram(a, k_tilde.into()).0)
     }
 
     /// The forward pass without the M×M block: K_bZ and k_ii at the rows of `x` (every
@@ -310,7 +342,7 @@ impl KernelKind {
         x: &BasisInputs<'_>,
     ) -> KernelForward {
         let sf2 = p.log_sf2.exp();
-        let h = x.kxx_b * a.transpose();
+        let h = x.kxx_b.times_transpose(a);
         let (k_bz, k_diag) = match self {
             KernelKind::Linear => (
                 &h * faer::Scale(sf2),
@@ -346,9 +378,8 @@ impl KernelKind {
         x: &BasisInputs<'_>,
     ) -> KernelForward {
         let sf2 = p.log_sf2.exp();
-        let a_kt = a * x.k_tilde;
-        let g = &a_kt * a.transpose();
-        let h = x.kxx_b * a.transpose();
+        let (g, a_kt) = inducing_gram(a, x.k_tilde);
+        let h = x.kxx_b.times_transpose(a);
         let empty = || Mat::new();
         match self {
             KernelKind::Linear => KernelForward {
@@ -397,10 +428,13 @@ impl KernelKind {
         }
     }
 
-    /// Chain rule from ∂F/∂K_Z [M×M], ∂F/∂K_bZ [B×M], ∂F/∂k_ii [B] to the parameters.
+    /// Chain rule from ∂F/∂K_Z [M×M], ∂F/∂K_bZ [B×M], ∂F/∂k_ii [B] to the parameters, for
+    /// the pass `fwd` evaluated at inducing coordinates `a` [M×R] and inputs `x`.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         self,
         p: &KernelParams,
+        a: MatRef<'_, f64>,
         x: &BasisInputs<'_>,
         fwd: &KernelForward,
         g_z: MatRef<'_, f64>,
@@ -412,7 +446,8 @@ impl KernelKind {
         if self == KernelKind::SePlusLinear {
             let gg = self.gram_grads(p, fwd, g_z, g_bz, g_diag);
             return KernelGrads {
-                a: (&gg.g + gg.g.transpose()) * &fwd.a_kt + gg.h.transpose() * x.kxx_b,
+                a: x.kxx_b
+                    .add_transpose_times(gg.h.as_ref(), (&gg.g + gg.g.transpose()) * fwd.a_kt(a)),
                 log_sf2: inner(g_z, fwd.se_z.as_ref())
                     + inner(g_bz, fwd.se_bz.as_ref())
                     + sf2 * g_diag.iter().sum::<f64>(),
@@ -435,7 +470,7 @@ impl KernelKind {
             KernelKind::Linear => {
                 // K_Z = σ_f² A K_X̃ Aᵀ, K_bZ = σ_f² Kxx_b Aᵀ.
                 let sym = g_z + g_z.transpose();
-                let a = (&sym * &fwd.a_kt + g_bz.transpose() * x.kxx_b) * faer::Scale(sf2);
+                let a = x.kxx_b.add_transpose_times(g_bz, &sym * fwd.a_kt(a)) * faer::Scale(sf2);
                 KernelGrads {
                     a,
                     log_sf2,
@@ -463,7 +498,9 @@ impl KernelKind {
                     d_g[(j, j)] += s;
                 }
                 let d_h = &e_b * faer::Scale(-2.0);
-                let a = (&d_g + d_g.transpose()) * &fwd.a_kt + d_h.transpose() * x.kxx_b;
+                let a = x
+                    .kxx_b
+                    .add_transpose_times(d_h.as_ref(), (&d_g + d_g.transpose()) * fwd.a_kt(a));
                 let log_ell = se_log_ell(
                     p.log_ell,
                     (g_z, g_bz),
@@ -592,9 +629,9 @@ mod tests {
     /// F = ⟨G_Z, K_Z⟩ + ⟨G_bZ, K_bZ⟩ + Σ g_i k_ii: its gradient is what `backward` computes.
     fn objective_at(kind: KernelKind, p: &KernelParams, a: &Mat<f64>, pr: &Problem) -> f64 {
         let x = BasisInputs {
-            kxx_b: pr.kxx.as_ref(),
+            kxx_b: pr.kxx.as_ref().into(),
             sq_norms: &pr.norms,
-            k_tilde: pr.kt.as_ref(),
+            k_tilde: pr.kt.as_ref().into(),
         };
         let f = kind.forward(p, a.as_ref(), &x);
         inner(pr.g_z.as_ref(), f.k_z.as_ref())
@@ -628,9 +665,9 @@ mod tests {
     fn cross_is_forwards_cross_block_bit_for_bit() {
         let pr = problem(11);
         let x = BasisInputs {
-            kxx_b: pr.kxx.as_ref(),
+            kxx_b: pr.kxx.as_ref().into(),
             sq_norms: &pr.norms,
-            k_tilde: pr.kt.as_ref(),
+            k_tilde: pr.kt.as_ref().into(),
         };
         let z_sq = KernelKind::inducing_sq_norms(pr.a.as_ref(), pr.kt.as_ref());
         for kind in KINDS {
@@ -664,12 +701,20 @@ mod tests {
                 let pr = problem(seed);
                 let p = params_for(kind);
                 let x = BasisInputs {
-                    kxx_b: pr.kxx.as_ref(),
+                    kxx_b: pr.kxx.as_ref().into(),
                     sq_norms: &pr.norms,
-                    k_tilde: pr.kt.as_ref(),
+                    k_tilde: pr.kt.as_ref().into(),
                 };
                 let fwd = kind.forward(&p, pr.a.as_ref(), &x);
-                let g = kind.backward(&p, &x, &fwd, pr.g_z.as_ref(), pr.g_bz.as_ref(), &pr.g_diag);
+                let g = kind.backward(
+                    &p,
+                    pr.a.as_ref(),
+                    &x,
+                    &fwd,
+                    pr.g_z.as_ref(),
+                    pr.g_bz.as_ref(),
+                    &pr.g_diag,
+                );
                 for i in 0..pr.a.nrows() {
                     for j in 0..pr.a.ncols() {
                         let fd = central(&|h| {
@@ -742,9 +787,9 @@ mod tests {
             let pr = problem(4);
             let p = params_for(kind);
             let x = BasisInputs {
-                kxx_b: pr.kxx.as_ref(),
+                kxx_b: pr.kxx.as_ref().into(),
                 sq_norms: &pr.norms,
-                k_tilde: pr.kt.as_ref(),
+                k_tilde: pr.kt.as_ref().into(),
             };
             let fwd = kind.forward(&p, pr.a.as_ref(), &x);
             let ig = kind.input_grads(
@@ -797,9 +842,9 @@ mod tests {
     fn se_plus_linear_is_the_sum_of_its_parts() {
         let pr = problem(7);
         let x = BasisInputs {
-            kxx_b: pr.kxx.as_ref(),
+            kxx_b: pr.kxx.as_ref().into(),
             sq_norms: &pr.norms,
-            k_tilde: pr.kt.as_ref(),
+            k_tilde: pr.kt.as_ref().into(),
         };
         let p = params_for(KernelKind::SePlusLinear);
         let sum = KernelKind::SePlusLinear.forward(&p, pr.a.as_ref(), &x);
@@ -837,9 +882,9 @@ mod tests {
             .map(|i| (0..d).map(|k| xb[(i, k)].powi(2)).sum())
             .collect();
         let x = BasisInputs {
-            kxx_b: kxx.as_ref(),
+            kxx_b: kxx.as_ref().into(),
             sq_norms: &norms,
-            k_tilde: kt.as_ref(),
+            k_tilde: kt.as_ref().into(),
         };
         let p = KernelParams::new(0.7, 0.0);
         let sf2 = 0.7f64.exp();

@@ -11,7 +11,9 @@ use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 
 use crate::model::kernel::ard::{warp_inducing, Warp};
-use crate::model::kernel::{BasisInputs, InputGrads, KernelForward, KernelKind, KernelParams};
+use crate::model::kernel::{
+    BasisInputs, GramRef, InputGrads, KernelForward, KernelKind, KernelParams,
+};
 use crate::model::params::{CholFactors, Params, QForm};
 use crate::model::qu::cholesky::{self, CholFactorsOnce, CholForward};
 use crate::model::qu::sites::low_rank::{self, LowRankFactors};
@@ -67,7 +69,7 @@ impl Conditional {
         x: &BasisInputs<'_>,
         choice: Factorisation,
     ) -> Result<Self> {
-        check_kernel_params(kind, params, x.k_tilde.nrows())?;
+        check_kernel_params(kind, params, x.k_tilde.dim())?;
         let mut cond = Self::through_inducing(kind, params, x);
         if cond.form != QForm::SiteDiagonal {
             ensure!(
@@ -272,6 +274,7 @@ impl Conditional {
         let xk = self.kernel_inputs(x);
         let kg = self.kind.backward(
             &params.kernel,
+            self.kernel_a(params),
             &xk,
             &self.kernel,
             vg.k_z.as_ref(),
@@ -370,13 +373,14 @@ enum QFactors {
 impl FactorisedQ {
     /// Factorises q(u) for `params`; `k_tilde` [R×R] is the basis Gram K_X̃ the model was
     /// trained with.
-    pub fn new(
+    pub fn new<'g>(
         kind: KernelKind,
         params: &Params,
-        k_tilde: MatRef<'_, f64>,
+        k_tilde: impl Into<GramRef<'g>>,
         scratch: &Scratch,
     ) -> Result<Self> {
-        check_kernel_params(kind, params, k_tilde.nrows())?;
+        let k_tilde = k_tilde.into();
+        check_kernel_params(kind, params, k_tilde.dim())?;
         let k_z = inducing_gram(kind, params, k_tilde);
         let factors = match params.q_form() {
             QForm::SiteDiagonal => {
@@ -402,7 +406,7 @@ impl FactorisedQ {
 }
 
 /// K_Z [M×M] of `params` (after subspace ARD's map, if any), for a basis Gram `k_tilde`.
-fn inducing_gram(kind: KernelKind, params: &Params, k_tilde: MatRef<'_, f64>) -> Mat<f64> {
+fn inducing_gram(kind: KernelKind, params: &Params, k_tilde: GramRef<'_>) -> Mat<f64> {
     match params.kernel.log_ard.is_empty() {
         true => kind.k_z(&params.kernel, params.a.as_ref(), k_tilde),
         false => {
@@ -417,15 +421,15 @@ fn inducing_gram(kind: KernelKind, params: &Params, k_tilde: MatRef<'_, f64>) ->
 /// factorise K_Z (M³/3) — once per set of parameters, not per block of rows. Fails when K_Z
 /// cannot be factorised even with jitter (non-finite or far from positive definite
 /// parameters): an error, rather than NaN means that would rank labels arbitrarily.
-pub fn mean_weights(
+pub fn mean_weights<'g>(
     kind: KernelKind,
     params: &Params,
-    k_tilde: MatRef<'_, f64>,
+    k_tilde: impl Into<GramRef<'g>>,
 ) -> Result<Mat<f64>> {
     match params.q_form() {
         QForm::SiteDiagonal => Ok(params.q.mu().clone()),
         QForm::Cholesky | QForm::Whitened => cholesky::mean_weights(
-            inducing_gram(kind, params, k_tilde).as_ref(),
+            inducing_gram(kind, params, k_tilde.into()).as_ref(),
             params.q.mu().as_ref(),
             chol_of(params),
             &Scratch::new(),

@@ -27,9 +27,9 @@ impl Problem {
     /// The batch's inputs.
     pub fn x(&self) -> BasisInputs<'_> {
         BasisInputs {
-            kxx_b: self.kxx.as_ref(),
+            kxx_b: self.kxx.as_ref().into(),
             sq_norms: &self.norms,
-            k_tilde: self.kt.as_ref(),
+            k_tilde: self.kt.as_ref().into(),
         }
     }
 }

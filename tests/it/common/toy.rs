@@ -469,9 +469,9 @@ impl OneBatch {
 
     pub fn inputs(&self) -> fsgp::model::kernel::BasisInputs<'_> {
         fsgp::model::kernel::BasisInputs {
-            kxx_b: self.kxx.as_ref(),
+            kxx_b: self.kxx.as_ref().into(),
             sq_norms: &self.sq_norms,
-            k_tilde: self.k_tilde.as_ref(),
+            k_tilde: self.k_tilde.as_ref().into(),
         }
     }
 

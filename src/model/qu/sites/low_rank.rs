@@ -71,7 +71,8 @@ impl LowRankFactors {
         k_diag: &[f64],
     ) -> Option<LowRankFactors> {
         let (m, r, b) = (a.nrows(), a.ncols(), x.kxx_b.nrows());
-        let l_kt = cholesky_lower(x.k_tilde.to_owned())?;
+        // The identity basis comes here only at D ≤ ¾M ([`worthwhile`]): I_D is small.
+        let l_kt = cholesky_lower(x.k_tilde.to_dense())?;
         let sf = (0.5 * kp.log_sf2).exp();
         let mut f = Mat::<f64>::zeros(m, r);
         tri_matmul(
@@ -85,7 +86,7 @@ impl LowRankFactors {
             sf,
             Par::rayon(0),
         );
-        let mut g = x.kxx_b.transpose().to_owned();
+        let mut g = x.kxx_b.to_dense().transpose().to_owned();
         solve_lower_triangular_in_place(l_kt.as_ref(), g.as_mut(), Par::rayon(0));
         g *= faer::Scale(sf);
         let resid = (0..b)

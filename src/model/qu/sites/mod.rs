@@ -602,9 +602,9 @@ mod tests {
         rho: &Mat<f64>,
     ) -> f64 {
         let x = BasisInputs {
-            kxx_b: s.kxx.as_ref(),
+            kxx_b: s.kxx.as_ref().into(),
             sq_norms: &s.norms,
-            k_tilde: s.kt.as_ref(),
+            k_tilde: s.kt.as_ref().into(),
         };
         let kf = kind.forward(kp, a.as_ref(), &x);
         let f = forward(
@@ -648,9 +648,9 @@ mod tests {
         for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
             let kp = KernelParams::new(0.2, 0.1);
             let x = BasisInputs {
-                kxx_b: s.kxx.as_ref(),
+                kxx_b: s.kxx.as_ref().into(),
                 sq_norms: &s.norms,
-                k_tilde: s.kt.as_ref(),
+                k_tilde: s.kt.as_ref().into(),
             };
             let kf = kind.forward(&kp, a.as_ref(), &x);
             let f = forward(
@@ -676,7 +676,15 @@ mod tests {
                 None,
                 &Scratch::new(),
             );
-            let kg = kind.backward(&kp, &x, &kf, g.k_z.as_ref(), g.k_bz.as_ref(), &g.k_diag);
+            let kg = kind.backward(
+                &kp,
+                a.as_ref(),
+                &x,
+                &kf,
+                g.k_z.as_ref(),
+                g.k_bz.as_ref(),
+                &g.k_diag,
+            );
             let h = 1e-6;
             let check = |name: &str, analytic: f64, plus: f64, minus: f64| {
                 let fd = (plus - minus) / (2.0 * h);
