@@ -81,7 +81,7 @@ impl Sandbox {
     }
 
     /// Every entry below the sandbox: a regular file by the xxh3 of its bytes, anything
-    /// else by its kind.
+    /// else by its kind (but SQLite's own `-wal` and `-shm` beside the catalog).
     fn snapshot(&self) -> BTreeMap<String, String> {
         snapshot(self.root())
     }
@@ -92,6 +92,10 @@ fn snapshot(root: &Path) -> BTreeMap<String, String> {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let rel = path.strip_prefix(root).unwrap().display().to_string();
+            // Made by SQLite when the catalog is opened, for reading too.
+            if rel.ends_with("catalog.sqlite-wal") || rel.ends_with("catalog.sqlite-shm") {
+                continue;
+            }
             let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
             let what = if kind.is_dir() {
                 walk(root, &path, out);
