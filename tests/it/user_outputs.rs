@@ -141,12 +141,41 @@ fn assert_unchanged(before: &BTreeMap<String, String>, after: &BTreeMap<String, 
     assert!(changed.is_empty(), "changed: {changed:#?}");
 }
 
-fn assert_still_dev_null() {
-    let kind = std::fs::symlink_metadata("/dev/null").unwrap().file_type();
+/// A special file to aim outputs at, and how the refusal names it: as root, a character
+/// device of /dev/null's numbers (1, 3) made in the sandbox, so that a regression replaces
+/// that node and never the machine's /dev/null; for a user who is not root, /dev/null
+/// itself (which such a user cannot replace); as root where mknod is refused, a FIFO.
+fn special_file(sandbox: &Sandbox) -> (PathBuf, &'static str) {
+    let node = sandbox.root().join("null");
+    let c_path = std::ffi::CString::new(node.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mknod, geteuid and mkfifo read the NUL-terminated path (or nothing) only.
+    unsafe {
+        if libc::mknod(c_path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) == 0 {
+            return (node, "a character device");
+        }
+        if libc::geteuid() != 0 {
+            return (PathBuf::from("/dev/null"), "a character device");
+        }
+        assert_eq!(
+            libc::mkfifo(c_path.as_ptr(), 0o666),
+            0,
+            "mkfifo {}",
+            node.display()
+        );
+    }
+    (node, "a FIFO")
+}
+
+/// `path` is still the special file [`special_file`] made, and /dev/null still a device.
+fn assert_still_special(path: &Path) {
+    let kind = std::fs::symlink_metadata(path).unwrap().file_type();
     assert!(
-        kind.is_char_device(),
-        "/dev/null is no longer a device: {kind:?}"
+        kind.is_char_device() || kind.is_fifo(),
+        "{} is no longer a special file: {kind:?}",
+        path.display()
     );
+    let dev_null = std::fs::symlink_metadata("/dev/null").unwrap().file_type();
+    assert!(dev_null.is_char_device(), "/dev/null is no longer a device");
 }
 
 fn s(p: &Path) -> &str {
@@ -262,24 +291,24 @@ fn the_default_report_directory_replaces_only_the_reports_files() {
 
 /// `predict --output` at a device (`--force` or not), at a directory, at an existing file
 /// without `--force`, and at its own input: refused before any row is read, with every
-/// file as it was and /dev/null still a device.
+/// file as it was and the device still a device.
 #[test]
 fn predict_output_is_never_a_device_a_directory_or_a_kept_file() {
     let sandbox = Sandbox::new();
     let input = sandbox.root().join("data/test.txt");
     let dir = sandbox.users_directory("mine");
     let existing = dir.join("notes.txt");
+    let (device, kind) = special_file(&sandbox);
     let cases: [(&Path, &[&str], String); 5] = [
         (
-            Path::new("/dev/null"),
+            &device,
             &["--force"],
-            "/dev/null: found a character device, expected a regular file or nothing".into(),
+            format!(
+                "{}: found {kind}, expected a regular file or nothing",
+                device.display()
+            ),
         ),
-        (
-            Path::new("/dev/null"),
-            &[],
-            "/dev/null: found a character device".into(),
-        ),
+        (&device, &[], format!("{}: found {kind}", device.display())),
         (
             &dir,
             &["--force"],
@@ -310,7 +339,7 @@ fn predict_output_is_never_a_device_a_directory_or_a_kept_file() {
         args.extend(extra);
         assert_refused(&sandbox.run(&args), &says);
         assert_unchanged(&before, &sandbox.snapshot());
-        assert_still_dev_null();
+        assert_still_special(&device);
     }
 }
 
@@ -323,11 +352,12 @@ fn export_out_is_never_a_directory_or_a_device() {
     let sandbox = Sandbox::new();
     let dir = sandbox.users_directory("mine");
     let missing = sandbox.root().join("no-such-dir/model.parquet");
+    let (device, kind) = special_file(&sandbox);
     let cases = [
         (dir.clone(), format!("{}: found a directory", dir.display())),
         (
-            PathBuf::from("/dev/null"),
-            "/dev/null: found a character device".to_string(),
+            device.clone(),
+            format!("{}: found {kind}", device.display()),
         ),
         (
             missing.clone(),
@@ -345,7 +375,7 @@ fn export_out_is_never_a_directory_or_a_device() {
             args.extend(extra);
             assert_refused(&sandbox.run(&args), &says);
             assert_unchanged(&before, &sandbox.snapshot());
-            assert_still_dev_null();
+            assert_still_special(&device);
         }
     }
 }
