@@ -382,8 +382,8 @@ fn export_out_is_never_a_directory_or_a_device() {
 
 // --- synth -------------------------------------------------------------------------------
 
-/// `synth --out DIR` where DIR holds a `train.txt`: refused before anything is generated,
-/// every file as it was (no `test.txt` either); with `--force` both files are written and
+/// `synth --out DIR` where DIR holds a `train.txt` (or only a `test.txt`): refused before
+/// anything is generated, every file as it was (no `test.txt`, or `train.txt`, either); with `--force` both files are written and
 /// the user's other files stay.
 #[test]
 fn synth_out_keeps_an_existing_train_txt_unless_forced() {
@@ -402,6 +402,17 @@ fn synth_out_keeps_an_existing_train_txt_unless_forced() {
         &format!("{} exists; give --force", dir.join("train.txt").display()),
     );
     assert_unchanged(&before, &sandbox.snapshot());
+
+    // Refused before the work, not when the files are moved into place: train.txt,
+    // moved first, is not written either when only a test.txt is there.
+    std::fs::rename(dir.join("train.txt"), dir.join("test.txt")).unwrap();
+    let before_test = sandbox.snapshot();
+    assert_refused(
+        &synth(&[]),
+        &format!("{} exists; give --force", dir.join("test.txt").display()),
+    );
+    assert_unchanged(&before_test, &sandbox.snapshot());
+    std::fs::rename(dir.join("test.txt"), dir.join("train.txt")).unwrap();
 
     let out = synth(&["--force"]);
     assert!(out.status.success(), "{}", stderr(&out));
