@@ -17,7 +17,7 @@ use crate::store::chunks::WrittenFile;
 use crate::store::model_file::{reads_basis, DatasetFacts, ModelFile, Provenance};
 use crate::store::npy::NpyMap;
 use crate::store::scaling::read_dataset_scaling;
-use crate::store::user_file::refuse_existing;
+use crate::store::user_file::check_file_output;
 use crate::store::workspace::Workspace;
 use crate::trained::{load_run_checkpoint, SvdFiles, TrainConfig};
 
@@ -47,7 +47,7 @@ pub struct Exported {
 /// checksums, then writes the model file whole (or nothing).
 pub fn run(ws: &Workspace, opts: &ExportOptions) -> Result<Exported> {
     // Refused before anything is read; the write refuses again if the file appears since.
-    refuse_existing(&opts.out, opts.force)?;
+    check_file_output(&opts.out, opts.force)?;
     let model = collect(ws, opts)?;
     let file = model.write(&opts.out, opts.force)?;
     let step = model.provenance.checkpoint_step;

@@ -5,14 +5,15 @@
 //! its decision boundary with the inducing inputs over the data ([`boundary`]), and a
 //! Markdown summary of the run (data, parameters, timings, metrics) beside them.
 //!
-//! Everything comes from the catalog; the report is a view, rebuilt on every call and
-//! swapped in whole (written to a scratch directory, then renamed over the old one).
+//! Everything comes from the catalog; the report is a view, rebuilt on every call: drawn
+//! into a staging directory, then its files moved into place by name
+//! (`store::user_file::OwnFiles`), so nothing else in the directory is touched.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -24,6 +25,7 @@ use crate::metrics::calibration::Calibration;
 use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::{is_at_k, split_at_k, AtK, Figure};
 use crate::store::catalog::{ArtifactKind, MetricRow, RunRow, RunStatus, Split, StageKind};
+use crate::store::user_file::{lies_within, OwnFiles};
 use crate::store::workspace::Workspace;
 use chart::{draw_both, ChartArea, PALETTE};
 
@@ -59,46 +61,78 @@ const COVERAGE_CHART_SERIES: [(AtK, usize); 3] =
 /// Width in pixels of the legend column right of the plotting area.
 const LEGEND_WIDTH: u32 = 150;
 
+/// The workspace's directory of reports; the only one inside the workspace a report
+/// is written to.
+const REPORTS_DIR: &str = "reports";
+
 /// Runs `pipeline report`.
-/// `out` defaults to `<workspace>/reports/train-run<RUN>`.
-pub fn run(ws: &Workspace, run: i64, out: Option<&Path>) -> Result<ReportOutcome> {
+/// `out` defaults to `<workspace>/reports/train-run<RUN>`, where an earlier report's files
+/// are replaced; in a directory the user names, a file of the report's names is replaced
+/// only when `force` (`store::user_file::OwnFiles`). No other file is touched either way.
+pub fn run(ws: &Workspace, run: i64, out: Option<&Path>, force: bool) -> Result<ReportOutcome> {
     let train = ws.run_numbered(run, StageKind::Train)?;
     ensure!(
         train.stage == StageKind::Train,
         "run {run} is a {} run; reports are of training runs",
         train.stage
     );
-    let dir = out
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| ws.resolve(&format!("reports/train-run{}", train.id)));
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)?;
-    let name = dir
-        .file_name()
-        .with_context(|| format!("{}: not a directory name", dir.display()))?
-        .to_string_lossy()
-        .into_owned();
-    let staged = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-    if staged.exists() {
-        std::fs::remove_dir_all(&staged)?;
-    }
-    std::fs::create_dir_all(&staged).with_context(|| format!("creating {}", staged.display()))?;
-    let files = match write_report(ws, &train, &staged) {
-        Ok(files) => files,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&staged);
-            return Err(e);
+    let (dir, replace) = match out {
+        Some(dir) => {
+            check_outside_stages(ws, dir)?;
+            (dir.to_path_buf(), force)
         }
+        None => (
+            ws.resolve(&format!("{REPORTS_DIR}/train-run{}", train.id)),
+            true,
+        ),
     };
-    // Swap the new report in whole.
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("replacing {}", dir.display()))?;
-    }
-    std::fs::rename(&staged, &dir)
-        .with_context(|| format!("moving the report to {}", dir.display()))?;
+    let output = OwnFiles::prepare(&dir, report_file_names(ws, &train)?, replace)?;
+    let files = write_report(ws, &train, output.staging())?;
+    output.publish(&files)?;
     eprintln!("report of run {} in {}", train.id, dir.display());
     Ok(ReportOutcome { dir, files })
 }
+
+/// Refuses an `--out` in the workspace but under its `reports/`: the stages' directories
+/// are the catalog's (a file it does not know there is an orphan `verify --repair`
+/// removes), and the catalog beside them is no place for charts either.
+fn check_outside_stages(ws: &Workspace, dir: &Path) -> Result<()> {
+    let reports = ws.resolve(REPORTS_DIR);
+    if lies_within(dir, ws.root())? && !lies_within(dir, &reports)? {
+        bail!(
+            "--out {}: inside the workspace {}, whose directories are its runs'; give a              directory outside it, or under {} (nothing was written)",
+            dir.display(),
+            ws.root().display(),
+            reports.display()
+        );
+    }
+    Ok(())
+}
+
+/// Every file name a report of `train` may write, known before anything is drawn: the
+/// charts it draws when their data is there, and the summary.
+fn report_file_names(ws: &Workspace, train: &RunRow) -> Result<Vec<String>> {
+    let mut stems = vec![
+        ELBO_CHART.to_string(),
+        METRICS_CHART.to_string(),
+        COVERAGE_CHART.to_string(),
+        boundary::STEM.to_string(),
+    ];
+    for (eval_run, ..) in linked_evaluations(ws, train.id)? {
+        stems.push(reliability_stem(eval_run));
+    }
+    let mut names: Vec<String> = stems.iter().flat_map(|s| chart_files(s)).collect();
+    names.push(SUMMARY_FILE.to_string());
+    Ok(names)
+}
+
+/// The two files a chart is drawn to ([`draw_both`]).
+fn chart_files(stem: &str) -> [String; 2] {
+    [format!("{stem}.png"), format!("{stem}.svg")]
+}
+
+/// The Markdown summary beside the charts.
+const SUMMARY_FILE: &str = "README.md";
 
 /// Writes the charts and the summary into `dir`; returns the file names.
 fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String>> {
@@ -122,7 +156,7 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
             std::slice::from_ref(&elbo),
         )
     })?;
-    files.extend([format!("{ELBO_CHART}.png"), format!("{ELBO_CHART}.svg")]);
+    files.extend(chart_files(ELBO_CHART));
     let per_epoch = metric_series(&metrics, &METRICS_CHART_SERIES);
     let split = per_epoch_split(&metrics);
     if !per_epoch.is_empty() {
@@ -130,10 +164,7 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
         draw_both(dir, METRICS_CHART, |area| {
             line_chart(area, font, &title, "epoch", "%", &per_epoch)
         })?;
-        files.extend([
-            format!("{METRICS_CHART}.png"),
-            format!("{METRICS_CHART}.svg"),
-        ]);
+        files.extend(chart_files(METRICS_CHART));
     }
     let coverage = metric_series(&metrics, &COVERAGE_CHART_SERIES);
     if !coverage.is_empty() {
@@ -141,10 +172,7 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
         draw_both(dir, COVERAGE_CHART, |area| {
             line_chart(area, font, &title, "epoch", "% of labels", &coverage)
         })?;
-        files.extend([
-            format!("{COVERAGE_CHART}.png"),
-            format!("{COVERAGE_CHART}.svg"),
-        ]);
+        files.extend(chart_files(COVERAGE_CHART));
     }
     let mut reliability = Vec::new();
     for (eval_run, split, _, _) in linked_evaluations(ws, train.id)? {
@@ -160,13 +188,12 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
         draw_both(dir, &stem, |area| {
             reliability_chart(area, font, &title, &calibration)
         })?;
-        files.extend([format!("{stem}.png"), format!("{stem}.svg")]);
+        files.extend(chart_files(&stem));
         reliability.push(eval_run);
     }
     let boundary = boundary::write_chart(ws, train, dir, font)?;
     if let boundary::Boundary::Drawn { .. } = boundary {
-        let stem = boundary::STEM;
-        files.extend([format!("{stem}.png"), format!("{stem}.svg")]);
+        files.extend(chart_files(boundary::STEM));
     }
     let charts = Charts {
         metrics: !per_epoch.is_empty(),
@@ -175,8 +202,8 @@ fn write_report(ws: &Workspace, train: &RunRow, dir: &Path) -> Result<Vec<String
         boundary,
     };
     let summary = summary_markdown(ws, train, &metrics, charts)?;
-    std::fs::write(dir.join("README.md"), summary)?;
-    files.push("README.md".into());
+    std::fs::write(dir.join(SUMMARY_FILE), summary)?;
+    files.push(SUMMARY_FILE.into());
     Ok(files)
 }
 

@@ -145,9 +145,14 @@ pub enum Command {
 /// Arguments of `pipeline synth`. `--shape` gives defaults; explicit flags override.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SynthArgs {
-    /// Output directory (created if missing); receives train.txt and test.txt.
+    /// Output directory (created if missing); receives train.txt and test.txt, and other
+    /// files in it are left alone.
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace a train.txt or test.txt already in --out (refused otherwise, before
+    /// anything is generated); never a directory or a device.
+    #[arg(long)]
+    pub force: bool,
     /// Number of training rows N.
     #[arg(long)]
     pub rows: Option<u64>,
@@ -184,6 +189,7 @@ impl SynthArgs {
     pub fn options(&self) -> SynthOptions {
         SynthOptions {
             out: self.out.clone(),
+            force: self.force,
             rows: self.rows,
             test_rows: self.test_rows,
             features: self.features,
@@ -1178,6 +1184,10 @@ pub struct FitArgs {
     /// before anything runs.
     #[arg(long)]
     pub model_out: Option<PathBuf>,
+    /// Replace an existing file at the spec's path or --model-out (refused otherwise,
+    /// before anything runs); never a directory or a device.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// One `fit --set`: a train option and its value (empty for a switch).
@@ -1260,9 +1270,16 @@ pub struct ReportArgs {
     /// Training run.
     #[arg(long)]
     pub run: i64,
-    /// Output directory (default: `<workspace>/reports/train-run<RUN>`).
+    /// Output directory, created if missing (default: `<workspace>/reports/train-run<RUN>`,
+    /// where an earlier report's files are replaced). Only the report's own files are
+    /// written there; other files are left alone. Not inside the workspace but under its
+    /// `reports/`.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Replace files of the report's names (`README.md`, `elbo.png`, ...) already in --out
+    /// (refused otherwise, before anything is drawn); never a directory or a device.
+    #[arg(long, requires = "out")]
+    pub force: bool,
 }
 
 #[derive(clap::Args, Debug)]

@@ -29,7 +29,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
 
 use super::args::{Cli, Command, FitArgs, RunArgs, Setting};
@@ -40,6 +40,7 @@ use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::Figure;
 use crate::store::catalog::{DatasetRow, LabelKind, Split};
 use crate::store::chunks::read_registered_chunk_labels;
+use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
 use crate::text::source::LineSource;
 use crate::train::TrainFlag;
@@ -442,22 +443,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         .spec_out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
-    // A file no catalog vouches for is never overwritten: refused before anything runs.
-    if spec_path.exists() {
-        bail!(
-            "{}: already exists; fit writes the spec of its final model there and does not \
-             overwrite a file: remove it, or pass --spec-out PATH or --name NAME",
-            spec_path.display()
-        );
-    }
-
-    if let Some(path) = args.model_out.as_ref().filter(|p| p.exists()) {
-        bail!(
-            "{}: already exists; fit writes its final model there and does not overwrite a \
-             file: remove it or pass another --model-out",
-            path.display()
-        );
-    }
+    check_outputs(args, &spec_path)?;
     check_settings(&args.set)?;
     eprintln!(
         "== fit: ingest {} as '{select}' (with a validation split)",
@@ -569,7 +555,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
                 run,
                 checkpoint: None,
                 out: out.clone(),
-                force: false,
+                force: args.force,
             },
         )?;
         eprintln!(
@@ -585,6 +571,21 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         spec_path.display()
     );
     Ok(())
+}
+
+/// Refuses, before anything runs, outputs fit may not write (`store::user_file`): the
+/// spec's path or `--model-out` taken by anything but a regular file, or by one without
+/// `--force`, in a missing directory, or the two naming the same file or an input.
+fn check_outputs(args: &FitArgs, spec_path: &Path) -> Result<()> {
+    check_file_output(spec_path, args.force).context("--spec-out")?;
+    let mut outputs = vec![("--spec-out", spec_path)];
+    if let Some(model) = &args.model_out {
+        check_file_output(model, args.force).context("--model-out")?;
+        outputs.push(("--model-out", model));
+    }
+    let mut inputs = vec![("--train", args.train.as_path())];
+    inputs.extend(args.test.as_deref().map(|t| ("--test", t)));
+    refuse_same_file(&outputs, &inputs)
 }
 
 /// The dataset name from the training file's name (`train.txt.gz` → `train`).
@@ -878,10 +879,11 @@ fn write_spec(
     };
     text += &table("predict", &predict_options(kind, split));
     text += &table("evaluate", &[("task", kind.as_str().to_string())]);
-    let mut f = std::fs::File::create_new(path)
+    let file = UserFile::temporary(path, args.force)?;
+    std::fs::File::create(file.tmp_path())
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
         .with_context(|| format!("{}: cannot write the spec", path.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("{}: cannot write the spec", path.display()))
+    file.publish()
 }
 
 #[cfg(test)]

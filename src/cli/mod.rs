@@ -136,7 +136,7 @@ fn run_on(cli: Cli, comm: &dyn Comm, stop: &StopToken) -> Result<()> {
         }
         Command::Report(args) => {
             let ws = Workspace::open_read_only(&cli.workspace)?;
-            return crate::report::run(&ws, args.run, args.out.as_deref()).map(|_| ());
+            return crate::report::run(&ws, args.run, args.out.as_deref(), args.force).map(|_| ());
         }
         // New rows from a file: nothing is registered, so the workspace is only read
         // (docs/predict-input.md, "The catalog").

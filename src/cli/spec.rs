@@ -537,7 +537,12 @@ fn synth_once(args: &SynthArgs) -> Result<(Option<i64>, bool)> {
         eprintln!("synth: {} is up to date", args.out.display());
         return Ok((None, true));
     }
-    crate::synth::run(&args.options())?;
+    // The stamp says synth made the files there: regenerating them replaces its own.
+    let options = crate::synth::SynthOptions {
+        force: args.force || stamp.is_file(),
+        ..args.options()
+    };
+    crate::synth::run(&options)?;
     std::fs::write(&stamp, &wanted).with_context(|| format!("writing {}", stamp.display()))?;
     Ok((None, false))
 }

@@ -32,7 +32,7 @@ use crate::store::model_file::DatasetFacts;
 use crate::store::npy::NpyMap;
 use crate::store::predictions::{JsonRow, OptionalColumns, PredictionBlock, PredictionWriter};
 use crate::store::scaling::read_dataset_scaling;
-use crate::store::user_file::{refuse_existing, UserFile};
+use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
 pub use crate::text::new_rows::STDIN_ARG;
 use crate::text::new_rows::{Dropped, NewRows};
@@ -84,7 +84,7 @@ pub struct InputOutcome {
 /// stops it with `FILE:LINE: found …, expected …` and leaves no output file.
 pub fn run(ws: &Workspace, opts: &PredictOptions, input: &InputOptions) -> Result<InputOutcome> {
     opts.validate()?;
-    refuse_output(input)?;
+    check_output(input, None)?;
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
     let facts = DatasetFacts::of(&dataset);
@@ -118,7 +118,7 @@ pub fn run_model(
     input: &InputOptions,
 ) -> Result<InputOutcome> {
     opts.validate()?;
-    refuse_output(input)?;
+    check_output(input, Some(model))?;
     let file = PortableModel::open(model)?;
     score_input(&Loaded::of_file(&file), opts, input)
 }
@@ -183,12 +183,17 @@ where
     })
 }
 
-/// An existing `--output` is refused (unless `--force`) before anything is read or scored.
-fn refuse_output(input: &InputOptions) -> Result<()> {
-    match &input.output {
-        Some(path) => refuse_existing(path, input.force),
-        None => Ok(()),
-    }
+/// `--output` is checked before anything is read or scored: what may be written there
+/// (`store::user_file`: an existing file only with `--force`, never anything else), and
+/// that it is none of the files read (`model`: `--model`'s file).
+fn check_output(input: &InputOptions, model: Option<&Path>) -> Result<()> {
+    let Some(output) = &input.output else {
+        return Ok(());
+    };
+    check_file_output(output, input.force)?;
+    let mut inputs = vec![("--input", input.rows.as_path())];
+    inputs.extend(model.map(|m| ("--model", m)));
+    refuse_same_file(&[("--output", output)], &inputs)
 }
 
 /// A trained model as `predict --input` scores with it, from a run or a model file.

@@ -106,7 +106,11 @@ fn fit_refuses_a_missing_file_and_a_bad_budget() {
         ],
     );
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("mine.toml exists; give --force"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(
         std::fs::read_to_string(&spec).unwrap(),
         "# the user's own file\n"
@@ -224,7 +228,7 @@ fn set_options_fix_every_candidate_and_the_final_model_is_written_as_export_writ
     let again = fit(&[]);
     assert!(!again.status.success());
     assert!(
-        stderr(&again).contains("toy.model: already exists"),
+        stderr(&again).contains("toy.model exists; give --force"),
         "{}",
         stderr(&again)
     );

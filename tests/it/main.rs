@@ -61,5 +61,6 @@ mod train_kernels;
 mod train_resume_rules;
 mod train_stage;
 mod transforms;
+mod user_outputs;
 mod validation_split;
 mod warm_start;

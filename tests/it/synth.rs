@@ -93,9 +93,9 @@ fn parse_strict(path: &Path) -> Parsed {
 fn deterministic_for_seed_and_thread_count() {
     let dir = tempfile::tempdir().unwrap();
     let c = cfg(3000, 700, 1000, 200, 25.0, 3.0, 7);
-    let a = synth::write_dataset(&c, &dir.path().join("a"), Some(1)).unwrap();
-    let b = synth::write_dataset(&c, &dir.path().join("b"), Some(2)).unwrap();
-    let c2 = synth::write_dataset(&c, &dir.path().join("c"), Some(3)).unwrap();
+    let a = synth::write_dataset(&c, &dir.path().join("a"), Some(1), false).unwrap();
+    let b = synth::write_dataset(&c, &dir.path().join("b"), Some(2), false).unwrap();
+    let c2 = synth::write_dataset(&c, &dir.path().join("c"), Some(3), false).unwrap();
     for s in [&b, &c2] {
         assert_eq!(hash(&a.train_path), hash(&s.train_path));
         assert_eq!(hash(&a.test_path), hash(&s.test_path));
@@ -108,7 +108,7 @@ fn deterministic_for_seed_and_thread_count() {
 
     let mut other = c.clone();
     other.seed = 8;
-    let o = synth::write_dataset(&other, &dir.path().join("o"), Some(2)).unwrap();
+    let o = synth::write_dataset(&other, &dir.path().join("o"), Some(2), false).unwrap();
     assert_ne!(hash(&a.train_path), hash(&o.train_path));
     assert_ne!(hash(&a.test_path), hash(&o.test_path));
 }
@@ -118,7 +118,7 @@ fn output_is_well_formed_and_summary_matches() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nested").join("out");
     let c = cfg(2500, 600, 777, 123, 30.0, 2.5, 1);
-    let s = synth::write_dataset(&c, &out, None).unwrap();
+    let s = synth::write_dataset(&c, &out, None, false).unwrap();
     assert_eq!(s.train_path, out.join("train.txt"));
     assert_eq!(s.test_path, out.join("test.txt"));
     for (path, rows, bytes, nnz, lnnz) in [
@@ -159,7 +159,7 @@ fn output_is_well_formed_and_summary_matches() {
 fn statistics_match_request() {
     let dir = tempfile::tempdir().unwrap();
     let c = cfg(12_000, 1000, 4000, 500, 45.0, 4.0, 3);
-    let s = synth::write_dataset(&c, dir.path(), None).unwrap();
+    let s = synth::write_dataset(&c, dir.path(), None, false).unwrap();
     let p = parse_strict(&s.train_path);
     let n = p.rows.len() as f64;
     let avg_nnz = p.rows.iter().map(|r| r.feats.len()).sum::<usize>() as f64 / n;
@@ -231,7 +231,7 @@ fn statistics_match_request() {
 fn planted_structure_is_learnable() {
     let dir = tempfile::tempdir().unwrap();
     let c = cfg(8000, 2000, 3000, 400, 40.0, 4.0, 11);
-    let s = synth::write_dataset(&c, dir.path(), None).unwrap();
+    let s = synth::write_dataset(&c, dir.path(), None, false).unwrap();
     let train = parse_strict(&s.train_path);
     let test = parse_strict(&s.test_path);
     let (d, k) = (c.features as usize, c.labels as usize);
@@ -280,7 +280,7 @@ fn planted_structure_is_learnable() {
 fn large_file_streams() {
     let dir = tempfile::tempdir().unwrap();
     let c = cfg(200_000, 10, 64, 16, 6.0, 2.0, 5);
-    let s = synth::write_dataset(&c, dir.path(), Some(2)).unwrap();
+    let s = synth::write_dataset(&c, dir.path(), Some(2), false).unwrap();
     let bytes = std::fs::read(&s.train_path).unwrap();
     assert_eq!(bytes.len() as u64, s.train_bytes);
     assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 200_001);
@@ -297,8 +297,8 @@ fn rows_are_prefix_stable() {
     let small = cfg(1000, 10, 300, 50, 10.0, 2.0, 2);
     let mut big = small.clone();
     big.rows = 5000;
-    let a = synth::write_dataset(&small, &dir.path().join("a"), Some(1)).unwrap();
-    let b = synth::write_dataset(&big, &dir.path().join("b"), Some(2)).unwrap();
+    let a = synth::write_dataset(&small, &dir.path().join("a"), Some(1), false).unwrap();
+    let b = synth::write_dataset(&big, &dir.path().join("b"), Some(2), false).unwrap();
     let ta = std::fs::read_to_string(a.train_path).unwrap();
     let tb = std::fs::read_to_string(b.train_path).unwrap();
     let body_a = ta.split_once('\n').unwrap().1;
@@ -312,7 +312,7 @@ fn dense_mediamill_shape() {
     let mut c = Shape::Mediamill.preset();
     c.rows = 1500;
     c.test_rows = 200;
-    let s = synth::write_dataset(&c, dir.path(), None).unwrap();
+    let s = synth::write_dataset(&c, dir.path(), None, false).unwrap();
     let p = parse_strict(&s.train_path);
     assert!(
         p.rows.iter().all(|r| r.feats.len() == 120),
@@ -330,6 +330,7 @@ fn delicious_shape_statistics() {
     let dir = tempfile::tempdir().unwrap();
     let args = SynthOptions {
         out: dir.path().to_path_buf(),
+        force: false,
         rows: Some(3000),
         test_rows: None,
         features: None,
@@ -343,7 +344,7 @@ fn delicious_shape_statistics() {
     };
     let c = SynthConfig::from_options(&args).unwrap();
     assert_eq!(c.test_rows, (3000.0f64 * 3185.0 / 12920.0).round() as u64);
-    let s = synth::write_dataset(&c, dir.path(), args.threads).unwrap();
+    let s = synth::write_dataset(&c, dir.path(), args.threads, false).unwrap();
     let avg_nnz = s.train_nnz as f64 / 3000.0;
     let avg_lab = s.train_label_nnz as f64 / 3000.0;
     assert!((avg_nnz / 18.0 - 1.0).abs() < 0.1, "avg nnz/row {avg_nnz}");
@@ -468,7 +469,7 @@ fn edge_configurations() {
     let dir = tempfile::tempdir().unwrap();
     // No test rows, a single feature, a single label, no labels at all.
     let c = cfg(300, 0, 1, 1, 1.0, 1.0, 0);
-    let s = synth::write_dataset(&c, &dir.path().join("a"), Some(2)).unwrap();
+    let s = synth::write_dataset(&c, &dir.path().join("a"), Some(2), false).unwrap();
     assert_eq!(std::fs::read_to_string(&s.test_path).unwrap(), "0 1 1\n");
     let p = parse_strict(&s.train_path);
     assert!(p
@@ -477,23 +478,23 @@ fn edge_configurations() {
         .all(|r| r.feats.len() == 1 && r.labels.len() <= 1));
 
     let c = cfg(200, 20, 30, 5, 3.0, 0.0, 0);
-    let s = synth::write_dataset(&c, &dir.path().join("b"), Some(1)).unwrap();
+    let s = synth::write_dataset(&c, &dir.path().join("b"), Some(1), false).unwrap();
     assert_eq!(s.train_label_nnz, 0);
     let p = parse_strict(&s.train_path);
     assert!(p.rows.iter().all(|r| r.labels.is_empty()));
 
     // Fewer than one label per row on average; every label; every feature.
     let c = cfg(2000, 20, 12, 6, 12.0, 0.5, 0);
-    let s = synth::write_dataset(&c, &dir.path().join("c"), Some(2)).unwrap();
+    let s = synth::write_dataset(&c, &dir.path().join("c"), Some(2), false).unwrap();
     let avg = s.train_label_nnz as f64 / 2000.0;
     assert!((avg / 0.5 - 1.0).abs() < 0.1, "avg labels {avg}");
     assert_eq!(s.train_nnz, 2000 * 12);
     let c = cfg(500, 20, 12, 6, 4.0, 6.0, 0);
-    let s = synth::write_dataset(&c, &dir.path().join("d"), Some(2)).unwrap();
+    let s = synth::write_dataset(&c, &dir.path().join("d"), Some(2), false).unwrap();
     assert!(s.train_label_nnz >= 500 * 6 * 97 / 100);
 
     // Invalid: zero threads.
-    assert!(synth::write_dataset(&c, &dir.path().join("e"), Some(0)).is_err());
+    assert!(synth::write_dataset(&c, &dir.path().join("e"), Some(0), false).is_err());
 }
 
 #[test]
