@@ -48,6 +48,7 @@ pub struct Exported {
 pub fn run(ws: &Workspace, opts: &ExportOptions) -> Result<Exported> {
     // Refused before anything is read; the write refuses again if the file appears since.
     check_file_output(&opts.out, opts.force)?;
+    ws.refuse_output_inside("--out", &opts.out)?;
     let model = collect(ws, opts)?;
     let file = model.write(&opts.out, opts.force)?;
     let step = model.provenance.checkpoint_step;

@@ -444,6 +444,10 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
     check_outputs(args, &spec_path)?;
+    ws.refuse_output_inside("--spec-out", &spec_path)?;
+    if let Some(model) = &args.model_out {
+        ws.refuse_output_inside("--model-out", model)?;
+    }
     check_settings(&args.set)?;
     eprintln!(
         "== fit: ingest {} as '{select}' (with a validation split)",

@@ -85,6 +85,9 @@ pub struct InputOutcome {
 pub fn run(ws: &Workspace, opts: &PredictOptions, input: &InputOptions) -> Result<InputOutcome> {
     opts.validate()?;
     check_output(input, None)?;
+    if let Some(output) = &input.output {
+        ws.refuse_output_inside("--output", output)?;
+    }
     let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
     let dataset = config.dataset_row(ws)?;
     let facts = DatasetFacts::of(&dataset);

@@ -22,12 +22,13 @@
 //! `../../home` is refused by name, never read, written or removed.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
 use super::catalog::StageKind;
 use super::identity::{self, RunMarker, RUN_MARKER};
+use super::user_file::resolved;
 use super::workspace::Workspace;
 
 /// The workspace's folder for what a removal would have taken and fsgp did not write.
@@ -295,6 +296,43 @@ impl Workspace {
             },
         )?;
         Ok(dir)
+    }
+}
+
+impl Workspace {
+    /// Refuses a path the user named for an output (`export --out`, `predict --output`,
+    /// `fit --spec-out`/`--model-out`) that lies in what the workspace keeps for itself:
+    /// its catalog and identity files, a stage's folder, the scratch space, the locks or
+    /// `lost+found`. `--force` could otherwise replace a registered checkpoint or chunk
+    /// behind the catalog's back. Elsewhere in the workspace is the user's to choose.
+    pub fn refuse_output_inside(&self, option: &str, path: &Path) -> Result<()> {
+        let (Ok(target), Ok(root)) = (resolved(path), resolved(self.root())) else {
+            return Ok(());
+        };
+        let Ok(rel) = target.strip_prefix(&root) else {
+            return Ok(());
+        };
+        let top = rel.components().next().map(|c| c.as_os_str().to_string_lossy());
+        let kept = |name: &str| {
+            name.starts_with(super::workspace::CATALOG_FILE)
+                || name == identity::IDENTITY_FILE
+                || [SCRATCH_DIR, LOST_FOUND, super::workspace::LOCK_DIR].contains(&name)
+                || StageKind::ALL.iter().any(|k| k.output_dir() == name)
+        };
+        match top {
+            None => bail!(
+                "{option} {}: is the workspace {} itself, expected a file (nothing was written)",
+                path.display(),
+                self.root().display()
+            ),
+            Some(name) if kept(&name) => bail!(
+                "{option} {}: lies in the workspace's own '{name}' (the catalog, run outputs, \
+                 scratch and locks are fsgp's to write); name a file outside them (nothing \
+                 was written)",
+                path.display()
+            ),
+            Some(_) => Ok(()),
+        }
     }
 }
 

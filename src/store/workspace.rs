@@ -52,7 +52,7 @@ fn output_dirs() -> impl Iterator<Item = &'static str> {
 }
 
 /// Directory of the workspace that holds the stage locks.
-const LOCK_DIR: &str = "locks";
+pub const LOCK_DIR: &str = "locks";
 
 /// The catalog's file name in a workspace.
 pub const CATALOG_FILE: &str = "catalog.sqlite";

@@ -380,6 +380,32 @@ fn export_out_is_never_a_directory_or_a_device() {
     }
 }
 
+/// `export --out` and `predict --output` at a registered file of the workspace (a
+/// checkpoint) or at the catalog, `--force` or not: refused before anything is read, every
+/// byte as it was (the catalog no longer vouches for a file replaced behind its back).
+#[test]
+fn outputs_in_the_workspaces_own_folders_are_refused() {
+    let sandbox = Sandbox::new();
+    let ws = sandbox.ws();
+    let checkpoint: String = query(&ws, "SELECT path FROM checkpoints ORDER BY step DESC LIMIT 1");
+    let rows = write(sandbox.root(), "rows.txt", "1:0.5 2:0.25\n");
+    for (target, top) in [
+        (ws.join(&checkpoint), "train"),
+        (ws.join("catalog.sqlite"), "catalog.sqlite"),
+    ] {
+        let says = format!("lies in the workspace's own '{top}'");
+        let before = sandbox.snapshot();
+        let export = ["export", "--run", TRAIN_RUN, "--out", s(&target), "--force"];
+        assert_refused(&sandbox.run(&export), &says);
+        let predict = [
+            "predict", "--run", TRAIN_RUN, "--input", s(&rows), "--output", s(&target),
+            "--force",
+        ];
+        assert_refused(&sandbox.run(&predict), &says);
+        assert_unchanged(&before, &sandbox.snapshot());
+    }
+}
+
 // --- synth -------------------------------------------------------------------------------
 
 /// `synth --out DIR` where DIR holds a `train.txt` (or only a `test.txt`): refused before
