@@ -188,7 +188,8 @@ pub struct SynthArgs {
     /// Random seed; the output bytes are a function of the configuration and the seed only.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Worker threads (default: all available cores). Does not change the output.
+    /// Worker threads (default: all available cores; at most 4 per core). Does not change
+    /// the output.
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
 }
@@ -272,7 +273,7 @@ pub struct IngestArgs {
     /// Target uncompressed size of a chunk in MiB when --chunk-rows is not given.
     #[arg(long, default_value_t = 32, value_parser = int_in::<usize>(1, MAX_CHUNK_MB as u64))]
     pub chunk_mb: usize,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 4 per core).
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Replace an existing dataset of this name whose inputs or options differ.
@@ -467,7 +468,7 @@ pub struct SvdArgs {
     pub kmeans_max_rows: usize,
     #[arg(long, default_value_t = svd_default().seed)]
     pub seed: u64,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; at most 4 per core).
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
 }
@@ -636,7 +637,7 @@ pub struct TrainFlags {
     // The budget in passes over the training rows (help: `epochs_help`, which names the
     // limits from their constants).
     #[arg(long, default_value_t = train_default().epochs, conflicts_with = "steps",
-          value_parser = int_in::<u64>(0, MAX_EPOCHS), help = epochs_help())]
+          value_parser = int_in::<u64>(1, MAX_EPOCHS), help = epochs_help())]
     pub epochs: u64,
     /// The budget in optimiser steps instead of epochs: S steps in all, counted from step 0,
     /// through as many epochs as they take (the last one possibly cut short).
@@ -674,8 +675,9 @@ pub struct TrainFlags {
     pub quadrature: usize,
     #[arg(long, default_value_t = train_default().seed)]
     pub seed: u64,
-    /// Worker threads (default: all cores). Results are bitwise reproducible for a fixed
-    /// thread count.
+    /// Worker threads (default: all cores; at most 4 per core, which still matches a run
+    /// made on a machine with a few times the cores). Results are bitwise reproducible for
+    /// a fixed thread count.
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Continue an interrupted or failed run from its last checkpoint. Options not given
@@ -828,6 +830,7 @@ pub struct ElboArgs {
     /// Split whose bound is computed (only the training split has K_XX̃ factors).
     #[arg(long, default_value_t = Split::Train, value_parser = one_of::<Split>())]
     pub split: Split,
+    /// Worker threads (default: the training run's count; at most 4 per core).
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
 }
@@ -882,7 +885,7 @@ pub struct PredictArgs {
     #[arg(long)]
     pub probabilities: bool,
     /// Worker threads (default: the training run's count; with --model, the run's as
-    /// exported)
+    /// exported; at most 4 per core)
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Score the rows of this file instead of a split: text as the run's dataset was
@@ -944,7 +947,7 @@ pub struct ServeArgs {
     /// Loopback by default: put a proxy in front to serve other hosts
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: std::net::SocketAddr,
-    /// Scoring threads (default: every core)
+    /// Scoring threads (default: every core; at most 4 per core)
     #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Largest request body in bytes (413 beyond)

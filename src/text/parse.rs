@@ -599,7 +599,9 @@ impl RowRules {
             // `!(≤)` so that a NaN sum is refused too.
             if !(sum <= limit) {
                 return Err(format!(
-                    "found value {v:e} for feature {}{after_transform}, whose square takes the                      row's squared norm beyond {limit:e}, expected values whose squares sum                      to at most {limit:e}",
+                    "found value {v:e} for feature {}{after_transform}, whose square takes the \
+                     row's squared norm beyond {limit:e}, expected values whose squares sum \
+                     to at most {limit:e}",
                     id + self.index_base
                 ));
             }
