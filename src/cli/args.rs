@@ -13,8 +13,8 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use std::ops::Bound::{Excluded, Included};
 
 use super::bounds::{
-    int_in, open_fraction, positive_at_most, real_in, run_id, threads, MAX_BLOCK_ROWS,
-    MAX_HIDDEN, MAX_KMEANS_ITERS, MAX_LISTED_RUNS, MAX_LR, MAX_MC_PAIRS, MAX_PREFETCH,
+    int_in, open_fraction, positive_at_most, positive_finite, real_in, run_id, seed, threads,
+    MAX_BLOCK_ROWS, MAX_HIDDEN, MAX_KMEANS_ITERS, MAX_LISTED_RUNS, MAX_MC_PAIRS, MAX_PREFETCH,
     MAX_PROPENSITY, MAX_QUADRATURE, MAX_SPLIT_COLUMN, MAX_SYNTH_ROWS,
 };
 use crate::choice::Choice;
@@ -24,7 +24,9 @@ use crate::export::ExportOptions;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
+use crate::ingest::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
 use crate::ingest::validation::ValidationSplit;
+use crate::metrics::MAX_K;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::input::{InputOptions, StreamFormat};
 use crate::predict::PredictOptions;
@@ -33,11 +35,9 @@ use crate::store::catalog::{LabelKind, Split};
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
 use crate::svd::{SvdOptions, DEFAULT_INDUCING, DEFAULT_RANK, MAX_OVERSAMPLE, MAX_POWER_ITERS};
-use crate::ingest::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
-use crate::metrics::MAX_K;
 use crate::synth::{self, Shape, SynthOptions};
-use crate::text::parse::MAX_IDS;
 use crate::text::parse::UnknownFeatures;
+use crate::text::parse::MAX_IDS;
 use crate::train::batches::{MAX_EPOCHS, MAX_STEPS};
 use crate::train::budget::DEFAULT_MIN_STEPS;
 use crate::train::early::EVALUATIONS_PER_BUDGET;
@@ -186,7 +186,7 @@ pub struct SynthArgs {
     #[arg(long, value_parser = one_of::<Shape>())]
     pub shape: Option<Shape>,
     /// Random seed; the output bytes are a function of the configuration and the seed only.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = seed())]
     pub seed: u64,
     /// Worker threads (default: all available cores; at most 4 per core). Does not change
     /// the output.
@@ -284,7 +284,7 @@ pub struct IngestArgs {
     #[arg(long, value_parser = open_fraction())]
     pub validation_fraction: Option<f64>,
     /// Seed of the validation carve's row hash.
-    #[arg(long, requires = "validation_fraction", default_value_t = 0)]
+    #[arg(long, requires = "validation_fraction", default_value_t = 0, value_parser = seed())]
     pub validation_seed: u64,
     /// Input format: `libsvm` reads --train [--test] as LIBSVM / SVMlight files (`label
     /// idx:val ...`, no header); `xc`, `xc-split`, `bow` are the Extreme Classification
@@ -466,7 +466,7 @@ pub struct SvdArgs {
     #[arg(long, default_value_t = svd_default().kmeans_max_rows,
           value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub kmeans_max_rows: usize,
-    #[arg(long, default_value_t = svd_default().seed)]
+    #[arg(long, default_value_t = svd_default().seed, value_parser = seed())]
     pub seed: u64,
     /// Worker threads (default: all cores; at most 4 per core).
     #[arg(long, value_parser = threads())]
@@ -648,7 +648,7 @@ pub struct TrainFlags {
     #[arg(long, value_name = "S", value_parser = int_in::<u64>(1, MAX_STEPS))]
     pub max_steps: Option<u64>,
     /// Adam's learning rate η.
-    #[arg(long, default_value_t = train_default().lr, value_parser = positive_at_most(MAX_LR))]
+    #[arg(long, default_value_t = train_default().lr, value_parser = positive_finite())]
     pub lr: f64,
     /// Multiply η by --lr-decay after each of these epoch counts (multi-step decay):
     /// `--lr-decay-at 40,50` trains epochs 1–40 with η, 41–50 with γη and the rest with γ²η.
@@ -657,7 +657,7 @@ pub struct TrainFlags {
     pub lr_decay_at: Vec<u64>,
     /// γ, the factor of each --lr-decay-at decay.
     #[arg(long, value_name = "γ", default_value_t = train_default().lr_decay,
-          value_parser = positive_at_most(MAX_LR))]
+          value_parser = positive_finite())]
     pub lr_decay: f64,
     #[arg(long, default_value_t = train_default().beta1,
           value_parser = real_in(Included(0.0), Excluded(1.0)))]
@@ -673,7 +673,7 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = train_default().quadrature,
           value_parser = int_in::<usize>(1, MAX_QUADRATURE))]
     pub quadrature: usize,
-    #[arg(long, default_value_t = train_default().seed)]
+    #[arg(long, default_value_t = train_default().seed, value_parser = seed())]
     pub seed: u64,
     /// Worker threads (default: all cores; at most 4 per core, which still matches a run
     /// made on a machine with a few times the cores). Results are bitwise reproducible for
@@ -1144,7 +1144,7 @@ pub struct FitArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Seed of the validation carve, the svd and every training run.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = seed())]
     pub seed: u64,
     /// Share of the training rows carved out for choosing the model.
     #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION, value_parser = open_fraction())]

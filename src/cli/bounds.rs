@@ -21,9 +21,6 @@ pub const MAX_SPLIT_COLUMN: u64 = 1_000;
 pub const MAX_KMEANS_ITERS: u64 = 10_000;
 /// `train --batch`, `predict --block-rows`: rows held together in memory.
 pub const MAX_BLOCK_ROWS: u64 = 1 << 24;
-/// `train --lr` and `--lr-decay`: Adam moves each parameter by about η per step, so η above
-/// this only diverges.
-pub const MAX_LR: f64 = 100.0;
 /// `train --quadrature`: Gauss–Hermite points (20 by default; the weights underflow long
 /// before this many).
 pub const MAX_QUADRATURE: u64 = 256;
@@ -58,6 +55,12 @@ pub fn threads() -> RangedU64ValueParser<usize> {
     int_in(1, most as u64)
 }
 
+/// A seed: any integer a spec can hold too (TOML's integers are signed 64-bit, and `fit`
+/// writes the spec that reproduces its model), so 0 to 2⁶³ − 1.
+pub fn seed() -> RangedU64ValueParser<u64> {
+    int_in(0, i64::MAX as u64)
+}
+
 /// A real option in the interval from `lo` to `hi` (each bound open or closed), finite.
 pub fn real_in(lo: Bound<f64>, hi: Bound<f64>) -> impl TypedValueParser<Value = f64> {
     NonEmptyStringValueParser::new().try_map(move |text| parse_real(&text, lo, hi))
@@ -66,6 +69,12 @@ pub fn real_in(lo: Bound<f64>, hi: Bound<f64>) -> impl TypedValueParser<Value = 
 /// A fraction strictly between 0 and 1.
 pub fn open_fraction() -> impl TypedValueParser<Value = f64> {
     real_in(Bound::Excluded(0.0), Bound::Excluded(1.0))
+}
+
+/// A positive finite real: a step size, whose too large values the training catches as
+/// they blow up (it stops at its last finite checkpoint, naming the option).
+pub fn positive_finite() -> impl TypedValueParser<Value = f64> {
+    real_in(Bound::Excluded(0.0), Bound::Unbounded)
 }
 
 /// A positive real, at most `most`.

@@ -738,19 +738,31 @@ mod tests {
         let e = spec(&MINIMAL.replace("lr = 0.5", "lr = -0.5\nbeta2 = 1.0"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("[train] lr: invalid value '-0.5': -0.5 is not in (0, 100]"), "{e}");
-        assert!(e.contains("[train] beta2: invalid value '1': 1 is not in [0, 1)"), "{e}");
+        assert!(
+            e.contains("[train] lr: invalid value '-0.5': -0.5 is not in (0, ∞)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("[train] beta2: invalid value '1': 1 is not in [0, 1)"),
+            "{e}"
+        );
         let e = spec(&format!(
             "[synth]\nout = 'x'\nrows = 0\nfeatures = 5\nlabels = 3\n{MINIMAL}"
         ))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("[synth] rows: invalid value '0': 0 is not in 1..=1000000000"), "{e}");
+        assert!(
+            e.contains("[synth] rows: invalid value '0': 0 is not in 1..=1000000000"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"a b\"\nchunk_mb = 0"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("[ingest] name 'a b' is not allowed"), "{e}");
-        assert!(e.contains("[ingest] chunk_mb: invalid value '0': 0 is not in 1..=4096"), "{e}");
+        assert!(
+            e.contains("[ingest] chunk_mb: invalid value '0': 0 is not in 1..=4096"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace("name = \"d\"\n", "")).unwrap_err();
         assert!(e.to_string().contains("[ingest] missing key: name"), "{e}");
         // svd's R and M come from the data when left out, and its table may be too.

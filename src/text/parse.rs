@@ -572,7 +572,8 @@ impl RowRules {
         // The row's squared norm is stored in f32 beside it and enters every kernel value.
         let stored = s.indices.iter().zip(&s.values);
         let stored = stored.map(|(&id, &v)| (id, f64::from(v)));
-        let sq_norm = self.check_squared_norm(stored, f64::from(f32::MAX), self.after_transform())?;
+        let sq_norm =
+            self.check_squared_norm(stored, f64::from(f32::MAX), self.after_transform())?;
         Ok(sq_norm as f32)
     }
 
@@ -955,15 +956,24 @@ mod tests {
         // 1e200 fits f64 but its square does not: under L2 the row became zeros.
         let e = refused(&l2, "1 3:0.5 4:1e200\n");
         assert!(
-            e.starts_with("line 2: found value 1e200 for feature 4, whose square takes the \
-                           row's squared norm beyond 1.7976931348623157e308"),
+            e.starts_with(
+                "line 2: found value 1e200 for feature 4, whose square takes the \
+                           row's squared norm beyond 1.7976931348623157e308"
+            ),
             "{e}"
         );
         // Values that fit f32 (2⁶³) whose squares together (2¹²⁸) do not.
-        let e = refused(&rules(), "1 1:2^63 2:2^63 3:2^63 4:2^63\n".replace("2^63", "9223372036854775808").as_str());
+        let e = refused(
+            &rules(),
+            "1 1:2^63 2:2^63 3:2^63 4:2^63\n"
+                .replace("2^63", "9223372036854775808")
+                .as_str(),
+        );
         assert!(
-            e.starts_with("line 2: found value 9.223372036854776e18 for feature 4, whose \
-                           square takes the row's squared norm beyond 3.4028234663852886e38"),
+            e.starts_with(
+                "line 2: found value 9.223372036854776e18 for feature 4, whose \
+                           square takes the row's squared norm beyond 3.4028234663852886e38"
+            ),
             "{e}"
         );
         // Just below both bounds is a row.
@@ -974,7 +984,10 @@ mod tests {
         // Rows given as pairs are checked by the same rule.
         let mut pairs = PairRows::new(&l2);
         let e = pairs.push(0, [(4, 1e200)]).unwrap_err();
-        assert!(e.starts_with("found value 1e200 for feature 4, whose square"), "{e}");
+        assert!(
+            e.starts_with("found value 1e200 for feature 4, whose square"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -17,25 +17,34 @@ use clap::CommandFactory;
 use fsgp::cli::args::Cli;
 
 use crate::common::toy::{copy_dir, prepare, Prepared};
-use crate::common::{pipeline, pipeline_bin, pipeline_ok, status_json, stderr, write};
+use crate::common::{
+    dataset_names, pipeline, pipeline_bin, pipeline_ok, status_json, stderr, write,
+};
 
 /// The values every numeric option is given: both ends of the small numbers, the largest
 /// u64 (= usize on 64-bit), a huge float, a negative number and NaN.
 const EDGES: [&str; 6] = ["0", "1", "18446744073709551615", "1e300", "-1", "NaN"];
 
 /// Values no numeric option may take: refused at parse time, exit 2.
-const NEVER_VALID: [&str; 3] = ["1e300", "-1", "NaN"];
+const NEVER_VALID: [&str; 2] = ["-1", "NaN"];
 
-/// Options any u64 is valid for (a seed; a retention count, where more than the run has
-/// keeps them all); every other option refuses u64::MAX.
-const ANY_U64: [&str; 3] = ["seed", "validation-seed", "keep-checkpoints"];
+/// Values beyond every bound (u64::MAX, 1e300): refused at parse time but by the options of
+/// [`UNBOUNDED`].
+const BEYOND_BOUNDS: [&str; 2] = ["18446744073709551615", "1e300"];
+
+/// Options with no upper bound: a retention count (more than the run has keeps them all)
+/// and the step sizes, finite and positive (a training blown up by one stops at its last
+/// finite checkpoint, naming `--lr`). Every other option refuses u64::MAX and 1e300 (seeds
+/// too: a spec's integers are signed 64-bit).
+const UNBOUNDED: [&str; 3] = ["keep-checkpoints", "lr", "lr-decay"];
 
 /// A run still going after this long is taken for a hang and fails the test.
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// `serve` with a valid value listens until stopped: still running after this long is a
-/// normal start.
-const SERVE_STARTED: Duration = Duration::from_secs(1);
+/// normal start (a few seconds: it reads the model file first, slower in a debug build on a
+/// loaded machine).
+const SERVE_STARTED: Duration = Duration::from_secs(3);
 
 /// One (subcommand, option) pair: the option's long name, without `--`.
 #[derive(Debug, Clone)]
@@ -76,7 +85,8 @@ fn numeric_options() -> Vec<NumericOption> {
 /// The fixture every case starts from: the toy dataset ingested and factorised, one short
 /// training run, its model file, and the generated text files.
 struct Fixture {
-    prepared: Prepared<()>,
+    /// Holds the temporary directory the fixture lives in.
+    _prepared: Prepared<()>,
     base: PathBuf,
     run: i64,
     model: PathBuf,
@@ -103,7 +113,7 @@ fn fixture() -> Fixture {
         model,
         train_txt: src.join("train.txt"),
         test_txt: src.join("test.txt"),
-        prepared,
+        _prepared: prepared,
         base,
     }
 }
@@ -178,11 +188,12 @@ fn baseline(command: &str, f: &Fixture, case_dir: &Path) -> (Vec<(String, String
         "predict" | "evaluate" => vec![("run", run)],
         "export" => vec![("run", run), ("out", path(&case_dir.join("m.parquet")))],
         "report" => vec![("run", run), ("out", path(&case_dir.join("report")))],
+        // The 100 test rows alone: fit trains at least 50 steps whatever its budget.
         "fit" => vec![
-            ("train", path(&f.train_txt)),
-            ("test", path(&f.test_txt)),
+            ("train", path(&f.test_txt)),
             ("budget", "2s".into()),
             ("name", "f".into()),
+            ("spec-out", path(&case_dir.join("f-fit.toml"))),
         ],
         "serve" => vec![
             ("model", path(&f.model)),
@@ -207,9 +218,12 @@ enum Ending {
     StillRunning(Output),
 }
 
-/// Runs `pipeline --workspace WS ARGS`, killed at `limit`.
-fn run_limited(ws: &Path, args: &[String], limit: Duration) -> Ending {
+/// Runs `pipeline --workspace WS ARGS` in `dir`, killed at `limit`.
+fn run_limited(dir: &Path, ws: &Path, args: &[String], limit: Duration) -> Ending {
     let mut child = Command::new(pipeline_bin())
+        // Whatever a command writes beside it (fit's NAME-fit.toml) stays in the case's
+        // directory.
+        .current_dir(dir)
         .arg("--workspace")
         .arg(ws)
         .args(args)
@@ -227,17 +241,24 @@ fn run_limited(ws: &Path, args: &[String], limit: Duration) -> Ending {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ending::Exited(child.wait_with_output().expect("collecting pipeline's output"))
+    Ending::Exited(
+        child
+            .wait_with_output()
+            .expect("collecting pipeline's output"),
+    )
 }
 
 /// What is wrong with `pipeline COMMAND --OPTION=VALUE`'s ending, if anything.
 fn problem(opt: &NumericOption, value: &str, ending: &Ending) -> Option<String> {
     let must_refuse = NEVER_VALID.contains(&value)
-        || (value == EDGES[2] && !ANY_U64.contains(&opt.long.as_str()));
+        || (BEYOND_BOUNDS.contains(&value) && !UNBOUNDED.contains(&opt.long.as_str()));
     let out = match ending {
         Ending::StillRunning(_) if opt.command == "serve" && !must_refuse => return None,
         Ending::StillRunning(out) => {
-            return Some(format!("still running after its time limit: {}", stderr(out)))
+            return Some(format!(
+                "still running after its time limit: {}",
+                stderr(out)
+            ))
         }
         Ending::Exited(out) => out,
     };
@@ -253,12 +274,20 @@ fn problem(opt: &NumericOption, value: &str, ending: &Ending) -> Option<String> 
         Some(0) => None,
         Some(1) if !text.trim().is_empty() => None,
         Some(1) => Some("exit 1 without a message".into()),
-        other => Some(format!("ended by {other:?} (a panic, abort or signal): {text}")),
+        other => Some(format!(
+            "ended by {other:?} (a panic, abort or signal): {text}"
+        )),
     }
 }
 
 /// Runs one case in its own directory (and workspace copy where the command needs one).
-fn run_case(f: &Fixture, scratch: &Path, index: usize, opt: &NumericOption, value: &str) -> Option<String> {
+fn run_case(
+    f: &Fixture,
+    scratch: &Path,
+    index: usize,
+    opt: &NumericOption,
+    value: &str,
+) -> Option<String> {
     let case_dir = scratch.join(format!("case{index}"));
     std::fs::create_dir_all(&case_dir).unwrap();
     let (pairs, needs_workspace) = baseline(&opt.command, f, &case_dir);
@@ -269,8 +298,12 @@ fn run_case(f: &Fixture, scratch: &Path, index: usize, opt: &NumericOption, valu
     let mut args = argv(&opt.command, &pairs, &opt.long);
     // `=` so that `-1` is read as the value, not as a flag.
     args.push(format!("--{}={value}", opt.long));
-    let limit = if opt.command == "serve" { SERVE_STARTED } else { LIMIT };
-    let ending = run_limited(&ws, &args, limit);
+    let limit = if opt.command == "serve" {
+        SERVE_STARTED
+    } else {
+        LIMIT
+    };
+    let ending = run_limited(&case_dir, &ws, &args, limit);
     let found = problem(opt, value, &ending);
     let _ = std::fs::remove_dir_all(&case_dir);
     found.map(|p| format!("pipeline {}: {p}", args.join(" ")))
@@ -281,7 +314,9 @@ fn every_numeric_option_is_refused_or_runs_at_its_types_edges() {
     let f = fixture();
     let options = numeric_options();
     // The walk reaches every subcommand that has numeric options.
-    for command in ["synth", "ingest", "svd", "train", "predict", "evaluate", "fit", "serve"] {
+    for command in [
+        "synth", "ingest", "svd", "train", "predict", "evaluate", "fit", "serve",
+    ] {
         assert!(
             options.iter().any(|o| o.command == command),
             "no numeric option of {command} found in {options:?}"
@@ -337,15 +372,24 @@ impl Fixture {
 #[test]
 fn a_spec_with_an_out_of_range_value_is_refused_before_any_stage() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = crate::common::toy_spec(1, "", "").replace("threads = 2\n", "threads = 2\npower_iters = 1000000\n");
-    let spec = spec.replacen("lr = 0.05", "lr = 1e300", 1);
+    let spec = crate::common::toy_spec(1, "", "")
+        // The first `threads = 2` is [svd]'s.
+        .replacen("threads = 2\n", "threads = 2\npower_iters = 1000000\n", 1)
+        .replacen("lr = 0.05", "lr = -1.0", 1);
     let path = write(dir.path(), "spec.toml", &spec);
     let ws = dir.path().join("ws");
     let out = pipeline(&ws, &["run", path.to_str().unwrap()]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("--power-iters") && text.contains("1000000 is not in 0..=50"), "{text}");
-    assert!(text.contains("--lr") && text.contains("1e300 is not in (0, 100]"), "{text}");
+    assert!(
+        text.contains("[svd] power_iters: invalid value '1000000': 1000000 is not in 0..=50"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[train] lr: invalid value '-1': -1 is not in (0, ∞)"),
+        "{text}"
+    );
+    assert!(text.contains("2 problems in"), "{text}");
     assert!(!dir.path().join("data").exists(), "a stage ran: {text}");
 }
 
@@ -356,7 +400,7 @@ fn fit_set_values_out_of_range_are_refused_before_anything_runs() {
     let train = write(dir.path(), "train.txt", "2 2 1\n0 0:1\n0 1:1\n");
     let ws = dir.path().join("ws");
     for (setting, named) in [
-        ("lr=1e300", "--lr"),
+        ("lr=NaN", "--lr"),
         ("threads=1000000000", "--threads"),
         ("quadrature=18446744073709551615", "--quadrature"),
         ("batch=0", "--batch"),
@@ -368,6 +412,9 @@ fn fit_set_values_out_of_range_are_refused_before_anything_runs() {
         let text = stderr(&out);
         assert!(!out.status.success(), "{setting}: {text}");
         assert!(text.contains(named), "{setting}: {text}");
-        assert!(!ws.join("datasets").exists(), "{setting} ran an ingest: {text}");
+        assert!(
+            dataset_names(&ws).is_empty(),
+            "{setting} ran an ingest: {text}"
+        );
     }
 }
