@@ -934,6 +934,8 @@ mod tests {
             e.contains("[ingest] validation_fraction: invalid value '1.5': 1.5 is not in (0, 1)"),
             "{e}"
         );
+        // validation_seed needs it, but it is present: not also "missing".
+        assert!(!e.contains("missing key"), "{e}");
         let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"d\"\nvalidation_seed = 3"))
             .unwrap_err()
             .to_string();
