@@ -597,8 +597,8 @@ impl RowRules {
         let mut sum = 0.0f64;
         for (id, v) in values {
             sum += v * v;
-            // `!(≤)` so that a NaN sum is refused too.
-            if !(sum <= limit) {
+            // The values are finite, so the sum is never NaN: an overflow is +∞ > limit.
+            if sum > limit {
                 return Err(format!(
                     "found value {v:e} for feature {}{after_transform}, whose square takes the \
                      row's squared norm beyond {limit:e}, expected values whose squares sum \
