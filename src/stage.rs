@@ -372,7 +372,23 @@ fn why_unfinished(ws: &Workspace, run: &RunRow) -> Result<String> {
 
 /// The number of worker threads: as asked, else every core.
 pub fn threads_or_all(threads: Option<usize>) -> usize {
-    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+    threads.unwrap_or_else(cores)
+}
+
+/// The cores this process may run on (2 when the system does not say).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// How many worker threads per core `--threads` may ask for. The stages are compute-bound,
+/// so threads beyond the cores only share them; a few per core still lets a user match a
+/// run made on a larger machine (results are reproducible for a fixed count), while a
+/// count far beyond is a typo that would start millions of threads.
+pub const THREADS_PER_CORE: usize = 4;
+
+/// The most worker threads `--threads` may ask for on this machine.
+pub fn max_threads() -> usize {
+    THREADS_PER_CORE * cores()
 }
 
 /// A rayon pool of `threads` workers for one stage (results are reproducible for a fixed

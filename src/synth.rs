@@ -70,9 +70,9 @@ const TARGET_BLOCK_BYTES: f64 = 1024.0 * 1024.0;
 /// RNG domain of the model (splits use 0 = train and 1 = test).
 const MODEL_DOMAIN: u64 = 0x6d6f_6465_6c00_0000;
 /// Upper bounds on D and K: the model keeps O(D + K) tables, so guard against typos.
-const MAX_FEATURES: u32 = 100_000_000;
-const MAX_LABELS: u32 = 100_000_000;
-const MAX_TOPICS: u32 = 65_536;
+pub const MAX_FEATURES: u32 = 100_000_000;
+pub const MAX_LABELS: u32 = 100_000_000;
+pub const MAX_TOPICS: u32 = 65_536;
 
 // ---------------------------------------------------------------------------------------------
 // Public API

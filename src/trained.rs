@@ -266,9 +266,13 @@ impl FromStr for Negatives {
         if s == "all" {
             return Ok(Negatives::All);
         }
+        // A sample of more negatives than a dataset can have labels is a typo.
+        let most = crate::text::parse::MAX_IDS as usize;
         match s.parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Negatives::Sample(n)),
-            _ => Err(format!("expected 'all' or a positive count, found {s:?}")),
+            Ok(n) if (1..=most).contains(&n) => Ok(Negatives::Sample(n)),
+            _ => Err(format!(
+                "expected 'all' or a positive count of at most {most}, found {s:?}"
+            )),
         }
     }
 }

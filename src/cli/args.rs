@@ -10,13 +10,22 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
+use std::ops::Bound::{Excluded, Included};
+
+use super::bounds::{
+    int_in, open_fraction, positive_at_most, positive_finite, real_in, run_id, seed, threads,
+    MAX_BLOCK_ROWS, MAX_HIDDEN, MAX_KMEANS_ITERS, MAX_LISTED_RUNS, MAX_MC_PAIRS, MAX_PREFETCH,
+    MAX_PROPENSITY, MAX_QUADRATURE, MAX_SPLIT_COLUMN, MAX_SYNTH_ROWS,
+};
 use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
+use crate::ingest::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
 use crate::ingest::validation::ValidationSplit;
+use crate::metrics::MAX_K;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::input::{InputOptions, StreamFormat};
 use crate::predict::PredictOptions;
@@ -24,10 +33,11 @@ use crate::serve::{Limits, ServeOptions};
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::verify::VerifyOptions;
 use crate::svd::kmeans::InitMethod;
-use crate::svd::{SvdOptions, DEFAULT_INDUCING, DEFAULT_RANK};
-use crate::synth::{Shape, SynthOptions};
+use crate::svd::{SvdOptions, DEFAULT_INDUCING, DEFAULT_RANK, MAX_OVERSAMPLE, MAX_POWER_ITERS};
+use crate::synth::{self, Shape, SynthOptions};
 use crate::text::parse::UnknownFeatures;
-use crate::train::batches::MAX_EPOCHS;
+use crate::text::parse::MAX_IDS;
+use crate::train::batches::{MAX_EPOCHS, MAX_STEPS};
 use crate::train::budget::DEFAULT_MIN_STEPS;
 use crate::train::early::EVALUATIONS_PER_BUDGET;
 use crate::train::{ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS};
@@ -154,34 +164,37 @@ pub struct SynthArgs {
     #[arg(long)]
     pub force: bool,
     /// Number of training rows N.
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u64>(1, MAX_SYNTH_ROWS))]
     pub rows: Option<u64>,
     /// Number of test rows (default: the preset's test/train ratio, or rows/4).
-    #[arg(long = "test-rows")]
+    #[arg(long = "test-rows", value_parser = int_in::<u64>(0, MAX_SYNTH_ROWS))]
     pub test_rows: Option<u64>,
     /// Number of features D.
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u32>(1, synth::MAX_FEATURES.into()))]
     pub features: Option<u32>,
     /// Number of labels K (L).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u32>(1, synth::MAX_LABELS.into()))]
     pub labels: Option<u32>,
     /// Mean number of non-zero features per row (default 20 without --shape).
-    #[arg(long = "nnz-per-row")]
+    #[arg(long = "nnz-per-row",
+          value_parser = real_in(Included(1.0), Included(synth::MAX_FEATURES.into())))]
     pub nnz_per_row: Option<f64>,
     /// Mean number of labels per row (default 3 without --shape).
-    #[arg(long = "labels-per-row")]
+    #[arg(long = "labels-per-row",
+          value_parser = real_in(Included(0.0), Included(synth::MAX_LABELS.into())))]
     pub labels_per_row: Option<f64>,
     /// Number of planted topics (rank of the planted structure; default clamp(2*sqrt(K), 8, 256)).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u32>(1, synth::MAX_TOPICS.into()))]
     pub topics: Option<u32>,
     /// Take defaults from one of the paper's data sets (Table 1).
     #[arg(long, value_parser = one_of::<Shape>())]
     pub shape: Option<Shape>,
     /// Random seed; the output bytes are a function of the configuration and the seed only.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = seed())]
     pub seed: u64,
-    /// Worker threads (default: all available cores). Does not change the output.
-    #[arg(long)]
+    /// Worker threads (default: all available cores; at most 4 per core). Does not change
+    /// the output.
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
 }
 
@@ -226,7 +239,7 @@ pub struct IngestArgs {
     #[arg(long, requires = "data")]
     pub test_split: Option<PathBuf>,
     /// Split layout: which column of the split files to use (0 = the first).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = int_in::<usize>(0, MAX_SPLIT_COLUMN))]
     pub split_column: usize,
     /// BoW layout: training feature file (`N D` header, rows `f:v ...`).
     #[arg(long, requires = "train_labels")]
@@ -260,23 +273,23 @@ pub struct IngestArgs {
     #[arg(long)]
     pub lenient: bool,
     /// Rows per chunk file (default: sized so a chunk holds about --chunk-mb of data).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<usize>(1, MAX_CHUNK_ROWS as u64))]
     pub chunk_rows: Option<usize>,
     /// Target uncompressed size of a chunk in MiB when --chunk-rows is not given.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = int_in::<usize>(1, MAX_CHUNK_MB as u64))]
     pub chunk_mb: usize,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
+    /// Worker threads (default: all cores; at most 4 per core).
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Replace an existing dataset of this name whose inputs or options differ.
     #[arg(long)]
     pub replace: bool,
     /// Carve a validation split out of the training rows: each goes to `validation` with
     /// this probability, decided by a seeded hash of its row index (in (0, 1), e.g. 0.2).
-    #[arg(long)]
+    #[arg(long, value_parser = open_fraction())]
     pub validation_fraction: Option<f64>,
     /// Seed of the validation carve's row hash.
-    #[arg(long, requires = "validation_fraction", default_value_t = 0)]
+    #[arg(long, requires = "validation_fraction", default_value_t = 0, value_parser = seed())]
     pub validation_seed: u64,
     /// Input format: `libsvm` reads --train [--test] as LIBSVM / SVMlight files (`label
     /// idx:val ...`, no header); `xc`, `xc-split`, `bow` are the Extreme Classification
@@ -292,7 +305,7 @@ pub struct IngestArgs {
     pub first_label: bool,
     /// LIBSVM: the number of features D (default: the largest index in the files);
     /// indices beyond it are errors.
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", value_parser = int_in::<u32>(1, MAX_IDS.into()))]
     pub features: Option<u32>,
     /// With --first-label: number the classes of every split's rows (all, the default) or of
     /// the training rows only (train); a test row whose class no training row has is then
@@ -433,31 +446,35 @@ pub struct SvdArgs {
     #[arg(long)]
     pub dataset: String,
     // Its help is `rank_help`'s, which states the default rule from its constant.
-    #[arg(long, help = rank_help())]
+    #[arg(long, help = rank_help(), value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub rank: Option<usize>,
     /// p: extra random directions beyond R (accuracy of the last singular values).
-    #[arg(long, default_value_t = svd_default().oversample)]
+    #[arg(long, default_value_t = svd_default().oversample,
+          value_parser = int_in::<usize>(0, MAX_OVERSAMPLE as u64))]
     pub oversample: usize,
     /// q: power iterations (each is one more pass over the data).
-    #[arg(long, default_value_t = svd_default().power_iters)]
+    #[arg(long, default_value_t = svd_default().power_iters,
+          value_parser = int_in::<usize>(0, MAX_POWER_ITERS as u64))]
     pub power_iters: usize,
     // Its help is `svd_inducing_help`'s, which states the default rule from its constant.
-    #[arg(long, help = svd_inducing_help())]
+    #[arg(long, help = svd_inducing_help(), value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub inducing: Option<usize>,
     /// How A is initialised.
     #[arg(long, default_value_t = svd_default().init,
           value_parser = one_of::<InitMethod>())]
     pub init: InitMethod,
     /// Lloyd iterations of the k-means initialisation.
-    #[arg(long, default_value_t = svd_default().kmeans_iters)]
+    #[arg(long, default_value_t = svd_default().kmeans_iters,
+          value_parser = int_in::<usize>(0, MAX_KMEANS_ITERS))]
     pub kmeans_iters: usize,
     /// Run k-means on a uniform sample of at most this many rows of K_XX̃.
-    #[arg(long, default_value_t = svd_default().kmeans_max_rows)]
+    #[arg(long, default_value_t = svd_default().kmeans_max_rows,
+          value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub kmeans_max_rows: usize,
-    #[arg(long, default_value_t = svd_default().seed)]
+    #[arg(long, default_value_t = svd_default().seed, value_parser = seed())]
     pub seed: u64,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
+    /// Worker threads (default: all cores; at most 4 per core).
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
 }
 
@@ -551,7 +568,7 @@ pub struct TrainFlags {
     #[arg(long, required_unless_present = "resume")]
     pub dataset: Option<String>,
     /// SVD run whose factors to use (default: the newest one of the dataset).
-    #[arg(long)]
+    #[arg(long, value_parser = run_id())]
     pub svd: Option<i64>,
     /// The GP kernel (docs/model.md).
     #[arg(long, default_value_t = train_default().kernel, value_parser = one_of::<KernelChoice>())]
@@ -570,7 +587,7 @@ pub struct TrainFlags {
     /// Train q(u) by natural-gradient steps of size γ in (0, 1] (Adam trains the rest);
     /// γ follows --lr-decay's schedule. Needs --q-form cholesky or whitened (docs/model.md,
     /// "Natural gradients").
-    #[arg(long, value_name = "GAMMA")]
+    #[arg(long, value_name = "GAMMA", value_parser = real_in(Excluded(0.0), Included(1.0)))]
     pub natural_step: Option<f64>,
     /// The likelihood: logistic or probit for the binary and multilabel tasks, one of the
     /// others for multiclass (docs/likelihood.md).
@@ -588,7 +605,8 @@ pub struct TrainFlags {
     pub latent: LatentChoice,
     /// Robust-max's ε in (0, 1): the probability mass spread evenly over the K classes
     /// (--likelihood robust-max only).
-    #[arg(long, default_value_t = train_default().robust_max_epsilon, value_name = "EPS")]
+    #[arg(long, default_value_t = train_default().robust_max_epsilon, value_name = "EPS",
+          value_parser = open_fraction())]
     pub robust_max_epsilon: f64,
     /// Train robust-max's ε (as logit ε, from --robust-max-epsilon) with the other
     /// parameters (--likelihood robust-max only; GPflow's RobustMax with ε trainable).
@@ -597,80 +615,90 @@ pub struct TrainFlags {
     /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
     /// softmax, per row for the predictive class probabilities of softmax, ove and
     /// augment-and-reduce runs, and ar-logit's ε rule of 2S points.
-    #[arg(long, default_value_t = train_default().mc_pairs, value_name = "S")]
+    #[arg(long, default_value_t = train_default().mc_pairs, value_name = "S",
+          value_parser = int_in::<usize>(1, MAX_MC_PAIRS))]
     pub mc_pairs: usize,
     /// Width H of the amortisation network's two hidden layers, which maps each row to its
     /// local variational parameters (--likelihood ar-softmax or ar-logit only).
-    #[arg(long, default_value_t = train_default().amortiser_hidden, value_name = "H")]
+    #[arg(long, default_value_t = train_default().amortiser_hidden, value_name = "H",
+          value_parser = int_in::<usize>(1, MAX_HIDDEN))]
     pub amortiser_hidden: usize,
     /// S negative classes per row and step, drawn uniformly, their sum scaled by (K − 1)/S
     /// (--likelihood ove, ar-softmax or ar-logit; default: all K − 1).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub class_samples: Option<usize>,
     /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
     /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows, which
     /// svd holds to N).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub inducing: Option<usize>,
     // Its help is `factors_help`'s, which states the default rule from its constant.
-    #[arg(long, help = factors_help())]
+    #[arg(long, help = factors_help(), value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub factors: Option<usize>,
     /// B: rows per minibatch.
-    #[arg(long, default_value_t = train_default().batch)]
+    #[arg(long, default_value_t = train_default().batch,
+          value_parser = int_in::<usize>(1, MAX_BLOCK_ROWS))]
     pub batch: usize,
     // The budget in passes over the training rows (help: `epochs_help`, which names the
     // limits from their constants).
     #[arg(long, default_value_t = train_default().epochs, conflicts_with = "steps",
-          help = epochs_help())]
+          value_parser = int_in::<u64>(1, MAX_EPOCHS), help = epochs_help())]
     pub epochs: u64,
     /// The budget in optimiser steps instead of epochs: S steps in all, counted from step 0,
     /// through as many epochs as they take (the last one possibly cut short).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = int_in::<u64>(1, MAX_STEPS))]
     pub steps: Option<u64>,
     /// Stop after S optimiser steps in all, counted from step 0 (or at the end of the budget
     /// if sooner); an epoch cut short is recorded like the others, over the steps it ran.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = int_in::<u64>(1, MAX_STEPS))]
     pub max_steps: Option<u64>,
     /// Adam's learning rate η.
-    #[arg(long, default_value_t = train_default().lr)]
+    #[arg(long, default_value_t = train_default().lr, value_parser = positive_finite())]
     pub lr: f64,
     /// Multiply η by --lr-decay after each of these epoch counts (multi-step decay):
     /// `--lr-decay-at 40,50` trains epochs 1–40 with η, 41–50 with γη and the rest with γ²η.
-    #[arg(long, value_name = "E1,E2,…", value_delimiter = ',')]
+    #[arg(long, value_name = "E1,E2,…", value_delimiter = ',',
+          value_parser = int_in::<u64>(1, MAX_EPOCHS))]
     pub lr_decay_at: Vec<u64>,
     /// γ, the factor of each --lr-decay-at decay.
-    #[arg(long, value_name = "γ", default_value_t = train_default().lr_decay)]
+    #[arg(long, value_name = "γ", default_value_t = train_default().lr_decay,
+          value_parser = positive_finite())]
     pub lr_decay: f64,
-    #[arg(long, default_value_t = train_default().beta1)]
+    #[arg(long, default_value_t = train_default().beta1,
+          value_parser = real_in(Included(0.0), Excluded(1.0)))]
     pub beta1: f64,
-    #[arg(long, default_value_t = train_default().beta2)]
+    #[arg(long, default_value_t = train_default().beta2,
+          value_parser = real_in(Included(0.0), Excluded(1.0)))]
     pub beta2: f64,
     /// Negative labels per row: all, or a uniform sample of COUNT reweighted to stay unbiased.
     #[arg(long, default_value_t = train_default().negatives,
           value_parser = |s: &str| s.parse::<Negatives>())]
     pub negatives: Negatives,
     /// Gauss–Hermite points of the likelihood expectations.
-    #[arg(long, default_value_t = train_default().quadrature)]
+    #[arg(long, default_value_t = train_default().quadrature,
+          value_parser = int_in::<usize>(1, MAX_QUADRATURE))]
     pub quadrature: usize,
-    #[arg(long, default_value_t = train_default().seed)]
+    #[arg(long, default_value_t = train_default().seed, value_parser = seed())]
     pub seed: u64,
-    /// Worker threads (default: all cores). Results are bitwise reproducible for a fixed
-    /// thread count.
-    #[arg(long)]
+    /// Worker threads (default: all cores; at most 4 per core, which still matches a run
+    /// made on a machine with a few times the cores). Results are bitwise reproducible for
+    /// a fixed thread count.
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Continue an interrupted or failed run from its last checkpoint. Options not given
     /// are taken from the run; --epochs, --steps, --max-steps, --checkpoint-every,
     /// --keep-checkpoints, --threads, --prefetch, --eval-every, --eval-split and
     /// --no-final-elbo may be given to change them (each change is printed and recorded);
     /// any other option that differs from the run's is refused.
-    #[arg(long)]
+    #[arg(long, value_parser = run_id())]
     pub resume: Option<i64>,
     /// Start a new run even when an interrupted run with exactly this configuration exists
     /// (by default that run is resumed).
     #[arg(long, conflicts_with = "resume")]
     pub fresh: bool,
     /// Write a checkpoint every this many steps (and always at the end).
-    #[arg(long, default_value_t = train_default().checkpoint_every)]
+    #[arg(long, default_value_t = train_default().checkpoint_every,
+          value_parser = int_in::<u64>(1, MAX_STEPS))]
     pub checkpoint_every: u64,
     /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants); the
     /// same as --inducing-inputs fixed-subspace.
@@ -687,13 +715,15 @@ pub struct TrainFlags {
     /// Keep the kernel hyperparameters at their initial values for the first E0 epochs,
     /// then train them (Hensman, Matthews & Ghahramani, Scalable Variational Gaussian
     /// Process Classification, §5).
-    #[arg(long, value_name = "E0")]
+    #[arg(long, value_name = "E0", value_parser = int_in::<u64>(1, MAX_EPOCHS))]
     pub release_hyper_after: Option<u64>,
     /// Minibatches the prefetch queue holds.
-    #[arg(long, default_value_t = train_default().prefetch)]
+    #[arg(long, default_value_t = train_default().prefetch,
+          value_parser = int_in::<usize>(1, MAX_PREFETCH))]
     pub prefetch: usize,
     /// Chunks whose rows are shuffled together.
-    #[arg(long, default_value_t = train_default().shuffle_chunks)]
+    #[arg(long, default_value_t = train_default().shuffle_chunks,
+          value_parser = int_in::<usize>(1, MAX_PREFETCH))]
     pub shuffle_chunks: usize,
     /// Skip the exact full-data bound at the end (a full pass over all rows and labels).
     #[arg(long)]
@@ -701,7 +731,8 @@ pub struct TrainFlags {
     /// Every this many epochs (and after the last), rank the rows of --eval-split and
     /// record P@k, nDCG@k, PSP@k, PSnDCG@k (k ≤ 5) per epoch; 0 = never. It reads the
     /// parameters only, so the trained numbers do not depend on it.
-    #[arg(long, default_value_t = train_default().eval_every)]
+    #[arg(long, default_value_t = train_default().eval_every,
+          value_parser = int_in::<u64>(0, MAX_EPOCHS))]
     pub eval_every: u64,
     /// The held-out split --eval-every ranks.
     #[arg(long, default_value_t = train_default().eval_split, value_parser = one_of::<Split>())]
@@ -723,10 +754,12 @@ pub struct TrainFlags {
     pub early_stopping: bool,
     /// With --early-stopping: scores in a row without improvement on the best before the
     /// run stops.
-    #[arg(long, value_name = "N", default_value_t = train_default().patience)]
+    #[arg(long, value_name = "N", default_value_t = train_default().patience,
+          value_parser = int_in::<u64>(1, MAX_STEPS))]
     pub patience: u64,
     // With --early-stopping: steps between two scores (help: `validate_every_help`).
-    #[arg(long, value_name = "S", help = validate_every_help())]
+    #[arg(long, value_name = "S", help = validate_every_help(),
+          value_parser = int_in::<u64>(1, MAX_STEPS))]
     pub validate_every: Option<u64>,
     /// With --early-stopping: the validation figure watched (default: P@1 for multilabel,
     /// nlp for binary and multiclass).
@@ -794,15 +827,16 @@ impl TrainFlags {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ElboArgs {
     /// Training run.
-    #[arg(long)]
+    #[arg(long, value_parser = run_id())]
     pub run: i64,
     /// Checkpoint step (default: the run's best with --early-stopping, else its last).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u64>(0, MAX_STEPS))]
     pub checkpoint: Option<u64>,
     /// Split whose bound is computed (only the training split has K_XX̃ factors).
     #[arg(long, default_value_t = Split::Train, value_parser = one_of::<Split>())]
     pub split: Split,
-    #[arg(long)]
+    /// Worker threads (default: the training run's count; at most 4 per core).
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
 }
 
@@ -834,30 +868,30 @@ fn top_k_help() -> String {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PredictArgs {
     /// Training run.
-    #[arg(long, required_unless_present = "model")]
+    #[arg(long, required_unless_present = "model", value_parser = run_id())]
     pub run: Option<i64>,
     /// With --input: score under this model file (`pipeline export`) instead of a run; no
     /// workspace is read
     #[arg(long, value_name = "MODEL", requires = "input", conflicts_with_all = ["run", "checkpoint"])]
     pub model: Option<PathBuf>,
     /// Checkpoint step (default: the run's best with --early-stopping, else its last).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u64>(0, MAX_STEPS))]
     pub checkpoint: Option<u64>,
     #[arg(long, default_value_t = Split::Test, value_parser = one_of::<Split>())]
     pub split: Split,
     // Its help is `top_k_help`'s, which states the default rule from its constants.
-    #[arg(long, help = top_k_help())]
+    #[arg(long, help = top_k_help(), value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub top_k: Option<usize>,
     /// Rows scored together (memory: rows × labels f64 scores).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = int_in::<usize>(1, MAX_BLOCK_ROWS))]
     pub block_rows: usize,
     /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).
     /// Labels stay ranked by the mean f̄, so the probabilities need not decrease along a row.
     #[arg(long)]
     pub probabilities: bool,
     /// Worker threads (default: the training run's count; with --model, the run's as
-    /// exported)
-    #[arg(long)]
+    /// exported; at most 4 per core)
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Score the rows of this file instead of a split: text as the run's dataset was
     /// ingested (XML-repository rows with or without their header, or LIBSVM; plain, gzip
@@ -918,8 +952,8 @@ pub struct ServeArgs {
     /// Loopback by default: put a proxy in front to serve other hosts
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: std::net::SocketAddr,
-    /// Scoring threads (default: every core)
-    #[arg(long)]
+    /// Scoring threads (default: every core; at most 4 per core)
+    #[arg(long, value_parser = threads())]
     pub threads: Option<usize>,
     /// Largest request body in bytes (413 beyond)
     #[arg(long, default_value_t = Limits::default().max_body_bytes,
@@ -1028,10 +1062,10 @@ fn serve_seconds(text: &str) -> Result<Seconds, String> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExportArgs {
     /// Training run.
-    #[arg(long)]
+    #[arg(long, value_parser = run_id())]
     pub run: i64,
     /// Checkpoint step (default: the run's best with --early-stopping, else its last).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u64>(0, MAX_STEPS))]
     pub checkpoint: Option<u64>,
     /// The model file to write (written beside it under a temporary name, then renamed).
     #[arg(long, value_name = "MODEL")]
@@ -1059,23 +1093,25 @@ pub struct EvaluateArgs {
     #[arg(long, required_unless_present = "run", conflicts_with = "run")]
     pub predictions: Option<String>,
     /// A training run: evaluates its predictions on --split (predicting first if needed).
-    #[arg(long)]
+    #[arg(long, value_parser = run_id())]
     pub run: Option<i64>,
     /// With --run: the checkpoint step (default: the run's last).
-    #[arg(long, requires = "run")]
+    #[arg(long, requires = "run", value_parser = int_in::<u64>(0, MAX_STEPS))]
     pub checkpoint: Option<u64>,
     /// With --run: the split to predict and evaluate.
     #[arg(long, default_value_t = Split::Test, requires = "run",
           value_parser = one_of::<Split>())]
     pub split: Split,
     /// Metrics at k = 1..K.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = int_in::<usize>(1, MAX_K as u64))]
     pub k: usize,
     /// Propensity model parameter A (0.55 generic, 0.6 Amazon, 0.5 Wikipedia).
-    #[arg(long, default_value_t = PropensityParams::GENERIC.a)]
+    #[arg(long, default_value_t = PropensityParams::GENERIC.a,
+          value_parser = positive_at_most(MAX_PROPENSITY))]
     pub propensity_a: f64,
     /// Propensity model parameter B (1.5 generic, 2.6 Amazon, 0.4 Wikipedia).
-    #[arg(long, default_value_t = PropensityParams::GENERIC.b)]
+    #[arg(long, default_value_t = PropensityParams::GENERIC.b,
+          value_parser = real_in(Included(0.0), Included(MAX_PROPENSITY)))]
     pub propensity_b: f64,
     /// Test rows without labels: count them (every metric 0 on them, as pyxclib does) or
     /// leave them out.
@@ -1150,7 +1186,7 @@ pub struct FitArgs {
     pub task: Option<LabelKind>,
     /// LIBSVM: the number of features D, as ingest's --features (default: the largest
     /// index in the files, which misses features zero in every training row).
-    #[arg(long)]
+    #[arg(long, value_parser = int_in::<u32>(1, MAX_IDS.into()))]
     pub features: Option<u32>,
     /// Wall-clock budget of the whole fit, e.g. 90s, 5m, 1h.
     #[arg(long, default_value = "5m", value_parser = parse_budget)]
@@ -1160,10 +1196,10 @@ pub struct FitArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Seed of the validation carve, the svd and every training run.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = seed())]
     pub seed: u64,
     /// Share of the training rows carved out for choosing the model.
-    #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION)]
+    #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION, value_parser = open_fraction())]
     pub validation_fraction: f64,
     /// Where to write the spec of the final model (default: NAME-fit.toml here).
     #[arg(long)]
@@ -1254,12 +1290,16 @@ pub fn parse_budget(text: &str) -> Result<f64, String> {
         }
     };
     match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= MAX_BUDGET_SECONDS => Ok(v * scale),
         _ => Err(format!(
-            "'{text}' is not a positive duration (e.g. 90s, 5m, 1h)"
+            "'{text}' is not a positive duration of at most {} days (e.g. 90s, 5m, 1h)",
+            MAX_BUDGET_SECONDS / 86_400.0
         )),
     }
 }
+
+/// The longest `fit --budget`: thirty days, beyond which a budget is a typo.
+pub const MAX_BUDGET_SECONDS: f64 = 30.0 * 86_400.0;
 
 /// `pipeline fit`'s validation share carved out of the training file.
 pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
@@ -1268,7 +1308,7 @@ pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
     /// Training run.
-    #[arg(long)]
+    #[arg(long, value_parser = run_id())]
     pub run: i64,
     /// Output directory, created if missing (default: `<workspace>/reports/train-run<RUN>`,
     /// where an earlier report's files are replaced). Only the report's own files are
@@ -1288,11 +1328,11 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// How many recent stage runs (and training runs) to list.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = int_in::<usize>(1, MAX_LISTED_RUNS))]
     pub runs: usize,
     /// Show one run in full: parameters, status, times, error, artifacts with the key–value
     /// metadata of their Parquet files, checkpoints, metrics.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = run_id())]
     pub run: Option<i64>,
 }
 

@@ -3,6 +3,7 @@
 //! options and runs the stage. `pipeline run` ([`spec`]) does the same from a TOML spec.
 
 pub mod args;
+pub mod bounds;
 pub mod fit;
 pub mod spec;
 mod status;

@@ -726,11 +726,11 @@ mod tests {
         for expected in [
             "[train] unknown key 'lerning_rate' (did you mean 'lr'?)",
             "[train] epochs: expected an integer, found a string \"ten\"",
-            "[svd] rank must be at least 1",
+            "[svd] rank: invalid value '0': 0 is not in 1..=2147483647",
             "[svd] seed must be ≥ 0, not -1",
             "[predict] unknown key 'kernel' (it is an option of [train])",
             "[predict] block_rows: expected an integer, found a number 1.5",
-            "[predict] top_k must be at least 1",
+            "[predict] top_k: invalid value '0': 0 is not in 1..=2147483647",
             "[evaluate] labelless: invalid value 'drop' (expected one of: count-as-zero, skip)",
             "8 problems in",
         ] {
@@ -743,19 +743,31 @@ mod tests {
         let e = spec(&MINIMAL.replace("lr = 0.5", "lr = -0.5\nbeta2 = 1.0"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("[train] lr must be > 0"), "{e}");
-        assert!(e.contains("[train] beta2 must be in [0, 1), not 1"), "{e}");
+        assert!(
+            e.contains("[train] lr: invalid value '-0.5': -0.5 is not in (0, ∞)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("[train] beta2: invalid value '1': 1 is not in [0, 1)"),
+            "{e}"
+        );
         let e = spec(&format!(
             "[synth]\nout = 'x'\nrows = 0\nfeatures = 5\nlabels = 3\n{MINIMAL}"
         ))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("[synth] rows must be at least 1"), "{e}");
+        assert!(
+            e.contains("[synth] rows: invalid value '0': 0 is not in 1..=1000000000"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"a b\"\nchunk_mb = 0"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("[ingest] name 'a b' is not allowed"), "{e}");
-        assert!(e.contains("[ingest] chunk_mb must be positive"), "{e}");
+        assert!(
+            e.contains("[ingest] chunk_mb: invalid value '0': 0 is not in 1..=4096"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace("name = \"d\"\n", "")).unwrap_err();
         assert!(e.to_string().contains("[ingest] missing key: name"), "{e}");
         // svd's R and M come from the data when left out, and its table may be too.
@@ -823,13 +835,19 @@ mod tests {
                 && e.contains("use --ard subspace"),
             "{e}"
         );
+        let e = spec(&MINIMAL.replace("freeze_hyper = false", "release_hyper_after = 0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[train] release_hyper_after: invalid value '0': 0 is not in 1..=1000000"),
+            "{e}"
+        );
         let e = spec(&MINIMAL.replace(
             "freeze_hyper = false",
-            "freeze_hyper = true\nrelease_hyper_after = 0",
+            "freeze_hyper = true\nrelease_hyper_after = 2",
         ))
         .unwrap_err()
         .to_string();
-        assert!(e.contains("[train] release_hyper_after must be ≥ 1"), "{e}");
         assert!(e.contains("cannot be combined with --freeze-hyper"), "{e}");
         // A step-size schedule: a list as an array, one epoch as an integer; not a string.
         for keys in ["lr_decay_at = [1, 2]\nlr_decay = 0.5", "lr_decay_at = 2"] {
@@ -918,9 +936,11 @@ mod tests {
         assert!(e.contains("unknown key 'seedz' (did you mean 'seed"), "{e}");
         let e = spec(&carved.replace("0.2", "1.5")).unwrap_err().to_string();
         assert!(
-            e.contains("[ingest] validation_fraction must be in (0, 1), not 1.5"),
+            e.contains("[ingest] validation_fraction: invalid value '1.5': 1.5 is not in (0, 1)"),
             "{e}"
         );
+        // validation_seed needs it, but it is present: not also "missing".
+        assert!(!e.contains("missing key"), "{e}");
         let e = spec(&MINIMAL.replace("name = \"d\"", "name = \"d\"\nvalidation_seed = 3"))
             .unwrap_err()
             .to_string();

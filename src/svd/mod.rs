@@ -32,6 +32,7 @@ use crate::store::space::{ensure_free, human_bytes};
 use crate::store::workspace::Workspace;
 use kmeans::{InitMethod, KMeansConfig};
 use rsvd::{randomized_svd_on, ChunkFiles, RowSource, SvdConfig};
+pub use rsvd::{MAX_OVERSAMPLE, MAX_POWER_ITERS};
 
 /// R when `--rank` is not given, before [`SvdSizes::of`] holds it to min(N, D): the
 /// paper's Delicious setting (R = 250 of D = 500). The basis costs 4·N·R bytes of K_XX̃ on
@@ -95,6 +96,12 @@ impl SvdOptions {
         });
         c.check(self.kmeans_max_rows >= 1, "kmeans-max-rows", || {
             "must be at least 1".into()
+        });
+        c.check(self.oversample <= MAX_OVERSAMPLE, "oversample", || {
+            format!("must be at most {MAX_OVERSAMPLE}")
+        });
+        c.check(self.power_iters <= MAX_POWER_ITERS, "power-iters", || {
+            format!("must be at most {MAX_POWER_ITERS} (each is a pass over the data)")
         });
         c.into_result()
     }

@@ -103,6 +103,15 @@ impl RowSource for ChunkFiles {
     }
 }
 
+/// The most power iterations an svd may make. Each is one more pass over the data, and
+/// two or three already bring the sketch's error close to the optimum (Halko, Martinsson &
+/// Tropp, §4.5); far beyond, a typo would read the data for days.
+pub const MAX_POWER_ITERS: usize = 50;
+
+/// The most oversampling directions beyond R: the sketch holds D × (R + p) numbers, and a
+/// p of ten or twenty is the usual choice (Halko, Martinsson & Tropp, §4.2).
+pub const MAX_OVERSAMPLE: usize = 10_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SvdConfig {
     pub rank: usize,
@@ -301,7 +310,14 @@ fn randomized_svd_passes(
     if cfg.rank as u64 > n || cfg.rank > d {
         bail!("--rank {} exceeds min(N, D) = min({n}, {d})", cfg.rank);
     }
-    let k = (cfg.rank + cfg.oversample).min(d);
+    if cfg.power_iters > MAX_POWER_ITERS {
+        bail!(
+            "--power-iters {} exceeds {MAX_POWER_ITERS}: each is a pass over the data",
+            cfg.power_iters
+        );
+    }
+    // R + p beyond D is D: the sketch cannot have more independent columns than D.
+    let k = cfg.rank.saturating_add(cfg.oversample).min(d);
     let total = cfg.power_iters + 2;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let omega = Panels::from_mat(

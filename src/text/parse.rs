@@ -557,20 +557,57 @@ impl RowRules {
                 w[0].0 + self.index_base
             ));
         }
+        // The L2 transform divides by the norm of the values as read: an infinite one
+        // would turn the row into zeros, scored as an empty row.
+        self.check_squared_norm(s.features.iter().copied(), f64::MAX, "")?;
         self.transform
             .apply(&s.features, &mut s.indices, &mut s.values)
             .map_err(|(id, v)| {
                 format!(
                     "found value {v} for feature {}, expected a value that fits in f32{}",
                     id + self.index_base,
-                    match self.transform {
-                        Transform::None | Transform::L2 => "",
-                        _ => " after the dataset's transform",
-                    }
+                    self.after_transform()
                 )
             })?;
-        let sq_norm: f64 = s.values.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        // The row's squared norm is stored in f32 beside it and enters every kernel value.
+        let stored = s.indices.iter().zip(&s.values);
+        let stored = stored.map(|(&id, &v)| (id, f64::from(v)));
+        let sq_norm =
+            self.check_squared_norm(stored, f64::from(f32::MAX), self.after_transform())?;
         Ok(sq_norm as f32)
+    }
+
+    /// `" after the dataset's transform"` when the transform changes the values the
+    /// messages name (the L2 one only rescales the row).
+    fn after_transform(&self) -> &'static str {
+        match self.transform {
+            Transform::None | Transform::L2 => "",
+            _ => " after the dataset's transform",
+        }
+    }
+
+    /// The sum of the squares of `values` (in their order), or the message naming the
+    /// feature whose square takes it beyond `limit` (or makes it non-finite).
+    fn check_squared_norm(
+        &self,
+        values: impl Iterator<Item = (u32, f64)>,
+        limit: f64,
+        after_transform: &str,
+    ) -> Result<f64, String> {
+        let mut sum = 0.0f64;
+        for (id, v) in values {
+            sum += v * v;
+            // The values are finite, so the sum is never NaN: an overflow is +∞ > limit.
+            if sum > limit {
+                return Err(format!(
+                    "found value {v:e} for feature {}{after_transform}, whose square takes the \
+                     row's squared norm beyond {limit:e}, expected values whose squares sum \
+                     to at most {limit:e}",
+                    id + self.index_base
+                ));
+            }
+        }
+        Ok(sum)
     }
 }
 
@@ -903,6 +940,54 @@ mod tests {
         assert_eq!(row.indices, &[1, 9]);
         assert_eq!(row.values, &[0.6, 0.8]);
         assert!((row.sq_norm - 1.0).abs() < 1e-7);
+    }
+
+    /// A row whose squared norm overflows is refused naming the feature whose square
+    /// made it: as read (f64; the L2 transform divides by its root) and as stored (f32).
+    #[test]
+    fn rows_whose_squared_norm_overflows_are_refused_naming_the_feature() {
+        let mut l2 = rules();
+        l2.transform = crate::transform::Transform::L2;
+        let refused = |rl: &RowRules, line: &str| {
+            let (_, e) = parse_block(line.as_bytes(), 2, true, LineSyntax::LabelsFeatures, rl)
+                .expect_err(line);
+            e.to_string()
+        };
+        // 1e200 fits f64 but its square does not: under L2 the row became zeros.
+        let e = refused(&l2, "1 3:0.5 4:1e200\n");
+        assert!(
+            e.starts_with(
+                "line 2: found value 1e200 for feature 4, whose square takes the \
+                           row's squared norm beyond 1.7976931348623157e308"
+            ),
+            "{e}"
+        );
+        // Values that fit f32 (2⁶³) whose squares together (2¹²⁸) do not.
+        let e = refused(
+            &rules(),
+            "1 1:2^63 2:2^63 3:2^63 4:2^63\n"
+                .replace("2^63", "9223372036854775808")
+                .as_str(),
+        );
+        assert!(
+            e.starts_with(
+                "line 2: found value 9.223372036854776e18 for feature 4, whose \
+                           square takes the row's squared norm beyond 3.4028234663852886e38"
+            ),
+            "{e}"
+        );
+        // Just below both bounds is a row.
+        let b = parse_block(b"1 1:1e19\n", 2, true, LineSyntax::LabelsFeatures, &rules());
+        assert!(b.unwrap().rows.row(0).sq_norm.is_finite());
+        let b = parse_block(b"1 1:1e150\n", 2, true, LineSyntax::LabelsFeatures, &l2);
+        assert_eq!(b.unwrap().rows.row(0).values, &[1.0]);
+        // Rows given as pairs are checked by the same rule.
+        let mut pairs = PairRows::new(&l2);
+        let e = pairs.push(0, [(4, 1e200)]).unwrap_err();
+        assert!(
+            e.starts_with("found value 1e200 for feature 4, whose square"),
+            "{e}"
+        );
     }
 
     #[test]

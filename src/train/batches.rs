@@ -86,6 +86,12 @@ pub enum Order {
 /// the shuffle changes an epoch's count: at most a million draws of the chunk order.
 pub const MAX_EPOCHS: u64 = 1_000_000;
 
+/// The most optimiser steps a budget, a step count or a step interval may name (`--steps`,
+/// `--max-steps`, `--checkpoint-every`, `--validate-every`, a checkpoint's step): ten
+/// billion steps run for months at the fastest step rate, and stay far from overflowing
+/// the step arithmetic.
+pub const MAX_STEPS: u64 = 10_000_000_000;
+
 /// The deterministic schedule of minibatches.
 #[derive(Debug, Clone)]
 pub struct Planner {

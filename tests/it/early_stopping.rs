@@ -340,7 +340,7 @@ fn what_early_stopping_cannot_do_is_refused_naming_the_option() {
         ),
         (
             &["--early-stopping", "--patience", "0"][..],
-            "--patience must be at least 1",
+            "for '--patience <N>': 0 is not in 1..=10000000000",
         ),
         (
             &["--early-stopping", "--stop-metric", "P@2"][..],

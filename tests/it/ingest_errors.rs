@@ -433,7 +433,8 @@ fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
     }
     // --features cannot raise the limit.
     let f = c.file("ok.svm", "+1 1:1\n-1 2:1\n");
-    c.refused_up_front(
+    refused_by_the_parser(
+        &c,
         &[
             "--train",
             &f,
@@ -442,8 +443,7 @@ fn libsvm_ids_above_the_limit_are_refused_as_too_large() {
             "--features",
             "4000000000",
         ],
-        "--features must be at most 2147483647",
-        "D is at most 2^31 - 1",
+        "for '--features <D>': 4000000000 is not in 1..=2147483647",
     );
     // The largest id is accepted: D = 2^31 - 1.
     let f = c.file("max.svm", "+1 1:1\n-1 2147483647:1\n");
@@ -504,15 +504,33 @@ fn absurd_header_sizes_are_refused_before_anything_is_sized_by_them() {
 fn chunk_sizes_beyond_the_limits_are_refused_up_front() {
     let c = IngestCase::new();
     let f = c.file("t.txt", GOOD);
-    c.refused_up_front(
+    refused_by_the_parser(
+        &c,
         &["--train", &f, "--chunk-rows", "4194305"],
-        "--chunk-rows must be at most 4194304",
-        "",
+        "for '--chunk-rows <CHUNK_ROWS>': 4194305 is not in 1..=4194304",
     );
-    c.refused_up_front(
+    refused_by_the_parser(
+        &c,
         &["--train", &f, "--chunk-mb", "18446744073709551615"],
-        "--chunk-mb must be at most 4096",
-        "",
+        "for '--chunk-mb <CHUNK_MB>': 18446744073709551615 is not in 1..=4096",
+    );
+}
+
+/// An ingest whose options the command line refuses (exit 2) with `message`, before the
+/// workspace is touched.
+fn refused_by_the_parser(c: &IngestCase, args: &[&str], message: &str) {
+    let before = listing(c.ws.path());
+    let out = c.ingest("bad", args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(
+        err.contains(message),
+        "{args:?}: expected {message:?} in: {err}"
+    );
+    assert_eq!(
+        listing(c.ws.path()),
+        before,
+        "{args:?} changed the workspace"
     );
 }
 

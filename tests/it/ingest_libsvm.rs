@@ -625,7 +625,10 @@ fn a_spec_takes_the_same_keys_and_checks_them_first() {
     );
     let bad = spec("format = \"libsvm\"\nfeatures = 0\n");
     let err = stderr(&pipeline(d.ws.path(), &["run", bad.to_str().unwrap()]));
-    assert!(err.contains("[ingest] features must be positive"), "{err}");
+    assert!(
+        err.contains("[ingest] features: invalid value '0': 0 is not in 1..=2147483647"),
+        "{err}"
+    );
     let bad = spec("label_kind = \"binary\"\n");
     let err = stderr(&pipeline(d.ws.path(), &["run", bad.to_str().unwrap()]));
     assert!(

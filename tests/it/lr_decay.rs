@@ -106,14 +106,17 @@ fn malformed_schedules_are_refused_with_the_flag_named() {
             &["--lr-decay-at", "3,2"][..],
             "lr-decay-at must increase strictly, not 3,2",
         ),
-        (&["--lr-decay-at", "0"][..], "lr-decay-at must be ≥ 1"),
+        (
+            &["--lr-decay-at", "0"][..],
+            "for '--lr-decay-at <E1,E2,…>': 0 is not in 1..=1000000",
+        ),
         (
             &["--lr-decay-at", "2,6"][..],
             "lr-decay-at 2,6: a decay after epoch 6 or later never takes effect",
         ),
         (
             &["--lr-decay-at", "2", "--lr-decay", "0"][..],
-            "lr-decay must be finite and > 0, not 0",
+            "for '--lr-decay <γ>': 0 is not in (0, ∞)",
         ),
         (
             &["--lr-decay", "0.5"][..],

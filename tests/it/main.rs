@@ -36,6 +36,7 @@ mod multiclass_nlp;
 mod multiclass_task;
 mod multiclass_values;
 mod natural_step;
+mod option_ranges;
 mod options_doc;
 mod parse_props;
 mod pipeline_run;

@@ -67,11 +67,11 @@ fn the_unwhitened_form_steps_and_the_sites_form_is_refused() {
         ),
         (
             &["--q-form", "whitened", "--natural-step", "1.5"][..],
-            "must be in (0, 1]",
+            "1.5 is not in (0, 1]",
         ),
         (
             &["--q-form", "whitened", "--natural-step", "0"][..],
-            "must be in (0, 1]",
+            "0 is not in (0, 1]",
         ),
     ] {
         assert_train_refused(&ws, args, says);

@@ -558,6 +558,18 @@ fn refusals_name_the_line_and_leave_no_output() {
         &["--block-rows", "1"],
         &[format!("{bad}:3: found value 'x' in token '2:x', expected a decimal number").as_str()],
     );
+    // 1e200 fits f64, its square does not: the row's norm was infinite and the row was
+    // scored as if empty, exit 0.
+    let huge = case.file("huge.svm", b"1 1:0.5\n-1 1:0.5 2:1e200\n");
+    refused(
+        &huge,
+        &[],
+        &[format!(
+            "{huge}:2: found value 1e200 for feature 2, whose square takes the row's squared \
+             norm beyond 1.7976931348623157e308"
+        )
+        .as_str()],
+    );
     // Strict whatever the dataset's --lenient, which predict does not offer.
     let crlf = case.file("crlf.svm", b"1 1:0.5\r\n");
     let says = format!("{crlf}:1: found a CRLF line ending (\"\\r\\n\"), expected \"\\n\" (strip the '\\r' characters)\n");

@@ -56,7 +56,7 @@ fn every_problem_of_a_spec_is_reported_before_any_stage_runs() {
     for expected in [
         "toy.toml: [train] unknown key 'lerning_rate' (did you mean 'lr'?)",
         "toy.toml: [train] epochs: expected an integer, found a string \"ten\"",
-        "toy.toml: [train] batch must be at least 1",
+        "toy.toml: [train] batch: invalid value '0': 0 is not in 1..=16777216",
         "3 problems in",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");

@@ -65,7 +65,7 @@ fn a_step_budget_is_the_epoch_budget_s_minibatches_cut_at_s() {
     let out = pipeline(&by_steps, &without_epochs(&["--steps", "0"]));
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("--steps must be ≥ 1"),
+        stderr(&out).contains("for '--steps <S>': 0 is not in 1..=10000000000"),
         "{}",
         stderr(&out)
     );

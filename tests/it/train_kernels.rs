@@ -145,7 +145,7 @@ fn invalid_schedules_are_refused_with_the_flag_named() {
     for (args, message) in [
         (
             &["--release-hyper-after", "0"][..],
-            "release-hyper-after must be ≥ 1",
+            "for '--release-hyper-after <E0>': 0 is not in 1..=1000000",
         ),
         (
             &["--release-hyper-after", "2", "--freeze-hyper"][..],

@@ -248,7 +248,7 @@ fn bad_fractions_empty_splits_and_changed_carves_are_refused() {
         let o = ingest(&ws, &train, &[&format!("--validation-fraction={bad}")]);
         assert!(!o.status.success(), "{bad} accepted");
         assert!(
-            stderr(&o).contains("validation-fraction must be in (0, 1)"),
+            stderr(&o).contains(&format!("{bad} is not in (0, 1)")),
             "{bad}: {}",
             stderr(&o)
         );

@@ -15,12 +15,13 @@ use crate::error::{closest, InvalidOptions};
 use crate::store::catalog::Split;
 use crate::synth::SynthConfig;
 
-/// Stand-ins for the linked options while the spec is checked, before any stage has run.
+/// Stand-ins for the linked options while the spec is checked, before any stage has run
+/// (run ids count from 1, as their parser checks).
 fn placeholder_links(stage: SpecStage) -> Vec<(&'static str, String)> {
     match stage {
         SpecStage::Svd => vec![("dataset", "spec-check".into())],
-        SpecStage::Train => vec![("dataset", "spec-check".into()), ("svd", "0".into())],
-        SpecStage::Predict => vec![("run", "0".into())],
+        SpecStage::Train => vec![("dataset", "spec-check".into()), ("svd", "1".into())],
+        SpecStage::Predict => vec![("run", "1".into())],
         SpecStage::Evaluate => vec![("predictions", "spec-check".into())],
         SpecStage::Synth | SpecStage::Ingest => Vec::new(),
     }
@@ -138,6 +139,7 @@ impl Spec {
     ) -> (Option<Command>, Vec<String>) {
         let links = placeholder_links(stage);
         let mut problems = Vec::new();
+        let mut set_aside = Vec::new();
         loop {
             let argv = match self.argv_of(stage, &|k| keys.contains(&k.to_string()), &links) {
                 Ok(argv) => argv,
@@ -150,6 +152,12 @@ impl Spec {
                 Ok(cli) => return (Some(cli.command), problems),
                 Err(e) => e,
             };
+            // A key set aside for its value is not also reported missing by the keys that
+            // need it (`validation_seed` needs `validation_fraction`).
+            let missing = missing_keys(&e);
+            if !missing.is_empty() && missing.iter().all(|k| set_aside.contains(k)) {
+                return (None, problems);
+            }
             let (problem, key) = parse_problem(&e);
             problems.push(format!("[{stage}] {problem}"));
             let before = keys.len();
@@ -157,6 +165,7 @@ impl Spec {
             if keys.len() == before {
                 return (None, problems);
             }
+            set_aside.extend(key);
         }
     }
 }
@@ -387,17 +396,19 @@ fn parse_problem(e: &clap::Error) -> (String, Option<String>) {
             (problem, Some(key))
         }
         (ErrorKind::MissingRequiredArgument, _) => {
-            let missing = match e.get(ContextKind::InvalidArg) {
-                Some(ContextValue::Strings(shown)) => shown
-                    .iter()
-                    .map(|s| key_of_flag(s))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                _ => String::new(),
-            };
-            (format!("missing key: {missing}"), None)
+            (format!("missing key: {}", missing_keys(e).join(", ")), None)
         }
         (_, key) => (in_spec_terms(&e.to_string()), key),
+    }
+}
+
+/// The keys a parser error says are missing (none for another error).
+fn missing_keys(e: &clap::Error) -> Vec<String> {
+    match (e.kind(), e.get(ContextKind::InvalidArg)) {
+        (ErrorKind::MissingRequiredArgument, Some(ContextValue::Strings(shown))) => {
+            shown.iter().map(|s| key_of_flag(s)).collect()
+        }
+        _ => Vec::new(),
     }
 }
 
