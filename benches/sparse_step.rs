@@ -36,20 +36,6 @@ const P: usize = 30;
 const K: usize = 983;
 const NNZ_PER_ROW: usize = 50;
 
-/// faer's f64 GEMM rate on n×n matrices, all threads, best of 3.
-fn gemm_gflops(n: usize) -> f64 {
-    let a = Mat::<f64>::from_fn(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64);
-    let b = Mat::<f64>::from_fn(n, n, |i, j| ((i * 5 + j) % 13) as f64);
-    let _warm = &a * &b;
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        std::hint::black_box(&a * &b);
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    2.0 * (n as f64).powi(3) / best / 1e9
-}
-
 /// B random rows over `d` features with about [`NNZ_PER_ROW`] distinct ones each.
 fn sparse_rows(d: usize, u: &mut impl FnMut(f64) -> f64) -> FeatureRows {
     let mut frng = ChaCha8Rng::seed_from_u64(3);
@@ -130,7 +116,7 @@ fn main() {
         .unwrap_or(3);
     let only = std::env::var("FSGP_BENCH_ONLY").ok();
     faer::set_global_parallelism(faer::Par::rayon(0));
-    let gemm = gemm_gflops(1000);
+    let gemm = common::gemm_gflops(1000);
     println!(
         "free inducing inputs, one step (bound + gradients + Adam), best of {steps}, {} cores; \
          M = {M}, B = {B}, P = {P}, K = {K}, ~{NNZ_PER_ROW} non-zeros a row; faer f64 GEMM \

@@ -51,20 +51,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
 
-/// faer's f64 GEMM rate on n×n matrices, all threads, best of 3.
-fn gemm_gflops(n: usize) -> f64 {
-    let a = Mat::<f64>::from_fn(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64);
-    let b = Mat::<f64>::from_fn(n, n, |i, j| ((i * 5 + j) % 13) as f64);
-    let _warm = &a * &b;
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        std::hint::black_box(&a * &b);
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    2.0 * (n as f64).powi(3) / best / 1e9
-}
-
 /// One benchmark configuration.
 struct Config {
     name: &'static str,
@@ -378,7 +364,7 @@ fn main() {
         .unwrap_or(3);
     // As the trainer: faer's own kernels parallel on the rayon pool.
     faer::set_global_parallelism(faer::Par::rayon(0));
-    let gemm = gemm_gflops(1000);
+    let gemm = common::gemm_gflops(1000);
     println!(
         "train step (bound + gradients + Adam), best of {steps}, {} cores",
         threads()

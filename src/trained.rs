@@ -266,8 +266,9 @@ impl FromStr for Negatives {
         if s == "all" {
             return Ok(Negatives::All);
         }
-        // A sample of more negatives than a dataset can have labels is a typo.
-        let most = crate::text::parse::MAX_IDS as usize;
+        // A sample of more negatives than a dataset can have labels is a typo: a file's ids
+        // are at most 2³¹ − 1 (the parser's limit).
+        let most = i32::MAX as usize;
         match s.parse::<usize>() {
             Ok(n) if (1..=most).contains(&n) => Ok(Negatives::Sample(n)),
             _ => Err(format!(

@@ -76,3 +76,17 @@ pub fn mib(bytes: u64) -> f64 {
 pub fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+/// faer's f64 GEMM rate on n×n matrices, all threads, best of 3.
+pub fn gemm_gflops(n: usize) -> f64 {
+    let a = faer::Mat::<f64>::from_fn(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64);
+    let b = faer::Mat::<f64>::from_fn(n, n, |i, j| ((i * 5 + j) % 13) as f64);
+    let _warm = &a * &b;
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        std::hint::black_box(&a * &b);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    2.0 * (n as f64).powi(3) / best / 1e9
+}

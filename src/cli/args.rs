@@ -957,41 +957,41 @@ pub struct ServeArgs {
     pub threads: Option<usize>,
     /// Largest request body in bytes (413 beyond)
     #[arg(long, default_value_t = Limits::default().max_body_bytes,
-          value_parser = count_up_to(Limits::MOST_BODY_BYTES))]
+          value_parser = int_in::<usize>(1, Limits::MOST_BODY_BYTES as u64))]
     pub max_body: usize,
     /// Most rows in one request (413 beyond)
     #[arg(long, default_value_t = Limits::default().max_rows,
-          value_parser = count_up_to(Limits::MOST_ROWS))]
+          value_parser = int_in::<usize>(1, Limits::MOST_ROWS as u64))]
     pub max_rows: usize,
     /// Seconds from a request's arrival to its answer (408 while its body is arriving,
     /// 503 while it waits to be scored)
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Limits::default().timeout),
-          value_parser = serve_seconds)]
+          value_parser = serve_seconds())]
     pub request_timeout: Seconds,
     /// Most rows scored together: concurrent requests are batched up to it
     #[arg(long, default_value_t = Limits::default().max_block_rows,
-          value_parser = count_up_to(Limits::MOST_BLOCK_ROWS))]
+          value_parser = int_in::<usize>(1, Limits::MOST_BLOCK_ROWS as u64))]
     pub max_block_rows: usize,
     /// Most requests waiting to be scored (503 beyond)
     #[arg(long, default_value_t = Limits::default().queue,
-          value_parser = count_up_to(Limits::MOST_QUEUED))]
+          value_parser = int_in::<usize>(1, Limits::MOST_QUEUED as u64))]
     pub queue: usize,
     /// Seconds from a request head's first byte to its last; a connection slower is closed
     #[arg(long, value_name = "SECONDS",
-          default_value_t = Seconds(Limits::default().header_timeout), value_parser = serve_seconds)]
+          default_value_t = Seconds(Limits::default().header_timeout), value_parser = serve_seconds())]
     pub header_timeout: Seconds,
     /// Seconds a connection with no request in flight stays open
     #[arg(long, value_name = "SECONDS",
-          default_value_t = Seconds(Limits::default().idle_timeout), value_parser = serve_seconds)]
+          default_value_t = Seconds(Limits::default().idle_timeout), value_parser = serve_seconds())]
     pub idle_timeout: Seconds,
     /// Most connections open at once; one more is answered 503 and closed (lowered to fit
     /// the open-files limit, ulimit -n)
     #[arg(long, default_value_t = Limits::default().max_connections,
-          value_parser = count_up_to(Limits::MOST_CONNECTIONS))]
+          value_parser = int_in::<usize>(1, Limits::MOST_CONNECTIONS as u64))]
     pub max_connections: usize,
     /// Seconds after SIGTERM or SIGINT at which the connections still open are closed
     #[arg(long, value_name = "SECONDS",
-          default_value_t = Seconds(Limits::default().shutdown_timeout), value_parser = serve_seconds)]
+          default_value_t = Seconds(Limits::default().shutdown_timeout), value_parser = serve_seconds())]
     pub shutdown_timeout: Seconds,
     /// A feature id the model's dataset does not have (≥ its D): refuse the request (422),
     /// or drop the feature
@@ -1022,11 +1022,6 @@ impl ServeArgs {
     }
 }
 
-/// A count from 1 to `most`; clap's refusal names the option and the range.
-fn count_up_to(most: usize) -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..=most as u64)
-}
-
 /// A time limit of `pipeline serve` as written on its command line: seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Seconds(pub std::time::Duration);
@@ -1038,24 +1033,15 @@ impl std::fmt::Display for Seconds {
 }
 
 /// Seconds from [`Limits::SHORTEST_WAIT`] to [`Limits::LONGEST_WAIT`] (finite: not NaN,
-/// not inf).
-fn serve_seconds(text: &str) -> Result<Seconds, String> {
+/// not inf), so the conversion to a duration cannot overflow.
+fn serve_seconds() -> impl clap::builder::TypedValueParser<Value = Seconds> {
+    use std::ops::Bound::Included;
     let (shortest, longest) = (Limits::SHORTEST_WAIT, Limits::LONGEST_WAIT);
-    let bounds = format!(
-        "expected seconds from {} to {}",
-        shortest.as_secs_f64(),
-        longest.as_secs_f64()
-    );
-    let seconds: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{bounds}, found '{text}'"))?;
-    let within = seconds >= shortest.as_secs_f64() && seconds <= longest.as_secs_f64();
-    match within {
-        // In range, so the conversion cannot overflow.
-        true => Ok(Seconds(std::time::Duration::from_secs_f64(seconds))),
-        false => Err(format!("{bounds}, found {text}")),
-    }
+    real_in(
+        Included(shortest.as_secs_f64()),
+        Included(longest.as_secs_f64()),
+    )
+    .map(|seconds| Seconds(std::time::Duration::from_secs_f64(seconds)))
 }
 
 /// Arguments of `pipeline export`.

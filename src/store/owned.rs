@@ -1,7 +1,7 @@
 //! What fsgp may remove inside a workspace, decided in one place.
 //!
 //! Every removal a stage, the garbage collection of an open, `verify --repair` or a
-//! replacing ingest makes goes through [`Workspace::dispose`], which removes a path only
+//! replacing ingest makes goes through `Workspace::dispose` (through [`Disposer`]), which removes a path only
 //! when both hold:
 //!
 //! - it resolves inside the workspace without leaving it: a relative path of plain names
@@ -22,14 +22,12 @@
 //! `../../home` is refused by name, never read, written or removed.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
 use super::catalog::StageKind;
 use super::identity::{self, RunMarker, RUN_MARKER};
-use super::user_file::resolved;
-use super::workspace::Workspace;
 
 /// The workspace's folder for what a removal would have taken and fsgp did not write.
 pub const LOST_FOUND: &str = "lost+found";
@@ -68,7 +66,8 @@ fn plain_names(rel: &str) -> bool {
 pub fn is_own_name(name: &str) -> bool {
     const FIXED: [&str; 5] = [
         RUN_MARKER,
-        super::scaling::SCALING_FILE,
+        // store::scaling's SCALING_FILE (its unit test holds the two together).
+        "transform.parquet",
         "predictions.parquet",
         "metrics.json",
         "classes.parquet",
@@ -88,7 +87,7 @@ pub fn is_own_name(name: &str) -> bool {
             .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// What [`Workspace::dispose`] did with a path.
+/// What `Workspace::dispose` (through [`Disposer`]) did with a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disposal {
     /// Nothing was there.
@@ -130,19 +129,31 @@ impl LostFound {
 
     /// `lost+found/<UTC time>-<pid>`: one folder per process and second, so moves of two
     /// processes or of two repairs never meet.
-    fn dir(&mut self, ws: &Workspace) -> Result<&str> {
+    fn dir(&mut self, stamp: &dyn Fn() -> Result<String>) -> Result<&str> {
         if self.dir.is_none() {
-            let when = ws.catalog.utc_stamp()?;
+            let when = stamp()?;
             self.dir = Some(format!("{LOST_FOUND}/{when}-{}", std::process::id()));
         }
         Ok(self.dir.as_deref().unwrap_or_default())
     }
 }
 
-impl Workspace {
-    /// Removes the workspace-relative `rel` (a file, or a directory tree) by the rule of
-    /// this module: what fsgp wrote is removed, what it did not is moved to `lost+found`,
-    /// and nothing is touched through a link or outside the workspace.
+/// The removals of one workspace: its root, which run markers are its own, and the clock
+/// that names a folder of `lost+found` (the workspace gives its catalog's).
+pub struct Disposer<'a> {
+    pub root: &'a Path,
+    pub owns: &'a dyn Fn(&RunMarker) -> bool,
+    pub stamp: &'a dyn Fn() -> Result<String>,
+}
+
+impl Disposer<'_> {
+    fn root(&self) -> &Path {
+        self.root
+    }
+
+    /// Removes the root-relative `rel` (a file, or a directory tree) by the rule of this
+    /// module: what fsgp wrote is removed, what it did not is moved to `lost+found`, and
+    /// nothing is touched through a link or outside the root.
     pub fn dispose(&self, rel: &str, aside: &mut LostFound) -> Result<Disposal> {
         let top_ok = rel.split('/').next().is_some_and(|top| {
             top == SCRATCH_DIR || StageKind::ALL.iter().any(|k| k.output_dir() == top)
@@ -206,7 +217,7 @@ impl Workspace {
         let real_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
         real_dir
             && match (run_of_name(&top), identity::read_marker(&path)) {
-                (Some(run), Ok(Some(marker))) => self.owns_marker(&marker) && marker.run == run,
+                (Some(run), Ok(Some(marker))) => (self.owns)(&marker) && marker.run == run,
                 _ => false,
             }
     }
@@ -256,7 +267,7 @@ impl Workspace {
     /// Moves `rel` to `lost+found/<when>/rel` (a rename: links move as links, nothing is
     /// copied). A move that fails (another file system) leaves it in place.
     fn move_aside(&self, rel: &str, aside: &mut LostFound, moved: &mut Vec<String>) -> Result<()> {
-        let to = format!("{}/{rel}", aside.dir(self)?);
+        let to = format!("{}/{rel}", aside.dir(self.stamp)?);
         let dst = self.root().join(&to);
         if let Some(parent) = dst.parent() {
             fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
@@ -269,69 +280,6 @@ impl Workspace {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             // Left in place; `dispose` reports it as kept.
             Err(_) => Ok(()),
-        }
-    }
-
-    /// Creates the scratch directory `tmp/run-<id>` (or an MPI rank's `run-<id>.rank<r>`)
-    /// of run `run`, marked as its own so that it may be removed later. What is there
-    /// already is disposed of first: a dead attempt's scratch of this run is removed, a
-    /// folder fsgp did not make there is moved aside and named.
-    pub fn create_scratch(&self, name: &str, run: i64, stage: StageKind) -> Result<PathBuf> {
-        let rel = format!("{SCRATCH_DIR}/{name}");
-        let mut aside = LostFound::new();
-        if let Some(note) = self.dispose(&rel, &mut aside)?.note(&rel) {
-            eprintln!("warning: {note}");
-        }
-        let dir = self.root().join(&rel);
-        fs::create_dir_all(&dir)
-            .with_context(|| format!("creating scratch directory {}", dir.display()))?;
-        identity::write_marker(
-            &dir,
-            &RunMarker {
-                workspace: self.workspace_id().to_string(),
-                run,
-                stage: stage.as_str().into(),
-                generation: 0,
-                rows: None,
-            },
-        )?;
-        Ok(dir)
-    }
-}
-
-impl Workspace {
-    /// Refuses a path the user named for an output (`export --out`, `predict --output`,
-    /// `fit --spec-out`/`--model-out`) that lies in what the workspace keeps for itself:
-    /// its catalog and identity files, a stage's folder, the scratch space, the locks or
-    /// `lost+found`. `--force` could otherwise replace a registered checkpoint or chunk
-    /// behind the catalog's back. Elsewhere in the workspace is the user's to choose.
-    pub fn refuse_output_inside(&self, option: &str, path: &Path) -> Result<()> {
-        let (Ok(target), Ok(root)) = (resolved(path), resolved(self.root())) else {
-            return Ok(());
-        };
-        let Ok(rel) = target.strip_prefix(&root) else {
-            return Ok(());
-        };
-        let top = rel.components().next().map(|c| c.as_os_str().to_string_lossy());
-        let kept = |name: &str| {
-            name.starts_with(super::workspace::CATALOG_FILE)
-                || name == identity::IDENTITY_FILE
-                || [SCRATCH_DIR, LOST_FOUND, super::workspace::LOCK_DIR].contains(&name)
-                || StageKind::ALL.iter().any(|k| k.output_dir() == name)
-        };
-        match top {
-            None => bail!(
-                "{option} {}: is the workspace {} itself, expected a file (nothing was written)",
-                path.display(),
-                self.root().display()
-            ),
-            Some(name) if kept(&name) => bail!(
-                "{option} {}: lies in the workspace's own '{name}' (the catalog, run outputs, \
-                 scratch and locks are fsgp's to write); name a file outside them (nothing \
-                 was written)",
-                path.display()
-            ),
-            Some(_) => Ok(()),
         }
     }
 }

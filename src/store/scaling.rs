@@ -180,6 +180,12 @@ mod tests {
     use super::*;
     use crate::store::chunks::checksum_file;
 
+    /// The workspace's removal rule knows this file as fsgp's own (`store::owned`).
+    #[test]
+    fn the_statistics_file_is_one_of_fsgps_own_names() {
+        assert!(crate::store::owned::is_own_name(SCALING_FILE));
+    }
+
     #[test]
     fn round_trips_bit_for_bit() {
         let dir = tempfile::tempdir().unwrap();

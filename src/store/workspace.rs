@@ -42,7 +42,8 @@ use super::catalog::{
 use super::identity::{self, PublishedDir, RunMarker};
 use super::integrity::Registered;
 use super::npy::NpyMap;
-use super::owned::{checked_rel, LostFound, SCRATCH_DIR};
+use super::owned::{checked_rel, Disposal, Disposer, LostFound, LOST_FOUND, SCRATCH_DIR};
+use super::user_file::resolved;
 use crate::error::did_you_mean;
 use crate::stop::StopToken;
 
@@ -678,6 +679,85 @@ impl Drop for StageLock {
     fn drop(&mut self) {
         // Removed while held; the lock itself goes with the descriptor, closed after this.
         let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// What the workspace removes, and the paths it keeps for itself (`store::owned`).
+impl Workspace {
+    /// Removes the workspace-relative `rel` (a file, or a directory tree) by the
+    /// workspace's one rule (`store::owned`): what fsgp wrote is removed, what it did not
+    /// is moved to `lost+found`, and nothing is touched through a link or outside.
+    pub fn dispose(&self, rel: &str, aside: &mut LostFound) -> Result<Disposal> {
+        Disposer {
+            root: &self.root,
+            owns: &|marker| self.owns_marker(marker),
+            stamp: &|| self.catalog.utc_stamp(),
+        }
+        .dispose(rel, aside)
+    }
+
+    /// Creates the scratch directory `tmp/run-<id>` (or an MPI rank's `run-<id>.rank<r>`)
+    /// of run `run`, marked as its own so that it may be removed later. What is there
+    /// already is disposed of first: a dead attempt's scratch of this run is removed, a
+    /// folder fsgp did not make there is moved aside and named.
+    pub fn create_scratch(&self, name: &str, run: i64, stage: StageKind) -> Result<PathBuf> {
+        let rel = format!("{SCRATCH_DIR}/{name}");
+        let mut aside = LostFound::new();
+        if let Some(note) = self.dispose(&rel, &mut aside)?.note(&rel) {
+            eprintln!("warning: {note}");
+        }
+        let dir = self.root.join(&rel);
+        fs::create_dir_all(&dir)
+            .with_context(|| format!("creating scratch directory {}", dir.display()))?;
+        identity::write_marker(
+            &dir,
+            &RunMarker {
+                workspace: self.workspace_id().to_string(),
+                run,
+                stage: stage.as_str().into(),
+                generation: 0,
+                rows: None,
+            },
+        )?;
+        Ok(dir)
+    }
+
+    /// Refuses a path the user named for an output (`export --out`, `predict --output`,
+    /// `fit --spec-out`/`--model-out`) that lies in what the workspace keeps for itself:
+    /// its catalog and identity files, a stage's folder, the scratch space, the locks or
+    /// `lost+found`. `--force` could otherwise replace a registered checkpoint or chunk
+    /// behind the catalog's back. Elsewhere in the workspace is the user's to choose.
+    pub fn refuse_output_inside(&self, option: &str, path: &Path) -> Result<()> {
+        let (Ok(target), Ok(root)) = (resolved(path), resolved(&self.root)) else {
+            return Ok(());
+        };
+        let Ok(rel) = target.strip_prefix(&root) else {
+            return Ok(());
+        };
+        let top = rel
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy());
+        let kept = |name: &str| {
+            name.starts_with(CATALOG_FILE)
+                || name == identity::IDENTITY_FILE
+                || [SCRATCH_DIR, LOST_FOUND, LOCK_DIR].contains(&name)
+                || StageKind::ALL.iter().any(|k| k.output_dir() == name)
+        };
+        match top {
+            None => bail!(
+                "{option} {}: is the workspace {} itself, expected a file (nothing was written)",
+                path.display(),
+                self.root.display()
+            ),
+            Some(name) if kept(&name) => bail!(
+                "{option} {}: lies in the workspace's own '{name}' (the catalog, run outputs, \
+                 scratch and locks are fsgp's to write); name a file outside them (nothing \
+                 was written)",
+                path.display()
+            ),
+            Some(_) => Ok(()),
+        }
     }
 }
 

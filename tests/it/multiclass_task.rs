@@ -574,7 +574,7 @@ fn likelihoods_must_suit_the_task_and_the_data() {
     refused(
         &ws,
         train_args(&["--likelihood", "ove", "--class-samples", "0"]),
-        &["class-samples", "at least 1"],
+        &["class-samples", "0 is not in 1..="],
     );
     refused(
         &ws,
@@ -584,7 +584,7 @@ fn likelihoods_must_suit_the_task_and_the_data() {
     refused(
         &ws,
         train_args(&["--likelihood", "ar-softmax", "--amortiser-hidden", "0"]),
-        &["amortiser-hidden", "at least 1"],
+        &["amortiser-hidden", "0 is not in 1..="],
     );
     // A multi-label dataset whose rows hold several labels: refused at the first row that
     // does not hold exactly one, naming it.

@@ -809,7 +809,7 @@ fn out_of_range_serve_options_are_refused_with_their_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     let counts = "is not in 1..=";
-    let seconds = "expected seconds from 0.001 to 86400";
+    let seconds = "[0.001, 86400]";
     let cases: &[(&str, &str, &str)] = &[
         ("--queue", "18446744073709551615", "1..=1000000"),
         ("--queue", "1000000000", "1..=1000000"),

@@ -387,7 +387,10 @@ fn export_out_is_never_a_directory_or_a_device() {
 fn outputs_in_the_workspaces_own_folders_are_refused() {
     let sandbox = Sandbox::new();
     let ws = sandbox.ws();
-    let checkpoint: String = query(&ws, "SELECT path FROM checkpoints ORDER BY step DESC LIMIT 1");
+    let checkpoint: String = query(
+        &ws,
+        "SELECT path FROM checkpoints ORDER BY step DESC LIMIT 1",
+    );
     let rows = write(sandbox.root(), "rows.txt", "1:0.5 2:0.25\n");
     for (target, top) in [
         (ws.join(&checkpoint), "train"),
@@ -398,7 +401,13 @@ fn outputs_in_the_workspaces_own_folders_are_refused() {
         let export = ["export", "--run", TRAIN_RUN, "--out", s(&target), "--force"];
         assert_refused(&sandbox.run(&export), &says);
         let predict = [
-            "predict", "--run", TRAIN_RUN, "--input", s(&rows), "--output", s(&target),
+            "predict",
+            "--run",
+            TRAIN_RUN,
+            "--input",
+            s(&rows),
+            "--output",
+            s(&target),
             "--force",
         ];
         assert_refused(&sandbox.run(&predict), &says);
