@@ -524,6 +524,17 @@ fn bad_requests_are_refused_by_name_and_the_server_stays_up() {
             422,
             "expected at least one row",
         ),
+        // Finite values whose squares overflow what the kernels compute.
+        (
+            br#"{"rows": ["1:1e200"]}"#.to_vec(),
+            422,
+            "rows[0]: found value 1e200 for feature 1, whose square",
+        ),
+        (
+            br#"{"rows": [{"features": {"3": 1e200}}]}"#.to_vec(),
+            422,
+            "rows[0]: found value 1e200 for feature 3, whose square",
+        ),
         (
             br#"{"rows": [{"features": {}}]}"#.to_vec(),
             422,
