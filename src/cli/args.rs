@@ -1191,7 +1191,7 @@ pub struct FitArgs {
     #[arg(long)]
     pub spec_out: Option<PathBuf>,
     /// Train every candidate for its whole share instead of stopping it once its validation
-    /// score stops improving (train's --early-stopping, the default since issue 33); the
+    /// score stops improving (train's --early-stopping, fit's default); the
     /// final model then trains a candidate's whole steps, not its best step's.
     #[arg(long)]
     pub no_early_stopping: bool,

@@ -360,7 +360,8 @@ impl OwnFiles {
         }
         let staging = std::mem::take(&mut self.staging);
         self.created = None;
-        std::fs::remove_dir_all(&staging)
+        // Every staged name was moved out: only an empty directory is removed here.
+        std::fs::remove_dir(&staging)
             .with_context(|| format!("removing the staging directory {}", staging.display()))
     }
 }
