@@ -12,6 +12,8 @@
 //! (D > ¾M). faer's f64 GEMM rate is measured in the same run; the kernel's GEMM work
 //! (4M²D) is reported against it.
 //!
+//! A second table sweeps the rows' non-zeros (10 to 1 000) at D = 10 000, sparse path only.
+//!
 //! Run: `cargo bench --bench sparse_step` (FSGP_BENCH_STEPS: steps timed per row, default 3,
 //! the best reported; FSGP_BENCH_ONLY: only the rows whose name contains it, e.g. `SE`).
 
@@ -36,14 +38,16 @@ const P: usize = 30;
 const K: usize = 983;
 const NNZ_PER_ROW: usize = 50;
 
-/// B random rows over `d` features with about [`NNZ_PER_ROW`] distinct ones each.
-fn sparse_rows(d: usize, u: &mut impl FnMut(f64) -> f64) -> FeatureRows {
+/// Non-zeros a row of the sweep at fixed D ([`SWEEP_D`]).
+const NNZ_SWEEP: [usize; 4] = [10, 50, 250, 1000];
+const SWEEP_D: usize = 10_000;
+
+/// B random rows over `d` features with about `nnz` distinct ones each.
+fn sparse_rows(d: usize, nnz: usize, u: &mut impl FnMut(f64) -> f64) -> FeatureRows {
     let mut frng = ChaCha8Rng::seed_from_u64(3);
     let mut rows = FeatureRows::new();
     for _ in 0..B {
-        let mut ids: Vec<u32> = (0..NNZ_PER_ROW)
-            .map(|_| frng.random_range(0..d as u32))
-            .collect();
+        let mut ids: Vec<u32> = (0..nnz).map(|_| frng.random_range(0..d as u32)).collect();
         ids.sort_unstable();
         ids.dedup();
         let values: Vec<f64> = ids.iter().map(|_| u(0.5)).collect();
@@ -135,7 +139,7 @@ fn main() {
         for d in [1_000, 10_000, 50_000] {
             let mut rng = ChaCha8Rng::seed_from_u64(1);
             let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
-            let rows = sparse_rows(d, &mut u);
+            let rows = sparse_rows(d, NNZ_PER_ROW, &mut u);
             let norms = rows.weighted_sq_norms(None);
             let start = params(kind, d, &mut u);
             let sparse = BasisInputs {
@@ -171,6 +175,41 @@ fn main() {
             println!(
                 "| {name} | {d} | {secs:.3} | {kernel_s:.3} | {adam_s:.3} | {:.1} | {dense_s} | {dense_kernel} | {ratio} |",
                 gemm_work / kernel_s / 1e9
+            );
+        }
+    }
+    println!();
+    println!(
+        "at D = {SWEEP_D}, sparse path only: the step against the rows' non-zeros (the \
+         kernel's sparse products cost 2·B·nnz·M)"
+    );
+    println!("| kernel | non-zeros a row | sparse s/step | kernel fwd + bwd (s) | Adam (s) |");
+    println!("|---|---|---|---|---|");
+    for (kind, name) in [
+        (KernelKind::Linear, "linear"),
+        (KernelKind::SquaredExponential, "SE"),
+    ] {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        for nnz in NNZ_SWEEP {
+            let mut rng = ChaCha8Rng::seed_from_u64(1);
+            let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
+            let rows = sparse_rows(SWEEP_D, nnz, &mut u);
+            let norms = rows.weighted_sq_norms(None);
+            let start = params(kind, SWEEP_D, &mut u);
+            let x = BasisInputs {
+                kxx_b: Rows::Sparse {
+                    rows: &rows,
+                    width: SWEEP_D,
+                },
+                sq_norms: &norms,
+                k_tilde: GramRef::Identity(SWEEP_D),
+            };
+            let (secs, ph, adam_s) = time_steps(kind, &x, start, steps);
+            println!(
+                "| {name} | {nnz} | {secs:.3} | {:.3} | {adam_s:.3} |",
+                ph.kernel_fwd + ph.kernel_bwd
             );
         }
     }

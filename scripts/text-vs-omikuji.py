@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""`pipeline fit --budget B` (every other option default) against omikuji (defaults) on the
+sparse text dev sets and Delicious, one job at a time on the same machine: test P@1/3/5,
+training seconds and peak memory. Each job's figures are appended as one JSON line to
+OUT/results.jsonl (fsgp's from `pipeline status --json` and `pipeline evaluate --json`,
+omikuji's from scripts/omikuji-run.py); the table is printed from that file.
+
+Usage: scripts/text-vs-omikuji.py PIPELINE OUT [--budgets 5m,1m] [--sets a,b] [--omikuji-reps 3]
+       scripts/text-vs-omikuji.py --table OUT
+Run it on a quiet machine: fit plans its steps from measured step times.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.environ.get("SHARED", os.path.join(HERE, "..", "..", "shared"))
+SETS = {
+    "yahoo_business": "data/dev/yahoo_business/{}.txt.gz",
+    "rcv1sub2": "data/dev/rcv1sub2/{}.txt.gz",
+    "stackex_chess": "data/dev/stackex_chess/{}.txt.gz",
+    "delicious": "data/delicious/{}.txt",
+}
+
+
+def timed(argv, env=None, cwd=None):
+    """Runs argv under /usr/bin/time -v: (stdout, stderr, wall seconds, peak RSS MiB)."""
+    p = subprocess.run(["/usr/bin/time", "-v"] + argv, capture_output=True, text=True,
+                       env=env, cwd=cwd)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(argv)}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", p.stderr).group(1)
+    secs = 0.0
+    for part in wall.split(":"):
+        secs = secs * 60 + float(part)
+    return p.stdout, p.stderr, secs, rss / 1024.0
+
+
+def fsgp_job(pipeline, out, name, budget):
+    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
+    job = os.path.join(out, f"{name}-{budget}")
+    os.makedirs(job)
+    env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
+    _, err, secs, rss = timed([pipeline, "fit", "--train", train, "--test", test,
+                               "--budget", budget, "--name", name], env=env, cwd=job)
+    with open(os.path.join(job, "fit.err"), "w") as f:
+        f.write(err)
+    status = json.loads(subprocess.run([pipeline, "status", "--json"], env=env,
+                                       capture_output=True, text=True, check=True).stdout)
+    final = [r for r in status["train_runs"] if r["dataset"] == name][-1]
+    figures = {}
+    for labelless in ("count-as-zero", "skip"):
+        e = json.loads(subprocess.run(
+            [pipeline, "evaluate", "--run", str(final["id"]), "--split", "test",
+             "--labelless", labelless, "--json"],
+            env=env, capture_output=True, text=True, check=True).stdout)
+        figures[labelless] = e
+    return {"tool": "fsgp", "set": name, "budget": budget, "wall_seconds": secs,
+            "peak_rss_mib": rss, "final_run": final, "evaluate": figures}
+
+
+def omikuji_job(out, name, rep):
+    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
+    stdout, _, secs, rss = timed([sys.executable, os.path.join(HERE, "omikuji-run.py"), train, test])
+    r = json.loads(stdout.strip().splitlines()[-1])
+    r.update({"set": name, "rep": rep, "wall_seconds": secs, "peak_rss_mib": rss})
+    return r
+
+
+def p_at(evaluate):
+    """P@1/3/5 in points from `pipeline evaluate --json`'s `p_at` (k = 1..5)."""
+    return [100.0 * evaluate["p_at"][k - 1] for k in (1, 3, 5)]
+
+
+def table(out):
+    rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
+    print("| set | tool | budget | P@1 / P@3 / P@5 (label-less rows left out) | P@1 counted as zero | seconds | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for name in SETS:
+        om = [r for r in rows if r["tool"] == "omikuji" and r["set"] == name]
+        if om:
+            mean = lambda key, j: sum(r[key][j] for r in om) / len(om)
+            print(f"| {name} | omikuji (mean of {len(om)}) | — | "
+                  f"{mean('p_at_135_skipped', 0):.2f} / {mean('p_at_135_skipped', 1):.2f} / {mean('p_at_135_skipped', 2):.2f} | "
+                  f"{mean('p_at_135_counted', 0):.2f} | {sum(r['train_seconds'] for r in om) / len(om):.1f} train | "
+                  f"{max(r['peak_rss_mib'] for r in om):.0f} |")
+        for r in rows:
+            if r["tool"] == "fsgp" and r["set"] == name:
+                s, c = p_at(r["evaluate"]["skip"]), p_at(r["evaluate"]["count-as-zero"])
+                print(f"| {name} | fsgp fit | {r['budget']} | {s[0]:.2f} / {s[1]:.2f} / {s[2]:.2f} | "
+                      f"{c[0]:.2f} | {r['wall_seconds']:.0f} whole fit | {r['peak_rss_mib']:.0f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pipeline", nargs="?")
+    ap.add_argument("out")
+    ap.add_argument("--budgets", default="5m,1m")
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--omikuji-reps", type=int, default=3)
+    ap.add_argument("--table", action="store_true")
+    a = ap.parse_args()
+    if a.table:
+        return table(a.out)
+    os.makedirs(a.out, exist_ok=True)
+    results = os.path.join(a.out, "results.jsonl")
+    for name in a.sets.split(","):
+        jobs = [omikuji_job(a.out, name, rep) for rep in range(a.omikuji_reps)]
+        jobs += [fsgp_job(os.path.abspath(a.pipeline), a.out, name, b) for b in a.budgets.split(",")]
+        with open(results, "a") as f:
+            for j in jobs:
+                f.write(json.dumps(j) + "\n")
+    table(a.out)
+
+
+if __name__ == "__main__":
+    main()
