@@ -367,11 +367,11 @@ fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
 
 /// The train runs of dataset `name` in the catalog.
 fn train_runs_of(ws: &std::path::Path, name: &str) -> usize {
-    status_json(ws)["runs"]
+    status_json(ws)["train_runs"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["stage"] == "train" && r["params"]["dataset"] == name)
+        .filter(|r| r["dataset"] == name)
         .count()
 }
 
@@ -422,7 +422,7 @@ fn small_data_is_chosen_on_k_folds_that_validate_every_row_once() {
         assert_eq!(rows("train") + rows("validation"), 240, "{name}");
         validated += rows("validation");
         // The candidate trained and scored on it: its probe and its capped run.
-        assert!(train_runs_of(&ws, &name) >= 1, "{name} has no run");
+        assert_eq!(train_runs_of(&ws, &name), 2, "{name}");
     }
     assert_eq!(
         validated, 240,

@@ -15,7 +15,9 @@
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
-//!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
+//!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP. On a
+//!    validation split of fewer than [`folds::FOLDS_BELOW_ROWS`] rows, by each candidate's
+//!    mean over k folds when the budget affords them ([`folds`]).
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
 //!    and trains the winner for the steps its selection run took, and it is run as
 //!    `pipeline run` runs it: the test metrics printed are those the spec reproduces.
