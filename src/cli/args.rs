@@ -24,7 +24,7 @@ use crate::ingest::config::IngestConfig;
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
 use crate::ingest::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
-use crate::ingest::validation::ValidationSplit;
+use crate::ingest::validation::{ValidationSplit, MAX_FOLDS};
 use crate::metrics::MAX_K;
 use crate::metrics::{LabellessRows, PropensityParams};
 use crate::predict::input::{InputOptions, StreamFormat};
@@ -286,10 +286,19 @@ pub struct IngestArgs {
     pub replace: bool,
     /// Carve a validation split out of the training rows: each goes to `validation` with
     /// this probability, decided by a seeded hash of its row index (in (0, 1), e.g. 0.2).
-    #[arg(long, value_parser = open_fraction())]
+    #[arg(long, value_parser = open_fraction(), group = "carve")]
     pub validation_fraction: Option<f64>,
+    /// Carve fold --validation-fold of K as the validation split instead (2 to 100): the K
+    /// folds of one seed are disjoint and together hold every training row once.
+    #[arg(long, value_name = "K", requires = "validation_fold", group = "carve",
+          value_parser = int_in::<u32>(2, MAX_FOLDS.into()))]
+    pub validation_folds: Option<u32>,
+    /// Which fold of --validation-folds K is the validation split (1 to K).
+    #[arg(long, value_name = "I", requires = "validation_folds",
+          value_parser = int_in::<u32>(1, MAX_FOLDS.into()))]
+    pub validation_fold: Option<u32>,
     /// Seed of the validation carve's row hash.
-    #[arg(long, requires = "validation_fraction", default_value_t = 0, value_parser = seed())]
+    #[arg(long, requires = "carve", default_value_t = 0, value_parser = seed())]
     pub validation_seed: u64,
     /// Input format: `libsvm` reads --train [--test] as LIBSVM / SVMlight files (`label
     /// idx:val ...`, no header); `xc`, `xc-split`, `bow` are the Extreme Classification
@@ -338,10 +347,7 @@ impl IngestArgs {
             chunk_mb: self.chunk_mb,
             threads: self.threads,
             replace: self.replace,
-            validation: self.validation_fraction.map(|fraction| ValidationSplit {
-                fraction,
-                seed: self.validation_seed,
-            }),
+            validation: self.validation(),
             label_kind: self.label_kind,
             first_label: self.first_label,
             features: self.features,
@@ -350,6 +356,20 @@ impl IngestArgs {
         config.validate()?;
         config.check_input_files()?;
         Ok(config)
+    }
+
+    /// The validation carve the flags ask for: a fraction, or a fold (clap makes them
+    /// exclusive and requires both fold flags together).
+    fn validation(&self) -> Option<ValidationSplit> {
+        let seed = self.validation_seed;
+        let fraction = self
+            .validation_fraction
+            .map(|f| ValidationSplit::fraction(f, seed));
+        let fold = match (self.validation_fold, self.validation_folds) {
+            (Some(fold), Some(folds)) => Some(ValidationSplit::fold(fold, folds, seed)),
+            _ => None,
+        };
+        fraction.or(fold)
     }
 
     /// The input layout the given file flags select (clap rules out mixing layouts), which
@@ -1195,6 +1215,10 @@ pub struct FitArgs {
     /// final model then trains a candidate's whole steps, not its best step's.
     #[arg(long)]
     pub no_early_stopping: bool,
+    /// Choose on the one validation carve even when it holds fewer than 500 rows, instead
+    /// of every candidate's mean over k folds (docs/fit.md, "Small data: k folds").
+    #[arg(long)]
+    pub no_folds: bool,
     /// A train option every candidate takes, overriding the candidate's own: FLAG=VALUE,
     /// or FLAG alone for a switch (repeatable; e.g. `--set kernel=linear --set inducing=200`).
     /// Candidates it makes equal are tried once; `inducing` also sets the svd's count of

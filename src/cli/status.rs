@@ -145,13 +145,20 @@ pub fn print(ws: &Workspace, args: &StatusArgs) -> Result<()> {
                 human_bytes(bytes)
             );
         }
-        if let Some(f) = d.params.get("validation_fraction") {
+        let param = |key: &str| d.params.get(key).cloned().unwrap_or(serde_json::json!(0));
+        let carved = match (
+            d.params.get("validation_fraction"),
+            d.params.get("validation_folds"),
+        ) {
+            (Some(f), _) => Some(format!("fraction {f}")),
+            (_, Some(k)) => Some(format!("fold {} of {k}", param("validation_fold"))),
+            _ => None,
+        };
+        if let Some(carved) = carved {
             println!(
-                "  {:<20} validation carved from the training rows: fraction {f}, seed {}",
+                "  {:<20} validation carved from the training rows: {carved}, seed {}",
                 "",
-                d.params
-                    .get("validation_seed")
-                    .unwrap_or(&serde_json::json!(0))
+                param("validation_seed")
             );
         }
         if let Some(map) = &d.class_map {

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::input::{absolute, InputLayout};
 use super::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
-use super::validation::ValidationSplit;
+use super::validation::{Carved, ValidationSplit, MAX_FOLDS};
 use crate::error::InvalidOptions;
 use crate::store::catalog::{LabelKind, Split};
 use crate::text::parse::{LabelRules, RowRules, UnknownFeatures, MAX_IDS};
@@ -87,18 +87,30 @@ impl IngestConfig {
             format!("must be at most {MAX_CHUNK_MB} (docs/formats.md, \"Limits\")")
         });
         self.check_label_options(&mut c);
-        if let Some(v) = &self.validation {
-            c.check(
-                ValidationSplit::fraction_ok(v.fraction),
+        match self.validation.map(|v| v.rows) {
+            Some(Carved::Fraction(f)) => c.check(
+                ValidationSplit::fraction_ok(f),
                 "validation-fraction",
                 || {
                     format!(
-                        "must be in (0, 1), not {}: the expected share of the training rows \
-                         that go to the validation split",
-                        v.fraction
+                        "must be in (0, 1), not {f}: the expected share of the training rows \
+                         that go to the validation split"
                     )
                 },
-            );
+            ),
+            Some(Carved::Fold { fold, folds }) => {
+                c.check(
+                    ValidationSplit::fold_ok(1, folds),
+                    "validation-folds",
+                    || format!("must be in 2 to {MAX_FOLDS}, not {folds}"),
+                );
+                c.check(
+                    ValidationSplit::fold_ok(fold, folds.clamp(2, MAX_FOLDS)),
+                    "validation-fold",
+                    || format!("must be in 1 to --validation-folds ({folds}), not {fold}"),
+                );
+            }
+            None => {}
         }
         c.into_result()
     }
@@ -184,7 +196,13 @@ impl IngestConfig {
         });
         // Only when carving: datasets ingested without it keep their parameters as before.
         if let Some(v) = &self.validation {
-            params["validation_fraction"] = json!(v.fraction);
+            match v.rows {
+                Carved::Fraction(f) => params["validation_fraction"] = json!(f),
+                Carved::Fold { fold, folds } => {
+                    params["validation_folds"] = json!(folds);
+                    params["validation_fold"] = json!(fold);
+                }
+            }
             params["validation_seed"] = json!(v.seed);
         }
         // Likewise only when given, so that the parameters of other ingests stay as they were.

@@ -265,18 +265,16 @@ fn check_carved(sinks: &[SplitSink], v: &ValidationSplit) -> Result<()> {
     let (train, validation) = (rows(CARVED_FROM), rows(Split::Validation));
     if validation == 0 {
         bail!(
-            "--validation-fraction {} --validation-seed {}: the validation split would be \
-             empty (none of the {train} training rows was selected); pass a larger fraction",
-            v.fraction,
-            v.seed
+            "{}: the validation split would be empty (none of the {train} training rows was \
+             selected); pass a larger fraction or fewer folds",
+            v.options()
         );
     }
     if train == 0 {
         bail!(
-            "--validation-fraction {} --validation-seed {}: the train split would be empty \
-             (all {validation} training rows were selected); pass a smaller fraction",
-            v.fraction,
-            v.seed
+            "{}: the train split would be empty (all {validation} training rows were \
+             selected); pass a smaller fraction",
+            v.options()
         );
     }
     Ok(())

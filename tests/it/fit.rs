@@ -2,6 +2,7 @@
 //! writes, and that spec reproducing the printed test metrics in a fresh workspace.
 
 use crate::common;
+use common::ingest::split_entry;
 use common::*;
 
 /// Two noisy classes of 2-D points (LIBSVM, signed values): row i of `rows`.
@@ -362,4 +363,91 @@ fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
     let (name, _) = chosen.split_once(" (").unwrap();
     let row = rows.iter().find(|r| r.0 == name).unwrap();
     assert!(spec.contains(&format!("steps = {}\n", row.1)), "{spec}");
+}
+
+/// The train runs of dataset `name` in the catalog.
+fn train_runs_of(ws: &std::path::Path, name: &str) -> usize {
+    status_json(ws)["train_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["dataset"] == name)
+        .count()
+}
+
+/// `fit` of `rows` toy rows with one candidate (linear, M = 5) and a budget that affords
+/// anything: returns the workspace, the spec's text and fit's messages.
+fn fit_one_candidate(dir: &std::path::Path, rows: u32) -> (std::path::PathBuf, String, String) {
+    let train = dir.join("toy.svm");
+    std::fs::write(&train, points(0..rows)).unwrap();
+    let spec = dir.join("toy-fit.toml");
+    let ws = dir.join("ws");
+    let out = pipeline(
+        &ws,
+        &[
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--budget",
+            "1h",
+            "--set",
+            "kernel=linear",
+            "--set",
+            "inducing=5",
+            "--spec-out",
+            spec.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    (ws, std::fs::read_to_string(&spec).unwrap(), err)
+}
+
+#[test]
+fn small_data_is_chosen_on_k_folds_that_validate_every_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // 240 rows: about 48 in a 0.2 carve, fewer than 500: five folds.
+    let (ws, spec, err) = fit_one_candidate(dir.path(), 240);
+    assert!(
+        err.contains("each candidate is trained and scored on 5 folds"),
+        "{err}"
+    );
+    assert!(err.contains("candidate (mean ± sd of 5 folds)"), "{err}");
+    // Each fold: its own dataset, 240 rows between its train and validation splits, its
+    // validation rows disjoint from the others' and together every row once.
+    let mut validated = 0;
+    for fold in 1..=5 {
+        let name = format!("toy-fold{fold}");
+        let rows = |split: &str| split_entry(&ws, &name, split)["n_rows"].as_u64().unwrap();
+        assert_eq!(rows("train") + rows("validation"), 240, "{name}");
+        validated += rows("validation");
+        // The candidate trained and scored on it: its probe and its capped run.
+        assert_eq!(train_runs_of(&ws, &name), 2, "{name}");
+    }
+    assert_eq!(
+        validated, 240,
+        "the folds' validation rows cover the file once"
+    );
+    // The final model trains the median of the folds' steps.
+    let by_fold = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("steps by fold: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    let mut steps: Vec<u64> = by_fold.split(", ").map(|s| s.parse().unwrap()).collect();
+    assert_eq!(steps.len(), 5, "{by_fold}");
+    steps.sort_unstable();
+    assert!(
+        spec.contains(&format!("steps = {}\n", steps[2])),
+        "{spec}\n{by_fold}"
+    );
+}
+
+#[test]
+fn larger_data_is_chosen_on_the_one_carve() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2 800 rows: about 560 in a 0.2 carve (sd 21), 500 or more: no folds.
+    let (ws, _, err) = fit_one_candidate(dir.path(), 2800);
+    assert!(err.contains("candidate (validation)"), "{err}");
+    assert!(!err.contains("folds"), "{err}");
+    assert_eq!(dataset_names(&ws), ["toy-select", "toy"]);
 }

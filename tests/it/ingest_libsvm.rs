@@ -590,10 +590,7 @@ fn the_validation_carve_works_on_libsvm_rows() {
             "--no-normalize",
         ],
     );
-    let carve = ValidationSplit {
-        fraction: 0.25,
-        seed: 3,
-    };
+    let carve = ValidationSplit::fraction(0.25, 3);
     let map = BTreeMap::from([(0, 0), (1, 1), (2, 2)]);
     let all = expected_rows(&text, &map, false);
     // Row i (0-based, the file's line i + 1: no header) goes to validation iff selected.

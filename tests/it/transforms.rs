@@ -79,10 +79,7 @@ fn check_fitted_on_training_rows(name: &str, centre: bool) {
     let test_text = dense_text(40..52);
     let train = d.file("train.svm", &train_text);
     let test = d.file("test.svm", &test_text);
-    let carve = ValidationSplit {
-        fraction: 0.25,
-        seed: 3,
-    };
+    let carve = ValidationSplit::fraction(0.25, 3);
     d.ok(
         name,
         &[

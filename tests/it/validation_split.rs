@@ -139,10 +139,7 @@ fn the_carve_is_deterministic_disjoint_complete_and_close_to_f() {
         rows(&ws("one-thread"), "d", "train"),
         rows(&ws("one-thread"), "d", "validation"),
     );
-    let rule = ValidationSplit {
-        fraction: 0.2,
-        seed: 7,
-    };
+    let rule = ValidationSplit::fraction(0.2, 7);
     let (mut expect_val, mut expect_train) = (Vec::new(), Vec::new());
     for (i, row) in original.iter().enumerate() {
         if rule.selects(i as u64) {
@@ -221,10 +218,7 @@ fn the_split_layout_carves_by_data_row_index() {
     let test = rows(&ws, "s", "test");
     run(split_args(&["--validation-fraction", "0.3", "--replace"]));
     // The data rows' own indices decide: row r (1-based) has index r − 1.
-    let rule = ValidationSplit {
-        fraction: 0.3,
-        seed: 0,
-    };
+    let rule = ValidationSplit::fraction(0.3, 0);
     let train_indices = (1..=600u64).filter(|r| r % 3 != 0).map(|r| r - 1);
     let (mut val, mut train) = (Vec::new(), Vec::new());
     for (index, row) in train_indices.zip(all_train) {
@@ -256,10 +250,7 @@ fn bad_fractions_empty_splits_and_changed_carves_are_refused() {
     let o = ingest(&ws, &train, &["--validation-seed", "3"]);
     assert!(!o.status.success() && stderr(&o).contains("--validation-fraction"));
     // 300 rows at F = 1e-9: nothing selected (checked: no index below 300 is).
-    let tiny = ValidationSplit {
-        fraction: 1e-9,
-        seed: 0,
-    };
+    let tiny = ValidationSplit::fraction(1e-9, 0);
     assert!((0..300).all(|i| !tiny.selects(i)));
     let o = ingest(&ws, &train, &["--validation-fraction", "1e-9"]);
     assert!(!o.status.success());
@@ -338,10 +329,7 @@ fn svd_never_reads_validation_rows() {
     let text = std::fs::read_to_string(&train).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(' ').collect();
-    let rule = ValidationSplit {
-        fraction: 0.25,
-        seed: 3,
-    };
+    let rule = ValidationSplit::fraction(0.25, 3);
     let kept: Vec<&str> = lines
         .enumerate()
         .filter(|(i, _)| !rule.selects(*i as u64))

@@ -82,7 +82,8 @@ impl Spec {
                     .into(),
             );
         }
-        if key(SpecStage::Ingest, "validation_fraction").is_some() {
+        let carved = ["validation_fraction", "validation_folds"];
+        if carved.iter().any(|k| key(SpecStage::Ingest, k).is_some()) {
             return problems;
         }
         for (stage, option) in [
@@ -155,7 +156,9 @@ impl Spec {
             // A key set aside for its value is not also reported missing by the keys that
             // need it (`validation_seed` needs `validation_fraction`).
             let missing = missing_keys(&e);
-            if !missing.is_empty() && missing.iter().all(|k| set_aside.contains(k)) {
+            let explained =
+                |alternatives: &Vec<String>| alternatives.iter().any(|k| set_aside.contains(k));
+            if !missing.is_empty() && missing.iter().all(explained) {
                 return (None, problems);
             }
             let (problem, key) = parse_problem(&e);
@@ -396,17 +399,27 @@ fn parse_problem(e: &clap::Error) -> (String, Option<String>) {
             (problem, Some(key))
         }
         (ErrorKind::MissingRequiredArgument, _) => {
-            (format!("missing key: {}", missing_keys(e).join(", ")), None)
+            let missing: Vec<String> = missing_keys(e).iter().map(|a| a.join(" or ")).collect();
+            (format!("missing key: {}", missing.join(", ")), None)
         }
         (_, key) => (in_spec_terms(&e.to_string()), key),
     }
 }
 
-/// The keys a parser error says are missing (none for another error).
-fn missing_keys(e: &clap::Error) -> Vec<String> {
+/// The keys a parser error says are missing (none for another error), each as its
+/// alternatives: one key, or those of a group of which one is needed (clap shows
+/// `<--validation-fraction <F>|--validation-folds <K>>`).
+fn missing_keys(e: &clap::Error) -> Vec<Vec<String>> {
+    let alternatives = |shown: &String| -> Vec<String> {
+        let inner = match shown.starts_with("<-") {
+            true => shown.trim_start_matches('<').trim_end_matches('>'),
+            false => shown.as_str(),
+        };
+        inner.split('|').map(key_of_flag).collect()
+    };
     match (e.kind(), e.get(ContextKind::InvalidArg)) {
         (ErrorKind::MissingRequiredArgument, Some(ContextValue::Strings(shown))) => {
-            shown.iter().map(|s| key_of_flag(s)).collect()
+            shown.iter().map(alternatives).collect()
         }
         _ => Vec::new(),
     }

@@ -15,7 +15,9 @@
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
-//!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP.
+//!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP. On a
+//!    validation split of fewer than [`folds::FOLDS_BELOW_ROWS`] rows, by each candidate's
+//!    mean over k folds when the budget affords them ([`folds`]).
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
 //!    and trains the winner for the steps its selection run took, and it is run as
 //!    `pipeline run` runs it: the test metrics printed are those the spec reproduces.
@@ -45,6 +47,8 @@ use crate::store::workspace::Workspace;
 use crate::text::source::LineSource;
 use crate::train::TrainFlag;
 use crate::trained::Stopped;
+
+mod folds;
 
 /// Steps of the probe that measures a candidate's step time (then resumed from).
 pub const PROBE_STEPS: u64 = 50;
@@ -496,10 +500,25 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         budget,
         left
     );
+    // Small data: each candidate on k folds instead of the one carve (docs/fit.md).
+    let folded = folds::select(
+        ws,
+        &folds::Selection {
+            args,
+            name: &name,
+            select: &select,
+            format: &format,
+            kind,
+            validation_rows: dataset.split(Split::Validation).map_or(0, |s| s.n_rows),
+            left,
+            cap,
+        },
+        &list,
+    )?;
     let selection_started = Instant::now();
     let mut scored = Vec::new();
     let mut i = 0;
-    while i < list.len() {
+    while folded.is_none() && i < list.len() {
         let probe = probe(ws, &select, kind, &list[i], args.seed)?;
         if i == 0 {
             let k = affordable(
@@ -527,8 +546,14 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         scored.push(finish(ws, kind, probe, share, cap, args.no_early_stopping)?);
         i += 1;
     }
-    let floor = frequency_floor(ws, &dataset, kind)?;
-    print_table(&scored, floor);
+    let (scored, floor) = match folded {
+        Some(folded) => folded,
+        None => {
+            let floor = frequency_floor(ws, &dataset, kind)?;
+            print_table(&scored, floor);
+            (scored, floor)
+        }
+    };
     let winner = choose(&scored);
     let chosen = &scored[winner];
     if chosen.key().0 <= floor.0 {

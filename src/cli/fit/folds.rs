@@ -1,0 +1,361 @@
+//! `pipeline fit` on small data: every candidate is trained and scored on each of k folds
+//! of the training rows and chosen by its mean validation figure (docs/fit.md, "Small
+//! data: k folds"). One carve of a few hundred rows measures accuracy with a standard error
+//! of points, several times the half-point tie of the rule; k folds score every training
+//! row once, so the mean's error is √k smaller.
+//!
+//! The folds are datasets of their own, `NAME-fold1` … `NAME-foldK`, each the training file
+//! ingested with `--validation-folds K --validation-fold I` (`crate::ingest::validation`):
+//! disjoint validation splits that together hold every training row.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{
+    command, finish, frequency_floor, ingest_options, planned_steps, probe, selection_seconds,
+    Candidate, Scored, ACCURACY_TIE,
+};
+use crate::cli::args::{Command, FitArgs};
+use crate::metrics::evaluation::Evaluation;
+use crate::store::catalog::LabelKind;
+use crate::store::workspace::Workspace;
+
+/// Folds replace the one carve when it holds fewer validation rows than this. On 500 rows
+/// an accuracy near 90 % has a standard error of 1.3 points, 2.7 times the rule's
+/// half-point tie; k folds score all 5 × 500 rows of a 0.2 carve, 0.6 points. Above it one
+/// carve's error keeps shrinking while k folds cost k times the runs (docs/fit.md).
+pub const FOLDS_BELOW_ROWS: u64 = 500;
+
+/// At most this many folds, whatever the validation fraction (a fold is a dataset, an
+/// svd and a run per candidate).
+const MAX_FOLD_COUNT: u32 = 10;
+
+/// What the fold selection needs of `run`.
+pub(super) struct Selection<'a> {
+    pub args: &'a FitArgs,
+    /// The dataset's name; the folds are `NAME-fold1` ….
+    pub name: &'a str,
+    /// The one carve's dataset (its first candidate's probe measures the step time).
+    pub select: &'a str,
+    pub format: &'a str,
+    pub kind: LabelKind,
+    /// Rows of the one carve's validation split.
+    pub validation_rows: u64,
+    /// Seconds for the selection and the final model, as `run` counts them.
+    pub left: f64,
+    /// The most steps a run may take.
+    pub cap: u64,
+}
+
+/// The number of folds for a validation fraction F: the carve's own share, 1/F rounded
+/// (5 for the default 0.2: each fold trains on as many rows as the one carve does), 2 to
+/// [`MAX_FOLD_COUNT`].
+pub fn fold_count(fraction: f64) -> u32 {
+    ((1.0 / fraction).round() as u32).clamp(2, MAX_FOLD_COUNT)
+}
+
+/// Whether `runs` runs, each given an equal part of `seconds` and costing `overhead`
+/// seconds besides its steps (its svd and probe), each afford `cap` steps at `step_seconds`
+/// a step: the capped runs fit the budget.
+pub fn capped_runs_fit(
+    seconds: f64,
+    runs: u64,
+    overhead: f64,
+    step_seconds: f64,
+    cap: u64,
+) -> bool {
+    let share = seconds / runs.max(1) as f64;
+    planned_steps(share - overhead, step_seconds, cap) >= cap
+}
+
+/// Chooses among `list` by k folds when the one carve's validation split is small and the
+/// budget affords every candidate's capped run k times; returns every candidate's mean
+/// figures over the folds (its steps the median of its folds' runs) and the label
+/// frequencies' mean figures, after printing the table. None: the one carve decides, as
+/// for larger data.
+pub(super) fn select(
+    ws: &Workspace,
+    s: &Selection<'_>,
+    list: &[Candidate],
+) -> Result<Option<(Vec<Scored>, (f64, f64))>> {
+    if s.args.no_folds || s.validation_rows >= FOLDS_BELOW_ROWS || list.is_empty() {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let k = fold_count(s.args.validation_fraction);
+    // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
+    // its first candidate's probe prices a fold's run.
+    let first = probe(ws, s.select, s.kind, &list[0], s.args.seed)?;
+    let runs = list.len() as u64 * u64::from(k);
+    let selection = selection_seconds(s.left, list.len()) - started.elapsed().as_secs_f64();
+    if !capped_runs_fit(selection, runs, first.seconds(), first.step_seconds, s.cap) {
+        eprintln!(
+            "== fit: {} validation rows, but {k} folds of {} candidate(s) at {:.1} ms a step \
+             do not fit {:.0} s: one carve decides",
+            s.validation_rows,
+            list.len(),
+            1e3 * first.step_seconds,
+            selection.max(0.0)
+        );
+        return Ok(None);
+    }
+    eprintln!(
+        "== fit: {} validation rows (fewer than {FOLDS_BELOW_ROWS}): each candidate is \
+         trained and scored on {k} folds, chosen by its mean",
+        s.validation_rows
+    );
+    let folds = (1..=k)
+        .map(|fold| ingest_fold(ws, s, fold, k))
+        .collect::<Result<Vec<String>>>()?;
+    let selection_started = Instant::now();
+    let mut per_candidate = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let mut scored = Vec::new();
+        for (j, fold) in folds.iter().enumerate() {
+            let done = (i * folds.len() + j) as f64;
+            let spent = selection_started.elapsed().as_secs_f64();
+            let share = (selection - spent).max(0.0) / (runs as f64 - done);
+            let probed = probe(ws, fold, s.kind, c, s.args.seed)?;
+            scored.push(finish(
+                ws,
+                s.kind,
+                probed,
+                share,
+                s.cap,
+                s.args.no_early_stopping,
+            )?);
+        }
+        per_candidate.push(scored);
+    }
+    let mut floors = Vec::new();
+    for fold in &folds {
+        floors.push(frequency_floor(ws, &ws.dataset_named(fold)?, s.kind)?);
+    }
+    let floor = (
+        mean(floors.iter().map(|f| f.0)),
+        mean(floors.iter().map(|f| f.1)),
+    );
+    print_table(&per_candidate, floor);
+    Ok(Some((
+        per_candidate.into_iter().map(combined).collect(),
+        floor,
+    )))
+}
+
+/// Ingests the training file (and test file) as fold `fold` of `folds`.
+fn ingest_fold(ws: &Workspace, s: &Selection<'_>, fold: u32, folds: u32) -> Result<String> {
+    let name = format!("{}-fold{fold}", s.name);
+    let mut options = ingest_options(s.args, &name, s.format, false);
+    options.push(("validation-folds", folds.to_string()));
+    options.push(("validation-fold", fold.to_string()));
+    options.push(("validation-seed", s.args.seed.to_string()));
+    let Command::Ingest(ingest) = command(super::argv("ingest", &options))? else {
+        unreachable!()
+    };
+    crate::ingest::run(ws, &ingest.config()?)?;
+    Ok(name)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    sum / f64::from(n.max(1))
+}
+
+/// The sample standard deviation (0 for fewer than two values).
+fn spread(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(values.iter().copied());
+    let squares: f64 = values.iter().map(|v| (v - m) * (v - m)).sum();
+    (squares / (values.len() - 1) as f64).sqrt()
+}
+
+/// The median of `values` (the lower middle of an even count): steps are counts, and one
+/// fold whose run went to the cap should not pull the final model's steps.
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values
+        .get(values.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// One candidate's folds as one [`Scored`]: the mean of each figure the rule reads, the
+/// median of the steps its runs planned and trained (the final model trains that many),
+/// the sums of their seconds.
+fn combined(folds: Vec<Scored>) -> Scored {
+    let keys: Vec<(f64, f64)> = folds.iter().map(Scored::key).collect();
+    let key = (
+        mean(keys.iter().map(|k| k.0)),
+        mean(keys.iter().map(|k| k.1)),
+    );
+    let planned = median(folds.iter().map(|f| f.planned).collect());
+    let steps = median(folds.iter().map(|f| f.steps).collect());
+    let seconds = folds.iter().map(|f| f.seconds).sum();
+    let step_seconds = mean(folds.iter().map(|f| f.step_seconds));
+    let first = folds.into_iter().next().expect("at least one fold");
+    Scored {
+        metrics: with_key(first.metrics, key),
+        candidate: first.candidate,
+        step_seconds,
+        planned,
+        steps,
+        seconds,
+    }
+}
+
+/// `e` with the figures [`Scored::key`] reads set to `key`.
+fn with_key(mut e: Evaluation, (primary, secondary): (f64, f64)) -> Evaluation {
+    match &mut e {
+        Evaluation::Ranking(m) => {
+            if let Some(p1) = m.p_at.first_mut() {
+                *p1 = primary;
+            }
+            if let Some(p3) = m.p_at.get_mut(2) {
+                *p3 = secondary;
+            }
+        }
+        Evaluation::Binary(b) => {
+            b.accuracy = primary;
+            b.nlp = -secondary;
+        }
+        Evaluation::Multiclass(m) => {
+            m.accuracy = primary;
+            m.nlp = Some(-secondary);
+        }
+    }
+    e
+}
+
+/// The fold table: per candidate the mean and standard deviation over the folds of the
+/// rule's two figures, the steps its runs trained, and the label frequencies' line.
+fn print_table(per_candidate: &[Vec<Scored>], floor: (f64, f64)) {
+    let ranking = matches!(
+        per_candidate
+            .first()
+            .and_then(|f| f.first())
+            .map(|s| &s.metrics),
+        Some(Evaluation::Ranking(_))
+    );
+    let (first, second) = match ranking {
+        true => ("P@1", "P@3"),
+        false => ("acc", "nlp"),
+    };
+    // Accuracy and P@ in points; NLP as it is, positive.
+    let shown = |v: f64, primary: bool| match (ranking, primary) {
+        (false, false) => format!("{:.4}", -v),
+        _ => format!("{:.2}", 100.0 * v),
+    };
+    let folds = per_candidate.first().map_or(0, Vec::len);
+    eprintln!();
+    eprintln!(
+        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
+        format!("candidate (mean ± sd of {folds} folds)"),
+        "ms/step",
+        "trained",
+        "seconds",
+        first,
+        second
+    );
+    for runs in per_candidate {
+        let keys: Vec<(f64, f64)> = runs.iter().map(Scored::key).collect();
+        let a: Vec<f64> = keys.iter().map(|k| k.0).collect();
+        let b: Vec<f64> = keys.iter().map(|k| k.1).collect();
+        let steps: Vec<String> = runs.iter().map(|r| r.steps.to_string()).collect();
+        let scale = |primary: bool| if !ranking && !primary { 1.0 } else { 100.0 };
+        eprintln!(
+            "{:<44} {:>8.1} {:>13} {:>8.1} {:>15} {:>15}",
+            runs[0].candidate.name,
+            1e3 * mean(runs.iter().map(|r| r.step_seconds)),
+            format!("median {}", median(runs.iter().map(|r| r.steps).collect())),
+            runs.iter().map(|r| r.seconds).sum::<f64>(),
+            format!(
+                "{} ± {:.2}",
+                shown(mean(a.iter().copied()), true),
+                scale(true) * spread(&a)
+            ),
+            format!(
+                "{} ± {:.4}",
+                shown(mean(b.iter().copied()), false),
+                scale(false) * spread(&b)
+            ),
+        );
+        eprintln!("{:<44} steps by fold: {}", "", steps.join(", "));
+    }
+    eprintln!(
+        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
+        "(label frequencies, no model)",
+        "",
+        "",
+        "",
+        shown(floor.0, true),
+        shown(floor.1, false)
+    );
+    eprintln!(
+        "(chosen by the mean: the highest {first}{})",
+        match ranking {
+            true => String::new(),
+            false => format!(", and within {ACCURACY_TIE} points of it the lowest NLP"),
+        }
+    );
+    eprintln!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fold_count_is_the_carves_share() {
+        assert_eq!(fold_count(0.2), 5);
+        assert_eq!(fold_count(0.25), 4);
+        assert_eq!(fold_count(0.3), 3);
+        assert_eq!(fold_count(0.5), 2);
+        assert_eq!(fold_count(0.9), 2);
+        assert_eq!(fold_count(0.01), MAX_FOLD_COUNT);
+        assert_eq!(fold_count(1e-300), MAX_FOLD_COUNT);
+    }
+
+    #[test]
+    fn folds_are_afforded_when_every_capped_run_fits() {
+        // 20 runs in 200 s: 10 s each, 1 s of svd and probe, 9·0.7 s of steps at 2 ms:
+        // 3 150 steps, past a cap of 3 000.
+        assert!(capped_runs_fit(200.0, 20, 1.0, 0.002, 3000));
+        // At 3 ms a step: 2 100 steps, short of the cap.
+        assert!(!capped_runs_fit(200.0, 20, 1.0, 0.003, 3000));
+        assert!(!capped_runs_fit(-5.0, 20, 1.0, 0.002, 3000));
+    }
+
+    #[test]
+    fn steps_are_the_median_and_figures_the_mean() {
+        assert_eq!(median(vec![600, 3000, 900, 720, 660]), 720);
+        assert_eq!(median(vec![4, 1]), 1);
+        assert_eq!(median(Vec::new()), 0);
+        assert!((spread(&[1.0, 3.0]) - 2f64.sqrt()).abs() < 1e-12);
+        assert_eq!(spread(&[5.0]), 0.0);
+        let mut acc = crate::metrics::binary::BinaryAccumulator::new();
+        acc.add_row(0.9, true).unwrap();
+        let e = Evaluation::Binary(acc.finish());
+        let fold = |accuracy: f64, nlp: f64, steps: u64| Scored {
+            candidate: Candidate {
+                name: "c".into(),
+                svd: Vec::new(),
+                train: Vec::new(),
+            },
+            step_seconds: 0.01,
+            planned: 3000,
+            steps,
+            seconds: 2.0,
+            metrics: with_key(e.clone(), (accuracy, -nlp)),
+        };
+        let c = combined(vec![
+            fold(0.90, 0.30, 600),
+            fold(0.80, 0.40, 3000),
+            fold(0.85, 0.20, 900),
+        ]);
+        assert!((c.key().0 - 0.85).abs() < 1e-12 && (c.key().1 + 0.30).abs() < 1e-12);
+        assert_eq!((c.steps, c.planned, c.seconds), (900, 3000, 6.0));
+    }
+}
