@@ -261,7 +261,7 @@ fn table_rows(err: &str) -> Vec<(String, u64, u64)> {
         .lines()
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
-        .filter(|l| !l.starts_with("(label frequencies"))
+        .filter(|l| !l.starts_with("(label frequencies") && !l.contains(" failed: "))
         .map(|l| {
             let name = l[..44].trim().to_string();
             let numbers: Vec<&str> = l[44..].split_whitespace().collect();
@@ -362,4 +362,110 @@ fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
     let (name, _) = chosen.split_once(" (").unwrap();
     let row = rows.iter().find(|r| r.0 == name).unwrap();
     assert!(spec.contains(&format!("steps = {}\n", row.1)), "{spec}");
+}
+
+/// Multi-label rows of bag-of-words counts over 2 000 features (sparse): label j of 5 is
+/// on when feature j + 1 is among the row's words. Their rows are sparse, so the first
+/// candidate is the linear model with subspace Z, and the others put free Z in input space.
+fn words(rows: std::ops::Range<u32>) -> String {
+    rows.map(|i| {
+        let mut features: Vec<u32> = (0..8).map(|k| 1 + (i * 37 + k * 251) % 2000).collect();
+        features.sort_unstable();
+        features.dedup();
+        let labels: Vec<String> = (0..5u32)
+            .filter(|j| features.contains(&(j + 1)) || i % 5 == *j)
+            .map(|j| j.to_string())
+            .collect();
+        let words: Vec<String> = features.iter().map(|f| format!("{f}:1")).collect();
+        format!("{} {}\n", labels.join(","), words.join(" "))
+    })
+    .collect()
+}
+
+/// `pipeline fit` on [`words`] with the environment `env` and `extra` options.
+fn fit_words(dir: &std::path::Path, env: &[(&str, &str)], extra: &[&str]) -> std::process::Output {
+    let train = dir.join("words.svm");
+    std::fs::write(&train, words(0..300)).unwrap();
+    let spec = dir.join("words-fit.toml");
+    let mut args = vec![
+        "--workspace".to_string(),
+        dir.join("ws").display().to_string(),
+        "fit".into(),
+        "--train".into(),
+        train.display().to_string(),
+        "--budget".into(),
+        "20s".into(),
+        "--spec-out".into(),
+        spec.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut cmd = std::process::Command::new(pipeline_bin());
+    cmd.args(&args).env_remove("FSGP_WORKSPACE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // A limit of 1 MiB for inducing inputs in input space: the free-Z candidates' memory
+    // estimate (M×D doubles, several MiB) refuses them; the subspace one needs none.
+    let out = fit_words(dir.path(), &[("FSGP_INPUTS_MEMORY_MIB", "1")], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("task multilabel"), "{err}");
+    let table = err.split("candidate (validation)").nth(1).unwrap();
+    let failed: Vec<&str> = table.lines().filter(|l| l.contains(" failed: ")).collect();
+    assert_eq!(failed.len(), 3, "{table}");
+    for line in &failed {
+        assert!(line.contains("free Z"), "{line}");
+        assert!(
+            line.contains("failed: --inducing-inputs free needs about"),
+            "{line}"
+        );
+    }
+    let rows = table_rows(&err);
+    assert_eq!(rows.len(), 1, "{table}");
+    assert!(rows[0].0.starts_with("linear, subspace Z"), "{table}");
+    assert!(err.contains("== fit: chosen linear, subspace Z"), "{err}");
+    // Every candidate refused: the fit fails, saying so after its table.
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit_words(
+        dir.path(),
+        &[("FSGP_INPUTS_MEMORY_MIB", "1")],
+        &["--set", "inducing-inputs=free"],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("every candidate failed"), "{err}");
+    assert!(
+        err.contains("failed: --inducing-inputs free needs about"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_stop_asked_for_during_a_candidate_ends_the_fit_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ctrl-C at the first probe's second step: a request, not the candidate's failure.
+    let out = fit_words(dir.path(), &[("FSGP_FAILPOINT", "train-ctrl-c:2")], &[]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("stopped on request"), "{err}");
+    assert!(!err.contains("== fit: candidate linear, free Z"), "{err}");
+    assert!(!err.contains("candidate (validation)"), "{err}");
+    // A disk that fills while a checkpoint is written: the workspace's fault, not the
+    // candidate's.
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit_words(
+        dir.path(),
+        &[("FSGP_FAILPOINT", "checkpoint-write-enospc:3")],
+        &[],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(!err.contains("== fit: candidate linear, free Z"), "{err}");
 }
