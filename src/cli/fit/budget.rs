@@ -83,7 +83,7 @@ pub fn to_train_on(rows: &[Row]) -> Option<usize> {
 
 /// One line of fit's table: a candidate scored on validation, or one that could not run.
 pub enum Row {
-    Scored(Scored),
+    Scored(Box<Scored>),
     /// A candidate whose svd, probe or run failed for a reason of its own: its name and
     /// the first line of the error.
     Failed {
@@ -166,7 +166,7 @@ pub fn select(ws: &Workspace, list: &mut Vec<Candidate>, plan: &Plan) -> Result<
             finish(ws, plan, p, share)
         })();
         match result {
-            Ok(s) => rows.push(Row::Scored(s)),
+            Ok(s) => rows.push(Row::Scored(Box::new(s))),
             Err(e) if is_candidates_own(&e) => {
                 eprintln!("== fit: candidate {} failed: {e:#}", c.name);
                 rows.push(Row::failed(&c, &e));

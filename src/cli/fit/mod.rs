@@ -573,7 +573,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
     let scored: Vec<Scored> = rows
         .into_iter()
         .filter_map(|r| match r {
-            Row::Scored(s) => Some(s),
+            Row::Scored(s) => Some(*s),
             Row::Failed { .. } => None,
         })
         .collect();
