@@ -6,11 +6,14 @@
 //!    validation carve (`<name>-select`); the task is the dataset's label kind unless given.
 //! 2. **Candidates.** A short list from the family in order of preference, fixed by the
 //!    task, the data's sizes and whether its rows are dense ([`candidates`]). Each gets an
-//!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps measures its
-//!    step time, then a run of the steps its share affords (capped, [`step_cap`]), stopped
-//!    by train's early stopping once its validation score no longer improves, is scored
-//!    on the validation split at its last step; time a stopped run did not use goes to
-//!    the candidates after it. The first probe also decides how many candidates the budget
+//!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps (fewer when
+//!    steps are slow, [`budget::probe_steps`]) measures its step time, then a run of the
+//!    steps its share affords (capped, [`step_cap`]), stopped by train's early stopping
+//!    once its validation score no longer improves for [`budget::PATIENCE_EPOCHS`] passes,
+//!    is scored on the validation split at its last step; time a stopped run did not use
+//!    goes to the candidates after it, and what is left at the end to the leader
+//!    ([`budget::train_on`]). A candidate that fails for a reason of its own is a line of
+//!    the table ([`budget::Row::Failed`]). The first probe also decides how many candidates the budget
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely.
