@@ -451,12 +451,18 @@ impl<'a> StageRun<'a> {
     fn resume_locked(ws: &'a Workspace, lock: StageLock, id: i64) -> Result<Self> {
         let pid = std::process::id();
         let identity = process_identity(pid).unwrap_or_default();
-        let kind = match ws.catalog.run(id)? {
-            Some(row) => row.stage,
-            None => bail!("there is no run {id} in the catalog"),
+        let Some(row) = ws.catalog.run(id)? else {
+            bail!("there is no run {id} in the catalog");
         };
-        ws.catalog.reopen_run(id, pid, &identity)?;
-        Self::with_scratch(ws, lock, kind, id)
+        // Only train extends a finished run, and only one its caller found cut by
+        // --max-steps (`train::session`); every other finished run is refused here.
+        match row.status {
+            RunStatus::Ok if row.stage == StageKind::Train => {
+                ws.catalog.reopen_finished_run(id, pid, &identity)?
+            }
+            _ => ws.catalog.reopen_run(id, pid, &identity)?,
+        }
+        Self::with_scratch(ws, lock, row.stage, id)
     }
 
     fn with_scratch(ws: &'a Workspace, lock: StageLock, kind: StageKind, id: i64) -> Result<Self> {

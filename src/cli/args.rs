@@ -709,7 +709,8 @@ pub struct TrainFlags {
     /// are taken from the run; --epochs, --steps, --max-steps, --checkpoint-every,
     /// --keep-checkpoints, --threads, --prefetch, --eval-every, --eval-split and
     /// --no-final-elbo may be given to change them (each change is printed and recorded);
-    /// any other option that differs from the run's is refused.
+    /// any other option that differs from the run's is refused. A finished run goes on only
+    /// if --max-steps cut it, with a larger --max-steps.
     #[arg(long, value_parser = run_id())]
     pub resume: Option<i64>,
     /// Start a new run even when an interrupted run with exactly this configuration exists

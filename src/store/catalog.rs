@@ -433,16 +433,24 @@ pub struct Catalog {
     path: PathBuf,
 }
 
+/// Another process holds what this one needs: a stage's lock, or the catalog's write lock
+/// past its busy timeout. No fault of the inputs or the options: the same command succeeds
+/// once the other process is done (`pipeline fit` ends at once on it rather than counting it
+/// against a candidate).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Contended(pub String);
+
 /// Turns SQLite's "database is locked" into an error a person can act on.
 fn explain(path: &Path, e: rusqlite::Error) -> anyhow::Error {
     if let rusqlite::Error::SqliteFailure(f, _) = &e {
         if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) {
-            return anyhow!(
+            return anyhow::Error::new(Contended(format!(
                 "catalog {} is busy: another pipeline process held its lock for longer than \
                  the busy timeout ({} s); retry when it has finished",
                 path.display(),
                 DEFAULT_BUSY_TIMEOUT.as_secs()
-            );
+            )));
         }
     }
     anyhow::Error::new(e).context(format!("catalog {}", path.display()))
@@ -1252,19 +1260,29 @@ impl Catalog {
     /// Marks an interrupted or failed run as running again under this process (resume).
     /// Fails when the run is not resumable, so two processes cannot resume one run.
     pub fn reopen_run(&self, id: i64, pid: u32, pid_start: &str) -> Result<()> {
+        self.reopen(
+            id,
+            pid,
+            pid_start,
+            [RunStatus::Interrupted, RunStatus::Failed],
+        )
+    }
+
+    /// Marks a finished (`ok`) run as running again under this process: a train run cut by
+    /// `--max-steps` that goes on with a larger one (`train::session`, which checks that it
+    /// was cut). Fails unless the run is finished, so two processes cannot extend one run.
+    pub fn reopen_finished_run(&self, id: i64, pid: u32, pid_start: &str) -> Result<()> {
+        self.reopen(id, pid, pid_start, [RunStatus::Ok, RunStatus::Ok])
+    }
+
+    /// Marks run `id` running under this process if its status is one of `from`.
+    fn reopen(&self, id: i64, pid: u32, pid_start: &str, from: [RunStatus; 2]) -> Result<()> {
         let changed = self
             .conn
             .execute(
                 "UPDATE stage_runs SET status = ?4, ended_at = NULL, error = NULL, \
                  pid = ?2, pid_start = ?3 WHERE id = ?1 AND status IN (?5, ?6)",
-                params![
-                    id,
-                    pid,
-                    pid_start,
-                    RunStatus::Running,
-                    RunStatus::Interrupted,
-                    RunStatus::Failed
-                ],
+                params![id, pid, pid_start, RunStatus::Running, from[0], from[1]],
             )
             .map_err(|e| explain(&self.path, e))?;
         if changed == 0 {

@@ -36,8 +36,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 
 use super::catalog::{
-    ArtifactKind, Catalog, CheckpointRow, DatasetRow, Identity, RunRow, RunStatus, Split,
-    StageKind, StoredArtifact,
+    ArtifactKind, Catalog, CheckpointRow, Contended, DatasetRow, Identity, RunRow, RunStatus,
+    Split, StageKind, StoredArtifact,
 };
 use super::identity::{self, PublishedDir, RunMarker};
 use super::integrity::Registered;
@@ -554,7 +554,7 @@ impl Workspace {
         // lock alone.
         if subject.is_empty() {
             if let Some(run) = self.live_run_with(kind, params)? {
-                return Err(anyhow::anyhow!(
+                return Err(anyhow::Error::new(Contended(format!(
                     "another process (pid {pid}) is running {kind} run {id} with these \
                      parameters in {root} (started {started}), although its lock file {lock} \
                      is gone (deleted while it ran?); wait for it to finish and run this \
@@ -564,7 +564,7 @@ impl Workspace {
                     root = self.root.display(),
                     started = run.started_at,
                     lock = path.display()
-                ));
+                ))));
             }
         }
         Ok(lock)
@@ -604,12 +604,12 @@ impl Workspace {
                 self.root.display()
             ),
         };
-        anyhow::anyhow!(
+        anyhow::Error::new(Contended(format!(
             "{who}; wait for it to finish and run this again (its outputs are then reused), \
              or stop it (kill {pid}): a run whose process is gone counts as interrupted and \
              the next run takes it up (lock file {})",
             path.display()
-        )
+        )))
     }
 }
 

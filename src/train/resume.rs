@@ -25,8 +25,9 @@ use super::budget;
 use super::options::{check_limits, join_epochs, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
 use super::setup::Setup;
 use crate::stage::threads_or_all;
+use crate::store::catalog::RunStatus;
 use crate::store::checkpoint::TrainState;
-use crate::trained::{OptionChange, Retention, RunRecord, Steering, TrainConfig};
+use crate::trained::{OptionChange, Retention, RunRecord, Steering, StopReason, TrainConfig};
 
 /// What a train flag given on resume does.
 #[derive(Clone, Copy)]
@@ -302,6 +303,34 @@ fn decay_factor(cfg: &TrainConfig, opts: &TrainOptions) -> String {
         Some(d) => d.factor.to_string(),
         None if opts.lr_decay == DEFAULT_LR_DECAY => DEFAULT_LR_DECAY.to_string(),
         None => "none".into(),
+    }
+}
+
+/// Refuses to resume a finished run (`status` ok) unless `--max-steps` cut it and `opts`
+/// gives a larger `--max-steps`: such a run is a prefix of its budget, and going on to the
+/// larger cut ends where an uninterrupted run with that cut ends (`pipeline fit` gives its
+/// leading candidate the time others left this way). Any other finished run is a result,
+/// kept as is.
+pub fn refuse_finished(status: RunStatus, record: &RunRecord, opts: &TrainOptions) -> Result<()> {
+    if status != RunStatus::Ok {
+        return Ok(());
+    }
+    let id = record.run_id;
+    let cut = record
+        .stopped
+        .as_ref()
+        .filter(|s| s.reason == StopReason::MaxSteps)
+        .map(|s| s.step);
+    match (cut, opts.max_steps) {
+        (Some(at), Some(more)) if more > at && opts.given.contains(&TrainFlag::MaxSteps) => Ok(()),
+        (Some(at), _) => bail!(
+            "run {id} cannot be resumed: it finished, cut by --max-steps at step {at}; give a \
+             larger --max-steps to go on"
+        ),
+        (None, _) => bail!(
+            "run {id} cannot be resumed: its status is 'ok' (only interrupted or failed runs \
+             resume, and finished ones cut by --max-steps, with a larger --max-steps)"
+        ),
     }
 }
 

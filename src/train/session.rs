@@ -155,6 +155,9 @@ fn resume(
     opts: &TrainOptions,
 ) -> Result<Outcome<TrainSummary>> {
     let record = RunRecord::of_run(ws, id)?;
+    if let Some(row) = ws.catalog.run(id)? {
+        resume::refuse_finished(row.status, &record, opts)?;
+    }
     let last = ws.catalog.checkpoints(id)?.last().cloned();
     let dataset = record.in_force.dataset_row(ws)?;
     let planner = budget::planner_of(ws, &dataset, &record.in_force)?;

@@ -255,14 +255,14 @@ fn noise(rows: std::ops::Range<u32>) -> String {
     .collect()
 }
 
-/// The validation table's candidate rows: (name, steps planned, steps trained).
-fn table_rows(err: &str) -> Vec<(String, u64, u64)> {
+/// The validation table's candidate rows: (name, steps planned, steps trained, converged).
+fn table_rows(err: &str) -> Vec<(String, u64, u64, bool)> {
     let table = err.split("candidate (validation)").nth(1).unwrap();
     table
         .lines()
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
-        .filter(|l| !l.starts_with("(label frequencies"))
+        .filter(|l| !l.starts_with("(label frequencies") && !l.contains(" failed: "))
         .map(|l| {
             let name = l[..44].trim().to_string();
             let numbers: Vec<&str> = l[44..].split_whitespace().collect();
@@ -270,6 +270,7 @@ fn table_rows(err: &str) -> Vec<(String, u64, u64)> {
                 name,
                 numbers[1].parse().unwrap(),
                 numbers[2].parse().unwrap(),
+                numbers[4] == "yes",
             )
         })
         .collect()
@@ -302,34 +303,51 @@ fn fit_stops_candidates_early_and_trains_the_final_model_as_far_as_the_chosen_ru
     let (err, spec, ws) = fit_noise(dir.path(), &[]);
     let rows = table_rows(&err);
     assert_eq!(rows.len(), 4, "{err}");
-    for (name, planned, trained) in &rows {
+    for (name, planned, trained, _) in &rows {
         assert!(trained <= planned, "{name}: {trained} > {planned}\n{err}");
     }
-    // Every selection run (not the probes) watched validation; at least one stopped on it
-    // and the time it did not use was not spent.
-    let mut selection: Vec<serde_json::Value> = status_json(&ws)["train_runs"]
+    // Every selection run (not the probes, which watch nothing) watched validation; at
+    // least one stopped on it.
+    let runs: Vec<serde_json::Value> = status_json(&ws)["train_runs"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["dataset"] == "noise-select" && r["steps"] != 50)
+        .filter(|r| r["dataset"] == "noise-select")
+        .cloned()
+        .collect();
+    let mut selection: Vec<serde_json::Value> = runs
+        .iter()
+        .filter(|r| r["early_stopping"].is_object())
         .cloned()
         .collect();
     selection.sort_by_key(|r| r["id"].as_i64());
-    assert_eq!(selection.len(), 4, "{selection:?}");
-    assert!(selection.iter().all(|r| r["early_stopping"].is_object()));
+    assert_eq!(selection.len(), 4, "{runs:?}");
+    // Patience in passes over the data: at least 5 epochs (of one step here) and train's
+    // default of 10 scores.
+    for run in &selection {
+        let es = &run["early_stopping"];
+        let wait = es["every"].as_u64().unwrap() * es["patience"].as_u64().unwrap();
+        assert!(es["patience"].as_u64().unwrap() >= 10 && wait >= 5, "{run}");
+    }
     let stopped = selection
         .iter()
         .filter(|r| r["stopped"]["reason"] == "no-improvement")
         .count();
     assert!(stopped >= 1, "{selection:?}");
-    // The table's columns are each run's budget and its last step (the runs are the
-    // candidates in order), and one that stopped early ended before its budget.
+    // The table's columns are each run's planned steps (where --max-steps cuts it, after
+    // any time others left) and its last step (the runs are the candidates in order), and
+    // one that stopped early ended before its cut and says it converged.
     for (row, run) in rows.iter().zip(&selection) {
-        assert_eq!(run["steps"], row.1, "{row:?}: {run}");
+        assert_eq!(run["max_steps"], row.1, "{row:?}: {run}");
         assert_eq!(run["stopped"]["step"], row.2, "{row:?}: {run}");
         if run["stopped"]["reason"] == "no-improvement" {
             assert!(row.2 < row.1, "{row:?}");
         }
+        assert_eq!(
+            row.3,
+            run["stopped"]["reason"] == "no-improvement",
+            "{row:?}: {run}"
+        );
     }
     // The final model trains the steps the chosen candidate's run took, and the score that
     // chose it is that last checkpoint's: the validation evaluation recorded for the run.
@@ -351,7 +369,7 @@ fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
     let dir = tempfile::tempdir().unwrap();
     let (err, spec, ws) = fit_noise(dir.path(), &["--no-early-stopping"]);
     let rows = table_rows(&err);
-    for (name, planned, trained) in &rows {
+    for (name, planned, trained, _) in &rows {
         assert_eq!(planned, trained, "{name}\n{err}");
     }
     let runs = status_json(&ws)["train_runs"].as_array().unwrap().clone();
@@ -442,6 +460,96 @@ fn small_data_is_chosen_on_k_folds_that_validate_every_row_once() {
     );
 }
 
+/// Multi-label rows of bag-of-words counts over 2 000 features (sparse): label j of 5 is
+/// on when feature j + 1 is among the row's words. Their rows are sparse, so the first
+/// candidate is the linear model with subspace Z, and the others put free Z in input space.
+fn words(rows: std::ops::Range<u32>) -> String {
+    rows.map(|i| {
+        let mut features: Vec<u32> = (0..8).map(|k| 1 + (i * 37 + k * 251) % 2000).collect();
+        features.sort_unstable();
+        features.dedup();
+        let labels: Vec<String> = (0..5u32)
+            .filter(|j| features.contains(&(j + 1)) || i % 5 == *j)
+            .map(|j| j.to_string())
+            .collect();
+        let words: Vec<String> = features.iter().map(|f| format!("{f}:1")).collect();
+        format!("{} {}\n", labels.join(","), words.join(" "))
+    })
+    .collect()
+}
+
+/// `pipeline fit` on [`words`] with the environment `env` and `extra` options.
+fn fit_words(dir: &std::path::Path, env: &[(&str, &str)], extra: &[&str]) -> std::process::Output {
+    let train = dir.join("words.svm");
+    std::fs::write(&train, words(0..300)).unwrap();
+    let spec = dir.join("words-fit.toml");
+    let mut args = vec![
+        "--workspace".to_string(),
+        dir.join("ws").display().to_string(),
+        "fit".into(),
+        "--train".into(),
+        train.display().to_string(),
+        "--budget".into(),
+        "20s".into(),
+        "--spec-out".into(),
+        spec.display().to_string(),
+        // 300 rows carve fewer validation rows than the folds' threshold: these tests
+        // are about the one carve's loop.
+        "--no-folds".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut cmd = std::process::Command::new(pipeline_bin());
+    cmd.args(&args).env_remove("FSGP_WORKSPACE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // A limit of 1 MiB for inducing inputs in input space: the free-Z candidates' memory
+    // estimate (M×D doubles, several MiB) refuses them; the subspace one needs none.
+    let out = fit_words(dir.path(), &[("FSGP_INPUTS_MEMORY_MIB", "1")], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("task multilabel"), "{err}");
+    let table = err.split("candidate (validation)").nth(1).unwrap();
+    // The free-Z candidates the budget affords (the cut may drop the last under load).
+    let failed: Vec<&str> = table.lines().filter(|l| l.contains(" failed: ")).collect();
+    assert!(!failed.is_empty(), "{table}");
+    assert!(
+        err.contains("failed: --inducing-inputs free needs about"),
+        "{err}"
+    );
+    for line in &failed {
+        assert!(line.contains("free Z"), "{line}");
+        assert!(
+            line.contains("failed: --inducing-inputs free needs about"),
+            "{line}"
+        );
+    }
+    let rows = table_rows(&err);
+    assert_eq!(rows.len(), 1, "{table}");
+    assert!(rows[0].0.starts_with("linear, subspace Z"), "{table}");
+    assert!(err.contains("== fit: chosen linear, subspace Z"), "{err}");
+    // Every candidate refused: the fit fails, saying so after its table.
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit_words(
+        dir.path(),
+        &[("FSGP_INPUTS_MEMORY_MIB", "1")],
+        &["--set", "inducing-inputs=free"],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("every candidate failed"), "{err}");
+    assert!(
+        err.contains("failed: --inducing-inputs free needs about"),
+        "{err}"
+    );
+}
+
 #[test]
 fn larger_data_is_chosen_on_the_one_carve() {
     let dir = tempfile::tempdir().unwrap();
@@ -450,4 +558,28 @@ fn larger_data_is_chosen_on_the_one_carve() {
     assert!(err.contains("candidate (validation)"), "{err}");
     assert!(!err.contains("folds"), "{err}");
     assert_eq!(dataset_names(&ws), ["toy-select", "toy"]);
+}
+
+#[test]
+fn a_stop_asked_for_during_a_candidate_ends_the_fit_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ctrl-C at the first probe's second step: a request, not the candidate's failure.
+    let out = fit_words(dir.path(), &[("FSGP_FAILPOINT", "train-ctrl-c:2")], &[]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("stopped on request"), "{err}");
+    assert!(!err.contains("== fit: candidate linear, free Z"), "{err}");
+    assert!(!err.contains("candidate (validation)"), "{err}");
+    // A disk that fills while a checkpoint is written: the workspace's fault, not the
+    // candidate's.
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit_words(
+        dir.path(),
+        &[("FSGP_FAILPOINT", "checkpoint-write-enospc:3")],
+        &[],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(!err.contains("== fit: candidate linear, free Z"), "{err}");
 }

@@ -194,3 +194,65 @@ fn a_step_budget_extended_on_resume_ends_as_an_uninterrupted_run_with_it() {
     assert_eq!(t["steps_done"], 32);
     assert_eq!(t["stopped"]["reason"], "budget");
 }
+
+#[test]
+fn a_run_cut_by_max_steps_goes_on_with_a_larger_cut_and_ends_as_an_uninterrupted_run() {
+    let p = prepared();
+    let reference = p.copy("uncut");
+    let run_ref = train_with(
+        &reference,
+        &without_epochs(&["--steps", "40", "--max-steps", "30"]),
+    );
+    let ws = p.copy("cut");
+    let id = train_with(
+        &ws,
+        &without_epochs(&["--steps", "40", "--max-steps", "20"]),
+    );
+    assert_eq!(train_summary(&ws, id)["stopped"]["reason"], "max-steps");
+    // A cut no later than where it ended is refused, and so is any other option.
+    let out = pipeline(
+        &ws,
+        &["train", "--resume", &id.to_string(), "--max-steps", "20"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cut by --max-steps at step 20; give a larger --max-steps"),
+        "{}",
+        stderr(&out)
+    );
+    let out = pipeline(&ws, &["train", "--resume", &id.to_string()]);
+    assert!(!out.status.success());
+    let out = pipeline(
+        &ws,
+        &["train", "--resume", &id.to_string(), "--max-steps", "30"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "run {id}: --max-steps 20 → 30 (changed on resume)"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let t = train_summary(&ws, id);
+    assert_eq!(t["stopped"]["reason"], "max-steps");
+    assert_eq!(t["stopped"]["step"], 30);
+    // The parameters at step 30 are those of the run cut at 30 from the start.
+    assert_eq!(
+        tensor_bits(&read_ckpt(&ws, id, 30)),
+        tensor_bits(&read_ckpt(&reference, run_ref, 30))
+    );
+    // A run that ran its whole budget is a result: it does not go on.
+    let whole = train_with(&ws, &without_epochs(&["--steps", "20"]));
+    assert_eq!(train_summary(&ws, whole)["stopped"]["reason"], "budget");
+    let out = pipeline(
+        &ws,
+        &["train", "--resume", &whole.to_string(), "--max-steps", "30"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cannot be resumed: its status is 'ok'"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -12,13 +12,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::budget::Plan;
 use super::{
     command, finish, frequency_floor, ingest_options, planned_steps, probe, selection_seconds,
     Candidate, Scored, ACCURACY_TIE,
 };
 use crate::cli::args::{Command, FitArgs};
 use crate::metrics::evaluation::Evaluation;
-use crate::store::catalog::LabelKind;
 use crate::store::workspace::Workspace;
 
 /// Folds replace the one carve when it holds fewer validation rows than this. On 500 rows
@@ -39,13 +39,11 @@ pub(super) struct Selection<'a> {
     /// The one carve's dataset (its first candidate's probe measures the step time).
     pub select: &'a str,
     pub format: &'a str,
-    pub kind: LabelKind,
     /// Rows of the one carve's validation split.
     pub validation_rows: u64,
-    /// Seconds for the selection and the final model, as `run` counts them.
-    pub left: f64,
-    /// The most steps a run may take.
-    pub cap: u64,
+    /// The one carve's plan: task, seed, budget, the seconds left for the selection and
+    /// the final model as `run` counts them, the step cap, early stopping.
+    pub plan: &'a Plan,
 }
 
 /// The number of folds for a validation fraction F: the carve's own share, 1/F rounded
@@ -86,10 +84,10 @@ pub(super) fn select(
     let k = fold_count(s.args.validation_fraction);
     // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
     // its first candidate's probe prices a fold's run.
-    let first = probe(ws, s.select, s.kind, &list[0], s.args.seed)?;
+    let first = probe(ws, s.select, s.plan.kind, &list[0], s.args.seed, s.plan.budget)?;
     let runs = list.len() as u64 * u64::from(k);
-    let selection = selection_seconds(s.left, list.len()) - started.elapsed().as_secs_f64();
-    if !capped_runs_fit(selection, runs, first.seconds(), first.step_seconds, s.cap) {
+    let selection = selection_seconds(s.plan.left, list.len()) - started.elapsed().as_secs_f64();
+    if !capped_runs_fit(selection, runs, first.seconds(), first.step_seconds, s.plan.cap) {
         eprintln!(
             "== fit: {} validation rows, but {k} folds of {} candidate(s) at {:.1} ms a step \
              do not fit {:.0} s: one carve decides",
@@ -116,21 +114,14 @@ pub(super) fn select(
             let done = (i * folds.len() + j) as f64;
             let spent = selection_started.elapsed().as_secs_f64();
             let share = (selection - spent).max(0.0) / (runs as f64 - done);
-            let probed = probe(ws, fold, s.kind, c, s.args.seed)?;
-            scored.push(finish(
-                ws,
-                s.kind,
-                probed,
-                share,
-                s.cap,
-                s.args.no_early_stopping,
-            )?);
+            let probed = probe(ws, fold, s.plan.kind, c, s.args.seed, s.plan.budget)?;
+            scored.push(finish(ws, s.plan, probed, share)?);
         }
         per_candidate.push(scored);
     }
     let mut floors = Vec::new();
     for fold in &folds {
-        floors.push(frequency_floor(ws, &ws.dataset_named(fold)?, s.kind)?);
+        floors.push(frequency_floor(ws, &ws.dataset_named(fold)?, s.plan.kind)?);
     }
     let floor = (
         mean(floors.iter().map(|f| f.0)),
@@ -195,6 +186,9 @@ fn combined(folds: Vec<Scored>) -> Scored {
     let steps = median(folds.iter().map(|f| f.steps).collect());
     let seconds = folds.iter().map(|f| f.seconds).sum();
     let step_seconds = mean(folds.iter().map(|f| f.step_seconds));
+    let converged = folds.iter().all(|f| f.converged);
+    let svd_seconds = mean(folds.iter().map(|f| f.svd_seconds));
+    let scoring_seconds = mean(folds.iter().map(|f| f.scoring_seconds));
     let first = folds.into_iter().next().expect("at least one fold");
     Scored {
         metrics: with_key(first.metrics, key),
@@ -203,6 +197,13 @@ fn combined(folds: Vec<Scored>) -> Scored {
         planned,
         steps,
         seconds,
+        // The folds' runs are not trained on: the final model trains the median steps.
+        run: first.run,
+        every: first.every,
+        converged,
+        open: false,
+        svd_seconds,
+        scoring_seconds,
     }
 }
 
@@ -349,6 +350,12 @@ mod tests {
             steps,
             seconds: 2.0,
             metrics: with_key(e.clone(), (accuracy, -nlp)),
+            run: 1,
+            every: 0,
+            converged: false,
+            open: true,
+            svd_seconds: 0.5,
+            scoring_seconds: 0.25,
         };
         let c = combined(vec![
             fold(0.90, 0.30, 600),

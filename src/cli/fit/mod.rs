@@ -6,11 +6,14 @@
 //!    validation carve (`<name>-select`); the task is the dataset's label kind unless given.
 //! 2. **Candidates.** A short list from the family in order of preference, fixed by the
 //!    task, the data's sizes and whether its rows are dense ([`candidates`]). Each gets an
-//!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps measures its
-//!    step time, then a run of the steps its share affords (capped, [`step_cap`]), stopped
-//!    by train's early stopping once its validation score no longer improves, is scored
-//!    on the validation split at its last step; time a stopped run did not use goes to
-//!    the candidates after it. The first probe also decides how many candidates the budget
+//!    equal share of the selection time left: a probe of [`PROBE_STEPS`] steps (fewer when
+//!    steps are slow, [`budget::probe_steps`]) measures its step time, then a run of the
+//!    steps its share affords (capped, [`step_cap`]), stopped by train's early stopping
+//!    once its validation score no longer improves for [`budget::PATIENCE_EPOCHS`] passes,
+//!    is scored on the validation split at its last step; time a stopped run did not use
+//!    goes to the candidates after it, and what is left at the end to the leader
+//!    ([`budget::train_on`]). A candidate that fails for a reason of its own is a line of
+//!    the table ([`budget::Row::Failed`]). The first probe also decides how many candidates the budget
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely.
@@ -46,7 +49,10 @@ use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
 use crate::text::source::LineSource;
 use crate::train::TrainFlag;
-use crate::trained::Stopped;
+use crate::trained::{StopReason, Stopped};
+
+mod budget;
+use budget::{Plan, Row};
 
 mod folds;
 
@@ -386,16 +392,60 @@ struct Scored {
     candidate: Candidate,
     /// The probe's measured seconds per step.
     step_seconds: f64,
-    /// The steps its share afforded.
+    /// The steps its share afforded (and the time others left, when it trained on).
     planned: u64,
     /// The steps its run trained (fewer than planned when early stopping ended it), whose
     /// last checkpoint was scored. The final model trains this many.
     steps: u64,
     seconds: f64,
     metrics: Evaluation,
+    /// Its selection run (the probe's, when the share afforded no more).
+    run: i64,
+    /// Early stopping's period in that run (0 without early stopping).
+    every: u64,
+    /// Whether early stopping ended the run: its validation score stopped improving.
+    converged: bool,
+    /// Whether the run can go on: `--max-steps` cut it before the step cap.
+    open: bool,
+    /// Seconds of its svd, and of scoring validation: the final model pays them again.
+    svd_seconds: f64,
+    scoring_seconds: f64,
 }
 
 impl Scored {
+    /// Whether its run can train on (neither converged nor at the cap).
+    fn can_go_on(&self) -> bool {
+        self.open && !self.converged
+    }
+
+    /// Trains its run on from its last checkpoint to step `to` (train resumes a run cut by
+    /// `--max-steps` with a larger one) and scores the run's last step on validation again.
+    fn go_on(&mut self, ws: &Workspace, plan: &Plan, to: u64) -> Result<()> {
+        let started = Instant::now();
+        let options = [
+            ("resume", self.run.to_string()),
+            ("max-steps", to.to_string()),
+        ];
+        let Command::Train(t) = command(argv("train", &options))? else {
+            unreachable!()
+        };
+        let stopped = crate::train::run(ws, &t.options())?.value.stopped;
+        self.planned = to;
+        self.record_end(stopped, to, plan.cap);
+        let (metrics, scoring_seconds) = score(ws, plan.kind, self.run, self.steps)?;
+        (self.metrics, self.scoring_seconds) = (metrics, scoring_seconds);
+        self.seconds += started.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Where and why its run ended (`planned`: the step it was to reach).
+    fn record_end(&mut self, stopped: Option<Stopped>, planned: u64, cap: u64) {
+        self.steps = stopped.as_ref().map_or(planned, |s| s.step);
+        let reason = stopped.map(|s| s.reason);
+        self.converged = reason == Some(StopReason::NoImprovement);
+        self.open = reason == Some(StopReason::MaxSteps) && self.steps < cap;
+    }
+
     /// (primary, secondary) of the rule: P@1 and P@3, or accuracy and −NLP; higher is better.
     fn key(&self) -> (f64, f64) {
         match &self.metrics {
@@ -409,6 +459,15 @@ impl Scored {
 /// The index of the winner: the best primary figure; for classification, among those
 /// within [`ACCURACY_TIE`] points of it, the best secondary (the lowest NLP).
 fn choose(scored: &[Scored]) -> usize {
+    let refs: Vec<&Scored> = scored.iter().collect();
+    choose_among(&refs).unwrap_or(0)
+}
+
+/// [`choose`] over references; None for an empty list.
+fn choose_among(scored: &[&Scored]) -> Option<usize> {
+    if scored.is_empty() {
+        return None;
+    }
     let best = scored
         .iter()
         .map(|s| s.key().0)
@@ -427,7 +486,7 @@ fn choose(scored: &[Scored]) -> usize {
             winner = i;
         }
     }
-    winner
+    Some(winner)
 }
 
 /// Runs `pipeline fit`.
@@ -500,6 +559,17 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         budget,
         left
     );
+    let plan = Plan {
+        dataset: select.clone(),
+        kind,
+        seed: args.seed,
+        budget,
+        left,
+        cap,
+        needed,
+        epoch_steps: sizes.n.div_ceil(batch),
+        fixed: args.no_early_stopping,
+    };
     // Small data: each candidate on k folds instead of the one carve (docs/fit.md).
     let folded = folds::select(
         ws,
@@ -508,52 +578,35 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
             name: &name,
             select: &select,
             format: &format,
-            kind,
             validation_rows: dataset.split(Split::Validation).map_or(0, |s| s.n_rows),
-            left,
-            cap,
+            plan: &plan,
         },
         &list,
     )?;
-    let selection_started = Instant::now();
-    let mut scored = Vec::new();
-    let mut i = 0;
-    while folded.is_none() && i < list.len() {
-        let probe = probe(ws, &select, kind, &list[i], args.seed)?;
-        if i == 0 {
-            let k = affordable(
-                left,
-                list.len(),
-                probe.seconds(),
-                probe.step_seconds,
-                needed,
-            );
-            if k < list.len() {
-                let dropped: Vec<&str> = list[k..].iter().map(|c| c.name.as_str()).collect();
-                eprintln!(
-                    "== fit: at {:.1} ms a step the budget affords {needed} steps ({MIN_EPOCHS} \
-                     epochs, or the cap) to {k} candidate(s); dropped: {}",
-                    1e3 * probe.step_seconds,
-                    dropped.join("; ")
-                );
-                list.truncate(k);
-            }
-        }
-        // An equal share of the selection time left when this candidate started.
-        let spent = selection_started.elapsed().as_secs_f64() - probe.seconds();
-        let share =
-            (selection_seconds(left, list.len()) - spent).max(0.0) / (list.len() - i) as f64;
-        scored.push(finish(ws, kind, probe, share, cap, args.no_early_stopping)?);
-        i += 1;
-    }
     let (scored, floor) = match folded {
         Some(folded) => folded,
         None => {
+            let mut rows = budget::select(ws, &mut list, &plan)?;
+            if !plan.fixed {
+                let spent = || started.elapsed().as_secs_f64();
+                budget::train_on(ws, &mut rows, &plan, spent, ingest_seconds)?;
+            }
             let floor = frequency_floor(ws, &dataset, kind)?;
-            print_table(&scored, floor);
+            print_table(&rows, floor);
+            let scored: Vec<Scored> = rows
+                .into_iter()
+                .filter_map(|r| match r {
+                    Row::Scored(s) => Some(*s),
+                    Row::Failed { .. } => None,
+                })
+                .collect();
             (scored, floor)
         }
     };
+    anyhow::ensure!(
+        !scored.is_empty(),
+        "every candidate failed (the table above says why); nothing was chosen"
+    );
     let winner = choose(&scored);
     let chosen = &scored[winner];
     if chosen.key().0 <= floor.0 {
@@ -653,8 +706,11 @@ struct Probed {
     train_opts: Vec<(&'static str, String)>,
     run: i64,
     step_seconds: f64,
+    /// The steps the probe trained ([`PROBE_STEPS`], fewer when steps are slow).
+    steps: u64,
     /// When the candidate's svd started: its share counts from here.
     started: Instant,
+    svd_seconds: f64,
 }
 
 impl Probed {
@@ -683,13 +739,16 @@ impl Probed {
     }
 }
 
-/// Runs `c`'s svd on the selection dataset and its probe of [`PROBE_STEPS`] steps.
+/// Runs `c`'s svd on the selection dataset and its probe: [`budget::FIRST_STEPS`] steps,
+/// then, in a run of its own, the [`PROBE_STEPS`] steps or the fewer their rate affords
+/// within a share of the `budget` seconds ([`budget::probe_steps`]).
 fn probe(
     ws: &Workspace,
     dataset: &str,
     kind: LabelKind,
     c: &Candidate,
     seed: u64,
+    budget_seconds: f64,
 ) -> Result<Probed> {
     let started = Instant::now();
     eprintln!("== fit: candidate {}", c.name);
@@ -710,13 +769,28 @@ fn probe(
         train_opts,
         run: 0,
         step_seconds: 0.0,
+        steps: budget::FIRST_STEPS,
+        svd_seconds: started.elapsed().as_secs_f64(),
         started,
     };
-    let probe_started = Instant::now();
-    probed.run = probed.train(ws, PROBE_STEPS, &[])?.0;
-    probed.step_seconds = probe_step_seconds(ws, probed.run)?
-        .unwrap_or_else(|| probe_started.elapsed().as_secs_f64() / PROBE_STEPS as f64);
+    probed.measure(ws)?;
+    let steps = budget::probe_steps(probed.step_seconds, budget_seconds);
+    if steps > probed.steps {
+        probed.steps = steps;
+        probed.measure(ws)?;
+    }
     Ok(probed)
+}
+
+impl Probed {
+    /// Trains a probe run of `self.steps` steps and measures its seconds a step.
+    fn measure(&mut self, ws: &Workspace) -> Result<()> {
+        let started = Instant::now();
+        self.run = self.train(ws, self.steps, &[])?.0;
+        self.step_seconds = probe_step_seconds(ws, self.run, self.steps)?
+            .unwrap_or_else(|| started.elapsed().as_secs_f64() / self.steps as f64);
+        Ok(())
+    }
 }
 
 /// Trains a probed candidate for the steps its `share` of seconds (counted from its svd)
@@ -727,28 +801,57 @@ fn probe(
 /// score is a noise peak anywhere along it, and final models trained only to that step
 /// scored lower on test (docs/experiments/stopping.md, "What fit trains to"). The run's
 /// last step is the model the final spec reproduces, so that is the one compared.
-fn finish(
-    ws: &Workspace,
-    kind: LabelKind,
-    p: Probed,
-    share: f64,
-    cap: u64,
-    fixed: bool,
-) -> Result<Scored> {
+fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
     let left = (share - p.seconds()).max(0.0);
-    let planned = planned_steps(left, p.step_seconds, cap).max(PROBE_STEPS);
-    let (run, steps) = match planned > PROBE_STEPS {
+    let planned = planned_steps(left, p.step_seconds, plan.cap).max(p.steps);
+    let mut every = 0;
+    let (run, stopped) = match planned > p.steps {
         true => {
-            let extra = match fixed {
-                true => vec![],
-                false => vec![("early-stopping", String::new())],
-            };
-            let (run, stopped) = p.train(ws, planned, &extra)?;
-            (run, stopped.map_or(planned, |s| s.step))
+            // Early stopping's patience in passes over the data (`budget::stopping`), and
+            // the run cut at its planned steps of a budget of the cap, so that the time
+            // others leave can take it on (`budget::train_on`).
+            let mut extra = vec![("max-steps", planned.to_string())];
+            if !plan.fixed {
+                let patience;
+                (every, patience) = budget::stopping(planned, plan.epoch_steps);
+                extra.extend([
+                    ("early-stopping", String::new()),
+                    ("validate-every", every.to_string()),
+                    ("patience", patience.to_string()),
+                ]);
+            }
+            p.train(ws, plan.cap, &extra)?
         }
-        false => (p.run, PROBE_STEPS),
+        false => (p.run, None),
     };
-    let mut predict = vec![("run", run.to_string()), ("checkpoint", steps.to_string())];
+    let (metrics, scoring_seconds) = score(
+        ws,
+        plan.kind,
+        run,
+        stopped.as_ref().map_or(planned, |s| s.step),
+    )?;
+    let mut scored = Scored {
+        seconds: p.seconds(),
+        step_seconds: p.step_seconds,
+        svd_seconds: p.svd_seconds,
+        candidate: p.candidate,
+        planned,
+        steps: planned,
+        metrics,
+        run,
+        every,
+        converged: false,
+        open: false,
+        scoring_seconds,
+    };
+    scored.record_end(stopped, planned, plan.cap);
+    Ok(scored)
+}
+
+/// Scores step `step` of `run` on the validation split; with the seconds that took.
+fn score(ws: &Workspace, kind: LabelKind, run: i64, step: u64) -> Result<(Evaluation, f64)> {
+    let started = Instant::now();
+    let mut predict = vec![("run", run.to_string()), ("checkpoint", step.to_string())];
     predict.extend(predict_options(kind, Split::Validation));
     let Command::Predict(pr) = command(argv("predict", &predict))? else {
         unreachable!()
@@ -762,19 +865,12 @@ fn finish(
         unreachable!()
     };
     let metrics = crate::evaluate::run(ws, &e.options(file))?.value;
-    Ok(Scored {
-        seconds: p.seconds(),
-        candidate: p.candidate,
-        step_seconds: p.step_seconds,
-        planned,
-        steps,
-        metrics,
-    })
+    Ok((metrics, started.elapsed().as_secs_f64()))
 }
 
 /// The probe's seconds per step from the epoch times its run recorded (its steps only: the
 /// run's setup, which a longer run pays once, is not in them); None when none was recorded.
-fn probe_step_seconds(ws: &Workspace, run: i64) -> Result<Option<f64>> {
+fn probe_step_seconds(ws: &Workspace, run: i64, steps: u64) -> Result<Option<f64>> {
     let seconds: f64 = ws
         .catalog
         .metrics(run)?
@@ -782,7 +878,7 @@ fn probe_step_seconds(ws: &Workspace, run: i64) -> Result<Option<f64>> {
         .filter(|m| m.name == Figure::EpochSeconds.name())
         .map(|m| m.value)
         .sum();
-    Ok((seconds > 0.0).then(|| seconds / PROBE_STEPS as f64))
+    Ok((seconds > 0.0).then(|| seconds / steps as f64))
 }
 
 /// The label frequencies' figures on the validation split, keyed as [`Scored::key`]: the
@@ -824,15 +920,24 @@ fn frequency_floor(ws: &Workspace, dataset: &DatasetRow, kind: LabelKind) -> Res
     })
 }
 
-/// The validation table: one line per candidate, and the label frequencies' line.
-fn print_table(scored: &[Scored], floor: (f64, f64)) {
+/// The validation table: one line per candidate (a failed one with its reason), and the
+/// label frequencies' line. `converged`: early stopping ended the run (its score stopped
+/// improving), not its planned steps or the cap.
+fn print_table(rows: &[Row], floor: (f64, f64)) {
     eprintln!();
     eprintln!(
-        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>10} {:>10}",
-        "candidate (validation)", "ms/step", "planned", "trained", "seconds", "primary", "second"
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "candidate (validation)",
+        "ms/step",
+        "planned",
+        "trained",
+        "seconds",
+        "converged",
+        "primary",
+        "second"
     );
     let ranking = matches!(
-        scored.first().map(|s| &s.metrics),
+        rows.iter().find_map(Row::scored).map(|s| &s.metrics),
         Some(Evaluation::Ranking(_))
     );
     let shown = |(a, b): (f64, f64)| match ranking {
@@ -842,23 +947,31 @@ fn print_table(scored: &[Scored], floor: (f64, f64)) {
         ),
         false => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
     };
-    for s in scored {
+    for row in rows {
+        let s = match row {
+            Row::Scored(s) => s,
+            Row::Failed { name, reason } => {
+                eprintln!("{name:<44} failed: {reason}");
+                continue;
+            }
+        };
         let (pa, pb) = shown(s.key());
         eprintln!(
-            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>10} {:>10}",
+            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>9} {:>10} {:>10}",
             s.candidate.name,
             1e3 * s.step_seconds,
             s.planned,
             s.steps,
             s.seconds,
+            if s.converged { "yes" } else { "no" },
             pa,
             pb
         );
     }
     let (fa, fb) = shown(floor);
     eprintln!(
-        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>10} {:>10}",
-        "(label frequencies, no model)", "", "", "", "", fa, fb
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "(label frequencies, no model)", "", "", "", "", "", fa, fb
     );
     eprintln!();
 }
@@ -1140,6 +1253,12 @@ mod tests {
             steps: 1,
             seconds: 0.0,
             metrics,
+            run: 0,
+            every: 0,
+            converged: false,
+            open: false,
+            svd_seconds: 0.0,
+            scoring_seconds: 0.0,
         }
     }
 

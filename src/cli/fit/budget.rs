@@ -1,0 +1,298 @@
+//! How `pipeline fit` spends its budget (`docs/fit.md`, "The rule", step 3): a probe
+//! bounded in time, early stopping whose patience is counted in passes over the data, the
+//! time a converged or dropped candidate leaves going to the leader, and a candidate that
+//! cannot run kept as a line of the table rather than ending the fit.
+//!
+//! The planning is pure (the functions take the seconds measured and return steps), so it is
+//! tested without a clock; [`select`] and [`train_on`] are the loops that measure and run.
+
+use anyhow::Result;
+
+use super::{
+    affordable, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
+    PROBE_STEPS,
+};
+use crate::store::catalog::{Contended, LabelKind};
+use crate::store::identity::Refusal;
+use crate::store::workspace::{NoWorkspace, Workspace};
+use crate::train::early;
+
+/// The probe's first steps, a run of their own: they measure the step time that decides how
+/// many more the probe can afford. Three: the first step also pays for allocating the
+/// step's buffers, and two more bring the average near the steady rate.
+pub const FIRST_STEPS: u64 = 3;
+
+/// A candidate's probe may cost at most this share of the whole budget. On a set of 53 000
+/// labels a step took 6 s, so [`PROBE_STEPS`] steps were the whole of a five-minute
+/// budget; 5 % keeps four probes under a fifth of it.
+pub const PROBE_SHARE: f64 = 0.05;
+
+/// Early stopping waits at least this many passes over the training rows without a new
+/// best before a run counts as converged. Five: the rule's unit of enough training is ten
+/// epochs ([`super::MIN_EPOCHS`]), and the validation figures still moved by points within
+/// the first few epochs (docs/fit.md); a run that stopped after 30 steps of a 15-step epoch
+/// had not passed over its data twice.
+pub const PATIENCE_EPOCHS: u64 = 5;
+
+/// The steps a candidate's probe trains, given the step time its [`FIRST_STEPS`] measured:
+/// [`PROBE_STEPS`], or fewer when those would cost more than [`PROBE_SHARE`] of `budget`
+/// seconds, and never fewer than the first steps already taken.
+pub fn probe_steps(step_seconds: f64, budget: f64) -> u64 {
+    let affordable = (PROBE_SHARE * budget / step_seconds.max(1e-9)).floor();
+    (affordable.min(PROBE_STEPS as f64) as u64).max(FIRST_STEPS)
+}
+
+/// Early stopping's period and patience, in optimiser steps and in scores, for a run that
+/// plans `planned` steps over epochs of `epoch_steps`: train's period (a fiftieth of the
+/// planned steps, `early::default_every`), and the patience that waits at least
+/// [`PATIENCE_EPOCHS`] epochs and at least train's default (a fifth of the planned steps).
+pub fn stopping(planned: u64, epoch_steps: u64) -> (u64, u64) {
+    let every = early::default_every(planned);
+    let wait = (PATIENCE_EPOCHS * epoch_steps.max(1)).div_ceil(every);
+    (every, wait.max(early::DEFAULT_PATIENCE))
+}
+
+/// Steps the leader may add with `spare` seconds (the budget less what was spent and less
+/// the final model of the leader's current steps): each added step is paid twice, once now
+/// and once more by the final model, which trains the leader's total. At most `room` (the
+/// step cap less the steps trained).
+pub fn extension_steps(spare: f64, step_seconds: f64, room: u64) -> u64 {
+    planned_steps(spare / 2.0, step_seconds, room)
+}
+
+/// The seconds the final model of `steps` steps is expected to take: `fixed` (the whole
+/// file's ingest, the winner's svd and its scoring, as measured on the selection data)
+/// and its steps at `step_seconds`.
+pub fn final_seconds(fixed: f64, steps: u64, step_seconds: f64) -> f64 {
+    fixed + steps as f64 * step_seconds
+}
+
+/// The index, in `rows`, of the candidate that trains on: the leader (the rule's choice among
+/// the scored rows) when its run can go on, else the best of those whose runs can. None
+/// when every run converged or reached the step cap.
+pub fn to_train_on(rows: &[Row]) -> Option<usize> {
+    let open: Vec<(usize, &Scored)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.scored().map(|s| (i, s)))
+        .filter(|(_, s)| s.can_go_on())
+        .collect();
+    let refs: Vec<&Scored> = open.iter().map(|(_, s)| *s).collect();
+    super::choose_among(&refs).map(|best| open[best].0)
+}
+
+/// One line of fit's table: a candidate scored on validation, or one that could not run.
+pub enum Row {
+    Scored(Box<Scored>),
+    /// A candidate whose svd, probe or run failed for a reason of its own: its name and
+    /// the first line of the error.
+    Failed {
+        name: String,
+        reason: String,
+    },
+}
+
+impl Row {
+    pub fn scored(&self) -> Option<&Scored> {
+        match self {
+            Row::Scored(s) => Some(s),
+            Row::Failed { .. } => None,
+        }
+    }
+
+    /// The row of a candidate that failed with `error`: its first line, which names what
+    /// was wrong (the rest is the context the stages add).
+    pub fn failed(c: &Candidate, error: &anyhow::Error) -> Row {
+        let text = format!("{error:#}");
+        Row::Failed {
+            name: c.name.clone(),
+            reason: text.lines().next().unwrap_or("").to_string(),
+        }
+    }
+}
+
+/// Whether `error` is a candidate's own failure (its memory estimate, options its data
+/// refuses, a numerical failure), which costs the fit that candidate only. Not its own, and
+/// so the end of the fit: an I/O error (the disk, the catalog), a stop asked for, another
+/// process holding a lock, a workspace the catalog cannot vouch for.
+pub fn is_candidates_own(error: &anyhow::Error) -> bool {
+    !error.chain().any(|cause| {
+        cause.is::<std::io::Error>()
+            || cause.is::<rusqlite::Error>()
+            || cause.is::<crate::stop::StoppedOnRequest>()
+            || cause.is::<Contended>()
+            || cause.is::<Refusal>()
+            || cause.is::<NoWorkspace>()
+    })
+}
+
+/// What the selection loop needs besides the list.
+pub struct Plan {
+    pub dataset: String,
+    pub kind: LabelKind,
+    pub seed: u64,
+    pub budget: f64,
+    /// Seconds of the budget left after the selection ingest and the final one.
+    pub left: f64,
+    pub cap: u64,
+    /// Steps of ten epochs (or the cap), which a candidate's share must afford.
+    pub needed: u64,
+    /// Steps an epoch of the selection data takes.
+    pub epoch_steps: u64,
+    pub fixed: bool,
+}
+
+/// Probes and trains each candidate of `list` in turn, as the rule says; the first probe
+/// that succeeds decides how many the budget affords (`list` is cut to them). A candidate
+/// that fails for a reason of its own becomes a [`Row::Failed`]; any other error ends the
+/// fit.
+pub fn select(ws: &Workspace, list: &mut Vec<Candidate>, plan: &Plan) -> Result<Vec<Row>> {
+    let selection_started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    let mut cut = false;
+    let mut i = 0;
+    while i < list.len() {
+        let c = list[i].clone();
+        let result = (|| -> Result<Scored> {
+            let p = probe(ws, &plan.dataset, plan.kind, &c, plan.seed, plan.budget)?;
+            if !cut {
+                cut = true;
+                cut_list(list, i, &p, plan);
+            }
+            // An equal share of the selection time left when this candidate started.
+            let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
+            let share = (selection_seconds(plan.left, list.len()) - spent).max(0.0)
+                / (list.len() - i) as f64;
+            finish(ws, plan, p, share)
+        })();
+        match result {
+            Ok(s) => rows.push(Row::Scored(Box::new(s))),
+            Err(e) if is_candidates_own(&e) => {
+                eprintln!("== fit: candidate {} failed: {e:#}", c.name);
+                rows.push(Row::failed(&c, &e));
+            }
+            Err(e) => return Err(e),
+        }
+        i += 1;
+    }
+    Ok(rows)
+}
+
+/// Cuts `list` to the candidates the budget affords at the step time of candidate `at`'s
+/// probe `p` (the first that ran), saying which were dropped.
+fn cut_list(list: &mut Vec<Candidate>, at: usize, p: &Probed, plan: &Plan) {
+    let k = at
+        + affordable(
+            plan.left,
+            list.len() - at,
+            p.seconds(),
+            p.step_seconds,
+            plan.needed,
+        );
+    if k < list.len() {
+        let dropped: Vec<&str> = list[k..].iter().map(|c| c.name.as_str()).collect();
+        eprintln!(
+            "== fit: at {:.1} ms a step the budget affords {} steps ({} epochs, or the cap) \
+             to {} candidate(s); dropped: {}",
+            1e3 * p.step_seconds,
+            plan.needed,
+            super::MIN_EPOCHS,
+            k - at,
+            dropped.join("; ")
+        );
+        list.truncate(k);
+    }
+}
+
+/// Trains on, with the time left, the candidate [`to_train_on`] names: its run goes on from
+/// its last checkpoint for the steps the time affords (paid twice: now and by the final
+/// model), and is scored again on validation; then again, until the time affords less than
+/// one more score's worth of steps or no run can go on. `spent` is the fit's seconds so
+/// far; `ingest_seconds` what the whole file's ingest will take, which with the candidate's
+/// svd and scoring is the final model's time besides its steps ([`final_seconds`]).
+pub fn train_on(
+    ws: &Workspace,
+    rows: &mut [Row],
+    plan: &Plan,
+    spent: impl Fn() -> f64,
+    ingest_seconds: f64,
+) -> Result<()> {
+    while let Some(i) = to_train_on(rows) {
+        let Row::Scored(s) = &mut rows[i] else {
+            unreachable!("to_train_on names a scored row")
+        };
+        let fixed = ingest_seconds + s.svd_seconds + s.scoring_seconds;
+        let spare = plan.budget - spent() - final_seconds(fixed, s.steps, s.step_seconds);
+        let room = plan.cap.saturating_sub(s.steps);
+        let more = extension_steps(spare, s.step_seconds, room);
+        if more < s.every.max(1) {
+            break;
+        }
+        eprintln!(
+            "== fit: {:.0} s left; {} trains {more} steps more from step {}",
+            plan.budget - spent(),
+            s.candidate.name,
+            s.steps
+        );
+        match s.go_on(ws, plan, s.steps + more) {
+            Ok(()) => {}
+            Err(e) if is_candidates_own(&e) => {
+                eprintln!("== fit: candidate {} failed: {e:#}", s.candidate.name);
+                rows[i] = Row::failed(&s.candidate.clone(), &e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_is_bounded_by_a_share_of_the_budget() {
+        // 10 ms a step: 50 steps are 0.5 s, well inside 5 % of 300 s.
+        assert_eq!(probe_steps(0.01, 300.0), PROBE_STEPS);
+        // 6 s a step (53 000 labels): 5 % of 300 s is 15 s, two steps; the three first
+        // steps were taken already.
+        assert_eq!(probe_steps(6.0, 300.0), FIRST_STEPS);
+        // 0.8 s a step, a 2-minute budget: 6 s buy 7 steps.
+        assert_eq!(probe_steps(0.8, 120.0), 7);
+        assert_eq!(probe_steps(0.0, 120.0), PROBE_STEPS);
+    }
+
+    #[test]
+    fn patience_covers_passes_over_the_data() {
+        // Yahoo business: 15 steps an epoch, 150 steps planned: train's default period of
+        // 3 steps and ten scores would be 30 steps, two epochs; five epochs are 25 scores.
+        assert_eq!(stopping(150, 15), (3, 25));
+        // Small data: an epoch of 1 step, 3 000 planned: train's own defaults, 60 and 10.
+        assert_eq!(stopping(3000, 1), (60, 10));
+        // Delicious: 21 steps an epoch, 300 planned: 6 steps a score, 105 steps of
+        // patience are 18 scores.
+        assert_eq!(stopping(300, 21), (6, 18));
+        assert_eq!(stopping(1, 0), (1, 10));
+    }
+
+    #[test]
+    fn the_leader_extends_by_what_the_spare_time_pays_twice() {
+        // 100 s spare at 0.5 s a step: 50 s of selection, 70 % of it as steps: 70 steps.
+        assert_eq!(extension_steps(100.0, 0.5, 10_000), 70);
+        assert_eq!(extension_steps(100.0, 0.5, 40), 40, "the cap");
+        assert_eq!(extension_steps(-5.0, 0.5, 40), 0, "no time left");
+        assert!((final_seconds(20.0, 100, 0.5) - 70.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_candidates_own_failure_is_told_from_the_workspaces() {
+        let own = anyhow::anyhow!("--inducing-inputs free needs about 30 MiB");
+        assert!(is_candidates_own(&own.context("train")));
+        let io = anyhow::Error::new(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(!is_candidates_own(&io.context("checkpoint")));
+        let stop = anyhow::Error::new(crate::stop::StoppedOnRequest { at: "x".into() });
+        assert!(!is_candidates_own(&stop));
+        let busy = anyhow::Error::new(Contended("catalog busy".into()));
+        assert!(!is_candidates_own(&busy.context("svd")));
+    }
+}
