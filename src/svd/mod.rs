@@ -224,7 +224,6 @@ pub struct SvdMemory {
 impl SvdMemory {
     pub fn of(opts: &SvdOptions, sizes: &SvdSizes, src: &ChunkFiles) -> Self {
         let (d, r, m) = (src.n_cols as u64, sizes.rank as u64, sizes.inducing as u64);
-        let k = r.saturating_add(opts.oversample as u64).min(d);
         let mul = |a: u64, b: u64| a.saturating_mul(b);
         let seed_rows = match opts.init {
             InitMethod::KmeansPlusPlus => src.n_rows.min(
@@ -234,11 +233,19 @@ impl SvdMemory {
             InitMethod::RandomRows => 0,
         };
         SvdMemory {
-            passes: mul(16, mul(d, k)),
+            passes: Self::passes_bytes(d, r, opts.oversample as u64),
             kmeans: mul(4, mul(d, r))
                 .saturating_add(mul(seed_rows, mul(4, r).saturating_add(8)))
                 .saturating_add(mul(24, mul(m, r))),
         }
+    }
+
+    /// The passes' Q and B for `n_cols` features and rank `rank`: 16·D·k bytes with
+    /// k = min(R + oversample, D). The stage's largest part whenever R is at least a few
+    /// hundred (the k-means phase holds 4·D·R), so what bounds R by memory.
+    pub fn passes_bytes(n_cols: u64, rank: u64, oversample: u64) -> u64 {
+        let k = rank.saturating_add(oversample).min(n_cols);
+        16u64.saturating_mul(n_cols).saturating_mul(k)
     }
 
     pub fn total(&self) -> u64 {

@@ -56,6 +56,8 @@ use budget::{Plan, Row};
 
 mod folds;
 
+mod sizes;
+
 /// Steps of the probe that measures a candidate's step time (then resumed from).
 pub const PROBE_STEPS: u64 = 50;
 
@@ -99,17 +101,22 @@ pub struct Sizes {
     /// Whether the stored rows are dense (at least half their entries non-zero, as after a
     /// standardising transform): a stationary kernel comes first in the list then.
     pub dense: bool,
+    /// Bytes an svd run may hold ([`sizes::svd_memory`]): they bound R.
+    pub memory: u64,
 }
 
 /// The candidate list of the rule (`docs/fit.md`), by task and sizes, most preferred first
 /// (the budget may afford only a prefix, [`affordable`]).
 pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
     let m = |want: u64| want.min(s.n).max(1);
-    // svd's rank: the k-means start needs an svd run; the subspace uses R directions.
-    let rank = 250
-        .min(s.d.saturating_sub(1))
-        .min(s.n.saturating_sub(1))
-        .max(1);
+    // svd's rank: the k-means start needs an svd run; the subspace uses R directions, so
+    // the multi-label list (whose first, the paper's model, is the subspace) gets R from
+    // the data and the classifiers (free Z only) the start's.
+    let subspace = sizes::sizes_for(s.n, s.d, s.memory);
+    let rank = match task {
+        LabelKind::Multilabel => subspace.rank,
+        LabelKind::Binary | LabelKind::Multiclass => subspace.start_rank,
+    };
     let svd = |m: u64| vec![("rank", rank.to_string()), ("inducing", m.to_string())];
     let one = |name: &str, kernel: &str, z: &str, m_want: u64, extra: &[(&'static str, &str)]| {
         let mm = m(m_want);
@@ -153,10 +160,16 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                     "linear, subspace Z (the paper's)",
                     "linear",
                     "subspace",
-                    500,
+                    subspace.linear_inducing,
                     factor,
                 ),
-                one("linear, free Z", "linear", "free", 500, factor),
+                one(
+                    "linear, free Z",
+                    "linear",
+                    "free",
+                    subspace.linear_inducing,
+                    factor,
+                ),
             ];
             let mut se = vec![one("SE, free Z", "se", "free", 200, factor)];
             if s.l <= 50 {
@@ -537,6 +550,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         dense: dataset
             .split(Split::Train)
             .is_some_and(|s| 2 * s.nnz >= s.n_rows.saturating_mul(dataset.n_features).max(1)),
+        memory: sizes::svd_memory()?,
     };
     let mut list = with_settings(candidates(kind, sizes), &args.set);
     // The final model ingests the whole file again: that time, as this ingest measured it,
@@ -1052,6 +1066,7 @@ mod tests {
             d: 20,
             l: 1,
             dense: true,
+            memory: 4 << 30,
         };
         let listed = candidates(LabelKind::Binary, sizes);
         assert_eq!(with_settings(listed.clone(), &[]), listed);
@@ -1093,6 +1108,7 @@ mod tests {
             d: 20,
             l: 1,
             dense: true,
+            memory: 4 << 30,
         };
         let set = |t: &str| crate::cli::args::parse_setting(t).unwrap();
         let listed = candidates(LabelKind::Binary, sizes);
@@ -1143,6 +1159,7 @@ mod tests {
             d: 2,
             l: 1,
             dense: true,
+            memory: 4 << 30,
         };
         let c = candidates(LabelKind::Binary, small);
         assert_eq!(c.len(), 4);
@@ -1159,6 +1176,7 @@ mod tests {
                 d: 36,
                 l: 6,
                 dense: true,
+                memory: 4 << 30,
             },
         );
         assert!(mc
@@ -1171,6 +1189,7 @@ mod tests {
                 d: 294,
                 l: 6,
                 dense: true,
+                memory: 4 << 30,
             },
         );
         assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
@@ -1192,6 +1211,7 @@ mod tests {
                 d: 500,
                 l: 983,
                 dense: false,
+                memory: 4 << 30,
             },
         );
         assert_eq!(many.len(), 3);
@@ -1202,6 +1222,20 @@ mod tests {
         );
         assert!(many[0].train.contains(&("factors", "30".into())));
         assert_eq!(many[0].svd[0], ("rank", "250".to_string()));
+        // Sparse text (tens of thousands of features): the paper's R for the multi-label
+        // list, the free-Z start's 250 for the classifiers, R < N on few rows.
+        let text = Sizes {
+            n: 7153,
+            d: 21_924,
+            l: 30,
+            dense: false,
+            memory: 4 << 30,
+        };
+        let rank = |list: &[Candidate]| list[0].svd[0].1.clone();
+        assert_eq!(rank(&candidates(LabelKind::Multilabel, text)), "2000");
+        assert_eq!(rank(&candidates(LabelKind::Binary, text)), "250");
+        let few = Sizes { n: 900, ..text };
+        assert_eq!(rank(&candidates(LabelKind::Multilabel, few)), "899");
     }
 
     #[test]
