@@ -155,13 +155,14 @@ fn resume(
     opts: &TrainOptions,
 ) -> Result<Outcome<TrainSummary>> {
     let record = RunRecord::of_run(ws, id)?;
-    if let Some(row) = ws.catalog.run(id)? {
-        resume::refuse_finished(row.status, &record, opts)?;
-    }
+    let status = ws.catalog.run(id)?.map(|row| row.status);
+    let finished = status.map(|s| resume::refuse_finished(s, &record, opts));
     let last = ws.catalog.checkpoints(id)?.last().cloned();
     let dataset = record.in_force.dataset_row(ws)?;
     let planner = budget::planner_of(ws, &dataset, &record.in_force)?;
     let plan = resume::plan(record, opts, last.as_ref().map_or(0, |c| c.step), &planner)?;
+    // Options that cannot change are named first, whatever the run's status.
+    finished.transpose()?;
     let prefetch = plan
         .record
         .steering
