@@ -1130,7 +1130,11 @@ mod tests {
                 .collect()
         };
         let sampled = |p: &str| vec![("factors", p.to_string()), ("negatives", "1000".into())];
-        assert_eq!(at(50_000), vec![sampled("106"); 3], "30·√(50 000/4 000) = 106");
+        assert_eq!(
+            at(50_000),
+            vec![sampled("106"); 3],
+            "30·√(50 000/4 000) = 106"
+        );
         assert_eq!(at(13_330), vec![sampled("55"); 3]);
         assert_eq!(at(10_000_000), vec![sampled("200"); 3], "P ≤ MAX_FACTORS");
         // P never falls as L grows across the threshold.

@@ -307,7 +307,14 @@ mod tests {
             y: -1.0,
             weight: 1.0,
         };
-        let terms = [term(0, 3), term(0, 1), term(1, 3), term(1, 0), term(2, 1), term(2, 3)];
+        let terms = [
+            term(0, 3),
+            term(0, 1),
+            term(1, 3),
+            term(1, 0),
+            term(2, 1),
+            term(2, 3),
+        ];
         let rows_labels: Vec<(u32, u32)> = sorted_by_label(&terms, 5)
             .iter()
             .map(|t| (t.row, t.label))
