@@ -153,8 +153,10 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
             ]
         }
         LabelKind::Multilabel => {
-            let p = 30.min(s.l).max(1).to_string();
-            let factor: &[(&'static str, &str)] = &[("factors", &p)];
+            let labels = label_options(s.l);
+            let factor: Vec<(&'static str, &str)> =
+                labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let factor = factor.as_slice();
             let linear = vec![
                 one(
                     "linear, subspace Z (the paper's)",
@@ -189,6 +191,35 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
             }
         }
     }
+}
+
+/// Above this many labels a multi-label candidate samples its negatives and scales P with
+/// L (`docs/fit.md`, "Many labels"): below it every negative costs less than the sample
+/// would, and the paper's P = 30 (40 on EUR-Lex's 3 993 labels) is what was measured best.
+pub const MANY_LABELS: u64 = 4000;
+
+/// Negatives sampled per row above [`MANY_LABELS`]: the term work of a step stays a small
+/// share of the P latent GPs' work, whatever L is.
+pub const SAMPLED_NEGATIVES: u64 = 1000;
+
+/// The most latent GPs fit gives a multi-label candidate: each costs a fixed share of a
+/// step (its q(u)), so P is what sets a many-label step's price.
+pub const MAX_FACTORS: u64 = 200;
+
+/// The label side of a multi-label candidate: P (`factors`) and, for many labels, the
+/// sampled negatives of the paper's stochastic bound (its eq. 23). Up to [`MANY_LABELS`],
+/// P = min(30, L) with every negative; above, P = 30 √(L / MANY_LABELS) (at most
+/// [`MAX_FACTORS`]) so that the label model's rank grows with L, and `negatives` makes the
+/// step's term work follow the batch's positives and samples instead of L.
+pub fn label_options(l: u64) -> Vec<(&'static str, String)> {
+    if l <= MANY_LABELS {
+        return vec![("factors", 30.min(l).max(1).to_string())];
+    }
+    let scaled = (30.0 * (l as f64 / MANY_LABELS as f64).sqrt()).round() as u64;
+    vec![
+        ("factors", scaled.min(MAX_FACTORS).to_string()),
+        ("negatives", SAMPLED_NEGATIVES.to_string()),
+    ]
 }
 
 /// `list` with fit's `--set` options applied: each replaces the candidate's option of its
@@ -1236,6 +1267,54 @@ mod tests {
         assert_eq!(rank(&candidates(LabelKind::Binary, text)), "250");
         let few = Sizes { n: 900, ..text };
         assert_eq!(rank(&candidates(LabelKind::Multilabel, few)), "899");
+    }
+
+    #[test]
+    fn many_labels_sample_negatives_and_scale_p_with_l() {
+        let sizes = |l: u64| Sizes {
+            n: 10_000,
+            d: 20_000,
+            l,
+            dense: false,
+        };
+        let label_side = |c: &Candidate| -> Vec<(&'static str, String)> {
+            let mut side: Vec<_> = c
+                .train
+                .iter()
+                .filter(|(k, _)| matches!(*k, "factors" | "negatives" | "latent"))
+                .cloned()
+                .collect();
+            side.sort();
+            side
+        };
+        // Up to the threshold (the dev sets: 227 and 983 labels): P = 30, every negative,
+        // exactly the candidates fit tried before.
+        for l in [227, 983, MANY_LABELS] {
+            for c in candidates(LabelKind::Multilabel, sizes(l)) {
+                assert_eq!(label_side(&c), [("factors", "30".to_string())], "L = {l}");
+            }
+        }
+        // Above it every candidate samples SAMPLED_NEGATIVES per row and P follows √L.
+        let at = |l: u64| -> Vec<Vec<(&'static str, String)>> {
+            candidates(LabelKind::Multilabel, sizes(l))
+                .iter()
+                .map(label_side)
+                .collect()
+        };
+        let sampled = |p: &str| vec![("factors", p.to_string()), ("negatives", "1000".into())];
+        assert_eq!(
+            at(50_000),
+            vec![sampled("106"); 3],
+            "30·√(50 000/4 000) = 106"
+        );
+        assert_eq!(at(13_330), vec![sampled("55"); 3]);
+        assert_eq!(at(10_000_000), vec![sampled("200"); 3], "P ≤ MAX_FACTORS");
+        // P never falls as L grows across the threshold.
+        let p_of = |l: u64| -> u64 { label_options(l)[0].1.parse().unwrap() };
+        let ps: Vec<u64> = [1, 30, 983, 4000, 4001, 8000, 50_000, 10_000_000]
+            .map(p_of)
+            .to_vec();
+        assert!(ps.windows(2).all(|w| w[0] <= w[1]), "{ps:?}");
     }
 
     #[test]

@@ -78,11 +78,10 @@ fn likelihood_list(
     lik: &dyn Likelihood,
 ) -> LikelihoodGrads {
     let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
-    let phi = params.phi.as_ref();
+    let by_label = sorted_by_label(terms, k_count);
+    let terms = by_label.as_slice();
     // Row-major copies so each term reads contiguous P-vectors.
-    let phi_rows: Vec<f64> = (0..k_count)
-        .flat_map(|k| (0..p_count).map(move |p| phi[(k, p)]))
-        .collect();
+    let phi_rows = row_major(params.phi.as_ref());
     let m_rows: Vec<f64> = (0..b)
         .flat_map(|i| (0..p_count).map(move |p| m[(i, p)]))
         .collect();
@@ -147,11 +146,73 @@ fn likelihood_list(
         expected,
         mean: Mat::from_fn(b, p_count, |i, p| g_mean_rows[i * p_count + p]),
         var: Mat::from_fn(b, p_count, |i, p| g_var_rows[i * p_count + p]),
-        phi: Mat::from_fn(k_count, p_count, |k, p| g_phi_rows[k * p_count + p]),
+        phi: from_row_major(&g_phi_rows, k_count, p_count),
         bias: g_bias,
         amortiser: None,
         lik_param: None,
     }
+}
+
+/// `terms` stably sorted by label (a counting sort, O(terms + K)). The list path runs its
+/// terms in this order so that it streams through Φ's rows and its gradient's once instead
+/// of jumping between them term by term: with K = 50 000 labels Φ [K×P] no longer fits in
+/// the cache, and the jumps made a step with 1 000 sampled negatives per row cost 0.3 s
+/// more than the same step at K = 1 000 (`docs/model.md`, "Many labels"). Stability keeps
+/// each label's terms in their order, so ∂Φ and ∂b are summed in the same order as before.
+fn sorted_by_label(terms: &[Term], labels: usize) -> Vec<Term> {
+    let mut next = vec![0usize; labels + 1];
+    for t in terms {
+        next[t.label as usize + 1] += 1;
+    }
+    for k in 0..labels {
+        next[k + 1] += next[k];
+    }
+    let mut out = terms.to_vec();
+    for t in terms {
+        let slot = &mut next[t.label as usize];
+        out[*slot] = *t;
+        *slot += 1;
+    }
+    out
+}
+
+/// Rows per block of the transposing copies below: one block of every column (P runs of
+/// this many entries) and its rows stay in cache together.
+const TRANSPOSE_ROWS: usize = 64;
+
+/// `mat` [K×P] row-major: row k at [k·P, (k + 1)·P). Copied in blocks of rows so every
+/// column is read in runs: a plain row-by-row read steps through memory by K entries and
+/// misses the cache (and the TLB) on every entry once K·8 bytes exceed a page, which made
+/// this copy and its inverse cost more than a step's sampled terms at K = 50 000.
+fn row_major(mat: MatRef<'_, f64>) -> Vec<f64> {
+    let (rows, cols) = (mat.nrows(), mat.ncols());
+    let mut out = vec![0.0; rows * cols];
+    for start in (0..rows).step_by(TRANSPOSE_ROWS) {
+        let end = (start + TRANSPOSE_ROWS).min(rows);
+        for p in 0..cols {
+            let col = mat.col(p);
+            for k in start..end {
+                out[k * cols + p] = col[k];
+            }
+        }
+    }
+    out
+}
+
+/// The [K×P] matrix whose row k is `data[k·P .. (k + 1)·P]`, the inverse of [`row_major`]
+/// and blocked like it.
+fn from_row_major(data: &[f64], rows: usize, cols: usize) -> Mat<f64> {
+    let mut out = Mat::zeros(rows, cols);
+    for start in (0..rows).step_by(TRANSPOSE_ROWS) {
+        let end = (start + TRANSPOSE_ROWS).min(rows);
+        for p in 0..cols {
+            let mut col = out.col_mut(p);
+            for k in start..end {
+                col[k] = data[k * cols + p];
+            }
+        }
+    }
+    out
 }
 
 /// The dense all-labels path, every step a GEMM or an elementwise pass over [K×B] buffers
@@ -231,5 +292,51 @@ fn likelihood_dense(
         bias: g_bias,
         amortiser: None,
         lik_param: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_sorted_by_label_keep_each_labels_order() {
+        let term = |row: u32, label: u32| Term {
+            row,
+            label,
+            y: -1.0,
+            weight: 1.0,
+        };
+        let terms = [
+            term(0, 3),
+            term(0, 1),
+            term(1, 3),
+            term(1, 0),
+            term(2, 1),
+            term(2, 3),
+        ];
+        let rows_labels: Vec<(u32, u32)> = sorted_by_label(&terms, 5)
+            .iter()
+            .map(|t| (t.row, t.label))
+            .collect();
+        assert_eq!(
+            rows_labels,
+            [(1, 0), (0, 1), (2, 1), (0, 3), (1, 3), (2, 3)],
+            "by label, and within a label in the order given"
+        );
+        assert!(sorted_by_label(&[], 0).is_empty());
+    }
+
+    #[test]
+    fn blocked_row_major_copies_are_the_plain_transposes() {
+        // Shapes below, at and across the block of rows (64), and empty.
+        for (rows, cols) in [(0, 3), (1, 1), (63, 5), (64, 4), (130, 7), (200, 1)] {
+            let mat = Mat::from_fn(rows, cols, |k, p| (k * 1000 + p) as f64 + 0.5);
+            let plain: Vec<f64> = (0..rows)
+                .flat_map(|k| (0..cols).map(move |p| (k * 1000 + p) as f64 + 0.5))
+                .collect();
+            assert_eq!(row_major(mat.as_ref()), plain, "{rows}×{cols}");
+            assert_eq!(from_row_major(&plain, rows, cols), mat, "{rows}×{cols}");
+        }
     }
 }
