@@ -67,6 +67,9 @@ pub fn capped_runs_fit(
     planned_steps(share - overhead, step_seconds, cap) >= cap
 }
 
+/// Every candidate's figures over the folds, and the label frequencies' mean figures.
+pub(super) type Folded = (Vec<Scored>, (f64, f64));
+
 /// Chooses among `list` by k folds when the one carve's validation split is small and the
 /// budget affords every candidate's capped run k times; returns every candidate's mean
 /// figures over the folds (its steps the median of its folds' runs) and the label
@@ -76,7 +79,7 @@ pub(super) fn select(
     ws: &Workspace,
     s: &Selection<'_>,
     list: &[Candidate],
-) -> Result<Option<(Vec<Scored>, (f64, f64))>> {
+) -> Result<Option<Folded>> {
     if s.args.no_folds || s.validation_rows >= FOLDS_BELOW_ROWS || list.is_empty() {
         return Ok(None);
     }
@@ -84,10 +87,23 @@ pub(super) fn select(
     let k = fold_count(s.args.validation_fraction);
     // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
     // its first candidate's probe prices a fold's run.
-    let first = probe(ws, s.select, s.plan.kind, &list[0], s.args.seed, s.plan.budget)?;
+    let first = probe(
+        ws,
+        s.select,
+        s.plan.kind,
+        &list[0],
+        s.args.seed,
+        s.plan.budget,
+    )?;
     let runs = list.len() as u64 * u64::from(k);
     let selection = selection_seconds(s.plan.left, list.len()) - started.elapsed().as_secs_f64();
-    if !capped_runs_fit(selection, runs, first.seconds(), first.step_seconds, s.plan.cap) {
+    if !capped_runs_fit(
+        selection,
+        runs,
+        first.seconds(),
+        first.step_seconds,
+        s.plan.cap,
+    ) {
         eprintln!(
             "== fit: {} validation rows, but {k} folds of {} candidate(s) at {:.1} ms a step \
              do not fit {:.0} s: one carve decides",

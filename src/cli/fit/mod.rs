@@ -1276,6 +1276,7 @@ mod tests {
             d: 20_000,
             l,
             dense: false,
+            memory: 4 << 30,
         };
         let label_side = |c: &Candidate| -> Vec<(&'static str, String)> {
             let mut side: Vec<_> = c
