@@ -8,49 +8,14 @@
 
 use anyhow::Result;
 
-use super::{
-    affordable, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
-    PROBE_STEPS,
+use super::plan::Plan;
+use super::rule::{
+    affordable, choose_among, finish, planned_steps, probe, selection_seconds, Candidate, Probed,
+    Scored,
 };
-use crate::store::catalog::{Contended, LabelKind};
+use crate::store::catalog::Contended;
 use crate::store::identity::Refusal;
 use crate::store::workspace::{NoWorkspace, Workspace};
-use crate::train::early;
-
-/// The probe's first steps, a run of their own: they measure the step time that decides how
-/// many more the probe can afford. Three: the first step also pays for allocating the
-/// step's buffers, and two more bring the average near the steady rate.
-pub const FIRST_STEPS: u64 = 3;
-
-/// A candidate's probe may cost at most this share of the whole budget. On a set of 53 000
-/// labels a step took 6 s, so [`PROBE_STEPS`] steps were the whole of a five-minute
-/// budget; 5 % keeps four probes under a fifth of it.
-pub const PROBE_SHARE: f64 = 0.05;
-
-/// Early stopping waits at least this many passes over the training rows without a new
-/// best before a run counts as converged. Five: the rule's unit of enough training is ten
-/// epochs ([`super::MIN_EPOCHS`]), and the validation figures still moved by points within
-/// the first few epochs (docs/fit.md); a run that stopped after 30 steps of a 15-step epoch
-/// had not passed over its data twice.
-pub const PATIENCE_EPOCHS: u64 = 5;
-
-/// The steps a candidate's probe trains, given the step time its [`FIRST_STEPS`] measured:
-/// [`PROBE_STEPS`], or fewer when those would cost more than [`PROBE_SHARE`] of `budget`
-/// seconds, and never fewer than the first steps already taken.
-pub fn probe_steps(step_seconds: f64, budget: f64) -> u64 {
-    let affordable = (PROBE_SHARE * budget / step_seconds.max(1e-9)).floor();
-    (affordable.min(PROBE_STEPS as f64) as u64).max(FIRST_STEPS)
-}
-
-/// Early stopping's period and patience, in optimiser steps and in scores, for a run that
-/// plans `planned` steps over epochs of `epoch_steps`: train's period (a fiftieth of the
-/// planned steps, `early::default_every`), and the patience that waits at least
-/// [`PATIENCE_EPOCHS`] epochs and at least train's default (a fifth of the planned steps).
-pub fn stopping(planned: u64, epoch_steps: u64) -> (u64, u64) {
-    let every = early::default_every(planned);
-    let wait = (PATIENCE_EPOCHS * epoch_steps.max(1)).div_ceil(every);
-    (every, wait.max(early::DEFAULT_PATIENCE))
-}
 
 /// Steps the leader may add with `spare` seconds (the budget less what was spent and less
 /// the final model of the leader's current steps): each added step is paid twice, once now
@@ -78,7 +43,7 @@ pub fn to_train_on(rows: &[Row]) -> Option<usize> {
         .filter(|(_, s)| s.can_go_on())
         .collect();
     let refs: Vec<&Scored> = open.iter().map(|(_, s)| *s).collect();
-    super::choose_among(&refs).map(|best| open[best].0)
+    choose_among(&refs).map(|best| open[best].0)
 }
 
 /// One line of fit's table: a candidate scored on validation, or one that could not run.
@@ -124,22 +89,6 @@ pub fn is_candidates_own(error: &anyhow::Error) -> bool {
             || cause.is::<Refusal>()
             || cause.is::<NoWorkspace>()
     })
-}
-
-/// What the selection loop needs besides the list.
-pub struct Plan {
-    pub dataset: String,
-    pub kind: LabelKind,
-    pub seed: u64,
-    pub budget: f64,
-    /// Seconds of the budget left after the selection ingest and the final one.
-    pub left: f64,
-    pub cap: u64,
-    /// Steps of ten epochs (or the cap), which a candidate's share must afford.
-    pub needed: u64,
-    /// Steps an epoch of the selection data takes.
-    pub epoch_steps: u64,
-    pub fixed: bool,
 }
 
 /// Probes and trains each candidate of `list` in turn, as the rule says; the first probe
@@ -196,7 +145,7 @@ fn cut_list(list: &mut Vec<Candidate>, at: usize, p: &Probed, plan: &Plan) {
              to {} candidate(s); dropped: {}",
             1e3 * p.step_seconds,
             plan.needed,
-            super::MIN_EPOCHS,
+            super::rule::MIN_EPOCHS,
             k - at,
             dropped.join("; ")
         );
@@ -249,6 +198,7 @@ pub fn train_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::fit::plan::{probe_steps, stopping, FIRST_STEPS, PROBE_STEPS};
 
     #[test]
     fn the_probe_is_bounded_by_a_share_of_the_budget() {

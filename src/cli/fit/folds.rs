@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::budget::Plan;
-use super::{
-    command, finish, frequency_floor, ingest_options, planned_steps, probe, selection_seconds,
-    Candidate, Scored, ACCURACY_TIE,
+use super::plan::Plan;
+use super::rule::{
+    argv, command, finish, frequency_floor, ingest_options, planned_steps, probe,
+    selection_seconds, Candidate, Scored, ACCURACY_TIE,
 };
 use crate::cli::args::{Command, FitArgs};
 use crate::metrics::evaluation::Evaluation;
@@ -157,7 +157,7 @@ fn ingest_fold(ws: &Workspace, s: &Selection<'_>, fold: u32, folds: u32) -> Resu
     options.push(("validation-folds", folds.to_string()));
     options.push(("validation-fold", fold.to_string()));
     options.push(("validation-seed", s.args.seed.to_string()));
-    let Command::Ingest(ingest) = command(super::argv("ingest", &options))? else {
+    let Command::Ingest(ingest) = command(argv("ingest", &options))? else {
         unreachable!()
     };
     crate::ingest::run(ws, &ingest.config()?)?;

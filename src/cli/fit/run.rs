@@ -1,0 +1,327 @@
+//! `pipeline fit`'s command: the rule's steps in order, its table and the final spec.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::budget::{self, Row};
+use super::folds;
+use super::plan::Plan;
+use super::rule::*;
+use super::sizes;
+use crate::cli::args::{Command, FitArgs, RunArgs};
+use crate::cli::spec::{self, Spec};
+use crate::export::ExportOptions;
+use crate::metrics::evaluation::Evaluation;
+use crate::store::catalog::{LabelKind, Split};
+use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
+use crate::store::workspace::Workspace;
+
+/// Runs `pipeline fit`.
+pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
+    let started = Instant::now();
+    let budget = args.budget;
+    let format = match &args.format {
+        Some(f) => f.clone(),
+        None => sniff_format(&args.train)?.to_string(),
+    };
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| default_name(&args.train));
+    let select = format!("{name}-select");
+    let spec_path = args
+        .spec_out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
+    check_outputs(args, &spec_path)?;
+    ws.refuse_output_inside("--spec-out", &spec_path)?;
+    if let Some(model) = &args.model_out {
+        ws.refuse_output_inside("--model-out", model)?;
+    }
+    check_settings(&args.set)?;
+    eprintln!(
+        "== fit: ingest {} as '{select}' (with a validation split)",
+        args.train.display()
+    );
+    let Command::Ingest(ingest) = command(argv(
+        "ingest",
+        &ingest_options(args, &select, &format, true),
+    ))?
+    else {
+        unreachable!()
+    };
+    crate::ingest::run(ws, &ingest.config()?)?;
+    let dataset = ws.dataset_named(&select)?;
+    let kind = match args.task {
+        Some(k) => k,
+        None => dataset.label_kind(),
+    };
+    let train_rows = dataset.split(Split::Train).map_or(0, |s| s.n_rows);
+    let sizes = Sizes {
+        n: train_rows,
+        d: dataset.n_features,
+        l: dataset.n_labels,
+        dense: dataset
+            .split(Split::Train)
+            .is_some_and(|s| 2 * s.nnz >= s.n_rows.saturating_mul(dataset.n_features).max(1)),
+        memory: sizes::svd_memory()?,
+    };
+    let mut list = with_settings(candidates(kind, sizes), &args.set);
+    // The final model ingests the whole file again: that time, as this ingest measured it,
+    // is set aside before the selection's share is taken.
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    let left = (budget - 2.0 * ingest_seconds).max(0.0);
+    let batch = batch_of(&list);
+    let cap = step_cap(sizes.n, batch);
+    // Ten epochs of steps, or the cap when that is fewer (small data).
+    let needed = (MIN_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
+    eprintln!(
+        "== fit: task {}, N = {}, D = {}, L = {}, {} rows; {} candidates (budget {:.0} s, {:.0} s \
+         left after this ingest and the final one)",
+        kind.as_str(),
+        sizes.n,
+        sizes.d,
+        sizes.l,
+        if sizes.dense { "dense" } else { "sparse" },
+        list.len(),
+        budget,
+        left
+    );
+    let plan = Plan {
+        dataset: select.clone(),
+        kind,
+        seed: args.seed,
+        budget,
+        left,
+        cap,
+        needed,
+        epoch_steps: sizes.n.div_ceil(batch),
+        fixed: args.no_early_stopping,
+    };
+    // Small data: each candidate on k folds instead of the one carve (docs/fit.md).
+    let folded = folds::select(
+        ws,
+        &folds::Selection {
+            args,
+            name: &name,
+            select: &select,
+            format: &format,
+            validation_rows: dataset.split(Split::Validation).map_or(0, |s| s.n_rows),
+            plan: &plan,
+        },
+        &list,
+    )?;
+    let (scored, floor) = match folded {
+        Some(folded) => folded,
+        None => {
+            let mut rows = budget::select(ws, &mut list, &plan)?;
+            if !plan.fixed {
+                let spent = || started.elapsed().as_secs_f64();
+                budget::train_on(ws, &mut rows, &plan, spent, ingest_seconds)?;
+            }
+            let floor = frequency_floor(ws, &dataset, kind)?;
+            print_table(&rows, floor);
+            let scored: Vec<Scored> = rows
+                .into_iter()
+                .filter_map(|r| match r {
+                    Row::Scored(s) => Some(*s),
+                    Row::Failed { .. } => None,
+                })
+                .collect();
+            (scored, floor)
+        }
+    };
+    anyhow::ensure!(
+        !scored.is_empty(),
+        "every candidate failed (the table above says why); nothing was chosen"
+    );
+    let winner = choose(&scored);
+    let chosen = &scored[winner];
+    if chosen.key().0 <= floor.0 {
+        eprintln!(
+            "warning: the chosen model does not beat the label frequencies on validation: \
+             its features taught it nothing it could show there (features on the wrong \
+             scale, no signal, or too small a budget)"
+        );
+    }
+    eprintln!(
+        "== fit: chosen {} ({} steps); training it on every training row",
+        chosen.candidate.name, chosen.steps
+    );
+    write_spec(&spec_path, args, &name, &format, kind, chosen)?;
+    let spec = Spec::read(&spec_path)?;
+    let final_runs = spec::run(
+        ws,
+        &spec,
+        &RunArgs {
+            spec: spec_path.clone(),
+            json: false,
+        },
+    )?;
+    if let (Some(out), Some(&run)) = (&args.model_out, final_runs.first()) {
+        let exported = crate::export::run(
+            ws,
+            &ExportOptions {
+                run,
+                checkpoint: None,
+                out: out.clone(),
+                force: args.force,
+            },
+        )?;
+        eprintln!(
+            "== fit: the final model (train run {run}, step {}) is in {}",
+            exported.checkpoint_step,
+            exported.path.display()
+        );
+    }
+    eprintln!(
+        "== fit: {:.0} s of a {:.0} s budget; `pipeline run {}` reproduces the final model",
+        started.elapsed().as_secs_f64(),
+        budget,
+        spec_path.display()
+    );
+    Ok(())
+}
+
+/// Refuses, before anything runs, outputs fit may not write (`store::user_file`): the
+/// spec's path or `--model-out` taken by anything but a regular file, or by one without
+/// `--force`, in a missing directory, or the two naming the same file or an input.
+fn check_outputs(args: &FitArgs, spec_path: &Path) -> Result<()> {
+    check_file_output(spec_path, args.force).context("--spec-out")?;
+    let mut outputs = vec![("--spec-out", spec_path)];
+    if let Some(model) = &args.model_out {
+        check_file_output(model, args.force).context("--model-out")?;
+        outputs.push(("--model-out", model));
+    }
+    let mut inputs = vec![("--train", args.train.as_path())];
+    inputs.extend(args.test.as_deref().map(|t| ("--test", t)));
+    refuse_same_file(&outputs, &inputs)
+}
+
+/// The dataset name from the training file's name (`train.txt.gz` → `train`).
+fn default_name(path: &Path) -> String {
+    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("data");
+    let stem: String = file
+        .split('.')
+        .next()
+        .unwrap_or("data")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "-_".contains(*c))
+        .collect();
+    if stem.is_empty() {
+        "data".into()
+    } else {
+        stem
+    }
+}
+
+/// The validation table: one line per candidate (a failed one with its reason), and the
+/// label frequencies' line. `converged`: early stopping ended the run (its score stopped
+/// improving), not its planned steps or the cap.
+fn print_table(rows: &[Row], floor: (f64, f64)) {
+    eprintln!();
+    eprintln!(
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "candidate (validation)",
+        "ms/step",
+        "planned",
+        "trained",
+        "seconds",
+        "converged",
+        "primary",
+        "second"
+    );
+    let ranking = matches!(
+        rows.iter().find_map(Row::scored).map(|s| &s.metrics),
+        Some(Evaluation::Ranking(_))
+    );
+    let shown = |(a, b): (f64, f64)| match ranking {
+        true => (
+            format!("P@1 {:.2}", 100.0 * a),
+            format!("P@3 {:.2}", 100.0 * b),
+        ),
+        false => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
+    };
+    for row in rows {
+        let s = match row {
+            Row::Scored(s) => s,
+            Row::Failed { name, reason } => {
+                eprintln!("{name:<44} failed: {reason}");
+                continue;
+            }
+        };
+        let (pa, pb) = shown(s.key());
+        eprintln!(
+            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>9} {:>10} {:>10}",
+            s.candidate.name,
+            1e3 * s.step_seconds,
+            s.planned,
+            s.steps,
+            s.seconds,
+            if s.converged { "yes" } else { "no" },
+            pa,
+            pb
+        );
+    }
+    let (fa, fb) = shown(floor);
+    eprintln!(
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "(label frequencies, no model)", "", "", "", "", "", fa, fb
+    );
+    eprintln!();
+}
+
+/// Writes the spec of the final model: the whole training file, the winner's options and
+/// steps, predictions of the test split (when there is one) and their evaluation.
+fn write_spec(
+    path: &Path,
+    args: &FitArgs,
+    name: &str,
+    format: &str,
+    kind: LabelKind,
+    chosen: &Scored,
+) -> Result<()> {
+    let mut text = String::new();
+    text += &format!(
+        "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
+         # trained on every training row for the {} steps its selection run took (of {}\n\
+         # planned).\n\n",
+        chosen.candidate.name, chosen.steps, chosen.planned
+    );
+    let table = |title: &str, options: &[(&str, String)]| {
+        let mut t = format!("[{title}]\n");
+        for (k, v) in options {
+            let key = k.replace('-', "_");
+            let value = match v.as_str() {
+                "" => "true".to_string(),
+                v if v.parse::<f64>().is_ok() => v.to_string(),
+                v => format!("{v:?}"),
+            };
+            t += &format!("{key} = {value}\n");
+        }
+        t + "\n"
+    };
+    text += &table("ingest", &ingest_options(args, name, format, false));
+    let mut svd = vec![("seed", args.seed.to_string())];
+    svd.extend(chosen.candidate.svd.iter().cloned());
+    text += &table("svd", &svd);
+    let mut train = vec![("task", kind.as_str().to_string())];
+    train.extend(run_options(&chosen.candidate, args.seed));
+    train.push(("steps", chosen.steps.to_string()));
+    text += &table("train", &train);
+    let split = if args.test.is_some() {
+        Split::Test
+    } else {
+        Split::Train
+    };
+    text += &table("predict", &predict_options(kind, split));
+    text += &table("evaluate", &[("task", kind.as_str().to_string())]);
+    let file = UserFile::temporary(path, args.force)?;
+    std::fs::File::create(file.tmp_path())
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .with_context(|| format!("{}: cannot write the spec", path.display()))?;
+    file.publish()
+}
