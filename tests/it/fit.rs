@@ -439,8 +439,9 @@ fn small_data_is_chosen_on_k_folds_that_validate_every_row_once() {
         let rows = |split: &str| split_entry(&ws, &name, split)["n_rows"].as_u64().unwrap();
         assert_eq!(rows("train") + rows("validation"), 240, "{name}");
         validated += rows("validation");
-        // The candidate trained and scored on it: its probe and its capped run.
-        assert_eq!(train_runs_of(&ws, &name), 2, "{name}");
+        // The candidate trained and scored on it: its probe's first steps and the probe
+        // (two runs: a budget of an hour affords the whole probe), then its capped run.
+        assert_eq!(train_runs_of(&ws, &name), 3, "{name}");
     }
     assert_eq!(
         validated, 240,

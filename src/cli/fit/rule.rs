@@ -63,6 +63,8 @@ pub struct Sizes {
     pub dense: bool,
     /// Bytes an svd run may hold ([`sizes::svd_memory`]): they bound R.
     pub memory: u64,
+    /// Seconds an svd run may take ([`sizes::svd_seconds`]): they bound R too.
+    pub svd_seconds: f64,
 }
 
 /// The candidate list of the rule (`docs/fit.md`), by task and sizes, most preferred first
@@ -72,7 +74,7 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
     // svd's rank: the k-means start needs an svd run; the subspace uses R directions, so
     // the multi-label list (whose first, the paper's model, is the subspace) gets R from
     // the data and the classifiers (free Z only) the start's.
-    let subspace = sizes::sizes_for(s.n, s.d, s.memory);
+    let subspace = sizes::sizes_for(s.n, s.d, s.memory, s.svd_seconds);
     let rank = match task {
         LabelKind::Multilabel => subspace.rank,
         LabelKind::Binary | LabelKind::Multiclass => subspace.start_rank,
@@ -765,6 +767,7 @@ mod tests {
             l: 1,
             dense: true,
             memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
         };
         let listed = candidates(LabelKind::Binary, sizes);
         assert_eq!(with_settings(listed.clone(), &[]), listed);
@@ -807,6 +810,7 @@ mod tests {
             l: 1,
             dense: true,
             memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
         };
         let set = |t: &str| crate::cli::args::parse_setting(t).unwrap();
         let listed = candidates(LabelKind::Binary, sizes);
@@ -858,6 +862,7 @@ mod tests {
             l: 1,
             dense: true,
             memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
         };
         let c = candidates(LabelKind::Binary, small);
         assert_eq!(c.len(), 4);
@@ -875,6 +880,7 @@ mod tests {
                 l: 6,
                 dense: true,
                 memory: 4 << 30,
+                svd_seconds: f64::INFINITY,
             },
         );
         assert!(mc
@@ -888,6 +894,7 @@ mod tests {
                 l: 6,
                 dense: true,
                 memory: 4 << 30,
+                svd_seconds: f64::INFINITY,
             },
         );
         assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
@@ -910,6 +917,7 @@ mod tests {
                 l: 983,
                 dense: false,
                 memory: 4 << 30,
+                svd_seconds: f64::INFINITY,
             },
         );
         assert_eq!(many.len(), 3);
@@ -928,6 +936,7 @@ mod tests {
             l: 30,
             dense: false,
             memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
         };
         let rank = |list: &[Candidate]| list[0].svd[0].1.clone();
         assert_eq!(rank(&candidates(LabelKind::Multilabel, text)), "2000");
@@ -944,6 +953,7 @@ mod tests {
             l,
             dense: false,
             memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
         };
         let label_side = |c: &Candidate| -> Vec<(&'static str, String)> {
             let mut side: Vec<_> = c

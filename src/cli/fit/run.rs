@@ -68,6 +68,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
             .split(Split::Train)
             .is_some_and(|s| 2 * s.nnz >= s.n_rows.saturating_mul(dataset.n_features).max(1)),
         memory: sizes::svd_memory()?,
+        svd_seconds: sizes::svd_seconds(budget),
     };
     let mut list = with_settings(candidates(kind, sizes), &args.set);
     // The final model ingests the whole file again: that time, as this ingest measured it,
