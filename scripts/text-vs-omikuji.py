@@ -6,7 +6,7 @@ OUT/results.jsonl (fsgp's from `pipeline status --json` and `pipeline evaluate -
 omikuji's from scripts/omikuji-run.py); the table is printed from that file.
 
 Usage: scripts/text-vs-omikuji.py PIPELINE OUT [--budgets 5m,1m] [--sets a,b] [--omikuji-reps 3]
-       scripts/text-vs-omikuji.py --table OUT
+       scripts/text-vs-omikuji.py --table OUT|RESULTS.jsonl
 Run it on a quiet machine: fit plans its steps from measured step times.
 """
 import argparse
@@ -78,7 +78,9 @@ def p_at(evaluate):
 
 
 def table(out):
-    rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
+    """The table of OUT/results.jsonl, or of OUT itself when it is a .jsonl file."""
+    path = out if out.endswith(".jsonl") else os.path.join(out, "results.jsonl")
+    rows = [json.loads(l) for l in open(path)]
     print("| set | tool | budget | P@1 / P@3 / P@5 (label-less rows left out) | P@1 counted as zero | seconds | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
     for name in SETS:
