@@ -760,10 +760,21 @@ fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
     let (_, info) = server.call("GET", "/v1/model", b"");
     assert_eq!(info["limits"]["max_connections"], 4, "{info}");
     let held: Vec<TcpStream> = (0..4).map(|_| server.connect()).collect();
-    // Let the server accept the four before the fifth.
+    // Let the server accept the four before the fifth: on a loaded machine it may not
+    // have taken them all after 300 ms, and a fifth taken before them is answered (its
+    // connection then closes), so ask again until the limit shows, for at most 10 s.
     std::thread::sleep(Duration::from_millis(300));
-    let started = Instant::now();
-    let (status, answer) = server.call("GET", "/healthz", b"");
+    let patience = Instant::now();
+    let health = || {
+        let started = Instant::now();
+        let (status, answer) = server.call("GET", "/healthz", b"");
+        (status, answer, started.elapsed())
+    };
+    let (mut status, mut answer, mut took) = health();
+    while status == 200 && patience.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        (status, answer, took) = health();
+    }
     assert_eq!(status, 503, "{answer}");
     let message = answer["error"].as_str().unwrap_or_default();
     assert!(
@@ -771,8 +782,8 @@ fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
         "{answer}"
     );
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "refused at once"
+        took < Duration::from_secs(2),
+        "refused at once, not after {took:?}"
     );
     drop(held);
     assert_eq!(health_within(&server, Duration::from_secs(5)), 200);
@@ -793,8 +804,8 @@ fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
     let (status, answer) = server.call("GET", "/healthz", b"");
     assert_eq!(status, 503, "{answer}");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "refused at once"
+        took < Duration::from_secs(2),
+        "refused at once, not after {took:?}"
     );
     drop(held);
     assert_eq!(health_within(&server, Duration::from_secs(5)), 200);
