@@ -804,8 +804,8 @@ fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
     let (status, answer) = server.call("GET", "/healthz", b"");
     assert_eq!(status, 503, "{answer}");
     assert!(
-        took < Duration::from_secs(2),
-        "refused at once, not after {took:?}"
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once"
     );
     drop(held);
     assert_eq!(health_within(&server, Duration::from_secs(5)), 200);
