@@ -584,3 +584,33 @@ fn a_stop_asked_for_during_a_candidate_ends_the_fit_at_once() {
     assert!(err.contains("No space left on device"), "{err}");
     assert!(!err.contains("== fit: candidate linear, free Z"), "{err}");
 }
+
+#[test]
+fn a_candidate_that_cannot_run_on_the_folds_is_left_out_and_the_fit_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("words.svm");
+    // 200 rows: about 40 in a 0.2 carve, so folds when the budget affords them.
+    std::fs::write(&train, words(0..200)).unwrap();
+    let spec = dir.path().join("words-fit.toml");
+    let out = std::process::Command::new(pipeline_bin())
+        .args([
+            "--workspace",
+            dir.path().join("ws").to_str().unwrap(),
+            "fit",
+        ])
+        .args(["--train", train.to_str().unwrap(), "--budget", "1h"])
+        .args(["--spec-out", spec.to_str().unwrap(), "--set", "inducing=10"])
+        .env_remove("FSGP_WORKSPACE")
+        // The free-Z candidates' memory estimate is refused; the subspace needs none.
+        .env("FSGP_INPUTS_MEMORY_MIB", "0")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("trained and scored on 5 folds"), "{err}");
+    assert!(
+        err.contains("failed: --inducing-inputs free needs about"),
+        "{err}"
+    );
+    assert!(err.contains("== fit: chosen linear, subspace Z"), "{err}");
+}

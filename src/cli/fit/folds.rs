@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::budget::is_candidates_own;
 use super::plan::Plan;
 use super::rule::{
     argv, command, finish, frequency_floor, ingest_options, planned_steps, probe,
@@ -19,6 +20,7 @@ use super::rule::{
 };
 use crate::cli::args::{Command, FitArgs};
 use crate::metrics::evaluation::Evaluation;
+use crate::store::catalog::Split;
 use crate::store::workspace::Workspace;
 
 /// Folds replace the one carve when it holds fewer validation rows than this. On 500 rows
@@ -87,14 +89,20 @@ pub(super) fn select(
     let k = fold_count(s.args.validation_fraction);
     // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
     // its first candidate's probe prices a fold's run.
-    let first = probe(
+    // A first candidate that cannot run leaves the choice to the one carve, whose table
+    // shows its failure.
+    let first = match probe(
         ws,
         s.select,
         s.plan.kind,
         &list[0],
         s.args.seed,
         s.plan.budget,
-    )?;
+    ) {
+        Ok(first) => first,
+        Err(e) if is_candidates_own(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let runs = list.len() as u64 * u64::from(k);
     let selection = selection_seconds(s.plan.left, list.len()) - started.elapsed().as_secs_f64();
     if !capped_runs_fit(
@@ -125,16 +133,39 @@ pub(super) fn select(
     let selection_started = Instant::now();
     let mut per_candidate = Vec::new();
     for (i, c) in list.iter().enumerate() {
-        let mut scored = Vec::new();
-        for (j, fold) in folds.iter().enumerate() {
-            let done = (i * folds.len() + j) as f64;
-            let spent = selection_started.elapsed().as_secs_f64();
-            let share = (selection - spent).max(0.0) / (runs as f64 - done);
-            let probed = probe(ws, fold, s.plan.kind, c, s.args.seed, s.plan.budget)?;
-            scored.push(finish(ws, s.plan, probed, share)?);
+        let on_folds = || -> Result<Vec<Scored>> {
+            let mut scored = Vec::new();
+            for (j, fold) in folds.iter().enumerate() {
+                let done = (i * folds.len() + j) as f64;
+                let spent = selection_started.elapsed().as_secs_f64();
+                let share = (selection - spent).max(0.0) / (runs as f64 - done);
+                let rows = ws
+                    .dataset_named(fold)?
+                    .split(Split::Train)
+                    .map_or(0, |t| t.n_rows);
+                let on_fold = within_rows(c, rows);
+                let probed = probe(ws, fold, s.plan.kind, &on_fold, s.args.seed, s.plan.budget)?;
+                let mut fold_scored = finish(ws, s.plan, probed, share)?;
+                // The choice and the final model (every row) take the candidate as listed.
+                fold_scored.candidate = c.clone();
+                scored.push(fold_scored);
+            }
+            Ok(scored)
+        };
+        // As on the one carve: a candidate that fails for a reason of its own is left
+        // out (and said), anything else ends the fit.
+        match on_folds() {
+            Ok(scored) => per_candidate.push(scored),
+            Err(e) if is_candidates_own(&e) => {
+                eprintln!("== fit: candidate {} failed: {e:#}", c.name)
+            }
+            Err(e) => return Err(e),
         }
-        per_candidate.push(scored);
     }
+    anyhow::ensure!(
+        !per_candidate.is_empty(),
+        "every candidate failed on the folds (the lines above say why); nothing was chosen"
+    );
     let mut floors = Vec::new();
     for fold in &folds {
         floors.push(frequency_floor(ws, &ws.dataset_named(fold)?, s.plan.kind)?);
@@ -148,6 +179,24 @@ pub(super) fn select(
         per_candidate.into_iter().map(combined).collect(),
         floor,
     )))
+}
+
+/// `c` with its svd's R and M, and its M, within a fold's `rows` training rows: they were
+/// sized from the one carve's rows, and a fold's training split can hold a few fewer
+/// (R ≤ N − 1, M ≤ N, as the rule sizes them).
+fn within_rows(c: &Candidate, rows: u64) -> Candidate {
+    let mut c = c.clone();
+    let bound = |key: &str| match key {
+        "rank" => Some(rows.saturating_sub(1).max(1)),
+        "inducing" => Some(rows.max(1)),
+        _ => None,
+    };
+    for (key, value) in c.svd.iter_mut().chain(c.train.iter_mut()) {
+        if let (Some(most), Ok(v)) = (bound(key), value.parse::<u64>()) {
+            *value = v.min(most).to_string();
+        }
+    }
+    c
 }
 
 /// Ingests the training file (and test file) as fold `fold` of `folds`.
