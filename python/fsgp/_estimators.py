@@ -89,6 +89,8 @@ class _FsgpEstimator(BaseEstimator):
             argv += ["--validation-fraction", str(float(self.validation_fraction))]
         if not self.early_stopping:
             argv.append("--no-early-stopping")
+        if not self.folds:
+            argv.append("--no-folds")
         for s in self._settings():
             argv += ["--set", s]
         return argv, model_file, spec_file
@@ -247,6 +249,9 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         Stop each candidate once its validation score no longer improves.
     validation_fraction : float or None
         Share of the rows carved out for choosing (None: the engine's default).
+    folds : bool
+        On small data (a validation carve under 500 rows), choose by every candidate's
+        mean over k folds when the budget affords them; False keeps the one carve.
     seed : int
     settings : dict or None
         Further train options by flag name, e.g. {"lr": 0.02, "ard": True}.
@@ -267,6 +272,7 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         budget="5m",
         early_stopping=True,
         validation_fraction=None,
+        folds=True,
         seed=0,
         settings=None,
         workspace=None,
@@ -280,6 +286,7 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         self.budget = budget
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
+        self.folds = folds
         self.seed = seed
         self.settings = settings
         self.workspace = workspace
@@ -407,6 +414,7 @@ class MultiLabelGP(_FsgpEstimator):
         budget="5m",
         early_stopping=True,
         validation_fraction=None,
+        folds=True,
         seed=0,
         settings=None,
         workspace=None,
@@ -422,6 +430,7 @@ class MultiLabelGP(_FsgpEstimator):
         self.budget = budget
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
+        self.folds = folds
         self.seed = seed
         self.settings = settings
         self.workspace = workspace

@@ -442,6 +442,18 @@ fn small_data_is_chosen_on_k_folds_that_validate_every_row_once() {
         // The candidate trained and scored on it: its probe's first steps and the probe
         // (two runs: a budget of an hour affords the whole probe), then its capped run.
         assert_eq!(train_runs_of(&ws, &name), 3, "{name}");
+        // Its run was given the step cap (60 epochs of 1 step, at least 3 000): the folds
+        // are chosen because every capped run fits, and a share of what the clock says is
+        // left would make the steps, hence the final model, depend on the machine's load.
+        let capped = status_json(&ws)["train_runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["dataset"] == name.as_str())
+            .max_by_key(|r| r["id"].as_i64())
+            .cloned()
+            .unwrap();
+        assert_eq!(capped["max_steps"], 3000, "{name}: {capped}");
     }
     assert_eq!(
         validated, 240,
