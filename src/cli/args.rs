@@ -1235,6 +1235,12 @@ pub struct FitArgs {
     /// before anything runs); never a directory or a device.
     #[arg(long)]
     pub force: bool,
+    /// Print what fit did as one JSON object on standard output (every candidate's options
+    /// and validation figures, the choice, the final runs and their metrics, the spec and
+    /// model files) instead of the final model's metrics table; the progress and the
+    /// table still go to standard error.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// One `fit --set`: a train option and its value (empty for a switch).

@@ -173,7 +173,7 @@ fn run_on(cli: Cli, comm: &dyn Comm, stop: &StopToken) -> Result<()> {
         Command::Predict(args) => crate::predict::run_on(&ws, comm, &args.options()).map(|_| ()),
         Command::Evaluate(args) => evaluate_command(&ws, comm, &args),
         Command::Run(args) => spec::run(&ws, &run_spec.expect("read above"), &args).map(drop),
-        Command::Fit(args) => fit::run(&ws, &args),
+        Command::Fit(args) => fit::run_command(&ws, &args),
         Command::Report(_)
         | Command::Status(_)
         | Command::Verify(_)

@@ -454,16 +454,16 @@ impl Runner<'_> {
 }
 
 /// One train → predict → evaluate of a spec.
-struct Evaluated {
-    seed: u64,
-    train_run: i64,
-    evaluate_run: i64,
-    metrics: Evaluation,
+pub struct Evaluated {
+    pub seed: u64,
+    pub train_run: i64,
+    pub evaluate_run: i64,
+    pub metrics: Evaluation,
 }
 
-/// Runs `pipeline run` of a spec [`Spec::read`] has checked; returns its training runs,
-/// one per seed.
-pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<Vec<i64>> {
+/// Runs a spec [`Spec::read`] has checked: its stages' table goes to standard error, and
+/// each seed's train → predict → evaluate is returned (one, when the spec sweeps none).
+pub fn execute(ws: &Workspace, spec: &Spec) -> Result<Vec<Evaluated>> {
     let mut runner = Runner {
         ws,
         spec,
@@ -471,22 +471,28 @@ pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<Vec<i64>> {
     };
     let dataset = runner.ingest()?;
     let svd_run = runner.svd(&dataset)?;
-    let Some(seeds) = spec.seeds() else {
-        let one = runner.model(&dataset, svd_run, None)?;
-        runner.print_lines();
-        if args.json {
-            println!("{}", one.metrics.to_json());
-        } else {
-            println!("{}", one.metrics.to_table());
-        }
-        return Ok(vec![one.train_run]);
-    };
     let mut sweep = Vec::new();
-    for seed in seeds {
-        sweep.push(runner.model(&dataset, svd_run, Some(seed))?);
+    match spec.seeds() {
+        None => sweep.push(runner.model(&dataset, svd_run, None)?),
+        Some(seeds) => {
+            for seed in seeds {
+                sweep.push(runner.model(&dataset, svd_run, Some(seed))?);
+            }
+        }
     }
     runner.print_lines();
-    print_sweep(&sweep, args.json);
+    Ok(sweep)
+}
+
+/// Runs `pipeline run` of a spec [`Spec::read`] has checked and prints its metrics;
+/// returns its training runs, one per seed.
+pub fn run(ws: &Workspace, spec: &Spec, args: &RunArgs) -> Result<Vec<i64>> {
+    let sweep = execute(ws, spec)?;
+    match (spec.seeds(), sweep.as_slice()) {
+        (None, [one]) if args.json => println!("{}", one.metrics.to_json()),
+        (None, [one]) => println!("{}", one.metrics.to_table()),
+        _ => print_sweep(&sweep, args.json),
+    }
     Ok(sweep.iter().map(|e| e.train_run).collect())
 }
 

@@ -186,6 +186,7 @@ fn set_options_fix_every_candidate_and_the_final_model_is_written_as_export_writ
             spec.to_str().unwrap(),
             "--model-out",
             model.to_str().unwrap(),
+            "--json",
         ];
         args.extend_from_slice(extra);
         pipeline(&ws, &args)
@@ -198,10 +199,18 @@ fn set_options_fix_every_candidate_and_the_final_model_is_written_as_export_writ
     let out = fit(&["--set", "kernel=linear", "--set", "inducing=12"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    // The four binary candidates differ only in kernel and M: one is left.
-    let rows = table_rows(&err);
-    assert_eq!(rows.len(), 1, "{err}");
-    assert_eq!(rows[0].0, "linear, free Z, M = 12", "{err}");
+    // The four binary candidates differ only in kernel and M: one is left, with the
+    // options it trained.
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = scored_rows(&outcome);
+    assert_eq!(rows.len(), 1, "{outcome}");
+    assert_eq!(rows[0].0, "linear, free Z, M = 12", "{outcome}");
+    let only = &outcome["candidates"][0];
+    assert_eq!(only["train"]["kernel"], "linear", "{only}");
+    assert_eq!(only["train"]["inducing"], "12", "{only}");
+    assert_eq!(only["svd"]["inducing"], "12", "{only}");
+    assert_eq!(outcome["evaluated_split"], "test");
+    assert_eq!(outcome["model"]["path"], model.to_str().unwrap());
     let text = std::fs::read_to_string(&spec).unwrap();
     assert!(text.contains("kernel = \"linear\""), "{text}");
     assert!(text.contains("inducing = 12"), "{text}");
@@ -255,28 +264,41 @@ fn noise(rows: std::ops::Range<u32>) -> String {
     .collect()
 }
 
-/// The validation table's candidate rows: (name, steps planned, steps trained, converged).
-fn table_rows(err: &str) -> Vec<(String, u64, u64, bool)> {
-    let table = err.split("candidate (validation)").nth(1).unwrap();
-    table
-        .lines()
-        .skip(1)
-        .take_while(|l| !l.trim().is_empty())
-        .filter(|l| !l.starts_with("(label frequencies") && !l.contains(" failed: "))
-        .map(|l| {
-            let name = l[..44].trim().to_string();
-            let numbers: Vec<&str> = l[44..].split_whitespace().collect();
+/// The scored candidates of `pipeline fit --json`'s outcome: (name, steps planned, steps
+/// trained, converged).
+fn scored_rows(outcome: &serde_json::Value) -> Vec<(String, u64, u64, bool)> {
+    outcome["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "scored")
+        .map(|c| {
             (
-                name,
-                numbers[1].parse().unwrap(),
-                numbers[2].parse().unwrap(),
-                numbers[4] == "yes",
+                c["name"].as_str().unwrap().to_string(),
+                c["planned_steps"].as_u64().unwrap(),
+                c["trained_steps"].as_u64().unwrap(),
+                c["converged"].as_bool().unwrap(),
             )
         })
         .collect()
 }
 
-fn fit_noise(dir: &std::path::Path, extra: &[&str]) -> (String, String, std::path::PathBuf) {
+/// The chosen candidate's name and the final model's steps, from the outcome.
+fn chosen_of(outcome: &serde_json::Value) -> (String, u64) {
+    let i = outcome["chosen"].as_u64().unwrap() as usize;
+    let name = outcome["candidates"][i]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (name, outcome["final_steps"].as_u64().unwrap())
+}
+
+/// `pipeline fit --json` on [`noise`]: fit's messages, its outcome, the spec's text and
+/// the workspace.
+fn fit_noise(
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (String, serde_json::Value, String, std::path::PathBuf) {
     let train = dir.join("noise.svm");
     std::fs::write(&train, noise(0..240)).unwrap();
     let spec = dir.join("noise-fit.toml");
@@ -289,20 +311,37 @@ fn fit_noise(dir: &std::path::Path, extra: &[&str]) -> (String, String, std::pat
         "20s",
         "--spec-out",
         spec.to_str().unwrap(),
+        "--json",
     ];
     args.extend_from_slice(extra);
     let out = pipeline(&ws, &args);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    (err, std::fs::read_to_string(&spec).unwrap(), ws)
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fit --json printed no JSON ({e}):\n{err}"));
+    (err, outcome, std::fs::read_to_string(&spec).unwrap(), ws)
 }
 
 #[test]
 fn fit_stops_candidates_early_and_trains_the_final_model_as_far_as_the_chosen_run() {
     let dir = tempfile::tempdir().unwrap();
-    let (err, spec, ws) = fit_noise(dir.path(), &[]);
-    let rows = table_rows(&err);
+    let (err, outcome, spec, ws) = fit_noise(dir.path(), &[]);
+    let rows = scored_rows(&outcome);
     assert_eq!(rows.len(), 4, "{err}");
+    // The table on standard error shows the outcome's figures: each candidate's line
+    // holds its planned and trained steps.
+    for (name, planned, trained, _) in &rows {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(name.as_str()))
+            .unwrap_or_else(|| panic!("{name} not in the table:\n{err}"));
+        let numbers: Vec<&str> = line[name.len()..].split_whitespace().collect();
+        assert_eq!(
+            numbers[1..3],
+            [planned.to_string(), trained.to_string()],
+            "{line}"
+        );
+    }
     for (name, planned, trained, _) in &rows {
         assert!(trained <= planned, "{name}: {trained} > {planned}\n{err}");
     }
@@ -351,12 +390,22 @@ fn fit_stops_candidates_early_and_trains_the_final_model_as_far_as_the_chosen_ru
     }
     // The final model trains the steps the chosen candidate's run took, and the score that
     // chose it is that last checkpoint's: the validation evaluation recorded for the run.
-    let chosen = err.split("== fit: chosen ").nth(1).unwrap();
-    let (name, steps) = chosen.split_once(" (").unwrap();
-    let steps: u64 = steps.split(' ').next().unwrap().parse().unwrap();
+    let (name, steps) = chosen_of(&outcome);
     let row = rows.iter().find(|r| r.0 == name).unwrap();
-    assert_eq!(steps, row.2, "{err}");
+    assert_eq!(steps, row.2, "{outcome}");
     assert!(spec.contains(&format!("steps = {steps}\n")), "{spec}");
+    // The final model's runs are the spec's, and its metrics those its evaluate recorded.
+    let last = &outcome["final_runs"][0];
+    let final_run = status_json(&ws)["train_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == last["train_run"])
+        .cloned()
+        .unwrap();
+    assert_eq!(final_run["dataset"], "noise", "{final_run}");
+    assert_eq!(outcome["evaluated_split"], "train");
+    assert!(last["metrics"]["accuracy"].is_number(), "{last}");
     for run in &selection {
         let scored = &run["evaluations"][0];
         assert_eq!(scored["split"], "validation", "{run}");
@@ -367,8 +416,8 @@ fn fit_stops_candidates_early_and_trains_the_final_model_as_far_as_the_chosen_ru
 #[test]
 fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
     let dir = tempfile::tempdir().unwrap();
-    let (err, spec, ws) = fit_noise(dir.path(), &["--no-early-stopping"]);
-    let rows = table_rows(&err);
+    let (err, outcome, spec, ws) = fit_noise(dir.path(), &["--no-early-stopping"]);
+    let rows = scored_rows(&outcome);
     for (name, planned, trained, _) in &rows {
         assert_eq!(planned, trained, "{name}\n{err}");
     }
@@ -377,9 +426,9 @@ fn fit_without_early_stopping_trains_every_candidate_its_whole_share() {
         runs.iter().all(|r| r["early_stopping"].is_null()),
         "{runs:?}"
     );
-    let chosen = err.split("== fit: chosen ").nth(1).unwrap();
-    let (name, _) = chosen.split_once(" (").unwrap();
+    let (name, steps) = chosen_of(&outcome);
     let row = rows.iter().find(|r| r.0 == name).unwrap();
+    assert_eq!(steps, row.1, "{outcome}");
     assert!(spec.contains(&format!("steps = {}\n", row.1)), "{spec}");
 }
 
@@ -524,7 +573,7 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     // A limit of 1 MiB for inducing inputs in input space: the free-Z candidates' memory
     // estimate (M×D doubles, several MiB) refuses them; the subspace one needs none.
-    let out = fit_words(dir.path(), &[("FSGP_INPUTS_MEMORY_MIB", "1")], &[]);
+    let out = fit_words(dir.path(), &[("FSGP_INPUTS_MEMORY_MIB", "1")], &["--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("task multilabel"), "{err}");
@@ -543,9 +592,25 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
             "{line}"
         );
     }
-    let rows = table_rows(&err);
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = scored_rows(&outcome);
     assert_eq!(rows.len(), 1, "{table}");
     assert!(rows[0].0.starts_with("linear, subspace Z"), "{table}");
+    // The outcome lists the failed candidates too, with the error's first line.
+    let reasons: Vec<&str> = outcome["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "failed")
+        .map(|c| c["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons.len(), failed.len(), "{outcome}");
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.starts_with("--inducing-inputs free needs about")),
+        "{reasons:?}"
+    );
     assert!(err.contains("== fit: chosen linear, subspace Z"), "{err}");
     // Every candidate refused: the fit fails, saying so after its table.
     let dir = tempfile::tempdir().unwrap();

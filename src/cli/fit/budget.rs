@@ -10,8 +10,7 @@ use anyhow::Result;
 
 use super::plan::Plan;
 use super::rule::{
-    affordable, choose_among, finish, planned_steps, probe, selection_seconds, Candidate, Probed,
-    Scored,
+    affordable, choose, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
 };
 use crate::store::catalog::Contended;
 use crate::store::identity::Refusal;
@@ -43,16 +42,16 @@ pub fn to_train_on(rows: &[Row]) -> Option<usize> {
         .filter(|(_, s)| s.can_go_on())
         .collect();
     let refs: Vec<&Scored> = open.iter().map(|(_, s)| *s).collect();
-    choose_among(&refs).map(|best| open[best].0)
+    choose(&refs).map(|best| open[best].0)
 }
 
 /// One line of fit's table: a candidate scored on validation, or one that could not run.
 pub enum Row {
     Scored(Box<Scored>),
-    /// A candidate whose svd, probe or run failed for a reason of its own: its name and
-    /// the first line of the error.
+    /// A candidate whose svd, probe or run failed for a reason of its own, and the first
+    /// line of the error.
     Failed {
-        name: String,
+        candidate: Candidate,
         reason: String,
     },
 }
@@ -70,7 +69,7 @@ impl Row {
     pub fn failed(c: &Candidate, error: &anyhow::Error) -> Row {
         let text = format!("{error:#}");
         Row::Failed {
-            name: c.name.clone(),
+            candidate: c.clone(),
             reason: text.lines().next().unwrap_or("").to_string(),
         }
     }

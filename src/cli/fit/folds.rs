@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::budget::is_candidates_own;
+use super::budget::{is_candidates_own, Row};
 use super::plan::Plan;
 use super::rule::{
     argv, command, finish, frequency_floor, ingest_options, planned_steps, probe,
@@ -70,7 +70,7 @@ pub fn capped_runs_fit(
 }
 
 /// Every candidate's figures over the folds, and the label frequencies' mean figures.
-pub(super) type Folded = (Vec<Scored>, (f64, f64));
+pub(super) type Folded = (Vec<Row>, (f64, f64));
 
 /// Chooses among `list` by k folds when the one carve's validation split is small and the
 /// budget affords every candidate's capped run k times; returns every candidate's mean
@@ -130,7 +130,8 @@ pub(super) fn select(
     let folds = (1..=k)
         .map(|fold| ingest_fold(ws, s, fold, k))
         .collect::<Result<Vec<String>>>()?;
-    let mut per_candidate = Vec::new();
+    // Per candidate in list order: its fold runs, or its failed row.
+    let mut results: Vec<std::result::Result<Vec<Scored>, Row>> = Vec::new();
     for c in list {
         let on_folds = || -> Result<Vec<Scored>> {
             let mut scored = Vec::new();
@@ -155,13 +156,15 @@ pub(super) fn select(
         // As on the one carve: a candidate that fails for a reason of its own is left
         // out (and said), anything else ends the fit.
         match on_folds() {
-            Ok(scored) => per_candidate.push(scored),
+            Ok(scored) => results.push(Ok(scored)),
             Err(e) if is_candidates_own(&e) => {
-                eprintln!("== fit: candidate {} failed: {e:#}", c.name)
+                eprintln!("== fit: candidate {} failed: {e:#}", c.name);
+                results.push(Err(Row::failed(c, &e)));
             }
             Err(e) => return Err(e),
         }
     }
+    let per_candidate: Vec<&Vec<Scored>> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
     anyhow::ensure!(
         !per_candidate.is_empty(),
         "every candidate failed on the folds (the lines above say why); nothing was chosen"
@@ -175,10 +178,14 @@ pub(super) fn select(
         mean(floors.iter().map(|f| f.1)),
     );
     print_table(&per_candidate, floor);
-    Ok(Some((
-        per_candidate.into_iter().map(combined).collect(),
-        floor,
-    )))
+    let rows = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(folds) => Row::Scored(Box::new(combined(folds))),
+            Err(failed) => failed,
+        })
+        .collect();
+    Ok(Some((rows, floor)))
 }
 
 /// `c` with its svd's R and M, and its M, within a fold's `rows` training rows: they were
@@ -297,7 +304,7 @@ fn with_key(mut e: Evaluation, (primary, secondary): (f64, f64)) -> Evaluation {
 
 /// The fold table: per candidate the mean and standard deviation over the folds of the
 /// rule's two figures, the steps its runs trained, and the label frequencies' line.
-fn print_table(per_candidate: &[Vec<Scored>], floor: (f64, f64)) {
+fn print_table(per_candidate: &[&Vec<Scored>], floor: (f64, f64)) {
     let ranking = matches!(
         per_candidate
             .first()
@@ -314,7 +321,7 @@ fn print_table(per_candidate: &[Vec<Scored>], floor: (f64, f64)) {
         (false, false) => format!("{:.4}", -v),
         _ => format!("{:.2}", 100.0 * v),
     };
-    let folds = per_candidate.first().map_or(0, Vec::len);
+    let folds = per_candidate.first().map_or(0, |f| f.len());
     eprintln!();
     eprintln!(
         "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",

@@ -32,9 +32,13 @@
 
 mod budget;
 mod folds;
+mod outcome;
 mod plan;
 mod rule;
 mod run;
 mod sizes;
 
-pub use run::run;
+pub use outcome::{
+    CandidateOutcome, CandidateResult, Figure, Figures, FinalRun, FitOutcome, ModelFile,
+};
+pub use run::{run, run_command};

@@ -467,14 +467,9 @@ impl Scored {
 }
 
 /// The index of the winner: the best primary figure; for classification, among those
-/// within [`ACCURACY_TIE`] points of it, the best secondary (the lowest NLP).
-pub(super) fn choose(scored: &[Scored]) -> usize {
-    let refs: Vec<&Scored> = scored.iter().collect();
-    choose_among(&refs).unwrap_or(0)
-}
-
-/// [`choose`] over references; None for an empty list.
-pub(super) fn choose_among(scored: &[&Scored]) -> Option<usize> {
+/// within [`ACCURACY_TIE`] points of it, the best secondary (the lowest NLP). None for an
+/// empty list.
+pub(super) fn choose(scored: &[&Scored]) -> Option<usize> {
     if scored.is_empty() {
         return None;
     }
@@ -1057,16 +1052,17 @@ mod tests {
     fn the_choice_is_accuracy_then_nlp_within_half_a_point() {
         // b is 0.4 points below a but has the lower NLP: chosen; c is best by NLP but 0.6
         // points below: out of the tie.
-        let list = vec![
+        let (a, b, c) = (
             scored("a", binary(0.930, 0.20)),
             scored("b", binary(0.926, 0.18)),
             scored("c", binary(0.924, 0.10)),
-        ];
-        assert_eq!(choose(&list), 1);
-        let list = vec![
+        );
+        assert_eq!(choose(&[&a, &b, &c]), Some(1));
+        let (a, b) = (
             scored("a", binary(0.90, 0.3)),
             scored("b", binary(0.96, 0.3)),
-        ];
-        assert_eq!(choose(&list), 1);
+        );
+        assert_eq!(choose(&[&a, &b]), Some(1));
+        assert_eq!(choose(&[]), None);
     }
 }

@@ -8,10 +8,11 @@ use anyhow::{Context, Result};
 
 use super::budget::{self, Row};
 use super::folds;
+use super::outcome::{candidate_outcome, Figures, FinalRun, FitOutcome, ModelFile};
 use super::plan::Plan;
 use super::rule::*;
 use super::sizes;
-use crate::cli::args::{Command, FitArgs, RunArgs};
+use crate::cli::args::{Command, FitArgs};
 use crate::cli::spec::{self, Spec};
 use crate::export::ExportOptions;
 use crate::metrics::evaluation::Evaluation;
@@ -19,8 +20,8 @@ use crate::store::catalog::{LabelKind, Split};
 use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
 
-/// Runs `pipeline fit`.
-pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
+/// Runs `pipeline fit`: its progress and table go to standard error; returns what it did.
+pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
     let started = Instant::now();
     let budget = args.budget;
     let format = match &args.format {
@@ -115,7 +116,11 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
         },
         &list,
     )?;
-    let (scored, floor) = match folded {
+    let folds = match &folded {
+        Some(_) => folds::fold_count(args.validation_fraction),
+        None => 1,
+    };
+    let (rows, floor) = match folded {
         Some(folded) => folded,
         None => {
             let mut rows = budget::select(ws, &mut list, &plan)?;
@@ -125,22 +130,22 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
             }
             let floor = frequency_floor(ws, &dataset, kind)?;
             print_table(&rows, floor);
-            let scored: Vec<Scored> = rows
-                .into_iter()
-                .filter_map(|r| match r {
-                    Row::Scored(s) => Some(*s),
-                    Row::Failed { .. } => None,
-                })
-                .collect();
-            (scored, floor)
+            (rows, floor)
         }
     };
+    // The rule chooses among the scored rows; `chosen` is its index among all rows.
+    let scored: Vec<(usize, &Scored)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.scored().map(|s| (i, s)))
+        .collect();
     anyhow::ensure!(
         !scored.is_empty(),
         "every candidate failed (the table above says why); nothing was chosen"
     );
-    let winner = choose(&scored);
-    let chosen = &scored[winner];
+    let refs: Vec<&Scored> = scored.iter().map(|(_, s)| *s).collect();
+    let winner = choose(&refs).expect("a scored row");
+    let (chosen_row, chosen) = scored[winner];
     if chosen.key().0 <= floor.0 {
         eprintln!(
             "warning: the chosen model does not beat the label frequencies on validation: \
@@ -154,36 +159,83 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<()> {
     );
     write_spec(&spec_path, args, &name, &format, kind, chosen)?;
     let spec = Spec::read(&spec_path)?;
-    let final_runs = spec::run(
-        ws,
-        &spec,
-        &RunArgs {
-            spec: spec_path.clone(),
-            json: false,
-        },
-    )?;
-    if let (Some(out), Some(&run)) = (&args.model_out, final_runs.first()) {
+    let final_runs = spec::execute(ws, &spec)?;
+    let mut model = None;
+    if let (Some(out), Some(first)) = (&args.model_out, final_runs.first()) {
         let exported = crate::export::run(
             ws,
             &ExportOptions {
-                run,
+                run: first.train_run,
                 checkpoint: None,
                 out: out.clone(),
                 force: args.force,
             },
         )?;
         eprintln!(
-            "== fit: the final model (train run {run}, step {}) is in {}",
+            "== fit: the final model (train run {}, step {}) is in {}",
+            first.train_run,
             exported.checkpoint_step,
             exported.path.display()
         );
+        model = Some(ModelFile {
+            path: exported.path.clone(),
+            train_run: first.train_run,
+            checkpoint_step: exported.checkpoint_step,
+        });
     }
+    let seconds = started.elapsed().as_secs_f64();
     eprintln!(
-        "== fit: {:.0} s of a {:.0} s budget; `pipeline run {}` reproduces the final model",
-        started.elapsed().as_secs_f64(),
-        budget,
+        "== fit: {seconds:.0} s of a {budget:.0} s budget; `pipeline run {}` reproduces the \
+         final model",
         spec_path.display()
     );
+    let ranking = kind == LabelKind::Multilabel;
+    Ok(FitOutcome {
+        dataset: name,
+        task: kind.as_str(),
+        selection_rows: sizes.n,
+        features: sizes.d,
+        labels: sizes.l,
+        dense: sizes.dense,
+        budget_seconds: budget,
+        seconds,
+        folds,
+        candidates: rows.iter().map(|r| candidate_outcome(r, ranking)).collect(),
+        chosen: chosen_row,
+        baseline: Figures::of_key(floor, ranking),
+        final_steps: chosen.steps,
+        final_runs: final_runs
+            .into_iter()
+            .map(|e| FinalRun {
+                seed: e.seed,
+                train_run: e.train_run,
+                evaluate_run: e.evaluate_run,
+                metrics: e.metrics,
+            })
+            .collect(),
+        evaluated_split: if args.test.is_some() { "test" } else { "train" },
+        spec: spec_path,
+        model,
+    })
+}
+
+/// Runs `pipeline fit` and prints the final model's metrics (`--json`: the whole
+/// [`FitOutcome`]) on standard output.
+pub fn run_command(ws: &Workspace, args: &FitArgs) -> Result<()> {
+    let outcome = run(ws, args)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome).expect("a fit outcome is JSON")
+        );
+        return Ok(());
+    }
+    for f in &outcome.final_runs {
+        if outcome.final_runs.len() > 1 {
+            println!("seed {}:", f.seed);
+        }
+        println!("{}", f.metrics.to_table());
+    }
     Ok(())
 }
 
@@ -249,8 +301,8 @@ fn print_table(rows: &[Row], floor: (f64, f64)) {
     for row in rows {
         let s = match row {
             Row::Scored(s) => s,
-            Row::Failed { name, reason } => {
-                eprintln!("{name:<44} failed: {reason}");
+            Row::Failed { candidate, reason } => {
+                eprintln!("{:<44} failed: {reason}", candidate.name);
                 continue;
             }
         };
