@@ -2,7 +2,7 @@
 """`pipeline fit --budget B` (every other option default) against omikuji (defaults) on the
 sparse text dev sets and Delicious, one job at a time on the same machine: test P@1/3/5,
 training seconds and peak memory. Each job's figures are appended as one JSON line to
-OUT/results.jsonl (fsgp's from `pipeline status --json` and `pipeline evaluate --json`,
+OUT/results.jsonl (fsgp's from `pipeline fit --json`, `status --json` and `evaluate --json`,
 omikuji's from scripts/omikuji-run.py); the table is printed from that file.
 
 Usage: scripts/text-vs-omikuji.py PIPELINE OUT [--budgets 5m,1m] [--sets a,b] [--omikuji-reps 3]
@@ -46,13 +46,16 @@ def fsgp_job(pipeline, out, name, budget):
     job = os.path.join(out, f"{name}-{budget}")
     os.makedirs(job)
     env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
-    _, err, secs, rss = timed([pipeline, "fit", "--train", train, "--test", test,
-                               "--budget", budget, "--name", name], env=env, cwd=job)
+    out_json, err, secs, rss = timed([pipeline, "fit", "--train", train, "--test", test,
+                                      "--budget", budget, "--name", name, "--json"],
+                                     env=env, cwd=job)
     with open(os.path.join(job, "fit.err"), "w") as f:
         f.write(err)
+    outcome = json.loads(out_json)
     status = json.loads(subprocess.run([pipeline, "status", "--json"], env=env,
                                        capture_output=True, text=True, check=True).stdout)
-    final = [r for r in status["train_runs"] if r["dataset"] == name][-1]
+    final_id = outcome["final_runs"][0]["train_run"]
+    final = next(r for r in status["train_runs"] if r["id"] == final_id)
     figures = {}
     for labelless in ("count-as-zero", "skip"):
         e = json.loads(subprocess.run(
@@ -61,7 +64,7 @@ def fsgp_job(pipeline, out, name, budget):
             env=env, capture_output=True, text=True, check=True).stdout)
         figures[labelless] = e
     return {"tool": "fsgp", "set": name, "budget": budget, "wall_seconds": secs,
-            "peak_rss_mib": rss, "final_run": final, "evaluate": figures}
+            "peak_rss_mib": rss, "final_run": final, "evaluate": figures, "fit": outcome}
 
 
 def omikuji_job(out, name, rep):
