@@ -56,7 +56,7 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
     config.check_input_files()?;
     let params = config.params_json()?;
     if let Some(existing) = ws.catalog.dataset(&config.name)? {
-        let same = existing.params == params && sources_unchanged(&existing.sources)?;
+        let same = same_inputs(&existing, &params)?;
         // Chunks found damaged by `pipeline verify --repair`: the same ingest is run again
         // under its own id (`stage::execute`) and the dataset's row refreshed in place.
         let damaged = ws.catalog.damaged_since(existing.stage_run_id)?.is_some();
@@ -128,6 +128,23 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
         seconds,
         input_bytes: built.input_bytes(),
     })
+}
+
+/// Whether `existing` was ingested with the options `params` (JSON, as
+/// [`IngestConfig::params_json`] gives them) from files that have not changed since:
+/// ingesting it again would do nothing.
+fn same_inputs(existing: &DatasetRow, params: &serde_json::Value) -> Result<bool> {
+    Ok(&existing.params == params && sources_unchanged(&existing.sources)?)
+}
+
+/// Whether `config` can be ingested under its name without `--replace`: no dataset has the
+/// name, or the one that has it came from the same unchanged files with the same options
+/// (ingest then reuses it).
+pub fn name_is_free_or_same(ws: &Workspace, config: &IngestConfig) -> Result<bool> {
+    match ws.catalog.dataset(&config.name)? {
+        None => Ok(true),
+        Some(existing) => same_inputs(&existing, &config.params_json()?),
+    }
 }
 
 fn sources_unchanged(sources: &[SourceRow]) -> Result<bool> {

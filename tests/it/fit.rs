@@ -691,3 +691,111 @@ fn a_candidate_that_cannot_run_on_the_folds_is_left_out_and_the_fit_goes_on() {
     );
     assert!(err.contains("== fit: chosen linear, subspace Z"), "{err}");
 }
+
+#[test]
+fn fits_of_two_files_of_one_name_take_names_of_their_own_and_a_spec_in_the_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    for (sub, rows) in [("a", 0..240), ("b", 240..480)] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+        std::fs::write(dir.path().join(sub).join("train.txt"), points(rows)).unwrap();
+    }
+    let fit = |sub: &str, env: &[(&str, &str)], extra: &[&str]| {
+        let train = dir.path().join(sub).join("train.txt");
+        let mut cmd = std::process::Command::new(pipeline_bin());
+        cmd.arg("--workspace").arg(&ws).env_remove("FSGP_WORKSPACE");
+        cmd.args(["fit", "--train", train.to_str().unwrap(), "--budget", "20s"])
+            .args([
+                "--no-folds",
+                "--set",
+                "kernel=linear",
+                "--set",
+                "inducing=5",
+                "--json",
+            ])
+            .args(extra)
+            // The working directory gets nothing: the spec goes into the workspace.
+            .current_dir(dir.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        outcome
+    };
+    let spec_of = |outcome: &serde_json::Value| {
+        let path = std::path::PathBuf::from(outcome["spec"].as_str().unwrap());
+        assert!(path.starts_with(&ws), "{}", path.display());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("[train]"), "{text}");
+        path.file_name().unwrap().to_str().unwrap().to_string()
+    };
+    let first = fit("a", &[], &[]);
+    assert_eq!(first["dataset"], "train");
+    assert_eq!(spec_of(&first), "train-fit.toml");
+    // Another file of the same name: datasets and a spec of its own, not a refusal.
+    let other = fit("b", &[], &[]);
+    assert_eq!(other["dataset"], "train-2");
+    assert_eq!(spec_of(&other), "train-2-fit.toml");
+    // The first file again: its datasets are reused (no ingest runs again), the spec is new.
+    let ingests = |ws: &std::path::Path| {
+        status_json(ws)["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["stage"] == "ingest")
+            .count()
+    };
+    let before = ingests(&ws);
+    let again = fit("a", &[], &[]);
+    assert_eq!(again["dataset"], "train");
+    assert_eq!(spec_of(&again), "train-fit-2.toml");
+    assert_eq!(
+        ingests(&ws),
+        before,
+        "the same file's datasets were ingested again"
+    );
+    let only_mine: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut only_mine = only_mine;
+    only_mine.sort();
+    assert_eq!(
+        only_mine,
+        ["a", "b", "ws"],
+        "fit wrote into the working directory"
+    );
+    // A fit that ends before its spec is written (every candidate refused: free inducing
+    // inputs over 2 000 features need more than 1 MiB) leaves no empty spec behind.
+    std::fs::create_dir(dir.path().join("c")).unwrap();
+    let train = dir.path().join("c").join("train.txt");
+    std::fs::write(&train, words(0..300)).unwrap();
+    let failed = std::process::Command::new(pipeline_bin())
+        .arg("--workspace")
+        .arg(&ws)
+        .env_remove("FSGP_WORKSPACE")
+        .args(["fit", "--train", train.to_str().unwrap(), "--budget", "20s"])
+        .args(["--no-folds", "--set", "inducing-inputs=free"])
+        .env("FSGP_INPUTS_MEMORY_MIB", "1")
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&failed).contains("as 'train-3-select'"),
+        "{}",
+        stderr(&failed)
+    );
+    assert!(!failed.status.success(), "{}", stderr(&failed));
+    let mut specs: Vec<String> = std::fs::read_dir(ws.join("fits"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    specs.sort();
+    assert_eq!(
+        specs,
+        ["train-2-fit.toml", "train-fit-2.toml", "train-fit.toml"],
+        "{}",
+        stderr(&failed)
+    );
+}

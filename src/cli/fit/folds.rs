@@ -19,6 +19,7 @@ use super::rule::{
     selection_seconds, Candidate, Scored, ACCURACY_TIE,
 };
 use crate::cli::args::{Command, FitArgs};
+use crate::ingest::config::IngestConfig;
 use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::Split;
 use crate::store::workspace::Workspace;
@@ -208,16 +209,27 @@ fn within_rows(c: &Candidate, rows: u64) -> Candidate {
 
 /// Ingests the training file (and test file) as fold `fold` of `folds`.
 fn ingest_fold(ws: &Workspace, s: &Selection<'_>, fold: u32, folds: u32) -> Result<String> {
-    let name = format!("{}-fold{fold}", s.name);
-    let mut options = ingest_options(s.args, &name, s.format, false);
+    let config = fold_config(s.args, s.name, s.format, fold, folds)?;
+    crate::ingest::run(ws, &config)?;
+    Ok(config.name)
+}
+
+/// The ingest of fold `fold` of `folds` of the training file, as dataset `NAME-foldI`.
+pub(super) fn fold_config(
+    args: &FitArgs,
+    name: &str,
+    format: &str,
+    fold: u32,
+    folds: u32,
+) -> Result<IngestConfig> {
+    let mut options = ingest_options(args, &format!("{name}-fold{fold}"), format, false);
     options.push(("validation-folds", folds.to_string()));
     options.push(("validation-fold", fold.to_string()));
-    options.push(("validation-seed", s.args.seed.to_string()));
+    options.push(("validation-seed", args.seed.to_string()));
     let Command::Ingest(ingest) = command(argv("ingest", &options))? else {
         unreachable!()
     };
-    crate::ingest::run(ws, &ingest.config()?)?;
-    Ok(name)
+    ingest.config()
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> f64 {

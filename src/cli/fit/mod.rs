@@ -32,6 +32,7 @@
 
 mod budget;
 mod folds;
+mod names;
 mod outcome;
 mod plan;
 mod rule;

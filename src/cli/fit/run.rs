@@ -1,18 +1,19 @@
 //! `pipeline fit`'s command: the rule's steps in order, its table and the final spec.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 
 use super::budget::{self, Row};
 use super::folds;
+use super::names::{self, ReservedSpec};
 use super::outcome::{candidate_outcome, Figures, FinalRun, FitOutcome, ModelFile};
 use super::plan::Plan;
 use super::rule::*;
 use super::sizes;
-use crate::cli::args::{Command, FitArgs};
+use crate::cli::args::FitArgs;
 use crate::cli::spec::{self, Spec};
 use crate::export::ExportOptions;
 use crate::metrics::evaluation::Evaluation;
@@ -28,33 +29,35 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
         Some(f) => f.clone(),
         None => sniff_format(&args.train)?.to_string(),
     };
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| default_name(&args.train));
-    let select = format!("{name}-select");
-    let spec_path = args
-        .spec_out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("{name}-fit.toml")));
-    check_outputs(args, &spec_path)?;
-    ws.refuse_output_inside("--spec-out", &spec_path)?;
+    check_outputs(args)?;
+    if let Some(spec) = &args.spec_out {
+        ws.refuse_output_inside("--spec-out", spec)?;
+    }
     if let Some(model) = &args.model_out {
         ws.refuse_output_inside("--model-out", model)?;
     }
     check_settings(&args.set)?;
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => names::free_name(ws, args, &format)?,
+    };
+    let select = format!("{name}-select");
+    // Without --spec-out, a new file of fit's own inside the workspace: it cannot clash
+    // with another fit's.
+    let mut reserved = match &args.spec_out {
+        Some(_) => None,
+        None => Some(ReservedSpec::create(ws, &name)?),
+    };
+    let spec_path = match (&reserved, &args.spec_out) {
+        (Some(r), _) => r.path.clone(),
+        (None, Some(p)) => p.clone(),
+        (None, None) => unreachable!("a spec path is given or reserved"),
+    };
     eprintln!(
         "== fit: ingest {} as '{select}' (with a validation split)",
         args.train.display()
     );
-    let Command::Ingest(ingest) = command(argv(
-        "ingest",
-        &ingest_options(args, &select, &format, true),
-    ))?
-    else {
-        unreachable!()
-    };
-    crate::ingest::run(ws, &ingest.config()?)?;
+    crate::ingest::run(ws, &names::ingest_config(args, &select, &format, true)?)?;
     let dataset = ws.dataset_named(&select)?;
     let kind = match args.task {
         Some(k) => k,
@@ -157,7 +160,12 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
         "== fit: chosen {} ({} steps); training it on every training row",
         chosen.candidate.name, chosen.steps
     );
-    write_spec(&spec_path, args, &name, &format, kind, chosen)?;
+    // The reserved spec is fit's own empty file: written over without --force.
+    let replace = args.force || reserved.is_some();
+    write_spec(&spec_path, args, &name, &format, kind, chosen, replace)?;
+    if let Some(r) = &mut reserved {
+        r.keep();
+    }
     let spec = Spec::read(&spec_path)?;
     let final_runs = spec::execute(ws, &spec)?;
     let mut model = None;
@@ -239,12 +247,15 @@ pub fn run_command(ws: &Workspace, args: &FitArgs) -> Result<()> {
     Ok(())
 }
 
-/// Refuses, before anything runs, outputs fit may not write (`store::user_file`): the
-/// spec's path or `--model-out` taken by anything but a regular file, or by one without
+/// Refuses, before anything runs, outputs fit may not write (`store::user_file`):
+/// `--spec-out` or `--model-out` taken by anything but a regular file, or by one without
 /// `--force`, in a missing directory, or the two naming the same file or an input.
-fn check_outputs(args: &FitArgs, spec_path: &Path) -> Result<()> {
-    check_file_output(spec_path, args.force).context("--spec-out")?;
-    let mut outputs = vec![("--spec-out", spec_path)];
+fn check_outputs(args: &FitArgs) -> Result<()> {
+    let mut outputs = Vec::new();
+    if let Some(spec) = &args.spec_out {
+        check_file_output(spec, args.force).context("--spec-out")?;
+        outputs.push(("--spec-out", spec.as_path()));
+    }
     if let Some(model) = &args.model_out {
         check_file_output(model, args.force).context("--model-out")?;
         outputs.push(("--model-out", model));
@@ -252,23 +263,6 @@ fn check_outputs(args: &FitArgs, spec_path: &Path) -> Result<()> {
     let mut inputs = vec![("--train", args.train.as_path())];
     inputs.extend(args.test.as_deref().map(|t| ("--test", t)));
     refuse_same_file(&outputs, &inputs)
-}
-
-/// The dataset name from the training file's name (`train.txt.gz` → `train`).
-fn default_name(path: &Path) -> String {
-    let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("data");
-    let stem: String = file
-        .split('.')
-        .next()
-        .unwrap_or("data")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || "-_".contains(*c))
-        .collect();
-    if stem.is_empty() {
-        "data".into()
-    } else {
-        stem
-    }
 }
 
 /// The validation table: one line per candidate (a failed one with its reason), and the
@@ -336,6 +330,7 @@ fn write_spec(
     format: &str,
     kind: LabelKind,
     chosen: &Scored,
+    replace: bool,
 ) -> Result<()> {
     let mut text = String::new();
     text += &format!(
@@ -372,7 +367,7 @@ fn write_spec(
     };
     text += &table("predict", &predict_options(kind, split));
     text += &table("evaluate", &[("task", kind.as_str().to_string())]);
-    let file = UserFile::temporary(path, args.force)?;
+    let file = UserFile::temporary(path, replace)?;
     std::fs::File::create(file.tmp_path())
         .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
         .with_context(|| format!("{}: cannot write the spec", path.display()))?;
