@@ -132,11 +132,20 @@ def test_figure(record):
     return 100.0 * t["p_at"][0]
 
 
-def mean_sd(xs):
+def mean_sd(xs, digits=2):
     if not xs:
         return "—"
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
+    return f"{statistics.mean(xs):.{digits}f} ± {sd:.{digits}f}"
+
+
+def nlp_cell(values):
+    """Mean ± sd of the test NLP (binary and multi-class; multi-label fits have none)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.4f} ± {sd:.4f}"
 
 
 def table(path):
@@ -146,30 +155,38 @@ def table(path):
     for r in ok:
         by.setdefault((r["set"], r["size"]), {}).setdefault(r["seed"], {})[r["mode"]] = r
     print("| set | rows | seeds | test, folds | test, one carve | folds − carve (mean, range) "
-          "| chose differently | folds used | seconds, folds | seconds, one carve |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| chose differently | default fell back to one carve | seconds, folds | seconds, one carve "
+          "| test NLP, folds | test NLP, one carve |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (name, size), seeds in sorted(by.items()):
-        pairs = [s for s in seeds.values() if "folds" in s and "carve" in s]
+        both = [s for s in seeds.values() if "folds" in s and "carve" in s]
+        # A default fit whose probe found the folds unaffordable chose on the one carve too:
+        # it compares nothing, and is counted apart.
+        pairs = [s for s in both if s["folds"]["chose_on_folds"]]
+        defaults = [s["folds"] for s in seeds.values() if "folds" in s]
+        fell_back = f"{sum(not r['chose_on_folds'] for r in defaults)} of {len(defaults)}"
         f = [test_figure(s["folds"]) for s in pairs]
         c = [test_figure(s["carve"]) for s in pairs]
         d = [a - b for a, b in zip(f, c)]
         differ = sum(s["folds"]["chosen"] != s["carve"]["chosen"] for s in pairs)
-        used = sum(s["folds"]["chose_on_folds"] for s in pairs)
         fs = [s["folds"]["wall_seconds"] for s in pairs]
         cs = [s["carve"]["wall_seconds"] for s in pairs]
         rng = f"{min(d):+.2f} … {max(d):+.2f}" if d else "—"
+        nlp = {m: [s[m]["test"].get("nlp") for s in pairs] for m in MODES}
         print(f"| {name} | {size} | {len(pairs)} | {mean_sd(f)} | {mean_sd(c)} "
               f"| {statistics.mean(d) if d else float('nan'):+.2f} ({rng}) | {differ} of {len(pairs)} "
-              f"| {used} of {len(pairs)} | {mean_sd(fs)} | {mean_sd(cs)} |")
+              f"| {fell_back} | {mean_sd(fs, 0)} | {mean_sd(cs, 0)} "
+              f"| {nlp_cell(nlp['folds'])} | {nlp_cell(nlp['carve'])} |")
     print()
-    print("| set | rows | seed | chosen, folds | test | chosen, one carve | test |")
+    print("| set | rows | seed | chosen by the default (steps) | test | chosen, --no-folds (steps) | test |")
     print("|---|---|---|---|---|---|---|")
     for (name, size), seeds in sorted(by.items()):
         for seed, s in sorted(seeds.items()):
             cells = []
             for mode in ("folds", "carve"):
                 r = s.get(mode)
-                cells += [f"{r['chosen']} ({r['chosen_steps']})", f"{test_figure(r):.2f}"] if r else ["—", "—"]
+                on = "" if mode == "carve" or not r or r["chose_on_folds"] else ", one carve: folds unaffordable"
+                cells += [f"{r['chosen']} ({r['chosen_steps']}{on})", f"{test_figure(r):.2f}"] if r else ["—", "—"]
             print(f"| {name} | {size} | {seed} | " + " | ".join(cells) + " |")
 
 
