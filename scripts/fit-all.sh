@@ -16,7 +16,7 @@ for d in $SETS; do
     delicious) train=$SHARED/data/delicious/train.txt; test=$SHARED/data/delicious/test.txt ;;
   esac
   # fit never overwrites a spec, and a workspace here may be someone's: refuse, do not delete.
-  for old in "ws-$d" "$d-fit.toml"; do
+  for old in "ws-$d"; do
     [ -e "$old" ] && { echo "$OUT/$old exists: remove it or choose another OUT_DIR" >&2; exit 1; }
   done
   FSGP_WORKSPACE=$OUT/ws-$d /usr/bin/time -f "fit wall %e s" $P fit --train $train --test $test \

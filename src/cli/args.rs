@@ -1208,7 +1208,8 @@ pub struct FitArgs {
     /// Share of the training rows carved out for choosing the model.
     #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION, value_parser = open_fraction())]
     pub validation_fraction: f64,
-    /// Where to write the spec of the final model (default: NAME-fit.toml here).
+    /// Where to write the spec of the final model (default: a new file in the workspace,
+    /// fits/NAME-fit.toml or NAME-fit-K.toml, whose path fit prints).
     #[arg(long)]
     pub spec_out: Option<PathBuf>,
     /// Train every candidate for its whole share instead of stopping it once its validation
@@ -1423,8 +1424,9 @@ A second invocation skips every stage already done and resumes one that was cut.
 Examples:
   pipeline fit --train train.txt.gz --test test.txt.gz                # 5 minutes
   pipeline fit --train spam.svm --test spam-test.svm --budget 90s --name spam
-It prints the validation table, the choice and the test metrics, and writes NAME-fit.toml:
-`pipeline run NAME-fit.toml` reproduces the final model.";
+It prints the validation table, the choice and the test metrics, and writes a spec into the
+workspace (fits/NAME-fit.toml; --spec-out to choose): `pipeline run SPEC` reproduces the
+final model. --json prints all of it as one JSON object.";
 
     pub const EXPORT: &str = "\
 Examples:
