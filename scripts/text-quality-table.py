@@ -19,7 +19,7 @@ def main():
     runs = [json.loads(l) for l in open(sys.argv[1])]
     omikuji = {o["set"]: o for o in map(json.loads, open(sys.argv[2]))}
     for s in ("stackex_chess", "yahoo_business", "rcv1sub2", "delicious"):
-        rows = [r for r in runs if r["set"] == s]
+        rows = [r for r in runs if r["set"] == s and "run" in r]  # fit lines: text only
         first = {}
         for i, r in enumerate(rows):
             first.setdefault((r["run"], r["tag"]), i)
