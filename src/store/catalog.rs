@@ -1257,6 +1257,21 @@ impl Catalog {
             .map_err(|e| explain(&self.path, e))
     }
 
+    /// The wall-clock seconds a finished stage run took (from its start to its end, as
+    /// recorded to the millisecond); None for a run without an end or an unknown id.
+    pub fn run_seconds(&self, id: i64) -> Result<Option<f64>> {
+        self.conn
+            .query_row(
+                "SELECT (julianday(ended_at) - julianday(started_at)) * 86400.0 \
+                 FROM stage_runs WHERE id = ?1 AND ended_at IS NOT NULL",
+                [id],
+                |r| r.get::<_, Option<f64>>(0),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(|e| explain(&self.path, e))
+    }
+
     /// Marks an interrupted or failed run as running again under this process (resume).
     /// Fails when the run is not resumable, so two processes cannot resume one run.
     pub fn reopen_run(&self, id: i64, pid: u32, pid_start: &str) -> Result<()> {
@@ -1698,4 +1713,27 @@ pub struct EvaluationLink {
     pub split: Option<Split>,
     /// The training checkpoint the predictions were made with.
     pub checkpoint_step: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's seconds are its end less its start as recorded: a run that slept 150 ms
+    /// between them took that long (to the millisecond the timestamps keep), a running one
+    /// and an unknown id have none.
+    #[test]
+    fn a_runs_seconds_are_its_recorded_end_less_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Catalog::open(&dir.path().join("catalog.sqlite")).unwrap();
+        let id = catalog
+            .begin_run(StageKind::Svd, &serde_json::json!({}), 1, "0")
+            .unwrap();
+        assert_eq!(catalog.run_seconds(id).unwrap(), None, "still running");
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        catalog.end_run(id, RunStatus::Ok, None).unwrap();
+        let seconds = catalog.run_seconds(id).unwrap().unwrap();
+        assert!((0.14..5.0).contains(&seconds), "{seconds}");
+        assert_eq!(catalog.run_seconds(id + 1).unwrap(), None);
+    }
 }
