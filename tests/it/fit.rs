@@ -700,10 +700,15 @@ fn fits_of_two_files_of_one_name_take_names_of_their_own_and_a_spec_in_the_works
         std::fs::create_dir(dir.path().join(sub)).unwrap();
         std::fs::write(dir.path().join(sub).join("train.txt"), points(rows)).unwrap();
     }
-    let fit = |sub: &str, env: &[(&str, &str)], extra: &[&str]| {
-        let train = dir.path().join(sub).join("train.txt");
+    // `pipeline --workspace WS` of this test.
+    let in_ws = || {
         let mut cmd = std::process::Command::new(pipeline_bin());
         cmd.arg("--workspace").arg(&ws).env_remove("FSGP_WORKSPACE");
+        cmd
+    };
+    let fit = |sub: &str, env: &[(&str, &str)], extra: &[&str]| {
+        let train = dir.path().join(sub).join("train.txt");
+        let mut cmd = in_ws();
         cmd.args(["fit", "--train", train.to_str().unwrap(), "--budget", "20s"])
             .args([
                 "--no-folds",
@@ -772,10 +777,7 @@ fn fits_of_two_files_of_one_name_take_names_of_their_own_and_a_spec_in_the_works
     std::fs::create_dir(dir.path().join("c")).unwrap();
     let train = dir.path().join("c").join("train.txt");
     std::fs::write(&train, words(0..300)).unwrap();
-    let failed = std::process::Command::new(pipeline_bin())
-        .arg("--workspace")
-        .arg(&ws)
-        .env_remove("FSGP_WORKSPACE")
+    let failed = in_ws()
         .args(["fit", "--train", train.to_str().unwrap(), "--budget", "20s"])
         .args(["--no-folds", "--set", "inducing-inputs=free"])
         .env("FSGP_INPUTS_MEMORY_MIB", "1")
@@ -798,4 +800,25 @@ fn fits_of_two_files_of_one_name_take_names_of_their_own_and_a_spec_in_the_works
         "{}",
         stderr(&failed)
     );
+    // A --name that would lead the spec's file out of the workspace is refused before any
+    // file is made, there or anywhere.
+    let escaping = in_ws()
+        .args([
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--name",
+            "../../escape",
+        ])
+        .output()
+        .unwrap();
+    assert!(!escaping.status.success());
+    assert!(
+        stderr(&escaping).contains("is not allowed"),
+        "{}",
+        stderr(&escaping)
+    );
+    assert!(!dir.path().join("escape-fit.toml").exists());
+    assert!(!ws.join("escape-fit.toml").exists());
+    assert_eq!(std::fs::read_dir(ws.join("fits")).unwrap().count(), 3);
 }

@@ -42,6 +42,8 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
         None => names::free_name(ws, args, &format)?,
     };
     let select = format!("{name}-select");
+    // Checked (the name among it) before the spec's file is made from the name.
+    let select_config = names::ingest_config(args, &select, &format, true)?;
     // Without --spec-out, a new file of fit's own inside the workspace: it cannot clash
     // with another fit's.
     let mut reserved = match &args.spec_out {
@@ -57,7 +59,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
         "== fit: ingest {} as '{select}' (with a validation split)",
         args.train.display()
     );
-    crate::ingest::run(ws, &names::ingest_config(args, &select, &format, true)?)?;
+    crate::ingest::run(ws, &select_config)?;
     let dataset = ws.dataset_named(&select)?;
     let kind = match args.task {
         Some(k) => k,
