@@ -6,6 +6,7 @@
 //!   runs them);
 //! - [`write_libsvm`] writes CSR rows as the LIBSVM text `pipeline fit` ingests
 //!   (`fsgp::text::write`);
+//! - [`main`] is the `pipeline` command itself, for the console script of that name;
 //! - [`Model`] holds a model file (`fsgp::portable::PortableModel`) and scores CSR rows
 //!   under it (`fsgp::predict::input::score_pairs`), as `predict --model --input` scores
 //!   the same rows written as text.
@@ -107,6 +108,18 @@ fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
         (Ok(()), Some(signal)) => Err(signal),
         (result, _) => result.map_err(engine_error),
     }
+}
+
+/// The `pipeline` command itself, for the console script `pip install` makes
+/// (`fsgp._cli:main`): `argv` is the whole command line, its first item the program's
+/// name. It runs exactly as the binary does (the same parser, messages, Ctrl-C handling
+/// and exit statuses: `fsgp::cli::main_from`) with the GIL released, and returns the exit
+/// status for the script to exit with. Not for use inside a Python program: it installs
+/// the process's signal handlers and prints to its standard streams; call the estimators
+/// or `run_pipeline` there.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    py.detach(|| fsgp::cli::main_from(argv))
 }
 
 /// CSR arrays as rows of (feature id, value) pairs: one buffer of every pair, cut by
@@ -335,6 +348,7 @@ impl Model {
 #[pymodule]
 fn _fsgp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(write_libsvm, m)?)?;
     m.add_class::<Model>()?;
     m.add("EngineError", m.py().get_type::<EngineError>())?;

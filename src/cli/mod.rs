@@ -19,6 +19,57 @@ use crate::stop::StopToken;
 use crate::store::workspace::{NoWorkspace, Workspace};
 use args::{Cli, Command, EvaluateArgs, PredictArgs, VerifyArgs};
 
+/// The whole `pipeline` command for a process whose job is to run it (the binary, and the
+/// `pipeline` command `pip install` puts beside the Python package): parses `argv` (its
+/// first item the program's name), runs the command with Ctrl-C handled as
+/// [`run_with_signals`] says, prints an error as `error: …` and returns the exit status:
+/// 0, 1 for a failure, 2 for a command line clap refused (its usage message printed), 130
+/// for a stop request honoured. Standard output and error are flushed before it returns,
+/// since a Python host exits through its own runtime, not Rust's.
+pub fn main_from<I, T>(argv: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser;
+    allocator_for_streaming();
+    restore_sigpipe();
+    let status = match Cli::try_parse_from(argv) {
+        // `--help` and `--version` are "errors" of exit status 0, printed to stdout.
+        Err(e) => {
+            let _ = e.print();
+            u8::try_from(e.exit_code()).unwrap_or(2)
+        }
+        Ok(cli) => match run_with_signals(cli) {
+            Ok(()) => 0,
+            // Ctrl-C honoured: what was kept is in the message; 130 is a shell's status for it.
+            Err(e) if is_stop(&e) => {
+                eprintln!("{e:#}");
+                130
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        },
+    };
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    status
+}
+
+/// Rust ignores SIGPIPE (and so does a Python host), so `pipeline status | head` would
+/// fail on the closed pipe; a command-line tool should simply stop, as `cat` does.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: resetting a signal disposition to its default, before the command starts its
+    // threads; nothing in this process relies on SIGPIPE being ignored.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Runs one parsed command line: in one process, or, built with the `mpi` feature, on
 /// every rank of the MPI job (MPI is initialised here, once; one process without
 /// `mpirun` is a job of one rank). A rank that fails aborts the whole job, so no rank
