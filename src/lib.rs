@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod model;
 pub mod portable;
 pub mod predict;
+pub mod progress;
 pub mod projection;
 pub mod report;
 pub mod scoring;

@@ -56,6 +56,7 @@ const BELOW_STAGES: &[&str] = &[
     "comm",
     "choice",
     "stop",
+    "progress",
 ];
 
 /// Top-level module → the top-level modules it may import. The one table of the layout:
@@ -125,6 +126,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("choice", &[]),
     // A user's request to stop (Ctrl-C), polled by the stages at safe points.
     ("stop", &[]),
+    // Typed progress events and the process-wide sink they go to; renderers live in `cli`.
+    ("progress", &[]),
 ];
 
 /// The model layer's parts (`src/model/`: a folder, or a file directly in it) → the parts

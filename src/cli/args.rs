@@ -17,6 +17,7 @@ use super::bounds::{
     MAX_BLOCK_ROWS, MAX_HIDDEN, MAX_KMEANS_ITERS, MAX_LISTED_RUNS, MAX_MC_PAIRS, MAX_PREFETCH,
     MAX_PROPENSITY, MAX_QUADRATURE, MAX_SPLIT_COLUMN, MAX_SYNTH_ROWS,
 };
+use super::progress::LogFormat;
 use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
@@ -96,6 +97,12 @@ pub struct Cli {
         default_value = "fsgp-workspace"
     )]
     pub workspace: PathBuf,
+    /// How progress is shown on standard error (docs/progress.md)
+    #[arg(long, global = true, default_value = "auto", value_parser = one_of::<LogFormat>())]
+    pub log_format: LogFormat,
+    /// Print only results (tables, metrics, status) and warnings: no progress and no notes
+    #[arg(long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
