@@ -16,7 +16,7 @@
 //! **Without a sink** (library use, unit tests) every event is dropped: the library prints
 //! nothing on its own. `fsgp::cli::run` installs the sink its command line asks for.
 //!
-//! Only the writing process of an MPI job emits a run's events ([`Task::silent`] for the
+//! Only the writing process of an MPI job emits a run's events ([`Progress::silent`] for the
 //! others), so a job of K ranks reports each line once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -226,13 +226,13 @@ pub fn warning(message: impl Into<String>) {
 
 /// A running task: emits its `Started` event when made and its `Finished` event when
 /// dropped, so an error that unwinds the stage still ends it (a bar is cleared).
-pub struct Task {
-    /// None for a task whose events are not emitted ([`Task::silent`]).
+pub struct Progress {
+    /// None for a task whose events are not emitted ([`Progress::silent`]).
     id: Option<u64>,
     done: AtomicU64,
 }
 
-impl Task {
+impl Progress {
     /// Starts a task of `kind` on `name`, `done` of `total` `unit`s already done (a resumed
     /// run).
     pub fn start(
@@ -241,7 +241,7 @@ impl Task {
         total: Option<u64>,
         unit: &'static str,
         done: u64,
-    ) -> Task {
+    ) -> Progress {
         let id = NEXT_TASK.fetch_add(1, Ordering::Relaxed);
         emit(&Event::Started {
             task: id,
@@ -250,7 +250,7 @@ impl Task {
             total,
             unit,
         });
-        let task = Task {
+        let task = Progress {
             id: Some(id),
             done: AtomicU64::new(done),
         };
@@ -261,8 +261,8 @@ impl Task {
     }
 
     /// A task that emits nothing: another process of an MPI job reports the run.
-    pub fn silent() -> Task {
-        Task {
+    pub fn silent() -> Progress {
+        Progress {
             id: None,
             done: AtomicU64::new(0),
         }
@@ -272,6 +272,11 @@ impl Task {
         if let Some(id) = self.id {
             emit(&event(id));
         }
+    }
+
+    /// The units done so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
     }
 
     /// `done` units are done in all.
@@ -315,7 +320,7 @@ impl Task {
     }
 }
 
-impl Drop for Task {
+impl Drop for Progress {
     fn drop(&mut self) {
         self.emit_with(|task| Event::Finished { task });
     }
@@ -344,11 +349,11 @@ mod tests {
         let id;
         {
             let _installed = install(recorder.clone());
-            let task = Task::start("train", "progress test", Some(10), "steps", 0);
+            let task = Progress::start("train", "progress test", Some(10), "steps", 0);
             id = task.id.unwrap();
             task.advance(3);
             task.advance(2);
-            Task::silent().note("progress test: silent");
+            Progress::silent().note("progress test: silent");
             drop(task);
             note("progress test: plain");
         }

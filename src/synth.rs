@@ -374,7 +374,7 @@ pub fn run(args: &SynthOptions) -> Result<()> {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let total = s.train_bytes + s.test_bytes;
     let rows = (cfg.rows + cfg.test_rows) as f64;
-    eprintln!(
+    crate::progress::note(format!(
         "synth: wrote {} ({} rows, {} bytes) and {} ({} rows, {} bytes); D={} K={} topics={} \
          seed={}; avg {:.2} features and {:.2} labels per row; {:.1} MB in {:.2} s = {:.1} MB/s \
          on {} threads",
@@ -394,7 +394,7 @@ pub fn run(args: &SynthOptions) -> Result<()> {
         secs,
         total as f64 / 1e6 / secs,
         threads
-    );
+    ));
     Ok(())
 }
 

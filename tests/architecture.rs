@@ -79,14 +79,30 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The one stage protocol: memoised runs.
     (
         "stage",
-        &["store", "error", "memtrace", "failpoint", "comm", "choice"],
+        &[
+            "store",
+            "error",
+            "memtrace",
+            "failpoint",
+            "comm",
+            "choice",
+            "progress",
+        ],
     ),
     // Library modules shared by the stages.
     ("sparse", &["store"]),
     ("projection", &["sparse", "store", "linalg"]),
     (
         "scoring",
-        &["model", "store", "projection", "sparse", "topk", "trained"],
+        &[
+            "model",
+            "store",
+            "projection",
+            "sparse",
+            "topk",
+            "trained",
+            "progress",
+        ],
     ),
     ("trained", &["model", "store", "choice"]),
     // A model file's typed contents: what scoring a new row needs without the workspace.
@@ -112,7 +128,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Every on-disk format, the catalog, the workspace directory.
     // (`failpoint`: the writers fail midway through a file when a test arms them.)
     // (`stop`: the workspace carries the user's request to stop to every stage.)
-    ("store", &["model", "error", "failpoint", "choice", "stop"]),
+    // (`progress`: a warning about files it keeps rather than deletes.)
+    (
+        "store",
+        &["model", "error", "failpoint", "choice", "stop", "progress"],
+    ),
     ("linalg", &[]),
     ("error", &[]),
     ("memtrace", &[]),
