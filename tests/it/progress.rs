@@ -3,9 +3,10 @@
 //! `--quiet` nothing of progress but the results (docs/progress.md).
 
 use crate::common;
-use common::toy::{newest_run, prepare, STEPS, TRAIN};
+use common::toy::{copy_dir, newest_run, prepare, STEPS, TRAIN};
 use common::*;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 /// The fields every event of a kind has (docs/progress.md, "JSON lines").
 const FIELDS: &[(&str, &[&str])] = &[
@@ -34,13 +35,17 @@ const FIELDS: &[(&str, &[&str])] = &[
 /// The toy run's epochs (`toy::TRAIN`).
 const EPOCHS: u64 = 6;
 
-fn train_with(ws: &std::path::Path, extra: &[&str]) -> std::process::Output {
+/// The toy run with `extra` flags, in a copy `name` of the prepared workspace `base` (a
+/// run done once is not run again in one workspace); the copy and the command's output.
+fn train_with(base: &Path, name: &str, extra: &[&str]) -> (PathBuf, std::process::Output) {
+    let ws = base.with_file_name(name);
+    copy_dir(base, &ws);
     let mut args: Vec<&str> = TRAIN.to_vec();
-    args.extend(["--eval-every", "2", "--fresh"]);
+    args.extend(["--eval-every", "2"]);
     args.extend(extra);
-    let out = pipeline(ws, &args);
+    let out = pipeline(&ws, &args);
     assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
-    out
+    (ws, out)
 }
 
 /// Every line of `text` parsed as a JSON object with the documented fields of its event.
@@ -69,11 +74,12 @@ fn of_kind<'a>(events: &'a [Value], name: &str) -> Vec<&'a Value> {
 #[test]
 fn train_prints_epoch_lines_json_lines_or_nothing_of_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    prepare(&ws);
+    let base = dir.path().join("base");
+    prepare(&base);
 
     // Not a terminal, no flag: the lines of text, one per epoch and held-out evaluation.
-    let text = stderr(&train_with(&ws, &[]));
+    let (ws, out) = train_with(&base, "text", &[]);
+    let text = stderr(&out);
     for epoch in 1..=EPOCHS {
         let line = format!("epoch {epoch}/{EPOCHS}: mean minibatch ELBO ");
         assert_eq!(text.matches(&line).count(), 1, "{line}: {text}");
@@ -91,7 +97,7 @@ fn train_prints_epoch_lines_json_lines_or_nothing_of_progress() {
     );
 
     // JSON lines: every line an event with its documented fields.
-    let out = train_with(&ws, &["--log-format", "jsonl"]);
+    let (ws, out) = train_with(&base, "jsonl", &["--log-format", "jsonl"]);
     let events = events(&stderr(&out));
     let started = of_kind(&events, "started");
     let train: Vec<_> = started.iter().filter(|e| e["kind"] == "train").collect();
@@ -131,8 +137,8 @@ fn train_prints_epoch_lines_json_lines_or_nothing_of_progress() {
     );
 
     // --quiet: no epoch, evaluation or note line.
-    let quiet = stderr(&train_with(&ws, &["--quiet"]));
-    assert_eq!(quiet, "", "train --quiet printed");
+    let (ws, out) = train_with(&base, "quiet", &["--quiet"]);
+    assert_eq!(stderr(&out), "", "train --quiet printed");
 
     // ... and a command's result is still printed: evaluate's metrics table.
     let run = newest_run(&ws, "train").to_string();
@@ -147,7 +153,7 @@ fn train_prints_epoch_lines_json_lines_or_nothing_of_progress() {
 }
 
 /// `pipeline fit` on a small binary file, one carve (no folds), with `extra` flags.
-fn fit_with(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+fn fit_with(dir: &Path, extra: &[&str]) -> std::process::Output {
     let train = dir.join("toy.svm");
     let test = dir.join("toy-test.svm");
     std::fs::write(&train, crate::fit::points(0..240)).unwrap();
