@@ -58,6 +58,13 @@ fn one_of<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
     PossibleValuesParser::new(values).map(|s| T::parse_name(&s).expect("a listed name parses"))
 }
 
+/// [`one_of`] without each value's help: the names alone, for an option whose own help
+/// says what they mean (clap's short help layout then stays).
+fn names_of<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    let values = T::TABLE.iter().map(|e| PossibleValue::new(e.name));
+    PossibleValuesParser::new(values).map(|s| T::parse_name(&s).expect("a listed name parses"))
+}
+
 /// `--epochs`' help, with its limit and the default budget's floor from their constants.
 fn epochs_help() -> String {
     format!(
@@ -97,8 +104,10 @@ pub struct Cli {
         default_value = "fsgp-workspace"
     )]
     pub workspace: PathBuf,
-    /// How progress is shown on standard error (docs/progress.md)
-    #[arg(long, global = true, default_value = "auto", value_parser = one_of::<LogFormat>())]
+    /// How progress is shown on standard error: auto (bars on a terminal, text otherwise),
+    /// text (a line per epoch, score and note), jsonl (a JSON object per event), bars
+    /// (docs/progress.md)
+    #[arg(long, global = true, default_value = "auto", value_parser = names_of::<LogFormat>())]
     pub log_format: LogFormat,
     /// Print only results (tables, metrics, status) and warnings: no progress and no notes
     #[arg(long, global = true)]
