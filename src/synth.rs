@@ -363,7 +363,7 @@ pub fn write_dataset(
     })
 }
 
-/// Entry point for the CLI: prints a one-paragraph summary (paths, rows, bytes, MB/s) to stderr.
+/// Entry point for the CLI: reports a one-paragraph summary (paths, rows, bytes, MB/s) as a note.
 pub fn run(args: &SynthOptions) -> Result<()> {
     let cfg = SynthConfig::from_options(args)?;
     let threads = args

@@ -124,7 +124,7 @@ impl Built {
     }
 }
 
-/// Prints the per-split counts and skip reasons of an ingest to stderr.
+/// Reports the per-split counts and skip reasons of an ingest, as notes (`crate::progress`).
 pub fn print_summary(name: &str, built: &Built, seconds: f64) {
     let bytes = built.input_bytes();
     crate::progress::note(format!(

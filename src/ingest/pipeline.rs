@@ -82,7 +82,7 @@ fn write_transform_file(
     Ok(Some(write_scaling(&out.join(SCALING_FILE), &stored)?))
 }
 
-/// Total size of the input files on disk (compressed, as the progress bar counts them).
+/// Total size of the input files on disk (compressed, as ingest's progress counts them).
 fn input_bytes(layout: &dyn InputLayout) -> Result<u64> {
     layout
         .sources()
