@@ -158,7 +158,7 @@ fn fit_with(dir: &Path, extra: &[&str]) -> std::process::Output {
     let test = dir.join("toy-test.svm");
     std::fs::write(&train, crate::fit::points(0..240)).unwrap();
     std::fs::write(&test, crate::fit::points(240..320)).unwrap();
-    let ws = dir.join(format!("ws{}", extra.len()));
+    let ws = dir.join(format!("ws{}", extra.join("")));
     let mut args = vec![
         "fit",
         "--train",
@@ -184,6 +184,25 @@ fn fit_prints_epoch_lines_unless_quiet_and_its_result_always() {
     assert!(err.contains(": mean minibatch ELBO "), "{err}");
     assert!(err.contains("== fit: chosen "), "{err}");
     assert!(stdout(&out).contains("accuracy"), "{}", stdout(&out));
+
+    // JSON lines: every train run fit starts reports its epochs as events. (fit's own
+    // table lines are its own printing, still text.)
+    let out = fit_with(dir.path(), &["--log-format", "jsonl"]);
+    let err = stderr(&out);
+    assert!(!err.contains("mean minibatch ELBO"), "{err}");
+    let json: Vec<&str> = err.lines().filter(|l| l.starts_with('{')).collect();
+    let events = events(&json.join("\n"));
+    let runs = of_kind(&events, "started")
+        .iter()
+        .filter(|e| e["kind"] == "train")
+        .count();
+    assert!(runs >= 2, "candidates and the final model: {runs} runs");
+    let epochs = of_kind(&events, "epoch");
+    assert!(
+        epochs.iter().any(|e| e["epoch"] == 1) && epochs.iter().all(|e| e["mean_elbo"].is_f64()),
+        "{epochs:?}"
+    );
+    assert!(err.contains("== fit: chosen "), "{err}");
 
     let out = fit_with(dir.path(), &["--quiet"]);
     let err = stderr(&out);
