@@ -52,13 +52,13 @@ pub fn run(ws: &Workspace, opts: &ExportOptions) -> Result<Exported> {
     let model = collect(ws, opts)?;
     let file = model.write(&opts.out, opts.force)?;
     let step = model.provenance.checkpoint_step;
-    eprintln!(
+    crate::progress::note(format!(
         "exported train run {} (checkpoint step {step}) to {} ({} bytes, checksum {})",
         opts.run,
         opts.out.display(),
         file.bytes,
         file.checksum
-    );
+    ));
     Ok(Exported {
         path: opts.out.clone(),
         checkpoint_step: step,

@@ -18,7 +18,8 @@
 //!   catalog, the workspace directory);
 //! - [`linalg`], [`error`], [`memtrace`], [`alloc`] (the allocator's tunables per phase), [`failpoint`] (fault injection for the tests),
 //!   [`comm`] (one process, or the ranks of an MPI job), [`choice`] (closed sets of named
-//!   values, each declared once as a table).
+//!   values, each declared once as a table), [`progress`] (typed progress events and the
+//!   process-wide sink they go to: the library never prints progress itself).
 
 pub mod alloc;
 pub mod choice;
@@ -35,6 +36,7 @@ pub mod metrics;
 pub mod model;
 pub mod portable;
 pub mod predict;
+pub mod progress;
 pub mod projection;
 pub mod report;
 pub mod scoring;

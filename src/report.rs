@@ -89,7 +89,7 @@ pub fn run(ws: &Workspace, run: i64, out: Option<&Path>, force: bool) -> Result<
     let output = OwnFiles::prepare(&dir, report_file_names(ws, &train)?, replace)?;
     let files = write_report(ws, &train, output.staging())?;
     output.publish(&files)?;
-    eprintln!("report of run {} in {}", train.id, dir.display());
+    crate::progress::note(format!("report of run {} in {}", train.id, dir.display()));
     Ok(ReportOutcome { dir, files })
 }
 

@@ -306,7 +306,10 @@ fn execute_locked_on<T, C: Send>(
 ) -> Result<Outcome<T>> {
     let run = match unfinished_run(ws, kind, params)? {
         Some(unfinished) => {
-            eprintln!("{}; recomputing it", why_unfinished(ws, &unfinished)?);
+            crate::progress::note(format!(
+                "{}; recomputing it",
+                why_unfinished(ws, &unfinished)?
+            ));
             StageRun::resume_locked(ws, lock, unfinished.id)?
         }
         None => StageRun::start_locked(ws, lock, kind, params)?,
@@ -507,11 +510,11 @@ impl<'a> StageRun<'a> {
         let mut aside = LostFound::new();
         match self.ws.dispose(to, &mut aside)? {
             Disposal::Absent | Disposal::Removed => {}
-            Disposal::MovedAside(moved) => eprintln!(
-                "warning: moved what fsgp did not write in {to} to {} before publishing \
+            Disposal::MovedAside(moved) => crate::progress::warning(format!(
+                "moved what fsgp did not write in {to} to {} before publishing \
                  there",
                 moved.join(", ")
-            ),
+            )),
             Disposal::Kept(why) => bail!("cannot publish {to}: {why}"),
         }
         fs::rename(&src, &dst)
@@ -593,7 +596,7 @@ impl<'a> StageRun<'a> {
     fn remove_scratch(&self) -> Result<()> {
         let rel = format!("{SCRATCH_DIR}/run-{}", self.id);
         if let Some(note) = self.ws.dispose(&rel, &mut LostFound::new())?.note(&rel) {
-            eprintln!("warning: {note}");
+            crate::progress::warning(note.to_string());
         }
         Ok(())
     }

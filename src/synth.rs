@@ -363,7 +363,7 @@ pub fn write_dataset(
     })
 }
 
-/// Entry point for the CLI: prints a one-paragraph summary (paths, rows, bytes, MB/s) to stderr.
+/// Entry point for the CLI: reports a one-paragraph summary (paths, rows, bytes, MB/s) as a note.
 pub fn run(args: &SynthOptions) -> Result<()> {
     let cfg = SynthConfig::from_options(args)?;
     let threads = args
@@ -374,7 +374,7 @@ pub fn run(args: &SynthOptions) -> Result<()> {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let total = s.train_bytes + s.test_bytes;
     let rows = (cfg.rows + cfg.test_rows) as f64;
-    eprintln!(
+    crate::progress::note(format!(
         "synth: wrote {} ({} rows, {} bytes) and {} ({} rows, {} bytes); D={} K={} topics={} \
          seed={}; avg {:.2} features and {:.2} labels per row; {:.1} MB in {:.2} s = {:.1} MB/s \
          on {} threads",
@@ -394,7 +394,7 @@ pub fn run(args: &SynthOptions) -> Result<()> {
         secs,
         total as f64 / 1e6 / secs,
         threads
-    );
+    ));
     Ok(())
 }
 

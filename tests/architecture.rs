@@ -56,6 +56,7 @@ const BELOW_STAGES: &[&str] = &[
     "comm",
     "choice",
     "stop",
+    "progress",
 ];
 
 /// Top-level module → the top-level modules it may import. The one table of the layout:
@@ -78,14 +79,30 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The one stage protocol: memoised runs.
     (
         "stage",
-        &["store", "error", "memtrace", "failpoint", "comm", "choice"],
+        &[
+            "store",
+            "error",
+            "memtrace",
+            "failpoint",
+            "comm",
+            "choice",
+            "progress",
+        ],
     ),
     // Library modules shared by the stages.
     ("sparse", &["store"]),
     ("projection", &["sparse", "store", "linalg"]),
     (
         "scoring",
-        &["model", "store", "projection", "sparse", "topk", "trained"],
+        &[
+            "model",
+            "store",
+            "projection",
+            "sparse",
+            "topk",
+            "trained",
+            "progress",
+        ],
     ),
     ("trained", &["model", "store", "choice"]),
     // A model file's typed contents: what scoring a new row needs without the workspace.
@@ -111,7 +128,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Every on-disk format, the catalog, the workspace directory.
     // (`failpoint`: the writers fail midway through a file when a test arms them.)
     // (`stop`: the workspace carries the user's request to stop to every stage.)
-    ("store", &["model", "error", "failpoint", "choice", "stop"]),
+    // (`progress`: a warning about files it keeps rather than deletes.)
+    (
+        "store",
+        &["model", "error", "failpoint", "choice", "stop", "progress"],
+    ),
     ("linalg", &[]),
     ("error", &[]),
     ("memtrace", &[]),
@@ -125,6 +146,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("choice", &[]),
     // A user's request to stop (Ctrl-C), polled by the stages at safe points.
     ("stop", &[]),
+    // Typed progress events and the process-wide sink they go to; renderers live in `cli`.
+    ("progress", &[]),
 ];
 
 /// The model layer's parts (`src/model/`: a folder, or a file directly in it) → the parts

@@ -17,6 +17,7 @@ use super::bounds::{
     MAX_BLOCK_ROWS, MAX_HIDDEN, MAX_KMEANS_ITERS, MAX_LISTED_RUNS, MAX_MC_PAIRS, MAX_PREFETCH,
     MAX_PROPENSITY, MAX_QUADRATURE, MAX_SPLIT_COLUMN, MAX_SYNTH_ROWS,
 };
+use super::progress::LogFormat;
 use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
@@ -54,6 +55,13 @@ fn one_of<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
         "" => PossibleValue::new(e.name),
         help => PossibleValue::new(e.name).help(help),
     });
+    PossibleValuesParser::new(values).map(|s| T::parse_name(&s).expect("a listed name parses"))
+}
+
+/// [`one_of`] without each value's help: the names alone, for an option whose own help
+/// says what they mean (clap's short help layout then stays).
+fn names_of<T: Choice + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    let values = T::TABLE.iter().map(|e| PossibleValue::new(e.name));
     PossibleValuesParser::new(values).map(|s| T::parse_name(&s).expect("a listed name parses"))
 }
 
@@ -96,6 +104,14 @@ pub struct Cli {
         default_value = "fsgp-workspace"
     )]
     pub workspace: PathBuf,
+    /// How progress is shown on standard error: auto (bars on a terminal, text otherwise),
+    /// text (a line per epoch, score and note), jsonl (a JSON object per event), bars
+    /// (docs/progress.md)
+    #[arg(long, global = true, default_value = "auto", value_parser = names_of::<LogFormat>())]
+    pub log_format: LogFormat,
+    /// Print only results (tables, metrics, status) and warnings: no progress and no notes
+    #[arg(long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }

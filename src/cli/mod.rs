@@ -5,6 +5,7 @@
 pub mod args;
 pub mod bounds;
 pub mod fit;
+pub mod progress;
 pub mod spec;
 mod status;
 mod verify;
@@ -124,7 +125,11 @@ fn stop_on_signals() -> Result<StopToken> {
 
 /// [`run`] with the stop request `stop_for(command, ranks)` makes once the job's size is
 /// known.
+///
+/// The progress sink `--log-format` and `--quiet` ask for is installed for the command's
+/// duration (`crate::progress`).
 fn run_job(cli: Cli, stop_for: impl FnOnce(&Command, usize) -> Result<StopToken>) -> Result<()> {
+    let _progress = progress::install(cli.log_format, cli.quiet);
     #[cfg(feature = "mpi")]
     {
         let job = crate::comm::MpiJob::start()?;

@@ -176,10 +176,10 @@ pub fn run(ws: &Workspace, opts: &EvaluateOptions) -> Result<Outcome<Evaluation>
     }
     let cached = |done: &RunRow| {
         let metrics = load_metrics(ws, done.id)?;
-        eprintln!(
+        crate::progress::note(format!(
             "metrics of {} are already computed (run {}); nothing to do",
             opts.predictions, done.id
-        );
+        ));
         Ok(metrics)
     };
     let job = Job {

@@ -124,16 +124,16 @@ impl Built {
     }
 }
 
-/// Prints the per-split counts and skip reasons of an ingest to stderr.
+/// Reports the per-split counts and skip reasons of an ingest, as notes (`crate::progress`).
 pub fn print_summary(name: &str, built: &Built, seconds: f64) {
     let bytes = built.input_bytes();
-    eprintln!(
+    crate::progress::note(format!(
         "ingested '{name}': D = {}, L = {}, {:.1} MB of input in {seconds:.2} s ({:.1} MB/s)",
         built.n_features,
         built.n_labels,
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / seconds.max(1e-9)
-    );
+    ));
     let width = built
         .splits
         .iter()
@@ -141,12 +141,12 @@ pub fn print_summary(name: &str, built: &Built, seconds: f64) {
         .max()
         .unwrap_or(0)
         .max(6);
-    eprintln!(
+    crate::progress::note(format!(
         "{:<width$} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
         "split", "rows", "nnz", "positives", "unlabeled", "dropped", "skipped", "chunks"
-    );
+    ));
     for (split, c, _) in &built.splits {
-        eprintln!(
+        crate::progress::note(format!(
             "{:<width$} {:>10} {:>12} {:>10} {:>10} {:>8} {:>8} {:>7}",
             split,
             c.n_rows,
@@ -156,24 +156,26 @@ pub fn print_summary(name: &str, built: &Built, seconds: f64) {
             c.dropped_unlabeled,
             c.skipped_rows,
             c.n_chunks
-        );
+        ));
         if c.crlf_lines > 0 {
-            eprintln!(
+            crate::progress::note(format!(
                 "  ({} CRLF line ends accepted under --lenient)",
                 c.crlf_lines
-            );
+            ));
         }
     }
     if let Some(kind) = built.label_kind {
         let dropped: u64 = built.splits.iter().map(|s| s.1.dropped_unlabeled).sum();
-        eprintln!("label kind: {kind}");
+        crate::progress::note(format!("label kind: {kind}"));
         if kind == LabelKind::Binary {
-            eprintln!("  (binary: 'positives' counts the rows of the positive class, 'unlabeled' the negative rows)");
+            crate::progress::note("  (binary: 'positives' counts the rows of the positive class, 'unlabeled' the negative rows)");
         } else if dropped > 0 {
-            eprintln!("  {dropped} rows without a (first) label were dropped");
+            crate::progress::note(format!(
+                "  {dropped} rows without a (first) label were dropped"
+            ));
         }
     }
     for reason in &built.skip_reasons {
-        eprintln!("skipped: {reason}");
+        crate::progress::note(format!("skipped: {reason}"));
     }
 }

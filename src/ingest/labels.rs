@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Result};
-use indicatif::ProgressBar;
 
 use super::config::IngestConfig;
 use super::input::{Route, UNDECLARED};
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
+use crate::progress::Progress;
 use crate::stop::StopToken;
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::classes::UnseenClasses;
@@ -81,7 +81,7 @@ impl Scanned {
 pub fn scan(
     config: &IngestConfig,
     threads: usize,
-    progress: &ProgressBar,
+    progress: &Progress,
     stop: &StopToken,
 ) -> Result<LabelPlan> {
     let opened = config.layout.open(config.lenient)?;
@@ -275,27 +275,27 @@ fn report(config: &IngestConfig, s: &Scanned, plan: &LabelPlan) {
     let negative = map.negative.map_or(String::new(), |n| {
         format!("; label {n}: the negative class, no label id")
     });
-    eprintln!(
+    crate::progress::note(format!(
         "labels: {} ({how}); L = {}, D = {}; class map id → label: {}{more}{negative}",
         plan.kind,
         map.len(),
         plan.n_features,
         shown.join(", ")
-    );
+    ));
     for u in &map.unseen {
-        eprintln!(
+        crate::progress::note(format!(
             "labels: {} classes of split '{}' are not among the training rows' (their rows \
              are kept without a class and scored as wrong)",
             u.values.len(),
             u.split
-        );
+        ));
     }
     if plan.qid_tokens > 0 {
-        eprintln!(
-            "warning: ignored {} 'qid:' tokens (SVMlight query ids; fsgp does not rank \
+        crate::progress::warning(format!(
+            "ignored {} 'qid:' tokens (SVMlight query ids; fsgp does not rank \
              within queries)",
             plan.qid_tokens
-        );
+        ));
     }
 }
 

@@ -8,13 +8,13 @@
 //! splits are not even parsed.
 
 use anyhow::Result;
-use indicatif::ProgressBar;
 
 use super::config::IngestConfig;
 use super::input::Route;
 use super::labels::LabelPlan;
 use super::stream::stream_rows;
 use super::validation::CARVED_FROM;
+use crate::progress::Progress;
 use crate::stop::StopToken;
 use crate::text::parse::{LabelRules, RowRules};
 use crate::transform::{decide_auto, FeatureStats, Transform, TransformChoice};
@@ -35,7 +35,7 @@ pub fn fit_transform(
     config: &IngestConfig,
     plan: Option<&LabelPlan>,
     threads: usize,
-    progress: &ProgressBar,
+    progress: &Progress,
     stop: &StopToken,
 ) -> Result<FittedTransform> {
     if !config.transform.needs_statistics() {
@@ -49,21 +49,20 @@ pub fn fit_transform(
     let (choice, reason) = match config.transform {
         TransformChoice::Auto => {
             let decision = decide_auto(&stats);
-            progress.suspend(|| {
-                eprintln!("transform: {} (auto: {})", decision.choice, decision.reason)
-            });
+            progress.note(format!(
+                "transform: {} (auto: {})",
+                decision.choice, decision.reason
+            ));
             (decision.choice, decision.reason)
         }
         named => (named, String::new()),
     };
     if choice == TransformChoice::Standardize && stats.density() < crate::transform::DENSE_SHARE {
-        progress.suspend(|| {
-            eprintln!(
-                "note: standardize stores all D values of every row, and {:.1} % of the \
-                 training values are non-zero; --transform scale keeps the rows sparse",
-                100.0 * stats.density()
-            )
-        });
+        progress.note(format!(
+            "note: standardize stores all D values of every row, and {:.1} % of the \
+             training values are non-zero; --transform scale keeps the rows sparse",
+            100.0 * stats.density()
+        ));
     }
     Ok(FittedTransform {
         transform: Transform::fitted(choice, Some(&stats)),
@@ -77,7 +76,7 @@ fn training_statistics(
     config: &IngestConfig,
     plan: Option<&LabelPlan>,
     threads: usize,
-    progress: &ProgressBar,
+    progress: &Progress,
     stop: &StopToken,
 ) -> Result<FeatureStats> {
     let opened = config.layout.open(config.lenient)?;

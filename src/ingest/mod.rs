@@ -61,11 +61,11 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
         // under its own id (`stage::execute`) and the dataset's row refreshed in place.
         let damaged = ws.catalog.damaged_since(existing.stage_run_id)?.is_some();
         if same && !damaged {
-            eprintln!(
+            crate::progress::note(format!(
                 "dataset '{}' is already ingested from the same files with the same options \
                  (run {}); nothing to do",
                 config.name, existing.stage_run_id
-            );
+            ));
             return Ok(IngestOutcome {
                 dataset: config.name.clone(),
                 ingested: false,
@@ -113,10 +113,12 @@ pub fn run(ws: &Workspace, config: &IngestConfig) -> Result<IngestOutcome> {
         match ws.dispose(&old, &mut LostFound::new()) {
             Ok(done) => {
                 if let Some(note) = done.note(&old) {
-                    eprintln!("warning: {note}");
+                    crate::progress::warning(note.to_string());
                 }
             }
-            Err(e) => eprintln!("warning: could not remove replaced dataset files {old}: {e:#}"),
+            Err(e) => crate::progress::warning(format!(
+                "could not remove replaced dataset files {old}: {e:#}"
+            )),
         }
     }
     let seconds = started.elapsed().as_secs_f64();

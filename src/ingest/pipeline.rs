@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::built::Built;
 use super::config::IngestConfig;
@@ -17,6 +16,7 @@ use super::measure::{fit_transform, pass_rules, FittedTransform};
 use super::sink::{Encoder, SplitSink};
 use super::stream::{stream_rows, Parsed};
 use super::validation::{ValidationSplit, CARVED_FROM};
+use crate::progress::Progress;
 use crate::stop::StopToken;
 use crate::store::catalog::{ClassMap, LabelKind, Split};
 use crate::store::chunks::CsrChunk;
@@ -34,18 +34,15 @@ pub fn build(config: &IngestConfig, tmp: &Path, stop: &StopToken) -> Result<Buil
     let total = input_bytes(config.layout.as_ref())?;
     let plan = match config.assigns_labels() {
         true => {
-            let scanning = progress_bar(total, "scan  ");
-            let plan = labels::scan(config, threads, &scanning, stop);
-            scanning.finish_and_clear();
-            Some(plan?)
+            let scanning = bytes_read(total, "label scan");
+            Some(labels::scan(config, threads, &scanning, stop)?)
         }
         false => None,
     };
-    let measuring = progress_bar(total, "stats ");
-    let fitted = fit_transform(config, plan.as_ref(), threads, &measuring, stop);
-    measuring.finish_and_clear();
-    let fitted = fitted?;
-    let progress = progress_bar(total, "ingest");
+    let measuring = bytes_read(total, "statistics");
+    let fitted = fit_transform(config, plan.as_ref(), threads, &measuring, stop)?;
+    drop(measuring);
+    let progress = bytes_read(total, "chunks");
     let out = tmp.join("dataset");
     let result = config.layout.open(config.lenient).and_then(|opened| {
         write_dataset(
@@ -58,7 +55,7 @@ pub fn build(config: &IngestConfig, tmp: &Path, stop: &StopToken) -> Result<Buil
             &out,
         )
     });
-    progress.finish_and_clear();
+    drop(progress);
     let mut built = result?;
     built.transform_file = write_transform_file(&fitted, &out)?;
     built.transform = fitted;
@@ -85,7 +82,7 @@ fn write_transform_file(
     Ok(Some(write_scaling(&out.join(SCALING_FILE), &stored)?))
 }
 
-/// Total size of the input files on disk (compressed, as the progress bar counts them).
+/// Total size of the input files on disk (compressed, as ingest's progress counts them).
 fn input_bytes(layout: &dyn InputLayout) -> Result<u64> {
     layout
         .sources()
@@ -94,16 +91,9 @@ fn input_bytes(layout: &dyn InputLayout) -> Result<u64> {
         .sum()
 }
 
-/// A progress bar over the input bytes, its line starting with `what`.
-fn progress_bar(total_bytes: u64, what: &str) -> ProgressBar {
-    let progress = ProgressBar::new(total_bytes);
-    progress.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}"
-        ))
-        .expect("valid template"),
-    );
-    progress
+/// The progress of one pass of ingest (`what`) over the input bytes.
+fn bytes_read(total_bytes: u64, what: &str) -> Progress {
+    Progress::start("ingest", what, Some(total_bytes), "bytes", 0)
 }
 
 /// What every split's sink and every stream share.
@@ -111,7 +101,7 @@ struct Shared<'a> {
     config: &'a IngestConfig,
     rules: RowRules,
     threads: usize,
-    progress: ProgressBar,
+    progress: &'a Progress,
     /// Chunk metadata common to all splits.
     meta: Vec<(String, String)>,
     /// The dataset directory; one subdirectory per split.
@@ -148,7 +138,7 @@ fn write_dataset(
     plan: Option<&LabelPlan>,
     fitted: &FittedTransform,
     threads: usize,
-    (progress, stop): (&ProgressBar, &StopToken),
+    (progress, stop): (&Progress, &StopToken),
     out: &Path,
 ) -> Result<Built> {
     let OpenedInput {
@@ -165,7 +155,7 @@ fn write_dataset(
         config,
         rules,
         threads,
-        progress: progress.clone(),
+        progress,
         meta: config.chunk_metadata(d, l, kind, fitted.transform.choice()),
         out: out.to_path_buf(),
         drop_unlabeled: kind != Some(LabelKind::Binary)
@@ -305,7 +295,7 @@ fn stream_into(
         input,
         &shared.rules,
         shared.threads,
-        &shared.progress,
+        shared.progress,
         shared.stop,
         &mut |parsed| {
             if let Some(declared) = declared_rows {

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, unbounded};
-use indicatif::ProgressBar;
 
 use crate::error::LineError;
+use crate::progress::Progress;
 use crate::stop::StopToken;
 use crate::text::parse::{parse_block, parse_bow_block, LineSyntax, ParsedBlock, RowRules};
 use crate::text::source::{LineSource, SourceInfo, TextBlock};
@@ -50,7 +50,7 @@ pub fn stream_rows(
     input: RowInput,
     rules: &RowRules,
     threads: usize,
-    progress: &ProgressBar,
+    progress: &Progress,
     stop: &StopToken,
     on_block: &mut dyn FnMut(Parsed) -> Result<()>,
 ) -> Result<Vec<SourceInfo>> {
@@ -167,12 +167,12 @@ fn read_blocks(
     work_tx: crossbeam_channel::Sender<Work>,
     credit_rx: crossbeam_channel::Receiver<()>,
     free_rx: crossbeam_channel::Receiver<Vec<u8>>,
-    progress: &ProgressBar,
+    progress: &Progress,
 ) -> Result<Vec<SourceInfo>> {
     let mut seq = 0u64;
     match input {
         RowInput::Lines { mut source, syntax } => {
-            let base = progress.position();
+            let base = progress.done();
             loop {
                 if credit_rx.recv().is_err() {
                     return Ok(Vec::new()); // the consumer stopped on an error
@@ -182,7 +182,7 @@ fn read_blocks(
                 else {
                     break;
                 };
-                progress.set_position(base + source.raw_bytes_read());
+                progress.set(base + source.raw_bytes_read());
                 if work_tx.send(Work::Lines(seq, syntax, block)).is_err() {
                     return Ok(Vec::new());
                 }
@@ -194,7 +194,7 @@ fn read_blocks(
             mut features,
             mut labels,
         } => {
-            let base = progress.position();
+            let base = progress.done();
             loop {
                 if credit_rx.recv().is_err() {
                     return Ok(Vec::new());
@@ -205,7 +205,7 @@ fn read_blocks(
                     break;
                 };
                 let label_block = labels.read_lines(feats.n_lines)?;
-                progress.set_position(base + features.raw_bytes_read() + labels.raw_bytes_read());
+                progress.set(base + features.raw_bytes_read() + labels.raw_bytes_read());
                 if work_tx.send(Work::Bow(seq, feats, label_block)).is_err() {
                     return Ok(Vec::new());
                 }

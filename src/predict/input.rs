@@ -315,17 +315,17 @@ fn report(
         true => "standard input".to_string(),
         false => input.display().to_string(),
     };
-    eprintln!(
+    crate::progress::note(format!(
         "predicted top-{top_k} of {} rows of {name} in {secs:.1} s ({:.0} rows/s)",
         outcome.rows,
         outcome.rows as f64 / secs.max(1e-9)
-    );
+    ));
     if outcome.dropped_features > 0 {
-        eprintln!(
+        crate::progress::note(format!(
             "dropped {} features with ids beyond the dataset's D = {} in {} rows \
              (--unknown-features drop)",
             outcome.dropped_features, facts.n_features, outcome.rows_with_dropped
-        );
+        ));
     }
 }
 

@@ -143,10 +143,10 @@ pub fn run_on(
             .catalog
             .run_artifact(done.id, ArtifactKind::Predictions)?
             .context("completed predict run without predictions")?;
-        eprintln!(
+        crate::progress::note(format!(
             "predictions of run {} step {} on '{}' are already done (run {}); nothing to do",
             opts.run, ckpt_row.step, opts.split, done.id
-        );
+        ));
         Ok(PredictedFile {
             path: art.path,
             rows: art.rows.unwrap_or(0),
@@ -281,12 +281,12 @@ impl Job<'_> {
         );
         let written = writer.finish()?;
         let secs = started.elapsed().as_secs_f64();
-        eprintln!(
+        crate::progress::note(format!(
             "predicted top-{} of {rows} '{}' rows in {secs:.1} s ({:.0} rows/s)",
             self.top_k,
             opts.split,
             rows as f64 / secs.max(1e-9)
-        );
+        ));
         Ok(Staged {
             dir: "predictions",
             name: format!("{}-{}", dataset.name, opts.split),

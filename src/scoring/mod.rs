@@ -157,11 +157,11 @@ impl<'p> Ranker<'p> {
         let predictor = if probabilities {
             let p = Predictor::new(kind, params, &k_tilde)?;
             if p.jitter > 0.0 {
-                eprintln!(
+                crate::progress::note(format!(
                     "note: {} needed jitter {:.3e} on the diagonal",
                     params.q_form().factorised(),
                     p.jitter
-                );
+                ));
             }
             Some(p)
         } else {

@@ -283,10 +283,10 @@ impl Workspace {
             )
         })();
         if let Err(e) = recorded {
-            eprintln!(
-                "warning: run {run}'s rows were not copied into its directory ({e:#}); a \
+            crate::progress::warning(format!(
+                "run {run}'s rows were not copied into its directory ({e:#}); a \
                  catalog rebuilt from the directories would lack its latest registrations"
-            );
+            ));
         }
     }
 
@@ -486,7 +486,7 @@ impl Workspace {
     /// saying what it moved aside or kept instead.
     fn collect(&self, rel: &str, aside: &mut LostFound) -> Result<()> {
         if let Some(note) = self.dispose(rel, aside)?.note(rel) {
-            eprintln!("warning: {note}");
+            crate::progress::warning(note.to_string());
         }
         Ok(())
     }
@@ -704,7 +704,7 @@ impl Workspace {
         let rel = format!("{SCRATCH_DIR}/{name}");
         let mut aside = LostFound::new();
         if let Some(note) = self.dispose(&rel, &mut aside)?.note(&rel) {
-            eprintln!("warning: {note}");
+            crate::progress::warning(note.to_string());
         }
         let dir = self.root.join(&rel);
         fs::create_dir_all(&dir)

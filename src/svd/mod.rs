@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array1, Array2};
 use serde_json::json;
 
 use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
 use crate::memtrace::{self, available_memory_bytes};
+use crate::progress::Progress;
 use crate::sparse::project_chunk;
 use crate::stage::{lookup, memoised_on, thread_pool, threads_or_all, Lookup, Outcome, Staged};
 use crate::stop::StopToken;
@@ -292,17 +292,6 @@ fn train_chunk_files(ws: &Workspace, d: &DatasetRow) -> Result<ChunkFiles> {
     })
 }
 
-fn progress_bar(len: u64, what: &str) -> ProgressBar {
-    let pb = ProgressBar::new(len);
-    pb.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} {{bar:40}} {{pos}}/{{len}} chunks {{elapsed}}"
-        ))
-        .expect("valid template"),
-    );
-    pb
-}
-
 /// This rank's chunks of `all` (chunk i is rank i mod K's), with N still the whole split's.
 fn rank_share(all: &ChunkFiles, comm: &dyn Comm) -> ChunkFiles {
     ChunkFiles {
@@ -334,7 +323,7 @@ pub fn run_on(
     let src = train_chunk_files(ws, &dataset)?;
     let sizes = SvdSizes::of(opts, &dataset.name, src.n_rows, src.n_cols as u64)?;
     if comm.is_root() {
-        eprintln!("svd of '{}': {}", dataset.name, sizes.describe());
+        crate::progress::note(format!("svd of '{}': {}", dataset.name, sizes.describe()));
     }
     // The sizes as decided: a run whose R or M came from the data is the run given them.
     let params = json!({
@@ -355,10 +344,10 @@ pub fn run_on(
             .context("completed svd run without singular values")?;
         let sv = <Array1<f64> as ndarray_npy::ReadNpyExt>::read_npy(&sv_file.read()?[..])
             .with_context(|| format!("reading {}", sv_file.name()))?;
-        eprintln!(
+        crate::progress::note(format!(
             "svd of '{}' with these parameters is already done (run {}); nothing to do",
             dataset.name, done.id
-        );
+        ));
         Ok(SvdOutput {
             dir: Path::new(&sv_file.rel)
                 .parent()
@@ -458,11 +447,17 @@ fn compute(
         power_iters: args.power_iters,
         seed: args.seed,
     };
-    let pb = ProgressBar::new((args.power_iters + 2) as u64);
-    pb.set_style(
-        ProgressStyle::with_template("svd basis pass {pos}/{len} {bar:40} {elapsed}")
-            .expect("valid template"),
-    );
+    // The root process reports the passes, so a job of K ranks shows them once.
+    let passes = match comm.is_root() {
+        true => Progress::start(
+            "svd",
+            "basis",
+            Some((args.power_iters + 2) as u64),
+            "passes",
+            0,
+        ),
+        false => Progress::silent(),
+    };
     // A stop request is honoured between passes (one process: ranks would have to agree).
     let stop_here = |at: &str| match comm.size() {
         1 => stop.check(|| {
@@ -472,10 +467,10 @@ fn compute(
     };
     let svd = randomized_svd_on(src, comm, &cfg, &mut |i, total| {
         stop_here(&format!("before basis pass {} of {total}", i + 1))?;
-        pb.set_position(i as u64 + 1);
+        passes.set(i as u64 + 1);
         Ok(())
     })?;
-    pb.finish_and_clear();
+    drop(passes);
     memtrace::mark("svd basis computed");
     let (d, r) = (src.n_cols, sizes.rank);
     let basis_t = Array2::from_shape_fn((d, r), |(j, k)| svd.basis_t[(j, k)] as f32);
@@ -608,7 +603,7 @@ fn write_projection(
     let (n, r) = (src.n_rows as usize, basis_t.ncols());
     let mut kxx = NpyRowWriter::create(&out.join("kxx.npy"), n, r)?;
     let mut sq_norms = NpyRowWriter::create_vector(&out.join("sq_norms.npy"), n)?;
-    let pb = progress_bar(src.files.len() as u64, "K_XX̃");
+    let chunks = Progress::start("svd", "K_XX̃", Some(src.files.len() as u64), "chunks", 0);
     let mut row = 0usize;
     src.for_each_chunk(&mut |chunk| {
         let mut view = kxx.view_mut()?;
@@ -619,10 +614,10 @@ fn write_projection(
             .slice_mut(ndarray::s![row..row + chunk.len()])
             .assign(&ndarray::ArrayView1::from(&chunk.sq_norms[..]));
         row += chunk.len();
-        pb.inc(1);
+        chunks.advance(1);
         Ok(())
     })?;
-    pb.finish_and_clear();
+    drop(chunks);
     if row != n {
         bail!("read {row} rows of the train split, expected {n}");
     }
@@ -744,7 +739,7 @@ fn print_summary(
     objective: &[f64],
 ) {
     let head: Vec<String> = sv.iter().take(5).map(|s| format!("{s:.4}")).collect();
-    eprintln!(
+    crate::progress::note(format!(
         "svd of '{}': R = {}, p = {}, q = {}; σ_1..5 = {}; σ_R = {:.4}",
         d.name,
         sizes.rank,
@@ -752,18 +747,18 @@ fn print_summary(
         args.power_iters,
         head.join(", "),
         sv.last().copied().unwrap_or(0.0)
-    );
+    ));
     let passes: Vec<String> = passes.iter().map(|s| format!("{s:.3}")).collect();
-    eprintln!(
+    crate::progress::note(format!(
         "seconds per pass (last = K_XX̃): {}; total {total:.2} s",
         passes.join(", ")
-    );
+    ));
     if let (Some(first), Some(last)) = (objective.first(), objective.last()) {
-        eprintln!(
+        crate::progress::note(format!(
             "k-means (M = {}): objective {first:.4e} → {last:.4e} in {} iterations",
             sizes.inducing,
             objective.len() - 1
-        );
+        ));
     }
 }
 

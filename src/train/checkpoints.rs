@@ -165,7 +165,7 @@ pub fn prune_checkpoints(
             // A run directory linked from elsewhere keeps its old checkpoints: said once,
             // when each leaves the catalog.
             if let Some(note) = note.filter(|_| just_dropped.contains(rel.as_str())) {
-                eprintln!("warning: {note}");
+                crate::progress::warning(note.to_string());
             }
         }
     }

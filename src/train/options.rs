@@ -318,7 +318,7 @@ impl TrainOptions {
         let planner = budget::planner_of(ws, &dataset, &config)?;
         let explicit_epochs = self.given.contains(&TrainFlag::Epochs);
         if let Some(note) = budget::settle(&mut config, &planner, explicit_epochs)? {
-            eprintln!("{note}");
+            crate::progress::note(note.to_string());
         }
         check_lr_decay_reached(&config)?;
         config.early_stopping = self.early_stopping(&config, &planner, &dataset)?;
@@ -335,7 +335,11 @@ impl TrainOptions {
             n_labels,
             n_features: dataset.n_features,
         };
-        eprintln!("train on '{}': {}", dataset.name, sizes.describe(&config));
+        crate::progress::note(format!(
+            "train on '{}': {}",
+            dataset.name,
+            sizes.describe(&config)
+        ));
         Ok(config)
     }
 

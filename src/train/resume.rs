@@ -425,16 +425,16 @@ impl ResumePlan {
     pub fn announce(&self) {
         let id = self.record.run_id;
         for c in &self.changed {
-            eprintln!(
+            crate::progress::note(format!(
                 "run {id}: {} {} → {} (changed on resume)",
                 c.option, c.old, c.new
-            );
+            ));
             if c.option == TrainFlag::Threads.flag() {
-                eprintln!(
+                crate::progress::note(format!(
                     "run {id}: with another thread count the numbers will differ from an \
                      uninterrupted run (they are bitwise reproducible for a fixed count), \
                      so `pipeline train` will not reuse this run"
-                );
+                ));
             }
         }
     }

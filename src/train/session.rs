@@ -70,11 +70,11 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
                 }
                 false => "",
             };
-            eprintln!(
+            crate::progress::note(format!(
                 "training of '{}' with these parameters is already done (run {}); nothing to \
                  do{fresh}",
                 config.dataset, done.id
-            );
+            ));
             let last = ws
                 .catalog
                 .checkpoints(done.id)?
@@ -91,7 +91,7 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
             });
         }
         Lookup::Unfinished(prev) if !opts.fresh => {
-            eprintln!(
+            crate::progress::note(format!(
                 "run {} with these parameters {}; resuming it (--fresh starts over)",
                 prev.id,
                 match (prev.status, &prev.error) {
@@ -99,7 +99,7 @@ fn lead(ws: &Workspace, comm: &dyn Comm, opts: &TrainOptions) -> Result<Outcome<
                     (RunStatus::Failed, None) => "failed".to_string(),
                     _ => "was interrupted".to_string(),
                 }
-            );
+            ));
             return resume(ws, comm, prev.id, opts);
         }
         Lookup::Unfinished(_) | Lookup::New => {}
@@ -131,14 +131,14 @@ fn lookup(ws: &Workspace, config: &TrainConfig) -> Result<Lookup> {
             .map(|c| format!("{} {} → {}", c.option, c.old, c.new))
             .collect();
         if !changes.is_empty() {
-            eprintln!(
+            crate::progress::note(format!(
                 "run {} started with these parameters but was resumed with other options \
                  ({}), so it is not reused (its checkpoints serve `--run {}` of predict and \
                  evaluate)",
                 run.id,
                 changes.join(", "),
                 run.id
-            );
+            ));
             break;
         }
     }
@@ -186,14 +186,16 @@ fn resume(
     let result = (|| {
         let start = match checkpoint {
             Some(c) => {
-                eprintln!(
+                crate::progress::note(format!(
                     "resuming run {id} from step {} (epoch {})",
                     c.state.step, c.state.epoch
-                );
+                ));
                 (c, true)
             }
             None => {
-                eprintln!("run {id} wrote no checkpoint; starting it from the beginning");
+                crate::progress::note(format!(
+                    "run {id} wrote no checkpoint; starting it from the beginning"
+                ));
                 (setup.initial_checkpoint()?, false)
             }
         };

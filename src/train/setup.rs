@@ -305,11 +305,11 @@ impl Setup {
             QParams::Sites { mu: m, .. } => *m = mu,
             QParams::Full { .. } => anyhow::bail!("internal: --warm-start ridge with a full q(u)"),
         }
-        eprintln!(
+        crate::progress::note(format!(
             "warm start (ridge): μ and Φ from one pass over {} rows in {:.1} s",
             sums.rows,
             started.elapsed().as_secs_f64()
-        );
+        ));
         Ok(params)
     }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -33,6 +32,7 @@ use crate::model::natgrad::natural_step;
 use crate::model::optim::AdamState;
 use crate::model::params::{Block, Params, QParams};
 use crate::model::scratch::Scratch;
+use crate::progress::{CutReason, EpochCut, EpochFigures, Progress, Scores, Validation};
 use crate::stage::StageRun;
 use crate::stop::StoppedOnRequest;
 use crate::store::catalog::{MetricRow, Split};
@@ -133,18 +133,6 @@ fn trained_since(
     }
 }
 
-fn progress_bar(total: u64, done: u64) -> ProgressBar {
-    let pb = ProgressBar::new(total);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "train {bar:30} {pos}/{len} steps {per_sec} {elapsed_precise} {msg}",
-        )
-        .expect("valid template"),
-    );
-    pb.set_position(done);
-    pb
-}
-
 fn metric(figure: Figure, value: f64, step: Option<i64>) -> MetricRow {
     MetricRow {
         name: figure.name().into(),
@@ -176,7 +164,8 @@ struct Trainer<'a> {
     setup: &'a Setup,
     opts: &'a LoopOptions,
     pool: rayon::ThreadPool,
-    pb: ProgressBar,
+    /// The run's progress: its steps, epochs and scores (emitted by the writing process).
+    progress: Progress,
     planner: Arc<Planner>,
     /// The steps of the budget (`--epochs` or `--steps`), whatever `--max-steps` cuts.
     budget: u64,
@@ -222,9 +211,15 @@ pub fn train_loop(
         rank: job.comm.rank(),
         ranks: job.comm.size(),
     };
-    let pb = match job.run {
-        Some(_) => progress_bar(total, ckpt.state.step),
-        None => ProgressBar::hidden(),
+    let progress = match job.run {
+        Some(run) => Progress::start(
+            "train",
+            format!("run {}", run.id),
+            Some(total),
+            "steps",
+            ckpt.state.step,
+        ),
+        None => Progress::silent(),
     };
     let mut t = Trainer {
         ws,
@@ -233,7 +228,7 @@ pub fn train_loop(
         setup,
         opts,
         pool: thread_pool(cfg.threads)?,
-        pb,
+        progress,
         release: Release::of(cfg, &planner)?,
         planner,
         budget,
@@ -304,7 +299,6 @@ pub fn train_loop(
         t.check_ranks()?;
         t.save(false)?;
     }
-    t.pb.finish_and_clear();
     t.finish(started.elapsed().as_secs_f64())
 }
 
@@ -323,7 +317,6 @@ impl Trainer<'_> {
             self.check_ranks()?;
             self.save(false)?;
         }
-        self.pb.finish_and_clear();
         let (step, epoch) = (self.state.step, self.state.epoch + 1);
         let at = format!(
             "after step {step} (epoch {epoch}), checkpoint written at step {step}; the same \
@@ -489,7 +482,7 @@ impl Trainer<'_> {
         }
         if ev.jitter > self.max_jitter_logged {
             self.max_jitter_logged = ev.jitter;
-            self.log(&format!(
+            self.progress.note(format!(
                 "step {}: Cholesky of {} failed; retried with {:.3e} added to the diagonal",
                 self.state.step + 1,
                 self.setup.config.q_form.factorised(),
@@ -529,13 +522,7 @@ impl Trainer<'_> {
         self.state.step += 1;
         self.state.batch_in_epoch += 1;
         self.state.epoch_elbo_sum += ev.value;
-        self.pb.set_position(self.state.step);
-        self.pb.set_message(format!(
-            "epoch {}/{} ELBO≈{:.4e}",
-            self.state.epoch + 1,
-            cfg.epochs,
-            ev.value
-        ));
+        self.progress.set(self.state.step);
         Ok(())
     }
 
@@ -569,28 +556,25 @@ impl Trainer<'_> {
             ],
         )?;
         let cfg = &self.setup.config;
-        let cut = if complete {
-            String::new()
-        } else {
-            let why = if early::exhausted(cfg, self.state.early) {
-                "stopped early".to_string()
+        let cut = (!complete).then(|| EpochCut {
+            reason: if early::exhausted(cfg, self.state.early) {
+                CutReason::StoppedEarly
             } else if self.state.step == self.budget && cfg.steps.is_some() {
-                format!("the end of --steps {}", self.budget)
+                CutReason::Steps { steps: self.budget }
             } else {
-                "stopped by --max-steps".to_string()
-            };
-            format!(
-                " ({why} after {} of {} minibatches)",
-                self.state.batch_in_epoch,
-                self.planner.batches_in_epoch(self.state.epoch)
-            )
-        };
-        self.log(&format!(
-            "epoch {epoch_no}/{}: mean minibatch ELBO {mean:.6e}, {secs:.1} s, queue wait \
-             {:.1} %{cut}",
-            self.setup.config.epochs,
-            100.0 * wait_fraction
-        ));
+                CutReason::MaxSteps
+            },
+            batches_done: self.state.batch_in_epoch,
+            batches_in_epoch: self.planner.batches_in_epoch(self.state.epoch),
+        });
+        self.progress.epoch(EpochFigures {
+            epoch: epoch_no as u64,
+            epochs: cfg.epochs,
+            mean_elbo: mean,
+            seconds: secs,
+            queue_wait: wait_fraction,
+            cut,
+        });
         if let Some(h) = &self.opts.held_out {
             if epoch_no as u64 % h.every == 0 || run_ends {
                 self.evaluate_held_out(run, h, epoch_no)?;
@@ -620,13 +604,16 @@ impl Trainer<'_> {
         };
         let rows = [row(Figure::Accuracy, f.accuracy), row(Figure::Nlp, f.nlp)];
         self.ws.catalog.record_metrics(run.id, &rows)?;
-        self.log(&format!(
-            "epoch {epoch_no}: '{}' accuracy {:.2} %, mean NLP {:.4} ({:.1} s)",
-            h.split,
-            100.0 * f.accuracy,
-            f.nlp,
-            t.elapsed().as_secs_f64()
-        ));
+        self.progress.validation(Validation {
+            split: h.split.to_string(),
+            epoch: Some(epoch_no as u64),
+            step: None,
+            seconds: t.elapsed().as_secs_f64(),
+            scores: Scores::Classes {
+                accuracy: f.accuracy,
+                nlp: f.nlp,
+            },
+        });
         Ok(())
     }
 
@@ -653,15 +640,18 @@ impl Trainer<'_> {
         self.ws
             .catalog
             .record_metrics(run.id, &metric_rows(&m, Some(epoch_no), Some(h.split)))?;
-        self.log(&format!(
-            "epoch {epoch_no}: '{}' P@1 {:.2} P@3 {:.2} P@5 {:.2} PSP@5 {:.2} ({:.1} s)",
-            h.split,
-            100.0 * m.p_at[0],
-            100.0 * m.p_at[2],
-            100.0 * m.p_at[4],
-            100.0 * m.psp_at[4],
-            t.elapsed().as_secs_f64()
-        ));
+        self.progress.validation(Validation {
+            split: h.split.to_string(),
+            epoch: Some(epoch_no as u64),
+            step: None,
+            seconds: t.elapsed().as_secs_f64(),
+            scores: Scores::Ranking {
+                p_at_1: m.p_at[0],
+                p_at_3: m.p_at[2],
+                p_at_5: m.p_at[4],
+                psp_at_5: m.psp_at[4],
+            },
+        });
         Ok(())
     }
 
@@ -693,12 +683,12 @@ impl Trainer<'_> {
     fn finish(self, secs: f64) -> Result<TrainSummary> {
         let step = self.state.step;
         if self.job.comm.size() > 1 {
-            eprintln!(
+            crate::progress::note(format!(
                 "MPI rank {} of {}: gradient all-reduce {:.3} s of {secs:.3} s",
                 self.job.comm.rank(),
                 self.job.comm.size(),
                 self.reduce_time.as_secs_f64()
-            );
+            ));
         }
         let Some(run) = self.job.run else {
             return Ok(TrainSummary {
@@ -715,12 +705,12 @@ impl Trainer<'_> {
             let value = self
                 .pool
                 .install(|| exact_bound(setup, params, 4, scratch))?;
-            eprintln!(
+            self.progress.note(format!(
                 "exact bound on all {} training rows and {} labels: {value:.6e} ({:.1} s)",
                 self.setup.n_rows,
                 self.setup.n_labels,
                 t.elapsed().as_secs_f64()
-            );
+            ));
             figures.push(MetricRow {
                 split: Some(Split::Train),
                 ..metric(Figure::ElboExact, value, Some(step as i64))
@@ -730,13 +720,13 @@ impl Trainer<'_> {
             None
         };
         self.ws.catalog.record_metrics(run.id, &figures)?;
-        eprintln!(
+        self.progress.note(format!(
             "trained run {}: {step} steps in {secs:.1} s; checkpoints in {}",
             run.id,
             self.ws.resolve(self.out_rel).display()
-        );
+        ));
         if let Some(best) = &stopped.best {
-            eprintln!(
+            self.progress.note(format!(
                 "run {}: {}; the checkpoint of step {} scored best ({} {:.6} on 'validation') \
                  and is the one predict reads by default",
                 run.id,
@@ -751,7 +741,7 @@ impl Trainer<'_> {
                 best.step,
                 best.metric.name(),
                 best.value
-            );
+            ));
         }
         Ok(TrainSummary {
             final_step: step,
@@ -858,31 +848,22 @@ impl Trainer<'_> {
             }],
         )?;
         let stop = state.since_best >= es.patience;
-        self.log(&format!(
-            "step {step}: '{}' {} {value:.6}, {} ({:.1} s)",
-            h.split,
-            es.metric.name(),
-            match (improved, stop) {
-                (true, _) => "the best so far".to_string(),
-                (false, false) => format!(
-                    "best {:.6} at step {}, {} of {} scores without improvement",
-                    state.best_value, state.best_step, state.since_best, es.patience
-                ),
-                (false, true) => format!(
-                    "best {:.6} at step {}, {} scores without improvement: stopping",
-                    state.best_value, state.best_step, es.patience
-                ),
+        self.progress.validation(Validation {
+            split: h.split.to_string(),
+            epoch: None,
+            step: Some(step),
+            seconds: t.elapsed().as_secs_f64(),
+            scores: Scores::EarlyStopping {
+                metric: es.metric.name(),
+                value,
+                best_value: state.best_value,
+                best_step: state.best_step,
+                since_best: state.since_best,
+                patience: es.patience,
+                improved,
+                stopping: stop,
             },
-            t.elapsed().as_secs_f64()
-        ));
+        });
         Ok(Verdict { improved, stop })
-    }
-
-    /// Prints a line above the progress bar (or plainly when it is hidden); the writing
-    /// process only, so that a job of K ranks prints each line once.
-    fn log(&self, msg: &str) {
-        if self.job.run.is_some() {
-            self.pb.suspend(|| eprintln!("{msg}"));
-        }
     }
 }

@@ -6,7 +6,7 @@ use common::ingest::split_entry;
 use common::*;
 
 /// Two noisy classes of 2-D points (LIBSVM, signed values): row i of `rows`.
-fn points(rows: std::ops::Range<u32>) -> String {
+pub(crate) fn points(rows: std::ops::Range<u32>) -> String {
     rows.map(|i| {
         let positive = i % 2 == 0;
         let t = f64::from(i) * 0.618;

@@ -42,6 +42,7 @@ mod parse_props;
 mod pipeline_run;
 mod predict_input;
 mod probit_likelihood;
+mod progress;
 mod q_form_combinations;
 mod q_form_train;
 mod q_forms;
