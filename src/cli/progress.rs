@@ -127,6 +127,18 @@ fn epoch_line(f: &EpochFigures) -> String {
 }
 
 /// A held-out evaluation's line (by epoch) or early stopping's (by step).
+/// A bar's last score: a ranking's P@1 and an accuracy in percent, as their lines print
+/// them; early stopping's watched figure as it is.
+fn bar_score(v: &Validation) -> String {
+    let (metric, value) = v.scores.headline();
+    match v.scores {
+        Scores::Ranking { .. } | Scores::Classes { .. } => {
+            format!("'{}' {metric} {:.2}", v.split, 100.0 * value)
+        }
+        Scores::EarlyStopping { .. } => format!("'{}' {metric} {value:.4}", v.split),
+    }
+}
+
 fn validation_line(v: &Validation) -> String {
     let (split, secs) = (&v.split, v.seconds);
     let epoch = v.epoch.unwrap_or(0);
@@ -276,7 +288,7 @@ impl Bars {
                  {{eta}} {{msg}}"
             ),
             (Some(_), _) => format!(
-                "{kind} {name} {{bar:30}} {{pos}}/{{len}} {unit} {{per_sec}} ETA {{eta}} {{msg}}"
+                "{kind} {name} {{bar:30}} {{pos}}/{{len}} {unit} {{per_sec:.1}} ETA {{eta}} {{msg}}"
             ),
         };
         let bar = match total {
@@ -327,8 +339,7 @@ impl Sink for Bars {
             }
             Event::Validation { task, score } => {
                 if let Some(r) = running.get_mut(task) {
-                    let (metric, value) = score.scores.headline();
-                    r.score = Some(format!("'{}' {metric} {value:.4}", score.split));
+                    r.score = Some(bar_score(score));
                     r.show();
                 }
             }
