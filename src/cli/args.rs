@@ -20,7 +20,7 @@ use super::bounds::{
 use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
-use crate::ingest::config::IngestConfig;
+use crate::ingest::config::{IngestConfig, DEFAULT_CHUNK_MB};
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
 use crate::ingest::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
@@ -276,7 +276,8 @@ pub struct IngestArgs {
     #[arg(long, value_parser = int_in::<usize>(1, MAX_CHUNK_ROWS as u64))]
     pub chunk_rows: Option<usize>,
     /// Target uncompressed size of a chunk in MiB when --chunk-rows is not given.
-    #[arg(long, default_value_t = 32, value_parser = int_in::<usize>(1, MAX_CHUNK_MB as u64))]
+    #[arg(long, default_value_t = DEFAULT_CHUNK_MB,
+          value_parser = int_in::<usize>(1, MAX_CHUNK_MB as u64))]
     pub chunk_mb: usize,
     /// Worker threads (default: all cores; at most 4 per core).
     #[arg(long, value_parser = threads())]

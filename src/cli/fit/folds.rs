@@ -13,13 +13,14 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::budget::{is_candidates_own, Row};
+use super::inputs::Inputs;
 use super::plan::Plan;
 use super::rule::{
-    argv, command, finish, frequency_floor, ingest_options, planned_steps, probe,
-    selection_seconds, Candidate, Scored, ACCURACY_TIE,
+    finish, frequency_floor, planned_steps, probe, selection_seconds, Candidate, Scored,
+    ACCURACY_TIE,
 };
-use crate::cli::args::{Command, FitArgs};
 use crate::ingest::config::IngestConfig;
+use crate::ingest::validation::ValidationSplit;
 use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::Split;
 use crate::store::workspace::Workspace;
@@ -36,12 +37,15 @@ const MAX_FOLD_COUNT: u32 = 10;
 
 /// What the fold selection needs of `run`.
 pub(super) struct Selection<'a> {
-    pub args: &'a FitArgs,
+    pub inputs: &'a Inputs,
+    /// Whether folds may be chosen at all (the caller may ask for the one carve).
+    pub folds: bool,
+    /// The validation fraction of the one carve (it sets the number of folds).
+    pub fraction: f64,
     /// The dataset's name; the folds are `NAME-fold1` ….
     pub name: &'a str,
     /// The one carve's dataset (its first candidate's probe measures the step time).
     pub select: &'a str,
-    pub format: &'a str,
     /// Rows of the one carve's validation split.
     pub validation_rows: u64,
     /// The one carve's plan: task, seed, budget, the seconds left for the selection and
@@ -83,11 +87,11 @@ pub(super) fn select(
     s: &Selection<'_>,
     list: &[Candidate],
 ) -> Result<Option<Folded>> {
-    if s.args.no_folds || s.validation_rows >= FOLDS_BELOW_ROWS || list.is_empty() {
+    if !s.folds || s.validation_rows >= FOLDS_BELOW_ROWS || list.is_empty() {
         return Ok(None);
     }
     let started = Instant::now();
-    let k = fold_count(s.args.validation_fraction);
+    let k = fold_count(s.fraction);
     // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
     // its first candidate's probe prices a fold's run.
     // A first candidate that cannot run leaves the choice to the one carve, whose table
@@ -97,7 +101,7 @@ pub(super) fn select(
         s.select,
         s.plan.kind,
         &list[0],
-        s.args.seed,
+        s.plan.seed,
         s.plan.budget,
     ) {
         Ok(first) => first,
@@ -142,7 +146,7 @@ pub(super) fn select(
                     .split(Split::Train)
                     .map_or(0, |t| t.n_rows);
                 let on_fold = within_rows(c, rows);
-                let probed = probe(ws, fold, s.plan.kind, &on_fold, s.args.seed, s.plan.budget)?;
+                let probed = probe(ws, fold, s.plan.kind, &on_fold, s.plan.seed, s.plan.budget)?;
                 // The folds were chosen because every run's cap fits the budget at the
                 // probe's step time: each run is given its cap, not a share of what the
                 // clock says is left, so that the choice and the final model's steps (the
@@ -194,42 +198,31 @@ pub(super) fn select(
 /// (R ≤ N − 1, M ≤ N, as the rule sizes them).
 fn within_rows(c: &Candidate, rows: u64) -> Candidate {
     let mut c = c.clone();
-    let bound = |key: &str| match key {
-        "rank" => Some(rows.saturating_sub(1).max(1)),
-        "inducing" => Some(rows.max(1)),
-        _ => None,
-    };
-    for (key, value) in c.svd.iter_mut().chain(c.train.iter_mut()) {
-        if let (Some(most), Ok(v)) = (bound(key), value.parse::<u64>()) {
-            *value = v.min(most).to_string();
-        }
-    }
+    let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+    let within = |v: &mut Option<usize>, most: usize| *v = v.map(|v| v.min(most));
+    within(&mut c.svd.rank, rows.saturating_sub(1).max(1));
+    within(&mut c.svd.inducing, rows.max(1));
+    within(&mut c.train.inducing, rows.max(1));
     c
 }
 
 /// Ingests the training file (and test file) as fold `fold` of `folds`.
 fn ingest_fold(ws: &Workspace, s: &Selection<'_>, fold: u32, folds: u32) -> Result<String> {
-    let config = fold_config(s.args, s.name, s.format, fold, folds)?;
+    let config = fold_config(s.inputs, s.name, fold, folds, s.plan.seed)?;
     crate::ingest::run(ws, &config)?;
     Ok(config.name)
 }
 
 /// The ingest of fold `fold` of `folds` of the training file, as dataset `NAME-foldI`.
 pub(super) fn fold_config(
-    args: &FitArgs,
+    inputs: &Inputs,
     name: &str,
-    format: &str,
     fold: u32,
     folds: u32,
+    seed: u64,
 ) -> Result<IngestConfig> {
-    let mut options = ingest_options(args, &format!("{name}-fold{fold}"), format, false);
-    options.push(("validation-folds", folds.to_string()));
-    options.push(("validation-fold", fold.to_string()));
-    options.push(("validation-seed", args.seed.to_string()));
-    let Command::Ingest(ingest) = command(argv("ingest", &options))? else {
-        unreachable!()
-    };
-    ingest.config()
+    let carve = ValidationSplit::fold(fold, folds, seed);
+    inputs.config(&format!("{name}-fold{fold}"), Some(carve))
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
@@ -426,8 +419,8 @@ mod tests {
         let fold = |accuracy: f64, nlp: f64, steps: u64| Scored {
             candidate: Candidate {
                 name: "c".into(),
-                svd: Vec::new(),
-                train: Vec::new(),
+                svd: crate::svd::SvdOptions::new(""),
+                train: crate::train::TrainOptions::default(),
             },
             step_seconds: 0.01,
             planned: 3000,

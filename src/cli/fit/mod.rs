@@ -32,12 +32,18 @@
 
 mod budget;
 mod folds;
+mod inputs;
 mod names;
+mod options;
 mod outcome;
 mod plan;
+mod request;
 mod rule;
 mod run;
 mod sizes;
+
+pub use inputs::InputFormat;
+pub use request::{FitRequest, DEFAULT_BUDGET_SECONDS, DEFAULT_VALIDATION_FRACTION};
 
 pub use outcome::{
     CandidateOutcome, CandidateResult, Figure, Figures, FinalRun, FitOutcome, ModelFile,

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::budget::Row;
+use super::options::given_values;
 use super::rule::Candidate;
 use crate::metrics::evaluation::Evaluation;
 
@@ -141,12 +142,16 @@ pub struct ModelFile {
 /// The outcome's line of `row`.
 pub(super) fn candidate_outcome(row: &Row, ranking: bool) -> CandidateOutcome {
     let options = |c: &Candidate| {
-        let map = |o: &[(&str, String)]| {
-            o.iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
+        let map = |o: Vec<(&str, String)>| {
+            o.into_iter()
+                .map(|(k, v)| (k.to_string(), v))
                 .collect::<BTreeMap<_, _>>()
         };
-        (c.name.clone(), map(&c.svd), map(&c.train))
+        (
+            c.name.clone(),
+            map(c.svd_pairs()),
+            map(given_values(&c.train)),
+        )
     };
     let (name, svd, train, result) = match row {
         Row::Scored(s) => {

@@ -5,29 +5,41 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use clap::Parser;
 
 use super::budget::{self, Row};
 use super::folds;
+use super::inputs::{InputFormat, Inputs};
 use super::names::{self, ReservedSpec};
+use super::options::spec_pairs;
 use super::outcome::{candidate_outcome, Figures, FinalRun, FitOutcome, ModelFile};
 use super::plan::Plan;
+use super::request::FitRequest;
 use super::rule::*;
 use super::sizes;
-use crate::cli::args::FitArgs;
+use crate::cli::args::{Cli, Command, FitArgs, Setting};
 use crate::cli::spec::{self, Spec};
 use crate::export::ExportOptions;
 use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
+use crate::train::{TrainFlag, TrainOptions};
 
-/// Runs `pipeline fit`: its progress and table go to standard error; returns what it did.
-pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
+/// Runs a fit: its progress and table go to standard error; returns what it did.
+pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
     let started = Instant::now();
-    let budget = args.budget;
-    let format = match &args.format {
-        Some(f) => f.clone(),
-        None => sniff_format(&args.train)?.to_string(),
+    args.check()?;
+    let budget = args.budget_seconds;
+    let format = match args.format {
+        Some(f) => f,
+        None => sniff_format(&args.train)?,
+    };
+    let inputs = Inputs {
+        train: args.train.clone(),
+        test: args.test.clone(),
+        format,
+        features: args.features,
     };
     check_outputs(args)?;
     if let Some(spec) = &args.spec_out {
@@ -36,14 +48,14 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
     if let Some(model) = &args.model_out {
         ws.refuse_output_inside("--model-out", model)?;
     }
-    check_settings(&args.set)?;
+    let (fraction, seed) = (args.validation_fraction, args.seed);
     let name = match &args.name {
         Some(name) => name.clone(),
-        None => names::free_name(ws, args, &format)?,
+        None => names::free_name(ws, &inputs, fraction, seed)?,
     };
-    let select = format!("{name}-select");
+    let select = names::select_name(&name);
     // Checked (the name among it) before the spec's file is made from the name.
-    let select_config = names::ingest_config(args, &select, &format, true)?;
+    let select_config = names::select_config(&inputs, &name, fraction, seed)?;
     // Without --spec-out, a new file of fit's own inside the workspace: it cannot clash
     // with another fit's.
     let mut reserved = match &args.spec_out {
@@ -76,7 +88,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
         memory: sizes::svd_memory()?,
         svd_seconds: sizes::svd_seconds(budget),
     };
-    let mut list = with_settings(candidates(kind, sizes), &args.set);
+    let mut list = with_settings(candidates(kind, sizes), &args.overrides);
     // The final model ingests the whole file again: that time, as this ingest measured it,
     // is set aside before the selection's share is taken.
     let ingest_seconds = started.elapsed().as_secs_f64();
@@ -106,16 +118,17 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
         cap,
         needed,
         epoch_steps: sizes.n.div_ceil(batch),
-        fixed: args.no_early_stopping,
+        fixed: !args.early_stopping,
     };
     // Small data: each candidate on k folds instead of the one carve (docs/fit.md).
     let folded = folds::select(
         ws,
         &folds::Selection {
-            args,
+            inputs: &inputs,
+            folds: args.folds,
+            fraction,
             name: &name,
             select: &select,
-            format: &format,
             validation_rows: dataset.split(Split::Validation).map_or(0, |s| s.n_rows),
             plan: &plan,
         },
@@ -164,7 +177,18 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
     );
     // The reserved spec is fit's own empty file: written over without --force.
     let replace = args.force || reserved.is_some();
-    write_spec(&spec_path, args, &name, &format, kind, chosen, replace)?;
+    let split = match args.test {
+        Some(_) => Split::Test,
+        None => Split::Train,
+    };
+    let final_model = FinalModel {
+        inputs: &inputs,
+        name: &name,
+        kind,
+        seed,
+        split,
+    };
+    write_spec(&spec_path, &final_model, chosen, replace)?;
     if let Some(r) = &mut reserved {
         r.keep();
     }
@@ -232,7 +256,7 @@ pub fn run(ws: &Workspace, args: &FitArgs) -> Result<FitOutcome> {
 /// Runs `pipeline fit` and prints the final model's metrics (`--json`: the whole
 /// [`FitOutcome`]) on standard output.
 pub fn run_command(ws: &Workspace, args: &FitArgs) -> Result<()> {
-    let outcome = run(ws, args)?;
+    let outcome = run(ws, &request(args)?)?;
     if args.json {
         println!(
             "{}",
@@ -249,10 +273,59 @@ pub fn run_command(ws: &Workspace, args: &FitArgs) -> Result<()> {
     Ok(())
 }
 
+/// The fit `pipeline fit`'s arguments ask for.
+fn request(args: &FitArgs) -> Result<FitRequest> {
+    let format = args.format.as_deref().map(str::parse::<InputFormat>);
+    Ok(FitRequest {
+        train: args.train.clone(),
+        test: args.test.clone(),
+        format: format.transpose().map_err(anyhow::Error::msg)?,
+        features: args.features,
+        task: args.task,
+        budget_seconds: args.budget,
+        name: args.name.clone(),
+        seed: args.seed,
+        validation_fraction: args.validation_fraction,
+        overrides: overrides(&args.set).context("fit --set")?,
+        early_stopping: !args.no_early_stopping,
+        folds: !args.no_folds,
+        spec_out: args.spec_out.clone(),
+        model_out: args.model_out.clone(),
+        force: args.force,
+    })
+}
+
+/// The train options `--set` gives, typed by train's own command line (which refuses a
+/// value train would refuse, before anything runs); `given` names them.
+fn overrides(sets: &[Setting]) -> Result<TrainOptions> {
+    let mut argv = vec![
+        "pipeline".to_string(),
+        "train".into(),
+        "--dataset".into(),
+        "-".into(),
+    ];
+    for s in sets {
+        argv.push(format!("--{}", s.flag));
+        if !s.value.is_empty() {
+            argv.push(s.value.clone());
+        }
+    }
+    let cli = Cli::try_parse_from(&argv)
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
+    let Command::Train(train) = cli.command else {
+        unreachable!("the command line is train's")
+    };
+    let mut options = train.options();
+    // The dataset was only there for the parser: each run names its own.
+    options.dataset = None;
+    options.given.remove(&TrainFlag::Dataset);
+    Ok(options)
+}
+
 /// Refuses, before anything runs, outputs fit may not write (`store::user_file`):
 /// `--spec-out` or `--model-out` taken by anything but a regular file, or by one without
 /// `--force`, in a missing directory, or the two naming the same file or an input.
-fn check_outputs(args: &FitArgs) -> Result<()> {
+fn check_outputs(args: &FitRequest) -> Result<()> {
     let mut outputs = Vec::new();
     if let Some(spec) = &args.spec_out {
         check_file_output(spec, args.force).context("--spec-out")?;
@@ -323,17 +396,33 @@ fn print_table(rows: &[Row], floor: (f64, f64)) {
     eprintln!();
 }
 
+/// The final model's runs but the chosen candidate's: the whole training file as dataset
+/// `name`, the fit's task and seed, and the split its predictions score.
+struct FinalModel<'a> {
+    inputs: &'a Inputs,
+    name: &'a str,
+    kind: LabelKind,
+    seed: u64,
+    split: Split,
+}
+
+impl FinalModel<'_> {
+    /// The chosen candidate's train options for its final run (its svd run is linked in).
+    fn train_options(&self, chosen: &Scored) -> TrainOptions {
+        let mut options = TrainOptions {
+            task: self.kind,
+            steps: Some(chosen.steps),
+            given: [TrainFlag::Task, TrainFlag::Steps].into(),
+            ..TrainOptions::default()
+        };
+        super::options::apply_given(&mut options, &run_options(&chosen.candidate, self.seed));
+        options
+    }
+}
+
 /// Writes the spec of the final model: the whole training file, the winner's options and
 /// steps, predictions of the test split (when there is one) and their evaluation.
-fn write_spec(
-    path: &Path,
-    args: &FitArgs,
-    name: &str,
-    format: &str,
-    kind: LabelKind,
-    chosen: &Scored,
-    replace: bool,
-) -> Result<()> {
+fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -> Result<()> {
     let mut text = String::new();
     text += &format!(
         "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
@@ -354,24 +443,139 @@ fn write_spec(
         }
         t + "\n"
     };
-    text += &table("ingest", &ingest_options(args, name, format, false));
-    let mut svd = vec![("seed", args.seed.to_string())];
-    svd.extend(chosen.candidate.svd.iter().cloned());
+    text += &table("ingest", &model.inputs.spec_pairs(model.name));
+    let mut svd = vec![("seed", model.seed.to_string())];
+    svd.extend(chosen.candidate.svd_pairs());
     text += &table("svd", &svd);
-    let mut train = vec![("task", kind.as_str().to_string())];
-    train.extend(run_options(&chosen.candidate, args.seed));
-    train.push(("steps", chosen.steps.to_string()));
-    text += &table("train", &train);
-    let split = if args.test.is_some() {
-        Split::Test
-    } else {
-        Split::Train
-    };
-    text += &table("predict", &predict_options(kind, split));
-    text += &table("evaluate", &[("task", kind.as_str().to_string())]);
+    text += &table("train", &spec_pairs(&model.train_options(chosen)));
+    let predict = predict_options(model.kind, 0, model.split);
+    text += &table("predict", &predict_pairs(&predict));
+    text += &table("evaluate", &[("task", model.kind.as_str().to_string())]);
     let file = UserFile::temporary(path, replace)?;
     std::fs::File::create(file.tmp_path())
         .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
         .with_context(|| format!("{}: cannot write the spec", path.display()))?;
     file.publish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::parse_setting;
+    use crate::cli::spec::SpecStage;
+    use crate::metrics::binary::BinaryAccumulator;
+    use crate::metrics::evaluation::Evaluation;
+
+    #[test]
+    fn set_values_are_typed_by_trains_parser_and_refused_as_it_refuses_them() {
+        let set = |t: &str| parse_setting(t).unwrap();
+        let o = overrides(&[set("kernel=linear"), set("lr=0.02"), set("freeze-hyper")]).unwrap();
+        assert_eq!(
+            o.given,
+            [TrainFlag::Kernel, TrainFlag::Lr, TrainFlag::FreezeHyper].into()
+        );
+        assert_eq!(
+            (o.kernel.name(), o.lr, o.freeze_hyper),
+            ("linear", 0.02, true)
+        );
+        assert!(o.dataset.is_none());
+        let e = overrides(&[set("kernel=cubic")]).unwrap_err();
+        assert!(format!("{e:#}").contains("cubic"), "{e:#}");
+        // What fit decides itself is refused, naming the flag.
+        let e = parse_setting("steps=10").unwrap_err();
+        assert!(e.contains("fit decides --steps itself"), "{e}");
+        assert!(parse_setting("no-such=1").is_err());
+        let e = parse_setting("lr-decay-at=20,25").unwrap_err();
+        assert!(e.contains("schedule in epochs"), "{e}");
+    }
+
+    /// The spec fit writes, run by `pipeline run`'s parser, asks for the same ingest, svd,
+    /// train and predict options as the typed ones fit runs.
+    #[test]
+    fn the_spec_asks_for_the_options_fit_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let train = dir.path().join("toy.svm");
+        std::fs::write(&train, "+1 1:0.5 2:1\n-1 1:-0.5 2:0.25\n").unwrap();
+        let inputs = Inputs {
+            train: train.clone(),
+            test: Some(train),
+            format: InputFormat::Libsvm,
+            features: Some(3),
+        };
+        let sizes = Sizes {
+            n: 1000,
+            d: 20,
+            l: 1,
+            dense: true,
+            memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
+        };
+        let set = |t: &str| parse_setting(t).unwrap();
+        let overridden = overrides(&[set("batch=200"), set("ard=subspace"), set("freeze-hyper")]);
+        let list = with_settings(candidates(LabelKind::Binary, sizes), &overridden.unwrap());
+        let mut acc = BinaryAccumulator::new();
+        acc.add_row(0.9, true).unwrap();
+        let chosen = Scored {
+            candidate: list[0].clone(),
+            step_seconds: 0.01,
+            planned: 900,
+            steps: 700,
+            seconds: 1.0,
+            metrics: Evaluation::Binary(acc.finish()),
+            run: 1,
+            every: 0,
+            converged: true,
+            open: false,
+            svd_seconds: 0.0,
+            scoring_seconds: 0.0,
+        };
+        let model = FinalModel {
+            inputs: &inputs,
+            name: "toy",
+            kind: LabelKind::Binary,
+            seed: 7,
+            split: Split::Test,
+        };
+        let path = dir.path().join("toy-fit.toml");
+        write_spec(&path, &model, &chosen, false).unwrap();
+        let spec = Spec::read(&path).unwrap();
+        let Command::Ingest(ingest) = spec.command(SpecStage::Ingest, &[]).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(
+            ingest.config().unwrap().params_json().unwrap(),
+            inputs.config("toy", None).unwrap().params_json().unwrap()
+        );
+        let Command::Svd(svd) = spec
+            .command(SpecStage::Svd, &[("dataset", "toy".into())])
+            .unwrap()
+        else {
+            unreachable!()
+        };
+        let svd_run = crate::svd::SvdOptions {
+            dataset: "toy".into(),
+            seed: 7,
+            ..chosen.candidate.svd.clone()
+        };
+        assert_eq!(svd.options(), svd_run);
+        let linked = [("dataset", "toy".to_string()), ("svd", "3".to_string())];
+        let Command::Train(t) = spec.command(SpecStage::Train, &linked).unwrap() else {
+            unreachable!()
+        };
+        let mut typed = model.train_options(&chosen);
+        (typed.dataset, typed.svd) = (Some("toy".into()), Some(3));
+        typed.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
+        assert_eq!(t.options(), typed);
+        assert_eq!((typed.batch, typed.steps, typed.seed), (200, Some(700), 7));
+        let Command::Predict(p) = spec
+            .command(SpecStage::Predict, &[("run", "9".into())])
+            .unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            p.options(),
+            predict_options(LabelKind::Binary, 9, Split::Test)
+        );
+    }
 }
