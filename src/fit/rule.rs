@@ -23,6 +23,7 @@ use crate::trained::{
 };
 
 use super::inputs::InputFormat;
+use super::observe::{FitEvent, FitObserver};
 use super::options::{apply_given, flag_value};
 use super::plan::{self, Plan};
 use super::sizes;
@@ -555,9 +556,10 @@ pub(super) fn probe(
     c: &Candidate,
     seed: u64,
     budget_seconds: f64,
+    observer: &mut dyn FitObserver,
 ) -> Result<Probed> {
     let started = Instant::now();
-    eprintln!("== fit: candidate {}", c.name);
+    observer.event(FitEvent::CandidateStarted { name: &c.name });
     let svd_opts = SvdOptions {
         dataset: dataset.to_string(),
         seed,
@@ -750,19 +752,7 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    use crate::cli::args::parse_budget;
     use crate::trained::{KernelChoice, LikelihoodChoice};
-
-    #[test]
-    fn budgets_parse_with_units() {
-        assert_eq!(parse_budget("90s"), Ok(90.0));
-        assert_eq!(parse_budget("5m"), Ok(300.0));
-        assert_eq!(parse_budget("1.5h"), Ok(5400.0));
-        assert_eq!(parse_budget("300"), Ok(300.0));
-        assert!(parse_budget("0s").unwrap_err().contains("positive"));
-        assert!(parse_budget("5d").unwrap_err().contains("unknown unit 'd'"));
-        assert!(parse_budget("-3m").is_err());
-    }
 
     /// The overrides of `given` options taken from `o`.
     fn overrides(o: TrainOptions, given: &[TrainFlag]) -> TrainOptions {

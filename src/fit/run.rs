@@ -1,33 +1,37 @@
-//! `pipeline fit`'s command: the rule's steps in order, its table and the final spec.
+//! A fit: the rule's steps in order, the final spec and the final model's runs.
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use clap::Parser;
 
-use super::budget::{self, Row};
+use super::budget;
+use super::budget::candidate_outcome;
 use super::folds;
-use super::inputs::{InputFormat, Inputs};
+use super::inputs::Inputs;
 use super::names::{self, ReservedSpec};
+use super::observe::{FinalStage, FitEvent, FitObserver};
 use super::options::spec_pairs;
-use super::outcome::{candidate_outcome, Figures, FinalRun, FitOutcome, ModelFile};
+use super::outcome::{Figures, FinalRun, FitOutcome, ModelFile};
 use super::plan::Plan;
 use super::request::FitRequest;
 use super::rule::*;
 use super::sizes;
-use crate::cli::args::{Cli, Command, FitArgs, Setting};
-use crate::cli::spec::{self, Spec};
 use crate::export::ExportOptions;
-use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
+use crate::svd::SvdOptions;
 use crate::train::{TrainFlag, TrainOptions};
 
-/// Runs a fit: its progress and table go to standard error; returns what it did.
-pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
+/// Runs the fit `args` asks for in `ws`, telling `observer` each step; returns what it did.
+/// The stages it runs print their own progress on standard error.
+pub fn run(
+    ws: &Workspace,
+    args: &FitRequest,
+    observer: &mut dyn FitObserver,
+) -> Result<FitOutcome> {
     let started = Instant::now();
     args.check()?;
     let budget = args.budget_seconds;
@@ -67,10 +71,10 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
         (None, Some(p)) => p.clone(),
         (None, None) => unreachable!("a spec path is given or reserved"),
     };
-    eprintln!(
-        "== fit: ingest {} as '{select}' (with a validation split)",
-        args.train.display()
-    );
+    observer.event(FitEvent::Ingesting {
+        train: &args.train,
+        dataset: &select,
+    });
     crate::ingest::run(ws, &select_config)?;
     let dataset = ws.dataset_named(&select)?;
     let kind = match args.task {
@@ -97,18 +101,17 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
     let cap = step_cap(sizes.n, batch);
     // Ten epochs of steps, or the cap when that is fewer (small data).
     let needed = (MIN_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
-    eprintln!(
-        "== fit: task {}, N = {}, D = {}, L = {}, {} rows; {} candidates (budget {:.0} s, {:.0} s \
-         left after this ingest and the final one)",
-        kind.as_str(),
-        sizes.n,
-        sizes.d,
-        sizes.l,
-        if sizes.dense { "dense" } else { "sparse" },
-        list.len(),
-        budget,
-        left
-    );
+    observer.event(FitEvent::Planned {
+        task: kind,
+        rows: sizes.n,
+        features: sizes.d,
+        labels: sizes.l,
+        dense: sizes.dense,
+        candidates: list.len(),
+        budget_seconds: budget,
+        left_seconds: left,
+    });
+    let ranking = kind == LabelKind::Multilabel;
     let plan = Plan {
         dataset: select.clone(),
         kind,
@@ -133,6 +136,7 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
             plan: &plan,
         },
         &list,
+        observer,
     )?;
     let folds = match &folded {
         Some(_) => folds::fold_count(args.validation_fraction),
@@ -141,13 +145,17 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
     let (rows, floor) = match folded {
         Some(folded) => folded,
         None => {
-            let mut rows = budget::select(ws, &mut list, &plan)?;
+            let mut rows = budget::select(ws, &mut list, &plan, observer)?;
             if !plan.fixed {
                 let spent = || started.elapsed().as_secs_f64();
-                budget::train_on(ws, &mut rows, &plan, spent, ingest_seconds)?;
+                budget::train_on(ws, &mut rows, &plan, spent, ingest_seconds, observer)?;
             }
             let floor = frequency_floor(ws, &dataset, kind)?;
-            print_table(&rows, floor);
+            let candidates: Vec<_> = rows.iter().map(|r| candidate_outcome(r, ranking)).collect();
+            observer.event(FitEvent::Table {
+                candidates: &candidates,
+                baseline: &Figures::of_key(floor, ranking),
+            });
             (rows, floor)
         }
     };
@@ -165,16 +173,12 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
     let winner = choose(&refs).expect("a scored row");
     let (chosen_row, chosen) = scored[winner];
     if chosen.key().0 <= floor.0 {
-        eprintln!(
-            "warning: the chosen model does not beat the label frequencies on validation: \
-             its features taught it nothing it could show there (features on the wrong \
-             scale, no signal, or too small a budget)"
-        );
+        observer.event(FitEvent::NoBetterThanBaseline);
     }
-    eprintln!(
-        "== fit: chosen {} ({} steps); training it on every training row",
-        chosen.candidate.name, chosen.steps
-    );
+    observer.event(FitEvent::Chosen {
+        name: &chosen.candidate.name,
+        steps: chosen.steps,
+    });
     // The reserved spec is fit's own empty file: written over without --force.
     let replace = args.force || reserved.is_some();
     let split = match args.test {
@@ -192,8 +196,7 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
     if let Some(r) = &mut reserved {
         r.keep();
     }
-    let spec = Spec::read(&spec_path)?;
-    let final_runs = spec::execute(ws, &spec)?;
+    let final_runs = final_model.run(ws, chosen, &spec_path, observer)?;
     let mut model = None;
     if let (Some(out), Some(first)) = (&args.model_out, final_runs.first()) {
         let exported = crate::export::run(
@@ -205,25 +208,20 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
                 force: args.force,
             },
         )?;
-        eprintln!(
-            "== fit: the final model (train run {}, step {}) is in {}",
-            first.train_run,
-            exported.checkpoint_step,
-            exported.path.display()
-        );
-        model = Some(ModelFile {
+        let file = ModelFile {
             path: exported.path.clone(),
             train_run: first.train_run,
             checkpoint_step: exported.checkpoint_step,
-        });
+        };
+        observer.event(FitEvent::ModelWritten(&file));
+        model = Some(file);
     }
     let seconds = started.elapsed().as_secs_f64();
-    eprintln!(
-        "== fit: {seconds:.0} s of a {budget:.0} s budget; `pipeline run {}` reproduces the \
-         final model",
-        spec_path.display()
-    );
-    let ranking = kind == LabelKind::Multilabel;
+    observer.event(FitEvent::Done {
+        seconds,
+        budget_seconds: budget,
+        spec: &spec_path,
+    });
     Ok(FitOutcome {
         dataset: name,
         task: kind.as_str(),
@@ -238,88 +236,11 @@ pub fn run(ws: &Workspace, args: &FitRequest) -> Result<FitOutcome> {
         chosen: chosen_row,
         baseline: Figures::of_key(floor, ranking),
         final_steps: chosen.steps,
-        final_runs: final_runs
-            .into_iter()
-            .map(|e| FinalRun {
-                seed: e.seed,
-                train_run: e.train_run,
-                evaluate_run: e.evaluate_run,
-                metrics: e.metrics,
-            })
-            .collect(),
+        final_runs,
         evaluated_split: if args.test.is_some() { "test" } else { "train" },
         spec: spec_path,
         model,
     })
-}
-
-/// Runs `pipeline fit` and prints the final model's metrics (`--json`: the whole
-/// [`FitOutcome`]) on standard output.
-pub fn run_command(ws: &Workspace, args: &FitArgs) -> Result<()> {
-    let outcome = run(ws, &request(args)?)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome).expect("a fit outcome is JSON")
-        );
-        return Ok(());
-    }
-    for f in &outcome.final_runs {
-        if outcome.final_runs.len() > 1 {
-            println!("seed {}:", f.seed);
-        }
-        println!("{}", f.metrics.to_table());
-    }
-    Ok(())
-}
-
-/// The fit `pipeline fit`'s arguments ask for.
-fn request(args: &FitArgs) -> Result<FitRequest> {
-    let format = args.format.as_deref().map(str::parse::<InputFormat>);
-    Ok(FitRequest {
-        train: args.train.clone(),
-        test: args.test.clone(),
-        format: format.transpose().map_err(anyhow::Error::msg)?,
-        features: args.features,
-        task: args.task,
-        budget_seconds: args.budget,
-        name: args.name.clone(),
-        seed: args.seed,
-        validation_fraction: args.validation_fraction,
-        overrides: overrides(&args.set).context("fit --set")?,
-        early_stopping: !args.no_early_stopping,
-        folds: !args.no_folds,
-        spec_out: args.spec_out.clone(),
-        model_out: args.model_out.clone(),
-        force: args.force,
-    })
-}
-
-/// The train options `--set` gives, typed by train's own command line (which refuses a
-/// value train would refuse, before anything runs); `given` names them.
-fn overrides(sets: &[Setting]) -> Result<TrainOptions> {
-    let mut argv = vec![
-        "pipeline".to_string(),
-        "train".into(),
-        "--dataset".into(),
-        "-".into(),
-    ];
-    for s in sets {
-        argv.push(format!("--{}", s.flag));
-        if !s.value.is_empty() {
-            argv.push(s.value.clone());
-        }
-    }
-    let cli = Cli::try_parse_from(&argv)
-        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
-    let Command::Train(train) = cli.command else {
-        unreachable!("the command line is train's")
-    };
-    let mut options = train.options();
-    // The dataset was only there for the parser: each run names its own.
-    options.dataset = None;
-    options.given.remove(&TrainFlag::Dataset);
-    Ok(options)
 }
 
 /// Refuses, before anything runs, outputs fit may not write (`store::user_file`):
@@ -338,62 +259,6 @@ fn check_outputs(args: &FitRequest) -> Result<()> {
     let mut inputs = vec![("--train", args.train.as_path())];
     inputs.extend(args.test.as_deref().map(|t| ("--test", t)));
     refuse_same_file(&outputs, &inputs)
-}
-
-/// The validation table: one line per candidate (a failed one with its reason), and the
-/// label frequencies' line. `converged`: early stopping ended the run (its score stopped
-/// improving), not its planned steps or the cap.
-fn print_table(rows: &[Row], floor: (f64, f64)) {
-    eprintln!();
-    eprintln!(
-        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
-        "candidate (validation)",
-        "ms/step",
-        "planned",
-        "trained",
-        "seconds",
-        "converged",
-        "primary",
-        "second"
-    );
-    let ranking = matches!(
-        rows.iter().find_map(Row::scored).map(|s| &s.metrics),
-        Some(Evaluation::Ranking(_))
-    );
-    let shown = |(a, b): (f64, f64)| match ranking {
-        true => (
-            format!("P@1 {:.2}", 100.0 * a),
-            format!("P@3 {:.2}", 100.0 * b),
-        ),
-        false => (format!("acc {:.2}", 100.0 * a), format!("nlp {:.4}", -b)),
-    };
-    for row in rows {
-        let s = match row {
-            Row::Scored(s) => s,
-            Row::Failed { candidate, reason } => {
-                eprintln!("{:<44} failed: {reason}", candidate.name);
-                continue;
-            }
-        };
-        let (pa, pb) = shown(s.key());
-        eprintln!(
-            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>9} {:>10} {:>10}",
-            s.candidate.name,
-            1e3 * s.step_seconds,
-            s.planned,
-            s.steps,
-            s.seconds,
-            if s.converged { "yes" } else { "no" },
-            pa,
-            pb
-        );
-    }
-    let (fa, fb) = shown(floor);
-    eprintln!(
-        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
-        "(label frequencies, no model)", "", "", "", "", "", fa, fb
-    );
-    eprintln!();
 }
 
 /// The final model's runs but the chosen candidate's: the whole training file as dataset
@@ -417,6 +282,79 @@ impl FinalModel<'_> {
         };
         super::options::apply_given(&mut options, &run_options(&chosen.candidate, self.seed));
         options
+    }
+
+    /// Runs the final model as `pipeline run` runs its spec (at `spec`, named in errors):
+    /// ingest, the chosen candidate's svd, train, predict and evaluate; tells `observer`
+    /// each stage.
+    fn run(
+        &self,
+        ws: &Workspace,
+        chosen: &Scored,
+        spec: &Path,
+        observer: &mut dyn FitObserver,
+    ) -> Result<Vec<FinalRun>> {
+        let mut stages: Vec<FinalStage> = Vec::new();
+        let mut timed =
+            |stage: &str, f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>| -> Result<()> {
+                observer.event(FitEvent::FinalStageStarted { stage });
+                let started = Instant::now();
+                let (run, cached) =
+                    f().with_context(|| format!("stage {stage} of {}", spec.display()))?;
+                stages.push(FinalStage {
+                    stage: stage.to_string(),
+                    run,
+                    cached,
+                    seconds: started.elapsed().as_secs_f64(),
+                });
+                Ok(())
+            };
+        timed("ingest", &mut || {
+            let out = crate::ingest::run(ws, &self.inputs.config(self.name, None)?)?;
+            Ok((out.run_id, !out.ingested))
+        })?;
+        let mut svd_run = 0;
+        timed("svd", &mut || {
+            let options = SvdOptions {
+                dataset: self.name.to_string(),
+                seed: self.seed,
+                ..chosen.candidate.svd.clone()
+            };
+            let out = crate::svd::run(ws, &options)?;
+            svd_run = out.run_id;
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        let mut train_run = 0;
+        timed("train", &mut || {
+            let mut options = self.train_options(chosen);
+            (options.dataset, options.svd) = (Some(self.name.to_string()), Some(svd_run));
+            options.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
+            let out = crate::train::run(ws, &options)?;
+            train_run = out.run_id;
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        let mut predictions = String::new();
+        timed("predict", &mut || {
+            let options = predict_options(self.kind, train_run, self.split);
+            let out = crate::predict::run(ws, &options)?;
+            predictions = out.value.path.clone();
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        let mut evaluated = None;
+        timed("evaluate", &mut || {
+            let options = evaluate_options(self.kind, predictions.clone());
+            let out = crate::evaluate::run(ws, &options)?;
+            evaluated = Some((out.run_id, out.value));
+            Ok((Some(out.run_id), !out.computed))
+        })?;
+        observer.event(FitEvent::FinalStages(&stages));
+        let (evaluate_run, metrics) = evaluated.expect("evaluate ran");
+        Ok(vec![FinalRun {
+            seed: self.seed,
+            train_run,
+            evaluate_run,
+            metrics,
+        }])
     }
 }
 
@@ -461,33 +399,13 @@ fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::args::parse_setting;
-    use crate::cli::spec::SpecStage;
+    // `pipeline run`'s spec reader (the command line's), to check the spec asks for what
+    // fit ran.
+    use crate::cli::args::Command;
+    use crate::cli::spec::{Spec, SpecStage};
+    use crate::fit::inputs::InputFormat;
     use crate::metrics::binary::BinaryAccumulator;
     use crate::metrics::evaluation::Evaluation;
-
-    #[test]
-    fn set_values_are_typed_by_trains_parser_and_refused_as_it_refuses_them() {
-        let set = |t: &str| parse_setting(t).unwrap();
-        let o = overrides(&[set("kernel=linear"), set("lr=0.02"), set("freeze-hyper")]).unwrap();
-        assert_eq!(
-            o.given,
-            [TrainFlag::Kernel, TrainFlag::Lr, TrainFlag::FreezeHyper].into()
-        );
-        assert_eq!(
-            (o.kernel.name(), o.lr, o.freeze_hyper),
-            ("linear", 0.02, true)
-        );
-        assert!(o.dataset.is_none());
-        let e = overrides(&[set("kernel=cubic")]).unwrap_err();
-        assert!(format!("{e:#}").contains("cubic"), "{e:#}");
-        // What fit decides itself is refused, naming the flag.
-        let e = parse_setting("steps=10").unwrap_err();
-        assert!(e.contains("fit decides --steps itself"), "{e}");
-        assert!(parse_setting("no-such=1").is_err());
-        let e = parse_setting("lr-decay-at=20,25").unwrap_err();
-        assert!(e.contains("schedule in epochs"), "{e}");
-    }
 
     /// The spec fit writes, run by `pipeline run`'s parser, asks for the same ingest, svd,
     /// train and predict options as the typed ones fit runs.
@@ -510,9 +428,14 @@ mod tests {
             memory: 4 << 30,
             svd_seconds: f64::INFINITY,
         };
-        let set = |t: &str| parse_setting(t).unwrap();
-        let overridden = overrides(&[set("batch=200"), set("ard=subspace"), set("freeze-hyper")]);
-        let list = with_settings(candidates(LabelKind::Binary, sizes), &overridden.unwrap());
+        let overridden = TrainOptions {
+            batch: 200,
+            ard: crate::trained::ArdChoice::BasisDirections,
+            freeze_hyper: true,
+            given: [TrainFlag::Batch, TrainFlag::Ard, TrainFlag::FreezeHyper].into(),
+            ..TrainOptions::default()
+        };
+        let list = with_settings(candidates(LabelKind::Binary, sizes), &overridden);
         let mut acc = BinaryAccumulator::new();
         acc.add_row(0.9, true).unwrap();
         let chosen = Scored {
