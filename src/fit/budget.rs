@@ -63,7 +63,7 @@ pub enum Row {
     /// A candidate whose svd, probe or run failed for a reason of its own, and the first
     /// line of the error.
     Failed {
-        candidate: Candidate,
+        candidate: Box<Candidate>,
         reason: String,
     },
 }
@@ -81,7 +81,7 @@ impl Row {
     pub fn failed(c: &Candidate, error: &anyhow::Error) -> Row {
         let text = format!("{error:#}");
         Row::Failed {
-            candidate: c.clone(),
+            candidate: Box::new(c.clone()),
             reason: text.lines().next().unwrap_or("").to_string(),
         }
     }

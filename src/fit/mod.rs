@@ -5,15 +5,20 @@
 //!
 //! ```no_run
 //! use fsgp::fit::{self, FitRequest, Quiet};
-//! use fsgp::store::workspace::Workspace;
+//! use fsgp::train::{TrainFlag, TrainOptions};
+//! use fsgp::trained::KernelChoice;
 //!
-//! let ws = Workspace::open("fsgp-workspace".as_ref())?;
-//! let mut request = FitRequest::new("train.txt");
+//! let ws = fsgp::store::workspace::Workspace::open("fsgp-workspace".as_ref())?;
+//! let mut request = FitRequest::new("train.txt"); // every other option at pipeline fit's default
 //! request.test = Some("test.txt".into());
 //! request.budget_seconds = 120.0;
-//! let outcome = fit::run(&ws, &request, &mut Quiet)?;
-//! let chosen = outcome.chosen();
-//! println!("{} ({} steps): {:?}", chosen.name, outcome.final_steps, outcome.final_runs[0].metrics);
+//! request.overrides = TrainOptions {
+//!     kernel: KernelChoice::Linear,
+//!     given: [TrainFlag::Kernel].into(),
+//!     ..TrainOptions::default()
+//! };
+//! let outcome = fit::run(&ws, &request, &mut Quiet)?; // FitOutcome: `pipeline fit --json`, typed
+//! println!("{}: {:?}", outcome.chosen().name, outcome.final_runs[0].metrics);
 //! # anyhow::Ok(())
 //! ```
 //!
