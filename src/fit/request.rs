@@ -96,3 +96,29 @@ impl FitRequest {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_refuses_a_budget_or_fraction_no_fit_can_have() {
+        assert!(FitRequest::new("t.svm").check().is_ok());
+        for budget in [0.0, -5.0, f64::NAN, f64::INFINITY] {
+            let r = FitRequest {
+                budget_seconds: budget,
+                ..FitRequest::new("t.svm")
+            };
+            let e = r.check().unwrap_err().to_string();
+            assert!(e.contains("budget: found"), "{e}");
+        }
+        for fraction in [0.0, 1.0, 1.5, f64::NAN] {
+            let r = FitRequest {
+                validation_fraction: fraction,
+                ..FitRequest::new("t.svm")
+            };
+            let e = r.check().unwrap_err().to_string();
+            assert!(e.contains("validation fraction: found"), "{e}");
+        }
+    }
+}
