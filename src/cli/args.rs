@@ -1207,7 +1207,8 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 0, value_parser = seed())]
     pub seed: u64,
     /// Share of the training rows carved out for choosing the model.
-    #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION, value_parser = open_fraction())]
+    #[arg(long, default_value_t = crate::fit::DEFAULT_VALIDATION_FRACTION,
+          value_parser = open_fraction())]
     pub validation_fraction: f64,
     /// Where to write the spec of the final model (default: a new file in the workspace,
     /// fits/NAME-fit.toml or NAME-fit-K.toml, whose path fit prints).
@@ -1319,9 +1320,6 @@ pub fn parse_budget(text: &str) -> Result<f64, String> {
 
 /// The longest `fit --budget`: thirty days, beyond which a budget is a typo.
 pub const MAX_BUDGET_SECONDS: f64 = 30.0 * 86_400.0;
-
-/// `pipeline fit`'s validation share carved out of the training file.
-pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
 
 /// Arguments of `pipeline report`.
 #[derive(clap::Args, Debug, Clone)]

@@ -337,6 +337,15 @@ mod tests {
     }
 
     #[test]
+    fn the_requests_defaults_are_the_command_lines() {
+        let cli = Cli::try_parse_from(["pipeline", "fit", "--train", "t.svm"]).unwrap();
+        let Command::Fit(args) = cli.command else {
+            unreachable!("a fit command line")
+        };
+        assert_eq!(request(&args).unwrap(), FitRequest::new("t.svm"));
+    }
+
+    #[test]
     fn set_values_are_typed_by_trains_parser_and_refused_as_it_refuses_them() {
         let set = |t: &str| parse_setting(t).unwrap();
         let o = overrides(&[set("kernel=linear"), set("lr=0.02"), set("freeze-hyper")]).unwrap();

@@ -6,8 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::budget;
-use super::budget::candidate_outcome;
+use super::budget::{self, candidate_outcome};
 use super::folds;
 use super::inputs::Inputs;
 use super::names::{self, ReservedSpec};
@@ -386,6 +385,7 @@ fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -
     svd.extend(chosen.candidate.svd_pairs());
     text += &table("svd", &svd);
     text += &table("train", &spec_pairs(&model.train_options(chosen)));
+    // The runner links the train run in: the table holds the rest.
     let predict = predict_options(model.kind, 0, model.split);
     text += &table("predict", &predict_pairs(&predict));
     text += &table("evaluate", &[("task", model.kind.as_str().to_string())]);
