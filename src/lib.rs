@@ -29,6 +29,7 @@ pub mod error;
 pub mod evaluate;
 pub mod export;
 pub mod failpoint;
+pub mod fit;
 pub mod ingest;
 pub mod linalg;
 pub mod memtrace;

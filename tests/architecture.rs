@@ -59,13 +59,46 @@ const BELOW_STAGES: &[&str] = &[
     "progress",
 ];
 
+/// What the fit layer may import: the stages it runs and everything below them.
+const FIT: &[&str] = &[
+    "ingest",
+    "svd",
+    "train",
+    "predict",
+    "evaluate",
+    "export",
+    "stage",
+    "sparse",
+    "projection",
+    "scoring",
+    "trained",
+    "portable",
+    "metrics",
+    "topk",
+    "transform",
+    "text",
+    "model",
+    "store",
+    "linalg",
+    "error",
+    "memtrace",
+    "alloc",
+    "failpoint",
+    "comm",
+    "choice",
+    "stop",
+];
+
 /// Top-level module → the top-level modules it may import. The one table of the layout:
 /// add a module here when it is created, rename it here when it is renamed.
 const LAYERS: &[(&str, &[&str])] = &[
     // The binary's root: parses the command line and hands it to the CLI layer.
     ("main", &["cli"]),
-    // The clap layer (`pipeline run`'s spec handling lives under it too).
+    // The clap layer (`pipeline run`'s spec handling lives under it too; `pipeline fit` is
+    // the fit layer's command line).
     ("cli", &[ANY]),
+    // Model selection within a budget: runs the stages through their typed options.
+    ("fit", FIT),
     // The stages.
     ("ingest", BELOW_STAGES),
     ("svd", BELOW_STAGES),

@@ -21,7 +21,7 @@ use super::progress::LogFormat;
 use crate::choice::Choice;
 use crate::evaluate::{EvaluateOptions, TaskChoice as EvaluateTask};
 use crate::export::ExportOptions;
-use crate::ingest::config::IngestConfig;
+use crate::ingest::config::{IngestConfig, DEFAULT_CHUNK_MB};
 use crate::ingest::input::InputLayout;
 use crate::ingest::layouts::{Bow, Libsvm, XcSingle, XcSplit};
 use crate::ingest::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
@@ -292,7 +292,8 @@ pub struct IngestArgs {
     #[arg(long, value_parser = int_in::<usize>(1, MAX_CHUNK_ROWS as u64))]
     pub chunk_rows: Option<usize>,
     /// Target uncompressed size of a chunk in MiB when --chunk-rows is not given.
-    #[arg(long, default_value_t = 32, value_parser = int_in::<usize>(1, MAX_CHUNK_MB as u64))]
+    #[arg(long, default_value_t = DEFAULT_CHUNK_MB,
+          value_parser = int_in::<usize>(1, MAX_CHUNK_MB as u64))]
     pub chunk_mb: usize,
     /// Worker threads (default: all cores; at most 4 per core).
     #[arg(long, value_parser = threads())]
@@ -1222,7 +1223,8 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 0, value_parser = seed())]
     pub seed: u64,
     /// Share of the training rows carved out for choosing the model.
-    #[arg(long, default_value_t = DEFAULT_VALIDATION_FRACTION, value_parser = open_fraction())]
+    #[arg(long, default_value_t = crate::fit::DEFAULT_VALIDATION_FRACTION,
+          value_parser = open_fraction())]
     pub validation_fraction: f64,
     /// Where to write the spec of the final model (default: a new file in the workspace,
     /// fits/NAME-fit.toml or NAME-fit-K.toml, whose path fit prints).
@@ -1334,9 +1336,6 @@ pub fn parse_budget(text: &str) -> Result<f64, String> {
 
 /// The longest `fit --budget`: thirty days, beyond which a budget is a typo.
 pub const MAX_BUDGET_SECONDS: f64 = 30.0 * 86_400.0;
-
-/// `pipeline fit`'s validation share carved out of the training file.
-pub const DEFAULT_VALIDATION_FRACTION: f64 = 0.2;
 
 /// Arguments of `pipeline report`.
 #[derive(clap::Args, Debug, Clone)]

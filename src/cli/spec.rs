@@ -45,6 +45,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 
 use super::args::{Cli, Command, RunArgs, SynthArgs};
+use crate::fit::FinalStage;
 use crate::metrics::evaluation::Evaluation;
 use crate::report::SeedSummary;
 use crate::store::catalog::{MetricRow, StageKind};
@@ -306,12 +307,7 @@ fn spec_only_keys(stage: SpecStage) -> &'static [&'static str] {
 }
 
 /// One stage's line in the run summary.
-struct StageLine {
-    stage: String,
-    run: Option<i64>,
-    cached: bool,
-    seconds: f64,
-}
+type StageLine = FinalStage;
 
 /// The stage lines of a run so far, and the spec they come from.
 struct Runner<'a> {
@@ -426,30 +422,29 @@ impl Runner<'_> {
             metrics,
         })
     }
+}
 
-    /// The table of stages: run id, cached or ran, seconds.
-    fn print_lines(&self) {
-        eprintln!();
-        let width = self
-            .lines
-            .iter()
-            .map(|l| l.stage.len())
-            .max()
-            .unwrap_or(0)
-            .max(9);
+/// The table of stages: run id, cached or ran, seconds (a spec's, and a fit's final model's).
+pub fn print_stages(lines: &[StageLine]) {
+    eprintln!();
+    let width = lines
+        .iter()
+        .map(|l| l.stage.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    eprintln!(
+        "{:<width$} {:>6} {:>7} {:>10}",
+        "stage", "run", "", "seconds"
+    );
+    for l in lines {
         eprintln!(
-            "{:<width$} {:>6} {:>7} {:>10}",
-            "stage", "run", "", "seconds"
+            "{:<width$} {:>6} {:>7} {:>10.1}",
+            l.stage,
+            l.run.map_or("-".to_string(), |r| format!("#{r}")),
+            if l.cached { "cached" } else { "ran" },
+            l.seconds
         );
-        for l in &self.lines {
-            eprintln!(
-                "{:<width$} {:>6} {:>7} {:>10.1}",
-                l.stage,
-                l.run.map_or("-".to_string(), |r| format!("#{r}")),
-                if l.cached { "cached" } else { "ran" },
-                l.seconds
-            );
-        }
     }
 }
 
@@ -480,7 +475,7 @@ pub fn execute(ws: &Workspace, spec: &Spec) -> Result<Vec<Evaluated>> {
             }
         }
     }
-    runner.print_lines();
+    print_stages(&runner.lines);
     Ok(sweep)
 }
 

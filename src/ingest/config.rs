@@ -12,6 +12,9 @@ use crate::text::parse::{LabelRules, RowRules, UnknownFeatures, MAX_IDS};
 use crate::text::source::refuse_special_file;
 use crate::transform::{Transform, TransformChoice};
 
+/// MiB of uncompressed rows a chunk file holds when no row count is given (`--chunk-mb`).
+pub const DEFAULT_CHUNK_MB: usize = 32;
+
 /// Configuration of one ingest.
 #[derive(Debug)]
 pub struct IngestConfig {

@@ -744,8 +744,12 @@ fn fits_of_two_files_of_one_name_take_names_of_their_own_and_a_spec_in_the_works
     assert_eq!(other["dataset"], "train-2");
     assert_eq!(spec_of(&other), "train-2-fit.toml");
     // The first file again: its datasets are reused (no ingest runs again), the spec is new.
+    // Every run, not status's recent ones: under load a refit plans other steps, and its
+    // new runs would push the ingests out of the recent window.
     let ingests = |ws: &std::path::Path| {
-        status_json(ws)["runs"]
+        let out = pipeline(ws, &["status", "--json", "--runs", "100000"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["runs"]
             .as_array()
             .unwrap()
             .iter()
@@ -821,4 +825,102 @@ fn fits_of_two_files_of_one_name_take_names_of_their_own_and_a_spec_in_the_works
     assert!(!dir.path().join("escape-fit.toml").exists());
     assert!(!ws.join("escape-fit.toml").exists());
     assert_eq!(std::fs::read_dir(ws.join("fits")).unwrap().count(), 3);
+}
+
+/// Every event of a library fit, by kind, in order.
+struct Recorded(Vec<&'static str>);
+
+impl fsgp::fit::FitObserver for Recorded {
+    fn event(&mut self, event: fsgp::fit::FitEvent<'_>) {
+        use fsgp::fit::FitEvent as E;
+        self.0.push(match event {
+            E::Ingesting { .. } => "ingesting",
+            E::Planned { .. } => "planned",
+            E::CandidateStarted { .. } => "candidate",
+            E::CandidateDone(_) => "done-candidate",
+            E::Table { .. } => "table",
+            E::Chosen { .. } => "chosen",
+            E::FinalStageStarted { .. } => "stage",
+            E::FinalStages(_) => "stages",
+            E::Done { .. } => "done",
+            _ => "other",
+        });
+    }
+}
+
+#[test]
+fn fit_called_from_rust_returns_its_outcome_and_tells_its_observer_each_step() {
+    use fsgp::fit::{CandidateResult, FitRequest};
+    use fsgp::metrics::evaluation::Evaluation;
+    use fsgp::train::{TrainFlag, TrainOptions};
+    use fsgp::trained::KernelChoice;
+
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("toy.svm");
+    let test = dir.path().join("toy-test.svm");
+    std::fs::write(&train, points(0..240)).unwrap();
+    std::fs::write(&test, points(240..320)).unwrap();
+    let ws = fsgp::store::workspace::Workspace::open(&dir.path().join("ws")).unwrap();
+    let mut request = FitRequest::new(&train);
+    request.test = Some(test);
+    request.budget_seconds = 20.0;
+    request.folds = false;
+    request.overrides = TrainOptions {
+        kernel: KernelChoice::Linear,
+        given: [TrainFlag::Kernel].into(),
+        ..TrainOptions::default()
+    };
+    let mut events = Recorded(Vec::new());
+    let outcome = fsgp::fit::run(&ws, &request, &mut events).unwrap();
+    assert_eq!((outcome.dataset.as_str(), outcome.task), ("toy", "binary"));
+    assert_eq!((outcome.folds, outcome.evaluated_split), (1, "test"));
+    // The override fixes the kernel: the four candidates collapse to the two Ms.
+    let names: Vec<&str> = outcome.candidates.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["linear, free Z, M = 100", "linear, free Z, M = 188"]
+    );
+    let chosen = outcome.chosen();
+    assert_eq!(chosen.train["kernel"], "linear");
+    assert_eq!(chosen.train["likelihood"], "logistic");
+    let CandidateResult::Scored { trained_steps, .. } = &chosen.result else {
+        panic!("the chosen candidate was scored: {chosen:?}")
+    };
+    assert_eq!(*trained_steps, outcome.final_steps);
+    assert_eq!(outcome.final_runs.len(), 1);
+    let Evaluation::Binary(test_metrics) = &outcome.final_runs[0].metrics else {
+        panic!("binary metrics: {:?}", outcome.final_runs[0].metrics)
+    };
+    assert!(test_metrics.accuracy > 0.8, "{}", test_metrics.accuracy);
+    let spec = std::fs::read_to_string(&outcome.spec).unwrap();
+    assert!(
+        spec.contains(&format!("steps = {}", outcome.final_steps)),
+        "{spec}"
+    );
+    // The observer heard the rule's steps in order: one line per candidate, the table, the
+    // choice, the final model's five stages, the end.
+    let done = events.0.iter().filter(|e| **e == "done-candidate").count();
+    assert_eq!(done, outcome.candidates.len());
+    let steps: Vec<&str> = events
+        .0
+        .iter()
+        .copied()
+        .filter(|e| !matches!(*e, "candidate" | "done-candidate" | "other"))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "ingesting",
+            "planned",
+            "table",
+            "chosen",
+            "stage",
+            "stage",
+            "stage",
+            "stage",
+            "stage",
+            "stages",
+            "done"
+        ]
+    );
 }

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use super::folds::{fold_config, fold_count};
-use super::rule::{argv, command, ingest_options};
-use crate::cli::args::{Command, FitArgs};
+use super::inputs::Inputs;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::name_is_free_or_same;
+use crate::ingest::validation::ValidationSplit;
 use crate::store::workspace::Workspace;
 
 /// At most this many `STEM-K` names are tried before fit asks for `--name`.
@@ -27,14 +27,14 @@ pub const SPEC_DIR: &str = "fits";
 /// → `train`), or `STEM-K` for the first K ≥ 2 whose datasets — the selection data
 /// `NAME-select`, the final `NAME`, and the folds `NAME-foldI` — are each free or hold this
 /// same file with these options.
-pub fn free_name(ws: &Workspace, args: &FitArgs, format: &str) -> Result<String> {
-    let stem = default_name(&args.train);
+pub fn free_name(ws: &Workspace, inputs: &Inputs, fraction: f64, seed: u64) -> Result<String> {
+    let stem = default_name(&inputs.train);
     for k in 1..=MAX_NAME_TRIES {
         let name = match k {
             1 => stem.clone(),
             k => format!("{stem}-{k}"),
         };
-        if name_is_ours(ws, args, &name, format)? {
+        if name_is_ours(ws, inputs, &name, fraction, seed)? {
             return Ok(name);
         }
     }
@@ -45,14 +45,20 @@ pub fn free_name(ws: &Workspace, args: &FitArgs, format: &str) -> Result<String>
 }
 
 /// Whether every dataset a fit named `name` makes is free or already this fit's.
-fn name_is_ours(ws: &Workspace, args: &FitArgs, name: &str, format: &str) -> Result<bool> {
-    let k = fold_count(args.validation_fraction);
+fn name_is_ours(
+    ws: &Workspace,
+    inputs: &Inputs,
+    name: &str,
+    fraction: f64,
+    seed: u64,
+) -> Result<bool> {
+    let k = fold_count(fraction);
     let mut configs = vec![
-        ingest_config(args, &format!("{name}-select"), format, true)?,
-        ingest_config(args, name, format, false)?,
+        select_config(inputs, name, fraction, seed)?,
+        inputs.config(name, None)?,
     ];
     for fold in 1..=k {
-        configs.push(fold_config(args, name, format, fold, k)?);
+        configs.push(fold_config(inputs, name, fold, k, seed)?);
     }
     for config in &configs {
         if !name_is_free_or_same(ws, config)? {
@@ -62,19 +68,21 @@ fn name_is_ours(ws: &Workspace, args: &FitArgs, name: &str, format: &str) -> Res
     Ok(true)
 }
 
-/// The ingest fit runs for dataset `name` (`carve`: with the validation split).
-pub(super) fn ingest_config(
-    args: &FitArgs,
+/// The selection data of dataset `name`: `NAME-select`, the training file with a share
+/// `fraction` of its rows carved out for validation by `seed`.
+pub(super) fn select_config(
+    inputs: &Inputs,
     name: &str,
-    format: &str,
-    carve: bool,
+    fraction: f64,
+    seed: u64,
 ) -> Result<IngestConfig> {
-    let Command::Ingest(ingest) =
-        command(argv("ingest", &ingest_options(args, name, format, carve)))?
-    else {
-        unreachable!()
-    };
-    ingest.config()
+    let carve = ValidationSplit::fraction(fraction, seed);
+    inputs.config(&select_name(name), Some(carve))
+}
+
+/// The selection dataset's name of dataset `name`.
+pub fn select_name(name: &str) -> String {
+    format!("{name}-select")
 }
 
 /// The dataset name from the training file's name (`train.txt.gz` → `train`).

@@ -1,6 +1,26 @@
-//! `pipeline fit`: from a training file (and a test file) to a chosen model in one command,
-//! inside a wall-clock budget (`docs/fit.md` states the rule; it was written before any
-//! run).
+//! Fit: from a training file (and a test file) to a chosen model in one call, inside a
+//! wall-clock budget (`docs/fit.md` states the rule; it was written before any run). The
+//! layer above the stages: it runs ingest, svd, train, predict and evaluate through their
+//! typed options, and `pipeline fit` (`cli::fit`) is its command line.
+//!
+//! ```no_run
+//! use fsgp::fit::{self, FitRequest, Quiet};
+//! use fsgp::train::{TrainFlag, TrainOptions};
+//! use fsgp::trained::KernelChoice;
+//!
+//! let ws = fsgp::store::workspace::Workspace::open("fsgp-workspace".as_ref())?;
+//! let mut request = FitRequest::new("train.txt"); // every other option at pipeline fit's default
+//! request.test = Some("test.txt".into());
+//! request.budget_seconds = 120.0;
+//! request.overrides = TrainOptions {
+//!     kernel: KernelChoice::Linear,
+//!     given: [TrainFlag::Kernel].into(),
+//!     ..TrainOptions::default()
+//! };
+//! let outcome = fit::run(&ws, &request, &mut Quiet)?; // FitOutcome: `pipeline fit --json`, typed
+//! println!("{}: {:?}", outcome.chosen().name, outcome.final_runs[0].metrics);
+//! # anyhow::Ok(())
+//! ```
 //!
 //! 1. **Selection data.** The training file is ingested with `--transform auto` and a
 //!    validation carve (`<name>-select`); the task is the dataset's label kind unless given.
@@ -32,14 +52,22 @@
 
 mod budget;
 mod folds;
+mod inputs;
 mod names;
+mod observe;
+mod options;
 mod outcome;
 mod plan;
+mod request;
 mod rule;
 mod run;
 mod sizes;
 
+pub use inputs::InputFormat;
+pub use observe::{FinalStage, FitEvent, FitObserver, FoldRow, FoldTable, Quiet};
 pub use outcome::{
     CandidateOutcome, CandidateResult, Figure, Figures, FinalRun, FitOutcome, ModelFile,
 };
-pub use run::{run, run_command};
+pub use request::{FitRequest, DEFAULT_BUDGET_SECONDS, DEFAULT_VALIDATION_FRACTION};
+pub use rule::ACCURACY_TIE;
+pub use run::run;

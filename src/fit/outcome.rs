@@ -8,8 +8,6 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::budget::Row;
-use super::rule::Candidate;
 use crate::metrics::evaluation::Evaluation;
 
 /// The whole of one `pipeline fit`.
@@ -136,46 +134,6 @@ pub struct ModelFile {
     pub path: PathBuf,
     pub train_run: i64,
     pub checkpoint_step: u64,
-}
-
-/// The outcome's line of `row`.
-pub(super) fn candidate_outcome(row: &Row, ranking: bool) -> CandidateOutcome {
-    let options = |c: &Candidate| {
-        let map = |o: &[(&str, String)]| {
-            o.iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect::<BTreeMap<_, _>>()
-        };
-        (c.name.clone(), map(&c.svd), map(&c.train))
-    };
-    let (name, svd, train, result) = match row {
-        Row::Scored(s) => {
-            let (name, svd, train) = options(&s.candidate);
-            let result = CandidateResult::Scored {
-                step_ms: 1e3 * s.step_seconds,
-                planned_steps: s.planned,
-                trained_steps: s.steps,
-                seconds: s.seconds,
-                converged: s.converged,
-                validation: Figures::of_key(s.key(), ranking),
-                selection_run: s.run,
-            };
-            (name, svd, train, result)
-        }
-        Row::Failed { candidate, reason } => {
-            let (name, svd, train) = options(candidate);
-            let result = CandidateResult::Failed {
-                reason: reason.clone(),
-            };
-            (name, svd, train, result)
-        }
-    };
-    CandidateOutcome {
-        name,
-        svd,
-        train,
-        result,
-    }
 }
 
 #[cfg(test)]

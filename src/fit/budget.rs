@@ -6,8 +6,13 @@
 //! The planning is pure (the functions take the seconds measured and return steps), so it is
 //! tested without a clock; [`select`] and [`train_on`] are the loops that measure and run.
 
+use std::collections::BTreeMap;
+
 use anyhow::Result;
 
+use super::observe::{FitEvent, FitObserver};
+use super::options::given_values;
+use super::outcome::{CandidateOutcome, CandidateResult, Figures};
 use super::plan::Plan;
 use super::rule::{
     affordable, choose, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
@@ -58,7 +63,7 @@ pub enum Row {
     /// A candidate whose svd, probe or run failed for a reason of its own, and the first
     /// line of the error.
     Failed {
-        candidate: Candidate,
+        candidate: Box<Candidate>,
         reason: String,
     },
 }
@@ -76,7 +81,7 @@ impl Row {
     pub fn failed(c: &Candidate, error: &anyhow::Error) -> Row {
         let text = format!("{error:#}");
         Row::Failed {
-            candidate: c.clone(),
+            candidate: Box::new(c.clone()),
             reason: text.lines().next().unwrap_or("").to_string(),
         }
     }
@@ -101,7 +106,12 @@ pub fn is_candidates_own(error: &anyhow::Error) -> bool {
 /// that succeeds decides how many the budget affords (`list` is cut to them). A candidate
 /// that fails for a reason of its own becomes a [`Row::Failed`]; any other error ends the
 /// fit.
-pub fn select(ws: &Workspace, list: &mut Vec<Candidate>, plan: &Plan) -> Result<Vec<Row>> {
+pub fn select(
+    ws: &Workspace,
+    list: &mut Vec<Candidate>,
+    plan: &Plan,
+    observer: &mut dyn FitObserver,
+) -> Result<Vec<Row>> {
     let selection_started = std::time::Instant::now();
     let mut rows = Vec::new();
     let mut cut = false;
@@ -109,10 +119,18 @@ pub fn select(ws: &Workspace, list: &mut Vec<Candidate>, plan: &Plan) -> Result<
     while i < list.len() {
         let c = list[i].clone();
         let result = (|| -> Result<Scored> {
-            let p = probe(ws, &plan.dataset, plan.kind, &c, plan.seed, plan.budget)?;
+            let p = probe(
+                ws,
+                &plan.dataset,
+                plan.kind,
+                &c,
+                plan.seed,
+                plan.budget,
+                observer,
+            )?;
             if !cut {
                 cut = true;
-                cut_list(list, i, &p, plan);
+                cut_list(list, i, &p, plan, observer);
             }
             // An equal share of the selection time left when this candidate started.
             let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
@@ -120,14 +138,20 @@ pub fn select(ws: &Workspace, list: &mut Vec<Candidate>, plan: &Plan) -> Result<
                 / (list.len() - i) as f64;
             finish(ws, plan, p, share)
         })();
-        match result {
-            Ok(s) => rows.push(Row::Scored(Box::new(s))),
+        let row = match result {
+            Ok(s) => Row::Scored(Box::new(s)),
             Err(e) if is_candidates_own(&e) => {
-                eprintln!("== fit: candidate {} failed: {e:#}", c.name);
-                rows.push(Row::failed(&c, &e));
+                observer.event(FitEvent::CandidateFailed {
+                    name: &c.name,
+                    error: &e,
+                });
+                Row::failed(&c, &e)
             }
             Err(e) => return Err(e),
-        }
+        };
+        let ranking = plan.kind == crate::store::catalog::LabelKind::Multilabel;
+        observer.event(FitEvent::CandidateDone(&candidate_outcome(&row, ranking)));
+        rows.push(row);
         i += 1;
     }
     Ok(rows)
@@ -135,7 +159,13 @@ pub fn select(ws: &Workspace, list: &mut Vec<Candidate>, plan: &Plan) -> Result<
 
 /// Cuts `list` to the candidates the budget affords at the step time of candidate `at`'s
 /// probe `p` (the first that ran), saying which were dropped.
-fn cut_list(list: &mut Vec<Candidate>, at: usize, p: &Probed, plan: &Plan) {
+fn cut_list(
+    list: &mut Vec<Candidate>,
+    at: usize,
+    p: &Probed,
+    plan: &Plan,
+    observer: &mut dyn FitObserver,
+) {
     let k = at
         + affordable(
             plan.left,
@@ -145,16 +175,13 @@ fn cut_list(list: &mut Vec<Candidate>, at: usize, p: &Probed, plan: &Plan) {
             plan.needed,
         );
     if k < list.len() {
-        let dropped: Vec<&str> = list[k..].iter().map(|c| c.name.as_str()).collect();
-        eprintln!(
-            "== fit: at {:.1} ms a step the budget affords {} steps ({} epochs, or the cap) \
-             to {} candidate(s); dropped: {}",
-            1e3 * p.step_seconds,
-            plan.needed,
-            super::rule::MIN_EPOCHS,
-            k - at,
-            dropped.join("; ")
-        );
+        observer.event(FitEvent::Dropped {
+            step_ms: 1e3 * p.step_seconds,
+            needed_steps: plan.needed,
+            min_epochs: super::rule::MIN_EPOCHS,
+            kept: k - at,
+            dropped: list[k..].iter().map(|c| c.name.as_str()).collect(),
+        });
         list.truncate(k);
     }
 }
@@ -171,6 +198,7 @@ pub fn train_on(
     plan: &Plan,
     spent: impl Fn() -> f64,
     ingest_seconds: f64,
+    observer: &mut dyn FitObserver,
 ) -> Result<()> {
     while let Some(i) = to_train_on(rows) {
         let Row::Scored(s) = &mut rows[i] else {
@@ -183,16 +211,19 @@ pub fn train_on(
         if more < s.every.max(1) {
             break;
         }
-        eprintln!(
-            "== fit: {:.0} s left; {} trains {more} steps more from step {}",
-            plan.budget - spent(),
-            s.candidate.name,
-            s.steps
-        );
+        observer.event(FitEvent::Extending {
+            left_seconds: plan.budget - spent(),
+            name: &s.candidate.name,
+            more,
+            from: s.steps,
+        });
         match s.go_on(ws, plan, s.steps + more) {
             Ok(()) => {}
             Err(e) if is_candidates_own(&e) => {
-                eprintln!("== fit: candidate {} failed: {e:#}", s.candidate.name);
+                observer.event(FitEvent::CandidateFailed {
+                    name: &s.candidate.name,
+                    error: &e,
+                });
                 rows[i] = Row::failed(&s.candidate.clone(), &e);
             }
             Err(e) => return Err(e),
@@ -201,10 +232,54 @@ pub fn train_on(
     Ok(())
 }
 
+/// The outcome's line of `row`.
+pub fn candidate_outcome(row: &Row, ranking: bool) -> CandidateOutcome {
+    let options = |c: &Candidate| {
+        let map = |o: Vec<(&str, String)>| {
+            o.into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        (
+            c.name.clone(),
+            map(c.svd_pairs()),
+            map(given_values(&c.train)),
+        )
+    };
+    let (name, svd, train, result) = match row {
+        Row::Scored(s) => {
+            let (name, svd, train) = options(&s.candidate);
+            let result = CandidateResult::Scored {
+                step_ms: 1e3 * s.step_seconds,
+                planned_steps: s.planned,
+                trained_steps: s.steps,
+                seconds: s.seconds,
+                converged: s.converged,
+                validation: Figures::of_key(s.key(), ranking),
+                selection_run: s.run,
+            };
+            (name, svd, train, result)
+        }
+        Row::Failed { candidate, reason } => {
+            let (name, svd, train) = options(candidate);
+            let result = CandidateResult::Failed {
+                reason: reason.clone(),
+            };
+            (name, svd, train, result)
+        }
+    };
+    CandidateOutcome {
+        name,
+        svd,
+        train,
+        result,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::fit::plan::{probe_steps, stopping, FIRST_STEPS, PROBE_STEPS};
+    use crate::fit::plan::{probe_steps, stopping, FIRST_STEPS, PROBE_STEPS};
 
     #[test]
     fn the_probe_is_bounded_by_a_share_of_the_budget() {

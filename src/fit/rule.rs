@@ -4,20 +4,27 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
-use clap::Parser;
+use anyhow::Result;
 
-use crate::cli::args::{Cli, Command, FitArgs, Setting};
+use crate::evaluate::{EvaluateOptions, TaskChoice};
 use crate::metrics::baseline;
 use crate::metrics::evaluation::Evaluation;
 use crate::metrics::names::Figure;
+use crate::predict::PredictOptions;
 use crate::store::catalog::{DatasetRow, LabelKind, Split};
 use crate::store::chunks::read_registered_chunk_labels;
 use crate::store::workspace::Workspace;
+use crate::svd::SvdOptions;
 use crate::text::source::LineSource;
-use crate::train::TrainFlag;
-use crate::trained::{StopReason, Stopped};
+use crate::train::{TrainFlag, TrainOptions};
+use crate::trained::{
+    InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm, StopReason,
+    Stopped,
+};
 
+use super::inputs::InputFormat;
+use super::observe::{FitEvent, FitObserver};
+use super::options::{apply_given, flag_value};
 use super::plan::{self, Plan};
 use super::sizes;
 
@@ -43,13 +50,24 @@ pub const ACCURACY_TIE: f64 = 0.5;
 pub(super) const MAX_EPOCHS: u64 = 60;
 pub(super) const MIN_CAP: u64 = 3000;
 
-/// One candidate: a name and its svd and train options (flag, value), on top of
-/// [`common_train`].
+/// One candidate: a name, its svd's options (R and M; the dataset and seed are each run's)
+/// and its train options (`given` names those it sets), on top of [`common_train`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     pub name: String,
-    pub svd: Vec<(&'static str, String)>,
-    pub train: Vec<(&'static str, String)>,
+    pub svd: SvdOptions,
+    pub train: TrainOptions,
+}
+
+impl Candidate {
+    /// The svd options the outcome shows, by flag name: R and M.
+    pub fn svd_pairs(&self) -> Vec<(&'static str, String)> {
+        let shown = |v: Option<usize>| v.map_or(String::new(), |v| v.to_string());
+        vec![
+            ("rank", shown(self.svd.rank)),
+            ("inducing", shown(self.svd.inducing)),
+        ]
+    }
 }
 
 /// Sizes of the selection dataset's training split.
@@ -79,77 +97,110 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
         LabelKind::Multilabel => subspace.rank,
         LabelKind::Binary | LabelKind::Multiclass => subspace.start_rank,
     };
-    let svd = |m: u64| vec![("rank", rank.to_string()), ("inducing", m.to_string())];
-    let one = |name: &str, kernel: &str, z: &str, m_want: u64, extra: &[(&'static str, &str)]| {
-        let mm = m(m_want);
-        let mut train = vec![
-            ("kernel", kernel.to_string()),
-            ("inducing", mm.to_string()),
-            ("inducing-inputs", z.to_string()),
-        ];
-        train.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    let svd = |m: usize| SvdOptions {
+        rank: Some(rank as usize),
+        inducing: Some(m),
+        ..SvdOptions::new("")
+    };
+    let one = |name: &str, kernel, z, m_want: u64, extra: &TrainOptions| {
+        let mm = m(m_want) as usize;
+        let mut train = TrainOptions {
+            kernel,
+            inducing: Some(mm),
+            inducing_inputs: z,
+            given: [
+                TrainFlag::Kernel,
+                TrainFlag::Inducing,
+                TrainFlag::InducingInputs,
+            ]
+            .into(),
+            ..TrainOptions::default()
+        };
+        apply_given(&mut train, extra);
         Candidate {
             name: format!("{name}, M = {mm}"),
             svd: svd(mm),
             train,
         }
     };
+    let (linear, se, free, subspace_z) = (
+        KernelChoice::Linear,
+        KernelChoice::Se,
+        InducingInputs::Free,
+        InducingInputs::Subspace,
+    );
     match task {
         LabelKind::Binary | LabelKind::Multiclass => {
             let likelihood = match task {
-                LabelKind::Binary => "logistic",
-                _ => "softmax",
+                LabelKind::Binary => LikelihoodChoice::Logistic,
+                _ => LikelihoodChoice::Softmax,
             };
             // q(u) by natural steps of 0.1 (docs/fit.md, "Natural steps for the classifiers").
-            let classify: &[(&'static str, &str)] = &[
-                ("latent", "independent"),
-                ("likelihood", likelihood),
-                ("q-form", "whitened"),
-                ("natural-step", "0.1"),
-            ];
+            let classify = TrainOptions {
+                latent: LatentChoice::Independent,
+                likelihood,
+                q_form: QForm::Whitened,
+                natural_step: Some(0.1),
+                given: [
+                    TrainFlag::Latent,
+                    TrainFlag::Likelihood,
+                    TrainFlag::QForm,
+                    TrainFlag::NaturalStep,
+                ]
+                .into(),
+                ..TrainOptions::default()
+            };
             vec![
-                one("SE, free Z", "se", "free", 100, classify),
-                one("SE + linear, free Z", "se+linear", "free", 100, classify),
-                one("SE, free Z", "se", "free", 300, classify),
-                one("linear, free Z", "linear", "free", 100, classify),
+                one("SE, free Z", se, free, 100, &classify),
+                one(
+                    "SE + linear, free Z",
+                    KernelChoice::SePlusLinear,
+                    free,
+                    100,
+                    &classify,
+                ),
+                one("SE, free Z", se, free, 300, &classify),
+                one("linear, free Z", linear, free, 100, &classify),
             ]
         }
         LabelKind::Multilabel => {
-            let labels = label_options(s.l);
-            let factor: Vec<(&'static str, &str)> =
-                labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let factor = factor.as_slice();
+            let factor = label_options(s.l);
             let linear = vec![
                 one(
                     "linear, subspace Z (the paper's)",
-                    "linear",
-                    "subspace",
+                    linear,
+                    subspace_z,
                     subspace.linear_inducing,
-                    factor,
+                    &factor,
                 ),
                 one(
                     "linear, free Z",
-                    "linear",
-                    "free",
+                    linear,
+                    free,
                     subspace.linear_inducing,
-                    factor,
+                    &factor,
                 ),
             ];
-            let mut se = vec![one("SE, free Z", "se", "free", 200, factor)];
+            let mut se_list = vec![one("SE, free Z", se, free, 200, &factor)];
             if s.l <= 50 {
-                se.push(one(
+                let per_label = TrainOptions {
+                    latent: LatentChoice::Independent,
+                    given: [TrainFlag::Latent].into(),
+                    ..TrainOptions::default()
+                };
+                se_list.push(one(
                     "SE, free Z, one GP per label",
-                    "se",
-                    "free",
+                    se,
+                    free,
                     200,
-                    &[("latent", "independent")],
+                    &per_label,
                 ));
             }
             // Sparse rows (bag-of-words counts): the paper's linear models first; dense
             // rows (standardised measurements): the stationary kernel first.
             match s.dense {
-                true => se.into_iter().chain(linear).collect(),
-                false => linear.into_iter().chain(se).collect(),
+                true => se_list.into_iter().chain(linear).collect(),
+                false => linear.into_iter().chain(se_list).collect(),
             }
         }
     }
@@ -173,92 +224,70 @@ pub const MAX_FACTORS: u64 = 200;
 /// P = min(30, L) with every negative; above, P = 30 √(L / MANY_LABELS) (at most
 /// [`MAX_FACTORS`]) so that the label model's rank grows with L, and `negatives` makes the
 /// step's term work follow the batch's positives and samples instead of L.
-pub fn label_options(l: u64) -> Vec<(&'static str, String)> {
-    if l <= MANY_LABELS {
-        return vec![("factors", 30.min(l).max(1).to_string())];
+pub fn label_options(l: u64) -> TrainOptions {
+    let (factors, negatives) = match l <= MANY_LABELS {
+        true => (30.min(l).max(1), None),
+        false => {
+            let scaled = (30.0 * (l as f64 / MANY_LABELS as f64).sqrt()).round() as u64;
+            (scaled.min(MAX_FACTORS), Some(SAMPLED_NEGATIVES as usize))
+        }
+    };
+    let mut o = TrainOptions {
+        factors: Some(factors as usize),
+        given: [TrainFlag::Factors].into(),
+        ..TrainOptions::default()
+    };
+    if let Some(n) = negatives {
+        o.negatives = Negatives::Sample(n);
+        o.given.insert(TrainFlag::Negatives);
     }
-    let scaled = (30.0 * (l as f64 / MANY_LABELS as f64).sqrt()).round() as u64;
-    vec![
-        ("factors", scaled.min(MAX_FACTORS).to_string()),
-        ("negatives", SAMPLED_NEGATIVES.to_string()),
-    ]
+    o
 }
 
-/// `list` with fit's `--set` options applied: each replaces the candidate's option of its
-/// flag or joins its options, and `inducing` sets the svd's count too. A candidate changed
-/// is named by what it now trains; candidates made equal are kept once, the first.
-pub fn with_settings(list: Vec<Candidate>, sets: &[Setting]) -> Vec<Candidate> {
-    if sets.is_empty() {
+/// `list` with the caller's train options (`overrides.given`) applied: each replaces the
+/// candidate's option of its flag or joins its options, and `inducing` sets the svd's count
+/// too. A candidate changed is named by what it now trains; candidates made equal are kept
+/// once, the first.
+pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Candidate> {
+    if overrides.given.is_empty() {
         return list;
     }
     let mut out: Vec<Candidate> = Vec::new();
     for mut c in list {
-        for s in sets {
-            set_option(&mut c.train, s.flag.name(), &s.value);
-            if s.flag == TrainFlag::Inducing {
-                set_option(&mut c.svd, "inducing", &s.value);
-            }
+        apply_given(&mut c.train, overrides);
+        if overrides.given.contains(&TrainFlag::Inducing) {
+            c.svd.inducing = overrides.inducing;
         }
-        c.name = settings_name(&c.train, sets);
-        let same = |o: &Candidate| {
-            sorted(&o.svd) == sorted(&c.svd) && sorted(&o.train) == sorted(&c.train)
-        };
-        if !out.iter().any(same) {
+        c.name = settings_name(&c.train, overrides);
+        if !out.iter().any(|o| o.svd == c.svd && o.train == c.train) {
             out.push(c);
         }
     }
     out
 }
 
-/// Refuses a `--set` value train's command line would refuse, before anything runs.
-pub(super) fn check_settings(sets: &[Setting]) -> Result<()> {
-    let mut options = vec![("dataset", "-".to_string())];
-    options.extend(sets.iter().map(|s| (s.flag.name(), s.value.clone())));
-    command(argv("train", &options)).context("fit --set")?;
-    Ok(())
-}
-
-pub(super) fn set_option(
-    options: &mut Vec<(&'static str, String)>,
-    key: &'static str,
-    value: &str,
-) {
-    match options.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, v)) => *v = value.to_string(),
-        None => options.push((key, value.to_string())),
-    }
-}
-
-pub(super) fn sorted(options: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
-    let mut v = options.to_vec();
-    v.sort();
-    v
-}
-
-/// A candidate's name after `--set`: its kernel, inducing inputs and M, then the settings
-/// other than those three.
-pub(super) fn settings_name(train: &[(&'static str, String)], sets: &[Setting]) -> String {
-    let get = |key: &str| {
-        train
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map_or("default", |(_, v)| v.as_str())
+/// A candidate's name after the overrides: its kernel, inducing inputs and M, then the
+/// overrides other than those three.
+pub(super) fn settings_name(train: &TrainOptions, overrides: &TrainOptions) -> String {
+    let get = |flag: TrainFlag| match train.given.contains(&flag) {
+        true => flag_value(train, flag),
+        false => "default".to_string(),
     };
     let mut name = format!(
         "{}, {} Z, M = {}",
-        get("kernel"),
-        get("inducing-inputs"),
-        get("inducing")
+        get(TrainFlag::Kernel),
+        get(TrainFlag::InducingInputs),
+        get(TrainFlag::Inducing)
     );
     let shown = [
         TrainFlag::Kernel,
         TrainFlag::InducingInputs,
         TrainFlag::Inducing,
     ];
-    for s in sets.iter().filter(|s| !shown.contains(&s.flag)) {
-        name += &match s.value.as_str() {
-            "" => format!(", {}", s.flag),
-            v => format!(", {}={v}", s.flag),
+    for &flag in overrides.given.iter().filter(|f| !shown.contains(f)) {
+        name += &match flag_value(overrides, flag).as_str() {
+            "" => format!(", {flag}"),
+            v => format!(", {flag}={v}"),
         };
     }
     name
@@ -268,33 +297,36 @@ pub(super) fn settings_name(train: &[(&'static str, String)], sets: &[Setting]) 
 pub(super) const BATCH: u64 = 500;
 
 /// Options every run shares (batch, learning rate, seed, no exact bound at the end).
-pub(super) fn common_train(seed: u64) -> Vec<(&'static str, String)> {
-    vec![
-        ("batch", BATCH.to_string()),
-        ("lr", "0.01".into()),
-        ("seed", seed.to_string()),
-        ("no-final-elbo", String::new()),
-    ]
+pub(super) fn common_train(seed: u64) -> TrainOptions {
+    TrainOptions {
+        batch: BATCH as usize,
+        lr: 0.01,
+        seed,
+        final_elbo: false,
+        given: [
+            TrainFlag::Batch,
+            TrainFlag::Lr,
+            TrainFlag::Seed,
+            TrainFlag::NoFinalElbo,
+        ]
+        .into(),
+        ..TrainOptions::default()
+    }
 }
 
-/// A run's train options: the candidate's (`--set` applied), then those of
+/// A run's train options: the candidate's (overrides applied), then those of
 /// [`common_train`] it does not set itself (`--set batch=1000` replaces fit's batch).
-pub(super) fn run_options(c: &Candidate, seed: u64) -> Vec<(&'static str, String)> {
-    let mut options = c.train.clone();
-    for (key, value) in common_train(seed) {
-        if !options.iter().any(|(k, _)| *k == key) {
-            options.push((key, value));
-        }
-    }
+pub(super) fn run_options(c: &Candidate, seed: u64) -> TrainOptions {
+    let mut options = common_train(seed);
+    apply_given(&mut options, &c.train);
     options
 }
 
-/// The minibatch size the runs of `list` train with: a `--set batch`, else [`BATCH`].
+/// The minibatch size the runs of `list` train with: an overridden batch, else [`BATCH`].
 pub(super) fn batch_of(list: &[Candidate]) -> u64 {
     list.first()
-        .and_then(|c| c.train.iter().find(|(k, _)| *k == "batch"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(BATCH)
+        .filter(|c| c.train.given.contains(&TrainFlag::Batch))
+        .map_or(BATCH, |c| c.train.batch as u64)
 }
 
 /// The most steps a run may take: [`MAX_EPOCHS`] epochs, and at least [`MIN_CAP`].
@@ -337,64 +369,17 @@ pub fn planned_steps(seconds: f64, step_seconds: f64, cap: u64) -> u64 {
 /// The layout of a training file: `xc` when its first line is an XML-repository header
 /// (`N D L`, three integers), else `libsvm`. Read through ingest's [`LineSource`]:
 /// compression by magic bytes, special files refused, the line's length capped.
-pub fn sniff_format(path: &Path) -> Result<&'static str> {
+pub fn sniff_format(path: &Path) -> Result<InputFormat> {
     let mut source = LineSource::open(path)?;
     let mut first = Vec::new();
     source.read_line(&mut first)?;
     let text = String::from_utf8_lossy(&first);
     let tokens: Vec<&str> = text.split_whitespace().collect();
     let header = tokens.len() == 3 && tokens.iter().all(|t| t.parse::<u64>().is_ok());
-    Ok(if header { "xc" } else { "libsvm" })
-}
-
-/// Parses `pipeline ARGV...` and returns the command.
-pub(super) fn command(argv: Vec<String>) -> Result<Command> {
-    let cli = Cli::try_parse_from(&argv)
-        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
-    Ok(cli.command)
-}
-
-pub(super) fn argv(stage: &str, options: &[(&str, String)]) -> Vec<String> {
-    let mut v = vec!["pipeline".to_string(), stage.to_string()];
-    for (flag, value) in options {
-        v.push(format!("--{flag}"));
-        if !value.is_empty() {
-            v.push(value.clone());
-        }
-    }
-    v
-}
-
-/// The ingest options of the training (and test) file.
-pub(super) fn ingest_options(
-    args: &FitArgs,
-    name: &str,
-    format: &str,
-    carve: bool,
-) -> Vec<(&'static str, String)> {
-    let mut o = vec![
-        ("name", name.to_string()),
-        ("format", format.to_string()),
-        ("train", absolute(&args.train)),
-    ];
-    if let Some(test) = &args.test {
-        o.push(("test", absolute(test)));
-    }
-    if let Some(d) = args.features {
-        o.push(("features", d.to_string()));
-    }
-    if carve {
-        o.push(("validation-fraction", args.validation_fraction.to_string()));
-        o.push(("validation-seed", args.seed.to_string()));
-    }
-    o
-}
-
-pub(super) fn absolute(p: &Path) -> String {
-    std::fs::canonicalize(p)
-        .unwrap_or_else(|_| p.to_path_buf())
-        .display()
-        .to_string()
+    Ok(match header {
+        true => InputFormat::Xc,
+        false => InputFormat::Libsvm,
+    })
 }
 
 /// One candidate's result on the validation split.
@@ -432,14 +417,13 @@ impl Scored {
     /// `--max-steps` with a larger one) and scores the run's last step on validation again.
     pub(super) fn go_on(&mut self, ws: &Workspace, plan: &Plan, to: u64) -> Result<()> {
         let started = Instant::now();
-        let options = [
-            ("resume", self.run.to_string()),
-            ("max-steps", to.to_string()),
-        ];
-        let Command::Train(t) = command(argv("train", &options))? else {
-            unreachable!()
+        let options = TrainOptions {
+            resume: Some(self.run),
+            max_steps: Some(to),
+            given: [TrainFlag::Resume, TrainFlag::MaxSteps].into(),
+            ..TrainOptions::default()
         };
-        let stopped = crate::train::run(ws, &t.options())?.value.stopped;
+        let stopped = crate::train::run(ws, &options)?.value.stopped;
         self.planned = to;
         self.record_end(stopped, to, plan.cap);
         let (metrics, scoring_seconds) = score(ws, plan.kind, self.run, self.steps)?;
@@ -496,21 +480,39 @@ pub(super) fn choose(scored: &[&Scored]) -> Option<usize> {
 
 /// The predict options for a task: binary one label, multi-class every class up to the
 /// default rule, multi-label the top 5; with probabilities for the classification tasks.
-pub(super) fn predict_options(kind: LabelKind, split: Split) -> Vec<(&'static str, String)> {
-    let mut o = vec![("split", split.name().to_string())];
-    if kind != LabelKind::Multilabel {
-        o.push(("probabilities", String::new()));
+pub(super) fn predict_options(kind: LabelKind, run: i64, split: Split) -> PredictOptions {
+    PredictOptions {
+        split,
+        probabilities: kind != LabelKind::Multilabel,
+        top_k: (kind == LabelKind::Binary).then_some(1),
+        ..PredictOptions::new(run)
     }
-    if kind == LabelKind::Binary {
-        o.push(("top-k", "1".into()));
+}
+
+/// The spec's `[predict]` table of [`predict_options`] (the run is linked in by the runner).
+pub(super) fn predict_pairs(o: &PredictOptions) -> Vec<(&'static str, String)> {
+    let mut pairs = vec![("split", o.split.name().to_string())];
+    if o.probabilities {
+        pairs.push(("probabilities", String::new()));
     }
-    o
+    if let Some(k) = o.top_k {
+        pairs.push(("top-k", k.to_string()));
+    }
+    pairs
+}
+
+/// The evaluate options of `kind`'s predictions in `file`.
+pub(super) fn evaluate_options(kind: LabelKind, file: String) -> EvaluateOptions {
+    EvaluateOptions {
+        task: TaskChoice::Given(kind),
+        ..EvaluateOptions::new(file)
+    }
 }
 
 /// A candidate after its probe: the options of its runs and its measured step time.
 pub(super) struct Probed {
     pub(super) candidate: Candidate,
-    pub(super) train_opts: Vec<(&'static str, String)>,
+    pub(super) train_opts: TrainOptions,
     pub(super) run: i64,
     pub(super) step_seconds: f64,
     /// The steps the probe trained ([`PROBE_STEPS`], fewer when steps are slow).
@@ -526,22 +528,20 @@ impl Probed {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Trains the candidate's options for `steps` steps (with `extra` options): a run of
-    /// its own (a finished run is not resumed), whose first steps repeat the probe's
-    /// exactly. Returns the run and how it ended.
+    /// Trains the candidate's options for `steps` steps (with the options `extra` gives):
+    /// a run of its own (a finished run is not resumed), whose first steps repeat the
+    /// probe's exactly. Returns the run and how it ended.
     pub(super) fn train(
         &self,
         ws: &Workspace,
         steps: u64,
-        extra: &[(&'static str, String)],
+        extra: &TrainOptions,
     ) -> Result<(i64, Option<Stopped>)> {
         let mut options = self.train_opts.clone();
-        options.push(("steps", steps.to_string()));
-        options.extend(extra.iter().cloned());
-        let Command::Train(t) = command(argv("train", &options))? else {
-            unreachable!()
-        };
-        let outcome = crate::train::run(ws, &t.options())?;
+        options.steps = Some(steps);
+        options.given.insert(TrainFlag::Steps);
+        apply_given(&mut options, extra);
+        let outcome = crate::train::run(ws, &options)?;
         Ok((outcome.run_id, outcome.value.stopped))
     }
 }
@@ -556,15 +556,16 @@ pub(super) fn probe(
     c: &Candidate,
     seed: u64,
     budget_seconds: f64,
+    observer: &mut dyn FitObserver,
 ) -> Result<Probed> {
     let started = Instant::now();
-    eprintln!("== fit: candidate {}", c.name);
-    let mut svd_opts = vec![("dataset", dataset.to_string()), ("seed", seed.to_string())];
-    svd_opts.extend(c.svd.iter().cloned());
-    let Command::Svd(svd) = command(argv("svd", &svd_opts))? else {
-        unreachable!()
+    observer.event(FitEvent::CandidateStarted { name: &c.name });
+    let svd_opts = SvdOptions {
+        dataset: dataset.to_string(),
+        seed,
+        ..c.svd.clone()
     };
-    let svd = crate::svd::run(ws, &svd.options())?;
+    let svd = crate::svd::run(ws, &svd_opts)?;
     let svd_run = svd.run_id;
     // The final model runs this svd again on every training row: what it costs is the run's
     // own time, also when an earlier candidate's run is reused here (the reuse takes no
@@ -574,12 +575,14 @@ pub(super) fn probe(
         true => started.elapsed().as_secs_f64(),
         false => ws.catalog.run_seconds(svd_run)?.unwrap_or(0.0),
     };
-    let mut train_opts = vec![
-        ("dataset", dataset.to_string()),
-        ("svd", svd_run.to_string()),
-        ("task", kind.as_str().to_string()),
-    ];
-    train_opts.extend(run_options(c, seed));
+    let mut train_opts = TrainOptions {
+        dataset: Some(dataset.to_string()),
+        svd: Some(svd_run),
+        task: kind,
+        given: [TrainFlag::Dataset, TrainFlag::Svd, TrainFlag::Task].into(),
+        ..TrainOptions::default()
+    };
+    apply_given(&mut train_opts, &run_options(c, seed));
     let mut probed = Probed {
         candidate: c.clone(),
         train_opts,
@@ -602,7 +605,7 @@ impl Probed {
     /// Trains a probe run of `self.steps` steps and measures its seconds a step.
     pub(super) fn measure(&mut self, ws: &Workspace) -> Result<()> {
         let started = Instant::now();
-        self.run = self.train(ws, self.steps, &[])?.0;
+        self.run = self.train(ws, self.steps, &TrainOptions::default())?.0;
         self.step_seconds = probe_step_seconds(ws, self.run, self.steps)?
             .unwrap_or_else(|| started.elapsed().as_secs_f64() / self.steps as f64);
         Ok(())
@@ -626,14 +629,21 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
             // Early stopping's patience in passes over the data (`plan::stopping`), and
             // the run cut at its planned steps of a budget of the cap, so that the time
             // others leave can take it on (`budget::train_on`).
-            let mut extra = vec![("max-steps", planned.to_string())];
+            let mut extra = TrainOptions {
+                max_steps: Some(planned),
+                given: [TrainFlag::MaxSteps].into(),
+                ..TrainOptions::default()
+            };
             if !plan.fixed {
                 let patience;
                 (every, patience) = plan::stopping(planned, plan.epoch_steps);
-                extra.extend([
-                    ("early-stopping", String::new()),
-                    ("validate-every", every.to_string()),
-                    ("patience", patience.to_string()),
+                extra.early_stopping = true;
+                extra.validate_every = Some(every);
+                extra.patience = patience;
+                extra.given.extend([
+                    TrainFlag::EarlyStopping,
+                    TrainFlag::ValidateEvery,
+                    TrainFlag::Patience,
                 ]);
             }
             p.train(ws, plan.cap, &extra)?
@@ -672,20 +682,12 @@ pub(super) fn score(
     step: u64,
 ) -> Result<(Evaluation, f64)> {
     let started = Instant::now();
-    let mut predict = vec![("run", run.to_string()), ("checkpoint", step.to_string())];
-    predict.extend(predict_options(kind, Split::Validation));
-    let Command::Predict(pr) = command(argv("predict", &predict))? else {
-        unreachable!()
+    let predict = PredictOptions {
+        checkpoint: Some(step),
+        ..predict_options(kind, run, Split::Validation)
     };
-    let file = crate::predict::run(ws, &pr.options())?.value.path;
-    let evaluate = [
-        ("predictions", file.clone()),
-        ("task", kind.as_str().to_string()),
-    ];
-    let Command::Evaluate(e) = command(argv("evaluate", &evaluate))? else {
-        unreachable!()
-    };
-    let metrics = crate::evaluate::run(ws, &e.options(file))?.value;
+    let file = crate::predict::run(ws, &predict)?.value.path;
+    let metrics = crate::evaluate::run(ws, &evaluate_options(kind, file))?.value;
     Ok((metrics, started.elapsed().as_secs_f64()))
 }
 
@@ -750,17 +752,14 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    use crate::cli::args::parse_budget;
+    use crate::trained::{KernelChoice, LikelihoodChoice};
 
-    #[test]
-    fn budgets_parse_with_units() {
-        assert_eq!(parse_budget("90s"), Ok(90.0));
-        assert_eq!(parse_budget("5m"), Ok(300.0));
-        assert_eq!(parse_budget("1.5h"), Ok(5400.0));
-        assert_eq!(parse_budget("300"), Ok(300.0));
-        assert!(parse_budget("0s").unwrap_err().contains("positive"));
-        assert!(parse_budget("5d").unwrap_err().contains("unknown unit 'd'"));
-        assert!(parse_budget("-3m").is_err());
+    /// The overrides of `given` options taken from `o`.
+    fn overrides(o: TrainOptions, given: &[TrainFlag]) -> TrainOptions {
+        TrainOptions {
+            given: given.iter().copied().collect(),
+            ..o
+        }
     }
 
     #[test]
@@ -774,36 +773,51 @@ mod tests {
             svd_seconds: f64::INFINITY,
         };
         let listed = candidates(LabelKind::Binary, sizes);
-        assert_eq!(with_settings(listed.clone(), &[]), listed);
-        let set = |t: &str| crate::cli::args::parse_setting(t).unwrap();
+        assert_eq!(
+            with_settings(listed.clone(), &TrainOptions::default()),
+            listed
+        );
         // Kernel and M fixed: the four binary candidates differ in nothing else.
+        let fixed = TrainOptions {
+            kernel: KernelChoice::Linear,
+            inducing: Some(20),
+            freeze_hyper: true,
+            ..TrainOptions::default()
+        };
         let one = with_settings(
             listed.clone(),
-            &[set("kernel=linear"), set("inducing=20"), set("ard")],
+            &overrides(
+                fixed,
+                &[
+                    TrainFlag::Kernel,
+                    TrainFlag::Inducing,
+                    TrainFlag::FreezeHyper,
+                ],
+            ),
         );
         assert_eq!(one.len(), 1, "{one:?}");
         let c = &one[0];
-        assert_eq!(c.name, "linear, free Z, M = 20, ard");
-        assert!(c.train.contains(&("kernel", "linear".into())));
-        assert!(c.train.contains(&("inducing", "20".into())));
-        assert!(c.train.contains(&("ard", String::new())));
-        assert!(c.svd.contains(&("inducing", "20".into())));
+        assert_eq!(c.name, "linear, free Z, M = 20, freeze-hyper");
+        assert_eq!(c.train.kernel, KernelChoice::Linear);
+        assert_eq!(c.train.inducing, Some(20));
+        assert!(c.train.freeze_hyper);
+        assert!(c.train.given.contains(&TrainFlag::FreezeHyper));
+        assert_eq!(c.svd.inducing, Some(20));
         // The likelihood alone: every candidate stays, each with it.
-        let probit = with_settings(listed.clone(), &[set("likelihood=probit")]);
+        let probit = TrainOptions {
+            likelihood: LikelihoodChoice::Probit,
+            ..TrainOptions::default()
+        };
+        let probit = with_settings(listed.clone(), &overrides(probit, &[TrainFlag::Likelihood]));
         assert_eq!(probit.len(), listed.len());
         assert!(probit
             .iter()
-            .all(|c| c.train.contains(&("likelihood", "probit".into()))));
-        // What fit decides itself is refused, naming the flag.
-        let e = crate::cli::args::parse_setting("steps=10").unwrap_err();
-        assert!(e.contains("fit decides --steps itself"), "{e}");
-        assert!(crate::cli::args::parse_setting("no-such=1").is_err());
-        // A value train refuses is refused before anything runs.
-        let e = check_settings(&[set("kernel=cubic")]).unwrap_err();
-        assert!(format!("{e:#}").contains("cubic"), "{e:#}");
-        // A schedule in epochs cannot be fixed when fit decides the length.
-        let e = crate::cli::args::parse_setting("lr-decay-at=20,25").unwrap_err();
-        assert!(e.contains("schedule in epochs"), "{e}");
+            .all(|c| c.train.likelihood == LikelihoodChoice::Probit));
+        assert!(
+            probit[0].name.ends_with(", likelihood=probit"),
+            "{}",
+            probit[0].name
+        );
     }
 
     #[test]
@@ -816,25 +830,21 @@ mod tests {
             memory: 4 << 30,
             svd_seconds: f64::INFINITY,
         };
-        let set = |t: &str| crate::cli::args::parse_setting(t).unwrap();
         let listed = candidates(LabelKind::Binary, sizes);
         assert_eq!(batch_of(&listed), BATCH);
         let plain = run_options(&listed[0], 4);
-        assert!(plain.contains(&("batch", BATCH.to_string())));
-        assert!(plain.contains(&("lr", "0.01".into())));
-        let fixed = with_settings(listed, &[set("batch=1000"), set("lr=0.02")]);
+        assert_eq!((plain.batch as u64, plain.lr, plain.seed), (BATCH, 0.01, 4));
+        let set = TrainOptions {
+            batch: 1000,
+            lr: 0.02,
+            ..TrainOptions::default()
+        };
+        let fixed = with_settings(listed, &overrides(set, &[TrainFlag::Batch, TrainFlag::Lr]));
         assert_eq!(batch_of(&fixed), 1000);
         for c in &fixed {
             let options = run_options(c, 4);
-            let count = |key: &str| options.iter().filter(|(k, _)| *k == key).count();
-            assert_eq!((count("batch"), count("lr"), count("seed")), (1, 1, 1));
-            assert!(options.contains(&("batch", "1000".into())));
-            assert!(options.contains(&("lr", "0.02".into())));
-            assert!(options.contains(&("seed", "4".into())));
-            // Train's own parser takes the options as a run gets them.
-            let mut argv_options = vec![("dataset", "-".to_string())];
-            argv_options.extend(options);
-            command(argv("train", &argv_options)).unwrap();
+            assert_eq!((options.batch, options.lr, options.seed), (1000, 0.02, 4));
+            assert!(!options.final_elbo);
         }
     }
 
@@ -843,15 +853,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let xc = dir.path().join("a.txt");
         std::fs::write(&xc, "3 5 2\n0 1:1\n").unwrap();
-        assert_eq!(sniff_format(&xc).unwrap(), "xc");
+        assert_eq!(sniff_format(&xc).unwrap(), InputFormat::Xc);
         let svm = dir.path().join("b.svm");
         std::fs::write(&svm, "+1 1:0.5 3:2\n").unwrap();
-        assert_eq!(sniff_format(&svm).unwrap(), "libsvm");
+        assert_eq!(sniff_format(&svm).unwrap(), InputFormat::Libsvm);
         let gz = dir.path().join("c.txt.gz");
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         e.write_all(b"10 4 3\n").unwrap();
         std::fs::write(&gz, e.finish().unwrap()).unwrap();
-        assert_eq!(sniff_format(&gz).unwrap(), "xc");
+        assert_eq!(sniff_format(&gz).unwrap(), InputFormat::Xc);
         let e = sniff_format(&dir.path().join("missing"))
             .unwrap_err()
             .to_string();
@@ -871,10 +881,9 @@ mod tests {
         let c = candidates(LabelKind::Binary, small);
         assert_eq!(c.len(), 4);
         for cand in &c {
-            let get = |k: &str| cand.train.iter().find(|o| o.0 == k).map(|o| o.1.clone());
-            assert_eq!(get("inducing").as_deref(), Some("60"), "M ≤ N");
-            assert_eq!(get("likelihood").as_deref(), Some("logistic"));
-            assert_eq!(cand.svd[0], ("rank", "1".to_string()), "R < D");
+            assert_eq!(cand.train.inducing, Some(60), "M ≤ N");
+            assert_eq!(cand.train.likelihood, LikelihoodChoice::Logistic);
+            assert_eq!(cand.svd.rank, Some(1), "R < D");
         }
         let mc = candidates(
             LabelKind::Multiclass,
@@ -889,7 +898,7 @@ mod tests {
         );
         assert!(mc
             .iter()
-            .all(|c| c.train.contains(&("likelihood", "softmax".into()))));
+            .all(|c| c.train.likelihood == LikelihoodChoice::Softmax));
         let ml = candidates(
             LabelKind::Multilabel,
             Sizes {
@@ -902,11 +911,9 @@ mod tests {
             },
         );
         assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
-        assert!(ml[0].train.contains(&("factors", "6".into())), "P ≤ L");
-        let kernels = |list: &[Candidate]| -> Vec<String> {
-            let kernel =
-                |c: &Candidate| c.train.iter().find(|o| o.0 == "kernel").unwrap().1.clone();
-            list.iter().map(kernel).collect()
+        assert_eq!(ml[0].train.factors, Some(6), "P ≤ L");
+        let kernels = |list: &[Candidate]| -> Vec<&str> {
+            list.iter().map(|c| c.train.kernel.name()).collect()
         };
         assert_eq!(
             kernels(&ml),
@@ -930,8 +937,8 @@ mod tests {
             ["linear", "linear", "se"],
             "sparse rows: linear first"
         );
-        assert!(many[0].train.contains(&("factors", "30".into())));
-        assert_eq!(many[0].svd[0], ("rank", "250".to_string()));
+        assert_eq!(many[0].train.factors, Some(30));
+        assert_eq!(many[0].svd.rank, Some(250));
         // Sparse text (tens of thousands of features): the paper's R for the multi-label
         // list, the free-Z start's 250 for the classifiers, R < N on few rows.
         let text = Sizes {
@@ -942,11 +949,11 @@ mod tests {
             memory: 4 << 30,
             svd_seconds: f64::INFINITY,
         };
-        let rank = |list: &[Candidate]| list[0].svd[0].1.clone();
-        assert_eq!(rank(&candidates(LabelKind::Multilabel, text)), "2000");
-        assert_eq!(rank(&candidates(LabelKind::Binary, text)), "250");
+        let rank = |list: &[Candidate]| list[0].svd.rank;
+        assert_eq!(rank(&candidates(LabelKind::Multilabel, text)), Some(2000));
+        assert_eq!(rank(&candidates(LabelKind::Binary, text)), Some(250));
         let few = Sizes { n: 900, ..text };
-        assert_eq!(rank(&candidates(LabelKind::Multilabel, few)), "899");
+        assert_eq!(rank(&candidates(LabelKind::Multilabel, few)), Some(899));
     }
 
     #[test]
@@ -960,14 +967,10 @@ mod tests {
             svd_seconds: f64::INFINITY,
         };
         let label_side = |c: &Candidate| -> Vec<(&'static str, String)> {
-            let mut side: Vec<_> = c
-                .train
-                .iter()
+            super::super::options::given_values(&c.train)
+                .into_iter()
                 .filter(|(k, _)| matches!(*k, "factors" | "negatives" | "latent"))
-                .cloned()
-                .collect();
-            side.sort();
-            side
+                .collect()
         };
         // Up to the threshold (the dev sets: 227 and 983 labels): P = 30, every negative,
         // exactly the candidates fit tried before.
@@ -992,7 +995,7 @@ mod tests {
         assert_eq!(at(13_330), vec![sampled("55"); 3]);
         assert_eq!(at(10_000_000), vec![sampled("200"); 3], "P ≤ MAX_FACTORS");
         // P never falls as L grows across the threshold.
-        let p_of = |l: u64| -> u64 { label_options(l)[0].1.parse().unwrap() };
+        let p_of = |l: u64| -> u64 { label_options(l).factors.unwrap() as u64 };
         let ps: Vec<u64> = [1, 30, 983, 4000, 4001, 8000, 50_000, 10_000_000]
             .map(p_of)
             .to_vec();
@@ -1040,8 +1043,8 @@ mod tests {
         Scored {
             candidate: Candidate {
                 name: name.into(),
-                svd: Vec::new(),
-                train: Vec::new(),
+                svd: SvdOptions::new(""),
+                train: TrainOptions::default(),
             },
             step_seconds: 0.0,
             planned: 1,

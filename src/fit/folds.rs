@@ -12,14 +12,16 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::budget::candidate_outcome;
 use super::budget::{is_candidates_own, Row};
+use super::inputs::Inputs;
+use super::observe::{FitEvent, FitObserver, FoldRow, FoldTable};
 use super::plan::Plan;
 use super::rule::{
-    argv, command, finish, frequency_floor, ingest_options, planned_steps, probe,
-    selection_seconds, Candidate, Scored, ACCURACY_TIE,
+    finish, frequency_floor, planned_steps, probe, selection_seconds, Candidate, Scored,
 };
-use crate::cli::args::{Command, FitArgs};
 use crate::ingest::config::IngestConfig;
+use crate::ingest::validation::ValidationSplit;
 use crate::metrics::evaluation::Evaluation;
 use crate::store::catalog::Split;
 use crate::store::workspace::Workspace;
@@ -36,12 +38,15 @@ const MAX_FOLD_COUNT: u32 = 10;
 
 /// What the fold selection needs of `run`.
 pub(super) struct Selection<'a> {
-    pub args: &'a FitArgs,
+    pub inputs: &'a Inputs,
+    /// Whether folds may be chosen at all (the caller may ask for the one carve).
+    pub folds: bool,
+    /// The validation fraction of the one carve (it sets the number of folds).
+    pub fraction: f64,
     /// The dataset's name; the folds are `NAME-fold1` ….
     pub name: &'a str,
     /// The one carve's dataset (its first candidate's probe measures the step time).
     pub select: &'a str,
-    pub format: &'a str,
     /// Rows of the one carve's validation split.
     pub validation_rows: u64,
     /// The one carve's plan: task, seed, budget, the seconds left for the selection and
@@ -82,12 +87,13 @@ pub(super) fn select(
     ws: &Workspace,
     s: &Selection<'_>,
     list: &[Candidate],
+    observer: &mut dyn FitObserver,
 ) -> Result<Option<Folded>> {
-    if s.args.no_folds || s.validation_rows >= FOLDS_BELOW_ROWS || list.is_empty() {
+    if !s.folds || s.validation_rows >= FOLDS_BELOW_ROWS || list.is_empty() {
         return Ok(None);
     }
     let started = Instant::now();
-    let k = fold_count(s.args.validation_fraction);
+    let k = fold_count(s.fraction);
     // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
     // its first candidate's probe prices a fold's run.
     // A first candidate that cannot run leaves the choice to the one carve, whose table
@@ -97,8 +103,9 @@ pub(super) fn select(
         s.select,
         s.plan.kind,
         &list[0],
-        s.args.seed,
+        s.plan.seed,
         s.plan.budget,
+        observer,
     ) {
         Ok(first) => first,
         Err(e) if is_candidates_own(&e) => return Ok(None),
@@ -113,28 +120,27 @@ pub(super) fn select(
         first.step_seconds,
         s.plan.cap,
     ) {
-        eprintln!(
-            "== fit: {} validation rows, but {k} folds of {} candidate(s) at {:.1} ms a step \
-             do not fit {:.0} s: one carve decides",
-            s.validation_rows,
-            list.len(),
-            1e3 * first.step_seconds,
-            selection.max(0.0)
-        );
+        observer.event(FitEvent::FoldsDeclined {
+            validation_rows: s.validation_rows,
+            folds: k,
+            candidates: list.len(),
+            step_ms: 1e3 * first.step_seconds,
+            seconds: selection.max(0.0),
+        });
         return Ok(None);
     }
-    eprintln!(
-        "== fit: {} validation rows (fewer than {FOLDS_BELOW_ROWS}): each candidate is \
-         trained and scored on {k} folds, chosen by its mean",
-        s.validation_rows
-    );
+    observer.event(FitEvent::FoldsChosen {
+        validation_rows: s.validation_rows,
+        below_rows: FOLDS_BELOW_ROWS,
+        folds: k,
+    });
     let folds = (1..=k)
         .map(|fold| ingest_fold(ws, s, fold, k))
         .collect::<Result<Vec<String>>>()?;
     // Per candidate in list order: its fold runs, or its failed row.
     let mut results: Vec<std::result::Result<Vec<Scored>, Row>> = Vec::new();
     for c in list {
-        let on_folds = || -> Result<Vec<Scored>> {
+        let on_folds = |observer: &mut dyn FitObserver| -> Result<Vec<Scored>> {
             let mut scored = Vec::new();
             for fold in &folds {
                 let rows = ws
@@ -142,7 +148,15 @@ pub(super) fn select(
                     .split(Split::Train)
                     .map_or(0, |t| t.n_rows);
                 let on_fold = within_rows(c, rows);
-                let probed = probe(ws, fold, s.plan.kind, &on_fold, s.args.seed, s.plan.budget)?;
+                let probed = probe(
+                    ws,
+                    fold,
+                    s.plan.kind,
+                    &on_fold,
+                    s.plan.seed,
+                    s.plan.budget,
+                    observer,
+                )?;
                 // The folds were chosen because every run's cap fits the budget at the
                 // probe's step time: each run is given its cap, not a share of what the
                 // clock says is left, so that the choice and the final model's steps (the
@@ -156,10 +170,13 @@ pub(super) fn select(
         };
         // As on the one carve: a candidate that fails for a reason of its own is left
         // out (and said), anything else ends the fit.
-        match on_folds() {
+        match on_folds(observer) {
             Ok(scored) => results.push(Ok(scored)),
             Err(e) if is_candidates_own(&e) => {
-                eprintln!("== fit: candidate {} failed: {e:#}", c.name);
+                observer.event(FitEvent::CandidateFailed {
+                    name: &c.name,
+                    error: &e,
+                });
                 results.push(Err(Row::failed(c, &e)));
             }
             Err(e) => return Err(e),
@@ -178,14 +195,18 @@ pub(super) fn select(
         mean(floors.iter().map(|f| f.0)),
         mean(floors.iter().map(|f| f.1)),
     );
-    print_table(&per_candidate, floor);
-    let rows = results
+    observer.event(FitEvent::FoldTable(&fold_table(&per_candidate, floor)));
+    let rows: Vec<Row> = results
         .into_iter()
         .map(|r| match r {
             Ok(folds) => Row::Scored(Box::new(combined(folds))),
             Err(failed) => failed,
         })
         .collect();
+    let ranking = s.plan.kind == crate::store::catalog::LabelKind::Multilabel;
+    for row in &rows {
+        observer.event(FitEvent::CandidateDone(&candidate_outcome(row, ranking)));
+    }
     Ok(Some((rows, floor)))
 }
 
@@ -194,42 +215,31 @@ pub(super) fn select(
 /// (R ≤ N − 1, M ≤ N, as the rule sizes them).
 fn within_rows(c: &Candidate, rows: u64) -> Candidate {
     let mut c = c.clone();
-    let bound = |key: &str| match key {
-        "rank" => Some(rows.saturating_sub(1).max(1)),
-        "inducing" => Some(rows.max(1)),
-        _ => None,
-    };
-    for (key, value) in c.svd.iter_mut().chain(c.train.iter_mut()) {
-        if let (Some(most), Ok(v)) = (bound(key), value.parse::<u64>()) {
-            *value = v.min(most).to_string();
-        }
-    }
+    let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+    let within = |v: &mut Option<usize>, most: usize| *v = v.map(|v| v.min(most));
+    within(&mut c.svd.rank, rows.saturating_sub(1).max(1));
+    within(&mut c.svd.inducing, rows.max(1));
+    within(&mut c.train.inducing, rows.max(1));
     c
 }
 
 /// Ingests the training file (and test file) as fold `fold` of `folds`.
 fn ingest_fold(ws: &Workspace, s: &Selection<'_>, fold: u32, folds: u32) -> Result<String> {
-    let config = fold_config(s.args, s.name, s.format, fold, folds)?;
+    let config = fold_config(s.inputs, s.name, fold, folds, s.plan.seed)?;
     crate::ingest::run(ws, &config)?;
     Ok(config.name)
 }
 
 /// The ingest of fold `fold` of `folds` of the training file, as dataset `NAME-foldI`.
 pub(super) fn fold_config(
-    args: &FitArgs,
+    inputs: &Inputs,
     name: &str,
-    format: &str,
     fold: u32,
     folds: u32,
+    seed: u64,
 ) -> Result<IngestConfig> {
-    let mut options = ingest_options(args, &format!("{name}-fold{fold}"), format, false);
-    options.push(("validation-folds", folds.to_string()));
-    options.push(("validation-fold", fold.to_string()));
-    options.push(("validation-seed", args.seed.to_string()));
-    let Command::Ingest(ingest) = command(argv("ingest", &options))? else {
-        unreachable!()
-    };
-    ingest.config()
+    let carve = ValidationSplit::fold(fold, folds, seed);
+    inputs.config(&format!("{name}-fold{fold}"), Some(carve))
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
@@ -314,9 +324,8 @@ fn with_key(mut e: Evaluation, (primary, secondary): (f64, f64)) -> Evaluation {
     e
 }
 
-/// The fold table: per candidate the mean and standard deviation over the folds of the
-/// rule's two figures, the steps its runs trained, and the label frequencies' line.
-fn print_table(per_candidate: &[&Vec<Scored>], floor: (f64, f64)) {
+/// The fold table of `per_candidate`'s runs and the label frequencies' mean figures.
+fn fold_table(per_candidate: &[&Vec<Scored>], floor: (f64, f64)) -> FoldTable {
     let ranking = matches!(
         per_candidate
             .first()
@@ -324,68 +333,29 @@ fn print_table(per_candidate: &[&Vec<Scored>], floor: (f64, f64)) {
             .map(|s| &s.metrics),
         Some(Evaluation::Ranking(_))
     );
-    let (first, second) = match ranking {
-        true => ("P@1", "P@3"),
-        false => ("acc", "nlp"),
-    };
-    // Accuracy and P@ in points; NLP as it is, positive.
-    let shown = |v: f64, primary: bool| match (ranking, primary) {
-        (false, false) => format!("{:.4}", -v),
-        _ => format!("{:.2}", 100.0 * v),
-    };
-    let folds = per_candidate.first().map_or(0, |f| f.len());
-    eprintln!();
-    eprintln!(
-        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
-        format!("candidate (mean ± sd of {folds} folds)"),
-        "ms/step",
-        "trained",
-        "seconds",
-        first,
-        second
-    );
-    for runs in per_candidate {
-        let keys: Vec<(f64, f64)> = runs.iter().map(Scored::key).collect();
-        let a: Vec<f64> = keys.iter().map(|k| k.0).collect();
-        let b: Vec<f64> = keys.iter().map(|k| k.1).collect();
-        let steps: Vec<String> = runs.iter().map(|r| r.steps.to_string()).collect();
-        let scale = |primary: bool| if !ranking && !primary { 1.0 } else { 100.0 };
-        eprintln!(
-            "{:<44} {:>8.1} {:>13} {:>8.1} {:>15} {:>15}",
-            runs[0].candidate.name,
-            1e3 * mean(runs.iter().map(|r| r.step_seconds)),
-            format!("median {}", median(runs.iter().map(|r| r.steps).collect())),
-            runs.iter().map(|r| r.seconds).sum::<f64>(),
-            format!(
-                "{} ± {:.2}",
-                shown(mean(a.iter().copied()), true),
-                scale(true) * spread(&a)
-            ),
-            format!(
-                "{} ± {:.4}",
-                shown(mean(b.iter().copied()), false),
-                scale(false) * spread(&b)
-            ),
-        );
-        eprintln!("{:<44} steps by fold: {}", "", steps.join(", "));
+    let rows = per_candidate
+        .iter()
+        .map(|runs| {
+            let keys: Vec<(f64, f64)> = runs.iter().map(Scored::key).collect();
+            let a: Vec<f64> = keys.iter().map(|k| k.0).collect();
+            let b: Vec<f64> = keys.iter().map(|k| k.1).collect();
+            FoldRow {
+                name: runs[0].candidate.name.clone(),
+                step_ms: 1e3 * mean(runs.iter().map(|r| r.step_seconds)),
+                steps: runs.iter().map(|r| r.steps).collect(),
+                median_steps: median(runs.iter().map(|r| r.steps).collect()),
+                seconds: runs.iter().map(|r| r.seconds).sum::<f64>(),
+                primary: (mean(a.iter().copied()), spread(&a)),
+                secondary: (mean(b.iter().copied()), spread(&b)),
+            }
+        })
+        .collect();
+    FoldTable {
+        folds: per_candidate.first().map_or(0, |f| f.len()),
+        ranking,
+        rows,
+        baseline: floor,
     }
-    eprintln!(
-        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
-        "(label frequencies, no model)",
-        "",
-        "",
-        "",
-        shown(floor.0, true),
-        shown(floor.1, false)
-    );
-    eprintln!(
-        "(chosen by the mean: the highest {first}{})",
-        match ranking {
-            true => String::new(),
-            false => format!(", and within {ACCURACY_TIE} points of it the lowest NLP"),
-        }
-    );
-    eprintln!();
 }
 
 #[cfg(test)]
@@ -426,8 +396,8 @@ mod tests {
         let fold = |accuracy: f64, nlp: f64, steps: u64| Scored {
             candidate: Candidate {
                 name: "c".into(),
-                svd: Vec::new(),
-                train: Vec::new(),
+                svd: crate::svd::SvdOptions::new(""),
+                train: crate::train::TrainOptions::default(),
             },
             step_seconds: 0.01,
             planned: 3000,

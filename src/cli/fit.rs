@@ -1,0 +1,370 @@
+//! `pipeline fit`: its arguments as a [`FitRequest`], the fit's events printed as its
+//! progress lines and tables on standard error, and its outcome on standard output (the
+//! final model's metrics, or with `--json` the whole [`FitOutcome`]).
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+use super::args::{Cli, Command, FitArgs, Setting};
+use crate::fit::{
+    CandidateOutcome, CandidateResult, FitEvent, FitObserver, FitOutcome, FitRequest, FoldTable,
+    InputFormat,
+};
+use crate::store::workspace::Workspace;
+use crate::train::{TrainFlag, TrainOptions};
+
+/// Runs `pipeline fit` and prints the final model's metrics (`--json`: the whole
+/// [`FitOutcome`]) on standard output.
+pub fn run_command(ws: &Workspace, args: &FitArgs) -> Result<()> {
+    let outcome = crate::fit::run(ws, &request(args)?, &mut Printer)?;
+    if args.json {
+        println!("{}", json(&outcome));
+        return Ok(());
+    }
+    for f in &outcome.final_runs {
+        if outcome.final_runs.len() > 1 {
+            println!("seed {}:", f.seed);
+        }
+        println!("{}", f.metrics.to_table());
+    }
+    Ok(())
+}
+
+/// `--json`'s text of an outcome.
+fn json(outcome: &FitOutcome) -> String {
+    serde_json::to_string_pretty(outcome).expect("a fit outcome is JSON")
+}
+
+/// The fit `pipeline fit`'s arguments ask for.
+fn request(args: &FitArgs) -> Result<FitRequest> {
+    let format = args.format.as_deref().map(str::parse::<InputFormat>);
+    Ok(FitRequest {
+        train: args.train.clone(),
+        test: args.test.clone(),
+        format: format.transpose().map_err(anyhow::Error::msg)?,
+        features: args.features,
+        task: args.task,
+        budget_seconds: args.budget,
+        name: args.name.clone(),
+        seed: args.seed,
+        validation_fraction: args.validation_fraction,
+        overrides: overrides(&args.set).context("fit --set")?,
+        early_stopping: !args.no_early_stopping,
+        folds: !args.no_folds,
+        spec_out: args.spec_out.clone(),
+        model_out: args.model_out.clone(),
+        force: args.force,
+    })
+}
+
+/// The train options `--set` gives, typed by train's own command line (which refuses a
+/// value train would refuse, before anything runs); `given` names them.
+fn overrides(sets: &[Setting]) -> Result<TrainOptions> {
+    let mut argv = vec!["pipeline".to_string(), "train".into()];
+    // The parser asks for a dataset; each of fit's runs names its own.
+    argv.extend(["--dataset".to_string(), "-".into()]);
+    for s in sets {
+        argv.push(format!("--{}", s.flag));
+        if !s.value.is_empty() {
+            argv.push(s.value.clone());
+        }
+    }
+    let cli = Cli::try_parse_from(&argv)
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?;
+    let Command::Train(train) = cli.command else {
+        unreachable!("the command line is train's")
+    };
+    let mut options = train.options();
+    options.dataset = None;
+    options.given.remove(&TrainFlag::Dataset);
+    Ok(options)
+}
+
+/// Prints a fit's events on standard error, as `pipeline fit`'s progress.
+struct Printer;
+
+impl FitObserver for Printer {
+    fn event(&mut self, event: FitEvent<'_>) {
+        match event {
+            FitEvent::Ingesting { train, dataset } => eprintln!(
+                "== fit: ingest {} as '{dataset}' (with a validation split)",
+                train.display()
+            ),
+            FitEvent::Planned {
+                task,
+                rows,
+                features,
+                labels,
+                dense,
+                candidates,
+                budget_seconds,
+                left_seconds,
+            } => eprintln!(
+                "== fit: task {}, N = {rows}, D = {features}, L = {labels}, {} rows; \
+                 {candidates} candidates (budget {budget_seconds:.0} s, {left_seconds:.0} s \
+                 left after this ingest and the final one)",
+                task.as_str(),
+                if dense { "dense" } else { "sparse" },
+            ),
+            FitEvent::CandidateStarted { name } => eprintln!("== fit: candidate {name}"),
+            FitEvent::Dropped {
+                step_ms,
+                needed_steps,
+                min_epochs,
+                kept,
+                dropped,
+            } => eprintln!(
+                "== fit: at {step_ms:.1} ms a step the budget affords {needed_steps} steps \
+                 ({min_epochs} epochs, or the cap) to {kept} candidate(s); dropped: {}",
+                dropped.join("; ")
+            ),
+            FitEvent::CandidateFailed { name, error } => {
+                eprintln!("== fit: candidate {name} failed: {error:#}")
+            }
+            // The table shows each candidate once all are done.
+            FitEvent::CandidateDone(_) => {}
+            FitEvent::FoldsDeclined {
+                validation_rows,
+                folds,
+                candidates,
+                step_ms,
+                seconds,
+            } => eprintln!(
+                "== fit: {validation_rows} validation rows, but {folds} folds of {candidates} \
+                 candidate(s) at {step_ms:.1} ms a step do not fit {seconds:.0} s: one carve \
+                 decides"
+            ),
+            FitEvent::FoldsChosen {
+                validation_rows,
+                below_rows,
+                folds,
+            } => eprintln!(
+                "== fit: {validation_rows} validation rows (fewer than {below_rows}): each \
+                 candidate is trained and scored on {folds} folds, chosen by its mean"
+            ),
+            FitEvent::FoldTable(table) => print_fold_table(table),
+            FitEvent::Table {
+                candidates,
+                baseline,
+            } => print_table(
+                candidates,
+                (baseline.primary.value, baseline.secondary.value),
+            ),
+            FitEvent::Extending {
+                left_seconds,
+                name,
+                more,
+                from,
+            } => eprintln!(
+                "== fit: {left_seconds:.0} s left; {name} trains {more} steps more from step \
+                 {from}"
+            ),
+            FitEvent::NoBetterThanBaseline => eprintln!(
+                "warning: the chosen model does not beat the label frequencies on validation: \
+                 its features taught it nothing it could show there (features on the wrong \
+                 scale, no signal, or too small a budget)"
+            ),
+            FitEvent::Chosen { name, steps } => eprintln!(
+                "== fit: chosen {name} ({steps} steps); training it on every training row"
+            ),
+            FitEvent::FinalStageStarted { stage } => eprintln!("== {stage}"),
+            FitEvent::FinalStages(stages) => super::spec::print_stages(stages),
+            FitEvent::ModelWritten(file) => eprintln!(
+                "== fit: the final model (train run {}, step {}) is in {}",
+                file.train_run,
+                file.checkpoint_step,
+                file.path.display()
+            ),
+            FitEvent::Done {
+                seconds,
+                budget_seconds,
+                spec,
+            } => eprintln!(
+                "== fit: {seconds:.0} s of a {budget_seconds:.0} s budget; `pipeline run {}` \
+                 reproduces the final model",
+                spec.display()
+            ),
+        }
+    }
+}
+
+/// The validation table: one line per candidate (a failed one with its reason), and the
+/// label frequencies' line (`baseline`: its two figures as the outcome gives them, NLP
+/// positive). `converged`: early stopping ended the run (its score stopped improving), not
+/// its planned steps or the cap.
+fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
+    eprintln!();
+    eprintln!(
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "candidate (validation)",
+        "ms/step",
+        "planned",
+        "trained",
+        "seconds",
+        "converged",
+        "primary",
+        "second"
+    );
+    let ranking = candidates.iter().any(|c| match &c.result {
+        CandidateResult::Scored { validation, .. } => validation.primary.name == "P@1",
+        CandidateResult::Failed { .. } => false,
+    });
+    let shown = |(a, b): (f64, f64)| match ranking {
+        true => (
+            format!("P@1 {:.2}", 100.0 * a),
+            format!("P@3 {:.2}", 100.0 * b),
+        ),
+        false => (format!("acc {:.2}", 100.0 * a), format!("nlp {b:.4}")),
+    };
+    for c in candidates {
+        let CandidateResult::Scored {
+            step_ms,
+            planned_steps,
+            trained_steps,
+            seconds,
+            converged,
+            validation,
+            ..
+        } = &c.result
+        else {
+            if let CandidateResult::Failed { reason } = &c.result {
+                eprintln!("{:<44} failed: {reason}", c.name);
+            }
+            continue;
+        };
+        let (pa, pb) = shown((validation.primary.value, validation.secondary.value));
+        eprintln!(
+            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>9} {:>10} {:>10}",
+            c.name,
+            step_ms,
+            planned_steps,
+            trained_steps,
+            seconds,
+            if *converged { "yes" } else { "no" },
+            pa,
+            pb
+        );
+    }
+    let (fa, fb) = shown(baseline);
+    eprintln!(
+        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "(label frequencies, no model)", "", "", "", "", "", fa, fb
+    );
+    eprintln!();
+}
+
+/// The fold table: per candidate the mean and standard deviation over the folds of the
+/// rule's two figures, the steps its runs trained, and the label frequencies' line.
+fn print_fold_table(table: &FoldTable) {
+    let ranking = table.ranking;
+    let (first, second) = match ranking {
+        true => ("P@1", "P@3"),
+        false => ("acc", "nlp"),
+    };
+    // Accuracy and P@ in points; NLP as it is, positive (the table's keys hold −NLP).
+    let shown = |v: f64, primary: bool| match (ranking, primary) {
+        (false, false) => format!("{:.4}", -v),
+        _ => format!("{:.2}", 100.0 * v),
+    };
+    let scale = |primary: bool| if !ranking && !primary { 1.0 } else { 100.0 };
+    eprintln!();
+    eprintln!(
+        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
+        format!("candidate (mean ± sd of {} folds)", table.folds),
+        "ms/step",
+        "trained",
+        "seconds",
+        first,
+        second
+    );
+    for row in &table.rows {
+        let steps: Vec<String> = row.steps.iter().map(u64::to_string).collect();
+        eprintln!(
+            "{:<44} {:>8.1} {:>13} {:>8.1} {:>15} {:>15}",
+            row.name,
+            row.step_ms,
+            format!("median {}", row.median_steps),
+            row.seconds,
+            format!(
+                "{} ± {:.2}",
+                shown(row.primary.0, true),
+                scale(true) * row.primary.1
+            ),
+            format!(
+                "{} ± {:.4}",
+                shown(row.secondary.0, false),
+                scale(false) * row.secondary.1
+            ),
+        );
+        eprintln!("{:<44} steps by fold: {}", "", steps.join(", "));
+    }
+    eprintln!(
+        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
+        "(label frequencies, no model)",
+        "",
+        "",
+        "",
+        shown(table.baseline.0, true),
+        shown(table.baseline.1, false)
+    );
+    eprintln!(
+        "(chosen by the mean: the highest {first}{})",
+        match ranking {
+            true => String::new(),
+            false => format!(
+                ", and within {} points of it the lowest NLP",
+                crate::fit::ACCURACY_TIE
+            ),
+        }
+    );
+    eprintln!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::{parse_budget, parse_setting};
+
+    #[test]
+    fn budgets_parse_with_units() {
+        assert_eq!(parse_budget("90s"), Ok(90.0));
+        assert_eq!(parse_budget("5m"), Ok(300.0));
+        assert_eq!(parse_budget("1.5h"), Ok(5400.0));
+        assert_eq!(parse_budget("300"), Ok(300.0));
+        assert!(parse_budget("0s").unwrap_err().contains("positive"));
+        assert!(parse_budget("5d").unwrap_err().contains("unknown unit 'd'"));
+        assert!(parse_budget("-3m").is_err());
+    }
+
+    #[test]
+    fn the_requests_defaults_are_the_command_lines() {
+        let cli = Cli::try_parse_from(["pipeline", "fit", "--train", "t.svm"]).unwrap();
+        let Command::Fit(args) = cli.command else {
+            unreachable!("a fit command line")
+        };
+        assert_eq!(request(&args).unwrap(), FitRequest::new("t.svm"));
+    }
+
+    #[test]
+    fn set_values_are_typed_by_trains_parser_and_refused_as_it_refuses_them() {
+        let set = |t: &str| parse_setting(t).unwrap();
+        let o = overrides(&[set("kernel=linear"), set("lr=0.02"), set("freeze-hyper")]).unwrap();
+        assert_eq!(
+            o.given,
+            [TrainFlag::Kernel, TrainFlag::Lr, TrainFlag::FreezeHyper].into()
+        );
+        assert_eq!(
+            (o.kernel.name(), o.lr, o.freeze_hyper),
+            ("linear", 0.02, true)
+        );
+        assert!(o.dataset.is_none());
+        let e = overrides(&[set("kernel=cubic")]).unwrap_err();
+        assert!(format!("{e:#}").contains("cubic"), "{e:#}");
+        // What fit decides itself is refused, naming the flag.
+        let e = parse_setting("steps=10").unwrap_err();
+        assert!(e.contains("fit decides --steps itself"), "{e}");
+        assert!(parse_setting("no-such=1").is_err());
+        let e = parse_setting("lr-decay-at=20,25").unwrap_err();
+        assert!(e.contains("schedule in epochs"), "{e}");
+    }
+}
