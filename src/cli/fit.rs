@@ -80,13 +80,22 @@ fn overrides(sets: &[Setting]) -> Result<TrainOptions> {
     Ok(options)
 }
 
-/// Prints a fit's events on standard error, as `pipeline fit`'s progress.
+/// A line of fit's progress, through the progress sink the command line installed: printed
+/// as it is in text, a note event in JSON lines, dropped by `--quiet` (fit's tables and
+/// metrics, the results, are printed whatever the format).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        crate::progress::note(format!($($arg)*))
+    };
+}
+
+/// Prints a fit's events as `pipeline fit`'s progress (its tables on standard error).
 struct Printer;
 
 impl FitObserver for Printer {
     fn event(&mut self, event: FitEvent<'_>) {
         match event {
-            FitEvent::Ingesting { train, dataset } => eprintln!(
+            FitEvent::Ingesting { train, dataset } => say!(
                 "== fit: ingest {} as '{dataset}' (with a validation split)",
                 train.display()
             ),
@@ -99,27 +108,27 @@ impl FitObserver for Printer {
                 candidates,
                 budget_seconds,
                 left_seconds,
-            } => eprintln!(
+            } => say!(
                 "== fit: task {}, N = {rows}, D = {features}, L = {labels}, {} rows; \
                  {candidates} candidates (budget {budget_seconds:.0} s, {left_seconds:.0} s \
                  left after this ingest and the final one)",
                 task.as_str(),
                 if dense { "dense" } else { "sparse" },
             ),
-            FitEvent::CandidateStarted { name } => eprintln!("== fit: candidate {name}"),
+            FitEvent::CandidateStarted { name } => say!("== fit: candidate {name}"),
             FitEvent::Dropped {
                 step_ms,
                 needed_steps,
                 min_epochs,
                 kept,
                 dropped,
-            } => eprintln!(
+            } => say!(
                 "== fit: at {step_ms:.1} ms a step the budget affords {needed_steps} steps \
                  ({min_epochs} epochs, or the cap) to {kept} candidate(s); dropped: {}",
                 dropped.join("; ")
             ),
             FitEvent::CandidateFailed { name, error } => {
-                eprintln!("== fit: candidate {name} failed: {error:#}")
+                say!("== fit: candidate {name} failed: {error:#}")
             }
             // The table shows each candidate once all are done.
             FitEvent::CandidateDone(_) => {}
@@ -129,7 +138,7 @@ impl FitObserver for Printer {
                 candidates,
                 step_ms,
                 seconds,
-            } => eprintln!(
+            } => say!(
                 "== fit: {validation_rows} validation rows, but {folds} folds of {candidates} \
                  candidate(s) at {step_ms:.1} ms a step do not fit {seconds:.0} s: one carve \
                  decides"
@@ -138,7 +147,7 @@ impl FitObserver for Printer {
                 validation_rows,
                 below_rows,
                 folds,
-            } => eprintln!(
+            } => say!(
                 "== fit: {validation_rows} validation rows (fewer than {below_rows}): each \
                  candidate is trained and scored on {folds} folds, chosen by its mean"
             ),
@@ -155,21 +164,21 @@ impl FitObserver for Printer {
                 name,
                 more,
                 from,
-            } => eprintln!(
+            } => say!(
                 "== fit: {left_seconds:.0} s left; {name} trains {more} steps more from step \
                  {from}"
             ),
-            FitEvent::NoBetterThanBaseline => eprintln!(
+            FitEvent::NoBetterThanBaseline => say!(
                 "warning: the chosen model does not beat the label frequencies on validation: \
                  its features taught it nothing it could show there (features on the wrong \
                  scale, no signal, or too small a budget)"
             ),
-            FitEvent::Chosen { name, steps } => eprintln!(
-                "== fit: chosen {name} ({steps} steps); training it on every training row"
-            ),
-            FitEvent::FinalStageStarted { stage } => eprintln!("== {stage}"),
+            FitEvent::Chosen { name, steps } => {
+                say!("== fit: chosen {name} ({steps} steps); training it on every training row")
+            }
+            FitEvent::FinalStageStarted { stage } => say!("== {stage}"),
             FitEvent::FinalStages(stages) => super::spec::print_stages(stages),
-            FitEvent::ModelWritten(file) => eprintln!(
+            FitEvent::ModelWritten(file) => say!(
                 "== fit: the final model (train run {}, step {}) is in {}",
                 file.train_run,
                 file.checkpoint_step,
@@ -179,7 +188,7 @@ impl FitObserver for Printer {
                 seconds,
                 budget_seconds,
                 spec,
-            } => eprintln!(
+            } => say!(
                 "== fit: {seconds:.0} s of a {budget_seconds:.0} s budget; `pipeline run {}` \
                  reproduces the final model",
                 spec.display()

@@ -872,22 +872,56 @@ fn check_warm_start(config: &TrainConfig) -> Result<()> {
     if config.warm_start == WarmStart::None {
         return Ok(());
     }
-    let problem = if config.likelihood != LikelihoodChoice::Logistic
-        || config.task == Task::Multiclass
-    {
-        Some(format!("the logistic likelihood of a multi-label or binary task (got --likelihood {} --task {})", config.likelihood, config.task))
-    } else if config.q_form != QForm::SiteDiagonal {
-        Some(format!("--q-form sites (got {})", config.q_form))
-    } else if config.latent != LatentChoice::Factor {
-        Some("--latent factor (Φ is trained)".to_string())
-    } else if config.ard == ArdChoice::Features {
-        Some("rows the minibatches carry dense (not --ard features)".to_string())
-    } else {
-        None
-    };
+    let problem = ridge_start_problem(
+        config.likelihood,
+        config.task,
+        config.q_form,
+        config.latent,
+        config.ard,
+    );
     match problem {
         Some(needs) => bail!("--warm-start {} needs {needs}", config.warm_start),
         None => Ok(()),
+    }
+}
+
+/// What the ridge start needs that these options lack, if anything.
+fn ridge_start_problem(
+    likelihood: LikelihoodChoice,
+    task: Task,
+    q_form: QForm,
+    latent: LatentChoice,
+    ard: ArdChoice,
+) -> Option<String> {
+    if likelihood != LikelihoodChoice::Logistic || task == Task::Multiclass {
+        Some(format!(
+            "the logistic likelihood of a multi-label or binary task (got --likelihood \
+             {likelihood} --task {task})"
+        ))
+    } else if q_form != QForm::SiteDiagonal {
+        Some(format!("--q-form sites (got {q_form})"))
+    } else if latent != LatentChoice::Factor {
+        Some("--latent factor (Φ is trained)".to_string())
+    } else if ard == ArdChoice::Features {
+        Some("rows the minibatches carry dense (not --ard features)".to_string())
+    } else {
+        None
+    }
+}
+
+impl TrainOptions {
+    /// Whether `--warm-start ridge` can start a run of these options (what a new run's
+    /// check refuses otherwise): `pipeline fit` drops its ridge start from a candidate
+    /// whose options a `--set` made one it cannot start.
+    pub fn ridge_start_fits(&self) -> bool {
+        ridge_start_problem(
+            self.likelihood,
+            self.task,
+            self.q_form,
+            self.latent,
+            self.ard,
+        )
+        .is_none()
     }
 }
 
