@@ -207,8 +207,13 @@ pub fn train_on(
         let fixed = ingest_seconds + s.svd_seconds + s.scoring_seconds;
         let spare = plan.budget - spent() - final_seconds(fixed, s.steps, s.step_seconds);
         let room = plan.cap.saturating_sub(s.steps);
-        let more = extension_steps(spare, s.step_seconds, room);
-        if more < s.every.max(1) {
+        // Its run goes on scoring validation every `every` steps: each step carries its
+        // share of a score now (the final model trains without them).
+        let scored_step = s.step_seconds + s.scoring_seconds / s.every.max(1) as f64;
+        let more = extension_steps(spare, (scored_step + s.step_seconds) / 2.0, room);
+        // Not worth a resume and a score: fewer steps than one score's period, or than an
+        // epoch where scores are rarer than that (dear scores, `plan::SCORING_SHARE`).
+        if more < s.every.clamp(1, plan.epoch_steps.max(1)) {
             break;
         }
         observer.event(FitEvent::Extending {
@@ -279,7 +284,7 @@ pub fn candidate_outcome(row: &Row, ranking: bool) -> CandidateOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::plan::{probe_steps, stopping, FIRST_STEPS, PROBE_STEPS};
+    use crate::fit::plan::{probe_steps, scoring_seconds, stopping, FIRST_STEPS, PROBE_STEPS};
 
     #[test]
     fn the_probe_is_bounded_by_a_share_of_the_budget() {
@@ -297,13 +302,31 @@ mod tests {
     fn patience_covers_passes_over_the_data() {
         // Yahoo business: 15 steps an epoch, 150 steps planned: train's default period of
         // 3 steps and ten scores would be 30 steps, two epochs; five epochs are 25 scores.
-        assert_eq!(stopping(150, 15), (3, 25));
+        // (Scores as cheap as there: 2 s of scoring room, 0.02 s a score.)
+        let cheap = |planned, epoch| stopping(planned, epoch, 2.0, 0.02);
+        assert_eq!(cheap(150, 15), (3, 25));
         // Small data: an epoch of 1 step, 3 000 planned: train's own defaults, 60 and 10.
-        assert_eq!(stopping(3000, 1), (60, 10));
+        assert_eq!(cheap(3000, 1), (60, 10));
         // Delicious: 21 steps an epoch, 300 planned: 6 steps a score, 105 steps of
         // patience are 18 scores.
-        assert_eq!(stopping(300, 21), (6, 18));
-        assert_eq!(stopping(1, 0), (1, 10));
+        assert_eq!(cheap(300, 21), (6, 18));
+        assert_eq!(cheap(1, 0), (1, 10));
+    }
+
+    #[test]
+    fn scores_that_cost_steps_are_held_to_a_share_of_the_run() {
+        // 50 000 labels (measured): 4.3 s a score, a run of 150 s left. Train's fifty scores
+        // would be 215 s; a tenth of the run, 15 s, affords 3 of them.
+        let scoring = scoring_seconds(150.0, 4.3);
+        assert_eq!(scoring, 15.0);
+        let (every, _) = stopping(146, 48, scoring, 4.3);
+        assert_eq!(every, 49, "146 steps in 3 scores");
+        assert!(146u64.div_ceil(every) as f64 * 4.3 <= scoring);
+        // Cheap scores keep train's fifty (and their seconds are set aside).
+        assert_eq!(scoring_seconds(150.0, 0.02), 1.0);
+        assert_eq!(stopping(146, 48, 1.0, 0.02).0, 3);
+        // A score dearer than the whole share: one score (at the run's end).
+        assert_eq!(stopping(100, 10, 1.0, 30.0).0, 100);
     }
 
     #[test]

@@ -533,6 +533,8 @@ pub(super) struct Probed {
     /// When the candidate's svd started: its share counts from here.
     pub(super) started: Instant,
     pub(super) svd_seconds: f64,
+    /// Seconds one score of the validation split took (the probe's last step scored).
+    pub(super) score_seconds: f64,
 }
 
 impl Probed {
@@ -604,6 +606,7 @@ pub(super) fn probe(
         steps: plan::FIRST_STEPS,
         svd_seconds,
         started,
+        score_seconds: 0.0,
     };
     probed.measure(ws)?;
     let steps = plan::probe_steps(probed.step_seconds, budget_seconds);
@@ -611,6 +614,9 @@ pub(super) fn probe(
         probed.steps = steps;
         probed.measure(ws)?;
     }
+    // What one validation score costs, which the selection run's early stopping pays
+    // tens of times: with many labels it is several steps' time (`plan::SCORING_SHARE`).
+    probed.score_seconds = score(ws, kind, probed.run, probed.steps)?.1;
     Ok(probed)
 }
 
@@ -635,7 +641,12 @@ impl Probed {
 /// last step is the model the final spec reproduces, so that is the one compared.
 pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
     let left = (share - p.seconds()).max(0.0);
-    let planned = planned_steps(left, p.step_seconds, plan.cap).max(p.steps);
+    // Early stopping's validation scores come out of the run's time.
+    let scoring = match plan.fixed {
+        true => 0.0,
+        false => plan::scoring_seconds(left, p.score_seconds),
+    };
+    let planned = planned_steps(left - scoring, p.step_seconds, plan.cap).max(p.steps);
     let mut every = 0;
     let (run, stopped) = match planned > p.steps {
         true => {
@@ -649,7 +660,8 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
             };
             if !plan.fixed {
                 let patience;
-                (every, patience) = plan::stopping(planned, plan.epoch_steps);
+                (every, patience) =
+                    plan::stopping(planned, plan.epoch_steps, scoring, p.score_seconds);
                 extra.early_stopping = true;
                 extra.validate_every = Some(every);
                 extra.patience = patience;
