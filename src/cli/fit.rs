@@ -168,17 +168,19 @@ impl FitObserver for Printer {
                 "== fit: {left_seconds:.0} s left; {name} trains {more} steps more from step \
                  {from}"
             ),
-            FitEvent::NoBetterThanBaseline => say!(
-                "warning: the chosen model does not beat the label frequencies on validation: \
-                 its features taught it nothing it could show there (features on the wrong \
-                 scale, no signal, or too small a budget)"
+            FitEvent::NoBetterThanBaseline => crate::progress::warning(
+                "the chosen model does not beat the label frequencies on validation: its \
+                 features taught it nothing it could show there (features on the wrong \
+                 scale, no signal, or too small a budget)",
             ),
-            FitEvent::Chosen { name, steps } => {
-                say!("== fit: chosen {name} ({steps} steps); training it on every training row")
-            }
+            // Results, printed whatever the format: the choice, where the model went, and
+            // the spec that reproduces it.
+            FitEvent::Chosen { name, steps } => eprintln!(
+                "== fit: chosen {name} ({steps} steps); training it on every training row"
+            ),
             FitEvent::FinalStageStarted { stage } => say!("== {stage}"),
             FitEvent::FinalStages(stages) => super::spec::print_stages(stages),
-            FitEvent::ModelWritten(file) => say!(
+            FitEvent::ModelWritten(file) => eprintln!(
                 "== fit: the final model (train run {}, step {}) is in {}",
                 file.train_run,
                 file.checkpoint_step,
@@ -188,7 +190,7 @@ impl FitObserver for Printer {
                 seconds,
                 budget_seconds,
                 spec,
-            } => say!(
+            } => eprintln!(
                 "== fit: {seconds:.0} s of a {budget_seconds:.0} s budget; `pipeline run {}` \
                  reproduces the final model",
                 spec.display()

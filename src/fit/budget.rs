@@ -13,7 +13,7 @@ use anyhow::Result;
 use super::observe::{FitEvent, FitObserver};
 use super::options::given_values;
 use super::outcome::{CandidateOutcome, CandidateResult, Figures};
-use super::plan::Plan;
+use super::plan::{extension_floor, Plan};
 use super::rule::{
     affordable, choose, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
 };
@@ -211,9 +211,7 @@ pub fn train_on(
         // share of a score now (the final model trains without them).
         let scored_step = s.step_seconds + s.scoring_seconds / s.every.max(1) as f64;
         let more = extension_steps(spare, (scored_step + s.step_seconds) / 2.0, room);
-        // Not worth a resume and a score: fewer steps than one score's period, or than an
-        // epoch where scores are rarer than that (dear scores, `plan::SCORING_SHARE`).
-        if more < s.every.clamp(1, plan.epoch_steps.max(1)) {
+        if more < extension_floor(s.every, s.planned, plan.epoch_steps) {
             break;
         }
         observer.event(FitEvent::Extending {
@@ -311,6 +309,15 @@ mod tests {
         // patience are 18 scores.
         assert_eq!(cheap(300, 21), (6, 18));
         assert_eq!(cheap(1, 0), (1, 10));
+    }
+
+    #[test]
+    fn a_run_extends_by_a_period_or_by_an_epoch_where_scores_are_rare() {
+        // Train's period (a fiftieth of 1 492 steps): a period, however short the epoch.
+        assert_eq!(extension_floor(30, 1492, 1), 30);
+        // Scored once in 119 steps (dear scores): an epoch of 48 steps is enough.
+        assert_eq!(extension_floor(119, 119, 48), 48);
+        assert_eq!(extension_floor(0, 0, 0), 1);
     }
 
     #[test]
