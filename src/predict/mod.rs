@@ -91,6 +91,9 @@ pub struct PredictedFile {
     /// Workspace-relative path.
     pub path: String,
     pub rows: u64,
+    /// Seconds the rows' scoring took (after the model was loaded), when this call scored
+    /// them; None when an earlier run's file was reused.
+    pub scoring_seconds: Option<f64>,
 }
 
 /// Runs `pipeline predict` (memoised on the checkpoint, split and options).
@@ -150,6 +153,7 @@ pub fn run_on(
         Ok(PredictedFile {
             path: art.path,
             rows: art.rows.unwrap_or(0),
+            scoring_seconds: None,
         })
     };
     let basis = SvdFiles::of_run(ws, config.svd_run)?.basis;
@@ -174,7 +178,7 @@ pub fn run_on(
         Some(&pool),
         cached,
         |scratch| job.write(scratch),
-        |published, (written, rows): (crate::store::chunks::WrittenFile, u64)| {
+        |published, (written, rows, secs): (crate::store::chunks::WrittenFile, u64, f64)| {
             let path = format!("{}/predictions.parquet", published.rel);
             let artifact = ArtifactRow {
                 kind: ArtifactKind::Predictions,
@@ -186,7 +190,11 @@ pub fn run_on(
             };
             ws.catalog
                 .commit_artifacts(published.run_id, Some(dataset.id), &[artifact])?;
-            Ok(PredictedFile { path, rows })
+            Ok(PredictedFile {
+                path,
+                rows,
+                scoring_seconds: Some(secs),
+            })
         },
     )
 }
@@ -211,8 +219,12 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// Ranks every row of the split into `scratch/predictions/predictions.parquet` (over
-    /// ranks: this rank's share, the file written by rank 0 alone).
-    fn write(&self, scratch: &Path) -> Result<Staged<(crate::store::chunks::WrittenFile, u64)>> {
+    /// ranks: this rank's share, the file written by rank 0 alone): the file written, its
+    /// rows, and the seconds the scoring took.
+    fn write(
+        &self,
+        scratch: &Path,
+    ) -> Result<Staged<(crate::store::chunks::WrittenFile, u64, f64)>> {
         let (opts, dataset) = (self.opts, self.dataset);
         let split_rows = dataset.split(opts.split).map_or(0, |s| s.n_rows);
         let mut writer = match self.comm.is_root() {
@@ -272,6 +284,7 @@ impl Job<'_> {
                         checksum: String::new(),
                     },
                     rows,
+                    started.elapsed().as_secs_f64(),
                 ),
             });
         };
@@ -290,7 +303,7 @@ impl Job<'_> {
         Ok(Staged {
             dir: "predictions",
             name: format!("{}-{}", dataset.name, opts.split),
-            value: (written, rows),
+            value: (written, rows, secs),
         })
     }
 
