@@ -31,8 +31,9 @@ def status(workspace, *args):
 
 
 def runs(workspace):
-    """(id, stage, status, error) of every run in the workspace's catalog."""
-    found = status(workspace)
+    """(id, stage, status, error) of every run in the workspace's catalog (status lists the
+    most recent 20 unless told more)."""
+    found = status(workspace, "--runs", "100000")
     return [(r["id"], r["stage"], r["status"], r["error"]) for r in (found or {}).get("runs", [])]
 
 
