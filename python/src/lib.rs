@@ -2,8 +2,8 @@
 //! functions (docs/python.md). Nothing here trains, parses or scores by itself:
 //!
 //! - [`run_pipeline`] runs a `pipeline` command line in this process, parsed by the
-//!   engine's own clap definition (`fit`, `export`, `predict`, … exactly as the binary
-//!   runs them);
+//!   engine's own definition (`fsgp::cli::parse`: `fit`, `export`, `predict`, … exactly
+//!   as the binary runs them);
 //! - [`write_libsvm`] writes CSR rows as the LIBSVM text `pipeline fit` ingests
 //!   (`fsgp::text::write`);
 //! - [`main`] is the `pipeline` command itself, for the console script of that name;
@@ -20,7 +20,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyValueError};
@@ -74,8 +73,7 @@ fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
     let argv: Vec<String> = std::iter::once("pipeline".to_string())
         .chain(argv)
         .collect();
-    let cli = fsgp::cli::args::Cli::try_parse_from(&argv)
-        .map_err(|e| EngineError::new_err(e.render().to_string().trim_end().to_string()))?;
+    let cli = fsgp::cli::parse(&argv).map_err(EngineError::new_err)?;
     let stop = StopToken::new();
     let engine_stop = stop.clone();
     let (result, interrupt) = std::thread::scope(|scope| {

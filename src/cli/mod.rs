@@ -60,6 +60,18 @@ where
     status
 }
 
+/// `argv` (its first item the program's name) parsed by the command line's own definition,
+/// for a host that runs `pipeline` commands in its process (the Python package's
+/// `run_pipeline`); a refusal is clap's message as the binary prints it.
+pub fn parse<I, T>(argv: I) -> std::result::Result<Cli, String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser;
+    Cli::try_parse_from(argv).map_err(|e| e.render().to_string().trim_end().to_string())
+}
+
 /// Rust ignores SIGPIPE (and so does a Python host), so `pipeline status | head` would
 /// fail on the closed pipe; a command-line tool should simply stop, as `cat` does.
 fn restore_sigpipe() {
