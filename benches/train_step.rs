@@ -26,7 +26,8 @@
 //! step runs like the trainer's: faer's global parallelism on the rayon pool, all cores.
 //!
 //! Run: `cargo bench --bench train_step` (FSGP_BENCH_STEPS: steps timed per configuration,
-//! default 3; the best is reported, with the phase times of that step; FSGP_BENCH_ONLY:
+//! default 3; the best is reported, with the phase times of that step; FSGP_BENCH_JSON=FILE:
+//! each row also appended to FILE as a JSON line; FSGP_BENCH_ONLY:
 //! run only the rows whose `(form, kernel, ard, R, negatives, factorisation, features)`
 //! debug text contains it, e.g. `Whitened`, `SePlusLinear` or `Some((500`).
 
@@ -288,6 +289,38 @@ fn run(c: &Config, steps: usize, gemm: f64) {
         threads(),
         if identical { "yes" } else { "NO" }
     );
+    json_line(&serde_json::json!({
+        "configuration": format!("{} {kernel} (B={b}, M={m}, P={p}, R={r}, K={k}, {negs}; {path})", c.name),
+        "name": c.name,
+        "seconds_per_step": secs,
+        "step_gflop": flops / 1e9,
+        "gemm_gflops": gemm,
+        "phases": {
+            "kernel_fwd": ph.kernel_fwd,
+            "variational_fwd": ph.variational_fwd,
+            "likelihood": ph.likelihood,
+            "variational_bwd": ph.variational_bwd,
+            "kernel_bwd": ph.kernel_bwd,
+            "adam": adam_s,
+        },
+        "same_bits_one_thread": identical,
+        "threads": threads(),
+    }));
+}
+
+/// Appends `value` as one line to the file `FSGP_BENCH_JSON` names, when it names one: the
+/// figures scripts read (scripts/profile-table.py), beside the table printed for people.
+fn json_line(value: &serde_json::Value) {
+    let Ok(path) = std::env::var("FSGP_BENCH_JSON") else {
+        return;
+    };
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("FSGP_BENCH_JSON={path}: {e}"));
+    writeln!(file, "{value}").unwrap_or_else(|e| panic!("FSGP_BENCH_JSON={path}: {e}"));
 }
 
 /// Random sparse rows [B×D] with `per_row` distinct features each and a random basis
@@ -545,5 +578,13 @@ fn natural_rows(steps: usize, gemm: f64) {
             flops / best / 1e9,
             100.0 * flops / best / 1e9 / gemm
         );
+        json_line(&serde_json::json!({
+            "configuration": format!("natural step, M={m}, P={p}"),
+            "name": "natural",
+            "seconds_per_step": best,
+            "step_gflop": flops / 1e9,
+            "gemm_gflops": gemm,
+            "threads": threads(),
+        }));
     }
 }
