@@ -85,6 +85,22 @@ pub struct Sizes {
     pub svd_seconds: f64,
 }
 
+#[cfg(test)]
+impl Sizes {
+    /// Sizes for a rule test: N, D, L and the rows' density, with memory (4 GiB) and time
+    /// that never bound R.
+    pub(super) fn unbounded(n: u64, d: u64, l: u64, dense: bool) -> Sizes {
+        Sizes {
+            n,
+            d,
+            l,
+            dense,
+            memory: 4 << 30,
+            svd_seconds: f64::INFINITY,
+        }
+    }
+}
+
 /// The candidate list of the rule (`docs/fit.md`), by task and sizes, most preferred first
 /// (the budget may afford only a prefix, [`affordable`]).
 pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
@@ -805,14 +821,7 @@ mod tests {
 
     #[test]
     fn settings_override_every_candidate_and_equal_ones_are_tried_once() {
-        let sizes = Sizes {
-            n: 1000,
-            d: 20,
-            l: 1,
-            dense: true,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let sizes = Sizes::unbounded(1000, 20, 1, true);
         let listed = candidates(LabelKind::Binary, sizes);
         assert_eq!(
             with_settings(listed.clone(), &TrainOptions::default()),
@@ -863,14 +872,7 @@ mod tests {
 
     #[test]
     fn the_ridge_start_at_many_labels_yields_to_options_it_cannot_start() {
-        let sizes = Sizes {
-            n: 10_000,
-            d: 20_000,
-            l: 50_000,
-            dense: false,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let sizes = Sizes::unbounded(10_000, 20_000, 50_000, false);
         let listed = candidates(LabelKind::Multilabel, sizes);
         let starts = |list: &[Candidate]| -> Vec<WarmStart> {
             list.iter().map(|c| c.train.warm_start).collect()
@@ -901,14 +903,7 @@ mod tests {
 
     #[test]
     fn a_set_batch_or_rate_replaces_fits_own_once() {
-        let sizes = Sizes {
-            n: 1000,
-            d: 20,
-            l: 1,
-            dense: true,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let sizes = Sizes::unbounded(1000, 20, 1, true);
         let listed = candidates(LabelKind::Binary, sizes);
         assert_eq!(batch_of(&listed), BATCH);
         let plain = run_options(&listed[0], 4);
@@ -949,14 +944,7 @@ mod tests {
 
     #[test]
     fn candidates_follow_the_task_and_fit_the_sizes() {
-        let small = Sizes {
-            n: 60,
-            d: 2,
-            l: 1,
-            dense: true,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let small = Sizes::unbounded(60, 2, 1, true);
         let c = candidates(LabelKind::Binary, small);
         assert_eq!(c.len(), 4);
         for cand in &c {
@@ -964,31 +952,11 @@ mod tests {
             assert_eq!(cand.train.likelihood, LikelihoodChoice::Logistic);
             assert_eq!(cand.svd.rank, Some(1), "R < D");
         }
-        let mc = candidates(
-            LabelKind::Multiclass,
-            Sizes {
-                n: 5000,
-                d: 36,
-                l: 6,
-                dense: true,
-                memory: 4 << 30,
-                svd_seconds: f64::INFINITY,
-            },
-        );
+        let mc = candidates(LabelKind::Multiclass, Sizes::unbounded(5000, 36, 6, true));
         assert!(mc
             .iter()
             .all(|c| c.train.likelihood == LikelihoodChoice::Softmax));
-        let ml = candidates(
-            LabelKind::Multilabel,
-            Sizes {
-                n: 1000,
-                d: 294,
-                l: 6,
-                dense: true,
-                memory: 4 << 30,
-                svd_seconds: f64::INFINITY,
-            },
-        );
+        let ml = candidates(LabelKind::Multilabel, Sizes::unbounded(1000, 294, 6, true));
         assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
         assert_eq!(ml[0].train.factors, Some(6), "P ≤ L");
         let kernels = |list: &[Candidate]| -> Vec<&str> {
@@ -1001,14 +969,7 @@ mod tests {
         );
         let many = candidates(
             LabelKind::Multilabel,
-            Sizes {
-                n: 12920,
-                d: 500,
-                l: 983,
-                dense: false,
-                memory: 4 << 30,
-                svd_seconds: f64::INFINITY,
-            },
+            Sizes::unbounded(12920, 500, 983, false),
         );
         assert_eq!(many.len(), 3);
         assert_eq!(
@@ -1020,14 +981,7 @@ mod tests {
         assert_eq!(many[0].svd.rank, Some(250));
         // Sparse text (tens of thousands of features): the paper's R for the multi-label
         // list, the free-Z start's 250 for the classifiers, R < N on few rows.
-        let text = Sizes {
-            n: 7153,
-            d: 21_924,
-            l: 30,
-            dense: false,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let text = Sizes::unbounded(7153, 21_924, 30, false);
         let rank = |list: &[Candidate]| list[0].svd.rank;
         assert_eq!(rank(&candidates(LabelKind::Multilabel, text)), Some(2000));
         assert_eq!(rank(&candidates(LabelKind::Binary, text)), Some(250));
@@ -1037,14 +991,7 @@ mod tests {
 
     #[test]
     fn many_labels_sample_negatives_and_scale_p_with_l() {
-        let sizes = |l: u64| Sizes {
-            n: 10_000,
-            d: 20_000,
-            l,
-            dense: false,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let sizes = |l: u64| Sizes::unbounded(10_000, 20_000, l, false);
         let label_side = |c: &Candidate| -> Vec<(&'static str, String)> {
             super::super::options::given_values(&c.train)
                 .into_iter()

@@ -420,14 +420,7 @@ mod tests {
             format: InputFormat::Libsvm,
             features: Some(3),
         };
-        let sizes = Sizes {
-            n: 1000,
-            d: 20,
-            l: 1,
-            dense: true,
-            memory: 4 << 30,
-            svd_seconds: f64::INFINITY,
-        };
+        let sizes = Sizes::unbounded(1000, 20, 1, true);
         let overridden = TrainOptions {
             batch: 200,
             ard: crate::trained::ArdChoice::BasisDirections,
