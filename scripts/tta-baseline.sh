@@ -28,19 +28,19 @@ for s in $STEPS; do
     $P ingest --name del --train $DEL/train.txt --test $DEL/test.txt --validation-fraction 0.2 > ingest-del.log 2>&1
     [ -f svd-del.log ] || /usr/bin/time -f "svd wall %e s" $P svd --dataset del --rank 250 --inducing 500 --seed 0 > svd-del.log 2>&1
     if [ $s = del-free ]; then ii=free; else ii=subspace; fi
-    /usr/bin/time -f "train wall %e s" $P train $del_common --inducing-inputs $ii > $s.log 2>&1 ;;
+    /usr/bin/time -f "train wall %e s" $P --log-format jsonl train $del_common --inducing-inputs $ii > $s.log 2>&1 ;;
   del-free-to-target)
     export FSGP_WORKSPACE=$OUT/ws-del
     $P ingest --name del --train $DEL/train.txt --test $DEL/test.txt --validation-fraction 0.2 > ingest-del.log 2>&1
     [ -f svd-del.log ] || /usr/bin/time -f "svd wall %e s" $P svd --dataset del --rank 250 --inducing 500 --seed 0 > svd-del.log 2>&1
-    /usr/bin/time -f "train wall %e s" $P train $del_common --inducing-inputs free --max-steps 252 > $s.log 2>&1 ;;
+    /usr/bin/time -f "train wall %e s" $P --log-format jsonl train $del_common --inducing-inputs free --max-steps 252 > $s.log 2>&1 ;;
   omikuji)
     python3 "$HERE/tta-omikuji.py" --out "$OUT/omikuji" > omikuji.log 2> omikuji.stderr ;;
   mnist)
     export FSGP_WORKSPACE=$OUT/ws-mnist
     /usr/bin/time -f "ingest wall %e s" $P ingest --name mnist-oddeven --format libsvm --train $MN/train.txt.gz --test $MN/test.txt.gz --features 784 --no-normalize --validation-fraction 0.2 > ingest-mnist.log 2>&1
     /usr/bin/time -f "svd wall %e s" $P svd --dataset mnist-oddeven --rank 250 --inducing 200 --seed 0 > svd-mnist.log 2>&1
-    /usr/bin/time -f "train wall %e s" $P train --dataset mnist-oddeven --task binary --latent independent --kernel se --inducing 200 --batch 500 --epochs 60 --lr 0.01 --lr-decay-at 40,50 --lr-decay 0.1 --negatives all --inducing-inputs free --likelihood logistic --q-form whitened --seed 0 --eval-every 1 --eval-split validation --checkpoint-every 96 --keep-checkpoints all > mnist.log 2>&1 ;;
+    /usr/bin/time -f "train wall %e s" $P --log-format jsonl train --dataset mnist-oddeven --task binary --latent independent --kernel se --inducing 200 --batch 500 --epochs 60 --lr 0.01 --lr-decay-at 40,50 --lr-decay 0.1 --negatives all --inducing-inputs free --likelihood logistic --q-form whitened --seed 0 --eval-every 1 --eval-split validation --checkpoint-every 96 --keep-checkpoints all > mnist.log 2>&1 ;;
   mnist-to-target|mnist-natural|mnist-fast)
     export FSGP_WORKSPACE=$OUT/ws-mnist
     [ -f ingest-mnist.log ] || $P ingest --name mnist-oddeven --format libsvm --train $MN/train.txt.gz --test $MN/test.txt.gz --features 784 --no-normalize --validation-fraction 0.2 > ingest-mnist.log 2>&1
@@ -51,7 +51,7 @@ for s in $STEPS; do
       mnist-natural) extra="--batch 500 --epochs 60 --lr 0.01 --lr-decay-at 40,50 --inducing-inputs free --checkpoint-every 96 --natural-step 0.1" ;;
       mnist-fast) extra="--batch 1000 --epochs 28 --lr 0.01 --lr-decay-at 20,25 --inducing-inputs subspace --checkpoint-every 49 --natural-step 0.1" ;;
     esac
-    /usr/bin/time -f "train wall %e s" $P train $mnist_common $extra > $s.log 2>&1 ;;
+    /usr/bin/time -f "train wall %e s" $P --log-format jsonl train $mnist_common $extra > $s.log 2>&1 ;;
   gpflow)
     python3 "$HERE/gpflow-svgp-natgrad.py" --steps 2880 --eval-every 48 --budget 240 > gpflow.log 2> gpflow.stderr ;;
   gpflow-fast)

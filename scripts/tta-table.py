@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Per-evaluation table of a `pipeline train --eval-every 1 --eval-split validation` log:
+"""Per-evaluation table of a `pipeline --log-format jsonl train --eval-every 1 --eval-split
+validation` log (its epoch and validation events; a text log of the same run, as older runs
+wrote, is read from its lines):
 epoch, epoch seconds, cumulative training seconds (the sum of the epoch times the log prints;
 the validation scoring, printed separately, is left out), and the validation metrics.
 With --target-frac F: the target F x (last evaluation's first metric) and the first epoch that
@@ -9,6 +11,7 @@ stays reached.
 Usage: scripts/tta-table.py LOG [--target-frac 0.99] [--target VALUE] [--metric P@1] [--lower]
 """
 import argparse
+import json
 import re
 
 ap = argparse.ArgumentParser()
@@ -19,20 +22,47 @@ ap.add_argument("--target", type=float, default=None)
 ap.add_argument("--lower", action="store_true")
 a = ap.parse_args()
 
-rows, secs, cum = [], {}, 0.0
-for line in open(a.log):
-    m = re.match(r"epoch (\d+)/\d+: .*?, ([0-9.]+) s,", line)
-    if m:
-        secs[int(m.group(1))] = float(m.group(2))
-        continue
-    m = re.match(r"epoch (\d+): 'validation' (.*) \(([0-9.]+) s\)", line)
-    if m:
-        e = int(m.group(1))
-        # "P@1 67.3 P@3 ..." or "accuracy 96.52 %, mean NLP 0.1017": name, then number.
-        pairs = re.findall(r"([A-Za-z@][A-Za-z@0-9 ]*?) (-?[0-9.]+)", m.group(2))
-        vals = {k.strip().split()[-1]: float(v) for k, v in pairs}
-        cum = sum(secs[k] for k in secs if k <= e)
-        rows.append((e, secs[e], cum, vals))
+# A validation event's figures as the text lines print them (percentages).
+JSON_FIGURES = {"p_at_1": "P@1", "p_at_3": "P@3", "p_at_5": "P@5", "psp_at_5": "PSP@5",
+                "accuracy": "accuracy", "nlp": "NLP"}
+
+
+def rows_of_events(lines):
+    """(epoch, epoch seconds, cumulative seconds, {metric: value}) from JSON events."""
+    rows, secs = [], {}
+    for line in lines:
+        event = json.loads(line)
+        if event["event"] == "epoch":
+            secs[event["epoch"]] = event["seconds"]
+        elif event["event"] == "validation" and event.get("epoch") is not None:
+            e = event["epoch"]
+            vals = {name: 100 * event[key] if key != "nlp" else event[key]
+                    for key, name in JSON_FIGURES.items() if key in event}
+            rows.append((e, secs[e], sum(secs[k] for k in secs if k <= e), vals))
+    return rows
+
+
+def rows_of_text(lines):
+    """The same rows from the text lines of an older log."""
+    rows, secs = [], {}
+    for line in lines:
+        m = re.match(r"epoch (\d+)/\d+: .*?, ([0-9.]+) s,", line)
+        if m:
+            secs[int(m.group(1))] = float(m.group(2))
+            continue
+        m = re.match(r"epoch (\d+): 'validation' (.*) \(([0-9.]+) s\)", line)
+        if m:
+            e = int(m.group(1))
+            # "P@1 67.3 P@3 ..." or "accuracy 96.52 %, mean NLP 0.1017": name, then number.
+            pairs = re.findall(r"([A-Za-z@][A-Za-z@0-9 ]*?) (-?[0-9.]+)", m.group(2))
+            vals = {k.strip().split()[-1]: float(v) for k, v in pairs}
+            rows.append((e, secs[e], sum(secs[k] for k in secs if k <= e), vals))
+    return rows
+
+
+lines = open(a.log).read().splitlines()
+events = [l for l in lines if l.startswith("{")]
+rows = rows_of_events(events) if events else rows_of_text(lines)
 keys = list(rows[0][3].keys())
 print("| epoch | epoch s | cumulative s | " + " | ".join(f"val {k}" for k in keys) + " |")
 print("|---" * (3 + len(keys)) + "|")
