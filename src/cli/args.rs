@@ -1365,6 +1365,29 @@ mod tests {
         assert_eq!(args.options(), expected);
     }
 
+    /// `--help` lists the train flags in the table's order, but for the rows placed
+    /// after another (`listed after`): each flag once.
+    #[test]
+    fn help_lists_the_train_flags_once_with_the_moved_rows_in_place() {
+        let order = TrainFlags::help_order();
+        let listed: BTreeSet<TrainFlag> = order.iter().copied().collect();
+        assert_eq!(
+            (order.len(), listed.len()),
+            (TrainFlag::ALL.len(), TrainFlag::ALL.len())
+        );
+        let at = |flag| order.iter().position(|&f| f == flag).unwrap();
+        let q_form = at(TrainFlag::QForm);
+        assert_eq!(
+            [
+                at(TrainFlag::WarmStart),
+                at(TrainFlag::NaturalStep),
+                at(TrainFlag::Likelihood)
+            ],
+            [q_form + 1, q_form + 2, q_form + 3]
+        );
+        assert_eq!(order.last(), Some(&TrainFlag::StopMetric));
+    }
+
     /// The train flags and [`TrainFlag`] are the same set: every argument of `pipeline
     /// train` has a variant (so it has a resume rule), and every variant an argument.
     #[test]

@@ -569,3 +569,68 @@ macro_rules! flag_text_is_display {
 }
 
 flag_text_is_display!(String, i64, u64, usize, f64, Negatives, Retention);
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use crate::train::{TrainFlag, TrainOptions, TrainValue};
+    use crate::trained::{KernelChoice, Negatives, Retention, StopMetric};
+
+    fn options() -> TrainOptions {
+        TrainOptions {
+            dataset: Some("d".into()),
+            kernel: KernelChoice::Se,
+            negatives: Negatives::Sample(100),
+            final_elbo: false,
+            fresh: true,
+            lr_decay_at: vec![40, 50],
+            natural_step: Some(0.5),
+            keep_checkpoints: Retention::All,
+            stop_metric: Some(StopMetric::P3),
+            ..TrainOptions::default()
+        }
+    }
+
+    /// Every option's value goes out through [`TrainValue`] and back in unchanged, and
+    /// setting it marks it given.
+    #[test]
+    fn every_option_is_read_and_set_through_its_value() {
+        let from = options();
+        let mut onto = TrainOptions::default();
+        for &flag in TrainFlag::ALL {
+            let value = from.value(flag);
+            assert_eq!(value.flag(), flag);
+            onto.set(value);
+            assert!(onto.given.contains(&flag), "{flag}");
+        }
+        assert_eq!(onto.given.len(), TrainFlag::ALL.len());
+        onto.given = BTreeSet::new();
+        assert_eq!(onto, from);
+    }
+
+    /// A value's text is what its flag takes; a switch and an absent option have none.
+    #[test]
+    fn flag_text_is_what_the_flag_takes() {
+        let o = options();
+        let text = |flag| o.value(flag).flag_text();
+        assert_eq!(text(TrainFlag::Dataset), "d");
+        assert_eq!(text(TrainFlag::Kernel), "se");
+        assert_eq!(text(TrainFlag::Negatives), "100");
+        assert_eq!(text(TrainFlag::LrDecayAt), "40,50");
+        assert_eq!(text(TrainFlag::NaturalStep), "0.5");
+        assert_eq!(text(TrainFlag::KeepCheckpoints), "all");
+        assert_eq!(text(TrainFlag::StopMetric), "P@3");
+        assert_eq!(text(TrainFlag::EvalSplit), "test");
+        assert_eq!(text(TrainFlag::Lr), "0.01");
+        assert_eq!(text(TrainFlag::Svd), "");
+        assert_eq!(text(TrainFlag::Fresh), "");
+        assert_eq!(text(TrainFlag::NoFinalElbo), "");
+        assert_eq!(
+            TrainValue::Inducing(Some(7)),
+            TrainOptions::default()
+                .with(TrainValue::Inducing(Some(7)))
+                .value(TrainFlag::Inducing)
+        );
+    }
+}

@@ -107,19 +107,12 @@ impl Changeable {
         Changeable::NoFinalElbo,
     ];
 
+    /// The flag whose resume rule (its row in `train_option_table!`) is this change.
     pub fn train_flag(self) -> TrainFlag {
-        match self {
-            Changeable::Epochs => TrainFlag::Epochs,
-            Changeable::Steps => TrainFlag::Steps,
-            Changeable::MaxSteps => TrainFlag::MaxSteps,
-            Changeable::Threads => TrainFlag::Threads,
-            Changeable::CheckpointEvery => TrainFlag::CheckpointEvery,
-            Changeable::KeepCheckpoints => TrainFlag::KeepCheckpoints,
-            Changeable::Prefetch => TrainFlag::Prefetch,
-            Changeable::EvalEvery => TrainFlag::EvalEvery,
-            Changeable::EvalSplit => TrainFlag::EvalSplit,
-            Changeable::NoFinalElbo => TrainFlag::NoFinalElbo,
-        }
+        *TrainFlag::ALL
+            .iter()
+            .find(|flag| matches!(flag.on_resume(), Changes(change) if change == self))
+            .expect("every change is the resume rule of a train option (checked by a test)")
     }
 
     /// Whether it changes the run's configuration (which lookups match on), not only how
@@ -355,4 +348,25 @@ pub fn same_run(ckpt_config: &serde_json::Value, in_force: &TrainConfig) -> bool
     c.threads = in_force.threads;
     c.checkpoint_every = in_force.checkpoint_every;
     c == *in_force
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each change a resume may make is the rule of exactly one train option, so
+    /// [`Changeable::train_flag`] finds it.
+    #[test]
+    fn every_change_is_the_resume_rule_of_one_option() {
+        for change in Changeable::ALL {
+            let flags: Vec<TrainFlag> = TrainFlag::ALL
+                .iter()
+                .copied()
+                .filter(|f| matches!(f.on_resume(), Changes(c) if c == change))
+                .collect();
+            assert_eq!(flags, [change.train_flag()], "{change:?}");
+        }
+        assert_eq!(Changeable::Epochs.train_flag(), TrainFlag::Epochs);
+        assert_eq!(Changeable::NoFinalElbo.train_flag(), TrainFlag::NoFinalElbo);
+    }
 }
