@@ -4,8 +4,7 @@
 use anyhow::{bail, ensure, Context, Result};
 
 use super::batches::MAX_EPOCHS;
-pub(super) use super::declare::join_epochs;
-use super::declare::{define_train_options, train_option_table};
+use super::declare::{define_train_options, join_epochs, train_option_table};
 use super::early::DEFAULT_PATIENCE;
 use super::{budget, early};
 use crate::choice::Choice;

@@ -22,13 +22,15 @@ use anyhow::{bail, ensure, Result};
 
 use super::batches::Planner;
 use super::budget;
-use super::declare::train_option_table;
-use super::options::{check_limits, join_epochs, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
+use super::declare::{join_epochs, train_option_table};
+use super::options::{check_limits, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
 use super::setup::Setup;
 use crate::stage::threads_or_all;
 use crate::store::catalog::RunStatus;
 use crate::store::checkpoint::TrainState;
 use crate::trained::{OptionChange, Retention, RunRecord, Steering, StopReason, TrainConfig};
+// The rows' resume rules name these bare (`train_option_table!`).
+use OnResume::{Changes, Control, Fixed};
 
 /// What a train flag given on resume does.
 #[derive(Clone, Copy)]
@@ -41,8 +43,6 @@ pub enum OnResume {
     /// refusal prints them.
     Fixed(fn(&TrainConfig, &TrainOptions) -> (String, String)),
 }
-
-use OnResume::{Changes, Control, Fixed};
 
 /// "none" for an option left out.
 fn or_none(value: Option<String>) -> String {
