@@ -39,6 +39,14 @@
 //!   (which is `TrainFlag`'s, and so the order of given options in specs `fit` writes) puts it
 //!   elsewhere.
 //!
+//! - A switch that clears its option names the flag and the clap id itself:
+//!   `#[arg(id = "no_final_elbo", long = "no-final-elbo", action = ArgAction::SetFalse)]`
+//!   on `final_elbo: bool = true`.
+//!
+//! Three macros read the rows, each matching this grammar: `define_train_options` (here,
+//! expanded in `options.rs`), `define_on_resume` (`resume.rs`) and `define_train_flags`
+//! (`src/cli/args.rs`). A row that does not follow it fails to compile.
+//!
 //! Names in a row resolve where the row is expanded: clap's attributes (`one_of`, `int_in`,
 //! the `MAX_*` bounds, the help functions) in `src/cli/args.rs`, the defaults there and in
 //! `options.rs`, the resume rules in `resume.rs`. Keeping them unqualified keeps the command
