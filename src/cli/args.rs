@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use clap::{ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 use std::ops::Bound::{Excluded, Included};
 
@@ -40,8 +40,9 @@ use crate::text::parse::UnknownFeatures;
 use crate::text::parse::MAX_IDS;
 use crate::train::batches::{MAX_EPOCHS, MAX_STEPS};
 use crate::train::budget::DEFAULT_MIN_STEPS;
-use crate::train::early::EVALUATIONS_PER_BUDGET;
-use crate::train::{ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS};
+use crate::train::declare::train_option_table;
+use crate::train::early::{DEFAULT_PATIENCE, EVALUATIONS_PER_BUDGET};
+use crate::train::{ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS, DEFAULT_LR_DECAY};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
     Retention, StopMetric, Task, WarmStart,
@@ -80,12 +81,6 @@ fn validate_every_help() -> String {
         "With --early-stopping: optimiser steps between two scores of the validation split \
          (default: the budget's steps / {EVALUATIONS_PER_BUDGET}, rounded up)"
     )
-}
-
-/// The defaults of `pipeline train`: the library's, so the command line, specs and
-/// [`TrainOptions::default`] agree by construction.
-fn train_default() -> TrainOptions {
-    TrainOptions::default()
 }
 
 #[derive(Parser, Debug)]
@@ -590,274 +585,81 @@ impl FromArgMatches for TrainArgs {
 
 impl Args for TrainArgs {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        TrainFlags::augment_args(cmd)
+        TrainFlags::in_help_order(TrainFlags::augment_args(cmd))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        TrainFlags::augment_args_for_update(cmd)
+        TrainFlags::in_help_order(TrainFlags::augment_args_for_update(cmd))
     }
 }
 
-/// The flags of `pipeline train`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct TrainFlags {
-    /// Dataset (as named at ingest); required unless --resume.
-    #[arg(long, required_unless_present = "resume")]
-    pub dataset: Option<String>,
-    /// SVD run whose factors to use (default: the newest one of the dataset).
-    #[arg(long, value_parser = run_id())]
-    pub svd: Option<i64>,
-    /// The GP kernel (docs/model.md).
-    #[arg(long, default_value_t = train_default().kernel, value_parser = one_of::<KernelChoice>())]
-    pub kernel: KernelChoice,
-    /// Automatic relevance determination of the kernel's inputs.
-    #[arg(long, default_value_t = train_default().ard, value_parser = one_of::<ArdChoice>())]
-    pub ard: ArdChoice,
-    /// The form of q(u), the variational distribution of the inducing outputs
-    /// (docs/model.md).
-    #[arg(long, default_value_t = train_default().q_form, value_parser = one_of::<QForm>())]
-    pub q_form: QForm,
-    /// How μ and Φ start: at the biases alone, or from one closed-form Newton step over one
-    /// pass of the training rows (docs/model.md, "Warm start")
-    #[arg(long, default_value_t = train_default().warm_start, value_parser = one_of::<WarmStart>())]
-    pub warm_start: WarmStart,
-    /// Train q(u) by natural-gradient steps of size γ in (0, 1] (Adam trains the rest);
-    /// γ follows --lr-decay's schedule. Needs --q-form cholesky or whitened (docs/model.md,
-    /// "Natural gradients").
-    #[arg(long, value_name = "GAMMA", value_parser = real_in(Excluded(0.0), Included(1.0)))]
-    pub natural_step: Option<f64>,
-    /// The likelihood: logistic or probit for the binary and multilabel tasks, one of the
-    /// others for multiclass (docs/likelihood.md).
-    #[arg(long, default_value_t = train_default().likelihood,
-          value_parser = one_of::<LikelihoodChoice>())]
-    pub likelihood: LikelihoodChoice,
-    /// The task: multilabel, binary (a dataset with one label, label 0 the positive
-    /// class; every row is a term, so --negatives stays all) or multiclass (one label per
-    /// row among K ≥ 2 classes; --likelihood ove, robust-max, softmax, hl, ar-softmax or
-    /// ar-logit).
-    #[arg(long, default_value_t = train_default().task, value_parser = one_of::<Task>())]
-    pub task: Task,
-    /// The latent functions (with independent, leave --factors out).
-    #[arg(long, default_value_t = train_default().latent, value_parser = one_of::<LatentChoice>())]
-    pub latent: LatentChoice,
-    /// Robust-max's ε in (0, 1): the probability mass spread evenly over the K classes
-    /// (--likelihood robust-max only).
-    #[arg(long, default_value_t = train_default().robust_max_epsilon, value_name = "EPS",
-          value_parser = open_fraction())]
-    pub robust_max_epsilon: f64,
-    /// Train robust-max's ε (as logit ε, from --robust-max-epsilon) with the other
-    /// parameters (--likelihood robust-max only; GPflow's RobustMax with ε trainable).
-    #[arg(long)]
-    pub learn_epsilon: bool,
-    /// Antithetic Monte Carlo pairs of the softmax: per row and step with --likelihood
-    /// softmax, per row for the predictive class probabilities of softmax, ove and
-    /// augment-and-reduce runs, and ar-logit's ε rule of 2S points.
-    #[arg(long, default_value_t = train_default().mc_pairs, value_name = "S",
-          value_parser = int_in::<usize>(1, MAX_MC_PAIRS))]
-    pub mc_pairs: usize,
-    /// Width H of the amortisation network's two hidden layers, which maps each row to its
-    /// local variational parameters (--likelihood ar-softmax or ar-logit only).
-    #[arg(long, default_value_t = train_default().amortiser_hidden, value_name = "H",
-          value_parser = int_in::<usize>(1, MAX_HIDDEN))]
-    pub amortiser_hidden: usize,
-    /// S negative classes per row and step, drawn uniformly, their sum scaled by (K − 1)/S
-    /// (--likelihood ove, ar-softmax or ar-logit; default: all K − 1).
-    #[arg(long, value_name = "S", value_parser = int_in::<usize>(1, MAX_IDS.into()))]
-    pub class_samples: Option<usize>,
-    /// M: inducing inputs (at most the rows of the svd run's a_init.npy, or with
-    /// --inducing-inputs fixed-rows the training rows; default: a_init.npy's rows, which
-    /// svd holds to N).
-    #[arg(long, value_parser = int_in::<usize>(1, MAX_IDS.into()))]
-    pub inducing: Option<usize>,
-    // Its help is `factors_help`'s, which states the default rule from its constant.
-    #[arg(long, help = factors_help(), value_parser = int_in::<usize>(1, MAX_IDS.into()))]
-    pub factors: Option<usize>,
-    /// B: rows per minibatch.
-    #[arg(long, default_value_t = train_default().batch,
-          value_parser = int_in::<usize>(1, MAX_BLOCK_ROWS))]
-    pub batch: usize,
-    // The budget in passes over the training rows (help: `epochs_help`, which names the
-    // limits from their constants).
-    #[arg(long, default_value_t = train_default().epochs, conflicts_with = "steps",
-          value_parser = int_in::<u64>(1, MAX_EPOCHS), help = epochs_help())]
-    pub epochs: u64,
-    /// The budget in optimiser steps instead of epochs: S steps in all, counted from step 0,
-    /// through as many epochs as they take (the last one possibly cut short).
-    #[arg(long, value_name = "S", value_parser = int_in::<u64>(1, MAX_STEPS))]
-    pub steps: Option<u64>,
-    /// Stop after S optimiser steps in all, counted from step 0 (or at the end of the budget
-    /// if sooner); an epoch cut short is recorded like the others, over the steps it ran.
-    #[arg(long, value_name = "S", value_parser = int_in::<u64>(1, MAX_STEPS))]
-    pub max_steps: Option<u64>,
-    /// Adam's learning rate η.
-    #[arg(long, default_value_t = train_default().lr, value_parser = positive_finite())]
-    pub lr: f64,
-    /// Multiply η by --lr-decay after each of these epoch counts (multi-step decay):
-    /// `--lr-decay-at 40,50` trains epochs 1–40 with η, 41–50 with γη and the rest with γ²η.
-    #[arg(long, value_name = "E1,E2,…", value_delimiter = ',',
-          value_parser = int_in::<u64>(1, MAX_EPOCHS))]
-    pub lr_decay_at: Vec<u64>,
-    /// γ, the factor of each --lr-decay-at decay.
-    #[arg(long, value_name = "γ", default_value_t = train_default().lr_decay,
-          value_parser = positive_finite())]
-    pub lr_decay: f64,
-    #[arg(long, default_value_t = train_default().beta1,
-          value_parser = real_in(Included(0.0), Excluded(1.0)))]
-    pub beta1: f64,
-    #[arg(long, default_value_t = train_default().beta2,
-          value_parser = real_in(Included(0.0), Excluded(1.0)))]
-    pub beta2: f64,
-    /// Negative labels per row: all, or a uniform sample of COUNT reweighted to stay unbiased.
-    #[arg(long, default_value_t = train_default().negatives,
-          value_parser = |s: &str| s.parse::<Negatives>())]
-    pub negatives: Negatives,
-    /// Gauss–Hermite points of the likelihood expectations.
-    #[arg(long, default_value_t = train_default().quadrature,
-          value_parser = int_in::<usize>(1, MAX_QUADRATURE))]
-    pub quadrature: usize,
-    #[arg(long, default_value_t = train_default().seed, value_parser = seed())]
-    pub seed: u64,
-    /// Worker threads (default: all cores; at most 4 per core, which still matches a run
-    /// made on a machine with a few times the cores). Results are bitwise reproducible for
-    /// a fixed thread count.
-    #[arg(long, value_parser = threads())]
-    pub threads: Option<usize>,
-    /// Continue an interrupted or failed run from its last checkpoint. Options not given
-    /// are taken from the run; --epochs, --steps, --max-steps, --checkpoint-every,
-    /// --keep-checkpoints, --threads, --prefetch, --eval-every, --eval-split and
-    /// --no-final-elbo may be given to change them (each change is printed and recorded);
-    /// any other option that differs from the run's is refused. A finished run goes on only
-    /// if --max-steps cut it, with a larger --max-steps.
-    #[arg(long, value_parser = run_id())]
-    pub resume: Option<i64>,
-    /// Start a new run even when an interrupted run with exactly this configuration exists
-    /// (by default that run is resumed).
-    #[arg(long, conflicts_with = "resume")]
-    pub fresh: bool,
-    /// Write a checkpoint every this many steps (and always at the end).
-    #[arg(long, default_value_t = train_default().checkpoint_every,
-          value_parser = int_in::<u64>(1, MAX_STEPS))]
-    pub checkpoint_every: u64,
-    /// Keep the inducing inputs A at their initial value (the paper's "sf-" variants); the
-    /// same as --inducing-inputs fixed-subspace.
-    #[arg(long)]
-    pub freeze_a: bool,
-    /// Where the inducing inputs Z live and whether they are trained. free and fixed-rows
-    /// need M×D to fit in memory (checked first; FSGP_INPUTS_MEMORY_MIB raises the limit).
-    #[arg(long, default_value_t = train_default().inducing_inputs,
-          value_parser = one_of::<InducingInputs>())]
-    pub inducing_inputs: InducingInputs,
-    /// Keep the kernel hyperparameters (σ's, ℓ, ARD weights) at their initial values.
-    #[arg(long)]
-    pub freeze_hyper: bool,
-    /// Keep the kernel hyperparameters at their initial values for the first E0 epochs,
-    /// then train them (Hensman, Matthews & Ghahramani, Scalable Variational Gaussian
-    /// Process Classification, §5).
-    #[arg(long, value_name = "E0", value_parser = int_in::<u64>(1, MAX_EPOCHS))]
-    pub release_hyper_after: Option<u64>,
-    /// Minibatches the prefetch queue holds.
-    #[arg(long, default_value_t = train_default().prefetch,
-          value_parser = int_in::<usize>(1, MAX_PREFETCH))]
-    pub prefetch: usize,
-    /// Chunks whose rows are shuffled together.
-    #[arg(long, default_value_t = train_default().shuffle_chunks,
-          value_parser = int_in::<usize>(1, MAX_PREFETCH))]
-    pub shuffle_chunks: usize,
-    /// Skip the exact full-data bound at the end (a full pass over all rows and labels).
-    #[arg(long)]
-    pub no_final_elbo: bool,
-    /// Every this many epochs (and after the last), rank the rows of --eval-split and
-    /// record P@k, nDCG@k, PSP@k, PSnDCG@k (k ≤ 5) per epoch; 0 = never. It reads the
-    /// parameters only, so the trained numbers do not depend on it.
-    #[arg(long, default_value_t = train_default().eval_every,
-          value_parser = int_in::<u64>(0, MAX_EPOCHS))]
-    pub eval_every: u64,
-    /// The held-out split --eval-every ranks.
-    #[arg(long, default_value_t = train_default().eval_split, value_parser = one_of::<Split>())]
-    pub eval_split: Split,
-    /// Keep the last N checkpoints plus the final one (while the run goes on: the newest,
-    /// which it resumes from), and with --early-stopping the best; older ones are deleted.
-    /// `all` keeps every one. The default
-    /// bounds a run's disk use whatever its length: a 200-epoch run on AmazonCat-13K writes
-    /// about 950 checkpoints of ~13 MB.
-    #[arg(long, value_name = "N|all", default_value_t = train_default().keep_checkpoints,
-          value_parser = |s: &str| s.parse::<Retention>())]
-    pub keep_checkpoints: Retention,
-    /// Score the validation split (ingest --validation-fraction) every --validate-every
-    /// steps by --stop-metric; keep the checkpoint of the best score (never deleted by
-    /// --keep-checkpoints; predict and evaluate read it by default) and end the run once
-    /// --patience scores in a row have not improved on it. Why the run ended is recorded and
-    /// shown by `pipeline status`.
-    #[arg(long)]
-    pub early_stopping: bool,
-    /// With --early-stopping: scores in a row without improvement on the best before the
-    /// run stops.
-    #[arg(long, value_name = "N", default_value_t = train_default().patience,
-          value_parser = int_in::<u64>(1, MAX_STEPS))]
-    pub patience: u64,
-    // With --early-stopping: steps between two scores (help: `validate_every_help`).
-    #[arg(long, value_name = "S", help = validate_every_help(),
-          value_parser = int_in::<u64>(1, MAX_STEPS))]
-    pub validate_every: Option<u64>,
-    /// With --early-stopping: the validation figure watched (default: P@1 for multilabel,
-    /// nlp for binary and multiclass).
-    #[arg(long, value_name = "METRIC", value_parser = one_of::<StopMetric>())]
-    pub stop_metric: Option<StopMetric>,
+/// `TrainFlags`, the flags of `pipeline train`: one per row of `train_option_table!`
+/// (`train::declare`), with its doc comment as help, its `#[arg(…)]`, and its default
+/// (`= DEFAULT`) as `default_value_t`.
+macro_rules! define_train_flags {
+    ($(
+        $(#[doc = $doc:literal])*
+        #[arg($($arg:tt)*)]
+        $variant:ident = $name:literal { $field:ident: $ty:ty $(= $default:expr)? }
+        $(listed after $anchor:ident)?
+        on resume $rule:expr;
+    )+) => {
+        /// The flags of `pipeline train`.
+        #[derive(clap::Args, Debug, Clone)]
+        pub struct TrainFlags {
+            $(
+                $(#[doc = $doc])*
+                #[arg($($arg)*)]
+                $(#[arg(default_value_t = $default)])?
+                pub $field: $ty,
+            )+
+        }
+
+        impl TrainFlags {
+            /// The options these flags ask for, as if none had been given explicitly.
+            pub fn options(&self) -> TrainOptions {
+                TrainOptions {
+                    $($field: self.$field.clone(),)+
+                    given: BTreeSet::new(),
+                }
+            }
+
+            /// The flags `--help` lists right after another than the table's order puts
+            /// them after: (the flag, the one it follows).
+            const LISTED_AFTER: &[(TrainFlag, TrainFlag)] =
+                &[$($((TrainFlag::$variant, TrainFlag::$anchor),)?)+];
+        }
+    };
 }
 
+train_option_table!(define_train_flags);
+
 impl TrainFlags {
-    /// The options these flags ask for, as if none had been given explicitly.
-    pub fn options(&self) -> TrainOptions {
-        TrainOptions {
-            dataset: self.dataset.clone(),
-            svd: self.svd,
-            kernel: self.kernel,
-            inducing: self.inducing,
-            factors: self.factors,
-            batch: self.batch,
-            epochs: self.epochs,
-            steps: self.steps,
-            max_steps: self.max_steps,
-            lr: self.lr,
-            lr_decay_at: self.lr_decay_at.clone(),
-            lr_decay: self.lr_decay,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            negatives: self.negatives,
-            quadrature: self.quadrature,
-            seed: self.seed,
-            threads: self.threads,
-            resume: self.resume,
-            fresh: self.fresh,
-            checkpoint_every: self.checkpoint_every,
-            freeze_a: self.freeze_a,
-            freeze_hyper: self.freeze_hyper,
-            inducing_inputs: self.inducing_inputs,
-            prefetch: self.prefetch,
-            shuffle_chunks: self.shuffle_chunks,
-            final_elbo: !self.no_final_elbo,
-            eval_every: self.eval_every,
-            eval_split: self.eval_split,
-            keep_checkpoints: self.keep_checkpoints,
-            ard: self.ard,
-            release_hyper_after: self.release_hyper_after,
-            q_form: self.q_form,
-            warm_start: self.warm_start,
-            natural_step: self.natural_step,
-            likelihood: self.likelihood,
-            task: self.task,
-            latent: self.latent,
-            robust_max_epsilon: self.robust_max_epsilon,
-            mc_pairs: self.mc_pairs,
-            amortiser_hidden: self.amortiser_hidden,
-            class_samples: self.class_samples,
-            learn_epsilon: self.learn_epsilon,
-            early_stopping: self.early_stopping,
-            patience: self.patience,
-            validate_every: self.validate_every,
-            stop_metric: self.stop_metric,
-            given: BTreeSet::new(),
+    /// The flags in the order `--help` lists them: the table's, but for the rows
+    /// [`Self::LISTED_AFTER`] moves after another.
+    fn help_order() -> Vec<TrainFlag> {
+        let moved = |flag: &TrainFlag| Self::LISTED_AFTER.iter().any(|(f, _)| f == flag);
+        let mut order = Vec::new();
+        for &flag in TrainFlag::ALL.iter().filter(|f| !moved(f)) {
+            let mut last = flag;
+            order.push(flag);
+            while let Some(&(next, _)) = Self::LISTED_AFTER.iter().find(|(_, a)| *a == last) {
+                order.push(next);
+                last = next;
+            }
         }
+        order
+    }
+
+    /// `cmd` with the train flags ordered in its help as [`Self::help_order`] says (clap
+    /// otherwise lists them in the struct's order, which is the table's).
+    fn in_help_order(cmd: clap::Command) -> clap::Command {
+        Self::help_order()
+            .into_iter()
+            .enumerate()
+            .fold(cmd, |cmd, (position, flag)| {
+                cmd.mut_arg(flag.arg_id(), |arg| arg.display_order(position))
+            })
     }
 }
 
@@ -1561,6 +1363,29 @@ mod tests {
             ..TrainOptions::default()
         };
         assert_eq!(args.options(), expected);
+    }
+
+    /// `--help` lists the train flags in the table's order, but for the rows placed
+    /// after another (`listed after`): each flag once.
+    #[test]
+    fn help_lists_the_train_flags_once_with_the_moved_rows_in_place() {
+        let order = TrainFlags::help_order();
+        let listed: BTreeSet<TrainFlag> = order.iter().copied().collect();
+        assert_eq!(
+            (order.len(), listed.len()),
+            (TrainFlag::ALL.len(), TrainFlag::ALL.len())
+        );
+        let at = |flag| order.iter().position(|&f| f == flag).unwrap();
+        let q_form = at(TrainFlag::QForm);
+        assert_eq!(
+            [
+                at(TrainFlag::WarmStart),
+                at(TrainFlag::NaturalStep),
+                at(TrainFlag::Likelihood)
+            ],
+            [q_form + 1, q_form + 2, q_form + 3]
+        );
+        assert_eq!(order.last(), Some(&TrainFlag::StopMetric));
     }
 
     /// The train flags and [`TrainFlag`] are the same set: every argument of `pipeline

@@ -21,6 +21,7 @@ pub mod batches;
 pub mod budget;
 mod checkpoints;
 mod classes;
+pub(crate) mod declare;
 pub mod early;
 mod exact;
 mod held_out;
@@ -34,6 +35,6 @@ mod steps;
 mod warm;
 
 pub use exact::{elbo, ElboOptions};
-pub use options::{TrainFlag, TrainOptions, DEFAULT_FACTORS, DEFAULT_LR_DECAY};
+pub use options::{TrainFlag, TrainOptions, TrainValue, DEFAULT_FACTORS, DEFAULT_LR_DECAY};
 pub use session::{run, run_on};
 pub use steps::TrainSummary;

@@ -1,13 +1,13 @@
 //! What a caller asks of `pipeline train` (the command line, or a spec's `[train]` table):
 //! the options that become a run's [`TrainConfig`] and those that only steer how it runs.
 
-use std::collections::BTreeSet;
-
 use anyhow::{bail, ensure, Context, Result};
 
 use super::batches::MAX_EPOCHS;
+use super::declare::{define_train_options, join_epochs, train_option_table};
+use super::early::DEFAULT_PATIENCE;
 use super::{budget, early};
-use crate::choice::{choice_enum, Choice};
+use crate::choice::Choice;
 use crate::error::InvalidOptions;
 use crate::model::optim::AdamConfig;
 use crate::stage::threads_or_all;
@@ -29,233 +29,17 @@ pub const DEFAULT_LR_DECAY: f64 = 0.1;
 /// of rank ≤ L is any coregionalisation of L outputs), so the default stops at L.
 pub const DEFAULT_FACTORS: usize = 30;
 
-/// Epoch counts as the command line writes them: `40,50`.
-pub(super) fn join_epochs(at: &[u64]) -> String {
-    at.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-choice_enum! {
-    /// Every option of `pipeline train`, named as its flag without `--` (the command line's
-    /// argument ids are these with `_` for `-`). Which were given explicitly is
-    /// [`TrainOptions::given`]; what each does on resume is `TrainFlag::on_resume`
-    /// (`train::resume`), an exhaustive match, so a new option left unclassified there
-    /// does not compile.
-    #[derive(PartialOrd, Ord)]
-    pub enum TrainFlag("train option") {
-        Dataset = "dataset",
-        Svd = "svd",
-        Kernel = "kernel",
-        Ard = "ard",
-        QForm = "q-form",
-        Likelihood = "likelihood",
-        Task = "task",
-        Latent = "latent",
-        RobustMaxEpsilon = "robust-max-epsilon",
-        LearnEpsilon = "learn-epsilon",
-        McPairs = "mc-pairs",
-        AmortiserHidden = "amortiser-hidden",
-        ClassSamples = "class-samples",
-        Inducing = "inducing",
-        Factors = "factors",
-        Batch = "batch",
-        Epochs = "epochs",
-        Steps = "steps",
-        MaxSteps = "max-steps",
-        Lr = "lr",
-        LrDecayAt = "lr-decay-at",
-        LrDecay = "lr-decay",
-        Beta1 = "beta1",
-        Beta2 = "beta2",
-        Negatives = "negatives",
-        Quadrature = "quadrature",
-        Seed = "seed",
-        Threads = "threads",
-        Resume = "resume",
-        Fresh = "fresh",
-        CheckpointEvery = "checkpoint-every",
-        FreezeA = "freeze-a",
-        InducingInputs = "inducing-inputs",
-        FreezeHyper = "freeze-hyper",
-        ReleaseHyperAfter = "release-hyper-after",
-        Prefetch = "prefetch",
-        ShuffleChunks = "shuffle-chunks",
-        NoFinalElbo = "no-final-elbo",
-        EvalEvery = "eval-every",
-        EvalSplit = "eval-split",
-        KeepCheckpoints = "keep-checkpoints",
-        EarlyStopping = "early-stopping",
-        Patience = "patience",
-        ValidateEvery = "validate-every",
-        StopMetric = "stop-metric",
-        WarmStart = "warm-start",
-        NaturalStep = "natural-step",
-    }
-}
+train_option_table!(define_train_options);
 
 impl TrainFlag {
     /// The flag of a command-line argument id (`max_steps`).
     pub fn of_arg_id(id: &str) -> Result<TrainFlag, String> {
         id.replace('_', "-").parse()
     }
-}
 
-/// Options of a training run. Their defaults ([`TrainOptions::default`]) are the one
-/// definition the command line and specs read too.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrainOptions {
-    /// Dataset (as named at ingest); required unless `resume`.
-    pub dataset: Option<String>,
-    /// SVD run whose factors to use (None: the newest one of the dataset).
-    pub svd: Option<i64>,
-    pub kernel: KernelChoice,
-    /// M (None: every row of the svd run's a_init.npy).
-    pub inducing: Option<usize>,
-    /// P: latent GPs (None: min([`DEFAULT_FACTORS`], L) for the factor model, L with
-    /// `--latent independent`).
-    pub factors: Option<usize>,
-    /// B: rows per minibatch.
-    pub batch: usize,
-    /// The budget in epochs (when `steps` is None). Left at its default (not in `given`),
-    /// it is raised to [`budget::DEFAULT_MIN_STEPS`] steps on data too small to give that
-    /// many (`train::budget`).
-    pub epochs: u64,
-    /// `--steps`: the budget in optimiser steps instead of epochs.
-    pub steps: Option<u64>,
-    /// Stop after this many optimiser steps in all, counted from step 0.
-    pub max_steps: Option<u64>,
-    pub lr: f64,
-    /// `--lr-decay-at`: epoch counts after which η is multiplied by `lr_decay` (empty: η
-    /// constant).
-    pub lr_decay_at: Vec<u64>,
-    /// `--lr-decay`: γ, the factor of each decay.
-    pub lr_decay: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub negatives: Negatives,
-    /// Gauss–Hermite points of the likelihood expectations.
-    pub quadrature: usize,
-    pub seed: u64,
-    /// Worker threads (None: all cores); part of the configuration, since results are
-    /// bitwise reproducible for a fixed count only.
-    pub threads: Option<usize>,
-    /// Continue this interrupted or failed run; the options not in `given` are taken from
-    /// it (see `train::resume` for those that may change).
-    pub resume: Option<i64>,
-    /// Start a new run even when an interrupted one with this configuration exists.
-    pub fresh: bool,
-    pub checkpoint_every: u64,
-    /// `--freeze-a`: an alias of `inducing_inputs = FixedSubspace` (kept for old commands
-    /// and specs; the two store the same configuration).
-    pub freeze_a: bool,
-    pub freeze_hyper: bool,
-    /// `--inducing-inputs`.
-    pub inducing_inputs: InducingInputs,
-    /// Minibatches the prefetch queue holds.
-    pub prefetch: usize,
-    /// Chunks whose rows are shuffled together.
-    pub shuffle_chunks: usize,
-    /// Compute the exact full-data bound at the end.
-    pub final_elbo: bool,
-    /// Rank `eval_split` every this many epochs (0: never).
-    pub eval_every: u64,
-    pub eval_split: Split,
-    /// Which checkpoints stay on disk.
-    pub keep_checkpoints: Retention,
-    /// ARD of the kernel's inputs.
-    pub ard: ArdChoice,
-    /// Train the kernel hyperparameters only from this epoch on (the first E0 frozen).
-    pub release_hyper_after: Option<u64>,
-    /// The q(u) form (`--q-form`).
-    pub q_form: QForm,
-    /// How μ and Φ start (`--warm-start`).
-    pub warm_start: WarmStart,
-    /// `--natural-step γ`: q(u) takes natural-gradient steps of size γ instead of Adam's.
-    pub natural_step: Option<f64>,
-    /// The Bernoulli likelihood's link (`--likelihood`).
-    pub likelihood: LikelihoodChoice,
-    /// `--task`: binary needs a dataset with one label, multiclass one label per row.
-    pub task: Task,
-    /// `--latent`: independent GPs (P = K, Φ = I fixed) or the factor model.
-    pub latent: LatentChoice,
-    /// `--robust-max-epsilon`: robust-max's ε.
-    pub robust_max_epsilon: f64,
-    /// `--mc-pairs`: antithetic Monte Carlo pairs of the softmax (training with
-    /// `--likelihood softmax`, predictive probabilities of softmax and one-vs-each runs).
-    pub mc_pairs: usize,
-    /// `--amortiser-hidden`: the width H of the amortisation network's hidden layers
-    /// (augment-and-reduce likelihoods).
-    pub amortiser_hidden: usize,
-    /// `--class-samples`: S negative classes per row and step (ove, ar-softmax, ar-logit); None: all.
-    pub class_samples: Option<usize>,
-    /// `--learn-epsilon`: train robust-max's ε (from `--robust-max-epsilon`).
-    pub learn_epsilon: bool,
-    /// `--early-stopping`: score the validation split every `validate_every` steps, keep
-    /// the best checkpoint, stop after `patience` evaluations without improvement.
-    pub early_stopping: bool,
-    /// `--patience`: evaluations without improvement before an early-stopping run stops.
-    pub patience: u64,
-    /// `--validate-every`: steps between early stopping's evaluations (None: a fiftieth of
-    /// the budget, [`early::default_every`]).
-    pub validate_every: Option<u64>,
-    /// `--stop-metric` (None: the task's, [`StopMetric::of_task`]).
-    pub stop_metric: Option<StopMetric>,
-    /// The options the caller set explicitly. On resume these are applied or refused; the
-    /// others come from the run. Empty: everything comes from the run.
-    pub given: BTreeSet<TrainFlag>,
-}
-
-impl Default for TrainOptions {
-    fn default() -> Self {
-        TrainOptions {
-            dataset: None,
-            svd: None,
-            kernel: KernelChoice::Linear,
-            inducing: None,
-            factors: None,
-            batch: 500,
-            epochs: 10,
-            steps: None,
-            max_steps: None,
-            lr: 0.01,
-            lr_decay_at: Vec::new(),
-            lr_decay: DEFAULT_LR_DECAY,
-            beta1: 0.9,
-            beta2: 0.999,
-            negatives: Negatives::All,
-            quadrature: crate::model::likelihood::DEFAULT_POINTS,
-            seed: 0,
-            threads: None,
-            resume: None,
-            fresh: false,
-            checkpoint_every: 500,
-            freeze_a: false,
-            freeze_hyper: false,
-            inducing_inputs: InducingInputs::Subspace,
-            prefetch: 4,
-            shuffle_chunks: 2,
-            final_elbo: true,
-            eval_every: 0,
-            eval_split: Split::Test,
-            keep_checkpoints: Retention::DEFAULT,
-            ard: ArdChoice::None,
-            release_hyper_after: None,
-            q_form: QForm::SiteDiagonal,
-            warm_start: WarmStart::None,
-            natural_step: None,
-            likelihood: LikelihoodChoice::Logistic,
-            task: Task::Multilabel,
-            latent: LatentChoice::Factor,
-            robust_max_epsilon: crate::model::likelihood::multiclass::robust_max::DEFAULT_EPSILON,
-            mc_pairs: crate::model::likelihood::multiclass::softmax_mc::DEFAULT_PAIRS,
-            amortiser_hidden: crate::model::likelihood::multiclass::amortiser::DEFAULT_HIDDEN,
-            class_samples: None,
-            learn_epsilon: false,
-            early_stopping: false,
-            patience: early::DEFAULT_PATIENCE,
-            validate_every: None,
-            stop_metric: None,
-            given: BTreeSet::new(),
-        }
+    /// The command line's argument id of this flag (`max_steps`).
+    pub fn arg_id(self) -> String {
+        self.name().replace('-', "_")
     }
 }
 

@@ -22,12 +22,15 @@ use anyhow::{bail, ensure, Result};
 
 use super::batches::Planner;
 use super::budget;
-use super::options::{check_limits, join_epochs, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
+use super::declare::{join_epochs, train_option_table};
+use super::options::{check_limits, TrainFlag, TrainOptions, DEFAULT_LR_DECAY};
 use super::setup::Setup;
 use crate::stage::threads_or_all;
 use crate::store::catalog::RunStatus;
 use crate::store::checkpoint::TrainState;
 use crate::trained::{OptionChange, Retention, RunRecord, Steering, StopReason, TrainConfig};
+// The rows' resume rules name these bare (`train_option_table!`).
+use OnResume::{Changes, Control, Fixed};
 
 /// What a train flag given on resume does.
 #[derive(Clone, Copy)]
@@ -51,130 +54,29 @@ impl TrainFlag {
     pub fn flag(self) -> String {
         format!("--{}", self.name())
     }
-
-    /// What this flag does on resume: one exhaustive match, so a new flag that is not
-    /// classified here does not compile.
-    pub fn on_resume(self) -> OnResume {
-        use OnResume::{Changes, Control, Fixed};
-        use TrainFlag as F;
-        match self {
-            F::Resume | F::Fresh => Control,
-            F::Epochs => Changes(Changeable::Epochs),
-            F::Steps => Changes(Changeable::Steps),
-            F::MaxSteps => Changes(Changeable::MaxSteps),
-            F::Threads => Changes(Changeable::Threads),
-            F::CheckpointEvery => Changes(Changeable::CheckpointEvery),
-            F::KeepCheckpoints => Changes(Changeable::KeepCheckpoints),
-            F::Prefetch => Changes(Changeable::Prefetch),
-            F::EvalEvery => Changes(Changeable::EvalEvery),
-            F::EvalSplit => Changes(Changeable::EvalSplit),
-            F::NoFinalElbo => Changes(Changeable::NoFinalElbo),
-            F::Dataset => Fixed(|c, o| (c.dataset.clone(), or_none(o.dataset.clone()))),
-            F::Svd => Fixed(|c, o| (c.svd_run.to_string(), or_none(o.svd.map(|s| s.to_string())))),
-            F::Kernel => Fixed(|c, o| (c.kernel.name().into(), o.kernel.name().into())),
-            F::QForm => Fixed(|c, o| (c.q_form.name().into(), o.q_form.name().into())),
-            F::WarmStart => Fixed(|c, o| (c.warm_start.name().into(), o.warm_start.name().into())),
-            F::NaturalStep => Fixed(|c, o| {
-                (
-                    or_none(c.natural_step.map(|g| g.to_string())),
-                    or_none(o.natural_step.map(|g| g.to_string())),
-                )
-            }),
-            F::Likelihood => Fixed(|c, o| (c.likelihood.name().into(), o.likelihood.name().into())),
-            F::Task => Fixed(|c, o| (c.task.name().into(), o.task.name().into())),
-            F::Latent => Fixed(|c, o| (c.latent.name().into(), o.latent.name().into())),
-            F::RobustMaxEpsilon => {
-                Fixed(|c, o| (c.epsilon().to_string(), o.robust_max_epsilon.to_string()))
-            }
-            F::McPairs => Fixed(|c, o| (c.pairs().to_string(), o.mc_pairs.to_string())),
-            F::AmortiserHidden => Fixed(|c, o| {
-                (
-                    c.amortiser_width().to_string(),
-                    o.amortiser_hidden.to_string(),
-                )
-            }),
-            F::ClassSamples => Fixed(|c, o| {
-                (
-                    or_none(c.class_samples.map(|s| s.to_string())),
-                    or_none(o.class_samples.map(|s| s.to_string())),
-                )
-            }),
-            F::LearnEpsilon => {
-                Fixed(|c, o| (c.learn_epsilon.to_string(), o.learn_epsilon.to_string()))
-            }
-            F::Inducing => Fixed(|c, o| {
-                (
-                    c.inducing.to_string(),
-                    or_none(o.inducing.map(|m| m.to_string())),
-                )
-            }),
-            F::Factors => Fixed(|c, o| {
-                (
-                    c.factors.to_string(),
-                    or_none(o.factors.map(|p| p.to_string())),
-                )
-            }),
-            F::Batch => Fixed(|c, o| (c.batch.to_string(), o.batch.to_string())),
-            F::Lr => Fixed(|c, o| (c.lr.to_string(), o.lr.to_string())),
-            F::LrDecayAt => Fixed(|c, o| {
-                (
-                    or_none(c.lr_decay.as_ref().map(|d| join_epochs(&d.after))),
-                    or_none(Some(join_epochs(&o.lr_decay_at)).filter(|s| !s.is_empty())),
-                )
-            }),
-            F::LrDecay => Fixed(|c, o| (decay_factor(c, o), o.lr_decay.to_string())),
-            F::Beta1 => Fixed(|c, o| (c.beta1.to_string(), o.beta1.to_string())),
-            F::Beta2 => Fixed(|c, o| (c.beta2.to_string(), o.beta2.to_string())),
-            F::Negatives => Fixed(|c, o| (c.negatives.to_string(), o.negatives.to_string())),
-            F::Quadrature => Fixed(|c, o| (c.quadrature.to_string(), o.quadrature.to_string())),
-            F::Seed => Fixed(|c, o| (c.seed.to_string(), o.seed.to_string())),
-            F::FreezeA => Fixed(|c, o| (c.freeze_a.to_string(), o.freeze_a.to_string())),
-            F::FreezeHyper => {
-                Fixed(|c, o| (c.freeze_hyper.to_string(), o.freeze_hyper.to_string()))
-            }
-            F::Ard => Fixed(|c, o| (c.ard.name().into(), o.ard.name().into())),
-            F::ReleaseHyperAfter => Fixed(|c, o| {
-                (
-                    or_none(c.release_hyper_after.map(|e| e.to_string())),
-                    or_none(o.release_hyper_after.map(|e| e.to_string())),
-                )
-            }),
-            F::InducingInputs => Fixed(|c, o| {
-                (
-                    c.inducing_choice().name().into(),
-                    o.inducing_inputs.name().into(),
-                )
-            }),
-            F::ShuffleChunks => {
-                Fixed(|c, o| (c.shuffle_chunks.to_string(), o.shuffle_chunks.to_string()))
-            }
-            F::EarlyStopping => Fixed(|c, o| {
-                (
-                    c.early_stopping.is_some().to_string(),
-                    o.early_stopping.to_string(),
-                )
-            }),
-            F::Patience => Fixed(|c, o| {
-                (
-                    or_none(c.early_stopping.map(|e| e.patience.to_string())),
-                    o.patience.to_string(),
-                )
-            }),
-            F::ValidateEvery => Fixed(|c, o| {
-                (
-                    or_none(c.early_stopping.map(|e| e.every.to_string())),
-                    or_none(o.validate_every.map(|e| e.to_string())),
-                )
-            }),
-            F::StopMetric => Fixed(|c, o| {
-                (
-                    or_none(c.early_stopping.map(|e| e.metric.name().to_string())),
-                    or_none(o.stop_metric.map(|m| m.name().to_string())),
-                )
-            }),
-        }
-    }
 }
+
+/// `TrainFlag::on_resume`, from each row's `on resume` rule.
+macro_rules! define_on_resume {
+    ($(
+        $(#[doc = $doc:literal])*
+        #[arg($($arg:tt)*)]
+        $variant:ident = $name:literal { $field:ident: $ty:ty $(= $default:expr)? }
+        $(listed after $anchor:ident)?
+        on resume $rule:expr;
+    )+) => {
+        impl TrainFlag {
+            /// What this flag does on resume: its row's rule in `train_option_table!`.
+            pub fn on_resume(self) -> OnResume {
+                match self {
+                    $(TrainFlag::$variant => $rule,)+
+                }
+            }
+        }
+    };
+}
+
+train_option_table!(define_on_resume);
 
 /// The options a resume may change, in the order messages list them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,19 +107,12 @@ impl Changeable {
         Changeable::NoFinalElbo,
     ];
 
+    /// The flag whose resume rule (its row in `train_option_table!`) is this change.
     pub fn train_flag(self) -> TrainFlag {
-        match self {
-            Changeable::Epochs => TrainFlag::Epochs,
-            Changeable::Steps => TrainFlag::Steps,
-            Changeable::MaxSteps => TrainFlag::MaxSteps,
-            Changeable::Threads => TrainFlag::Threads,
-            Changeable::CheckpointEvery => TrainFlag::CheckpointEvery,
-            Changeable::KeepCheckpoints => TrainFlag::KeepCheckpoints,
-            Changeable::Prefetch => TrainFlag::Prefetch,
-            Changeable::EvalEvery => TrainFlag::EvalEvery,
-            Changeable::EvalSplit => TrainFlag::EvalSplit,
-            Changeable::NoFinalElbo => TrainFlag::NoFinalElbo,
-        }
+        *TrainFlag::ALL
+            .iter()
+            .find(|flag| matches!(flag.on_resume(), Changes(change) if change == self))
+            .expect("every change is the resume rule of a train option (checked by a test)")
     }
 
     /// Whether it changes the run's configuration (which lookups match on), not only how
@@ -453,4 +348,25 @@ pub fn same_run(ckpt_config: &serde_json::Value, in_force: &TrainConfig) -> bool
     c.threads = in_force.threads;
     c.checkpoint_every = in_force.checkpoint_every;
     c == *in_force
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each change a resume may make is the rule of exactly one train option, so
+    /// [`Changeable::train_flag`] finds it.
+    #[test]
+    fn every_change_is_the_resume_rule_of_one_option() {
+        for change in Changeable::ALL {
+            let flags: Vec<TrainFlag> = TrainFlag::ALL
+                .iter()
+                .copied()
+                .filter(|f| matches!(f.on_resume(), Changes(c) if c == change))
+                .collect();
+            assert_eq!(flags, [change.train_flag()], "{change:?}");
+        }
+        assert_eq!(Changeable::Epochs.train_flag(), TrainFlag::Epochs);
+        assert_eq!(Changeable::NoFinalElbo.train_flag(), TrainFlag::NoFinalElbo);
+    }
 }

@@ -311,7 +311,11 @@ enum ValueKind {
 
 impl ValueKind {
     fn of(arg: &clap::Arg) -> Self {
-        if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+        // A switch sets its option (`--fresh`) or clears it (`--no-final-elbo`).
+        if matches!(
+            arg.get_action(),
+            clap::ArgAction::SetTrue | clap::ArgAction::SetFalse
+        ) {
             return ValueKind::Flag;
         }
         if arg.get_value_delimiter().is_some() {
