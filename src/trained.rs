@@ -463,6 +463,10 @@ pub struct TrainConfig {
     /// started; absent from the JSON without early stopping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_stopping: Option<EarlyStopping>,
+    /// `--prior-variance V`: each utility's prior variance at the start
+    /// (`train::init::prior_split`); absent from the JSON at the default, 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_variance: Option<f64>,
 }
 
 choice_enum! {
@@ -961,6 +965,7 @@ mod tests {
             lr_decay: None,
             steps: None,
             early_stopping: None,
+            prior_variance: None,
         }
     }
 

@@ -42,7 +42,10 @@ use crate::train::batches::{MAX_EPOCHS, MAX_STEPS};
 use crate::train::budget::DEFAULT_MIN_STEPS;
 use crate::train::declare::train_option_table;
 use crate::train::early::{DEFAULT_PATIENCE, EVALUATIONS_PER_BUDGET};
-use crate::train::{ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS, DEFAULT_LR_DECAY};
+use crate::train::{
+    ElboOptions, TrainFlag, TrainOptions, DEFAULT_FACTORS, DEFAULT_LR_DECAY, MAX_PRIOR_VARIANCE,
+    MIN_PRIOR_VARIANCE,
+};
 use crate::trained::{
     ArdChoice, InducingInputs, KernelChoice, LatentChoice, LikelihoodChoice, Negatives, QForm,
     Retention, StopMetric, Task, WarmStart,
@@ -1381,9 +1384,10 @@ mod tests {
             [
                 at(TrainFlag::WarmStart),
                 at(TrainFlag::NaturalStep),
+                at(TrainFlag::PriorVariance),
                 at(TrainFlag::Likelihood)
             ],
-            [q_form + 1, q_form + 2, q_form + 3]
+            [q_form + 1, q_form + 2, q_form + 3, q_form + 4]
         );
         assert_eq!(order.last(), Some(&TrainFlag::StopMetric));
     }

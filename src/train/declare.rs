@@ -398,6 +398,19 @@ macro_rules! train_option_table {
                         or_none(o.natural_step.map(|g| g.to_string())),
                     )
                 });
+
+            /// Each label's utility's prior variance at the start of training, σ_f² E‖Φ_k‖²
+            /// for a row with k(x, x) = 1: Φ's entries start with variance V/P up to 1 (V =
+            /// P), the kernel's variance takes the rest; both are trained from there
+            /// (docs/model.md, "Initialisation"). Default 1.
+            #[arg(long, value_name = "V",
+                  value_parser = real_in(Included(MIN_PRIOR_VARIANCE), Included(MAX_PRIOR_VARIANCE)))]
+            PriorVariance = "prior-variance" { prior_variance: Option<f64> }
+                listed after NaturalStep
+                on resume Fixed(|c, o| {
+                    let start = |v: Option<f64>| v.unwrap_or(1.0).to_string();
+                    (start(c.prior_variance), start(o.prior_variance))
+                });
         }
     };
 }

@@ -149,6 +149,10 @@ pub struct InitInputs<'a> {
     pub ard: bool,
     /// ARD over the features: this many weights (D, or 0 without), all starting at w = 1.
     pub feature_weights: usize,
+    /// V, each utility's prior variance at the start ([`prior_split`]); 1 by default.
+    pub prior_variance: f64,
+    /// Whether Φ is replaced by the identity (one GP per label): V then goes to the kernel.
+    pub phi_is_identity: bool,
     pub seed: u64,
 }
 
@@ -156,9 +160,28 @@ pub struct InitInputs<'a> {
 /// (the normalised start of the journal version of Panos, Dellaportas & Titsias).
 pub const SE_PLUS_LINEAR_LOG_VAR: f64 = -std::f64::consts::LN_2;
 
+/// How a utility's starting prior variance V (`--prior-variance`; σ_f² E‖Φ_k‖² for a row
+/// with k(x, x) = 1) is split between Φ and the kernel, for P latent GPs: Φ ~ N(0, V/P) with
+/// the kernel's variances as they start until Φ's entries reach the journal's standard
+/// Gaussian start, N(0, 1), at V = P; beyond it the kernel's variances grow by V/P. V = 1,
+/// the default, is Φ ~ N(0, 1/P) and the kernel unchanged. With one GP per label (Φ = I,
+/// not trained) the kernel takes all of V. Returns (Φ's entry variance, the kernel's
+/// variance factor).
+pub fn prior_split(variance: f64, factors: usize, phi_is_identity: bool) -> (f64, f64) {
+    let p = factors as f64;
+    if phi_is_identity {
+        (1.0 / p, variance)
+    } else if variance <= p {
+        (variance / p, 1.0)
+    } else {
+        (1.0, variance / p)
+    }
+}
+
 /// A = first M rows of a_init (or the given Z), μ = 0, ρ = softplus⁻¹(1), Φ ~ N(0, 1/P),
 /// b = logit of the label frequencies, σ_f² = 1, ℓ = the median distance (SE); for SE +
 /// linear σ_f² = σ_lin² = ½; ARD weights ω = 1 (the kernel without ARD), one per column of A.
+/// A `prior_variance` other than 1 scales Φ's and the kernel's start as [`prior_split`] says.
 pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     let a = match &x.inducing_init {
         InducingInit::Subspace(a_init) => {
@@ -177,12 +200,20 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
     };
     ensure!(x.factors >= 1, "--factors must be at least 1");
     let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(x.seed, streams::INIT, &[]));
-    let normal = Normal::new(0.0, (1.0 / x.factors as f64).sqrt())?;
+    let (phi_variance, kernel_factor) = prior_split(x.prior_variance, x.factors, x.phi_is_identity);
+    let normal = Normal::new(0.0, phi_variance.sqrt())?;
     let k = x.label_counts.len();
     let phi = Mat::from_fn(k, x.factors, |_, _| normal.sample(&mut rng));
     // Keep the stream position independent of later additions.
     let _: u64 = rng.random();
     let mut kernel = initial_kernel(x.kind, x.lengthscale, if x.ard { a.ncols() } else { 0 });
+    if kernel_factor != 1.0 {
+        // Every variance of the kernel grows by the factor: k(x, x) scales by it.
+        kernel.log_sf2 += kernel_factor.ln();
+        if let Some(lin) = kernel.log_lin2.as_mut() {
+            *lin += kernel_factor.ln();
+        }
+    }
     kernel.log_features = vec![0.0; x.feature_weights];
     Ok(Params {
         logit_epsilon: None,
@@ -255,6 +286,90 @@ mod tests {
         assert!((b[1] - 0.0).abs() < 1e-15);
         assert!((b[0] - (0.05f64 / 0.95).ln()).abs() < 1e-12);
         assert!((b[2] - (0.95f64 / 0.05).ln()).abs() < 1e-12);
+    }
+
+    /// The initial parameters of `kind` with P = `factors` GPs over 4 000 labels, starting
+    /// prior variance `variance`.
+    fn started(kind: KernelKind, factors: usize, variance: f64, identity: bool) -> Params {
+        let a_init = ndarray::Array2::<f32>::from_shape_fn((3, 2), |(i, j)| (i + j) as f32);
+        let counts = vec![1u64; 4000];
+        initial_params(&InitInputs {
+            kind,
+            inducing_init: InducingInit::Subspace(a_init.view()),
+            inducing: 3,
+            factors,
+            label_counts: &counts,
+            n_rows: 10,
+            lengthscale: 2.0,
+            ard: false,
+            feature_weights: 0,
+            prior_variance: variance,
+            phi_is_identity: identity,
+            seed: 7,
+        })
+        .unwrap()
+    }
+
+    /// The mean over labels of σ_f² ‖Φ_k‖² (k(x, x) = σ_f² for the linear kernel on a unit
+    /// row): the utilities' starting prior variance.
+    fn mean_utility_variance(p: &Params) -> f64 {
+        let k = p.phi.nrows();
+        let norms: f64 = (0..k)
+            .map(|r| {
+                (0..p.phi.ncols())
+                    .map(|c| p.phi[(r, c)].powi(2))
+                    .sum::<f64>()
+            })
+            .sum();
+        p.kernel.log_sf2.exp() * norms / k as f64
+    }
+
+    #[test]
+    fn the_prior_variance_is_the_utilities_starting_variance() {
+        // 4 000 labels × P entries: the mean of ‖Φ_k‖² is within a few percent of its
+        // expectation.
+        for (p, v) in [
+            (30, 1.0),
+            (30, 5.0),
+            (30, 30.0),
+            (30, 300.0),
+            (106, 300.0),
+            (4, 0.01),
+        ] {
+            let got = mean_utility_variance(&started(KernelKind::Linear, p, v, false));
+            assert!((got / v - 1.0).abs() < 0.05, "P = {p}, V = {v}: {got}");
+        }
+        // Up to V = P the kernel keeps its start; above, Φ stays at N(0, 1).
+        assert_eq!(
+            started(KernelKind::Linear, 30, 30.0, false).kernel.log_sf2,
+            0.0
+        );
+        let above = started(KernelKind::Linear, 30, 300.0, false);
+        assert!((above.kernel.log_sf2 - 10f64.ln()).abs() < 1e-12);
+        // SE + linear: both halves grow alike, their sum stays the kernel's k(x, x).
+        let sum = started(KernelKind::SePlusLinear, 30, 300.0, false).kernel;
+        let halves = [sum.log_sf2, sum.log_lin2.unwrap()];
+        assert!(
+            halves.iter().all(|h| (h - (5f64).ln()).abs() < 1e-12),
+            "{halves:?}"
+        );
+        // One GP per label: Φ is replaced by I, so the kernel takes all of V.
+        let independent = started(KernelKind::Linear, 30, 300.0, true);
+        assert!((independent.kernel.log_sf2 - 300f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_default_prior_variance_starts_as_before() {
+        // V = 1 draws Φ from N(0, 1/P) with the same numbers as the start without the
+        // option, and leaves the kernel at log σ_f² = 0: runs keep their bits.
+        let started = started(KernelKind::Linear, 30, 1.0, false);
+        let mut rng = ChaCha8Rng::seed_from_u64(stream_seed(7, streams::INIT, &[]));
+        let normal = Normal::new(0.0, (1.0f64 / 30.0).sqrt()).unwrap();
+        let first: Vec<f64> = (0..5).map(|_| normal.sample(&mut rng)).collect();
+        // Φ is filled column by column: the first draws are column 0's.
+        let got: Vec<f64> = (0..5).map(|r| started.phi[(r, 0)]).collect();
+        assert_eq!(got, first);
+        assert_eq!(started.kernel.log_sf2.to_bits(), 0.0f64.to_bits());
     }
 
     #[test]

@@ -35,6 +35,9 @@ mod steps;
 mod warm;
 
 pub use exact::{elbo, ElboOptions};
-pub use options::{TrainFlag, TrainOptions, TrainValue, DEFAULT_FACTORS, DEFAULT_LR_DECAY};
+pub use options::{
+    TrainFlag, TrainOptions, TrainValue, DEFAULT_FACTORS, DEFAULT_LR_DECAY, MAX_PRIOR_VARIANCE,
+    MIN_PRIOR_VARIANCE,
+};
 pub use session::{run, run_on};
 pub use steps::TrainSummary;

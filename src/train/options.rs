@@ -20,6 +20,12 @@ use crate::trained::{
     TrainConfig, WarmStart,
 };
 
+/// `--prior-variance`'s bounds: six orders of magnitude either way of the default, 1, which
+/// keep log σ_f² and Φ's entries far from overflow while covering every scale a
+/// regulariser's search would try.
+pub const MIN_PRIOR_VARIANCE: f64 = 1e-6;
+pub const MAX_PRIOR_VARIANCE: f64 = 1e6;
+
 /// `--lr-decay`'s default γ: each decay divides η by 10.
 pub const DEFAULT_LR_DECAY: f64 = 0.1;
 
@@ -97,6 +103,7 @@ impl TrainOptions {
             learn_epsilon: self.learn_epsilon,
             lr_decay: self.stored_lr_decay(),
             early_stopping: None,
+            prior_variance: self.stored_prior_variance(),
         };
         check_task(&config, name, &dataset)?;
         let planner = budget::planner_of(ws, &dataset, &config)?;
@@ -209,6 +216,12 @@ impl TrainOptions {
             after: self.lr_decay_at.clone(),
             factor: self.lr_decay,
         })
+    }
+
+    /// `--prior-variance` as a configuration stores it: only when not the default, 1, so
+    /// runs from before the option keep their identity.
+    pub fn stored_prior_variance(&self) -> Option<f64> {
+        self.prior_variance.filter(|&v| v != 1.0)
     }
 
     /// `--robust-max-epsilon` as a configuration stores it: only for a robust-max run, and
@@ -331,6 +344,12 @@ impl TrainOptions {
             self.natural_step.is_none_or(|g| g > 0.0 && g <= 1.0),
             "natural-step",
             || "must be in (0, 1] (the natural-gradient step size γ)".into(),
+        );
+        c.check(
+            self.prior_variance
+                .is_none_or(|v| (MIN_PRIOR_VARIANCE..=MAX_PRIOR_VARIANCE).contains(&v)),
+            "prior-variance",
+            || format!("must be in [{MIN_PRIOR_VARIANCE}, {MAX_PRIOR_VARIANCE}]"),
         );
         c.check(
             !(self.freeze_hyper && self.release_hyper_after.is_some()),

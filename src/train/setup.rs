@@ -245,6 +245,8 @@ impl Setup {
             lengthscale,
             ard: self.config.ard == ArdChoice::BasisDirections,
             feature_weights: self.feature_basis.as_ref().map_or(0, |b| b.ncols()),
+            prior_variance: self.config.prior_variance.unwrap_or(1.0),
+            phi_is_identity: self.config.latent == LatentChoice::Independent,
             seed: self.config.seed,
         })?;
         if self.config.latent == LatentChoice::Independent {
