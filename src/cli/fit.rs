@@ -54,6 +54,7 @@ fn request(args: &FitArgs) -> Result<FitRequest> {
         spec_out: args.spec_out.clone(),
         model_out: args.model_out.clone(),
         force: args.force,
+        rows: None,
     })
 }
 
