@@ -67,7 +67,9 @@ impl Inputs {
             validation,
             label_kind: None,
             first_label: false,
-            features: self.features.or(self.rows.as_ref().map(MemoryRows::n_features)),
+            features: self
+                .features
+                .or(self.rows.as_ref().map(MemoryRows::n_features)),
             class_map_from_train: false,
         };
         config.validate()?;

@@ -88,10 +88,16 @@ impl FitRequest {
     /// A fit of rows in memory (the Python package's arrays): no file is read or written
     /// for them; D is theirs, and the dataset's name is `rows` unless one is given.
     pub fn from_rows(rows: MemoryRows) -> Self {
+        FitRequest::new("rows").with_rows(rows)
+    }
+
+    /// This request on rows in memory instead of its training file ([`FitRequest::from_rows`]).
+    pub fn with_rows(self, rows: MemoryRows) -> Self {
         FitRequest {
+            train: "rows".into(),
             features: Some(rows.n_features()),
             rows: Some(rows),
-            ..FitRequest::new("rows")
+            ..self
         }
     }
 

@@ -344,7 +344,9 @@ mod tests {
 
     /// `n` rows of `d` features of mixed scales with some zeros left out, classes ±1.
     fn rows(n: usize, d: u32, seed: u64) -> CsrRows {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut state = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let mut next = move || {
             state = state
                 .wrapping_mul(6364136223846793005)
@@ -441,7 +443,10 @@ mod tests {
             (a.n_features, a.n_labels, &a.normalization, &a.class_map),
             (b.n_features, b.n_labels, &b.normalization, &b.class_map)
         );
-        assert_ne!(a.normalization, "none", "the transform is one fitted to the rows");
+        assert_ne!(
+            a.normalization, "none",
+            "the transform is one fitted to the rows"
+        );
         for split in [Split::Train, Split::Validation] {
             let (a, b) = (chunks(&ws, "text", split), chunks(&ws, "rows", split));
             assert!(a.len() > 1, "{split:?}: several chunks");
@@ -489,13 +494,9 @@ mod tests {
                 (0..6).map(|i| (i % 2, vec![(0, 1.0), (2, 0.5)])).collect();
             list[row].1.push((feature, value));
             let rows = memory(CsrRows::new(7, &list));
-            let e = crate::ingest::run(&ws, &config("bad", Box::new(Rows { rows })))
-                .unwrap_err();
+            let e = crate::ingest::run(&ws, &config("bad", Box::new(Rows { rows }))).unwrap_err();
             let located = e.downcast_ref::<RowError>().expect("a row error");
-            assert_eq!(
-                (located.row, located.feature),
-                (row as u64, Some(feature))
-            );
+            assert_eq!((located.row, located.feature), (row as u64, Some(feature)));
             let shown = format!("{e:#}");
             assert!(
                 shown.contains(&format!(

@@ -59,7 +59,11 @@ pub fn stream_rows(
 ) -> Result<Vec<SourceInfo>> {
     let input = match input {
         // No file is read through: no source to record.
-        RowInput::Rows(rows) => return rows.stream(rules, progress, stop, on_block).map(|()| Vec::new()),
+        RowInput::Rows(rows) => {
+            return rows
+                .stream(rules, progress, stop, on_block)
+                .map(|()| Vec::new())
+        }
         input => input,
     };
     let threads = threads.max(1);
