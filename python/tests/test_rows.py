@@ -101,8 +101,8 @@ def test_a_dense_fit_writes_no_text_file_and_reads_its_rows_without_copying_them
     assert figures["accuracy"] > 0.6, figures
     written = [p for p in files_under(workspace, temp) if is_text_rows(p)]
     assert written == [], written
-    datasets = json.loads(cli("status", "--json", workspace=workspace))["datasets"]
-    assert {d["format"] for d in datasets} == {"rows"}, datasets
+    sources = [d["params"]["sources"]["train"] for d in datasets(workspace)]
+    assert sources and all(s.startswith("rows in memory (200000 x 100") for s in sources), sources
 
 
 def datasets(workspace):

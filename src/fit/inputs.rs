@@ -52,11 +52,11 @@ impl Inputs {
             name: name.to_string(),
             layout,
             transform: TransformChoice::Auto,
-            // LIBSVM's labels are class values and its feature indices start at 1; rows in
-            // memory count their features from 0.
+            // LIBSVM's labels are class values and its feature indices start at 1 (rows in
+            // memory are LIBSVM's: their text would start at 1, their pairs are 0-based).
             index_base: match (&self.rows, self.format) {
-                (Some(_), _) | (None, InputFormat::Xc) => 0,
-                (None, InputFormat::Libsvm) => 1,
+                (Some(_), _) | (None, InputFormat::Libsvm) => 1,
+                (None, InputFormat::Xc) => 0,
             },
             drop_unlabeled: false,
             lenient: false,

@@ -383,12 +383,11 @@ mod tests {
     }
 
     fn config(name: &str, layout: Box<dyn crate::ingest::input::InputLayout>) -> IngestConfig {
-        let libsvm = layout.format() == "libsvm";
         IngestConfig {
             name: name.into(),
             layout,
             transform: TransformChoice::Auto,
-            index_base: u32::from(libsvm),
+            index_base: 1,
             drop_unlabeled: false,
             lenient: false,
             chunk_rows: Some(3000),
@@ -442,6 +441,13 @@ mod tests {
         assert_eq!(
             (a.n_features, a.n_labels, &a.normalization, &a.class_map),
             (b.n_features, b.n_labels, &b.normalization, &b.class_map)
+        );
+        // New rows of either are LIBSVM text (`predict --input`, a model file's users).
+        assert_eq!((&a.format, a.index_base), (&b.format, b.index_base));
+        let source = b.params["sources"]["train"].as_str().unwrap();
+        assert!(
+            source.starts_with("rows in memory (20000 x 7, xxh3 "),
+            "{source}"
         );
         assert_ne!(
             a.normalization, "none",

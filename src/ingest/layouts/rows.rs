@@ -1,6 +1,8 @@
 //! Rows in memory ([`MemoryRows`]) as the training split: LIBSVM's rows without the text.
 //! Their labels are class values, numbered by the scan pass as a LIBSVM file's are, and D
-//! is the ingest's `features` (the rows' own D).
+//! is the ingest's `features` (the rows' own D). The dataset is a LIBSVM one (its format
+//! and index base say how new rows of it are written as text, for `predict --input` and a
+//! model file's users); its source is the rows' checksum instead of a file.
 
 use std::path::PathBuf;
 
@@ -18,7 +20,7 @@ pub struct Rows {
 
 impl InputLayout for Rows {
     fn format(&self) -> &'static str {
-        "rows"
+        "libsvm"
     }
 
     /// No file: the rows are recorded by their checksum ([`InputLayout::source_params`]).
