@@ -518,13 +518,19 @@ def _check_shapes(X, y):
     before any data moves."""
     if y is None:
         return  # scikit-learn's own check says y is required
-    ndim = 2 if sp.issparse(X) else np.ndim(X)
-    if ndim != 2:
+    # Shapes through np.asarray (no copy of an array), not NumPy's functions: an
+    # array-like need only convert.
+    shape = X.shape if sp.issparse(X) else np.asarray(X).shape
+    if len(shape) != 2:
         raise _fsgp.ShapeError(
-            f"found X with {ndim} dimension(s), expected a 2-D array (rows, features)"
+            f"found X with {len(shape)} dimension(s), expected a 2-D array (rows, features)"
         )
-    rows = X.shape[0] if hasattr(X, "shape") else len(X)
-    labels = y.shape[0] if hasattr(y, "shape") and len(y.shape) else len(y)
+    rows = shape[0]
+    if isinstance(y, (list, tuple)):
+        labels = len(y)  # label lists may be ragged
+    else:
+        y_shape = y.shape if sp.issparse(y) else np.asarray(y).shape
+        labels = y_shape[0] if y_shape else 1
     if rows != labels:
         raise _fsgp.ShapeError(f"found {rows} rows in X and {labels} in y, expected as many")
 

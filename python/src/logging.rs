@@ -17,21 +17,34 @@ const DEBUG: u8 = 10;
 const INFO: u8 = 20;
 const WARNING: u8 = 30;
 
-/// The `fsgp` logger.
+/// The `fsgp` logger, with the level below which it drops records.
 #[derive(Clone)]
-pub struct Logger(Arc<Py<PyAny>>);
+pub struct Logger {
+    logger: Arc<Py<PyAny>>,
+    /// Its effective level when the call began: records below it are dropped without
+    /// taking the GIL, so a fit nobody listens to at INFO or DEBUG is not slowed by its
+    /// progress (fit's plan converts measured step times into steps).
+    enabled_from: u8,
+}
 
 impl Logger {
     pub fn get(py: Python<'_>) -> PyResult<Self> {
         let logger = py.import("logging")?.call_method1("getLogger", ("fsgp",))?;
-        Ok(Logger(Arc::new(logger.unbind())))
+        let enabled_from = logger.call_method0("getEffectiveLevel")?.extract()?;
+        Ok(Logger {
+            logger: Arc::new(logger.unbind()),
+            enabled_from,
+        })
     }
 
-    /// Logs `line` at `level`. A handler's own failure is `logging`'s to report (it prints
-    /// it and goes on); the engine is not stopped by it.
-    fn log(&self, level: u8, line: &str) {
+    /// Logs `line()` at `level` when the logger takes that level. A handler's own failure
+    /// is `logging`'s to report (it prints it and goes on); the engine is not stopped by it.
+    fn log(&self, level: u8, line: impl FnOnce() -> String) {
+        if level < self.enabled_from {
+            return;
+        }
         Python::attach(|py| {
-            if let Err(e) = self.0.bind(py).call_method1("log", (level, line)) {
+            if let Err(e) = self.logger.bind(py).call_method1("log", (level, line())) {
                 e.write_unraisable(py, None);
             }
         });
@@ -45,10 +58,6 @@ impl Logger {
 
 impl Sink for Logger {
     fn event(&self, event: &Event) {
-        // Steps and task boundaries make no line (a bar would show them).
-        let Some(line) = fsgp::cli::progress::text_line(event) else {
-            return;
-        };
         // A run's epochs and scores are many lines (a bar's worth): DEBUG; what a stage
         // found or wrote is INFO.
         let level = match event {
@@ -59,14 +68,17 @@ impl Sink for Logger {
             Event::Epoch { .. } | Event::Validation { .. } => DEBUG,
             _ => INFO,
         };
-        self.log(level, &line);
+        // Steps and task boundaries make no line (a bar would show them).
+        if let Some(line) = fsgp::cli::progress::text_line(event) {
+            self.log(level, || line);
+        }
     }
 }
 
 impl FitObserver for Logger {
     fn event(&mut self, event: FitEvent<'_>) {
         if let Some((level, line)) = fit_line(&event) {
-            self.log(level, &format!("fit: {line}"));
+            self.log(level, || format!("fit: {line}"));
         }
     }
 }
@@ -94,7 +106,7 @@ fn fit_line(event: &FitEvent<'_>) -> Option<(u8, String)> {
         ),
         FitEvent::CandidateStarted { name } => format!("candidate {name}"),
         FitEvent::CandidateFailed { name, error } => {
-            return Some((WARNING, format!("fit: candidate {name} failed: {error:#}")));
+            return Some((WARNING, format!("candidate {name} failed: {error:#}")));
         }
         FitEvent::CandidateDone(c) => match &c.result {
             CandidateResult::Scored {
@@ -114,14 +126,14 @@ fn fit_line(event: &FitEvent<'_>) -> Option<(u8, String)> {
             CandidateResult::Failed { reason } => {
                 return Some((
                     WARNING,
-                    format!("fit: candidate {} failed: {reason}", c.name),
+                    format!("candidate {} failed: {reason}", c.name),
                 ));
             }
         },
         FitEvent::NoBetterThanBaseline => {
             return Some((
                 WARNING,
-                "fit: the chosen model does not beat the label frequencies on validation".into(),
+                "the chosen model does not beat the label frequencies on validation".into(),
             ));
         }
         FitEvent::Chosen { name, steps } => {
