@@ -19,7 +19,8 @@ from conftest import blobs, cli, write_libsvm
 FAST = dict(kernel="se", n_inducing=20, budget="60s", folds=False)
 
 # Run in a process of its own, so that its peak resident memory is this fit's alone. The
-# peak is read once the rows were read three times (their checksum, ingest's label scan and
+# resident memory is read just before the fit, and the peak once the rows were read three
+# times (their checksum, ingest's label scan and
 # its statistics: the `transform:` record), before ingest writes its chunks, and after the
 # whole fit (the engine's chunk writing and training on top, which `pipeline fit` on the
 # same rows from a file needs as well).
@@ -30,6 +31,12 @@ import fsgp
 
 def peak_rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+def resident():
+    # Now, not the peak so far: the peak of making X would hide the fit's growth.
+    with open("/proc/self/status") as status:
+        line = next(l for l in status if l.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
 
 class RowsRead(logging.Handler):
     peak = None
@@ -45,7 +52,7 @@ read = RowsRead()
 logger = logging.getLogger("fsgp")
 logger.addHandler(read)
 logger.setLevel(logging.INFO)
-before = peak_rss()
+before = resident()
 est = fsgp.GPClassifier(kernel="linear", n_inducing=20, budget="10s", folds=False,
                         workspace=workspace).fit(X, y)
 print(json.dumps({"nbytes": X.nbytes, "before": before, "read": read.peak,
@@ -85,8 +92,8 @@ def test_a_dense_fit_writes_no_text_file_and_reads_its_rows_without_copying_them
     read_growth = figures["read"] - figures["before"]
     growth = figures["peak"] - figures["before"]
     print(
-        f"\n200000 x 100 float64: X.nbytes {nbytes / mib:.1f} MiB; peak resident before the "
-        f"fit {figures['before'] / mib:.1f} MiB, once the rows were read "
+        f"\n200000 x 100 float64: X.nbytes {nbytes / mib:.1f} MiB; resident before the "
+        f"fit {figures['before'] / mib:.1f} MiB, peak once the rows were read "
         f"{figures['read'] / mib:.1f} MiB (+{read_growth / mib:.1f} MiB = "
         f"{read_growth / nbytes:.2f} x X.nbytes), after the fit {figures['peak'] / mib:.1f} "
         f"MiB (+{growth / mib:.1f} MiB = {growth / nbytes:.2f} x X.nbytes)"
@@ -95,9 +102,10 @@ def test_a_dense_fit_writes_no_text_file_and_reads_its_rows_without_copying_them
     # conversion would be (a CSR of X with int64 indices is 2 x X.nbytes).
     assert read_growth < 0.5 * nbytes, figures
     # The whole fit adds ingest's chunk buffers and the engine's training memory, which
-    # `pipeline fit` on the same rows from a file needs as well (docs/python.md, "Speed
-    # and memory").
-    assert growth < 3 * nbytes, figures
+    # `pipeline fit` on the same rows from a file needs as well (2.5 x X.nbytes there; it
+    # varies with the plan the budget affords: docs/python.md, "Speed and memory"). A
+    # bound against regressions, not the rows' cost.
+    assert growth < 4 * nbytes, figures
     assert figures["accuracy"] > 0.6, figures
     written = [p for p in files_under(workspace, temp) if is_text_rows(p)]
     assert written == [], written
