@@ -124,10 +124,7 @@ fn fit_line(event: &FitEvent<'_>) -> Option<(u8, String)> {
                 validation.secondary.value
             ),
             CandidateResult::Failed { reason } => {
-                return Some((
-                    WARNING,
-                    format!("candidate {} failed: {reason}", c.name),
-                ));
+                return Some((WARNING, format!("candidate {} failed: {reason}", c.name)));
             }
         },
         FitEvent::NoBetterThanBaseline => {
