@@ -1,13 +1,12 @@
-"""The estimators' use of the engine: rows to LIBSVM text in a workspace, `pipeline fit`
-run in this process, the engine's messages routed to the `fsgp` logger, and rows scored
-under a model file. Everything numerical happens in the engine (`fsgp._fsgp`)."""
+"""The estimators' use of the engine: rows in memory or a file fit by the engine's typed
+`fit` call (no text file is written for rows), rows scored under a model file, and the
+engine's progress on the `fsgp` logger. Everything numerical happens in the engine
+(`fsgp._fsgp`)."""
 
 import contextlib
-import hashlib
 import logging
 import os
 import sys
-import threading
 import uuid
 
 import numpy as np
@@ -35,42 +34,18 @@ def csr_of(X):
     )
 
 
-def write_rows(workspace, prefix, X, label_indptr, labels, ingest_options):
-    """Writes X's rows with their labels (`labels[label_indptr[i]:label_indptr[i+1]]`) as
-    LIBSVM text, which `pipeline fit` ingests as it ingests a user's file, into
-    `workspace`; returns (name, path). The name is the rows' digest, so the same rows fit
-    again in the same workspace are the same dataset: its ingest, svd and finished runs are
-    reused and a run stopped by Ctrl-C is taken up where it stopped. `ingest_options` (what
-    else decides the dataset: its D, its task) enter the digest too."""
-    indptr, indices, data = csr_of(X)
+def fit_rows(params, X, label_indptr, labels):
+    """Fits rows X (dense or SciPy sparse, already checked) whose labels are
+    `labels[label_indptr[i]:label_indptr[i+1]]`; returns the fit's outcome (a dict, as
+    `pipeline fit --json` prints it). A dense X is read by the engine block by block as
+    it is: no CSR or text copy of the whole array is made."""
     label_indptr = np.ascontiguousarray(label_indptr, dtype=np.int64)
     labels = np.ascontiguousarray(labels, dtype=np.int64)
-    digest = hashlib.blake2b(repr(ingest_options).encode(), digest_size=8)
-    for array in (indptr, indices, data, label_indptr, labels):
-        digest.update(np.int64(array.size).tobytes())
-        digest.update(array.tobytes())
-    name = f"{prefix}-{digest.hexdigest()}"
-    path = workspace.file(name + ".svm")
-    if not os.path.exists(path):
-        # Written aside, then renamed: a file under this name is always whole.
-        partial = f"{path}.{uuid.uuid4().hex[:8]}.partial"
-        try:
-            _fsgp.write_libsvm(partial, indptr, indices, data, label_indptr, labels)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
-    return name, path
-
-
-def file_dataset_name(path, ingest_options):
-    """The dataset name of a fit from the file `path` (absolute): its path, size and
-    modification time digested with `ingest_options`. Fitting the same file again in the
-    same workspace is the same dataset (its ingest reused, a run stopped by Ctrl-C taken up
-    where it stopped); a file changed since is a new one."""
-    st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns, ingest_options)
-    return "file-" + hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+    if sp.issparse(X):
+        indptr, indices, data = csr_of(X)
+        return _fsgp.fit_csr(params, indptr, indices, data, X.shape[1], label_indptr, labels)
+    X = np.asarray(X, dtype=np.float64)
+    return _fsgp.fit_dense(params, X, label_indptr, labels)
 
 
 class Workspace:
@@ -93,67 +68,31 @@ class Workspace:
 
 
 def fresh_name(prefix):
-    """A dataset name no other fit in any workspace uses."""
+    """A file name no other fit in any workspace uses."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def run(argv, verbose):
-    """Runs `pipeline ARGV...` in this process; its messages go to the `fsgp` logger (and
-    to this process's standard error when `verbose`)."""
-    with _engine_output(verbose):
-        _fsgp.run_pipeline([str(a) for a in argv])
+def run(argv):
+    """Runs `pipeline ARGV...` in this process, quiet: its result is in the files it
+    writes, and its warnings go to standard error as the command line's do."""
+    _fsgp.run_pipeline(["--quiet", *(str(a) for a in argv)])
 
 
 @contextlib.contextmanager
-def _engine_output(verbose):
-    """Routes what the engine writes to file descriptors 1 and 2 (it prints progress and
-    tables as the command line does) through a pipe to the `fsgp` logger at INFO, and to
-    `sys.stderr` when `verbose`. The descriptors are the process's, so output of other
-    threads during the call is routed too; that is the price of an engine that prints."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    try:
-        saved = [os.dup(1), os.dup(2)]
-    except OSError:
-        # No descriptors to redirect (an embedded interpreter): the engine writes where
-        # they point.
+def echoed(verbose):
+    """While it lasts, with `verbose`, the `fsgp` logger's INFO records are also written to
+    standard error (they always reach the logger and its handlers)."""
+    if not verbose:
         yield
         return
-    read_end, write_end = os.pipe()
-    lines = []
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
     try:
-        # A terminal's sys.stderr writes to descriptor 2, which now feeds the pipe: echo
-        # to the saved descriptor instead. A notebook's writes to the notebook.
-        to_fd = sys.stderr.fileno() == 2
-    except Exception:
-        to_fd = False
-
-    def echo(line):
-        if to_fd:
-            os.write(saved[1], (line + "\n").encode())
-        else:
-            print(line, file=sys.stderr, flush=True)
-
-    def forward():
-        with os.fdopen(read_end, "r", errors="replace") as pipe:
-            for line in pipe:
-                line = line.rstrip("\n")
-                lines.append(line)
-                logger.info("%s", line)
-                if verbose:
-                    echo(line)
-
-    reader = threading.Thread(target=forward, name="fsgp-engine-output", daemon=True)
-    reader.start()
-    os.dup2(write_end, 1)
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    try:
-        yield lines
+        yield
     finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-        reader.join()
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -1,10 +1,12 @@
 """scikit-learn estimators over the fsgp engine (docs/python.md).
 
-`fit` writes the rows it is given as LIBSVM text into a workspace and runs `pipeline fit`
-on it in this process, with the estimator's parameters as `--set` options: the same
-transform, validation carve, budget, early stopping and final retraining as the command
-line, and the same bits. The fitted model is the model file `pipeline fit --model-out`
-writes; `predict*` score rows under it as `pipeline predict --model --input` does.
+`fit` checks the estimator's parameters (an `OptionError` before any data moves), then
+hands the rows in memory (or a file) to the engine's fit (`fsgp::fit::run`), which reads
+them block by block: no text file is written. The parameters that are train options fix
+them for every candidate as `fit --set` does: the same transform, validation carve,
+budget, early stopping and final retraining as the command line, and the same bits. The
+fitted model is the model file the fit writes; `predict*` score rows under it as
+`pipeline predict --model --input` does.
 """
 
 import os
@@ -53,6 +55,30 @@ class _FsgpEstimator(BaseEstimator):
 
     # ----- fitting -------------------------------------------------------------------
 
+    def _fit_params(self, workspace):
+        """The fit's checked parameters (`OptionError` naming a bad one); its model file
+        and spec are this fit's own files, never overwritten."""
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise _fsgp.OptionError(f"seed: found {self.seed!r}, expected an integer >= 0")
+        fraction = self.validation_fraction
+        if fraction is not None and not isinstance(fraction, (int, float, np.number)):
+            raise _fsgp.OptionError(
+                f"validation_fraction: found {fraction!r}, expected a number in (0, 1) or None"
+            )
+        out = _engine.fresh_name("fit")
+        return _fsgp.FitParams(
+            workspace.path,
+            budget=str(self.budget),
+            seed=int(self.seed),
+            validation_fraction=None if fraction is None else float(fraction),
+            early_stopping=bool(self.early_stopping),
+            folds=bool(self.folds),
+            settings=self._settings(),
+            task=self._engine_task,
+            model_out=workspace.file(out + ".model.parquet"),
+            spec_out=workspace.file(out + "-fit.toml"),
+        )
+
     def _settings(self):
         """`--set` options from the parameters that are train options, then `settings`."""
         out = []
@@ -67,45 +93,6 @@ class _FsgpEstimator(BaseEstimator):
                 out.append(f"{flag}={value}")
         return out
 
-    def _fit_argv(self, workspace, name, train, n_features, task):
-        # This fit's own files: the dataset may be fit again, the model file is never
-        # overwritten.
-        out = _engine.fresh_name(name)
-        model_file, spec_file = workspace.file(out + ".model.parquet"), workspace.file(out + "-fit.toml")
-        argv = [
-            "--workspace", workspace.path, "fit",
-            "--train", train,
-            "--name", name,
-            "--budget", str(self.budget),
-            "--seed", str(int(self.seed)),
-            "--spec-out", spec_file,
-            "--model-out", model_file,
-        ]  # fmt: skip
-        if n_features is not None:
-            argv += ["--format", "libsvm", "--features", str(int(n_features))]
-        if task is not None:
-            argv += ["--task", task]
-        if self.validation_fraction is not None:
-            argv += ["--validation-fraction", str(float(self.validation_fraction))]
-        if not self.early_stopping:
-            argv.append("--no-early-stopping")
-        if not self.folds:
-            argv.append("--no-folds")
-        for s in self._settings():
-            argv += ["--set", s]
-        return argv, model_file, spec_file
-
-    def _run_fit(self, train, n_features, name, workspace):
-        """Runs `pipeline fit` on the file `train` and loads the model it writes."""
-        argv, model_file, spec_file = self._fit_argv(
-            workspace, name, train, n_features, self._engine_task
-        )
-        _engine.run(argv, self.verbose)
-        self._set_model(_fsgp.Model(model_file))
-        self.workspace_ = workspace.path
-        self.spec_ = spec_file
-        return self
-
     def _new_workspace(self):
         workspace = _engine.Workspace(self.workspace)
         if workspace.owned:
@@ -113,19 +100,34 @@ class _FsgpEstimator(BaseEstimator):
             weakref.finalize(self, shutil.rmtree, workspace.path, True)
         return workspace
 
-    def _fit_rows(self, X, label_indptr, labels, n_features):
+    def _start_fit(self):
+        """The workspace and the checked parameters of a fit, before any data is looked at."""
         workspace = self._new_workspace()
-        name, train = _engine.write_rows(
-            workspace, "py", X, label_indptr, labels, (n_features, self._engine_task)
-        )
-        return self._run_fit(train, n_features, name, workspace)
+        return workspace, self._fit_params(workspace)
 
-    def _fit_file(self, path):
+    def _finish_fit(self, workspace, run):
+        """Runs the fit (`run()`, the engine's outcome) with the engine's progress echoed
+        when `verbose`, and loads the model file it wrote."""
+        with _engine.echoed(self.verbose):
+            outcome = run()
+        self._set_model(_fsgp.Model(outcome["model"]["path"]))
+        self.workspace_ = workspace.path
+        self.spec_ = outcome["spec"]
+        self.fit_outcome_ = outcome
+        return self
+
+    def _fit_rows(self, fit, X, label_indptr, labels):
+        workspace, params = fit
+        return self._finish_fit(
+            workspace, lambda: _engine.fit_rows(params, X, label_indptr, labels)
+        )
+
+    def _fit_file(self, fit, path):
+        workspace, params = fit
         if not os.path.exists(path):
             raise FileNotFoundError(f"{os.fspath(path)}: no such file")
         train = os.path.abspath(os.fspath(path))
-        name = _engine.file_dataset_name(train, self._engine_task)
-        return self._run_fit(train, None, name, self._new_workspace())
+        return self._finish_fit(workspace, lambda: _fsgp.fit_file(params, train))
 
     # ----- the model ------------------------------------------------------------------
 
@@ -171,7 +173,7 @@ class _FsgpEstimator(BaseEstimator):
                 argv += ["--top-k", str(int(top_k))]
             if probabilities and self.model_.task != "multilabel":
                 argv.append("--probabilities")
-            _engine.run(argv, self.verbose)
+            _engine.run(argv)
             return self._named_labels(pq.read_table(out))
 
     def _named_labels(self, table):
@@ -259,7 +261,8 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         Where the engine keeps the rows, runs and model (None: a temporary directory the
         estimator owns and removes).
     verbose : bool
-        Echo the engine's progress to standard error (it always goes to the `fsgp` logger).
+        Echo the engine's progress to standard error (it always goes to the `fsgp` logger,
+        at INFO).
     """
 
     def __init__(
@@ -294,13 +297,16 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
 
     def fit(self, X, y=None):
         """Fits on rows X (array, sparse matrix) and classes y, or on a file X (LIBSVM or
-        XML-repository text) with y None."""
+        XML-repository text) with y None. The parameters are checked first (`OptionError`),
+        then the shapes (`ShapeError`); bad values are the engine's `InputError`."""
+        fit = self._start_fit()
         if _is_path(X):
             if y is not None:
-                raise ValueError("y must be None when X is a file (its rows hold the labels)")
-            self._fit_file(X)
+                raise _fsgp.ShapeError("y must be None when X is a file (its rows hold the labels)")
+            self._fit_file(fit, X)
             self._classes_from_model()
             return self
+        _check_shapes(X, y)
         X, y = validate_data(
             self,
             X,
@@ -318,7 +324,7 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         engine_values = _engine_values(classes)
         written = engine_values[codes]
         n = X.shape[0]
-        self._fit_rows(X, np.arange(n + 1), written, X.shape[1])
+        self._fit_rows(fit, X, np.arange(n + 1), written)
         self.classes_ = classes
         self._engine_values_ = engine_values
         self._check_model_classes()
@@ -347,7 +353,7 @@ class GPClassifier(ClassifierMixin, _FsgpEstimator):
         m = self.model_
         want = "binary" if len(self.classes_) == 2 else "multiclass"
         if m.task != want:
-            raise _fsgp.EngineError(
+            raise _fsgp.FsgpError(
                 f"the engine trained a {m.task} model for {len(self.classes_)} classes"
             )
 
@@ -439,14 +445,16 @@ class MultiLabelGP(_FsgpEstimator):
     def fit(self, X, Y=None):
         """Fits on rows X and labels Y: an (n, L) indicator matrix (sparse or dense; label j
         is column j) or a sequence of label lists (any hashable labels); or on a file X with
-        Y None."""
+        Y None. Checked as `GPClassifier.fit` checks."""
+        fit = self._start_fit()
         if _is_path(X):
             if Y is not None:
-                raise ValueError("Y must be None when X is a file (its rows hold the labels)")
-            self._fit_file(X)
+                raise _fsgp.ShapeError("Y must be None when X is a file (its rows hold the labels)")
+            self._fit_file(fit, X)
             values = self.model_.label_values
             self.classes_ = np.array(values if values else list(range(self.model_.n_labels)))
             return self
+        _check_shapes(X, Y)
         X = validate_data(
             self,
             X,
@@ -455,7 +463,7 @@ class MultiLabelGP(_FsgpEstimator):
             ensure_all_finite=False,
         )
         classes, indicator = _indicator(Y, X.shape[0])
-        self._fit_rows(X, indicator.indptr, indicator.indices, X.shape[1])
+        self._fit_rows(fit, X, indicator.indptr, indicator.indices)
         self.classes_ = classes
         return self
 
@@ -505,6 +513,28 @@ class MultiLabelGP(_FsgpEstimator):
         return out
 
 
+def _check_shapes(X, y):
+    """`ShapeError` unless X is 2-D (rows, features) and y has a row per row of X: found
+    before any data moves."""
+    if y is None:
+        return  # scikit-learn's own check says y is required
+    # Shapes through np.asarray (no copy of an array), not NumPy's functions: an
+    # array-like need only convert.
+    shape = X.shape if sp.issparse(X) else np.asarray(X).shape
+    if len(shape) != 2:
+        raise _fsgp.ShapeError(
+            f"found X with {len(shape)} dimension(s), expected a 2-D array (rows, features)"
+        )
+    rows = shape[0]
+    if isinstance(y, (list, tuple)):
+        labels = len(y)  # label lists may be ragged
+    else:
+        y_shape = y.shape if sp.issparse(y) else np.asarray(y).shape
+        labels = y_shape[0] if y_shape else 1
+    if rows != labels:
+        raise _fsgp.ShapeError(f"found {rows} rows in X and {labels} in y, expected as many")
+
+
 def _engine_values(classes):
     """The label each class is written as: the classes themselves when they are integers
     the engine reads as these classes (binary {0, 1} or {−1, 1}; three or more integers),
@@ -526,7 +556,7 @@ def _indicator(Y, n):
     if sp.issparse(Y) or (isinstance(Y, np.ndarray) and Y.ndim == 2):
         M = sp.csr_matrix(Y)
         if M.shape[0] != n:
-            raise ValueError(f"X has {n} rows and Y {M.shape[0]}")
+            raise _fsgp.ShapeError(f"found {n} rows in X and {M.shape[0]} in Y, expected as many")
         if M.nnz and not np.all(np.isin(M.data, (0, 1))):
             raise ValueError("Y as a matrix must be a 0/1 indicator matrix")
         M.eliminate_zeros()
@@ -536,7 +566,7 @@ def _indicator(Y, n):
 
     Y = list(Y)
     if len(Y) != n:
-        raise ValueError(f"X has {n} rows and Y {len(Y)}")
+        raise _fsgp.ShapeError(f"found {n} rows in X and {len(Y)} in Y, expected as many")
     binarizer = MultiLabelBinarizer(sparse_output=True)
     M = binarizer.fit_transform(Y).tocsr()
     M.sort_indices()

@@ -1,87 +1,61 @@
 //! `fsgp._fsgp`: the Python package's native module, a thin layer over the engine's public
 //! functions (docs/python.md). Nothing here trains, parses or scores by itself:
 //!
+//! - [`FitParams`] and [`fit_dense`], [`fit_csr`], [`fit_file`] run `fsgp::fit::run` on
+//!   rows in memory (read block by block, no text file) or on a file, with the
+//!   parameters checked before any data moves;
 //! - [`run_pipeline`] runs a `pipeline` command line in this process, parsed by the
-//!   engine's own definition (`fsgp::cli::parse`: `fit`, `export`, `predict`, … exactly
-//!   as the binary runs them);
-//! - [`write_libsvm`] writes CSR rows as the LIBSVM text `pipeline fit` ingests
-//!   (`fsgp::text::write`);
+//!   engine's own definition (`fsgp::cli::parse`);
 //! - [`main`] is the `pipeline` command itself, for the console script of that name;
 //! - [`Model`] holds a model file (`fsgp::portable::PortableModel`) and scores CSR rows
 //!   under it (`fsgp::predict::input::score_pairs`), as `predict --model --input` scores
 //!   the same rows written as text.
 //!
-//! Every call into the engine releases the GIL; Ctrl-C during `run_pipeline` stops the
-//! engine at its next safe point and raises `KeyboardInterrupt` (docs/python.md). Engine errors become `fsgp.EngineError`
-//! (a `ValueError`) carrying the engine's message, or `FileNotFoundError` when a file was
-//! missing.
+//! Every call into the engine releases the GIL; Ctrl-C stops the engine at its next safe
+//! point and raises `fsgp.Stopped` (a `KeyboardInterrupt`). Engine errors become the
+//! typed exceptions of [`errors`]; the fit's progress goes to the `fsgp` logger
+//! ([`logging`]).
 
-use std::io::Write;
+mod errors;
+mod fitting;
+mod logging;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use numpy::{PyArray1, PyReadonlyArray1};
-use pyo3::create_exception;
-use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyValueError};
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 
+use errors::{engine_error, FsgpError, ShapeError};
 use fsgp::portable::PortableModel;
 use fsgp::predict::input::score_pairs;
 use fsgp::predict::PredictOptions;
 use fsgp::stop::StopToken;
 use fsgp::text::parse::UnknownFeatures;
 
-create_exception!(
-    _fsgp,
-    EngineError,
-    PyValueError,
-    "An error the fsgp engine reported (bad input, a refused option, a damaged file); the \
-     message is the engine's."
-);
-
-/// The Python exception of an engine error: `FileNotFoundError` when the cause is a file
-/// that does not exist, else [`EngineError`]; the message is the engine's whole chain.
-fn engine_error(e: anyhow::Error) -> PyErr {
-    let message = format!("{e:#}");
-    let missing = e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
-    });
-    match missing {
-        true => PyFileNotFoundError::new_err(message),
-        false => EngineError::new_err(message),
-    }
-}
-
 /// How often the waiting Python thread looks for a signal (Ctrl-C) while the engine runs.
 const SIGNAL_POLL: Duration = Duration::from_millis(20);
 /// The engine thread's stack: what the `pipeline` binary's main thread has.
 const ENGINE_STACK: usize = 8 << 20;
 
-/// Runs `pipeline ARGV...` in this process with the GIL released: the engine's command
-/// line, parsed by its own definition (a bad flag is an `EngineError` with clap's message).
-/// What the command prints goes to this process's standard output and error.
-///
-/// The engine runs on a thread of its own while this one waits, looking for signals: on
-/// Ctrl-C it asks the engine to stop (`fsgp::stop`), waits until it has stopped whole (a
-/// training run after its current step, with a checkpoint there), then raises
-/// `KeyboardInterrupt` carrying the engine's message.
-#[pyfunction]
-fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
-    let argv: Vec<String> = std::iter::once("pipeline".to_string())
-        .chain(argv)
-        .collect();
-    let cli = fsgp::cli::parse(&argv).map_err(EngineError::new_err)?;
+/// Runs `work` on a thread of its own with the GIL released while this one waits, looking
+/// for signals: on Ctrl-C it asks the engine to stop (`fsgp::stop`), waits until it has
+/// stopped whole (a training run after its current step, with a checkpoint there), then
+/// raises `fsgp.Stopped` carrying the engine's message. Other errors become the typed
+/// exceptions of [`engine_error`].
+fn run_engine<T: Send>(
+    py: Python<'_>,
+    work: impl FnOnce(&StopToken) -> anyhow::Result<T> + Send,
+) -> PyResult<T> {
     let stop = StopToken::new();
     let engine_stop = stop.clone();
     let (result, interrupt) = std::thread::scope(|scope| {
         let engine = std::thread::Builder::new()
             .name("fsgp-engine".into())
             .stack_size(ENGINE_STACK)
-            .spawn_scoped(scope, move || fsgp::cli::run(cli, &engine_stop))
-            .map_err(|e| EngineError::new_err(format!("starting the engine's thread: {e}")))?;
+            .spawn_scoped(scope, move || work(&engine_stop))
+            .map_err(|e| FsgpError::new_err(format!("starting the engine's thread: {e}")))?;
         let mut interrupt = None;
         while !engine.is_finished() {
             py.detach(|| std::thread::sleep(SIGNAL_POLL));
@@ -98,14 +72,25 @@ fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
         Ok::<_, PyErr>((result, interrupt))
     })?;
     match (result, interrupt) {
-        (Err(e), Some(_)) if fsgp::cli::is_stop(&e) => {
-            Err(PyKeyboardInterrupt::new_err(format!("{e:#}")))
-        }
+        (Err(e), Some(_)) if fsgp::cli::is_stop(&e) => Err(errors::stopped(&e)),
         // The signal came too late to stop anything (or its handler raised something
         // else): Python's own exception.
-        (Ok(()), Some(signal)) => Err(signal),
+        (Ok(_), Some(signal)) => Err(signal),
         (result, _) => result.map_err(engine_error),
     }
+}
+
+/// Runs `pipeline ARGV...` in this process with the GIL released: the engine's command
+/// line, parsed by its own definition (a bad flag is an `OptionError` with clap's
+/// message). What the command prints goes to this process's standard output and error.
+/// Ctrl-C stops it as [`run_engine`] says.
+#[pyfunction]
+fn run_pipeline(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
+    let argv: Vec<String> = std::iter::once("pipeline".to_string())
+        .chain(argv)
+        .collect();
+    let cli = fsgp::cli::parse(&argv).map_err(errors::OptionError::new_err)?;
+    run_engine(py, move |stop| fsgp::cli::run(cli, stop))
 }
 
 /// The `pipeline` command itself, for the console script `pip install` makes
@@ -129,29 +114,7 @@ struct CsrRows {
 
 impl CsrRows {
     fn new(indptr: &[i64], indices: &[i64], data: &[f64]) -> PyResult<Self> {
-        if indices.len() != data.len() {
-            return Err(PyValueError::new_err(format!(
-                "CSR arrays disagree: {} indices and {} values",
-                indices.len(),
-                data.len()
-            )));
-        }
-        let ok = indptr.first() == Some(&0)
-            && indptr.windows(2).all(|w| w[0] <= w[1])
-            && indptr.last().is_some_and(|&n| n as usize == data.len());
-        if !ok {
-            return Err(PyValueError::new_err(format!(
-                "CSR indptr must start at 0, never decrease and end at the number of values \
-                 ({})",
-                data.len()
-            )));
-        }
-        if let Some(i) = indices.iter().position(|&i| i < 0) {
-            return Err(PyValueError::new_err(format!(
-                "found feature index {} at position {i}, expected a non-negative index",
-                indices[i]
-            )));
-        }
+        check_csr(indptr, indices, data.len())?;
         Ok(CsrRows {
             pairs: indices
                 .iter()
@@ -171,44 +134,39 @@ impl CsrRows {
     }
 }
 
-/// Writes CSR rows and their labels (`label_indptr` cuts `labels` per row) to `path` as
-/// LIBSVM text, 1-based indices. A non-finite value is an `EngineError` naming its row.
-#[pyfunction]
-fn write_libsvm(
-    py: Python<'_>,
-    path: PathBuf,
-    indptr: PyReadonlyArray1<'_, i64>,
-    indices: PyReadonlyArray1<'_, i64>,
-    data: PyReadonlyArray1<'_, f64>,
-    label_indptr: PyReadonlyArray1<'_, i64>,
-    labels: PyReadonlyArray1<'_, i64>,
-) -> PyResult<()> {
-    let rows = CsrRows::new(indptr.as_slice()?, indices.as_slice()?, data.as_slice()?)?;
-    let label_indptr = label_indptr.as_slice()?;
-    let labels = labels.as_slice()?;
-    if label_indptr.len() != rows.len() + 1 {
-        return Err(PyValueError::new_err(format!(
-            "{} rows of features and {} rows of labels",
-            rows.len(),
-            label_indptr.len().saturating_sub(1)
+/// Checks what CSR arrays' shapes must satisfy: as many indices as values, `indptr`
+/// starting at 0, never decreasing and ending at the number of values, no negative index.
+/// A violation is a `ShapeError`.
+fn check_csr(indptr: &[i64], indices: &[i64], values: usize) -> PyResult<()> {
+    if indices.len() != values {
+        return Err(ShapeError::new_err(format!(
+            "CSR arrays disagree: {} indices and {values} values",
+            indices.len(),
         )));
     }
-    py.detach(|| -> anyhow::Result<()> {
-        let file = std::fs::File::create(&path)
-            .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", path.display()))?;
-        let mut out = std::io::BufWriter::new(file);
-        let mut line = Vec::new();
-        for (i, row) in rows.rows().enumerate() {
-            let (a, b) = (label_indptr[i] as usize, label_indptr[i + 1] as usize);
-            line.clear();
-            fsgp::text::write::libsvm_row(&mut line, &labels[a..b], row)
-                .map_err(|e| anyhow::anyhow!("row {i}: {e}"))?;
-            out.write_all(&line)?;
-        }
-        out.flush()
-            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
-    })
-    .map_err(engine_error)
+    check_offsets(indptr, values, "CSR")?;
+    if let Some(i) = indices.iter().position(|&i| i < 0) {
+        return Err(ShapeError::new_err(format!(
+            "found feature index {} at position {i}, expected a non-negative index",
+            indices[i]
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that offsets `indptr` cut `len` entries into rows: they start at 0, never
+/// decrease and end at `len` (a `ShapeError` naming `what` otherwise).
+fn check_offsets(indptr: &[i64], len: usize, what: &str) -> PyResult<()> {
+    let ok = indptr.first() == Some(&0)
+        && indptr.windows(2).all(|w| w[0] <= w[1])
+        && indptr.last().is_some_and(|&n| n as usize == len);
+    match ok {
+        true => Ok(()),
+        false => Err(ShapeError::new_err(format!(
+            "{what} offsets must start at 0, never decrease and end at the number of \
+             entries ({len})"
+        ))),
+    }
 }
 
 /// A trained model, from its model file (`pipeline export`, `fit --model-out`, `save`).
@@ -347,9 +305,9 @@ impl Model {
 fn _fsgp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
-    m.add_function(wrap_pyfunction!(write_libsvm, m)?)?;
     m.add_class::<Model>()?;
-    m.add("EngineError", m.py().get_type::<EngineError>())?;
+    fitting::register(m)?;
+    errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 """Ctrl-C during a fit: the engine stops at its next safe point, the workspace stays whole
-(every run recorded, nothing half-registered, `pipeline verify` passes), and Python gets a
-KeyboardInterrupt carrying the engine's message."""
+(every run recorded, nothing half-registered, `pipeline verify` passes), and Python gets
+`fsgp.Stopped` (a KeyboardInterrupt) carrying the engine's message."""
 
 import json
 import os
@@ -61,8 +61,9 @@ def test_ctrl_c_stops_the_fit_cleanly_and_keeps_the_workspace(tmp_path):
     sent = []
     watcher = threading.Thread(target=interrupt_once_training, args=(workspace, sent), daemon=True)
     watcher.start()
-    with pytest.raises(KeyboardInterrupt) as stopped:
+    with pytest.raises(fsgp.Stopped) as stopped:
         est.fit(X, y)
+    assert isinstance(stopped.value, KeyboardInterrupt)
     raised = time.monotonic()
     watcher.join()
     assert sent, "no training run was seen running"
@@ -89,8 +90,8 @@ def test_ctrl_c_stops_the_fit_cleanly_and_keeps_the_workspace(tmp_path):
     # Nothing half-written or unregistered: the engine's own check of the workspace passes.
     _fsgp.run_pipeline(["--workspace", workspace, "verify"])
 
-    # Fit again, same rows, same workspace: the rows are the same dataset (named by their
-    # digest), and the stopped run is taken up (training where it stopped; an svd again,
+    # Fit again, same rows, same workspace: the rows are the same dataset (identified by
+    # their checksum), and the stopped run is taken up (training where it stopped; an svd again,
     # under its own id).
     est.fit(X, y)
     again = {r[0]: r for r in runs(workspace)}

@@ -54,12 +54,13 @@ fn request(args: &FitArgs) -> Result<FitRequest> {
         spec_out: args.spec_out.clone(),
         model_out: args.model_out.clone(),
         force: args.force,
+        rows: None,
     })
 }
 
 /// The train options `--set` gives, typed by train's own command line (which refuses a
 /// value train would refuse, before anything runs); `given` names them.
-fn overrides(sets: &[Setting]) -> Result<TrainOptions> {
+pub fn overrides(sets: &[Setting]) -> Result<TrainOptions> {
     let mut argv = vec!["pipeline".to_string(), "train".into()];
     // The parser asks for a dataset; each of fit's runs names its own.
     argv.extend(["--dataset".to_string(), "-".into()]);

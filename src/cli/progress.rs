@@ -88,7 +88,7 @@ impl<W: Write + Send> Sink for TextLines<W> {
 }
 
 /// The line of text an event prints, if any.
-fn text_line(event: &Event) -> Option<String> {
+pub fn text_line(event: &Event) -> Option<String> {
     match event {
         Event::Epoch { figures, .. } => Some(epoch_line(figures)),
         Event::Validation { score, .. } => Some(validation_line(score)),

@@ -1,6 +1,7 @@
-//! The files `pipeline fit` reads and the ingests it runs of them: the selection data (with
-//! a validation carve), the folds, and the final model's whole file. One value builds both
-//! the ingest configurations fit runs and the spec's `[ingest]` table.
+//! The files `pipeline fit` reads (or the rows in memory a library caller gives) and the
+//! ingests it runs of them: the selection data (with a validation carve), the folds, and
+//! the final model's whole file. One value builds both the ingest configurations fit runs
+//! and the spec's `[ingest]` table.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,9 @@ use anyhow::Result;
 
 use crate::choice::choice_enum;
 use crate::ingest::config::{IngestConfig, DEFAULT_CHUNK_MB};
-use crate::ingest::layouts::{Libsvm, XcSingle};
+use crate::ingest::input::InputLayout;
+use crate::ingest::layouts::{Libsvm, Rows, XcSingle};
+use crate::ingest::rows::MemoryRows;
 use crate::ingest::validation::ValidationSplit;
 use crate::transform::TransformChoice;
 
@@ -29,6 +32,9 @@ pub struct Inputs {
     pub format: InputFormat,
     /// LIBSVM: the number of features D (None: the largest index in the files).
     pub features: Option<u32>,
+    /// The training rows in memory instead of the files (`train` only names them): read
+    /// as LIBSVM rows with 0-based ids, D theirs.
+    pub rows: Option<MemoryRows>,
 }
 
 impl Inputs {
@@ -37,17 +43,20 @@ impl Inputs {
     /// that the files can be read.
     pub fn config(&self, name: &str, validation: Option<ValidationSplit>) -> Result<IngestConfig> {
         let (train, test) = (absolute(&self.train), self.test.as_deref().map(absolute));
+        let layout: Box<dyn InputLayout> = match (&self.rows, self.format) {
+            (Some(rows), _) => Box::new(Rows { rows: rows.clone() }),
+            (None, InputFormat::Xc) => Box::new(XcSingle { train, test }),
+            (None, InputFormat::Libsvm) => Box::new(Libsvm { train, test }),
+        };
         let config = IngestConfig {
             name: name.to_string(),
-            layout: match self.format {
-                InputFormat::Xc => Box::new(XcSingle { train, test }),
-                InputFormat::Libsvm => Box::new(Libsvm { train, test }),
-            },
+            layout,
             transform: TransformChoice::Auto,
-            // LIBSVM's labels are class values and its feature indices start at 1.
-            index_base: match self.format {
-                InputFormat::Xc => 0,
-                InputFormat::Libsvm => 1,
+            // LIBSVM's labels are class values and its feature indices start at 1 (rows in
+            // memory are LIBSVM's: their text would start at 1, their pairs are 0-based).
+            index_base: match (&self.rows, self.format) {
+                (Some(_), _) | (None, InputFormat::Libsvm) => 1,
+                (None, InputFormat::Xc) => 0,
             },
             drop_unlabeled: false,
             lenient: false,
@@ -58,7 +67,9 @@ impl Inputs {
             validation,
             label_kind: None,
             first_label: false,
-            features: self.features,
+            features: self
+                .features
+                .or(self.rows.as_ref().map(MemoryRows::n_features)),
             class_map_from_train: false,
         };
         config.validate()?;
@@ -67,8 +78,17 @@ impl Inputs {
     }
 
     /// The spec's `[ingest]` table of the final model's ingest of dataset `name` (no carve),
-    /// as [`Inputs::config`] builds it.
+    /// as [`Inputs::config`] builds it. Rows in memory are recorded by their checksum
+    /// (`format = "rows"`): such a spec documents the fit, `pipeline run` cannot run it.
     pub fn spec_pairs(&self, name: &str) -> Vec<(&'static str, String)> {
+        if let Some(rows) = &self.rows {
+            return vec![
+                ("name", name.to_string()),
+                ("format", "rows".to_string()),
+                ("train", rows.describe()),
+                ("features", rows.n_features().to_string()),
+            ];
+        }
         let shown = |p: &Path| absolute(p).display().to_string();
         let mut o = vec![
             ("name", name.to_string()),

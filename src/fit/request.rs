@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{ensure, Result};
 
 use super::inputs::InputFormat;
+use crate::ingest::rows::MemoryRows;
 use crate::ingest::validation::ValidationSplit;
 use crate::store::catalog::LabelKind;
 use crate::train::TrainOptions;
@@ -56,6 +57,9 @@ pub struct FitRequest {
     pub model_out: Option<PathBuf>,
     /// Replace an existing regular file at `spec_out` or `model_out`.
     pub force: bool,
+    /// The training rows in memory instead of a file ([`FitRequest::from_rows`]): `train`
+    /// then only names them, and there is no test file.
+    pub rows: Option<MemoryRows>,
 }
 
 impl FitRequest {
@@ -77,12 +81,37 @@ impl FitRequest {
             spec_out: None,
             model_out: None,
             force: false,
+            rows: None,
+        }
+    }
+
+    /// A fit of rows in memory (the Python package's arrays): no file is read or written
+    /// for them; D is theirs, and the dataset's name is `rows` unless one is given.
+    pub fn from_rows(rows: MemoryRows) -> Self {
+        FitRequest::new("rows").with_rows(rows)
+    }
+
+    /// This request on rows in memory instead of its training file ([`FitRequest::from_rows`]).
+    pub fn with_rows(self, rows: MemoryRows) -> Self {
+        FitRequest {
+            train: "rows".into(),
+            features: Some(rows.n_features()),
+            rows: Some(rows),
+            ..self
         }
     }
 
     /// Refuses the values no type rules out: a budget that is not a positive number of
-    /// seconds, a validation fraction outside (0, 1).
+    /// seconds, a validation fraction outside (0, 1), a test file or format with rows in
+    /// memory.
     pub fn check(&self) -> Result<()> {
+        if let Some(rows) = &self.rows {
+            ensure!(
+                self.test.is_none() && self.format.is_none(),
+                "test, format: a fit of {} takes neither a test file nor a format",
+                rows.describe()
+            );
+        }
         ensure!(
             self.budget_seconds.is_finite() && self.budget_seconds > 0.0,
             "budget: found {} s, expected a positive number of seconds",

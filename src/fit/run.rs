@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::budget::{self, candidate_outcome};
 use super::folds;
-use super::inputs::Inputs;
+use super::inputs::{InputFormat, Inputs};
 use super::names::{self, ReservedSpec};
 use super::observe::{FinalStage, FitEvent, FitObserver};
 use super::options::spec_pairs;
@@ -34,15 +34,18 @@ pub fn run(
     let started = Instant::now();
     args.check()?;
     let budget = args.budget_seconds;
-    let format = match args.format {
-        Some(f) => f,
-        None => sniff_format(&args.train)?,
+    let format = match (args.format, &args.rows) {
+        (Some(f), _) => f,
+        // Rows in memory are LIBSVM's rows without the text.
+        (None, Some(_)) => InputFormat::Libsvm,
+        (None, None) => sniff_format(&args.train)?,
     };
     let inputs = Inputs {
         train: args.train.clone(),
         test: args.test.clone(),
         format,
         features: args.features,
+        rows: args.rows.clone(),
     };
     check_outputs(args)?;
     if let Some(spec) = &args.spec_out {
@@ -255,7 +258,11 @@ fn check_outputs(args: &FitRequest) -> Result<()> {
         check_file_output(model, args.force).context("--model-out")?;
         outputs.push(("--model-out", model));
     }
-    let mut inputs = vec![("--train", args.train.as_path())];
+    // Rows in memory are no file an output could overwrite.
+    let mut inputs = Vec::new();
+    if args.rows.is_none() {
+        inputs.push(("--train", args.train.as_path()));
+    }
     inputs.extend(args.test.as_deref().map(|t| ("--test", t)));
     refuse_same_file(&outputs, &inputs)
 }
@@ -403,7 +410,6 @@ mod tests {
     // fit ran.
     use crate::cli::args::Command;
     use crate::cli::spec::{Spec, SpecStage};
-    use crate::fit::inputs::InputFormat;
     use crate::metrics::binary::BinaryAccumulator;
     use crate::metrics::evaluation::Evaluation;
 
@@ -419,6 +425,7 @@ mod tests {
             test: Some(train),
             format: InputFormat::Libsvm,
             features: Some(3),
+            rows: None,
         };
         let sizes = Sizes::unbounded(1000, 20, 1, true);
         let overridden = TrainOptions {

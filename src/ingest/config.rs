@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::input::{absolute, InputLayout};
+use super::input::InputLayout;
 use super::sink::{MAX_CHUNK_MB, MAX_CHUNK_ROWS};
 use super::validation::{Carved, ValidationSplit, MAX_FOLDS};
 use crate::error::InvalidOptions;
@@ -181,8 +181,8 @@ impl IngestConfig {
     /// Everything that decides the output, recorded with the run and the dataset.
     pub fn params_json(&self) -> Result<serde_json::Value> {
         let mut sources = serde_json::Map::new();
-        for (role, path) in self.layout.sources() {
-            sources.insert(role.into(), json!(absolute(&path)?.display().to_string()));
+        for (role, source) in self.layout.source_params()? {
+            sources.insert(role.into(), json!(source));
         }
         let mut params = json!({
             "format": self.layout.format(),

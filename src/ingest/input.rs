@@ -23,6 +23,24 @@ pub trait InputLayout: Debug + Send + Sync {
     /// (role, path) of every input file, in the order the catalog records them.
     fn sources(&self) -> Vec<(&'static str, PathBuf)>;
 
+    /// (role, what the dataset's parameters record) of every input: the absolute path of
+    /// each file ([`InputLayout::sources`]), or what names rows that are no file.
+    fn source_params(&self) -> Result<Vec<(&'static str, String)>> {
+        self.sources()
+            .into_iter()
+            .map(|(role, path)| Ok((role, absolute(&path)?.display().to_string())))
+            .collect()
+    }
+
+    /// The inputs' size as ingest's progress counts it: the files' sizes on disk
+    /// (compressed).
+    fn input_bytes(&self) -> Result<u64> {
+        self.sources()
+            .iter()
+            .map(|(_, p)| absolute(p).and_then(|p| Ok(std::fs::metadata(&p)?.len())))
+            .sum()
+    }
+
     /// Column of the split index files, for the layout that has them (recorded in the params).
     fn split_column(&self) -> Option<usize> {
         None

@@ -300,13 +300,9 @@ fn report(config: &IngestConfig, s: &Scanned, plan: &LabelPlan) {
 }
 
 fn sources_text(config: &IngestConfig) -> String {
-    config
-        .layout
-        .sources()
-        .iter()
-        .map(|(_, p)| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    let sources = config.layout.source_params().unwrap_or_default();
+    let shown: Vec<String> = sources.into_iter().map(|(_, source)| source).collect();
+    shown.join(", ")
 }
 
 /// `{a, b, c}`, at most 10 values.

@@ -17,6 +17,7 @@ pub mod labels;
 pub mod layouts;
 pub mod measure;
 pub mod pipeline;
+pub mod rows;
 pub mod sink;
 pub mod stream;
 pub mod validation;

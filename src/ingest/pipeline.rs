@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 
 use super::built::Built;
 use super::config::IngestConfig;
-use super::input::{absolute, InputLayout, OpenedInput, Route, RowStream};
+use super::input::{OpenedInput, Route, RowStream};
 use super::labels::{self, LabelPlan};
 use super::measure::{fit_transform, pass_rules, FittedTransform};
 use super::sink::{Encoder, SplitSink};
@@ -31,7 +31,7 @@ const KEPT_SKIP_REASONS: usize = 20;
 /// Parses every input of `config.layout` and writes the chunk files below `tmp/dataset/`.
 pub fn build(config: &IngestConfig, tmp: &Path, stop: &StopToken) -> Result<Built> {
     let threads = config.worker_threads();
-    let total = input_bytes(config.layout.as_ref())?;
+    let total = config.layout.input_bytes()?;
     let plan = match config.assigns_labels() {
         true => {
             let scanning = bytes_read(total, "label scan");
@@ -80,15 +80,6 @@ fn write_transform_file(
     };
     std::fs::create_dir_all(out)?;
     Ok(Some(write_scaling(&out.join(SCALING_FILE), &stored)?))
-}
-
-/// Total size of the input files on disk (compressed, as ingest's progress counts them).
-fn input_bytes(layout: &dyn InputLayout) -> Result<u64> {
-    layout
-        .sources()
-        .iter()
-        .map(|(_, p)| absolute(p).and_then(|p| Ok(std::fs::metadata(&p)?.len())))
-        .sum()
 }
 
 /// The progress of one pass of ingest (`what`) over the input bytes.

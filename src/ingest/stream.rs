@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Result};
 use crossbeam_channel::{bounded, unbounded};
 
+use super::rows::MemoryRows;
 use crate::error::LineError;
 use crate::progress::Progress;
 use crate::stop::StopToken;
@@ -30,6 +31,8 @@ pub enum RowInput {
         features: LineSource,
         labels: LineSource,
     },
+    /// Rows in memory: read block by block on the calling thread, no text.
+    Rows(MemoryRows),
 }
 
 /// A parsed block with the lines it covered.
@@ -54,6 +57,15 @@ pub fn stream_rows(
     stop: &StopToken,
     on_block: &mut dyn FnMut(Parsed) -> Result<()>,
 ) -> Result<Vec<SourceInfo>> {
+    let input = match input {
+        // No file is read through: no source to record.
+        RowInput::Rows(rows) => {
+            return rows
+                .stream(rules, progress, stop, on_block)
+                .map(|()| Vec::new())
+        }
+        input => input,
+    };
     let threads = threads.max(1);
     let in_flight = 2 * threads + 2;
     let paths: Vec<PathBuf> = match &input {
@@ -61,6 +73,7 @@ pub fn stream_rows(
         RowInput::Bow { features, labels } => {
             vec![features.path().to_path_buf(), labels.path().to_path_buf()]
         }
+        RowInput::Rows(_) => unreachable!("streamed above"),
     };
     let locate = |(source, e): (usize, LineError)| anyhow!(e.in_file(&paths[source]));
 
@@ -190,6 +203,7 @@ fn read_blocks(
             }
             Ok(vec![source.finish()?])
         }
+        RowInput::Rows(_) => unreachable!("rows in memory are streamed without a reader"),
         RowInput::Bow {
             mut features,
             mut labels,

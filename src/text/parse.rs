@@ -802,28 +802,65 @@ impl PairRows {
         row_id: u64,
         pairs: impl IntoIterator<Item = (u64, f64)>,
     ) -> Result<(), String> {
+        self.push_row(row_id, None, pairs).map_err(|e| e.msg)
+    }
+
+    /// Appends a row of `pairs` whose labels are the class values `labels`, as a LIBSVM
+    /// line's label field gives them: mapped to label ids by the rules' class map, or, in
+    /// the scan pass (no map), collected into the block's [`LabelScan`].
+    pub fn push_labeled(
+        &mut self,
+        row_id: u64,
+        labels: &[i64],
+        pairs: impl IntoIterator<Item = (u64, f64)>,
+    ) -> Result<(), PairError> {
+        self.push_row(row_id, Some(labels), pairs)
+    }
+
+    /// What [`PairRows::push`] and [`PairRows::push_labeled`] share: the checks and steps
+    /// of a parsed line (`BlockParser::push`), on pairs instead of tokens.
+    fn push_row(
+        &mut self,
+        row_id: u64,
+        labels: Option<&[i64]>,
+        pairs: impl IntoIterator<Item = (u64, f64)>,
+    ) -> Result<(), PairError> {
         let (rules, s) = (&self.rules, &mut self.scratch);
         s.features.clear();
         s.labels.clear();
+        s.label_values.clear();
         s.dropped_features = 0;
         for (id, value) in pairs {
             let Some(id) = u32::try_from(id).ok().filter(|&i| i < rules.n_features) else {
                 match rules.unknown_features {
                     UnknownFeatures::Refuse => {
-                        return Err(rules.id_beyond("feature", id, rules.n_features, 'D'));
+                        let msg = rules.id_beyond("feature", id, rules.n_features, 'D');
+                        return Err(PairError::at(Some(id), msg));
                     }
                     UnknownFeatures::Drop => s.dropped_features += 1,
                 }
                 continue;
             };
             if !value.is_finite() {
-                return Err(RowRules::non_finite("feature", &value.to_string(), id));
+                let msg = RowRules::non_finite("feature", &value.to_string(), id);
+                return Err(PairError::at(Some(u64::from(id)), msg));
             }
             s.features.push((id, value));
         }
-        let sq_norm = rules.finish_row(s)?;
+        if let Some(values) = labels {
+            s.label_values.extend_from_slice(values);
+            rules
+                .assign_labels(s)
+                .map_err(|msg| PairError::at(None, msg))?;
+        }
+        let sq_norm = rules
+            .finish_row(s)
+            .map_err(|msg| PairError::at(None, msg))?;
         self.out.dropped_features += s.dropped_features;
         self.out.rows_with_dropped += u64::from(s.dropped_features > 0);
+        if labels.is_some() && rules.labels.classes.is_none() {
+            self.out.scan.record(row_id, &s.label_values, &s.features);
+        }
         self.out.rows.push_row(RowRef {
             row_id,
             labels: &s.labels,
@@ -838,6 +875,20 @@ impl PairRows {
     /// counts; the next rows start a new chunk.
     pub fn take(&mut self) -> ParsedBlock {
         std::mem::take(&mut self.out)
+    }
+}
+
+/// Why [`PairRows`] refused a row: what a parsed line's error would say, and the feature
+/// at fault when one is (an id ≥ D, a value that is not finite).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairError {
+    pub feature: Option<u64>,
+    pub msg: String,
+}
+
+impl PairError {
+    fn at(feature: Option<u64>, msg: String) -> Self {
+        PairError { feature, msg }
     }
 }
 
