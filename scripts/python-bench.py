@@ -24,11 +24,11 @@ Rows:
   `pipelines/classification/mnist-oddeven-fast.toml` that `pipeline fit --set` accepts),
   fitted on NumPy/SciPy arrays and scored with `predict` / `predict_proba`.
 - fsgp-cli: the same fit as `pipeline fit --set ... --model-out M`, then `pipeline predict
-  --model M --input TEST --output P.parquet`, on the LIBSVM text the estimator's fit writes
-  of the same arrays (written before the runs, not timed): the same file, options, seed,
-  budget and validation carve, so the difference from fsgp-py is the bindings' cost (the
-  interpreter, the arrays held in Python, writing them as text, which the notes time
-  apart). The default budgets afford fit's step cap (3 000 steps on either set: fit's
+  --model M --input TEST --output P.parquet`, on LIBSVM text of the same arrays (written
+  before the runs, not timed; the estimator reads the arrays in memory, which ingest turns
+  into the same chunks as this text): the same rows, options, seed, budget and validation
+  carve, so the difference from fsgp-py is the bindings' cost (the interpreter, the arrays
+  held in Python). The default budgets afford fit's step cap (3 000 steps on either set: fit's
   floor, more than 60 epochs of the carved training rows at their batch) with room to
   spare: then the plan does not depend on the
   clock, early stopping ends the run on validation scores alone, and both fits train the
@@ -204,21 +204,14 @@ def binary_metrics(y, p1):
     return {"acc": acc, "nlp": nlp}
 
 
-def spec_steps(path):
-    """(steps, planned, chosen candidate) from the spec `pipeline fit` wrote."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError:
+def outcome_steps(outcome):
+    """(steps the final model trained, steps planned for the chosen candidate, its name)
+    from what fit returned (`pipeline fit --json`, the estimators' `fit_outcome_`)."""
+    if not outcome:
         return None, None, None
-    steps = re.search(r"^steps = (\d+)", text, re.M)
-    planned = re.search(r"\(of (\d+)\s*(?:#\s*)?planned\)", text)
-    chosen = re.search(r"chosen on validation, (.*?)\n# trained", text, re.S)
-    name = None
-    if chosen:
-        name = re.sub(r"\s*\n#\s*", " ", chosen.group(1)).strip().rstrip(",")
-    return (int(steps.group(1)) if steps else None,
-            int(planned.group(1)) if planned else None, name)
+    chosen = outcome["candidates"][outcome["chosen"]]
+    planned = chosen.get("planned_steps")
+    return outcome["final_steps"], planned, chosen["name"]
 
 
 def fsgp_arrays(spec):
@@ -253,28 +246,27 @@ def label_csr(task, Y):
 
 
 def write_libsvm(path, X, label_indptr, labels):
-    """The LIBSVM text the estimators' fit writes of X and its labels: the package's native
-    writer (`fsgp._fsgp.write_libsvm`) on the CSR arrays as the estimators hand them over
-    (float64 values, int64 ids, explicit zeros removed, sorted indices)."""
+    """LIBSVM text of X and its labels, as the command line's fit reads them: 1-based
+    feature indices, values in Python's shortest round-trip form (so the text parses back
+    to the same doubles the estimator is given), explicit zeros removed, indices sorted.
+    The estimators ingest the arrays themselves; this text is the command line's copy."""
     import numpy as np
-    from fsgp import _fsgp
 
     X = X.tocsr().astype(np.float64)
     X.eliminate_zeros()
     X.sort_indices()
-    _fsgp.write_libsvm(
-        str(path),
-        np.ascontiguousarray(X.indptr, dtype=np.int64),
-        np.ascontiguousarray(X.indices, dtype=np.int64),
-        np.ascontiguousarray(X.data, dtype=np.float64),
-        np.ascontiguousarray(label_indptr, dtype=np.int64),
-        np.ascontiguousarray(labels, dtype=np.int64),
-    )
+    with open(path, "w") as out:
+        for i in range(X.shape[0]):
+            lo, hi = X.indptr[i], X.indptr[i + 1]
+            row_labels = ",".join(str(int(l)) for l in labels[label_indptr[i]:label_indptr[i + 1]])
+            features = " ".join(f"{j + 1}:{float(v)!r}"
+                                for j, v in zip(X.indices[lo:hi], X.data[lo:hi]))
+            out.write(f"{row_labels} {features}\n" if features else f"{row_labels}\n")
 
 
 def write_text(spec):
-    """The LIBSVM text the estimator's fit writes of the training rows (and the test rows
-    in the same layout), for the command line's fit: not measured."""
+    """LIBSVM text of the training rows the estimator is given (and of the test rows in
+    the same layout), for the command line's fit: not measured."""
     import numpy as np
 
     X, Y, Xt, yt = fsgp_arrays(spec)
@@ -314,14 +306,10 @@ def worker_fsgp(spec):
         predict_s = time.perf_counter() - t
         p1 = proba[:, list(est.classes_).index(1)]
         metrics = binary_metrics([l[0] for l in yt], p1)
-    steps, planned, chosen = spec_steps(est.spec_)
-    # What writing the arrays as text costs (fit does it first), timed again after the run.
-    t = time.perf_counter()
-    write_libsvm(os.path.join(spec["scratch"], "rows.svm"), X, *label_csr(spec["task"], Y))
-    write_s = time.perf_counter() - t
+    steps, planned, chosen = outcome_steps(est.fit_outcome_)
     return {"load_s": load_s, "fit_s": fit_s, "predict_s": predict_s, "metrics": metrics,
-            "notes": {"import_s": import_s, "write_text_s": write_s, "steps": steps,
-                      "planned": planned, "chosen": chosen}}
+            "notes": {"import_s": import_s, "steps": steps, "planned": planned,
+                      "chosen": chosen}}
 
 
 def worker_omikuji(spec):
@@ -525,8 +513,9 @@ def worker_main(kind, spec_json):
 TIME = "/usr/bin/time"
 
 
-def run_measured(argv, log, timeout, env=None, cwd=None):
-    """Runs argv as a fresh process (own session), output to `log`, and waits for it.
+def run_measured(argv, log, timeout, env=None, cwd=None, stdout_path=None):
+    """Runs argv as a fresh process (own session), output to `log` (standard output to
+    `stdout_path` instead when given), and waits for it.
     Returns (exit code or None on timeout, wall seconds, peak RSS MiB).
 
     The peak is GNU time's %M (the run's wait4 maximum RSS) when /usr/bin/time exists,
@@ -541,7 +530,8 @@ def run_measured(argv, log, timeout, env=None, cwd=None):
         out.write(("$ " + " ".join(argv) + "\n").encode())
         out.flush()
         t = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+        stdout = open(stdout_path, "wb") if stdout_path else out
+        p = subprocess.Popen(cmd, stdout=stdout, stderr=out, env=env, cwd=cwd,
                              start_new_session=True)
         timed_out = threading.Event()
 
@@ -558,6 +548,8 @@ def run_measured(argv, log, timeout, env=None, cwd=None):
             _, status, ru = os.wait4(p.pid, 0)
         finally:
             timer.cancel()
+            if stdout is not out:
+                stdout.close()
         wall = time.perf_counter() - t
         p.returncode = os.waitstatus_to_exitcode(status)
         # Anything the run left behind in its session (none expected) goes too.
@@ -632,15 +624,16 @@ def run_cli(row, ds, args, scratch, log):
         train, test = ds["text_train"], ds["text_test"]
     fit = [args.pipeline, "--workspace", ws, "fit", "--train", train, "--name",
            ds["name"], "--budget", row["budget"], "--seed", "0", "--spec-out", spec_out,
-           "--model-out", model]
+           "--model-out", model, "--json"]
     if ds["format"] == "libsvm" or not row["native"]:
         fit += ["--format", "libsvm", "--features", str(ds["features"])]
     if ds["task"] == "multilabel":
         fit += ["--task", "multilabel"]
     for s in row["sets"]:
         fit += ["--set", s]
+    outcome_file = os.path.join(scratch, "fit-outcome.json")
     rc, fit_s, fit_rss = run_measured(fit, log, args.timeout, env=worker_env(scratch),
-                                      cwd=scratch)
+                                      cwd=scratch, stdout_path=outcome_file)
     if rc != 0:
         why = f"timeout after {args.timeout:.0f} s" if rc is None else f"exit {rc}"
         return {"error": f"fit {why}: {tail(log)}", "max_rss_mib": fit_rss}
@@ -657,7 +650,8 @@ def run_cli(row, ds, args, scratch, log):
     scored = run_python_worker(FSGP_PY, "score-cli", spec, scratch, log, args.timeout)
     if "error" in scored:
         return {"error": "scoring: " + scored["error"]}
-    steps, planned, chosen = spec_steps(spec_out)
+    with open(outcome_file) as f:
+        steps, planned, chosen = outcome_steps(json.load(f))
     return {"load_s": None, "fit_s": fit_s, "predict_s": predict_s,
             "metrics": scored["metrics"], "max_rss_mib": max(fit_rss, pred_rss),
             "notes": {"fit_rss_mib": fit_rss, "predict_rss_mib": pred_rss, "steps": steps,
@@ -760,8 +754,8 @@ def prepare(args, tmp):
         out["mnist"] = ds
     if "fsgp-cli" in args.tools:
         for key, ds in out.items():
-            # The text the estimator's fit writes of these rows (the same bytes), so the
-            # command line fits what the bindings fit.
+            # Text of the rows the estimator is given, so the command line fits what the
+            # bindings fit.
             ds["text_train"] = os.path.join(tmp, f"{key}-train.svm")
             ds["text_test"] = os.path.join(tmp, f"{key}-test.svm")
             spec = {"train": ds["train"], "test": ds["test"], "base": ds["base"],
@@ -926,6 +920,8 @@ def render(rows, results, args, header_lines):
         sn = steps_note(ok)
         if sn:
             extra.append(sn)
+        # write_text_s: runs from before the estimators read arrays in memory wrote them
+        # as LIBSVM text first, and timed it.
         for key, label in (("import_s", "import s"), ("write_text_s", "arrays → LIBSVM text s"),
                            ("kmeans_s", "k-means s (in fit)"),
                            ("fit_rss_mib", "fit peak MiB"),
