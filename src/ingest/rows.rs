@@ -19,10 +19,9 @@ use std::sync::Arc;
 use anyhow::{ensure, Result};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::stream::Parsed;
 use crate::progress::Progress;
 use crate::stop::StopToken;
-use crate::text::parse::{PairRows, RowRules};
+use crate::text::parse::{PairRows, Parsed, RowRules};
 
 /// Rows read from a source at a time: what one block of parsed text holds, about.
 const BLOCK_ROWS: u64 = 8192;

@@ -15,7 +15,7 @@ use super::rows::MemoryRows;
 use crate::error::LineError;
 use crate::progress::Progress;
 use crate::stop::StopToken;
-use crate::text::parse::{parse_block, parse_bow_block, LineSyntax, ParsedBlock, RowRules};
+use crate::text::parse::{parse_block, parse_bow_block, LineSyntax, RowRules};
 use crate::text::source::{LineSource, SourceInfo, TextBlock};
 
 /// Target size of one text block handed to a parser thread.
@@ -35,12 +35,7 @@ pub enum RowInput {
     Rows(MemoryRows),
 }
 
-/// A parsed block with the lines it covered.
-pub struct Parsed {
-    pub first_line: u64,
-    pub n_lines: u64,
-    pub block: ParsedBlock,
-}
+pub use crate::text::parse::Parsed;
 
 enum Work {
     Lines(u64, LineSyntax, TextBlock),

@@ -178,6 +178,14 @@ impl LabelScan {
     }
 }
 
+/// A parsed block with the lines it covered: ingest's unit of work (a text block's lines,
+/// or a block of rows in memory, each row counting as a line).
+pub struct Parsed {
+    pub first_line: u64,
+    pub n_lines: u64,
+    pub block: ParsedBlock,
+}
+
 /// Rows parsed from one block of lines.
 ///
 /// In a parsed block `rows.row_ids` hold the 1-based *source line numbers* of the rows;
