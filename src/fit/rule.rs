@@ -197,23 +197,6 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                     &factor,
                 ),
             ];
-            // Sparse rows: the paper's model again with a weaker prior at the start, chosen
-            // only where validation prefers it (docs/fit.md, "The rule").
-            let wide_prior = {
-                let mut options = TrainOptions {
-                    prior_variance: Some(SPARSE_WIDE_PRIOR_VARIANCE),
-                    given: [TrainFlag::PriorVariance].into(),
-                    ..TrainOptions::default()
-                };
-                apply_given(&mut options, &factor);
-                one(
-                    &format!("linear, subspace Z, prior variance {SPARSE_WIDE_PRIOR_VARIANCE}"),
-                    KernelChoice::Linear,
-                    subspace_z,
-                    subspace.linear_inducing,
-                    &options,
-                )
-            };
             let mut se_list = vec![one("SE, free Z", se, free, 200, &factor)];
             if s.l <= 50 {
                 let per_label = TrainOptions {
@@ -233,24 +216,11 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
             // rows (standardised measurements): the stationary kernel first.
             match s.dense {
                 true => se_list.into_iter().chain(linear).collect(),
-                false => linear
-                    .into_iter()
-                    .chain(std::iter::once(wide_prior))
-                    .chain(se_list)
-                    .collect(),
+                false => linear.into_iter().chain(se_list).collect(),
             }
         }
     }
 }
-
-/// The starting prior variance of each utility (`--prior-variance`) of the third
-/// candidate for sparse multi-label rows: Φ ~ N(0, 1) and σ_f² = 10 at the paper's P = 30.
-/// On the validation splits of four text sets, 400 steps of the paper's model from this
-/// start scored 92.44 against 91.27 (yahoo_business) and 60.89 against 59.90 (rcv1sub2),
-/// and 5 and 7 points lower on stackex_chess and Delicious, where the choice on validation
-/// keeps the default start (docs/experiments/warm-start-and-prior-scale.md): a
-/// regulariser's strength that only validation can choose.
-pub const SPARSE_WIDE_PRIOR_VARIANCE: f64 = 300.0;
 
 /// Above this many labels a multi-label candidate samples its negatives and scales P with
 /// L (`docs/fit.md`, "Many labels"): below it every negative costs less than the sample
@@ -907,7 +877,7 @@ mod tests {
         let starts = |list: &[Candidate]| -> Vec<WarmStart> {
             list.iter().map(|c| c.train.warm_start).collect()
         };
-        assert_eq!(starts(&listed), vec![WarmStart::Ridge; 4]);
+        assert_eq!(starts(&listed), vec![WarmStart::Ridge; 3]);
         // A form of q(u) the ridge step has no update for: the candidates start plain,
         // rather than each failing on the refusal.
         let whitened = TrainOptions {
@@ -915,7 +885,7 @@ mod tests {
             ..TrainOptions::default()
         };
         let set = with_settings(listed.clone(), &overrides(whitened, &[TrainFlag::QForm]));
-        assert_eq!(starts(&set), vec![WarmStart::None; 4]);
+        assert_eq!(starts(&set), vec![WarmStart::None; 3]);
         assert!(set
             .iter()
             .all(|c| !c.train.given.contains(&TrainFlag::WarmStart)));
@@ -925,10 +895,10 @@ mod tests {
             ..TrainOptions::default()
         };
         let set = with_settings(listed.clone(), &overrides(rate, &[TrainFlag::Lr]));
-        assert_eq!(starts(&set), vec![WarmStart::Ridge; 4]);
+        assert_eq!(starts(&set), vec![WarmStart::Ridge; 3]);
         let none = TrainOptions::default();
         let set = with_settings(listed, &overrides(none, &[TrainFlag::WarmStart]));
-        assert_eq!(starts(&set), vec![WarmStart::None; 4]);
+        assert_eq!(starts(&set), vec![WarmStart::None; 3]);
     }
 
     #[test]
@@ -1001,23 +971,12 @@ mod tests {
             LabelKind::Multilabel,
             Sizes::unbounded(12920, 500, 983, false),
         );
-        assert_eq!(many.len(), 4);
+        assert_eq!(many.len(), 3);
         assert_eq!(
             kernels(&many),
-            ["linear", "linear", "linear", "se"],
+            ["linear", "linear", "se"],
             "sparse rows: linear first"
         );
-        // The third is the first with a wider prior at the start; no other has one, and
-        // dense rows get none.
-        let priors = |list: &[Candidate]| -> Vec<Option<f64>> {
-            list.iter().map(|c| c.train.prior_variance).collect()
-        };
-        assert_eq!(
-            priors(&many),
-            [None, None, Some(SPARSE_WIDE_PRIOR_VARIANCE), None]
-        );
-        assert_eq!(many[2].train.inducing_inputs, many[0].train.inducing_inputs);
-        assert!(priors(&ml).iter().all(Option::is_none));
         assert_eq!(many[0].train.factors, Some(30));
         assert_eq!(many[0].svd.rank, Some(250));
         // Sparse text (tens of thousands of features): the paper's R for the multi-label
@@ -1063,11 +1022,11 @@ mod tests {
         };
         assert_eq!(
             at(50_000),
-            vec![sampled("106"); 4],
+            vec![sampled("106"); 3],
             "30·√(50 000/4 000) = 106"
         );
-        assert_eq!(at(13_330), vec![sampled("55"); 4]);
-        assert_eq!(at(10_000_000), vec![sampled("200"); 4], "P ≤ MAX_FACTORS");
+        assert_eq!(at(13_330), vec![sampled("55"); 3]);
+        assert_eq!(at(10_000_000), vec![sampled("200"); 3], "P ≤ MAX_FACTORS");
         // P never falls as L grows across the threshold.
         let p_of = |l: u64| -> u64 { label_options(l).factors.unwrap() as u64 };
         let ps: Vec<u64> = [1, 30, 983, 4000, 4001, 8000, 50_000, 10_000_000]

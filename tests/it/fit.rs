@@ -593,14 +593,9 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
         );
     }
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // The subspace candidates (the paper's, and the same with a wider prior when the
-    // budget affords it) need no M×D memory: they alone are scored.
     let rows = scored_rows(&outcome);
-    assert!((1..=2).contains(&rows.len()), "{table}");
-    assert!(
-        rows.iter().all(|r| r.0.starts_with("linear, subspace Z")),
-        "{table}"
-    );
+    assert_eq!(rows.len(), 1, "{table}");
+    assert!(rows[0].0.starts_with("linear, subspace Z"), "{table}");
     // The outcome lists the failed candidates too, with the error's first line.
     let reasons: Vec<&str> = outcome["candidates"]
         .as_array()
