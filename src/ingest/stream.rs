@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use crossbeam_channel::{bounded, unbounded};
 
 use super::rows::MemoryRows;
@@ -68,7 +68,8 @@ pub fn stream_rows(
         RowInput::Bow { features, labels } => {
             vec![features.path().to_path_buf(), labels.path().to_path_buf()]
         }
-        RowInput::Rows(_) => unreachable!("streamed above"),
+        // Returned above; an error rather than a panic should that ever change.
+        RowInput::Rows(_) => bail!("internal: rows in memory reached the text reader"),
     };
     let locate = |(source, e): (usize, LineError)| anyhow!(e.in_file(&paths[source]));
 
@@ -198,7 +199,7 @@ fn read_blocks(
             }
             Ok(vec![source.finish()?])
         }
-        RowInput::Rows(_) => unreachable!("rows in memory are streamed without a reader"),
+        RowInput::Rows(_) => bail!("internal: rows in memory reached the text reader"),
         RowInput::Bow {
             mut features,
             mut labels,
