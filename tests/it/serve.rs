@@ -749,15 +749,16 @@ fn sigterm_closes_held_connections_at_the_shutdown_deadline() {
     assert!(log.contains("stopped"), "{log}");
 }
 
-/// With `--max-connections 4` and four connections held open, a fifth (a `/healthz`) is
-/// answered 503 at once with the limit named; once the four go, `/healthz` on a fresh
-/// connection answers 200. Under `ulimit -n 128` the default limit is lowered to fit, so
-/// 150 idle connections leave `/healthz` answered (503) rather than unanswered.
 /// `/healthz` asked every 100 ms until it is refused, for at most 10 s: its last status,
 /// answer and how long that one call took. A server that has not yet accepted up to its
 /// connection limit answers a call taken before then; only the refusal's own time says
-/// whether it refuses at once.
-fn health_until_refused(server: &Server) -> (u16, serde_json::Value, Duration) {
+/// whether it refuses at once. A connection of `held` that the server refused (because an
+/// earlier call's connection still held its place when it arrived) has been answered or
+/// closed: it is replaced by a fresh one, so that `held` ends up holding places.
+fn health_until_refused(
+    server: &Server,
+    held: &mut [TcpStream],
+) -> (u16, serde_json::Value, Duration) {
     let patience = Instant::now();
     let health = || {
         let started = Instant::now();
@@ -767,23 +768,45 @@ fn health_until_refused(server: &Server) -> (u16, serde_json::Value, Duration) {
     let (mut status, mut answer, mut took) = health();
     while status == 200 && patience.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(100));
+        for stream in held.iter_mut() {
+            if was_answered_or_closed(stream) {
+                *stream = server.connect();
+            }
+        }
         (status, answer, took) = health();
     }
     (status, answer, took)
 }
 
+/// Whether the server has sent bytes on `stream` or closed it (a held connection is
+/// sent nothing).
+fn was_answered_or_closed(stream: &TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let seen = match stream.peek(&mut byte) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    stream.set_nonblocking(false).unwrap();
+    seen
+}
+
 #[test]
+/// With `--max-connections 4` and four connections held open, a fifth (a `/healthz`) is
+/// answered 503 at once with the limit named; once the four go, `/healthz` on a fresh
+/// connection answers 200. Under `ulimit -n 128` the default limit is lowered to fit, so
+/// 150 idle connections leave `/healthz` answered (503) rather than unanswered.
 fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
     let f = multilabel_fixture();
     let server = Server::start(&f.model, &["--max-connections", "4"]);
     let (_, info) = server.call("GET", "/v1/model", b"");
     assert_eq!(info["limits"]["max_connections"], 4, "{info}");
-    let held: Vec<TcpStream> = (0..4).map(|_| server.connect()).collect();
+    let mut held: Vec<TcpStream> = (0..4).map(|_| server.connect()).collect();
     // Let the server accept the four before the fifth: on a loaded machine it may not
     // have taken them all after 300 ms, and a fifth taken before them is answered (its
     // connection then closes), so ask again until the limit shows, for at most 10 s.
     std::thread::sleep(Duration::from_millis(300));
-    let (status, answer, took) = health_until_refused(&server);
+    let (status, answer, took) = health_until_refused(&server, &mut held);
     assert_eq!(status, 503, "{answer}");
     let message = answer["error"].as_str().unwrap_or_default();
     assert!(
@@ -811,8 +834,9 @@ fn connections_beyond_the_limit_are_refused_and_health_answers_after() {
     // whole suite's load the server may not have accepted up to its limit yet (a call
     // taken before then is answered): ask again until the limit shows, for at most 10 s,
     // and time the refusing call alone.
+    // More are held than the limit, so the refused ones need no replacing.
     std::thread::sleep(Duration::from_millis(1500));
-    let (status, answer, took) = health_until_refused(&server);
+    let (status, answer, took) = health_until_refused(&server, &mut []);
     assert_eq!(status, 503, "{answer}");
     assert!(
         took < Duration::from_secs(2),
