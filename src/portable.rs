@@ -120,3 +120,37 @@ pub fn recorded_transform(
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::catalog::LabelKind;
+
+    /// The model file's layer names the transforms with a stored map itself (it is below
+    /// the transforms'): the two lists agree.
+    #[test]
+    fn model_files_carry_the_map_of_every_transform_that_has_one() {
+        for &choice in TransformChoice::ALL {
+            if choice == TransformChoice::Auto {
+                continue;
+            }
+            let facts = DatasetFacts {
+                name: "d".into(),
+                format: "libsvm".into(),
+                index_base: 1,
+                n_features: 3,
+                n_labels: 2,
+                label_kind: LabelKind::Multilabel,
+                class_map: None,
+                first_label: false,
+                transform: choice.name().to_string(),
+                transform_reason: None,
+            };
+            assert_eq!(
+                facts.has_statistics(),
+                choice.needs_statistics(),
+                "{choice}"
+            );
+        }
+    }
+}

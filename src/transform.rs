@@ -32,6 +32,11 @@ choice_enum! {
         /// Per feature, x / sd of the training split.
         Scale = "scale" => "per feature x / sd of the training split; zeros stay zeros, so \
                             sparse rows stay sparse",
+        /// Sublinear tf-idf, then unit length.
+        Tfidf = "tfidf" => "word counts as tf-idf: each value v becomes ln(1 + v) times its \
+                            feature's idf on the training split, ln((1 + N) / (1 + df)) + 1, \
+                            then each row is scaled to unit length; features no training row \
+                            has are dropped",
     }
 }
 
@@ -40,7 +45,10 @@ impl TransformChoice {
     /// before the rows are written).
     pub fn needs_statistics(self) -> bool {
         match self {
-            TransformChoice::Auto | TransformChoice::Standardize | TransformChoice::Scale => true,
+            TransformChoice::Auto
+            | TransformChoice::Standardize
+            | TransformChoice::Scale
+            | TransformChoice::Tfidf => true,
             TransformChoice::None | TransformChoice::L2 => false,
         }
     }
@@ -81,6 +89,18 @@ impl FeatureScaling {
     fn scale_of(&self, id: u32) -> f64 {
         self.ids.binary_search(&id).map_or(1.0, |i| self.scale[i])
     }
+
+    /// The idf of feature `id` a `tfidf` map holds; None for a feature the training rows
+    /// do not have.
+    fn idf_of(&self, id: u32) -> Option<f64> {
+        self.ids.binary_search(&id).ok().map(|i| self.scale[i])
+    }
+}
+
+/// tf-idf's sublinear term frequency, `sign(v) ln(1 + |v|)`: ln(1 + count) for counts, and
+/// odd so that a signed value keeps its sign rather than being refused.
+fn sublinear(v: f64) -> f64 {
+    v.signum() * v.abs().ln_1p()
 }
 
 /// A resolved transform (never `auto`).
@@ -93,6 +113,10 @@ pub enum Transform {
     Scale(Arc<FeatureScaling>),
     /// `(x − mean) / sd`: every feature of every row is stored (zeros become `−mean / sd`).
     Standardize(Arc<FeatureScaling>),
+    /// `sign(x) ln(1 + |x|) · idf`, then the row scaled to unit length: the scaling's
+    /// `scale` holds each training feature's idf (its shift is 0); a feature it lacks is
+    /// dropped.
+    Tfidf(Arc<FeatureScaling>),
 }
 
 impl Transform {
@@ -108,6 +132,7 @@ impl Transform {
             TransformChoice::L2 => Transform::L2,
             TransformChoice::Scale => Transform::Scale(Arc::new(scaling()?)),
             TransformChoice::Standardize => Transform::Standardize(Arc::new(scaling()?)),
+            TransformChoice::Tfidf => Transform::Tfidf(Arc::new(scaling()?)),
             TransformChoice::Auto => {
                 anyhow::bail!("transform 'auto' recorded, expected the one auto decided")
             }
@@ -121,6 +146,7 @@ impl Transform {
             Transform::L2 => TransformChoice::L2,
             Transform::Scale(_) => TransformChoice::Scale,
             Transform::Standardize(_) => TransformChoice::Standardize,
+            Transform::Tfidf(_) => TransformChoice::Tfidf,
         }
     }
 
@@ -128,7 +154,7 @@ impl Transform {
     pub fn scaling(&self) -> Option<&FeatureScaling> {
         match self {
             Transform::None | Transform::L2 => None,
-            Transform::Scale(s) | Transform::Standardize(s) => Some(s),
+            Transform::Scale(s) | Transform::Standardize(s) | Transform::Tfidf(s) => Some(s),
         }
     }
 
@@ -141,6 +167,7 @@ impl Transform {
             TransformChoice::L2 => Transform::L2,
             TransformChoice::Scale => Transform::Scale(Arc::new(stats().scaling(false))),
             TransformChoice::Standardize => Transform::Standardize(Arc::new(stats().scaling(true))),
+            TransformChoice::Tfidf => Transform::Tfidf(Arc::new(stats().idf())),
             TransformChoice::Auto => unreachable!("auto is resolved by decide_auto first"),
         }
     }
@@ -186,6 +213,19 @@ impl Transform {
             Transform::Scale(s) => {
                 for &(id, v) in features {
                     push(id, v, v * s.scale_of(id))?;
+                }
+            }
+            Transform::Tfidf(s) => {
+                // The weights in f64, their norm in ascending feature order, then one
+                // rounding per value (as L2).
+                let weights: Vec<(u32, f64, f64)> = features
+                    .iter()
+                    .map(|&(id, v)| (id, v, s.idf_of(id).map_or(0.0, |idf| sublinear(v) * idf)))
+                    .collect();
+                let norm = weights.iter().map(|w| w.2 * w.2).sum::<f64>().sqrt();
+                let inv = if norm > 0.0 { 1.0 / norm } else { 1.0 };
+                for (id, v, w) in weights {
+                    push(id, v, w * inv)?;
                 }
             }
             Transform::Standardize(s) => {
@@ -341,6 +381,22 @@ impl FeatureStats {
             });
         }
         fitted
+    }
+
+    /// Each present feature's smoothed inverse document frequency over the training rows,
+    /// `ln((1 + N) / (1 + df)) + 1` (df: the rows where it is non-zero), as a map's scale
+    /// with shift 0: 1 for a feature in every row, larger the rarer it is.
+    pub fn idf(&self) -> FeatureScaling {
+        let present = self.present();
+        let n = self.rows as f64;
+        FeatureScaling {
+            ids: present.iter().map(|p| p.0).collect(),
+            shift: vec![0.0; present.len()],
+            scale: present
+                .iter()
+                .map(|p| ((1.0 + n) / (1.0 + p.1.count as f64)).ln() + 1.0)
+                .collect(),
+        }
     }
 
     /// Share of the (row, feature) cells that are non-zero, over the features that occur in
@@ -514,6 +570,44 @@ mod tests {
         assert_eq!((ids.clone(), vals.clone()), (vec![2], vec![4.0]));
         scale.apply(&[(0, 4.0)], &mut ids, &mut vals).unwrap();
         assert_eq!((ids, vals), (vec![0], vec![4.0]));
+    }
+
+    #[test]
+    fn tfidf_weighs_counts_by_rarity_and_drops_unseen_features() {
+        // Three training rows: feature 0 in all, feature 1 in one, feature 2 in two.
+        let s = stats_of(
+            3,
+            &[
+                &[(0, 1.0), (1, 3.0)],
+                &[(0, 2.0), (2, 1.0)],
+                &[(0, 1.0), (2, 4.0)],
+            ],
+        );
+        let t = Transform::fitted(TransformChoice::Tfidf, Some(&s));
+        let idf = t.scaling().unwrap();
+        assert_eq!(idf.ids, vec![0, 1, 2]);
+        // ln((1 + 3) / (1 + df)) + 1: df 3 → 1, df 1 → ln 2 + 1, df 2 → ln(4/3) + 1.
+        let want = [1.0, 2f64.ln() + 1.0, (4.0f64 / 3.0).ln() + 1.0];
+        for (got, want) in idf.scale.iter().zip(want) {
+            assert!((got - want).abs() < 1e-15, "{got} {want}");
+        }
+        assert_eq!(idf.shift, vec![0.0; 3]);
+        // A row of counts 2 (feature 0) and 3 (feature 1), and a feature (7) no training
+        // row has: weights ln 3 · 1 and ln 4 · (ln 2 + 1), scaled to unit length; 7 dropped.
+        let (mut ids, mut vals) = (Vec::new(), Vec::new());
+        t.apply(&[(0, 2.0), (1, 3.0), (7, 5.0)], &mut ids, &mut vals)
+            .unwrap();
+        let (a, b) = (3f64.ln(), 4f64.ln() * want[1]);
+        let norm = (a * a + b * b).sqrt();
+        assert_eq!(ids, vec![0, 1]);
+        assert_eq!(vals, vec![(a / norm) as f32, (b / norm) as f32]);
+        // A signed value keeps its sign; a row of unseen features only stays empty.
+        t.apply(&[(2, -4.0)], &mut ids, &mut vals).unwrap();
+        assert_eq!((ids.clone(), vals.clone()), (vec![2], vec![-1.0]));
+        t.apply(&[(9, 1.0)], &mut ids, &mut vals).unwrap();
+        assert!(ids.is_empty() && vals.is_empty());
+        assert_eq!(t.choice(), TransformChoice::Tfidf);
+        assert!(TransformChoice::Tfidf.needs_statistics());
     }
 
     #[test]

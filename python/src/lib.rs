@@ -232,7 +232,7 @@ impl Model {
     }
 
     /// The transform ingest fitted to the training rows (`none`, `l2`, `standardize`,
-    /// `scale`).
+    /// `scale`, `tfidf`).
     #[getter]
     fn transform(&self) -> String {
         self.file.dataset().transform.clone()

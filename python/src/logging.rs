@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use fsgp::fit::{CandidateResult, FitEvent, FitObserver};
+use fsgp::fit::{FitEvent, FitObserver, Weight};
 use fsgp::progress::{Event, Installed, Level, Sink};
 
 /// `logging`'s levels.
@@ -83,72 +83,14 @@ impl FitObserver for Logger {
     }
 }
 
-/// The record of a fit's event, if it makes one: the rule's steps, each candidate's result
-/// and the choice (the command line's tables are its own rendering).
+/// The record of a fit's event, if it makes one: its line as every caller words it, at
+/// the level of its weight (the command line's tables are its own rendering; a candidate's
+/// line stands for its row).
 fn fit_line(event: &FitEvent<'_>) -> Option<(u8, String)> {
-    let line = match event {
-        FitEvent::Ingesting { dataset, .. } => {
-            format!("ingest as '{dataset}' (with a validation split)")
-        }
-        FitEvent::Planned {
-            task,
-            rows,
-            features,
-            labels,
-            candidates,
-            budget_seconds,
-            left_seconds,
-            ..
-        } => format!(
-            "task {}, N = {rows}, D = {features}, L = {labels}; {candidates} candidates \
-             (budget {budget_seconds:.0} s, {left_seconds:.0} s left for them)",
-            task.as_str()
-        ),
-        FitEvent::CandidateStarted { name } => format!("candidate {name}"),
-        FitEvent::CandidateFailed { name, error } => {
-            return Some((WARNING, format!("candidate {name} failed: {error:#}")));
-        }
-        FitEvent::CandidateDone(c) => match &c.result {
-            CandidateResult::Scored {
-                trained_steps,
-                seconds,
-                validation,
-                ..
-            } => format!(
-                "candidate {}: {} {:.4}, {} {:.4} on validation ({trained_steps} steps, \
-                 {seconds:.1} s)",
-                c.name,
-                validation.primary.name,
-                validation.primary.value,
-                validation.secondary.name,
-                validation.secondary.value
-            ),
-            CandidateResult::Failed { reason } => {
-                return Some((WARNING, format!("candidate {} failed: {reason}", c.name)));
-            }
-        },
-        FitEvent::NoBetterThanBaseline => {
-            return Some((
-                WARNING,
-                "the chosen model does not beat the label frequencies on validation".into(),
-            ));
-        }
-        FitEvent::Chosen { name, steps } => {
-            format!("chosen {name} ({steps} steps); training it on every row")
-        }
-        FitEvent::FinalStageStarted { stage } => format!("final model: {stage}"),
-        FitEvent::ModelWritten(file) => format!(
-            "the final model (train run {}, step {}) is in {}",
-            file.train_run,
-            file.checkpoint_step,
-            file.path.display()
-        ),
-        FitEvent::Done {
-            seconds,
-            budget_seconds,
-            ..
-        } => format!("done in {seconds:.0} s of a {budget_seconds:.0} s budget"),
-        _ => return None,
+    let (weight, line) = event.describe()?;
+    let level = match weight {
+        Weight::Warning => WARNING,
+        Weight::Progress | Weight::Result => INFO,
     };
-    Some((INFO, line))
+    Some((level, line))
 }

@@ -180,7 +180,7 @@ def test_progress_reaches_logging_and_not_the_file_descriptors(tmp_path, caplog,
     with caplog.at_level("INFO", logger="fsgp"):
         fsgp.GPClassifier(**FAST).fit(X, y)
     messages = [r.getMessage() for r in caplog.records if r.name == "fsgp"]
-    assert any(m.startswith("fit: ingest as") for m in messages), messages
+    assert any(m.startswith("fit: ingest rows as") for m in messages), messages
     assert any(m.startswith("fit: chosen") for m in messages), messages
     assert any("exported train run" in m for m in messages), messages
     out, err = capfd.readouterr()

@@ -8,7 +8,7 @@ use clap::Parser;
 use super::args::{Cli, Command, FitArgs, Setting};
 use crate::fit::{
     CandidateOutcome, CandidateResult, FitEvent, FitObserver, FitOutcome, FitRequest, FoldTable,
-    InputFormat,
+    InputFormat, Weight,
 };
 use crate::store::workspace::Workspace;
 use crate::train::{TrainFlag, TrainOptions};
@@ -90,112 +90,39 @@ macro_rules! say {
     };
 }
 
-/// Prints a fit's events as `pipeline fit`'s progress (its tables on standard error).
+/// Prints a fit's events as `pipeline fit`'s progress (its tables on standard error): the
+/// events' own lines ([`FitEvent::describe`]) as progress, warnings or results, and the
+/// tables from their values.
 struct Printer;
 
 impl FitObserver for Printer {
     fn event(&mut self, event: FitEvent<'_>) {
-        match event {
-            FitEvent::Ingesting { train, dataset } => say!(
-                "== fit: ingest {} as '{dataset}' (with a validation split)",
-                train.display()
-            ),
-            FitEvent::Planned {
-                task,
-                rows,
-                features,
-                labels,
-                dense,
-                candidates,
-                budget_seconds,
-                left_seconds,
-            } => say!(
-                "== fit: task {}, N = {rows}, D = {features}, L = {labels}, {} rows; \
-                 {candidates} candidates (budget {budget_seconds:.0} s, {left_seconds:.0} s \
-                 left after this ingest and the final one)",
-                task.as_str(),
-                if dense { "dense" } else { "sparse" },
-            ),
-            FitEvent::CandidateStarted { name } => say!("== fit: candidate {name}"),
-            FitEvent::Dropped {
-                step_ms,
-                needed_steps,
-                min_epochs,
-                kept,
-                dropped,
-            } => say!(
-                "== fit: at {step_ms:.1} ms a step the budget affords {needed_steps} steps \
-                 ({min_epochs} epochs, or the cap) to {kept} candidate(s); dropped: {}",
-                dropped.join("; ")
-            ),
-            FitEvent::CandidateFailed { name, error } => {
-                say!("== fit: candidate {name} failed: {error:#}")
-            }
+        match &event {
             // The table shows each candidate once all are done.
-            FitEvent::CandidateDone(_) => {}
-            FitEvent::FoldsDeclined {
-                validation_rows,
-                folds,
-                candidates,
-                step_ms,
-                seconds,
-            } => say!(
-                "== fit: {validation_rows} validation rows, but {folds} folds of {candidates} \
-                 candidate(s) at {step_ms:.1} ms a step do not fit {seconds:.0} s: one carve \
-                 decides"
-            ),
-            FitEvent::FoldsChosen {
-                validation_rows,
-                below_rows,
-                folds,
-            } => say!(
-                "== fit: {validation_rows} validation rows (fewer than {below_rows}): each \
-                 candidate is trained and scored on {folds} folds, chosen by its mean"
-            ),
-            FitEvent::FoldTable(table) => print_fold_table(table),
+            FitEvent::CandidateDone(_) => return,
+            FitEvent::FoldTable(table) => return print_fold_table(table),
             FitEvent::Table {
                 candidates,
                 baseline,
-            } => print_table(
-                candidates,
-                (baseline.primary.value, baseline.secondary.value),
-            ),
-            FitEvent::Extending {
-                left_seconds,
-                name,
-                more,
-                from,
-            } => say!(
-                "== fit: {left_seconds:.0} s left; {name} trains {more} steps more from step \
-                 {from}"
-            ),
-            FitEvent::NoBetterThanBaseline => crate::progress::warning(
-                "the chosen model does not beat the label frequencies on validation: its \
-                 features taught it nothing it could show there (features on the wrong \
-                 scale, no signal, or too small a budget)",
-            ),
-            // Results, printed whatever the format: the choice, where the model went, and
-            // the spec that reproduces it.
-            FitEvent::Chosen { name, steps } => eprintln!(
-                "== fit: chosen {name} ({steps} steps); training it on every training row"
-            ),
-            FitEvent::FinalStageStarted { stage } => say!("== {stage}"),
-            FitEvent::FinalStages(stages) => super::spec::print_stages(stages),
-            FitEvent::ModelWritten(file) => eprintln!(
-                "== fit: the final model (train run {}, step {}) is in {}",
-                file.train_run,
-                file.checkpoint_step,
-                file.path.display()
-            ),
-            FitEvent::Done {
-                seconds,
-                budget_seconds,
-                spec,
-            } => eprintln!(
-                "== fit: {seconds:.0} s of a {budget_seconds:.0} s budget; `pipeline run {}` \
-                 reproduces the final model",
-                spec.display()
-            ),
+            } => {
+                return print_table(
+                    candidates,
+                    (baseline.primary.value, baseline.secondary.value),
+                )
+            }
+            // A stage's header, as the stage run alone prints it.
+            FitEvent::FinalStageStarted { stage } => return say!("== {stage}"),
+            FitEvent::FinalStages(stages) => return super::spec::print_stages(stages),
+            _ => {}
+        }
+        let Some((weight, line)) = event.describe() else {
+            return;
+        };
+        match weight {
+            Weight::Progress => say!("== fit: {line}"),
+            Weight::Warning => crate::progress::warning(line),
+            // Results, printed whatever the format.
+            Weight::Result => eprintln!("== fit: {line}"),
         }
     }
 }

@@ -1,10 +1,12 @@
 //! How `pipeline fit` spends its budget (`docs/fit.md`, "The rule", step 3): a probe
 //! bounded in time, early stopping whose patience is counted in passes over the data, the
-//! time a converged or dropped candidate leaves going to the leader, and a candidate that
-//! cannot run kept as a line of the table rather than ending the fit.
+//! time a converged or dropped candidate leaves going to the leader, then to the candidates
+//! the first probe's cut dropped, and a candidate that cannot run kept as a line of the
+//! table rather than ending the fit.
 //!
 //! The planning is pure (the functions take the seconds measured and return steps), so it is
-//! tested without a clock; [`select`] and [`train_on`] are the loops that measure and run.
+//! tested without a clock; [`select`], [`train_on`] and [`run_dropped`] are the loops that
+//! measure and run.
 
 use std::collections::BTreeMap;
 
@@ -102,19 +104,34 @@ pub fn is_candidates_own(error: &anyhow::Error) -> bool {
     })
 }
 
+/// What the selection loop leaves: a row per candidate that ran, and what the budget's cut
+/// decided.
+pub struct Selection {
+    pub rows: Vec<Row>,
+    /// The candidates the cut dropped, in list order: [`run_dropped`] runs them with the
+    /// time others leave.
+    pub dropped: Vec<Candidate>,
+    /// The first probe's seconds (its svd and probe) and seconds a step, by which the cut
+    /// was made (None when no probe succeeded).
+    pub first_probe: Option<(f64, f64)>,
+}
+
 /// Probes and trains each candidate of `list` in turn, as the rule says; the first probe
-/// that succeeds decides how many the budget affords (`list` is cut to them). A candidate
-/// that fails for a reason of its own becomes a [`Row::Failed`]; any other error ends the
-/// fit.
+/// that succeeds decides how many the budget affords (the rest are set aside as
+/// [`Selection::dropped`]). A candidate that fails for a reason of its own becomes a
+/// [`Row::Failed`]; any other error ends the fit.
 pub fn select(
     ws: &Workspace,
-    list: &mut Vec<Candidate>,
+    mut list: Vec<Candidate>,
     plan: &Plan,
     observer: &mut dyn FitObserver,
-) -> Result<Vec<Row>> {
+) -> Result<Selection> {
     let selection_started = std::time::Instant::now();
-    let mut rows = Vec::new();
-    let mut cut = false;
+    let mut selection = Selection {
+        rows: Vec::new(),
+        dropped: Vec::new(),
+        first_probe: None,
+    };
     let mut i = 0;
     while i < list.len() {
         let c = list[i].clone();
@@ -128,9 +145,9 @@ pub fn select(
                 plan.budget,
                 observer,
             )?;
-            if !cut {
-                cut = true;
-                cut_list(list, i, &p, plan, observer);
+            if selection.first_probe.is_none() {
+                selection.first_probe = Some((p.seconds(), p.step_seconds));
+                selection.dropped = cut_list(&mut list, i, &p, plan, observer);
             }
             // An equal share of the selection time left when this candidate started.
             let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
@@ -138,34 +155,45 @@ pub fn select(
                 / (list.len() - i) as f64;
             finish(ws, plan, p, share)
         })();
-        let row = match result {
-            Ok(s) => Row::Scored(Box::new(s)),
-            Err(e) if is_candidates_own(&e) => {
-                observer.event(FitEvent::CandidateFailed {
-                    name: &c.name,
-                    error: &e,
-                });
-                Row::failed(&c, &e)
-            }
-            Err(e) => return Err(e),
-        };
-        let ranking = plan.kind == crate::store::catalog::LabelKind::Multilabel;
-        observer.event(FitEvent::CandidateDone(&candidate_outcome(&row, ranking)));
-        rows.push(row);
+        selection.rows.push(row_of(&c, result, plan, observer)?);
         i += 1;
     }
-    Ok(rows)
+    Ok(selection)
+}
+
+/// The table's row of candidate `c` from its probe and run's `result`, said to the
+/// observer; an error not the candidate's own is returned, ending the fit.
+fn row_of(
+    c: &Candidate,
+    result: Result<Scored>,
+    plan: &Plan,
+    observer: &mut dyn FitObserver,
+) -> Result<Row> {
+    let row = match result {
+        Ok(s) => Row::Scored(Box::new(s)),
+        Err(e) if is_candidates_own(&e) => {
+            observer.event(FitEvent::CandidateFailed {
+                name: &c.name,
+                error: &e,
+            });
+            Row::failed(c, &e)
+        }
+        Err(e) => return Err(e),
+    };
+    let ranking = plan.kind == crate::store::catalog::LabelKind::Multilabel;
+    observer.event(FitEvent::CandidateDone(&candidate_outcome(&row, ranking)));
+    Ok(row)
 }
 
 /// Cuts `list` to the candidates the budget affords at the step time of candidate `at`'s
-/// probe `p` (the first that ran), saying which were dropped.
+/// probe `p` (the first that ran), saying which were dropped; returns them.
 fn cut_list(
     list: &mut Vec<Candidate>,
     at: usize,
     p: &Probed,
     plan: &Plan,
     observer: &mut dyn FitObserver,
-) {
+) -> Vec<Candidate> {
     let k = at
         + affordable(
             plan.left,
@@ -182,8 +210,93 @@ fn cut_list(
             kept: k - at,
             dropped: list[k..].iter().map(|c| c.name.as_str()).collect(),
         });
-        list.truncate(k);
     }
+    list.split_off(k.min(list.len()))
+}
+
+/// The seconds a dropped candidate may spend (its svd, probe and run) out of `spare`, the
+/// budget less what was spent and less the leader's final model, whose steps take
+/// `leader_steps_seconds`. If the candidate is chosen, the final model trains its steps
+/// instead of the leader's: each of its seconds is paid twice (now and by the final model),
+/// against the spare time and the leader's steps it would free. Never more than `spare`,
+/// so that a candidate that is not chosen leaves the leader's final model its time.
+pub fn dropped_share(spare: f64, leader_steps_seconds: f64) -> f64 {
+    spare.min((spare + leader_steps_seconds.max(0.0)) / 2.0)
+}
+
+/// Whether `share` seconds afford a dropped candidate what the cut asked of those it kept:
+/// its svd and probe (`overhead`, as long as the first candidate's) and `needed` steps at
+/// the first probe's `step_seconds`.
+pub fn affords_dropped(share: f64, overhead: f64, step_seconds: f64, needed: u64) -> bool {
+    planned_steps(share - overhead, step_seconds, u64::MAX) >= needed.max(1)
+}
+
+/// Runs the candidates the cut dropped, in list order, while the time left affords each
+/// ([`dropped_share`], [`affords_dropped`]), once no run can train on ([`train_on`] has
+/// spent what it could): a fit whose runs converged early goes on to the candidates it had
+/// no time for when it started rather than ending early. After each, [`train_on`] again
+/// (the new candidate may lead, with a run that can go on). `spent` and `ingest_seconds` as
+/// for [`train_on`].
+pub fn run_dropped(
+    ws: &Workspace,
+    selection: &mut Selection,
+    plan: &Plan,
+    spent: &dyn Fn() -> f64,
+    ingest_seconds: f64,
+    observer: &mut dyn FitObserver,
+) -> Result<()> {
+    let Some((overhead, step_seconds)) = selection.first_probe else {
+        return Ok(());
+    };
+    let dropped = std::mem::take(&mut selection.dropped);
+    let mut waiting = dropped.into_iter();
+    for c in waiting.by_ref() {
+        let (fixed, leader_steps) = match leader(&selection.rows) {
+            Some(s) => (
+                ingest_seconds + s.svd_seconds + s.scoring_seconds,
+                final_seconds(0.0, s.steps, s.step_seconds),
+            ),
+            None => (ingest_seconds, 0.0),
+        };
+        let spare = plan.budget - spent() - fixed - leader_steps;
+        let share = dropped_share(spare, leader_steps);
+        if !affords_dropped(share, overhead, step_seconds, plan.needed) {
+            selection.dropped.push(c);
+            break;
+        }
+        observer.event(FitEvent::Readmitted {
+            left_seconds: plan.budget - spent(),
+            name: &c.name,
+            share_seconds: share,
+        });
+        let result = probe(
+            ws,
+            &plan.dataset,
+            plan.kind,
+            &c,
+            plan.seed,
+            plan.budget,
+            observer,
+        )
+        .and_then(|p| finish(ws, plan, p, share));
+        selection.rows.push(row_of(&c, result, plan, observer)?);
+        train_on(
+            ws,
+            &mut selection.rows,
+            plan,
+            spent,
+            ingest_seconds,
+            observer,
+        )?;
+    }
+    selection.dropped.extend(waiting);
+    Ok(())
+}
+
+/// The rule's choice among the scored rows so far.
+fn leader(rows: &[Row]) -> Option<&Scored> {
+    let scored: Vec<&Scored> = rows.iter().filter_map(Row::scored).collect();
+    choose(&scored).map(|i| scored[i])
 }
 
 /// Trains on, with the time left, the candidate [`to_train_on`] names: its run goes on from
@@ -196,7 +309,7 @@ pub fn train_on(
     ws: &Workspace,
     rows: &mut [Row],
     plan: &Plan,
-    spent: impl Fn() -> f64,
+    spent: &dyn Fn() -> f64,
     ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
@@ -205,7 +318,9 @@ pub fn train_on(
             unreachable!("to_train_on names a scored row")
         };
         let fixed = ingest_seconds + s.svd_seconds + s.scoring_seconds;
-        let spare = plan.budget - spent() - final_seconds(fixed, s.steps, s.step_seconds);
+        // The resumed run pays its setup and last checkpoint again.
+        let spare =
+            plan.budget - spent() - s.run_seconds - final_seconds(fixed, s.steps, s.step_seconds);
         let room = plan.cap.saturating_sub(s.steps);
         // Its run goes on scoring validation every `every` steps: each step carries its
         // share of a score now (the final model trains without them).
@@ -343,6 +458,34 @@ mod tests {
         assert_eq!(extension_steps(100.0, 0.5, 40), 40, "the cap");
         assert_eq!(extension_steps(-5.0, 0.5, 40), 0, "no time left");
         assert!((final_seconds(20.0, 100, 0.5) - (20.0 + 1.15 * 50.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_dropped_candidate_runs_when_the_time_left_pays_for_it_twice() {
+        // yahoo_business at one minute (measured): the leader converged with about 21 s
+        // spare besides its final model, whose 190 steps at 53 ms take 11.6 s; the first
+        // candidate's svd and probe took about 5 s; ten epochs are 140 steps.
+        let share = dropped_share(21.0, 11.6);
+        assert!((share - 16.3).abs() < 1e-9);
+        assert!(affords_dropped(share, 5.0, 0.053, 140));
+        // Half the spare time would not have paid for it: the leader's steps it frees count.
+        assert!(!affords_dropped(21.0 / 2.0, 5.0, 0.053, 140));
+        // Never more than the spare time, so that the leader's final model keeps its own.
+        assert_eq!(dropped_share(10.0, 100.0), 10.0);
+        assert!(!affords_dropped(dropped_share(-3.0, 20.0), 0.0, 0.01, 1));
+        // Chosen, a candidate's share and its final model's steps fit in the spare time and
+        // the leader's final steps it replaces (its steps are planned from its share).
+        for spare in [1.0, 10.0, 60.0, 250.0] {
+            for leader in [0.0, 5.0, 40.0, 400.0] {
+                let share = dropped_share(spare, leader);
+                let steps = planned_steps(share, 0.02, u64::MAX);
+                let chosen = share + final_seconds(0.0, steps, 0.02);
+                assert!(
+                    chosen <= spare + leader + 1e-9,
+                    "{spare} {leader}: {chosen}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -283,6 +283,7 @@ fn combined(folds: Vec<Scored>) -> Scored {
     let converged = folds.iter().all(|f| f.converged);
     let svd_seconds = mean(folds.iter().map(|f| f.svd_seconds));
     let scoring_seconds = mean(folds.iter().map(|f| f.scoring_seconds));
+    let run_seconds = mean(folds.iter().map(|f| f.run_seconds));
     let first = folds.into_iter().next().expect("at least one fold");
     Scored {
         metrics: with_key(first.metrics, key),
@@ -298,6 +299,7 @@ fn combined(folds: Vec<Scored>) -> Scored {
         open: false,
         svd_seconds,
         scoring_seconds,
+        run_seconds,
     }
 }
 
@@ -410,6 +412,7 @@ mod tests {
             open: true,
             svd_seconds: 0.5,
             scoring_seconds: 0.25,
+            run_seconds: 0.75,
         };
         let c = combined(vec![
             fold(0.90, 0.30, 600),

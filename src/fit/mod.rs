@@ -64,7 +64,7 @@ mod run;
 mod sizes;
 
 pub use inputs::InputFormat;
-pub use observe::{FinalStage, FitEvent, FitObserver, FoldRow, FoldTable, Quiet};
+pub use observe::{FinalStage, FitEvent, FitObserver, FoldRow, FoldTable, Quiet, Weight};
 pub use outcome::{
     CandidateOutcome, CandidateResult, Figure, Figures, FinalRun, FitOutcome, ModelFile,
 };

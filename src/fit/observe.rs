@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::outcome::{CandidateOutcome, Figures, ModelFile};
+use super::outcome::{CandidateOutcome, CandidateResult, Figures, ModelFile};
 use crate::store::catalog::LabelKind;
 
 /// Receives a fit's events as they happen.
@@ -87,6 +87,13 @@ pub enum FitEvent<'a> {
         more: u64,
         from: u64,
     },
+    /// No run can train on and `left_seconds` of the budget are left: a candidate the first
+    /// probe's cut dropped runs in `share_seconds` of them.
+    Readmitted {
+        left_seconds: f64,
+        name: &'a str,
+        share_seconds: f64,
+    },
     /// The chosen candidate does not beat the label frequencies on validation.
     NoBetterThanBaseline,
     /// The rule's choice, trained next on every training row for `steps` steps.
@@ -103,6 +110,179 @@ pub enum FitEvent<'a> {
         budget_seconds: f64,
         spec: &'a Path,
     },
+}
+
+/// What an event's line is to a person following the fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    /// A step of the rule: shown while the fit runs, left out by a quiet caller.
+    Progress,
+    /// Something the caller should look at (a candidate failed, the choice is no better
+    /// than the label frequencies).
+    Warning,
+    /// What the fit decided or wrote: the choice, the model's file, the end.
+    Result,
+}
+
+impl FitEvent<'_> {
+    /// The event as one line of text and its weight, the one wording every caller shows
+    /// (`pipeline fit`'s progress, Python's `logging` records). None for the tables (the
+    /// candidates', the folds', the final stages'), which a caller renders from their
+    /// values, and for a failed candidate's line ([`FitEvent::CandidateFailed`] said it). A
+    /// scored candidate's line repeats what the table will show, for a caller without it.
+    pub fn describe(&self) -> Option<(Weight, String)> {
+        use Weight::{Progress, Result, Warning};
+        let line = match self {
+            FitEvent::Ingesting { train, dataset } => (
+                Progress,
+                format!(
+                    "ingest {} as '{dataset}' (with a validation split)",
+                    train.display()
+                ),
+            ),
+            FitEvent::Planned {
+                task,
+                rows,
+                features,
+                labels,
+                dense,
+                candidates,
+                budget_seconds,
+                left_seconds,
+            } => (
+                Progress,
+                format!(
+                    "task {}, N = {rows}, D = {features}, L = {labels}, {} rows; \
+                     {candidates} candidates (budget {budget_seconds:.0} s, \
+                     {left_seconds:.0} s left after this ingest and the final one)",
+                    task.as_str(),
+                    if *dense { "dense" } else { "sparse" },
+                ),
+            ),
+            FitEvent::CandidateStarted { name } => (Progress, format!("candidate {name}")),
+            FitEvent::Dropped {
+                step_ms,
+                needed_steps,
+                min_epochs,
+                kept,
+                dropped,
+            } => (
+                Progress,
+                format!(
+                    "at {step_ms:.1} ms a step the budget affords {needed_steps} steps \
+                     ({min_epochs} epochs, or the cap) to {kept} candidate(s); dropped: {}",
+                    dropped.join("; ")
+                ),
+            ),
+            FitEvent::CandidateFailed { name, error } => {
+                (Warning, format!("candidate {name} failed: {error:#}"))
+            }
+            FitEvent::FoldsDeclined {
+                validation_rows,
+                folds,
+                candidates,
+                step_ms,
+                seconds,
+            } => (
+                Progress,
+                format!(
+                    "{validation_rows} validation rows, but {folds} folds of {candidates} \
+                     candidate(s) at {step_ms:.1} ms a step do not fit {seconds:.0} s: one \
+                     carve decides"
+                ),
+            ),
+            FitEvent::FoldsChosen {
+                validation_rows,
+                below_rows,
+                folds,
+            } => (
+                Progress,
+                format!(
+                    "{validation_rows} validation rows (fewer than {below_rows}): each \
+                     candidate is trained and scored on {folds} folds, chosen by its mean"
+                ),
+            ),
+            FitEvent::Extending {
+                left_seconds,
+                name,
+                more,
+                from,
+            } => (
+                Progress,
+                format!(
+                    "{left_seconds:.0} s left; {name} trains {more} steps more from step {from}"
+                ),
+            ),
+            FitEvent::Readmitted {
+                left_seconds,
+                name,
+                share_seconds,
+            } => (
+                Progress,
+                format!(
+                    "{left_seconds:.0} s left and no run can train on: {name}, which the \
+                     budget's cut dropped, runs in {share_seconds:.0} s of them"
+                ),
+            ),
+            FitEvent::NoBetterThanBaseline => (
+                Warning,
+                "the chosen model does not beat the label frequencies on validation: its \
+                 features taught it nothing it could show there (features on the wrong \
+                 scale, no signal, or too small a budget)"
+                    .to_string(),
+            ),
+            FitEvent::Chosen { name, steps } => (
+                Result,
+                format!("chosen {name} ({steps} steps); training it on every training row"),
+            ),
+            FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),
+            FitEvent::ModelWritten(file) => (
+                Result,
+                format!(
+                    "the final model (train run {}, step {}) is in {}",
+                    file.train_run,
+                    file.checkpoint_step,
+                    file.path.display()
+                ),
+            ),
+            FitEvent::Done {
+                seconds,
+                budget_seconds,
+                spec,
+            } => (
+                Result,
+                format!(
+                    "{seconds:.0} s of a {budget_seconds:.0} s budget; `pipeline run {}` \
+                     reproduces the final model",
+                    spec.display()
+                ),
+            ),
+            FitEvent::CandidateDone(c) => match &c.result {
+                CandidateResult::Scored {
+                    trained_steps,
+                    seconds,
+                    validation,
+                    ..
+                } => (
+                    Progress,
+                    format!(
+                        "candidate {}: {} {:.4}, {} {:.4} on validation ({trained_steps} \
+                         steps, {seconds:.1} s)",
+                        c.name,
+                        validation.primary.name,
+                        validation.primary.value,
+                        validation.secondary.name,
+                        validation.secondary.value
+                    ),
+                ),
+                CandidateResult::Failed { .. } => return None,
+            },
+            FitEvent::FoldTable(_) | FitEvent::Table { .. } | FitEvent::FinalStages(_) => {
+                return None
+            }
+        };
+        Some(line)
+    }
 }
 
 /// One stage of the final model: its run, whether it was memoised, its seconds.

@@ -94,7 +94,7 @@ pub fn run(
         memory: sizes::svd_memory()?,
         svd_seconds: sizes::svd_seconds(budget),
     };
-    let mut list = with_settings(candidates(kind, sizes), &args.overrides);
+    let list = with_settings(candidates(kind, sizes), &args.overrides);
     // The final model ingests the whole file again: that time, as this ingest measured it,
     // is set aside before the selection's share is taken.
     let ingest_seconds = started.elapsed().as_secs_f64();
@@ -147,11 +147,20 @@ pub fn run(
     let (rows, floor) = match folded {
         Some(folded) => folded,
         None => {
-            let mut rows = budget::select(ws, &mut list, &plan, observer)?;
+            let mut selection = budget::select(ws, list, &plan, observer)?;
             if !plan.fixed {
                 let spent = || started.elapsed().as_secs_f64();
-                budget::train_on(ws, &mut rows, &plan, spent, ingest_seconds, observer)?;
+                budget::train_on(
+                    ws,
+                    &mut selection.rows,
+                    &plan,
+                    &spent,
+                    ingest_seconds,
+                    observer,
+                )?;
+                budget::run_dropped(ws, &mut selection, &plan, &spent, ingest_seconds, observer)?;
             }
+            let rows = selection.rows;
             let floor = frequency_floor(ws, &dataset, kind)?;
             let candidates: Vec<_> = rows.iter().map(|r| candidate_outcome(r, ranking)).collect();
             observer.event(FitEvent::Table {
@@ -451,6 +460,7 @@ mod tests {
             open: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,
+            run_seconds: 0.0,
         };
         let model = FinalModel {
             inputs: &inputs,

@@ -78,7 +78,7 @@ pub struct DatasetFacts {
     /// row's first label goes through the class map.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub first_label: bool,
-    /// The transform the values went through (`none`, `l2`, `standardize`, `scale`).
+    /// The transform the values went through (`none`, `l2`, `standardize`, `scale`, `tfidf`).
     pub transform: String,
     /// Why `--transform auto` chose it (None: asked for by name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,9 +102,11 @@ impl DatasetFacts {
         }
     }
 
-    /// Whether the transform has per-feature statistics (a `transform.parquet`).
+    /// Whether the transform has per-feature statistics (a `transform.parquet`): the
+    /// transforms whose `TransformChoice::needs_statistics` holds, by name (this layer
+    /// is below the transforms').
     pub fn has_statistics(&self) -> bool {
-        matches!(self.transform.as_str(), "standardize" | "scale")
+        matches!(self.transform.as_str(), "standardize" | "scale" | "tfidf")
     }
 }
 

@@ -1,4 +1,4 @@
-//! The per-feature map of a dataset's transform (`standardize`, `scale`): one zstd Parquet
+//! The per-feature map of a dataset's transform (`standardize`, `scale`, `tfidf`): one zstd Parquet
 //! file `transform.parquet` in the dataset's directory, registered and checksummed like its
 //! chunks (`docs/formats.md`, "The feature transform").
 //!
@@ -36,7 +36,7 @@ pub const SCALING_FILE: &str = "transform.parquet";
 /// A stored per-feature map and what is recorded with it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredScaling {
-    /// The transform's name (`standardize` or `scale`).
+    /// The transform's name (`standardize`, `scale` or `tfidf`).
     pub transform: String,
     /// Why `auto` chose it; empty when it was asked for by name.
     pub reason: String,

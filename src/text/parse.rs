@@ -1279,6 +1279,7 @@ mod tests {
             Transform::L2,
             Transform::Scale(scaling.clone()),
             Transform::Standardize(scaling.clone()),
+            Transform::Tfidf(scaling.clone()),
         ] {
             let mut rl = RowRules::new(4, u32::MAX, 1);
             rl.transform = transform;

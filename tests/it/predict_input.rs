@@ -2,7 +2,7 @@
 //! run's dataset was and scored as its splits are. The test file of each small dataset,
 //! given as `--input`, must give the rows `predict --split test` gives, bit for bit
 //! (multi-label XC text with and without its header, gzip; binary and multi-class LIBSVM;
-//! transforms none, l2, standardize and scale; standard input, zstd), and `predict --model`
+//! transforms none, l2, tfidf, standardize and scale; standard input, zstd), and `predict --model`
 //! of the run's export must write the same bytes without a workspace; then the refusals,
 //! what the rows print as on standard output, and that the workspace is only read.
 
@@ -248,7 +248,7 @@ fn xc_multilabel_rows_score_as_the_test_split() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(text.as_bytes()).unwrap();
     let gzipped = case.file("test.txt.gz", &gz.finish().unwrap());
-    for transform in ["none", "l2"] {
+    for transform in ["none", "l2", "tfidf"] {
         let name = format!("ml-{transform}");
         let run = case.model(
             &name,

@@ -372,3 +372,126 @@ fn verify_finds_a_damaged_transform_file() {
     let all = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
     assert!(all.contains(SCALING_FILE), "{all}");
 }
+
+/// Word-count rows over 6 features: row i has feature j with count 1 + (i + j) mod 3 when
+/// (i · (j + 1)) mod 4 is not 0, so features differ in how many rows have them.
+fn count_text(rows: std::ops::Range<usize>) -> String {
+    rows.map(|i| {
+        let label = if i % 2 == 0 { 1 } else { -1 };
+        let words: Vec<String> = (0..6)
+            .filter(|j| (i * (j + 1)) % 4 != 0)
+            .map(|j| format!("{}:{}", j + 1, 1 + (i + j) % 3))
+            .collect();
+        format!("{label} {}\n", words.join(" "))
+    })
+    .collect()
+}
+
+/// `tfidf` stores the idf of each feature over the rows carved to train (the test's own
+/// document frequencies) and each row as `ln(1 + count) · idf` scaled to unit length, on
+/// every split; a test row's feature no training row has is dropped.
+#[test]
+fn tfidf_is_fitted_on_the_training_rows_and_applied_to_every_split() {
+    let d = IngestCase::empty();
+    let train_text = count_text(0..40);
+    // A test row with feature 7, which no training row has.
+    let test_text = count_text(40..46) + "1 1:2 7:5\n";
+    let train = d.file("train.svm", &train_text);
+    let test = d.file("test.svm", &test_text);
+    let carve = ValidationSplit::fraction(0.25, 3);
+    d.ok(
+        "tfidf",
+        &[
+            "--format",
+            "libsvm",
+            "--train",
+            &train,
+            "--test",
+            &test,
+            "--features",
+            "7",
+            "--transform",
+            "tfidf",
+            "--validation-fraction",
+            "0.25",
+            "--validation-seed",
+            "3",
+        ],
+    );
+    let parse = |line: &str| -> Vec<(u32, f64)> {
+        line.split_whitespace()
+            .skip(1)
+            .map(|t| {
+                let (id, v) = t.split_once(':').unwrap();
+                (id.parse::<u32>().unwrap() - 1, v.parse().unwrap())
+            })
+            .collect()
+    };
+    let lines: Vec<&str> = train_text.lines().collect();
+    let kept: Vec<&str> = (0..lines.len())
+        .filter(|&i| !carve.selects(i as u64))
+        .map(|i| lines[i])
+        .collect();
+    let carved: Vec<&str> = (0..lines.len())
+        .filter(|&i| carve.selects(i as u64))
+        .map(|i| lines[i])
+        .collect();
+    let n = kept.len() as f64;
+    let mut df = [0u32; 7];
+    for l in &kept {
+        for (j, _) in parse(l) {
+            df[j as usize] += 1;
+        }
+    }
+    let idf = |j: u32| match df[j as usize] {
+        0 => None,
+        c => Some(((1.0 + n) / (1.0 + f64::from(c))).ln() + 1.0),
+    };
+
+    let entry = dataset_entry(d.ws.path(), "tfidf");
+    assert_eq!(entry["normalization"], "tfidf");
+    let stored = read_scaling(
+        &d.ws
+            .path()
+            .join(entry["path"].as_str().unwrap())
+            .join(SCALING_FILE),
+    )
+    .unwrap();
+    assert_eq!(stored.transform, "tfidf");
+    assert_eq!(stored.training_rows, kept.len() as u64);
+    let present: Vec<u32> = (0..7).filter(|&j| df[j as usize] > 0).collect();
+    assert_eq!(stored.ids, present);
+    for (k, &j) in present.iter().enumerate() {
+        assert!((stored.scale[k] - idf(j).unwrap()).abs() < 1e-12, "idf {j}");
+        assert_eq!(stored.shift[k], 0.0);
+    }
+    let expected = |line: &str| -> (Vec<u32>, Vec<f32>) {
+        let w: Vec<(u32, f64)> = parse(line)
+            .into_iter()
+            .filter_map(|(j, v)| idf(j).map(|idf| (j, v.ln_1p() * idf)))
+            .collect();
+        let norm = w.iter().map(|p| p.1 * p.1).sum::<f64>().sqrt();
+        w.into_iter().map(|(j, x)| (j, (x / norm) as f32)).unzip()
+    };
+    let check = |split: &str, want: &[&str]| {
+        let got = split_rows(d.ws.path(), "tfidf", split);
+        assert_eq!(got.len(), want.len(), "{split}");
+        for (g, line) in got.iter().zip(want) {
+            let (ids, values) = expected(line);
+            assert_eq!(g.indices, ids, "{split}: {line}");
+            for (a, b) in g.values.iter().zip(&values) {
+                assert!(
+                    a.abs_diff(b.to_bits()) <= 1,
+                    "{split}: {} vs {b}",
+                    f32::from_bits(*a)
+                );
+            }
+        }
+    };
+    check("train", &kept);
+    check("validation", &carved);
+    let test_lines: Vec<&str> = test_text.lines().collect();
+    check("test", &test_lines);
+    let last = split_rows(d.ws.path(), "tfidf", "test").pop().unwrap();
+    assert_eq!(last.indices, vec![0], "feature 7 is dropped");
+}
