@@ -136,15 +136,7 @@ pub fn select(
     while i < list.len() {
         let c = list[i].clone();
         let result = (|| -> Result<Scored> {
-            let p = probe(
-                ws,
-                &plan.dataset,
-                plan.kind,
-                &c,
-                plan.seed,
-                plan.budget,
-                observer,
-            )?;
+            let p = probe_in(ws, plan, &c, observer)?;
             if selection.first_probe.is_none() {
                 selection.first_probe = Some((p.seconds(), p.step_seconds));
                 selection.dropped = cut_list(&mut list, i, &p, plan, observer);
@@ -159,6 +151,24 @@ pub fn select(
         i += 1;
     }
     Ok(selection)
+}
+
+/// Candidate `c`'s svd and probe on the plan's selection data.
+fn probe_in(
+    ws: &Workspace,
+    plan: &Plan,
+    c: &Candidate,
+    observer: &mut dyn FitObserver,
+) -> Result<Probed> {
+    probe(
+        ws,
+        &plan.dataset,
+        plan.kind,
+        c,
+        plan.seed,
+        plan.budget,
+        observer,
+    )
 }
 
 /// The table's row of candidate `c` from its probe and run's `result`, said to the
@@ -269,16 +279,7 @@ pub fn run_dropped(
             name: &c.name,
             share_seconds: share,
         });
-        let result = probe(
-            ws,
-            &plan.dataset,
-            plan.kind,
-            &c,
-            plan.seed,
-            plan.budget,
-            observer,
-        )
-        .and_then(|p| finish(ws, plan, p, share));
+        let result = probe_in(ws, plan, &c, observer).and_then(|p| finish(ws, plan, p, share));
         selection.rows.push(row_of(&c, result, plan, observer)?);
         train_on(
             ws,

@@ -71,6 +71,22 @@ fn expected(x: &[f64; 3], stats: &[(f64, f64)], centre: bool, labels: Vec<u32>) 
     }
 }
 
+/// The per-feature map dataset `name` (ingested with `--transform name`) stored, after
+/// checking that the catalog and the file both name the transform.
+fn stored_map(d: &IngestCase, name: &str) -> fsgp::store::scaling::StoredScaling {
+    let entry = dataset_entry(d.ws.path(), name);
+    assert_eq!(entry["normalization"], name);
+    let stored = read_scaling(
+        &d.ws
+            .path()
+            .join(entry["path"].as_str().unwrap())
+            .join(SCALING_FILE),
+    )
+    .unwrap();
+    assert_eq!(stored.transform, name);
+    stored
+}
+
 /// Ingests the dense set with `--transform NAME` and a validation carve, and checks the
 /// stored map and every split's rows against the statistics of the rows carved to train.
 fn check_fitted_on_training_rows(name: &str, centre: bool) {
@@ -108,16 +124,7 @@ fn check_fitted_on_training_rows(name: &str, centre: bool) {
     let training: Vec<[f64; 3]> = kept.iter().map(|(_, l)| dense_features(l)).collect();
     let stats = mean_sd(&training);
 
-    let entry = dataset_entry(d.ws.path(), name);
-    assert_eq!(entry["normalization"], name);
-    let stored = read_scaling(
-        &d.ws
-            .path()
-            .join(entry["path"].as_str().unwrap())
-            .join(SCALING_FILE),
-    )
-    .unwrap();
-    assert_eq!(stored.transform, name);
+    let stored = stored_map(&d, name);
     assert_eq!(stored.training_rows, kept.len() as u64);
     assert_eq!(stored.ids, vec![0, 1, 2]);
     for (j, &(mean, sd)) in stats.iter().enumerate() {
@@ -448,16 +455,7 @@ fn tfidf_is_fitted_on_the_training_rows_and_applied_to_every_split() {
         c => Some(((1.0 + n) / (1.0 + f64::from(c))).ln() + 1.0),
     };
 
-    let entry = dataset_entry(d.ws.path(), "tfidf");
-    assert_eq!(entry["normalization"], "tfidf");
-    let stored = read_scaling(
-        &d.ws
-            .path()
-            .join(entry["path"].as_str().unwrap())
-            .join(SCALING_FILE),
-    )
-    .unwrap();
-    assert_eq!(stored.transform, "tfidf");
+    let stored = stored_map(&d, "tfidf");
     assert_eq!(stored.training_rows, kept.len() as u64);
     let present: Vec<u32> = (0..7).filter(|&j| df[j as usize] > 0).collect();
     assert_eq!(stored.ids, present);
