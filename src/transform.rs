@@ -97,6 +97,30 @@ impl FeatureScaling {
     }
 }
 
+/// Pushes each feature's `weight(id, value)` divided by the weights' Euclidean norm: the
+/// norm in f64 over the features in ascending order, then one rounding per value (at
+/// `push`). A row whose weights are all 0 is pushed unscaled. `l2` (weight: the value) and
+/// `tfidf` (weight: its tf-idf) share it, so both scale by the same arithmetic.
+fn to_unit_length(
+    features: &[(u32, f64)],
+    weight: impl Fn(u32, f64) -> f64,
+    push: &mut impl FnMut(u32, f64, f64) -> Result<(), (u32, f64)>,
+) -> Result<(), (u32, f64)> {
+    let norm = features
+        .iter()
+        .map(|&(id, v)| {
+            let w = weight(id, v);
+            w * w
+        })
+        .sum::<f64>()
+        .sqrt();
+    let inv = if norm > 0.0 { 1.0 / norm } else { 1.0 };
+    for &(id, v) in features {
+        push(id, v, weight(id, v) * inv)?;
+    }
+    Ok(())
+}
+
 /// tf-idf's sublinear term frequency, `sign(v) ln(1 + |v|)`: ln(1 + count) for counts, and
 /// odd so that a signed value keeps its sign rather than being refused.
 fn sublinear(v: f64) -> f64 {
@@ -202,32 +226,17 @@ impl Transform {
                     push(id, v, v)?;
                 }
             }
-            Transform::L2 => {
-                // Norm in f64, in ascending feature order, then one rounding per value.
-                let norm = features.iter().map(|f| f.1 * f.1).sum::<f64>().sqrt();
-                let inv = if norm > 0.0 { 1.0 / norm } else { 1.0 };
-                for &(id, v) in features {
-                    push(id, v, v * inv)?;
-                }
-            }
+            Transform::L2 => to_unit_length(features, |_, v| v, &mut push)?,
             Transform::Scale(s) => {
                 for &(id, v) in features {
                     push(id, v, v * s.scale_of(id))?;
                 }
             }
-            Transform::Tfidf(s) => {
-                // The weights in f64, their norm in ascending feature order, then one
-                // rounding per value (as L2).
-                let weights: Vec<(u32, f64, f64)> = features
-                    .iter()
-                    .map(|&(id, v)| (id, v, s.idf_of(id).map_or(0.0, |idf| sublinear(v) * idf)))
-                    .collect();
-                let norm = weights.iter().map(|w| w.2 * w.2).sum::<f64>().sqrt();
-                let inv = if norm > 0.0 { 1.0 / norm } else { 1.0 };
-                for (id, v, w) in weights {
-                    push(id, v, w * inv)?;
-                }
-            }
+            Transform::Tfidf(s) => to_unit_length(
+                features,
+                |id, v| s.idf_of(id).map_or(0.0, |idf| sublinear(v) * idf),
+                &mut push,
+            )?,
             Transform::Standardize(s) => {
                 // Merge the row's features with the fitted ones: a fitted feature the row
                 // does not list is 0 there; a listed one the fit lacks is left as it is.

@@ -263,7 +263,7 @@ pub fn run_dropped(
     for c in waiting.by_ref() {
         let (fixed, leader_steps) = match leader(&selection.rows) {
             Some(s) => (
-                ingest_seconds + s.svd_seconds + s.scoring_seconds,
+                s.final_fixed_seconds(ingest_seconds),
                 final_seconds(0.0, s.steps, s.step_seconds),
             ),
             None => (ingest_seconds, 0.0),
@@ -318,7 +318,7 @@ pub fn train_on(
         let Row::Scored(s) = &mut rows[i] else {
             unreachable!("to_train_on names a scored row")
         };
-        let fixed = ingest_seconds + s.svd_seconds + s.scoring_seconds;
+        let fixed = s.final_fixed_seconds(ingest_seconds);
         // The resumed run pays its setup and last checkpoint again.
         let spare =
             plan.budget - spent() - s.run_seconds - final_seconds(fixed, s.steps, s.step_seconds);

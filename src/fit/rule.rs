@@ -440,6 +440,12 @@ pub(super) struct Scored {
 }
 
 impl Scored {
+    /// The seconds its final model takes besides its steps: the whole file's ingest
+    /// (`ingest_seconds`), its svd and its scoring, as measured on the selection data.
+    pub(super) fn final_fixed_seconds(&self, ingest_seconds: f64) -> f64 {
+        ingest_seconds + self.svd_seconds + self.scoring_seconds
+    }
+
     /// Whether its run can train on (neither converged nor at the cap).
     pub(super) fn can_go_on(&self) -> bool {
         self.open && !self.converged
