@@ -20,6 +20,7 @@ mod evaluate_tasks;
 mod export;
 mod feature_ard;
 mod fit;
+mod inducing_axes;
 mod inducing_identity;
 mod inducing_inputs;
 mod ingest_data;

@@ -134,7 +134,7 @@ pub struct KernelForward {
 
 impl KernelForward {
     /// Every part empty.
-    fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         KernelForward {
             k_z: Mat::new(),
             k_bz: Mat::new(),

@@ -15,6 +15,7 @@ use crate::model::kernel::{
     BasisInputs, GramRef, InputGrads, KernelForward, KernelKind, KernelParams,
 };
 use crate::model::params::{CholFactors, Params, QForm};
+use crate::model::qu::axes::{self, on_axes, AxesForward, AxesRows};
 use crate::model::qu::cholesky::{self, CholFactorsOnce, CholForward};
 use crate::model::qu::sites::low_rank::{self, LowRankFactors};
 use crate::model::qu::sites::{self, Factors, VariationalForward, VariationalGrads};
@@ -58,6 +59,9 @@ pub struct Conditional {
     /// The inputs after subspace ARD's map (`kernel/ard.rs`) when the parameters carry weights;
     /// the kernel and the low-rank factors were evaluated at them.
     warp: Option<Warp>,
+    /// With inducing features at the axes (`qu/axes.rs`), the rows themselves: no kernel
+    /// matrix is formed (`kernel` is empty).
+    axes: Option<AxesRows>,
 }
 
 impl Conditional {
@@ -71,6 +75,13 @@ impl Conditional {
     ) -> Result<Self> {
         check_kernel_params(kind, params, x.k_tilde.dim())?;
         let mut cond = Self::through_inducing(kind, params, x);
+        if cond.axes.is_some() {
+            ensure!(
+                choice != Factorisation::LowRank,
+                "the subspace factorisation does not apply to inducing features at the axes"
+            );
+            return Ok(cond);
+        }
         if cond.form != QForm::SiteDiagonal {
             ensure!(
                 choice != Factorisation::LowRank,
@@ -105,6 +116,9 @@ impl Conditional {
     /// As [`Conditional::new`] with [`Factorisation::Inducing`], for parameters already
     /// checked against the kernel (by [`FactorisedQ::new`] or a [`Conditional::new`]).
     pub fn through_inducing(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Self {
+        if on_axes(params) {
+            return Self::at_axes(kind, params, x);
+        }
         let log_ard = &params.kernel.log_ard;
         let warp = (!log_ard.is_empty()).then(|| Warp::new(log_ard, params.a.as_ref(), x));
         let kernel = match &warp {
@@ -117,6 +131,19 @@ impl Conditional {
             kernel,
             low_rank: None,
             warp,
+            axes: None,
+        }
+    }
+
+    /// Inducing features at the axes: the rows kept as they are, no kernel matrix.
+    fn at_axes(kind: KernelKind, params: &Params, x: &BasisInputs<'_>) -> Self {
+        Conditional {
+            kind,
+            form: params.q_form(),
+            kernel: KernelForward::empty(),
+            low_rank: None,
+            warp: None,
+            axes: Some(AxesRows::new(&x.kxx_b)),
         }
     }
 
@@ -132,12 +159,13 @@ impl Conditional {
         z_sq: Option<&[f64]>,
     ) -> Self {
         match z_sq {
-            Some(z_sq) if params.kernel.log_ard.is_empty() => Conditional {
+            Some(z_sq) if params.kernel.log_ard.is_empty() && !on_axes(params) => Conditional {
                 kind,
                 form: params.q_form(),
                 kernel: kind.cross(&params.kernel, params.a.as_ref(), z_sq, x),
                 low_rank: None,
                 warp: None,
+                axes: None,
             },
             _ => Self::through_inducing(kind, params, x),
         }
@@ -146,11 +174,17 @@ impl Conditional {
     /// m = K_bZ w [B×P] alone (ranking needs no variances), with the weights w [M×P] of
     /// [`mean_weights`], computed once per set of parameters.
     pub fn mean_given(&self, weights: MatRef<'_, f64>) -> Mat<f64> {
-        &self.kernel.k_bz * weights
+        match &self.axes {
+            Some(rows) => axes::mean_given(rows, weights),
+            None => &self.kernel.k_bz * weights,
+        }
     }
 
     /// Marginals, Σ_p KL_p and the per-GP factors [`Conditional::backward`] needs.
     pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<QForward> {
+        if let Some(rows) = &self.axes {
+            return Ok(QForward::Axes(axes::forward(params, rows, true)?));
+        }
         let kf = &self.kernel;
         Ok(match self.form {
             QForm::SiteDiagonal => QForward::SiteDiagonal(sites::forward(
@@ -175,6 +209,14 @@ impl Conditional {
 
     /// Marginals only: no KL, nothing kept for a backward pass.
     pub fn marginals(&self, params: &Params, scratch: &Scratch) -> Result<Marginals> {
+        if let Some(rows) = &self.axes {
+            let fwd = axes::forward(params, rows, false)?;
+            return Ok(Marginals {
+                mean: fwd.mean,
+                var: fwd.var,
+                jitter: 0.0,
+            });
+        }
         let kf = &self.kernel;
         match self.form {
             QForm::SiteDiagonal => {
@@ -207,6 +249,9 @@ impl Conditional {
 
     /// Σ_p KL_p alone, in the same order as [`Conditional::forward`].
     pub fn kl_total(&self, params: &Params, scratch: &Scratch) -> Result<f64> {
+        if self.axes.is_some() {
+            return axes::kl_total(params);
+        }
         match self.form {
             QForm::SiteDiagonal => sites::kl_total(
                 self.kernel.k_z.as_ref(),
@@ -238,6 +283,17 @@ impl Conditional {
     ) -> VariationalGrads {
         let kf = &self.kernel;
         match fwd {
+            QForward::Axes(_) => {
+                let rows = self
+                    .axes
+                    .as_ref()
+                    .expect("an axes forward pass comes from an axes conditional");
+                let g = axes::backward(params, rows, g_mean, g_var)
+                    .expect("the forward pass checked the parameters");
+                let mut vg = VariationalGrads::without_kernel(g.mu, g.rho);
+                vg.log_sf2 = g.log_sf2;
+                vg
+            }
             QForward::SiteDiagonal(fwd) => sites::backward(
                 fwd,
                 kf.k_z.as_ref(),
@@ -271,6 +327,12 @@ impl Conditional {
         x: &BasisInputs<'_>,
         vg: &VariationalGrads,
     ) -> (Mat<f64>, KernelParams) {
+        if self.axes.is_some() {
+            // A is [0×D]: nothing to train; σ² is the only hyperparameter.
+            let mut g = params.kernel.zeros_like();
+            g.log_sf2 = vg.log_sf2;
+            return (Mat::zeros(params.a.nrows(), params.a.ncols()), g);
+        }
         let xk = self.kernel_inputs(x);
         let kg = self.kind.backward(
             &params.kernel,
@@ -323,7 +385,7 @@ impl Conditional {
     /// whose factors depend on the inputs in ways these gradients leave out.
     pub fn input_grads(&self, params: &Params, vg: &VariationalGrads) -> Result<InputGrads> {
         ensure!(
-            self.low_rank.is_none() && self.warp.is_none(),
+            self.low_rank.is_none() && self.warp.is_none() && self.axes.is_none(),
             "internal: input gradients are taken through C_p without subspace ARD"
         );
         Ok(self.kind.input_grads(
@@ -346,6 +408,15 @@ impl Conditional {
     ) -> (Mat<f64>, Mat<f64>) {
         let kf = &self.kernel;
         match &q.factors {
+            QFactors::Axes => {
+                let rows = self
+                    .axes
+                    .as_ref()
+                    .expect("axes parameters give an axes conditional");
+                let fwd = axes::forward(params, rows, false)
+                    .expect("FactorisedQ::new checked the parameters");
+                (fwd.mean, fwd.var)
+            }
             QFactors::SiteDiagonal(factors) => factors.marginals(
                 kf.k_bz.as_ref(),
                 &kf.k_diag,
@@ -366,6 +437,8 @@ pub struct FactorisedQ {
 /// The factors of each q(u) form.
 #[derive(Debug, Clone)]
 enum QFactors {
+    /// Inducing features at the axes: nothing to factorise.
+    Axes,
     SiteDiagonal(Factors),
     Cholesky(CholFactorsOnce),
 }
@@ -381,6 +454,12 @@ impl FactorisedQ {
     ) -> Result<Self> {
         let k_tilde = k_tilde.into();
         check_kernel_params(kind, params, k_tilde.dim())?;
+        if on_axes(params) {
+            axes::kl_total(params)?;
+            return Ok(FactorisedQ {
+                factors: QFactors::Axes,
+            });
+        }
         let k_z = inducing_gram(kind, params, k_tilde);
         let factors = match params.q_form() {
             QForm::SiteDiagonal => {
@@ -399,6 +478,7 @@ impl FactorisedQ {
     /// Largest diagonal jitter a factorisation needed (0 when none).
     pub fn jitter(&self) -> f64 {
         match &self.factors {
+            QFactors::Axes => 0.0,
             QFactors::SiteDiagonal(f) => f.jitter,
             QFactors::Cholesky(f) => f.jitter,
         }
@@ -426,6 +506,9 @@ pub fn mean_weights<'g>(
     params: &Params,
     k_tilde: impl Into<GramRef<'g>>,
 ) -> Result<Mat<f64>> {
+    if on_axes(params) {
+        return Ok(axes::mean_weights(params));
+    }
     match params.q_form() {
         QForm::SiteDiagonal => Ok(params.q.mu().clone()),
         QForm::Cholesky | QForm::Whitened => cholesky::mean_weights(
@@ -440,6 +523,7 @@ pub fn mean_weights<'g>(
 /// The forward pass of each q(u) form, for [`Conditional::backward`].
 #[derive(Debug)]
 pub enum QForward {
+    Axes(AxesForward),
     SiteDiagonal(VariationalForward),
     Cholesky(Box<CholForward>),
 }
@@ -448,6 +532,7 @@ impl QForward {
     /// Marginal means m [B×P].
     pub fn mean(&self) -> MatRef<'_, f64> {
         match self {
+            QForward::Axes(f) => f.mean.as_ref(),
             QForward::SiteDiagonal(f) => f.mean.as_ref(),
             QForward::Cholesky(f) => f.mean.as_ref(),
         }
@@ -456,6 +541,7 @@ impl QForward {
     /// Marginal variances s [B×P].
     pub fn var(&self) -> MatRef<'_, f64> {
         match self {
+            QForward::Axes(f) => f.var.as_ref(),
             QForward::SiteDiagonal(f) => f.var.as_ref(),
             QForward::Cholesky(f) => f.var.as_ref(),
         }
@@ -464,6 +550,7 @@ impl QForward {
     /// Σ_p KL_p.
     pub fn kl(&self) -> f64 {
         match self {
+            QForward::Axes(f) => f.kl,
             QForward::SiteDiagonal(f) => f.kl,
             QForward::Cholesky(f) => f.kl,
         }
@@ -472,6 +559,7 @@ impl QForward {
     /// Largest diagonal jitter a factorisation needed (0 when none).
     pub fn jitter(&self) -> f64 {
         match self {
+            QForward::Axes(_) => 0.0,
             QForward::SiteDiagonal(f) => f.jitter,
             QForward::Cholesky(f) => f.jitter,
         }
@@ -480,6 +568,7 @@ impl QForward {
     /// Hands the work buffers back to `scratch` for reuse by later steps.
     pub fn recycle(self, scratch: &Scratch) {
         match self {
+            QForward::Axes(_) => {}
             QForward::SiteDiagonal(f) => f.recycle(scratch),
             QForward::Cholesky(f) => f.recycle(scratch),
         }
@@ -517,6 +606,18 @@ fn check_kernel_params(kind: KernelKind, params: &Params, rank: usize) -> Result
         n == 0 || (n == rank && params.a.ncols() == rank),
         "{n} subspace ARD weights for a basis of rank {rank}"
     );
+    if on_axes(params) {
+        ensure!(
+            kind == KernelKind::Linear && n == 0,
+            "inducing features at the axes need the linear kernel without subspace ARD"
+        );
+        ensure!(
+            params.q_form() == QForm::SiteDiagonal && params.q.mu().nrows() == rank,
+            "internal: inducing features at the axes need the paper's q(u) form with one row \
+             per feature ({} rows for a basis of {rank})",
+            params.q.mu().nrows()
+        );
+    }
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! paper's O(M) sites form (`sites/`), the full-Cholesky forms (`cholesky.rs`), the per-GP
 //! pieces both share (`qu/gp_factor.rs`).
 
+pub mod axes;
 pub mod cholesky;
 pub mod conditional;
 pub mod gp_factor;

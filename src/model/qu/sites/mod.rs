@@ -80,6 +80,9 @@ pub struct VariationalGrads {
     /// ∂F/∂L packed [M(M+1)/2 × P] for the full-Cholesky forms (`qu/cholesky.rs`); empty
     /// for the paper's form.
     pub chol: Mat<f64>,
+    /// ∂F/∂log σ² taken directly by the axes form (`qu/axes.rs`), which forms no kernel
+    /// matrix; 0 for every other form (their σ² gradient goes through the kernel blocks).
+    pub log_sf2: f64,
 }
 
 impl VariationalGrads {
@@ -94,6 +97,7 @@ impl VariationalGrads {
             f: Mat::new(),
             g: Mat::new(),
             chol: Mat::new(),
+            log_sf2: 0.0,
         }
     }
 }
@@ -401,6 +405,7 @@ pub fn backward(
         f: Mat::new(),
         g: Mat::new(),
         chol: Mat::new(),
+        log_sf2: 0.0,
     }
 }
 
@@ -511,6 +516,7 @@ fn backward_low_rank(
         f: g_f,
         g: g_g,
         chol: Mat::new(),
+        log_sf2: 0.0,
     }
 }
 

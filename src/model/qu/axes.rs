@@ -1,0 +1,275 @@
+//! The paper's q(u) with the linear kernel's inducing features at the D coordinate axes
+//! (`--inducing-inputs axes`; `docs/model.md`, "Inducing features at the axes").
+//!
+//! With k(x, x') = σ² xᵀx' and Z = I_D (u = w, the weights of h(x) = wᵀx), K_Z = σ² I_D,
+//! K_bZ = σ² X_b and k_ii = σ²‖x_i‖²: the conditional h | u is exact, and the paper's form
+//! q(u_p) = N(K_Z μ_p, (K_Z⁻¹ + Σ_p⁻¹)⁻¹) with diagonal Σ_p has a diagonal covariance
+//! S_p = σ² Σ_p / (σ² + Σ_p). Everything is then elementwise or sparse:
+//!
+//! - m_ip = σ² x_iᵀ μ_p,
+//! - s_ip = k_ii − k_iᵀ C_p⁻¹ k_i = Σ_j x_ij² S_pj (no cancellation),
+//! - KL_p = ½ Σ_j [σ² μ_pj² − 1 + t_pj − ln t_pj], t = Σ / (σ² + Σ),
+//!
+//! so a step costs O(nnz·P + D·P) where the M×M algebra of `qu/sites/` costs O(M³·P). The
+//! parameters are the paper form's μ and ρ, [D×P]; A is [0×D] (nothing to train:
+//! [`on_axes`]).
+//!
+//! The P GPs are independent; columns are processed by rayon in fixed chunks and summed in
+//! GP order, so results do not depend on the number of threads.
+
+use anyhow::{ensure, Result};
+use faer::{Mat, MatRef};
+use rayon::prelude::*;
+
+use crate::model::kernel::input_space::FeatureRows;
+use crate::model::kernel::Rows;
+use crate::model::params::Params;
+use crate::model::qu::gp_factor::{dsigma_drho, sigma_of};
+
+/// Whether these parameters put the inducing features at the axes: A has no rows (no
+/// inducing inputs; every other form has M ≥ 1) while q(u) has one row per feature.
+pub fn on_axes(params: &Params) -> bool {
+    params.a.nrows() == 0 && params.q.mu().nrows() > 0
+}
+
+/// The minibatch's rows as the axes form reads them: sparse, whatever shape they came in.
+#[derive(Debug, Clone)]
+pub struct AxesRows {
+    rows: FeatureRows,
+}
+
+impl AxesRows {
+    /// The rows of `x` [B×D] (sparse kept, dense rows' non-zeros taken). Their feature ids
+    /// are below D, as for every sparse row (`FeatureRows::push_checked`).
+    pub fn new(x: &Rows<'_>) -> Self {
+        let rows = match x {
+            Rows::Sparse { rows, .. } => (*rows).clone(),
+            Rows::Dense(m) => {
+                let mut out = FeatureRows::new();
+                for i in 0..m.nrows() {
+                    let (ids, vals): (Vec<u32>, Vec<f64>) = (0..m.ncols())
+                        .filter(|&j| m[(i, j)] != 0.0)
+                        .map(|j| (j as u32, m[(i, j)]))
+                        .unzip();
+                    out.push_row(&ids, vals);
+                }
+                out
+            }
+        };
+        AxesRows { rows }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// GPs per parallel task (fixed, so that the bits do not depend on the thread count).
+const GP_CHUNK: usize = 2;
+
+/// σ² of the linear kernel.
+fn sf2(params: &Params) -> f64 {
+    params.kernel.log_sf2.exp()
+}
+
+fn column(m: MatRef<'_, f64>, p: usize) -> &[f64] {
+    m.col(p)
+        .try_as_col_major()
+        .expect("parameter matrices are column-major")
+        .as_slice()
+}
+
+/// Σ_pj and S_pj = σ² Σ_pj / (σ² + Σ_pj) of column p.
+fn sites_and_cov(rho: &[f64], sf2: f64) -> (Vec<f64>, Vec<f64>) {
+    let sigma: Vec<f64> = rho.iter().map(|&r| sigma_of(r)).collect();
+    let cov = sigma.iter().map(|&s| sf2 * s / (sf2 + s)).collect();
+    (sigma, cov)
+}
+
+/// KL_p of one column: ½ Σ_j [σ² μ_j² − 1 + t_j − ln t_j], t = Σ / (σ² + Σ).
+fn kl_column(mu: &[f64], sigma: &[f64], sf2: f64) -> f64 {
+    let sum: f64 = mu
+        .iter()
+        .zip(sigma)
+        .map(|(&m, &s)| {
+            let t = s / (sf2 + s);
+            sf2 * m * m - 1.0 + t - t.ln()
+        })
+        .sum();
+    0.5 * sum
+}
+
+/// Runs `f` over the columns of P GPs in fixed chunks; results in GP order.
+fn per_gp<T: Send>(p_count: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let chunks: Vec<Vec<T>> = (0..p_count.div_ceil(GP_CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            (c * GP_CHUNK..((c + 1) * GP_CHUNK).min(p_count))
+                .map(&f)
+                .collect()
+        })
+        .collect();
+    chunks.into_iter().flatten().collect()
+}
+
+/// Marginals and KL of every GP.
+#[derive(Debug, Clone)]
+pub struct AxesForward {
+    /// m [B×P].
+    pub mean: Mat<f64>,
+    /// s [B×P].
+    pub var: Mat<f64>,
+    /// Σ_p KL_p.
+    pub kl: f64,
+}
+
+/// Σ_nnz x_ij w_j for every row [B].
+fn rows_dot(rows: &FeatureRows, w: &[f64], square: bool) -> Vec<f64> {
+    (0..rows.len())
+        .map(|i| {
+            rows.row(i)
+                .map(|(j, v)| if square { v * v * w[j] } else { v * w[j] })
+                .sum()
+        })
+        .collect()
+}
+
+fn check(params: &Params, d: usize) -> Result<()> {
+    let (mu, rho) = (params.q.mu(), params.q.rho());
+    ensure!(
+        rho.is_some_and(|r| r.nrows() == d && r.ncols() == mu.ncols()) && mu.nrows() == d,
+        "internal: inducing features at {d} axes need the paper's q(u) form with μ and ρ of \
+         {d} rows"
+    );
+    Ok(())
+}
+
+/// Marginals at the rows and, with `kl`, Σ_p KL_p (0 without).
+pub fn forward(params: &Params, x: &AxesRows, kl: bool) -> Result<AxesForward> {
+    let mu = params.q.mu();
+    let d = mu.nrows();
+    check(params, d)?;
+    let rho = params.q.rho().expect("checked");
+    let sf2 = sf2(params);
+    let cols = per_gp(mu.ncols(), |p| {
+        let (mu_p, rho_p) = (column(mu.as_ref(), p), column(rho.as_ref(), p));
+        let (sigma, cov) = sites_and_cov(rho_p, sf2);
+        let mean: Vec<f64> = rows_dot(&x.rows, mu_p, false)
+            .into_iter()
+            .map(|v| sf2 * v)
+            .collect();
+        let var = rows_dot(&x.rows, &cov, true);
+        let kl_p = if kl {
+            kl_column(mu_p, &sigma, sf2)
+        } else {
+            0.0
+        };
+        (mean, var, kl_p)
+    });
+    let b = x.len();
+    Ok(AxesForward {
+        mean: Mat::from_fn(b, cols.len(), |i, p| cols[p].0[i]),
+        var: Mat::from_fn(b, cols.len(), |i, p| cols[p].1[i]),
+        kl: cols.iter().map(|c| c.2).sum(),
+    })
+}
+
+/// Σ_p KL_p alone.
+pub fn kl_total(params: &Params) -> Result<f64> {
+    let mu = params.q.mu();
+    check(params, mu.nrows())?;
+    let rho = params.q.rho().expect("checked");
+    let sf2 = sf2(params);
+    let per = per_gp(mu.ncols(), |p| {
+        let (sigma, _) = sites_and_cov(column(rho.as_ref(), p), sf2);
+        kl_column(column(mu.as_ref(), p), &sigma, sf2)
+    });
+    Ok(per.into_iter().sum())
+}
+
+/// Gradients of F = ⟨G_m, m⟩ + ⟨G_s, s⟩ − Σ_p KL_p.
+#[derive(Debug, Clone)]
+pub struct AxesGrads {
+    /// ∂F/∂μ [D×P].
+    pub mu: Mat<f64>,
+    /// ∂F/∂ρ [D×P].
+    pub rho: Mat<f64>,
+    /// ∂F/∂log σ².
+    pub log_sf2: f64,
+}
+
+/// With c = σ² + Σ (`docs/model.md`, "Inducing features at the axes"):
+/// - ∂F/∂μ_p = σ² X_bᵀ g_m,p − σ² μ_p;
+/// - ∂F/∂Σ_pj = σ⁴/c² · [(X_b∘X_b)ᵀ g_s,p]_j + σ⁴/(2 Σ c²); ∂ρ = ∂Σ · logistic(ρ);
+/// - ∂F/∂log σ² = ⟨G_m, m⟩ + Σ_ip g_s,ip Σ_j x_ij² S_pj Σ_pj / c_pj − ½ Σ_pj [σ⁴/c² + σ² μ²].
+///
+/// The data terms are scattered into the features the batch touches; the KL's reach every
+/// feature (D·P).
+pub fn backward(
+    params: &Params,
+    x: &AxesRows,
+    g_mean: MatRef<'_, f64>,
+    g_var: MatRef<'_, f64>,
+) -> Result<AxesGrads> {
+    let mu = params.q.mu();
+    let d = mu.nrows();
+    check(params, d)?;
+    let rho = params.q.rho().expect("checked");
+    let sf2 = sf2(params);
+    let cols = per_gp(mu.ncols(), |p| {
+        let (mu_p, rho_p) = (column(mu.as_ref(), p), column(rho.as_ref(), p));
+        let (sigma, cov) = sites_and_cov(rho_p, sf2);
+        // Xᵀ g_m and (X∘X)ᵀ g_s over the batch's features, in row order.
+        let mut xt_gm = vec![0.0; d];
+        let mut xt_gs = vec![0.0; d];
+        let mut data_sf2 = 0.0;
+        for i in 0..x.rows.len() {
+            let (gm, gs) = (g_mean[(i, p)], g_var[(i, p)]);
+            let mut m_i = 0.0;
+            let mut ds_i = 0.0;
+            for (j, v) in x.rows.row(i) {
+                xt_gm[j] += v * gm;
+                xt_gs[j] += v * v * gs;
+                m_i += v * mu_p[j];
+                ds_i += v * v * cov[j] * sigma[j] / (sf2 + sigma[j]);
+            }
+            data_sf2 += gm * sf2 * m_i + gs * ds_i;
+        }
+        let mut kl_sf2 = 0.0;
+        let mut g_mu = vec![0.0; d];
+        let mut g_rho = vec![0.0; d];
+        for j in 0..d {
+            let c = sf2 + sigma[j];
+            let w = sf2 * sf2 / (c * c);
+            g_mu[j] = sf2 * (xt_gm[j] - mu_p[j]);
+            g_rho[j] = w * (xt_gs[j] + 0.5 / sigma[j]) * dsigma_drho(rho_p[j]);
+            kl_sf2 += w + sf2 * mu_p[j] * mu_p[j];
+        }
+        (g_mu, g_rho, data_sf2 - 0.5 * kl_sf2)
+    });
+    let p_count = cols.len();
+    Ok(AxesGrads {
+        mu: Mat::from_fn(d, p_count, |j, p| cols[p].0[j]),
+        rho: Mat::from_fn(d, p_count, |j, p| cols[p].1[j]),
+        log_sf2: cols.iter().map(|c| c.2).sum(),
+    })
+}
+
+/// The weights w = σ² μ [D×P] of the marginal means m = X_b w (prediction's ranking).
+pub fn mean_weights(params: &Params) -> Mat<f64> {
+    let sf2 = sf2(params);
+    let mu = params.q.mu();
+    Mat::from_fn(mu.nrows(), mu.ncols(), |j, p| sf2 * mu[(j, p)])
+}
+
+/// m = X_b w [B×P] for weights w [D×P] of [`mean_weights`].
+pub fn mean_given(x: &AxesRows, weights: MatRef<'_, f64>) -> Mat<f64> {
+    let cols = per_gp(weights.ncols(), |p| {
+        rows_dot(&x.rows, column(weights, p), false)
+    });
+    Mat::from_fn(x.len(), cols.len(), |i, p| cols[p][i])
+}
