@@ -14,6 +14,12 @@
 //!
 //! A second table sweeps the rows' non-zeros (10 to 1 000) at D = 10 000, sparse path only.
 //!
+//! A third table is the linear kernel with inducing features at the axes (`--inducing-inputs
+//! axes`, `model/qu/axes.rs`: Z = I_D, M = D, exact), whose q(u) work is 2·nnz·B·P for the
+//! rows plus D·P elementwise for the KL and Adam: at D = 1 000 to 200 000 and the same rows,
+//! against the free-Z linear step of the first table, and against the rows' non-zeros at
+//! D = 10 000.
+//!
 //! Run: `cargo bench --bench sparse_step` (FSGP_BENCH_STEPS: steps timed per row, default 3,
 //! the best reported; FSGP_BENCH_ONLY: only the rows whose name contains it, e.g. `SE`).
 
@@ -54,6 +60,18 @@ fn sparse_rows(d: usize, nnz: usize, u: &mut impl FnMut(f64) -> f64) -> FeatureR
         rows.push_row(&ids, values);
     }
     rows
+}
+
+/// Parameters of inducing features at the axes: A [0×D], μ and ρ [D×P].
+fn axes_params(d: usize, u: &mut impl FnMut(f64) -> f64) -> Params {
+    Params {
+        a: Mat::zeros(0, d),
+        q: QParams::Sites {
+            mu: Mat::from_fn(d, P, |_, _| u(0.1)),
+            rho: Mat::from_fn(d, P, |_, _| u(1.0)),
+        },
+        ..params(KernelKind::Linear, 0, u)
+    }
 }
 
 fn params(kind: KernelKind, d: usize, u: &mut impl FnMut(f64) -> f64) -> Params {
@@ -127,6 +145,7 @@ fn main() {
          {gemm:.1} GFLOP/s",
         threads()
     );
+    let mut free_linear = Vec::new();
     println!("| kernel | D | sparse s/step | kernel fwd + bwd (s) | Adam (s) | kernel GEMM GFLOP/s (4M²D) | dense s/step | dense kernel fwd + bwd (s) | dense / sparse |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (kind, name) in [
@@ -151,6 +170,9 @@ fn main() {
                 k_tilde: GramRef::Identity(d),
             };
             let (secs, ph, adam_s) = time_steps(kind, &sparse, start.clone(), steps);
+            if kind == KernelKind::Linear {
+                free_linear.push((d, secs));
+            }
             let kernel_s = ph.kernel_fwd + ph.kernel_bwd;
             let gemm_work = 4.0 * (M * M * d) as f64;
             let dense = (d <= 10_000).then(|| {
@@ -212,5 +234,52 @@ fn main() {
                 ph.kernel_fwd + ph.kernel_bwd
             );
         }
+    }
+    if only.as_deref().is_none_or(|o| "axes".contains(o)) {
+        axes_tables(steps, &free_linear);
+    }
+}
+
+/// The axes' tables: against D (with the free-Z linear step of the same D, when the first
+/// table ran it) and against the rows' non-zeros.
+fn axes_tables(steps: usize, free_linear: &[(usize, f64)]) {
+    println!();
+    println!(
+        "linear kernel, inducing features at the axes (M = D, exact): one step, the same rows"
+    );
+    println!("| D | non-zeros a row | s/step | q(u) fwd + bwd (s) | likelihood (s) | Adam (s) | free Z (M = {M}) s/step | free Z / axes |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let shapes = [1_000, 10_000, 50_000, 200_000]
+        .map(|d| (d, NNZ_PER_ROW))
+        .into_iter()
+        .chain(NNZ_SWEEP.map(|nnz| (SWEEP_D, nnz)));
+    for (d, nnz) in shapes {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
+        let rows = sparse_rows(d, nnz, &mut u);
+        let norms = rows.weighted_sq_norms(None);
+        let start = axes_params(d, &mut u);
+        let x = BasisInputs {
+            kxx_b: Rows::Sparse {
+                rows: &rows,
+                width: d,
+            },
+            sq_norms: &norms,
+            k_tilde: GramRef::Identity(d),
+        };
+        let (secs, ph, adam_s) = time_steps(KernelKind::Linear, &x, start, steps);
+        let free = free_linear
+            .iter()
+            .find(|&&(fd, _)| fd == d && nnz == NNZ_PER_ROW)
+            .map_or(("—".to_string(), "—".to_string()), |&(_, f)| {
+                (format!("{f:.3}"), format!("{:.1}×", f / secs))
+            });
+        println!(
+            "| {d} | {nnz} | {secs:.4} | {:.4} | {:.4} | {adam_s:.4} | {} | {} |",
+            ph.variational_fwd + ph.variational_bwd,
+            ph.likelihood,
+            free.0,
+            free.1
+        );
     }
 }

@@ -96,9 +96,9 @@ choice_enum! {
     /// `--inducing-inputs`: where the inducing inputs Z live and whether they are trained
     /// (`docs/model.md`, "Free inducing inputs: the identity basis").
     ///
-    /// A configuration stores only `Subspace`, `Free` and `FixedRows` (with `freeze_a` true
-    /// for `FixedRows`); `FixedSubspace` is stored as `Subspace` with `freeze_a`, exactly
-    /// what `--freeze-a` stores, so the two spellings are one run.
+    /// A configuration stores only `Subspace`, `Free`, `FixedRows` (with `freeze_a` true
+    /// for `FixedRows`) and `Axes`; `FixedSubspace` is stored as `Subspace` with `freeze_a`,
+    /// exactly what `--freeze-a` stores, so the two spellings are one run.
     #[derive(Default)]
     pub enum InducingInputs("kind of inducing inputs") {
         /// Z = A X̃ with A [M×R] trained (the paper's default).
@@ -111,6 +111,11 @@ choice_enum! {
         /// Z = M distinct training rows drawn with the run seed, kept fixed (the identity
         /// basis).
         FixedRows = "fixed-rows" => "M training rows drawn with the seed, fixed",
+        /// Z = I_D: one inducing feature per input feature, the weights of the linear
+        /// kernel's functions (`model/qu/axes.rs`). Exact; M = D; a step costs
+        /// O(nnz·P + D·P).
+        Axes = "axes"
+            => "Z = I_D, one per feature (linear kernel): exact, steps cost O(nnz·P + D·P)",
     }
 }
 
@@ -118,7 +123,10 @@ impl InducingInputs {
     /// Whether the model sees rows as their raw features densified (the identity basis,
     /// X̃ = I_D) rather than as their coordinates in the svd basis.
     pub fn in_features(self) -> bool {
-        matches!(self, InducingInputs::Free | InducingInputs::FixedRows)
+        matches!(
+            self,
+            InducingInputs::Free | InducingInputs::FixedRows | InducingInputs::Axes
+        )
     }
 
     pub fn is_default(&self) -> bool {

@@ -507,7 +507,7 @@ fn model_info(model: &PortableModel, opts: &ServeOptions, threads: usize) -> Val
         "sizes": {
             "features": facts.n_features,
             "labels": facts.n_labels,
-            "inducing": params.a.nrows(),
+            "inducing": params.q.mu().nrows(),
             // 0 when the model never reads X̃.
             "rank": model.basis.view2::<f32>().map_or(0, |b| b.nrows()),
             "factors": params.phi.ncols(),

@@ -358,9 +358,14 @@ pub fn read_params(found: &Tensors, config: &serde_json::Value) -> Result<Params
         kernel,
         amortiser,
     };
+    // Inducing features at the axes (`model/qu/axes.rs`): A is [0×D] for μ of D rows.
+    let axes = config.get("inducing_inputs").and_then(|v| v.as_str()) == Some("axes");
+    let a_ok = match axes {
+        true => params.a.nrows() == 0 && params.a.ncols() == m,
+        false => params.a.nrows() == m,
+    };
     ensure!(
-        params.a.nrows() == m
-            && q_ok
+        a_ok && q_ok
             && params.phi.ncols() == p
             && params.bias.len() == params.phi.nrows()
             && (params.kernel.log_ard.is_empty()

@@ -75,6 +75,9 @@ pub enum InducingInit<'a> {
     Subspace(ArrayView2<'a, f32>),
     /// Z [M×D] in input space, from [`z_from_subspace`] or training rows.
     InputSpace(Mat<f64>),
+    /// Z = I_D, the coordinate axes of D features (`model/qu/axes.rs`): A is [0×D], μ and
+    /// ρ have one row per feature (M = D).
+    Axes(usize),
 }
 
 /// Z₀ = A₀ X̃ [M×D]: the first M k-means centroids of `a_init.npy` [≥M×R] mapped to input
@@ -196,6 +199,14 @@ pub fn initial_params(x: &InitInputs<'_>) -> Result<Params> {
                 x.inducing
             );
             z.clone()
+        }
+        InducingInit::Axes(d) => {
+            ensure!(
+                *d == x.inducing,
+                "internal: {d} axes for M = {}",
+                x.inducing
+            );
+            Mat::zeros(0, *d)
         }
     };
     ensure!(x.factors >= 1, "--factors must be at least 1");

@@ -69,7 +69,11 @@ impl TrainOptions {
             dataset_checksum: dataset.checksum.clone(),
             svd_run,
             kernel: self.kernel,
-            inducing: self.inducing.unwrap_or(a_rows),
+            // Axes: one inducing feature per input feature, M = D.
+            inducing: match self.inducing_inputs {
+                InducingInputs::Axes => usize::try_from(dataset.n_features)?,
+                _ => self.inducing.unwrap_or(a_rows),
+            },
             factors,
             batch: self.batch,
             epochs: self.epochs,
@@ -303,6 +307,7 @@ impl TrainOptions {
                     .into()
             },
         );
+        self.check_axes(&mut c);
         c.check(
             !(self.ard == ArdChoice::Features && self.inducing_inputs.in_features()),
             "ard",
@@ -361,6 +366,39 @@ impl TrainOptions {
 }
 
 impl TrainOptions {
+    /// `--inducing-inputs axes` is the linear kernel's weights (`model/qu/axes.rs`): the
+    /// linear kernel without ARD, the paper's q(u) form, and M = D, so no `--inducing`.
+    fn check_axes(&self, c: &mut InvalidOptions) {
+        if self.inducing_inputs != InducingInputs::Axes {
+            return;
+        }
+        c.check(self.kernel == KernelChoice::Linear, "kernel", || {
+            format!(
+                "{} with --inducing-inputs axes: the axes are the linear kernel's weights; use                  --kernel linear",
+                self.kernel
+            )
+        });
+        c.check(self.q_form == QForm::SiteDiagonal, "q-form", || {
+            format!(
+                "{} with --inducing-inputs axes, whose q(u) is the paper's form with a diagonal                  K_Z; use --q-form sites",
+                self.q_form
+            )
+        });
+        c.check(self.ard == ArdChoice::None, "ard", || {
+            format!(
+                "{} with --inducing-inputs axes: the prior there is one variance for every                  feature; leave out --ard",
+                self.ard
+            )
+        });
+        c.check(self.inducing.is_none(), "inducing", || {
+            "with --inducing-inputs axes, which has one inducing feature per input feature              (M = D); leave out --inducing"
+                .into()
+        });
+        c.check(!self.freeze_a, "freeze-a", || {
+            "with --inducing-inputs axes, which has no inducing inputs to train or fix".into()
+        });
+    }
+
     /// `--patience`, `--validate-every` and `--stop-metric`: ≥ 1, and only with
     /// `--early-stopping` (for a new run; on resume the run's values are compared,
     /// `resume.rs`); the metric must be one the task's held-out evaluation measures.
@@ -579,6 +617,7 @@ impl Sizes<'_> {
         let o = self.options;
         let (svd, l) = (self.svd_run, self.n_labels);
         let m = match (o.inducing, config.inducing_inputs) {
+            (_, InducingInputs::Axes) => "--inducing-inputs axes: one per feature, M = D".into(),
             (Some(_), _) => "--inducing".to_string(),
             (None, InducingInputs::FixedRows) => format!(
                 "--inducing left out: the rows of svd run {svd}'s a_init.npy; fixed-rows draws \
@@ -629,6 +668,10 @@ fn check_inducing_count(
     (svd_run, a_rows): (i64, usize),
     train_rows: u64,
 ) -> Result<()> {
+    if config.inducing_inputs == InducingInputs::Axes {
+        // M = D inducing features, none of them a row or a centroid.
+        return Ok(());
+    }
     let (m, kind) = (config.inducing as u64, config.inducing_inputs.name());
     ensure!(
         m <= train_rows,
@@ -681,6 +724,7 @@ fn check_warm_start(config: &TrainConfig) -> Result<()> {
         config.q_form,
         config.latent,
         config.ard,
+        config.inducing_inputs,
     );
     match problem {
         Some(needs) => bail!("--warm-start {} needs {needs}", config.warm_start),
@@ -695,6 +739,7 @@ fn ridge_start_problem(
     q_form: QForm,
     latent: LatentChoice,
     ard: ArdChoice,
+    inducing_inputs: InducingInputs,
 ) -> Option<String> {
     if likelihood != LikelihoodChoice::Logistic || task == Task::Multiclass {
         Some(format!(
@@ -707,6 +752,8 @@ fn ridge_start_problem(
         Some("--latent factor (Φ is trained)".to_string())
     } else if ard == ArdChoice::Features {
         Some("rows the minibatches carry dense (not --ard features)".to_string())
+    } else if inducing_inputs == InducingInputs::Axes {
+        Some("inducing inputs with an M×M K_Z (not --inducing-inputs axes)".to_string())
     } else {
         None
     }
@@ -723,6 +770,7 @@ impl TrainOptions {
             self.q_form,
             self.latent,
             self.ard,
+            self.inducing_inputs,
         )
         .is_none()
     }

@@ -234,6 +234,7 @@ impl Setup {
                 let rows = init::pick_rows(self.n_rows, self.config.inducing, self.config.seed)?;
                 init::InducingInit::InputSpace(self.dense_rows(&rows)?)
             }
+            InducingInputs::Axes => init::InducingInit::Axes(self.config.inducing),
         };
         let mut params = init::initial_params(&init::InitInputs {
             kind: self.kind,
@@ -521,8 +522,13 @@ impl TrainMemory {
             ),
         };
         let work = mul(squares, mul(m, m)).saturating_add(mul(rows, mul(m, b)));
-        let per_gp =
-            mul(p, work).saturating_add(mul(chunks_at_once, mul(6, mul(m, m.saturating_add(b)))));
+        let per_gp = match config.inducing_inputs {
+            // No M×M algebra (`model/qu/axes.rs`): each GP's four D-vectors of the backward
+            // pass, and the two [D×P] gradient blocks they are assembled into.
+            InducingInputs::Axes => mul(p, mul(6, m)),
+            _ => mul(p, work)
+                .saturating_add(mul(chunks_at_once, mul(6, mul(m, m.saturating_add(b))))),
+        };
         let in_features = config.inducing_inputs.in_features();
         // In input space Z [M×D] replaces A and is counted with its moments in `inputs`.
         let a = if in_features { 0 } else { mul(m, sizes.rank) };
@@ -537,8 +543,12 @@ impl TrainMemory {
         } else {
             mul(sizes.prefetch as u64 + 2, mul(b, sizes.rank))
         };
-        let shared = mul(4, mul(m, m))
-            .saturating_add(mul(3, mul(b, m)))
+        // K_Z and its factor, K_bZ, H; none of them formed on the axes (M = D there).
+        let kernel_mats = match config.inducing_inputs {
+            InducingInputs::Axes => mul(4, mul(b, p)),
+            _ => mul(4, mul(m, m)).saturating_add(mul(3, mul(b, m))),
+        };
+        let shared = kernel_mats
             .saturating_add(mul(2, mul(k, b)))
             .saturating_add(queue);
         let feature_ard = match config.ard {
@@ -653,6 +663,12 @@ impl InputsMemory {
             && config.q_form == QForm::SiteDiagonal
             && low_rank::worthwhile(config.inducing, usize::try_from(d).unwrap_or(usize::MAX));
         let row_bytes = row_nnz.saturating_mul(12).saturating_add(8);
+        // The axes train no Z and form no kernel matrix: only the queue.
+        let m = match config.inducing_inputs {
+            InducingInputs::Axes => 0,
+            _ => m,
+        };
+        let subspace_path = subspace_path && m > 0;
         InputsMemory {
             state: f64s(4u64.saturating_mul(m).saturating_mul(d)),
             kernel: f64s(2u64.saturating_mul(m).saturating_mul(d)),

@@ -21,10 +21,11 @@ use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
+use crate::linalg::clear_upper_simd_state;
 use crate::model::kernel::input_space::FeatureRows;
 use crate::model::kernel::Rows;
 use crate::model::params::Params;
-use crate::model::qu::gp_factor::{dsigma_drho, sigma_of};
+use crate::model::qu::gp_factor::MIN_SIGMA;
 
 /// Whether these parameters put the inducing features at the axes: A has no rows (no
 /// inducing inputs; every other form has M ≥ 1) while q(u) has one row per feature.
@@ -83,11 +84,25 @@ fn column(m: MatRef<'_, f64>, p: usize) -> &[f64] {
         .as_slice()
 }
 
-/// Σ_pj and S_pj = σ² Σ_pj / (σ² + Σ_pj) of column p.
-fn sites_and_cov(rho: &[f64], sf2: f64) -> (Vec<f64>, Vec<f64>) {
-    let sigma: Vec<f64> = rho.iter().map(|&r| sigma_of(r)).collect();
-    let cov = sigma.iter().map(|&s| sf2 * s / (sf2 + s)).collect();
-    (sigma, cov)
+/// Σ_pj = softplus(ρ_pj) + 10⁻⁶ and dΣ/dρ = logistic(ρ_pj) of column p, from one exp
+/// each (the step's dearest arithmetic is these D·P transcendentals).
+fn sites_and_slopes(rho: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    rho.iter()
+        .map(|&r| {
+            if r > 30.0 {
+                // softplus(ρ) = ρ and logistic(ρ) = 1 to double precision.
+                (r + MIN_SIGMA, 1.0)
+            } else {
+                let e = r.exp();
+                (e.ln_1p() + MIN_SIGMA, e / (1.0 + e))
+            }
+        })
+        .unzip()
+}
+
+/// S_pj = σ² Σ_pj / (σ² + Σ_pj).
+fn covariances(sigma: &[f64], sf2: f64) -> Vec<f64> {
+    sigma.iter().map(|&s| sf2 * s / (sf2 + s)).collect()
 }
 
 /// KL_p of one column: ½ Σ_j [σ² μ_j² − 1 + t_j − ln t_j], t = Σ / (σ² + Σ).
@@ -103,11 +118,14 @@ fn kl_column(mu: &[f64], sigma: &[f64], sf2: f64) -> f64 {
     0.5 * sum
 }
 
-/// Runs `f` over the columns of P GPs in fixed chunks; results in GP order.
+/// Runs `f` over the columns of P GPs in fixed chunks; results in GP order. Each task first
+/// clears the AVX upper state a faer GEMM on its thread may have left (`linalg`): the
+/// columns' exp and log calls would otherwise run many times slower.
 fn per_gp<T: Send>(p_count: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let chunks: Vec<Vec<T>> = (0..p_count.div_ceil(GP_CHUNK))
         .into_par_iter()
         .map(|c| {
+            clear_upper_simd_state();
             (c * GP_CHUNK..((c + 1) * GP_CHUNK).min(p_count))
                 .map(&f)
                 .collect()
@@ -116,7 +134,7 @@ fn per_gp<T: Send>(p_count: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     chunks.into_iter().flatten().collect()
 }
 
-/// Marginals and KL of every GP.
+/// Marginals and KL of every GP, and what the backward pass reuses.
 #[derive(Debug, Clone)]
 pub struct AxesForward {
     /// m [B×P].
@@ -125,6 +143,8 @@ pub struct AxesForward {
     pub var: Mat<f64>,
     /// Σ_p KL_p.
     pub kl: f64,
+    /// Per GP: Σ_p and dΣ_p/dρ_p [D] (empty without the KL: prediction keeps nothing).
+    sites: Vec<(Vec<f64>, Vec<f64>)>,
 }
 
 /// Σ_nnz x_ij w_j for every row [B].
@@ -148,16 +168,18 @@ fn check(params: &Params, d: usize) -> Result<()> {
     Ok(())
 }
 
-/// Marginals at the rows and, with `kl`, Σ_p KL_p (0 without).
+/// Marginals at the rows and, with `kl` (a training step), Σ_p KL_p and the sites the
+/// backward pass reuses (0 and nothing without).
 pub fn forward(params: &Params, x: &AxesRows, kl: bool) -> Result<AxesForward> {
     let mu = params.q.mu();
     let d = mu.nrows();
     check(params, d)?;
     let rho = params.q.rho().expect("checked");
     let sf2 = sf2(params);
-    let cols = per_gp(mu.ncols(), |p| {
+    let mut cols = per_gp(mu.ncols(), |p| {
         let (mu_p, rho_p) = (column(mu.as_ref(), p), column(rho.as_ref(), p));
-        let (sigma, cov) = sites_and_cov(rho_p, sf2);
+        let (sigma, slope) = sites_and_slopes(rho_p);
+        let cov = covariances(&sigma, sf2);
         let mean: Vec<f64> = rows_dot(&x.rows, mu_p, false)
             .into_iter()
             .map(|v| sf2 * v)
@@ -168,13 +190,19 @@ pub fn forward(params: &Params, x: &AxesRows, kl: bool) -> Result<AxesForward> {
         } else {
             0.0
         };
-        (mean, var, kl_p)
+        let kept = if kl {
+            (sigma, slope)
+        } else {
+            Default::default()
+        };
+        (mean, var, kl_p, kept)
     });
     let b = x.len();
     Ok(AxesForward {
         mean: Mat::from_fn(b, cols.len(), |i, p| cols[p].0[i]),
         var: Mat::from_fn(b, cols.len(), |i, p| cols[p].1[i]),
         kl: cols.iter().map(|c| c.2).sum(),
+        sites: cols.iter_mut().map(|c| std::mem::take(&mut c.3)).collect(),
     })
 }
 
@@ -185,7 +213,7 @@ pub fn kl_total(params: &Params) -> Result<f64> {
     let rho = params.q.rho().expect("checked");
     let sf2 = sf2(params);
     let per = per_gp(mu.ncols(), |p| {
-        let (sigma, _) = sites_and_cov(column(rho.as_ref(), p), sf2);
+        let (sigma, _) = sites_and_slopes(column(rho.as_ref(), p));
         kl_column(column(mu.as_ref(), p), &sigma, sf2)
     });
     Ok(per.into_iter().sum())
@@ -212,17 +240,21 @@ pub struct AxesGrads {
 pub fn backward(
     params: &Params,
     x: &AxesRows,
+    fwd: &AxesForward,
     g_mean: MatRef<'_, f64>,
     g_var: MatRef<'_, f64>,
 ) -> Result<AxesGrads> {
     let mu = params.q.mu();
     let d = mu.nrows();
     check(params, d)?;
-    let rho = params.q.rho().expect("checked");
+    ensure!(
+        fwd.sites.len() == mu.ncols() && fwd.sites.iter().all(|s| s.0.len() == d),
+        "internal: the axes' backward pass needs a forward pass with the KL"
+    );
     let sf2 = sf2(params);
     let cols = per_gp(mu.ncols(), |p| {
-        let (mu_p, rho_p) = (column(mu.as_ref(), p), column(rho.as_ref(), p));
-        let (sigma, cov) = sites_and_cov(rho_p, sf2);
+        let mu_p = column(mu.as_ref(), p);
+        let (sigma, slope) = &fwd.sites[p];
         // Xᵀ g_m and (X∘X)ᵀ g_s over the batch's features, in row order.
         let mut xt_gm = vec![0.0; d];
         let mut xt_gs = vec![0.0; d];
@@ -235,19 +267,23 @@ pub fn backward(
                 xt_gm[j] += v * gm;
                 xt_gs[j] += v * v * gs;
                 m_i += v * mu_p[j];
-                ds_i += v * v * cov[j] * sigma[j] / (sf2 + sigma[j]);
+                // ∂S/∂log σ² = S Σ / (σ² + Σ) = σ² Σ² / (σ² + Σ)².
+                let t = sigma[j] / (sf2 + sigma[j]);
+                ds_i += v * v * sf2 * t * t;
             }
             data_sf2 += gm * sf2 * m_i + gs * ds_i;
         }
         let mut kl_sf2 = 0.0;
-        let mut g_mu = vec![0.0; d];
-        let mut g_rho = vec![0.0; d];
+        let mut g_rho = xt_gs;
         for j in 0..d {
             let c = sf2 + sigma[j];
             let w = sf2 * sf2 / (c * c);
-            g_mu[j] = sf2 * (xt_gm[j] - mu_p[j]);
-            g_rho[j] = w * (xt_gs[j] + 0.5 / sigma[j]) * dsigma_drho(rho_p[j]);
+            g_rho[j] = w * (g_rho[j] + 0.5 / sigma[j]) * slope[j];
             kl_sf2 += w + sf2 * mu_p[j] * mu_p[j];
+        }
+        let mut g_mu = xt_gm;
+        for (g, &m) in g_mu.iter_mut().zip(mu_p) {
+            *g = sf2 * (*g - m);
         }
         (g_mu, g_rho, data_sf2 - 0.5 * kl_sf2)
     });

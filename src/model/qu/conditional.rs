@@ -283,12 +283,12 @@ impl Conditional {
     ) -> VariationalGrads {
         let kf = &self.kernel;
         match fwd {
-            QForward::Axes(_) => {
+            QForward::Axes(fwd) => {
                 let rows = self
                     .axes
                     .as_ref()
                     .expect("an axes forward pass comes from an axes conditional");
-                let g = axes::backward(params, rows, g_mean, g_var)
+                let g = axes::backward(params, rows, fwd, g_mean, g_var)
                     .expect("the forward pass checked the parameters");
                 let mut vg = VariationalGrads::without_kernel(g.mu, g.rho);
                 vg.log_sf2 = g.log_sf2;
