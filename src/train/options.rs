@@ -374,24 +374,24 @@ impl TrainOptions {
         }
         c.check(self.kernel == KernelChoice::Linear, "kernel", || {
             format!(
-                "{} with --inducing-inputs axes: the axes are the linear kernel's weights; use                  --kernel linear",
+                "{} with --inducing-inputs axes: the axes are the linear kernel's weights; use --kernel linear",
                 self.kernel
             )
         });
         c.check(self.q_form == QForm::SiteDiagonal, "q-form", || {
             format!(
-                "{} with --inducing-inputs axes, whose q(u) is the paper's form with a diagonal                  K_Z; use --q-form sites",
+                "{} with --inducing-inputs axes, whose q(u) is the paper's form with a diagonal K_Z; use --q-form sites",
                 self.q_form
             )
         });
         c.check(self.ard == ArdChoice::None, "ard", || {
             format!(
-                "{} with --inducing-inputs axes: the prior there is one variance for every                  feature; leave out --ard",
+                "{} with --inducing-inputs axes: the prior there is one variance for every feature; leave out --ard",
                 self.ard
             )
         });
         c.check(self.inducing.is_none(), "inducing", || {
-            "with --inducing-inputs axes, which has one inducing feature per input feature              (M = D); leave out --inducing"
+            "with --inducing-inputs axes, which has one inducing feature per input feature (M = D); leave out --inducing"
                 .into()
         });
         c.check(!self.freeze_a, "freeze-a", || {

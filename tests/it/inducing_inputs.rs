@@ -355,3 +355,62 @@ fn specs_check_the_inducing_inputs_and_run_them() {
     let runs = status_json(&ws)["train_runs"].clone();
     assert_eq!(runs[0]["inducing_inputs"], "fixed-rows", "{runs}");
 }
+
+#[test]
+fn axes_train_the_weights_predict_and_repeat_bitwise_after_a_crash() {
+    let p = prepared();
+    let axes = ["--inducing-inputs", "axes"];
+    let ws = p.copy("axes");
+    let run = train_ok(&ws, &axes);
+    let first = read_ckpt(&ws, run, *checkpoints(&ws, run).keys().next().unwrap());
+    let last = read_ckpt(&ws, run, STEPS);
+    // No inducing inputs: A is [0×D]; q(u) has one row per feature, and training moves it.
+    assert_eq!((last.params.a.nrows(), last.params.a.ncols()), (0, D));
+    assert_eq!(last.params.q.mu().nrows(), D);
+    assert_ne!(z_rows(first.params.q.mu()), z_rows(last.params.q.mu()));
+    let elbo = metrics(&ws, run, "epoch_elbo");
+    assert!(f64::from_bits(elbo[5].1) > f64::from_bits(elbo[0].1));
+    let p1 = predict_and_evaluate(&ws, run);
+    eprintln!("axes: P@1 {p1:.2} %");
+    assert!(p1 > 20.0, "P@1 {p1}");
+    let summary = train_summary(&ws, run);
+    assert_eq!(summary["inducing_inputs"], "axes");
+    assert_eq!(summary["inducing"], D as u64);
+    // The exact bound at the end (`pipeline elbo`) reads the axes' checkpoint.
+    let out = pipeline(&ws, &["elbo", "--run", &run.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(elbo_exact(&ws, run).is_finite());
+    // One thread: the same bits.
+    let ws_1 = p.copy("axes-one-thread");
+    let run_1 = train_ok(&ws_1, &["--inducing-inputs", "axes", "--threads", "1"]);
+    assert_eq!(
+        tensor_bits(&read_ckpt(&ws_1, run_1, STEPS)),
+        tensor_bits(&last)
+    );
+    // A crash after a checkpoint, then --resume: the uninterrupted run's checkpoints.
+    let ws_c = p.copy("axes-crash");
+    let id = crash_at(&ws_c, &axes, "checkpoint-renamed:49");
+    let out = pipeline(&ws_c, &["train", "--resume", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(checkpoints(&ws_c, id), checkpoints(&ws, run));
+}
+
+#[test]
+fn axes_refuse_what_they_cannot_be() {
+    let p = prepared();
+    let ws = p.copy("axes-refusals");
+    for (extra, expected) in [
+        (&["--kernel", "se"][..], "--kernel se with --inducing-inputs axes"),
+        (&["--inducing", "8"][..], "--inducing with --inducing-inputs axes"),
+        (&["--q-form", "whitened"][..], "--q-form whitened with --inducing-inputs axes"),
+        (&["--ard", "subspace"][..], "--ard subspace with --inducing-inputs axes"),
+        (&["--freeze-a"][..], "--freeze-a with --inducing-inputs axes"),
+    ] {
+        let mut overrides = vec!["--inducing-inputs", "axes"];
+        overrides.extend_from_slice(extra);
+        let out = pipeline(&ws, &train_args(&overrides));
+        assert!(!out.status.success(), "{extra:?} ran");
+        assert!(stderr(&out).contains(expected), "{extra:?}: {}", stderr(&out));
+    }
+    assert_eq!(count_runs(&ws, "train", None), 0, "nothing registered");
+}
