@@ -933,6 +933,33 @@ pub fn load_checkpoint(ws: &Workspace, row: &CheckpointRow) -> Result<Checkpoint
 mod tests {
     use super::*;
 
+    /// The model file's stored-name rule for reading X̃ (`store::model_file::reads_basis`,
+    /// which the store layer keeps by name) agrees with `in_features` for every choice.
+    #[test]
+    fn model_files_read_the_basis_exactly_for_the_inducing_inputs_not_in_features() {
+        use crate::store::model_file::reads_basis;
+        let params = crate::model::params::Params {
+            logit_epsilon: None,
+            a: faer::Mat::zeros(1, 1),
+            q: crate::model::params::QParams::Sites {
+                mu: faer::Mat::zeros(1, 1),
+                rho: faer::Mat::zeros(1, 1),
+            },
+            phi: faer::Mat::zeros(1, 1),
+            bias: vec![0.0],
+            kernel: crate::model::kernel::KernelParams::new(0.0, 0.0),
+            amortiser: None,
+        };
+        for choice in InducingInputs::ALL {
+            let config = serde_json::json!({ "inducing_inputs": choice.name() });
+            assert_eq!(
+                reads_basis(&config, &params),
+                !choice.in_features(),
+                "{choice}"
+            );
+        }
+    }
+
     fn config(max_steps: Option<u64>) -> TrainConfig {
         TrainConfig {
             dataset: "toy".into(),

@@ -155,7 +155,7 @@ struct TransformFacts {
 /// over the stored names, which are part of the checkpoint format.
 pub fn reads_basis(config: &serde_json::Value, params: &Params) -> bool {
     let inputs = config.get("inducing_inputs").and_then(|v| v.as_str());
-    let in_features = matches!(inputs, Some("free" | "fixed-rows"));
+    let in_features = matches!(inputs, Some("free" | "fixed-rows" | "axes"));
     !in_features || !params.kernel.log_features.is_empty()
 }
 

@@ -353,3 +353,24 @@ fn a_binary_free_inputs_model_carries_its_fitted_transform_and_class_map() {
     assert_eq!(portable.class_map().unwrap().value_of(0), Some(1));
     assert_eq!(scored_from_file(&portable, &chunks, 1), expected);
 }
+
+#[test]
+fn an_axes_model_round_trips_and_scores_without_the_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    toy::prepare(&ws);
+    let run = train_ok(&ws, &["--epochs", "1", "--inducing-inputs", "axes"]);
+    pipeline_ok(&ws, &["predict", "--run", &run.to_string()]);
+    let model = dir.path().join("toy-axes.model.parquet");
+    export_ok(&ws, run, &model);
+    let file = ModelFile::read(&model).unwrap();
+    let (_, ckpt) = last_checkpoint(&ws, run);
+    assert_eq!(param_bits(&file.params), param_bits(&ckpt.params));
+    assert_eq!((file.params.a.nrows(), file.params.a.ncols()), (0, 60));
+    assert!(file.basis.is_none(), "the axes never read X̃");
+    let chunks = test_chunks(&ws, "toy");
+    let expected = predicted(&ws);
+    std::fs::remove_dir_all(&ws).unwrap();
+    let portable = PortableModel::open(&model).unwrap();
+    assert_eq!(scored_from_file(&portable, &chunks, 5), expected);
+}
