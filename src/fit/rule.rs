@@ -181,7 +181,11 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
         }
         LabelKind::Multilabel => {
             let factor = label_options(s.l);
+            // The linear kernel's exact weights first: O(nnz·P + D·P) a step, where the
+            // inducing-input forms pay M³·P and M²·D (docs/fit.md, "Inducing features at
+            // the axes").
             let linear = vec![
+                axes_candidate(&factor),
                 one(
                     "linear, subspace Z (the paper's)",
                     linear,
@@ -219,6 +223,39 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                 false => linear.into_iter().chain(se_list).collect(),
             }
         }
+    }
+}
+
+/// The learning rate of the candidate with inducing features at the axes
+/// (`docs/fit.md`, "Inducing features at the axes").
+pub const AXES_LR: f64 = 0.05;
+
+/// The linear kernel with inducing features at the axes (`--inducing-inputs axes`: M = D,
+/// exact), with the label side `factor` less its ridge start (which needs an M×M K_Z).
+/// Train needs an svd run, whose files the axes never read: the smallest there is (R = 1,
+/// one centroid), so that neither selection nor the final model pays for the rank the
+/// subspace candidate needs.
+fn axes_candidate(factor: &TrainOptions) -> Candidate {
+    let svd = SvdOptions {
+        rank: Some(1),
+        inducing: Some(1),
+        ..SvdOptions::new("")
+    };
+    let mut train = TrainOptions {
+        kernel: KernelChoice::Linear,
+        inducing_inputs: InducingInputs::Axes,
+        lr: AXES_LR,
+        given: [TrainFlag::Kernel, TrainFlag::InducingInputs, TrainFlag::Lr].into(),
+        ..TrainOptions::default()
+    };
+    let mut label_side = factor.clone();
+    label_side.warm_start = WarmStart::None;
+    label_side.given.remove(&TrainFlag::WarmStart);
+    apply_given(&mut train, &label_side);
+    Candidate {
+        name: "linear, Z at the axes (exact), M = D".to_string(),
+        svd,
+        train,
     }
 }
 
@@ -275,6 +312,13 @@ pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Cand
     }
     let mut out: Vec<Candidate> = Vec::new();
     for mut c in list {
+        // The axes have one inducing feature per input feature: an M given is the others'.
+        let axes = c.train.inducing_inputs == InducingInputs::Axes;
+        let mut own = overrides.clone();
+        if axes && !overrides.given.contains(&TrainFlag::InducingInputs) {
+            own.given.remove(&TrainFlag::Inducing);
+        }
+        let overrides = &own;
         apply_given(&mut c.train, overrides);
         // Fit's own ridge start yields to options given that it cannot start.
         if c.train.warm_start == WarmStart::Ridge
@@ -302,11 +346,14 @@ pub(super) fn settings_name(train: &TrainOptions, overrides: &TrainOptions) -> S
         true => flag_value(train, flag),
         false => "default".to_string(),
     };
+    let m = match train.inducing_inputs {
+        InducingInputs::Axes => "D".to_string(),
+        _ => get(TrainFlag::Inducing),
+    };
     let mut name = format!(
-        "{}, {} Z, M = {}",
+        "{}, {} Z, M = {m}",
         get(TrainFlag::Kernel),
         get(TrainFlag::InducingInputs),
-        get(TrainFlag::Inducing)
     );
     let shown = [
         TrainFlag::Kernel,
@@ -901,7 +948,9 @@ mod tests {
         let starts = |list: &[Candidate]| -> Vec<WarmStart> {
             list.iter().map(|c| c.train.warm_start).collect()
         };
-        assert_eq!(starts(&listed), vec![WarmStart::Ridge; 3]);
+        // The axes (first) start plain: the ridge step needs an M×M K_Z.
+        let plain_then_ridge = [vec![WarmStart::None], vec![WarmStart::Ridge; 3]].concat();
+        assert_eq!(starts(&listed), plain_then_ridge);
         // A form of q(u) the ridge step has no update for: the candidates start plain,
         // rather than each failing on the refusal.
         let whitened = TrainOptions {
@@ -909,7 +958,7 @@ mod tests {
             ..TrainOptions::default()
         };
         let set = with_settings(listed.clone(), &overrides(whitened, &[TrainFlag::QForm]));
-        assert_eq!(starts(&set), vec![WarmStart::None; 3]);
+        assert_eq!(starts(&set), vec![WarmStart::None; 4]);
         assert!(set
             .iter()
             .all(|c| !c.train.given.contains(&TrainFlag::WarmStart)));
@@ -919,10 +968,10 @@ mod tests {
             ..TrainOptions::default()
         };
         let set = with_settings(listed.clone(), &overrides(rate, &[TrainFlag::Lr]));
-        assert_eq!(starts(&set), vec![WarmStart::Ridge; 3]);
+        assert_eq!(starts(&set), plain_then_ridge);
         let none = TrainOptions::default();
         let set = with_settings(listed, &overrides(none, &[TrainFlag::WarmStart]));
-        assert_eq!(starts(&set), vec![WarmStart::None; 3]);
+        assert_eq!(starts(&set), vec![WarmStart::None; 4]);
     }
 
     #[test]
@@ -981,32 +1030,48 @@ mod tests {
             .iter()
             .all(|c| c.train.likelihood == LikelihoodChoice::Softmax));
         let ml = candidates(LabelKind::Multilabel, Sizes::unbounded(1000, 294, 6, true));
-        assert_eq!(ml.len(), 4, "one GP per label is a candidate when L ≤ 50");
+        assert_eq!(ml.len(), 5, "one GP per label is a candidate when L ≤ 50");
         assert_eq!(ml[0].train.factors, Some(6), "P ≤ L");
         let kernels = |list: &[Candidate]| -> Vec<&str> {
             list.iter().map(|c| c.train.kernel.name()).collect()
         };
         assert_eq!(
             kernels(&ml),
-            ["se", "se", "linear", "linear"],
+            ["se", "se", "linear", "linear", "linear"],
             "dense rows: SE first"
         );
+        let inputs = |list: &[Candidate]| -> Vec<&str> {
+            list.iter()
+                .map(|c| c.train.inducing_inputs.name())
+                .collect()
+        };
+        assert_eq!(inputs(&ml), ["free", "free", "axes", "subspace", "free"]);
         let many = candidates(
             LabelKind::Multilabel,
             Sizes::unbounded(12920, 500, 983, false),
         );
-        assert_eq!(many.len(), 3);
+        assert_eq!(many.len(), 4);
         assert_eq!(
             kernels(&many),
-            ["linear", "linear", "se"],
+            ["linear", "linear", "linear", "se"],
             "sparse rows: linear first"
         );
+        assert_eq!(inputs(&many), ["axes", "subspace", "free", "free"]);
+        // The axes take no M (M = D) and their own learning rate.
+        assert_eq!((many[0].train.inducing, many[0].train.lr), (None, AXES_LR));
         assert_eq!(many[0].train.factors, Some(30));
-        assert_eq!(many[0].svd.rank, Some(250));
+        // The axes read no svd files: the smallest run; the subspace's R from the data.
+        assert_eq!((many[0].svd.rank, many[0].svd.inducing), (Some(1), Some(1)));
+        assert_eq!(many[1].svd.rank, Some(250));
         // Sparse text (tens of thousands of features): the paper's R for the multi-label
         // list, the free-Z start's 250 for the classifiers, R < N on few rows.
         let text = Sizes::unbounded(7153, 21_924, 30, false);
-        let rank = |list: &[Candidate]| list[0].svd.rank;
+        let rank = |list: &[Candidate]| {
+            let first_with_basis = list
+                .iter()
+                .find(|c| c.train.inducing_inputs != InducingInputs::Axes);
+            first_with_basis.unwrap().svd.rank
+        };
         assert_eq!(rank(&candidates(LabelKind::Multilabel, text)), Some(2000));
         assert_eq!(rank(&candidates(LabelKind::Binary, text)), Some(250));
         let few = Sizes { n: 900, ..text };
@@ -1044,13 +1109,15 @@ mod tests {
                 ("warm-start", "ridge".into()),
             ]
         };
-        assert_eq!(
-            at(50_000),
-            vec![sampled("106"); 3],
-            "30·√(50 000/4 000) = 106"
-        );
-        assert_eq!(at(13_330), vec![sampled("55"); 3]);
-        assert_eq!(at(10_000_000), vec![sampled("200"); 3], "P ≤ MAX_FACTORS");
+        // The axes (first) start plain: the ridge step needs an M×M K_Z.
+        let listed = |p: &str| {
+            let mut v = vec![sampled(p); 4];
+            v[0].pop();
+            v
+        };
+        assert_eq!(at(50_000), listed("106"), "30·√(50 000/4 000) = 106");
+        assert_eq!(at(13_330), listed("55"));
+        assert_eq!(at(10_000_000), listed("200"), "P ≤ MAX_FACTORS");
         // P never falls as L grows across the threshold.
         let p_of = |l: u64| -> u64 { label_options(l).factors.unwrap() as u64 };
         let ps: Vec<u64> = [1, 30, 983, 4000, 4001, 8000, 50_000, 10_000_000]

@@ -400,17 +400,36 @@ fn axes_refuse_what_they_cannot_be() {
     let p = prepared();
     let ws = p.copy("axes-refusals");
     for (extra, expected) in [
-        (&["--kernel", "se"][..], "--kernel se with --inducing-inputs axes"),
-        (&["--inducing", "8"][..], "--inducing with --inducing-inputs axes"),
-        (&["--q-form", "whitened"][..], "--q-form whitened with --inducing-inputs axes"),
-        (&["--ard", "subspace"][..], "--ard subspace with --inducing-inputs axes"),
-        (&["--freeze-a"][..], "--freeze-a with --inducing-inputs axes"),
+        (
+            &["--kernel", "se"][..],
+            "--kernel se with --inducing-inputs axes",
+        ),
+        (
+            &["--inducing", "8"][..],
+            "--inducing with --inducing-inputs axes",
+        ),
+        (
+            &["--q-form", "whitened"][..],
+            "--q-form whitened with --inducing-inputs axes",
+        ),
+        (
+            &["--ard", "subspace"][..],
+            "--ard subspace with --inducing-inputs axes",
+        ),
+        (
+            &["--freeze-a"][..],
+            "--freeze-a with --inducing-inputs axes",
+        ),
     ] {
         let mut overrides = vec!["--inducing-inputs", "axes"];
         overrides.extend_from_slice(extra);
         let out = pipeline(&ws, &train_args(&overrides));
         assert!(!out.status.success(), "{extra:?} ran");
-        assert!(stderr(&out).contains(expected), "{extra:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(expected),
+            "{extra:?}: {}",
+            stderr(&out)
+        );
     }
     assert_eq!(count_runs(&ws, "train", None), 0, "nothing registered");
 }
