@@ -18,7 +18,7 @@ use super::inputs::Inputs;
 use super::observe::{FitEvent, FitObserver, FoldRow, FoldTable};
 use super::plan::Plan;
 use super::rule::{
-    finish, frequency_floor, planned_steps, probe, selection_seconds, Candidate, Scored,
+    finish, frequency_floor, probe, selection_seconds, Candidate, Scored, STEP_SHARE,
 };
 use crate::ingest::config::IngestConfig;
 use crate::ingest::validation::ValidationSplit;
@@ -61,18 +61,15 @@ pub fn fold_count(fraction: f64) -> u32 {
     ((1.0 / fraction).round() as u32).clamp(2, MAX_FOLD_COUNT)
 }
 
-/// Whether `runs` runs, each given an equal part of `seconds` and costing `overhead`
-/// seconds besides its steps (its svd and probe), each afford `cap` steps at `step_seconds`
-/// a step: the capped runs fit the budget.
-pub fn capped_runs_fit(
-    seconds: f64,
-    runs: u64,
-    overhead: f64,
-    step_seconds: f64,
-    cap: u64,
-) -> bool {
-    let share = seconds / runs.max(1) as f64;
-    planned_steps(share - overhead, step_seconds, cap) >= cap
+/// The seconds `folds` capped runs of each candidate take: per candidate, from its probe on
+/// the carve, its `overhead` (svd and probe) and `cap` steps at its `step_seconds`, the
+/// steps being [`STEP_SHARE`] of a run's time as everywhere in the plan.
+pub fn capped_runs_seconds(folds: u32, probes: &[(f64, f64)], cap: u64) -> f64 {
+    let one_of_each: f64 = probes
+        .iter()
+        .map(|&(overhead, step_seconds)| overhead + cap as f64 * step_seconds / STEP_SHARE)
+        .sum();
+    f64::from(folds) * one_of_each
 }
 
 /// Every candidate's figures over the folds, and the label frequencies' mean figures.
@@ -95,36 +92,38 @@ pub(super) fn select(
     let started = Instant::now();
     let k = fold_count(s.fraction);
     // The one carve's training split is as large as each fold's (1 − 1/k of the rows), so
-    // its first candidate's probe prices a fold's run.
-    // A first candidate that cannot run leaves the choice to the one carve, whose table
-    // shows its failure.
-    let first = match probe(
-        ws,
-        s.select,
-        s.plan.kind,
-        &list[0],
-        s.plan.seed,
-        s.plan.budget,
-        observer,
-    ) {
-        Ok(first) => first,
-        Err(e) if is_candidates_own(&e) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let runs = list.len() as u64 * u64::from(k);
+    // each candidate's probe on it prices that candidate's fold runs; the candidates'
+    // step times differ by an order of magnitude (the axes' against free Z's), so each is
+    // probed, not only the first. The one-carve path reuses these probes. A candidate that
+    // cannot run costs the folds nothing (it fails on them too, and is left out); when none
+    // can, the one carve decides, and its table shows the failures.
+    let mut probes = Vec::new();
+    for c in list {
+        match probe(
+            ws,
+            s.select,
+            s.plan.kind,
+            c,
+            s.plan.seed,
+            s.plan.budget,
+            observer,
+        ) {
+            Ok(p) => probes.push((p.seconds(), p.step_seconds)),
+            Err(e) if is_candidates_own(&e) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    if probes.is_empty() {
+        return Ok(None);
+    }
     let selection = selection_seconds(s.plan.left, list.len()) - started.elapsed().as_secs_f64();
-    if !capped_runs_fit(
-        selection,
-        runs,
-        first.seconds(),
-        first.step_seconds,
-        s.plan.cap,
-    ) {
+    let needed = capped_runs_seconds(k, &probes, s.plan.cap);
+    if needed > selection {
         observer.event(FitEvent::FoldsDeclined {
             validation_rows: s.validation_rows,
             folds: k,
             candidates: list.len(),
-            step_ms: 1e3 * first.step_seconds,
+            needed_seconds: needed,
             seconds: selection.max(0.0),
         });
         return Ok(None);
@@ -376,13 +375,17 @@ mod tests {
     }
 
     #[test]
-    fn folds_are_afforded_when_every_capped_run_fits() {
-        // 20 runs in 200 s: 10 s each, 1 s of svd and probe, 9·0.7 s of steps at 2 ms:
-        // 3 150 steps, past a cap of 3 000.
-        assert!(capped_runs_fit(200.0, 20, 1.0, 0.002, 3000));
-        // At 3 ms a step: 2 100 steps, short of the cap.
-        assert!(!capped_runs_fit(200.0, 20, 1.0, 0.003, 3000));
-        assert!(!capped_runs_fit(-5.0, 20, 1.0, 0.002, 3000));
+    fn capped_runs_are_priced_at_each_candidates_own_step() {
+        // Four candidates at 1 s of svd and probe and 2 ms a step, 5 folds, a cap of 3 000:
+        // each run 1 + 3 000 · 0.002 / 0.7 = 9.571 s, 20 runs 191.4 s.
+        let same = [(1.0, 0.002); 4];
+        assert!((capped_runs_seconds(5, &same, 3000) - 191.428_571).abs() < 1e-3);
+        // One candidate ten times dearer a step (free Z beside the axes) costs what the
+        // other three do together and more: the first probe alone would price it at 2 ms.
+        let mixed = [(1.0, 0.002), (1.0, 0.02), (1.0, 0.002), (1.0, 0.002)];
+        let priced = capped_runs_seconds(5, &mixed, 3000);
+        assert!((priced - (191.428_571 + 5.0 * 3000.0 * 0.018 / STEP_SHARE)).abs() < 1e-3);
+        assert_eq!(capped_runs_seconds(5, &[], 3000), 0.0);
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub enum FitEvent<'a> {
         validation_rows: u64,
         folds: u32,
         candidates: usize,
-        step_ms: f64,
+        /// What the capped fold runs would take, each candidate at its own probe's rate.
+        needed_seconds: f64,
         seconds: f64,
     },
     /// The validation split is small: each candidate is trained and scored on `folds` folds.
@@ -181,14 +182,14 @@ impl FitEvent<'_> {
                 validation_rows,
                 folds,
                 candidates,
-                step_ms,
+                needed_seconds,
                 seconds,
             } => (
                 Progress,
                 format!(
                     "{validation_rows} validation rows, but {folds} folds of {candidates} \
-                     candidate(s) at {step_ms:.1} ms a step do not fit {seconds:.0} s: one \
-                     carve decides"
+                     candidate(s) need about {needed_seconds:.0} s at their probes' step \
+                     times, more than {seconds:.0} s: one carve decides"
                 ),
             ),
             FitEvent::FoldsChosen {

@@ -312,10 +312,24 @@ pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Cand
     }
     let mut out: Vec<Candidate> = Vec::new();
     for mut c in list {
-        // The axes have one inducing feature per input feature: an M given is the others'.
+        // The axes are the linear kernel's exact form with the sites q(u): a kernel,
+        // inducing inputs, q(u) form or ARD set for every candidate makes them one they
+        // cannot be (or another candidate's duplicate with M = 1), so they give way; and
+        // they have one inducing feature per input feature, so an M given is the others'.
         let axes = c.train.inducing_inputs == InducingInputs::Axes;
+        let replaces_axes = [
+            TrainFlag::Kernel,
+            TrainFlag::InducingInputs,
+            TrainFlag::QForm,
+            TrainFlag::Ard,
+        ]
+        .iter()
+        .any(|f| overrides.given.contains(f));
+        if axes && replaces_axes {
+            continue;
+        }
         let mut own = overrides.clone();
-        if axes && !overrides.given.contains(&TrainFlag::InducingInputs) {
+        if axes {
             own.given.remove(&TrainFlag::Inducing);
         }
         let overrides = &own;
@@ -891,6 +905,62 @@ mod tests {
     }
 
     #[test]
+    fn the_axes_give_way_to_a_set_they_cannot_take_and_keep_m_equal_to_d() {
+        let listed = candidates(
+            LabelKind::Multilabel,
+            Sizes::unbounded(7000, 20_000, 30, false),
+        );
+        assert_eq!(listed[0].train.inducing_inputs, InducingInputs::Axes);
+        let axes_in = |list: &[Candidate]| {
+            list.iter()
+                .any(|c| c.train.inducing_inputs == InducingInputs::Axes)
+        };
+        for (o, flag) in [
+            (
+                TrainOptions {
+                    kernel: KernelChoice::Se,
+                    ..TrainOptions::default()
+                },
+                TrainFlag::Kernel,
+            ),
+            (
+                TrainOptions {
+                    inducing_inputs: InducingInputs::Free,
+                    ..TrainOptions::default()
+                },
+                TrainFlag::InducingInputs,
+            ),
+            (
+                TrainOptions {
+                    q_form: QForm::Whitened,
+                    ..TrainOptions::default()
+                },
+                TrainFlag::QForm,
+            ),
+            (
+                TrainOptions {
+                    ard: crate::trained::ArdChoice::BasisDirections,
+                    ..TrainOptions::default()
+                },
+                TrainFlag::Ard,
+            ),
+        ] {
+            let set = with_settings(listed.clone(), &overrides(o, &[flag]));
+            assert!(!axes_in(&set), "{flag}");
+        }
+        // An M set is the others': the axes keep M = D and stay first.
+        let m = TrainOptions {
+            inducing: Some(50),
+            ..TrainOptions::default()
+        };
+        let set = with_settings(listed.clone(), &overrides(m, &[TrainFlag::Inducing]));
+        assert_eq!(set[0].train.inducing_inputs, InducingInputs::Axes);
+        assert_eq!(set[0].train.inducing, None);
+        assert!(set[0].name.contains("M = D"), "{}", set[0].name);
+        assert!(set[1..].iter().all(|c| c.train.inducing == Some(50)));
+    }
+
+    #[test]
     fn settings_override_every_candidate_and_equal_ones_are_tried_once() {
         let sizes = Sizes::unbounded(1000, 20, 1, true);
         let listed = candidates(LabelKind::Binary, sizes);
@@ -958,7 +1028,8 @@ mod tests {
             ..TrainOptions::default()
         };
         let set = with_settings(listed.clone(), &overrides(whitened, &[TrainFlag::QForm]));
-        assert_eq!(starts(&set), vec![WarmStart::None; 4]);
+        // (The axes, which take only the sites form, give way.)
+        assert_eq!(starts(&set), vec![WarmStart::None; 3]);
         assert!(set
             .iter()
             .all(|c| !c.train.given.contains(&TrainFlag::WarmStart)));

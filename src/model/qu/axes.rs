@@ -304,6 +304,15 @@ pub fn mean_weights(params: &Params) -> Mat<f64> {
 
 /// m = X_b w [B×P] for weights w [D×P] of [`mean_weights`].
 pub fn mean_given(x: &AxesRows, weights: MatRef<'_, f64>) -> Mat<f64> {
+    // Column slices need a column-major matrix; a strided view is copied once.
+    let copied;
+    let weights = match weights.try_as_col_major() {
+        Some(_) => weights,
+        None => {
+            copied = weights.to_owned();
+            copied.as_ref()
+        }
+    };
     let cols = per_gp(weights.ncols(), |p| {
         rows_dot(&x.rows, column(weights, p), false)
     });
