@@ -41,13 +41,14 @@ def timed(argv, env=None, cwd=None):
     return p.stdout, p.stderr, secs, rss / 1024.0
 
 
-def fsgp_job(pipeline, out, name, budget):
+def fsgp_job(pipeline, out, name, budget, seed=0):
     train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
-    job = os.path.join(out, f"{name}-{budget}")
+    job = os.path.join(out, f"{name}-{budget}" + (f"-seed{seed}" if seed else ""))
     os.makedirs(job)
     env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
     out_json, err, secs, rss = timed([pipeline, "fit", "--train", train, "--test", test,
-                                      "--budget", budget, "--name", name, "--json"],
+                                      "--budget", budget, "--name", name, "--json",
+                                      "--seed", str(seed)],
                                      env=env, cwd=job)
     with open(os.path.join(job, "fit.err"), "w") as f:
         f.write(err)
@@ -63,7 +64,7 @@ def fsgp_job(pipeline, out, name, budget):
              "--labelless", labelless, "--json"],
             env=env, capture_output=True, text=True, check=True).stdout)
         figures[labelless] = e
-    return {"tool": "fsgp", "set": name, "budget": budget, "wall_seconds": secs,
+    return {"tool": "fsgp", "set": name, "budget": budget, "seed": seed, "wall_seconds": secs,
             "peak_rss_mib": rss, "final_run": final, "evaluate": figures, "fit": outcome}
 
 
@@ -97,7 +98,8 @@ def table(out):
         for r in rows:
             if r["tool"] == "fsgp" and r["set"] == name:
                 s, c = p_at(r["evaluate"]["skip"]), p_at(r["evaluate"]["count-as-zero"])
-                print(f"| {name} | fsgp fit | {r['budget']} | {s[0]:.2f} / {s[1]:.2f} / {s[2]:.2f} | "
+                budget = r["budget"] + (f", seed {r['seed']}" if r.get("seed") else "")
+                print(f"| {name} | fsgp fit | {budget} | {s[0]:.2f} / {s[1]:.2f} / {s[2]:.2f} | "
                       f"{c[0]:.2f} | {r['wall_seconds']:.0f} whole fit | {r['peak_rss_mib']:.0f} |")
 
 
@@ -108,6 +110,7 @@ def main():
     ap.add_argument("--budgets", default="5m,1m")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--omikuji-reps", type=int, default=3)
+    ap.add_argument("--seeds", default="0", help="fit's --seed for each fsgp run, e.g. 0,1,2")
     ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
     if a.table:
@@ -116,7 +119,8 @@ def main():
     results = os.path.join(a.out, "results.jsonl")
     for name in a.sets.split(","):
         jobs = [omikuji_job(a.out, name, rep) for rep in range(a.omikuji_reps)]
-        jobs += [fsgp_job(os.path.abspath(a.pipeline), a.out, name, b) for b in a.budgets.split(",")]
+        jobs += [fsgp_job(os.path.abspath(a.pipeline), a.out, name, b, int(seed))
+                 for seed in a.seeds.split(",") for b in a.budgets.split(",")]
         with open(results, "a") as f:
             for j in jobs:
                 f.write(json.dumps(j) + "\n")

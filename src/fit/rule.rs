@@ -183,8 +183,10 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
             let factor = label_options(s.l);
             // The linear kernel's exact weights first: O(nnz·P + D·P) a step, where the
             // inducing-input forms pay M³·P and M²·D (docs/fit.md, "Inducing features at
-            // the axes").
-            let linear = vec![
+            // the axes"); above MANY_LABELS second, after the subspace with its ridge
+            // start, which the axes cannot take and which is worth most in the few hundred
+            // steps a budget affords there.
+            let mut linear = vec![
                 axes_candidate(&factor),
                 one(
                     "linear, subspace Z (the paper's)",
@@ -201,6 +203,9 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                     &factor,
                 ),
             ];
+            if s.l > MANY_LABELS {
+                linear.swap(0, 1);
+            }
             let mut se_list = vec![one("SE, free Z", se, free, 200, &factor)];
             if s.l <= 50 {
                 let per_label = TrainOptions {
@@ -1018,8 +1023,13 @@ mod tests {
         let starts = |list: &[Candidate]| -> Vec<WarmStart> {
             list.iter().map(|c| c.train.warm_start).collect()
         };
-        // The axes (first) start plain: the ridge step needs an M×M K_Z.
-        let plain_then_ridge = [vec![WarmStart::None], vec![WarmStart::Ridge; 3]].concat();
+        // The axes (second above MANY_LABELS) start plain: the ridge step needs an M×M K_Z.
+        let plain_then_ridge = vec![
+            WarmStart::Ridge,
+            WarmStart::None,
+            WarmStart::Ridge,
+            WarmStart::Ridge,
+        ];
         assert_eq!(starts(&listed), plain_then_ridge);
         // A form of q(u) the ridge step has no update for: the candidates start plain,
         // rather than each failing on the refusal.
@@ -1180,10 +1190,10 @@ mod tests {
                 ("warm-start", "ridge".into()),
             ]
         };
-        // The axes (first) start plain: the ridge step needs an M×M K_Z.
+        // The axes (second above MANY_LABELS) start plain: the ridge step needs an M×M K_Z.
         let listed = |p: &str| {
             let mut v = vec![sampled(p); 4];
-            v[0].pop();
+            v[1].pop();
             v
         };
         assert_eq!(at(50_000), listed("106"), "30·√(50 000/4 000) = 106");
