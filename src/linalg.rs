@@ -10,6 +10,24 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::reborrow::ReborrowMut;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
+/// `f` applied to `m` with contiguous columns: `m` itself when it has them, else a copy made
+/// once (column slices, [`column_slice`], need a column-major matrix).
+pub fn with_column_major<R>(m: MatRef<'_, f64>, f: impl FnOnce(MatRef<'_, f64>) -> R) -> R {
+    match m.try_as_col_major() {
+        Some(_) => f(m),
+        None => f(m.to_owned().as_ref()),
+    }
+}
+
+/// Column `j` of a column-major matrix as a slice (a matrix from [`with_column_major`], or
+/// an owned `Mat`).
+pub fn column_slice(m: MatRef<'_, f64>, j: usize) -> &[f64] {
+    m.col(j)
+        .try_as_col_major()
+        .expect("a column-major matrix has contiguous columns")
+        .as_slice()
+}
+
 /// Lower Cholesky factor L of a symmetric positive definite `a` [n×n] (only its lower
 /// triangle is read), sequentially, with zeros above the diagonal; None when `a` is not
 /// numerically positive definite. No jitter: callers that want a retry add it themselves.

@@ -15,6 +15,8 @@ use faer::reborrow::ReborrowMut;
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
+use crate::linalg::{column_slice, with_column_major};
+
 /// K_X̃ [R×R] as the kernel reads it.
 #[derive(Debug, Clone, Copy)]
 pub enum GramRef<'a> {
@@ -291,22 +293,12 @@ impl FeatureRows {
     /// The rows projected onto `basis` [R×D]: X_b basisᵀ [B×R], accumulated feature by
     /// feature in the row's order (nnz·R).
     pub fn project(&self, basis: MatRef<'_, f64>) -> Mat<f64> {
-        // Column slices need a column-major basis; a strided view is copied once.
-        let copied;
-        let basis = match basis.try_as_col_major() {
-            Some(_) => basis,
-            None => {
-                copied = basis.to_owned();
-                copied.as_ref()
-            }
-        };
-        let column = |d: usize| {
-            basis
-                .col(d)
-                .try_as_col_major()
-                .expect("checked column-major above")
-                .as_slice()
-        };
+        with_column_major(basis, |basis| self.project_columns(basis))
+    }
+
+    /// [`FeatureRows::project`] onto a column-major `basis`.
+    fn project_columns(&self, basis: MatRef<'_, f64>) -> Mat<f64> {
+        let column = |d: usize| column_slice(basis, d);
         // Built transposed, [R×B], so each row's accumulator is a contiguous column; tasks
         // own blocks of rows, each summed over its features in order (serial bits).
         let mut out_t = Mat::<f64>::zeros(basis.nrows(), self.len());

@@ -21,7 +21,7 @@ use anyhow::{ensure, Result};
 use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
-use crate::linalg::clear_upper_simd_state;
+use crate::linalg::{clear_upper_simd_state, column_slice, with_column_major};
 use crate::model::kernel::input_space::FeatureRows;
 use crate::model::kernel::Rows;
 use crate::model::params::Params;
@@ -75,13 +75,6 @@ const GP_CHUNK: usize = 2;
 /// σ² of the linear kernel.
 fn sf2(params: &Params) -> f64 {
     params.kernel.log_sf2.exp()
-}
-
-fn column(m: MatRef<'_, f64>, p: usize) -> &[f64] {
-    m.col(p)
-        .try_as_col_major()
-        .expect("parameter matrices are column-major")
-        .as_slice()
 }
 
 /// Σ_pj = softplus(ρ_pj) + 10⁻⁶ and dΣ/dρ = logistic(ρ_pj) of column p, from one exp
@@ -177,7 +170,7 @@ pub fn forward(params: &Params, x: &AxesRows, kl: bool) -> Result<AxesForward> {
     let rho = params.q.rho().expect("checked");
     let sf2 = sf2(params);
     let mut cols = per_gp(mu.ncols(), |p| {
-        let (mu_p, rho_p) = (column(mu.as_ref(), p), column(rho.as_ref(), p));
+        let (mu_p, rho_p) = (column_slice(mu.as_ref(), p), column_slice(rho.as_ref(), p));
         let (sigma, slope) = sites_and_slopes(rho_p);
         let cov = covariances(&sigma, sf2);
         let mean: Vec<f64> = rows_dot(&x.rows, mu_p, false)
@@ -213,8 +206,8 @@ pub fn kl_total(params: &Params) -> Result<f64> {
     let rho = params.q.rho().expect("checked");
     let sf2 = sf2(params);
     let per = per_gp(mu.ncols(), |p| {
-        let (sigma, _) = sites_and_slopes(column(rho.as_ref(), p));
-        kl_column(column(mu.as_ref(), p), &sigma, sf2)
+        let (sigma, _) = sites_and_slopes(column_slice(rho.as_ref(), p));
+        kl_column(column_slice(mu.as_ref(), p), &sigma, sf2)
     });
     Ok(per.into_iter().sum())
 }
@@ -253,7 +246,7 @@ pub fn backward(
     );
     let sf2 = sf2(params);
     let cols = per_gp(mu.ncols(), |p| {
-        let mu_p = column(mu.as_ref(), p);
+        let mu_p = column_slice(mu.as_ref(), p);
         let (sigma, slope) = &fwd.sites[p];
         // Xᵀ g_m and (X∘X)ᵀ g_s over the batch's features, in row order.
         let mut xt_gm = vec![0.0; d];
@@ -304,17 +297,10 @@ pub fn mean_weights(params: &Params) -> Mat<f64> {
 
 /// m = X_b w [B×P] for weights w [D×P] of [`mean_weights`].
 pub fn mean_given(x: &AxesRows, weights: MatRef<'_, f64>) -> Mat<f64> {
-    // Column slices need a column-major matrix; a strided view is copied once.
-    let copied;
-    let weights = match weights.try_as_col_major() {
-        Some(_) => weights,
-        None => {
-            copied = weights.to_owned();
-            copied.as_ref()
-        }
-    };
-    let cols = per_gp(weights.ncols(), |p| {
-        rows_dot(&x.rows, column(weights, p), false)
-    });
-    Mat::from_fn(x.len(), cols.len(), |i, p| cols[p][i])
+    with_column_major(weights, |weights| {
+        let cols = per_gp(weights.ncols(), |p| {
+            rows_dot(&x.rows, column_slice(weights, p), false)
+        });
+        Mat::from_fn(x.len(), cols.len(), |i, p| cols[p][i])
+    })
 }
