@@ -17,8 +17,7 @@ use super::options::given_values;
 use super::outcome::{CandidateOutcome, CandidateResult, Figures};
 use super::plan::{extension_floor, Plan};
 use super::rule::{
-    affordable, choose, finish, planned_for, planned_steps, probe, selection_seconds, Candidate,
-    Probed, Scored,
+    affordable, choose, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
 };
 use crate::store::catalog::Contended;
 use crate::store::identity::Refusal;
@@ -109,10 +108,9 @@ pub fn is_candidates_own(error: &anyhow::Error) -> bool {
 /// decided.
 pub struct Selection {
     pub rows: Vec<Row>,
-    /// The candidates the cut dropped or set aside, in list order, each with its own
-    /// probe's seconds and seconds a step when it had one (a set-aside candidate):
-    /// [`run_dropped`] runs them with the time others leave.
-    pub dropped: Vec<(Candidate, Option<(f64, f64)>)>,
+    /// The candidates the cut dropped, in list order: [`run_dropped`] runs them with the
+    /// time others leave.
+    pub dropped: Vec<Candidate>,
     /// The first probe's seconds (its svd and probe) and seconds a step, by which the cut
     /// was made (None when no probe succeeded).
     pub first_probe: Option<(f64, f64)>,
@@ -137,71 +135,22 @@ pub fn select(
     let mut i = 0;
     while i < list.len() {
         let c = list[i].clone();
-        let result = (|| -> Result<Outcome> {
+        let result = (|| -> Result<Scored> {
             let p = probe_in(ws, plan, &c, observer)?;
-            let first = selection.first_probe.is_none();
-            if first {
+            if selection.first_probe.is_none() {
                 selection.first_probe = Some((p.seconds(), p.step_seconds));
-                selection.dropped = cut_list(&mut list, i, &p, plan, observer)
-                    .into_iter()
-                    .map(|d| (d, None))
-                    .collect();
+                selection.dropped = cut_list(&mut list, i, &p, plan, observer);
             }
             // An equal share of the selection time left when this candidate started.
             let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
             let share = (selection_seconds(plan.left, list.len()) - spent).max(0.0)
                 / (list.len() - i) as f64;
-            let (planned, _) = planned_for(plan, &p, share);
-            let scored_before = selection.rows.iter().any(|r| r.scored().is_some());
-            if sets_aside(plan.fixed, first, scored_before, planned, plan.needed) {
-                return Ok(Outcome::SetAside {
-                    probe: (p.seconds(), p.step_seconds),
-                    planned,
-                });
-            }
-            finish(ws, plan, p, share).map(|s| Outcome::Ran(Box::new(s)))
+            finish(ws, plan, p, share)
         })();
-        match result {
-            Ok(Outcome::SetAside { probe, planned }) => {
-                observer.event(FitEvent::SetAside {
-                    name: &c.name,
-                    step_ms: 1e3 * probe.1,
-                    planned,
-                    needed_steps: plan.needed,
-                });
-                selection.dropped.push((c, Some(probe)));
-            }
-            other => {
-                let scored = other.map(|o| match o {
-                    Outcome::Ran(s) => *s,
-                    Outcome::SetAside { .. } => unreachable!("matched above"),
-                });
-                selection.rows.push(row_of(&c, scored, plan, observer)?);
-            }
-        }
+        selection.rows.push(row_of(&c, result, plan, observer)?);
         i += 1;
     }
     Ok(selection)
-}
-
-/// What a candidate of the selection loop came to.
-enum Outcome {
-    Ran(Box<Scored>),
-    /// Its own probe's (seconds, seconds a step), and the steps its share would buy.
-    SetAside {
-        probe: (f64, f64),
-        planned: u64,
-    },
-}
-
-/// Whether a candidate after the first is set aside: the cut priced every candidate at the
-/// first probe's step time, and this one's own probe says its share buys fewer steps than
-/// the cut asks of each (`plan.needed`: 10 epochs, or the cap). Its time then goes to the
-/// candidates after it and to the leader; [`run_dropped`] may run it later. Only with early
-/// stopping (without, every candidate trains its share, as before) and once a candidate
-/// has been scored (some run must decide the fit).
-fn sets_aside(fixed: bool, first: bool, scored_before: bool, planned: u64, needed: u64) -> bool {
-    !fixed && !first && scored_before && planned < needed
 }
 
 /// Candidate `c`'s svd and probe on the plan's selection data.
@@ -306,15 +255,12 @@ pub fn run_dropped(
     ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
-    let Some(first_probe) = selection.first_probe else {
+    let Some((overhead, step_seconds)) = selection.first_probe else {
         return Ok(());
     };
     let dropped = std::mem::take(&mut selection.dropped);
     let mut waiting = dropped.into_iter();
-    for (c, own_probe) in waiting.by_ref() {
-        // A set-aside candidate is priced at its own probe; one the cut dropped at the
-        // first's, as the cut did.
-        let (overhead, step_seconds) = own_probe.unwrap_or(first_probe);
+    for c in waiting.by_ref() {
         let (fixed, leader_steps) = match leader(&selection.rows) {
             Some(s) => (
                 s.final_fixed_seconds(ingest_seconds),
@@ -325,7 +271,7 @@ pub fn run_dropped(
         let spare = plan.budget - spent() - fixed - leader_steps;
         let share = dropped_share(spare, leader_steps);
         if !affords_dropped(share, overhead, step_seconds, plan.needed) {
-            selection.dropped.push((c, own_probe));
+            selection.dropped.push(c);
             break;
         }
         observer.event(FitEvent::Readmitted {
@@ -513,22 +459,6 @@ mod tests {
         assert_eq!(extension_steps(100.0, 0.5, 40), 40, "the cap");
         assert_eq!(extension_steps(-5.0, 0.5, 40), 0, "no time left");
         assert!((final_seconds(20.0, 100, 0.5) - (20.0 + 1.15 * 50.0)).abs() < 1e-12);
-    }
-
-    #[test]
-    fn a_later_candidate_whose_own_steps_fall_short_of_the_cut_is_set_aside() {
-        // yahoo_business at one minute: free Z's share bought 14 steps of the 144 (10
-        // epochs) the cut asked, at its own 174 ms a step.
-        assert!(sets_aside(false, false, true, 14, 144));
-        assert!(
-            !sets_aside(false, false, true, 144, 144),
-            "the cut's own measure"
-        );
-        // The first candidate, one before any candidate was scored, and runs without
-        // early stopping (their whole share, as before) are never set aside.
-        assert!(!sets_aside(false, true, true, 14, 144));
-        assert!(!sets_aside(false, false, false, 14, 144));
-        assert!(!sets_aside(true, false, true, 14, 144));
     }
 
     #[test]

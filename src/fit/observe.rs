@@ -95,14 +95,6 @@ pub enum FitEvent<'a> {
         name: &'a str,
         share_seconds: f64,
     },
-    /// A candidate after the first whose own probe says its share buys only `planned` of
-    /// the `needed_steps` the cut asks of each: set aside with the cut's dropped ones.
-    SetAside {
-        name: &'a str,
-        step_ms: f64,
-        planned: u64,
-        needed_steps: u64,
-    },
     /// The chosen candidate does not beat the label frequencies on validation.
     NoBetterThanBaseline,
     /// The rule's choice, trained next on every training row for `steps` steps.
@@ -231,18 +223,6 @@ impl FitEvent<'_> {
                 format!(
                     "{left_seconds:.0} s left and no run can train on: {name}, which the \
                      budget's cut dropped, runs in {share_seconds:.0} s of them"
-                ),
-            ),
-            FitEvent::SetAside {
-                name,
-                step_ms,
-                planned,
-                needed_steps,
-            } => (
-                Progress,
-                format!(
-                    "{name}: at {step_ms:.1} ms a step its share buys {planned} steps, fewer \
-                     than the {needed_steps} the cut asks; set aside with the dropped ones"
                 ),
             ),
             FitEvent::NoBetterThanBaseline => (

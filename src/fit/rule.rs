@@ -738,10 +738,7 @@ impl Probed {
 /// score is a noise peak anywhere along it, and final models trained only to that step
 /// scored lower on test (docs/experiments/stopping.md, "What fit trains to"). The run's
 /// last step is the model the final spec reproduces, so that is the one compared.
-/// The steps a run given `share` seconds plans after probe `p`, and the seconds it sets
-/// aside for early stopping's validation scores: what is left after the probe's svd,
-/// setup and its own seconds, less the scores, at the probe's step time within the cap.
-pub(super) fn planned_for(plan: &Plan, p: &Probed, share: f64) -> (u64, f64) {
+pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
     let left = (share - p.seconds() - p.run_seconds).max(0.0);
     // Early stopping's validation scores come out of the run's time.
     let scoring = match plan.fixed {
@@ -749,11 +746,6 @@ pub(super) fn planned_for(plan: &Plan, p: &Probed, share: f64) -> (u64, f64) {
         false => plan::scoring_seconds(left, p.score_seconds),
     };
     let planned = planned_steps(left - scoring, p.step_seconds, plan.cap).max(p.steps);
-    (planned, scoring)
-}
-
-pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
-    let (planned, scoring) = planned_for(plan, &p, share);
     let mut every = 0;
     let (run, stopped) = match planned > p.steps {
         true => {
