@@ -537,6 +537,30 @@ mod tests {
     }
 
     #[test]
+    fn axes_checkpoints_round_trip_and_refuse_an_a_of_another_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = sample();
+        let d = c.params.q.mu().nrows();
+        c.params.a = Mat::zeros(0, d);
+        c.adam = AdamState::new(&c.params);
+        c.config["inducing_inputs"] = "axes".into();
+        let path = dir.path().join("axes.parquet");
+        write_checkpoint(&path, &c).unwrap();
+        assert_eq!(read_checkpoint(&path).unwrap(), c);
+        // An A with rows under an axes configuration, and none under another one.
+        let mut rows = c.clone();
+        rows.params.a = Mat::zeros(d, d);
+        rows.adam = AdamState::new(&rows.params);
+        let mut other = c.clone();
+        other.config["inducing_inputs"] = "free".into();
+        for bad in [rows, other] {
+            write_checkpoint(&path, &bad).unwrap();
+            let err = read_checkpoint(&path).unwrap_err().to_string();
+            assert!(err.contains("shapes disagree"), "{err}");
+        }
+    }
+
+    #[test]
     fn rejects_foreign_and_damaged_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.parquet");

@@ -523,8 +523,9 @@ impl TrainMemory {
         };
         let work = mul(squares, mul(m, m)).saturating_add(mul(rows, mul(m, b)));
         let per_gp = match config.inducing_inputs {
-            // No M×M algebra (`model/qu/axes.rs`): each GP's four D-vectors of the backward
-            // pass, and the two [D×P] gradient blocks they are assembled into.
+            // No M×M algebra (`model/qu/axes.rs`), M = D: per GP the sites and slopes the
+            // forward pass keeps (2·D), the backward pass's two gradient columns (2·D) and
+            // the [D×P] blocks they are copied into (2·D).
             InducingInputs::Axes => mul(p, mul(6, m)),
             _ => mul(p, work)
                 .saturating_add(mul(chunks_at_once, mul(6, mul(m, m.saturating_add(b))))),
@@ -668,7 +669,6 @@ impl InputsMemory {
             InducingInputs::Axes => 0,
             _ => m,
         };
-        let subspace_path = subspace_path && m > 0;
         InputsMemory {
             state: f64s(4u64.saturating_mul(m).saturating_mul(d)),
             kernel: f64s(2u64.saturating_mul(m).saturating_mul(d)),

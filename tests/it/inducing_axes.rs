@@ -39,13 +39,7 @@ fn problem(seed: u64, (d, b, p): (usize, usize, usize)) -> Problem {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut u = |s: f64| (rng.random::<f64>() - 0.5) * s;
     let x = Mat::from_fn(b, d, |i, j| if (i + 2 * j) % 3 == 0 { 0.0 } else { u(1.2) });
-    let mut rows = FeatureRows::new();
-    for i in 0..b {
-        let ids: Vec<u32> = (0..d as u32)
-            .filter(|&j| x[(i, j as usize)] != 0.0)
-            .collect();
-        rows.push_row(&ids, ids.iter().map(|&j| x[(i, j as usize)]));
-    }
+    let rows = FeatureRows::from_dense(x.as_ref());
     let norms = (0..b)
         .map(|i| (0..d).map(|j| x[(i, j)].powi(2)).sum())
         .collect();

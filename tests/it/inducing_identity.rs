@@ -233,14 +233,7 @@ fn identity_basis_gradient_matches_central_differences() {
 
 /// The rows of `x` in CSR, zeros left out (as ingest stores them).
 fn sparse_of(x: &Mat<f64>) -> FeatureRows {
-    let mut rows = FeatureRows::new();
-    for i in 0..x.nrows() {
-        let ids: Vec<u32> = (0..x.ncols() as u32)
-            .filter(|&j| x[(i, j as usize)] != 0.0)
-            .collect();
-        rows.push_row(&ids, ids.iter().map(|&j| x[(i, j as usize)]));
-    }
-    rows
+    FeatureRows::from_dense(x.as_ref())
 }
 
 /// The identity basis as training and prediction feed it: the rows sparse, K_X̃ = I_D a

@@ -238,6 +238,18 @@ impl FeatureRows {
         }
     }
 
+    /// The non-zeros of dense rows `x` [B×D] (the inverse of [`Rows::to_dense`]).
+    pub fn from_dense(x: MatRef<'_, f64>) -> Self {
+        let mut rows = FeatureRows::new();
+        for i in 0..x.nrows() {
+            let ids: Vec<u32> = (0..x.ncols() as u32)
+                .filter(|&j| x[(i, j as usize)] != 0.0)
+                .collect();
+            rows.push_row(&ids, ids.iter().map(|&j| x[(i, j as usize)]));
+        }
+        rows
+    }
+
     /// Appends a row given by its feature ids and values.
     pub fn push_row(&mut self, indices: &[u32], values: impl IntoIterator<Item = f64>) {
         if self.offsets.is_empty() {
@@ -346,6 +358,33 @@ mod tests {
             rows.push_row(&ids, vals);
         }
         rows
+    }
+
+    #[test]
+    fn dense_rows_round_trip_through_their_non_zeros() {
+        let x = Mat::from_fn(4, 6, |i, j| {
+            if (i + j) % 3 == 0 {
+                0.0
+            } else {
+                (i * 6 + j) as f64 - 7.5
+            }
+        });
+        let rows = FeatureRows::from_dense(x.as_ref());
+        assert_eq!(rows.len(), 4);
+        let stored: usize = (0..4).map(|i| rows.row(i).count()).sum();
+        assert_eq!(
+            stored,
+            (0..4)
+                .flat_map(|i| (0..6).map(move |j| (i, j)))
+                .filter(|&(i, j)| x[(i, j)] != 0.0)
+                .count()
+        );
+        let back = Rows::Sparse {
+            rows: &rows,
+            width: 6,
+        }
+        .to_dense();
+        assert_eq!(back, x);
     }
 
     /// The parallel products give the bits of serial loops that sum every element over the

@@ -25,7 +25,8 @@ use crate::linalg::{clear_upper_simd_state, column_slice, with_column_major};
 use crate::model::kernel::input_space::FeatureRows;
 use crate::model::kernel::Rows;
 use crate::model::params::Params;
-use crate::model::qu::gp_factor::MIN_SIGMA;
+use crate::model::qu::gp_factor::sigma_and_slope;
+use crate::model::qu::sites::{chunk_count, chunk_range};
 
 /// Whether these parameters put the inducing features at the axes: A has no rows (no
 /// inducing inputs; every other form has M ≥ 1) while q(u) has one row per feature.
@@ -45,17 +46,7 @@ impl AxesRows {
     pub fn new(x: &Rows<'_>) -> Self {
         let rows = match x {
             Rows::Sparse { rows, .. } => (*rows).clone(),
-            Rows::Dense(m) => {
-                let mut out = FeatureRows::new();
-                for i in 0..m.nrows() {
-                    let (ids, vals): (Vec<u32>, Vec<f64>) = (0..m.ncols())
-                        .filter(|&j| m[(i, j)] != 0.0)
-                        .map(|j| (j as u32, m[(i, j)]))
-                        .unzip();
-                    out.push_row(&ids, vals);
-                }
-                out
-            }
+            Rows::Dense(m) => FeatureRows::from_dense(*m),
         };
         AxesRows { rows }
     }
@@ -69,28 +60,14 @@ impl AxesRows {
     }
 }
 
-/// GPs per parallel task (fixed, so that the bits do not depend on the thread count).
-const GP_CHUNK: usize = 2;
-
 /// σ² of the linear kernel.
 fn sf2(params: &Params) -> f64 {
     params.kernel.log_sf2.exp()
 }
 
-/// Σ_pj = softplus(ρ_pj) + 10⁻⁶ and dΣ/dρ = logistic(ρ_pj) of column p, from one exp
-/// each (the step's dearest arithmetic is these D·P transcendentals).
+/// Σ_pj and dΣ/dρ of column p (the step's dearest arithmetic: D·P transcendentals).
 fn sites_and_slopes(rho: &[f64]) -> (Vec<f64>, Vec<f64>) {
-    rho.iter()
-        .map(|&r| {
-            if r > 30.0 {
-                // softplus(ρ) = ρ and logistic(ρ) = 1 to double precision.
-                (r + MIN_SIGMA, 1.0)
-            } else {
-                let e = r.exp();
-                (e.ln_1p() + MIN_SIGMA, e / (1.0 + e))
-            }
-        })
-        .unzip()
+    rho.iter().map(|&r| sigma_and_slope(r)).unzip()
 }
 
 /// S_pj = σ² Σ_pj / (σ² + Σ_pj).
@@ -111,17 +88,16 @@ fn kl_column(mu: &[f64], sigma: &[f64], sf2: f64) -> f64 {
     0.5 * sum
 }
 
-/// Runs `f` over the columns of P GPs in fixed chunks; results in GP order. Each task first
-/// clears the AVX upper state a faer GEMM on its thread may have left (`linalg`): the
-/// columns' exp and log calls would otherwise run many times slower.
+/// Runs `f` over the columns of P GPs in the sites form's fixed chunks (`qu/sites`, so the
+/// bits do not depend on the thread count); results in GP order. Each task first clears
+/// the AVX upper state a faer GEMM on its thread may have left (`linalg`): the columns'
+/// exp and log calls would otherwise run many times slower.
 fn per_gp<T: Send>(p_count: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let chunks: Vec<Vec<T>> = (0..p_count.div_ceil(GP_CHUNK))
+    let chunks: Vec<Vec<T>> = (0..chunk_count(p_count))
         .into_par_iter()
         .map(|c| {
             clear_upper_simd_state();
-            (c * GP_CHUNK..((c + 1) * GP_CHUNK).min(p_count))
-                .map(&f)
-                .collect()
+            chunk_range(c, p_count).map(&f).collect()
         })
         .collect();
     chunks.into_iter().flatten().collect()
@@ -151,7 +127,8 @@ fn rows_dot(rows: &FeatureRows, w: &[f64], square: bool) -> Vec<f64> {
         .collect()
 }
 
-fn check(params: &Params, d: usize) -> Result<()> {
+/// An error unless μ and ρ are the sites form's, with `d` rows.
+pub(crate) fn check(params: &Params, d: usize) -> Result<()> {
     let (mu, rho) = (params.q.mu(), params.q.rho());
     ensure!(
         rho.is_some_and(|r| r.nrows() == d && r.ncols() == mu.ncols()) && mu.nrows() == d,
@@ -251,20 +228,19 @@ pub fn backward(
         // Xᵀ g_m and (X∘X)ᵀ g_s over the batch's features, in row order.
         let mut xt_gm = vec![0.0; d];
         let mut xt_gs = vec![0.0; d];
+        // ∂m/∂log σ² = m (the forward pass's means); ∂s/∂log σ² from the sites.
         let mut data_sf2 = 0.0;
         for i in 0..x.rows.len() {
             let (gm, gs) = (g_mean[(i, p)], g_var[(i, p)]);
-            let mut m_i = 0.0;
             let mut ds_i = 0.0;
             for (j, v) in x.rows.row(i) {
                 xt_gm[j] += v * gm;
                 xt_gs[j] += v * v * gs;
-                m_i += v * mu_p[j];
                 // ∂S/∂log σ² = S Σ / (σ² + Σ) = σ² Σ² / (σ² + Σ)².
                 let t = sigma[j] / (sf2 + sigma[j]);
                 ds_i += v * v * sf2 * t * t;
             }
-            data_sf2 += gm * sf2 * m_i + gs * ds_i;
+            data_sf2 += gm * fwd.mean[(i, p)] + gs * ds_i;
         }
         let mut kl_sf2 = 0.0;
         let mut g_rho = xt_gs;

@@ -455,7 +455,7 @@ impl FactorisedQ {
         let k_tilde = k_tilde.into();
         check_kernel_params(kind, params, k_tilde.dim())?;
         if on_axes(params) {
-            axes::kl_total(params)?;
+            axes::check(params, k_tilde.dim())?;
             return Ok(FactorisedQ {
                 factors: QFactors::Axes,
             });

@@ -14,10 +14,29 @@ use crate::model::scratch::Scratch;
 /// Smallest variance parameter σ_pm.
 pub const MIN_SIGMA: f64 = 1e-6;
 
+/// Above this ρ, softplus(ρ) = ρ and logistic(ρ) = 1 to double precision.
+const SOFTPLUS_IS_LINEAR: f64 = 30.0;
+
 /// σ = softplus(ρ) + 10⁻⁶ (stable for large |ρ|).
 pub fn sigma_of(rho: f64) -> f64 {
-    let softplus = if rho > 30.0 { rho } else { rho.exp().ln_1p() };
+    let softplus = if rho > SOFTPLUS_IS_LINEAR {
+        rho
+    } else {
+        rho.exp().ln_1p()
+    };
     softplus + MIN_SIGMA
+}
+
+/// (σ, dσ/dρ) from one exp: [`sigma_of`]'s σ bit for bit, and logistic(ρ) = e^ρ/(1 + e^ρ)
+/// ([`dsigma_drho`]'s value to rounding). For loops over many sites, where the
+/// transcendentals are the cost (`qu/axes.rs`).
+pub(crate) fn sigma_and_slope(rho: f64) -> (f64, f64) {
+    if rho > SOFTPLUS_IS_LINEAR {
+        (rho + MIN_SIGMA, 1.0)
+    } else {
+        let e = rho.exp();
+        (e.ln_1p() + MIN_SIGMA, e / (1.0 + e))
+    }
 }
 
 /// dσ/dρ = logistic(ρ).
