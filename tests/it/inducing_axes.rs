@@ -8,7 +8,7 @@
 //! - Prediction (means and variances, and the means alone) equals the dense Z = I_D model's.
 
 use crate::common;
-use common::model::{central_differences, flat_entries, rel_error};
+use common::model::{central_differences, flat_entries, mat_rel, rel_error};
 use faer::Mat;
 use fsgp::model::bound::objective::{bound_and_grads, kl_total, BoundAndGrads, BoundOptions};
 use fsgp::model::bound::terms::{terms_all, terms_sampled, TermSet};
@@ -112,11 +112,6 @@ fn evaluate(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> BoundA
         &Scratch::new(),
     )
     .unwrap()
-}
-
-fn mat_rel(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
-    let scale = a.norm_max().max(b.norm_max()).max(1e-12);
-    (a - b).norm_max() / scale
 }
 
 #[test]

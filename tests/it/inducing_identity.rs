@@ -10,7 +10,7 @@
 //!   bound and gradients to 1e-10 relative, and its gradient matches finite differences.
 
 use crate::common;
-use common::model::{central_differences, flat_entries, random_site_params, rel_error};
+use common::model::{central_differences, flat_entries, mat_rel, random_site_params, rel_error};
 use faer::Mat;
 use fsgp::model::bound::objective::{bound_and_grads, BoundAndGrads, BoundOptions};
 use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
@@ -98,12 +98,6 @@ fn evaluate(
 
 fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / a.abs().max(b.abs()).max(1e-12)
-}
-
-/// The largest relative difference between two matrices, relative to the larger's norm.
-fn mat_rel(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
-    let scale = a.norm_max().max(b.norm_max()).max(1e-12);
-    (a - b).norm_max() / scale
 }
 
 #[test]

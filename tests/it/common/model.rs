@@ -272,6 +272,12 @@ pub fn rel_error(a: f64, b: f64, floor: f64) -> f64 {
     (a - b).abs() / a.abs().max(b.abs()).max(floor)
 }
 
+/// The largest difference between two matrices, relative to the larger's largest entry.
+pub fn mat_rel(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
+    let scale = a.norm_max().max(b.norm_max()).max(1e-12);
+    (a - b).norm_max() / scale
+}
+
 /// Asserts that every entry of the analytic gradient `grads` is within relative `tol`
 /// ([`rel_error`] with `floor`) of its finite difference in `fds`; log ℓ of the linear
 /// kernel (`linear`), which the bound does not depend on, must be exactly 0 instead.
