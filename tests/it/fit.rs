@@ -614,7 +614,18 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
             .all(|r| r.starts_with("--inducing-inputs free needs about")),
         "{reasons:?}"
     );
-    assert!(err.contains("== fit: chosen linear, subspace Z"), "{err}");
+    // Which of the two wins is the validation's noise on these rows (both score below the
+    // label frequencies, and their step plans follow the machine's load): the choice is one
+    // of the candidates that ran, never a failed one.
+    let chosen = err
+        .lines()
+        .find_map(|l| l.strip_prefix("== fit: chosen "))
+        .unwrap_or_else(|| panic!("no choice in {err}"));
+    assert!(
+        rows.iter()
+            .any(|(name, ..)| chosen.starts_with(name.as_str())),
+        "{chosen} is not one of {rows:?}"
+    );
     // Every candidate refused: the fit fails, saying so after its table.
     let dir = tempfile::tempdir().unwrap();
     let out = fit_words(
