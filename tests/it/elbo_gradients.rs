@@ -391,6 +391,53 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     }
 }
 
+/// Every term of [`larger_problem`] listed four times at a quarter of the weight: 96 000
+/// terms, so the list path accumulates its gradients in several segments of whole labels
+/// (each label's four copies fall in one). The sum is the dense path's to rounding, and the
+/// same bits on one thread and two. (The dense path sums each term once, the list four
+/// quarters: 1e-10 relative allows their rounding.)
+#[test]
+fn list_path_segments_sum_to_the_dense_path_on_any_thread_count() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let pr = larger_problem();
+    let x = pr.x();
+    let k = pr.params.phi.nrows();
+    let once = terms_all(&pr.positives, k, 3.0 / 4.0);
+    let terms: Vec<Term> = (0..4).flat_map(|_| once.iter().copied()).collect();
+    assert!(terms.len() > 2 * 32_768, "{} terms", terms.len());
+    for (kind, fact) in SETUPS {
+        let run = |threads: usize, set: &TermSet<'_>| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                bound_and_grads(
+                    kind,
+                    &pr.params,
+                    &x,
+                    set,
+                    &lik,
+                    &opts_for(fact),
+                    &Scratch::new(),
+                )
+                .unwrap()
+            })
+        };
+        let list = TermSet::List(&terms);
+        let (one, two) = (run(1, &list), run(2, &list));
+        assert_eq!(
+            one.value.to_bits(),
+            two.value.to_bits(),
+            "{kind:?} {fact:?}"
+        );
+        assert_eq!(one.grads, two.grads, "{kind:?} {fact:?}");
+        let dense_bound = run(2, &dense(&pr, 3.0));
+        let d = max_rel_diff(&two, &dense_bound, 1e-300);
+        assert!(d <= 1e-10, "{kind:?} {fact:?}: relative difference {d:e}");
+    }
+}
+
 #[test]
 fn subspace_and_inducing_paths_give_the_same_bound_and_gradients() {
     let lik = BernoulliLogistic::new(20).unwrap();

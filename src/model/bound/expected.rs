@@ -45,7 +45,7 @@ pub(crate) fn likelihood_part(
     scratch: &Scratch,
 ) -> LikelihoodGrads {
     match terms {
-        TermSet::List(list) => likelihood_list(params, mean, var, list, lik),
+        TermSet::List(list) => likelihood_list(params, mean, var, list, lik, scratch),
         TermSet::AllLabels { positives, scale } => {
             likelihood_dense(params, mean, var, positives, *scale, lik, scratch)
         }
@@ -64,30 +64,38 @@ pub(crate) fn likelihood_part(
     }
 }
 
-/// Terms per parallel task of the list path.
+/// Terms per parallel task of the list path's quadrature.
 const TERM_BLOCK: usize = 4096;
 
+/// Terms per segment of the list path's gradient accumulation, at least: a segment ends at
+/// the first label boundary after this many terms.
+const SEGMENT_TERMS: usize = 32_768;
+
 /// The list path: per term, f̄ = Φ_k·m_i + b_k and v = (Φ_k∘Φ_k)·s_i, the quadrature in
-/// parallel blocks of terms, then the gradients accumulated sequentially in term order (so
-/// the result is independent of the thread count).
+/// parallel blocks of terms, then the gradients accumulated in parallel segments of whole
+/// labels (terms sorted by label): a segment owns its labels' rows of ∂Φ and ∂b and sums its
+/// own ∂m, ∂s [B×P], which are added up in segment order. Segments are cut by term counts
+/// alone, so the result is independent of the thread count; up to [`SEGMENT_TERMS`] terms
+/// there is one segment, the plain sum in term order.
 fn likelihood_list(
     params: &Params,
     m: MatRef<'_, f64>,
     s: MatRef<'_, f64>,
     terms: &[Term],
     lik: &dyn Likelihood,
+    scratch: &Scratch,
 ) -> LikelihoodGrads {
     let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
     let by_label = sorted_by_label(terms, k_count);
     let terms = by_label.as_slice();
-    // Row-major copies so each term reads contiguous P-vectors.
-    let phi_rows = row_major(params.phi.as_ref());
-    let m_rows: Vec<f64> = (0..b)
-        .flat_map(|i| (0..p_count).map(move |p| m[(i, p)]))
-        .collect();
-    let s_rows: Vec<f64> = (0..b)
-        .flat_map(|i| (0..p_count).map(move |p| s[(i, p)]))
-        .collect();
+    // Row-major copies so each term reads contiguous P-vectors; Φ's copy and ∂Φ's rows live
+    // in the scratch's buffers from step to step (K×P each: fresh ones cost a page fault per
+    // 4 KiB, a tenth of a step at K = 50 000).
+    let (mut phi_rows, mut g_phi_rows) = scratch.take_dense(k_count * p_count);
+    row_major_into(params.phi.as_ref(), &mut phi_rows);
+    g_phi_rows.fill(0.0);
+    let m_rows = row_major(m);
+    let s_rows = row_major(s);
     // (value, ∂E/∂f̄, ∂E/∂v) per term.
     let per_term: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = terms
         .par_chunks(TERM_BLOCK)
@@ -114,43 +122,116 @@ fn likelihood_list(
             (val, fm, fv)
         })
         .collect();
-    let mut g_mean_rows = vec![0.0; b * p_count];
-    let mut g_var_rows = vec![0.0; b * p_count];
-    let mut g_phi_rows = vec![0.0; k_count * p_count];
+    let at = |t: usize| {
+        let (val, dm, dv) = &per_term[t / TERM_BLOCK];
+        let j = t % TERM_BLOCK;
+        (val[j], dm[j], dv[j])
+    };
+    let segments = label_segments(terms, k_count);
     let mut g_bias = vec![0.0; k_count];
-    let mut expected = 0.0;
-    for (block, (val, dm, dv)) in terms.chunks(TERM_BLOCK).zip(&per_term) {
-        for (j, t) in block.iter().enumerate() {
-            let (i, k) = (t.row as usize, t.label as usize);
-            expected += t.weight * val[j];
-            let (alpha, beta) = (t.weight * dm[j], t.weight * dv[j]);
-            g_bias[k] += alpha;
-            let f = &phi_rows[k * p_count..(k + 1) * p_count];
-            let mi = &m_rows[i * p_count..(i + 1) * p_count];
-            let si = &s_rows[i * p_count..(i + 1) * p_count];
-            let gm = &mut g_mean_rows[i * p_count..(i + 1) * p_count];
-            for p in 0..p_count {
-                gm[p] += alpha * f[p];
+    // Each segment's labels' rows of ∂Φ and entries of ∂b, as disjoint slices.
+    let mut owned = Vec::with_capacity(segments.len());
+    let (mut phi_rest, mut bias_rest) = (g_phi_rows.as_mut_slice(), g_bias.as_mut_slice());
+    for seg in &segments {
+        let labels = seg.labels.end - seg.labels.start;
+        let (phi_here, phi_after) = std::mem::take(&mut phi_rest).split_at_mut(labels * p_count);
+        let (bias_here, bias_after) = std::mem::take(&mut bias_rest).split_at_mut(labels);
+        (phi_rest, bias_rest) = (phi_after, bias_after);
+        owned.push((seg, phi_here, bias_here));
+    }
+    let partials: Vec<(f64, Vec<f64>, Vec<f64>)> = owned
+        .into_par_iter()
+        .map(|(seg, g_phi, g_b)| {
+            let mut g_mean = vec![0.0; b * p_count];
+            let mut g_var = vec![0.0; b * p_count];
+            let mut expected = 0.0;
+            let first_label = seg.labels.start;
+            for (n, t) in terms[seg.terms.clone()].iter().enumerate() {
+                let (val, dm, dv) = at(seg.terms.start + n);
+                let (i, k) = (t.row as usize, t.label as usize);
+                expected += t.weight * val;
+                let (alpha, beta) = (t.weight * dm, t.weight * dv);
+                let local = k - first_label;
+                g_b[local] += alpha;
+                let f = &phi_rows[k * p_count..(k + 1) * p_count];
+                let mi = &m_rows[i * p_count..(i + 1) * p_count];
+                let si = &s_rows[i * p_count..(i + 1) * p_count];
+                let gm = &mut g_mean[i * p_count..(i + 1) * p_count];
+                for p in 0..p_count {
+                    gm[p] += alpha * f[p];
+                }
+                let gv = &mut g_var[i * p_count..(i + 1) * p_count];
+                for p in 0..p_count {
+                    gv[p] += beta * f[p] * f[p];
+                }
+                let gf = &mut g_phi[local * p_count..(local + 1) * p_count];
+                for p in 0..p_count {
+                    gf[p] += alpha * mi[p] + 2.0 * beta * f[p] * si[p];
+                }
             }
-            let gv = &mut g_var_rows[i * p_count..(i + 1) * p_count];
-            for p in 0..p_count {
-                gv[p] += beta * f[p] * f[p];
-            }
-            let gf = &mut g_phi_rows[k * p_count..(k + 1) * p_count];
-            for p in 0..p_count {
-                gf[p] += alpha * mi[p] + 2.0 * beta * f[p] * si[p];
-            }
+            (expected, g_mean, g_var)
+        })
+        .collect();
+    let mut parts = partials.into_iter();
+    let (mut expected, mut g_mean_rows, mut g_var_rows) = parts
+        .next()
+        .unwrap_or_else(|| (0.0, vec![0.0; b * p_count], vec![0.0; b * p_count]));
+    for (e, gm, gv) in parts {
+        expected += e;
+        for (a, x) in g_mean_rows.iter_mut().zip(&gm) {
+            *a += x;
+        }
+        for (a, x) in g_var_rows.iter_mut().zip(&gv) {
+            *a += x;
         }
     }
+    let phi = from_row_major(&g_phi_rows, k_count, p_count);
+    scratch.give_dense(phi_rows, g_phi_rows);
     LikelihoodGrads {
         expected,
         mean: Mat::from_fn(b, p_count, |i, p| g_mean_rows[i * p_count + p]),
         var: Mat::from_fn(b, p_count, |i, p| g_var_rows[i * p_count + p]),
-        phi: from_row_major(&g_phi_rows, k_count, p_count),
+        phi,
         bias: g_bias,
         amortiser: None,
         lik_param: None,
     }
+}
+
+/// A run of whole labels' terms: `terms` indexes the label-sorted terms, `labels` the labels
+/// they cover (labels without terms included).
+struct Segment {
+    terms: std::ops::Range<usize>,
+    labels: std::ops::Range<usize>,
+}
+
+/// The label-sorted `terms` cut into segments of at least [`SEGMENT_TERMS`] terms, each ending
+/// at a label boundary; together their label ranges cover 0..`labels` in order.
+fn label_segments(terms: &[Term], labels: usize) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let (mut start, mut first_label) = (0usize, 0usize);
+    while start < terms.len() {
+        let mut end = (start + SEGMENT_TERMS).min(terms.len());
+        while end < terms.len() && terms[end].label == terms[end - 1].label {
+            end += 1;
+        }
+        let last_label = match end < terms.len() {
+            true => terms[end].label as usize,
+            false => labels,
+        };
+        out.push(Segment {
+            terms: start..end,
+            labels: first_label..last_label,
+        });
+        (start, first_label) = (end, last_label);
+    }
+    if out.is_empty() {
+        out.push(Segment {
+            terms: 0..0,
+            labels: 0..labels,
+        });
+    }
+    out
 }
 
 /// `terms` stably sorted by label (a counting sort, O(terms + K)). The list path runs its
@@ -185,8 +266,14 @@ const TRANSPOSE_ROWS: usize = 64;
 /// misses the cache (and the TLB) on every entry once K·8 bytes exceed a page, which made
 /// this copy and its inverse cost more than a step's sampled terms at K = 50 000.
 fn row_major(mat: MatRef<'_, f64>) -> Vec<f64> {
+    let mut out = vec![0.0; mat.nrows() * mat.ncols()];
+    row_major_into(mat, &mut out);
+    out
+}
+
+/// [`row_major`] into `out` (of length K·P).
+fn row_major_into(mat: MatRef<'_, f64>, out: &mut [f64]) {
     let (rows, cols) = (mat.nrows(), mat.ncols());
-    let mut out = vec![0.0; rows * cols];
     for start in (0..rows).step_by(TRANSPOSE_ROWS) {
         let end = (start + TRANSPOSE_ROWS).min(rows);
         for p in 0..cols {
@@ -196,7 +283,6 @@ fn row_major(mat: MatRef<'_, f64>) -> Vec<f64> {
             }
         }
     }
-    out
 }
 
 /// The [K×P] matrix whose row k is `data[k·P .. (k + 1)·P]`, the inverse of [`row_major`]

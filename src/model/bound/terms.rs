@@ -115,7 +115,7 @@ impl RankDraw {
         self.swaps.clear();
         out.clear();
         for i in 0..take {
-            let j = rng.gen_range(i..n);
+            let j = rng.random_range(i..n);
             perm.swap(i, j);
             self.swaps.push(j as u32);
             out.push(perm[i]);
