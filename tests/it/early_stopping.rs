@@ -22,6 +22,11 @@ const EARLY: &[&str] = &[
     "5",
     "--patience",
     "3",
+    // A seed whose validation P@1 peaks after its first score (the tests below need a later
+    // best to see it kept), whose run stops before its budget: the toy's trajectory
+    // follows the sampled negatives, so the seed is chosen for that, not for a figure.
+    "--seed",
+    "14",
 ];
 const BUDGET: u64 = 400;
 const EVERY: u64 = 5;

@@ -209,7 +209,8 @@ pub fn crash_with(ws: &Path, args: &[&str], point: &str) -> i64 {
         .unwrap();
     assert!(!out.status.success(), "{point}: the failpoint did not fire");
     let id = train_run_id(ws);
-    assert_eq!(run_status(ws, id), "interrupted", "{point}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(run_status(ws, id), "interrupted", "{point}: {err}");
     id
 }
 
