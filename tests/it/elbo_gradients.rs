@@ -6,9 +6,11 @@
 use crate::common;
 use common::model::*;
 use faer::Mat;
-use fsgp::model::bound::objective::{bound_and_grads, expected_loglik, kl_total, BoundOptions};
+use fsgp::model::bound::objective::{
+    bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
+};
 use fsgp::model::bound::terms::{terms_all, terms_sampled, Term, TermSet};
-use fsgp::model::kernel::{KernelKind, KernelParams};
+use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{Params, QParams};
 use fsgp::model::qu::conditional::Factorisation;
@@ -353,6 +355,33 @@ fn larger_problem() -> Problem {
     }
 }
 
+/// The bound and its gradients of `pr` at its parameters on a pool of `threads` threads.
+fn on_threads(
+    threads: usize,
+    (kind, fact): (KernelKind, Factorisation),
+    pr: &Problem,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    lik: &BernoulliLogistic,
+) -> BoundAndGrads {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        bound_and_grads(
+            kind,
+            &pr.params,
+            x,
+            terms,
+            lik,
+            &opts_for(fact),
+            &Scratch::new(),
+        )
+        .unwrap()
+    })
+}
+
 #[test]
 fn results_are_bitwise_identical_for_one_and_two_threads() {
     let lik = BernoulliLogistic::new(20).unwrap();
@@ -362,24 +391,7 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     let sampled = terms_sampled(&pr.positives, pr.params.phi.nrows(), 20, 2.0, &mut rng);
     for (kind, fact) in SETUPS {
         for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
-            let run = |threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                pool.install(|| {
-                    bound_and_grads(
-                        kind,
-                        &pr.params,
-                        &x,
-                        &terms,
-                        &lik,
-                        &opts_for(fact),
-                        &Scratch::new(),
-                    )
-                    .unwrap()
-                })
-            };
+            let run = |threads| on_threads(threads, (kind, fact), &pr, &x, &terms, &lik);
             let (one, two) = (run(1), run(2));
             assert_eq!(
                 one.value.to_bits(),
@@ -406,24 +418,8 @@ fn list_path_segments_sum_to_the_dense_path_on_any_thread_count() {
     let terms: Vec<Term> = (0..4).flat_map(|_| once.iter().copied()).collect();
     assert!(terms.len() > 2 * 32_768, "{} terms", terms.len());
     for (kind, fact) in SETUPS {
-        let run = |threads: usize, set: &TermSet<'_>| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
-                bound_and_grads(
-                    kind,
-                    &pr.params,
-                    &x,
-                    set,
-                    &lik,
-                    &opts_for(fact),
-                    &Scratch::new(),
-                )
-                .unwrap()
-            })
-        };
+        let run =
+            |threads, set: &TermSet<'_>| on_threads(threads, (kind, fact), &pr, &x, set, &lik);
         let list = TermSet::List(&terms);
         let (one, two) = (run(1, &list), run(2, &list));
         assert_eq!(
