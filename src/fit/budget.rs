@@ -139,7 +139,9 @@ pub fn select(
             let p = probe_in(ws, plan, &c, observer)?;
             if selection.first_probe.is_none() {
                 selection.first_probe = Some((p.seconds(), p.step_seconds));
-                selection.dropped = cut_list(&mut list, i, &p, plan, observer);
+                let step_seconds = cut_step_seconds(p.step_seconds);
+                selection.dropped =
+                    cut_list(&mut list, i, (p.seconds(), step_seconds), plan, observer);
             }
             // An equal share of the selection time left when this candidate started.
             let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
@@ -151,6 +153,17 @@ pub fn select(
         i += 1;
     }
     Ok(selection)
+}
+
+/// The step time the cut is made by: the first probe's `step_seconds`, or with the
+/// failpoint `fit-cut-slower:1000` armed, 1 000 times that, so that the tests of
+/// readmission see the cut drop candidates whose time then comes back (the readmission
+/// itself is priced by the true probe).
+fn cut_step_seconds(step_seconds: f64) -> f64 {
+    match crate::failpoint::fires("fit-cut-slower", 1000) {
+        true => 1000.0 * step_seconds,
+        false => step_seconds,
+    }
 }
 
 /// Candidate `c`'s svd and probe on the plan's selection data.
@@ -195,12 +208,13 @@ fn row_of(
     Ok(row)
 }
 
-/// Cuts `list` to the candidates the budget affords at the step time of candidate `at`'s
-/// probe `p` (the first that ran), saying which were dropped; returns them.
+/// Cuts `list` to the candidates the budget affords after candidate `at`'s probe (the first
+/// that ran), which took `probe_seconds` (its svd and probe) and measured `step_seconds`;
+/// says which were dropped and returns them.
 fn cut_list(
     list: &mut Vec<Candidate>,
     at: usize,
-    p: &Probed,
+    (probe_seconds, step_seconds): (f64, f64),
     plan: &Plan,
     observer: &mut dyn FitObserver,
 ) -> Vec<Candidate> {
@@ -208,13 +222,13 @@ fn cut_list(
         + affordable(
             plan.left,
             list.len() - at,
-            p.seconds(),
-            p.step_seconds,
+            probe_seconds,
+            step_seconds,
             plan.needed,
         );
     if k < list.len() {
         observer.event(FitEvent::Dropped {
-            step_ms: 1e3 * p.step_seconds,
+            step_ms: 1e3 * step_seconds,
             needed_steps: plan.needed,
             min_epochs: super::rule::MIN_EPOCHS,
             kept: k - at,

@@ -643,6 +643,40 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
 }
 
 #[test]
+fn candidates_the_cut_dropped_run_in_the_time_the_others_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    // The cut is made as if the first probe's steps took 1 000 times as long: it keeps the
+    // first candidate alone. That one's run converges in a second or two of the 20 s, and
+    // the readmission, priced by the true step time, runs the dropped ones.
+    let out = fit_words(
+        dir.path(),
+        &[("FSGP_FAILPOINT", "fit-cut-slower:1000")],
+        &["--json"],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("to 1 candidate(s); dropped: "), "{err}");
+    let readmitted: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("which the budget's cut dropped, runs in"))
+        .collect();
+    assert!(!readmitted.is_empty(), "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = scored_rows(&outcome);
+    // The first and every readmitted one are rows of the table, in list order.
+    assert_eq!(rows.len(), 1 + readmitted.len(), "{err}");
+    for (line, (name, ..)) in readmitted.iter().zip(&rows[1..]) {
+        assert!(line.contains(name.as_str()), "{line} / {name}");
+    }
+    // The fit still ends within its budget.
+    let seconds = outcome["seconds"].as_f64().unwrap();
+    assert!(
+        seconds <= outcome["budget_seconds"].as_f64().unwrap(),
+        "{seconds}"
+    );
+}
+
+#[test]
 fn larger_data_is_chosen_on_the_one_carve() {
     let dir = tempfile::tempdir().unwrap();
     // 2 800 rows: about 560 in a 0.2 carve (sd 21), 500 or more: no folds.
