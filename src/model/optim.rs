@@ -8,7 +8,6 @@
 #[cfg(doc)]
 use crate::model::params::flat_entry;
 use crate::model::params::{flat_len, Block, Params, QParams};
-use rayon::prelude::*;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
@@ -107,19 +106,10 @@ impl AdamState {
             let (rows, cols) = (p.nrows(), p.ncols());
             if let Some(coef) = coef_of(block) {
                 for j in 0..cols {
-                    let at = idx + j * rows;
-                    let theta = p
-                        .col_mut(j)
-                        .try_as_col_major_mut()
-                        .expect("internal: a parameter matrix's columns are contiguous")
-                        .as_slice_mut();
-                    let g = g
-                        .col(j)
-                        .try_as_col_major()
-                        .expect("internal: a gradient matrix's columns are contiguous")
-                        .as_slice();
-                    let (m, v) = (&mut self.m[at..at + rows], &mut self.v[at..at + rows]);
-                    update_slices(theta, g, (m, v), &coef);
+                    let (pc, gc) = (p.col_mut(j), g.col(j));
+                    for (i, theta) in pc.iter_mut().enumerate() {
+                        self.update(idx + j * rows + i, gc[i], theta, &coef);
+                    }
                 }
             }
             idx += rows * cols;
@@ -169,38 +159,11 @@ impl AdamState {
     /// Adam's update of the entry at flat index `idx`.
     #[inline(always)]
     fn update(&mut self, idx: usize, g: f64, theta: &mut f64, k: &Coefficients) {
-        adam_entry(g, theta, (&mut self.m[idx], &mut self.v[idx]), k);
+        let cfg = &k.cfg;
+        self.m[idx] = cfg.beta1 * self.m[idx] + (1.0 - cfg.beta1) * g;
+        self.v[idx] = cfg.beta2 * self.v[idx] + (1.0 - cfg.beta2) * g * g;
+        *theta += cfg.lr * (self.m[idx] / k.c1) / ((self.v[idx] / k.c2).sqrt() + cfg.eps);
     }
-}
-
-/// Entries per parallel task of [`update_slices`]: a column of Φ or μ at 50 000 labels or
-/// features is 12 tasks.
-const UPDATE_CHUNK: usize = 4096;
-
-/// Adam's update of every entry of `theta` with gradients `g` and moments `m`, `v`, in
-/// parallel chunks: each entry's arithmetic is [`AdamState::update`]'s, so the bits do not
-/// depend on the thread count. (The matrix blocks are most of a step's Adam work: at 50 000
-/// labels and P = 106, Φ alone is 5.3 M entries.)
-fn update_slices(theta: &mut [f64], g: &[f64], (m, v): (&mut [f64], &mut [f64]), k: &Coefficients) {
-    theta
-        .par_chunks_mut(UPDATE_CHUNK)
-        .zip(g.par_chunks(UPDATE_CHUNK))
-        .zip(m.par_chunks_mut(UPDATE_CHUNK))
-        .zip(v.par_chunks_mut(UPDATE_CHUNK))
-        .for_each(|(((theta, g), m), v)| {
-            for i in 0..theta.len() {
-                adam_entry(g[i], &mut theta[i], (&mut m[i], &mut v[i]), k);
-            }
-        });
-}
-
-/// Adam's update of one entry: its moments `m`, `v` and the parameter `theta`.
-#[inline(always)]
-fn adam_entry(g: f64, theta: &mut f64, (m, v): (&mut f64, &mut f64), k: &Coefficients) {
-    let cfg = &k.cfg;
-    *m = cfg.beta1 * *m + (1.0 - cfg.beta1) * g;
-    *v = cfg.beta2 * *v + (1.0 - cfg.beta2) * g * g;
-    *theta += cfg.lr * (*m / k.c1) / ((*v / k.c2).sqrt() + cfg.eps);
 }
 
 /// The configuration and this step's bias corrections c1 = 1 − β1ᵗ, c2 = 1 − β2ᵗ.
@@ -315,10 +278,10 @@ mod tests {
         assert_eq!(st, st_ref);
     }
 
-    /// Columns longer than a parallel chunk (Φ's 9 000 rows are three), updated by two
-    /// threads: the bits of the per-index update.
+    /// Long columns (Φ of 9 000 labels) on a pool of two threads: the bits of the per-index
+    /// update.
     #[test]
-    fn columns_updated_in_parallel_chunks_are_bitwise_the_per_index_update() {
+    fn long_columns_on_two_threads_are_bitwise_the_per_index_update() {
         let wave = |rows: usize, cols: usize, phase: f64| {
             Mat::from_fn(rows, cols, |i, j| {
                 ((i * 7 + j * 13) as f64 * 0.37 + phase).sin()
