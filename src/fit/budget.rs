@@ -282,7 +282,7 @@ pub fn run_dropped(
             ),
             None => (ingest_seconds, 0.0),
         };
-        let spare = plan.budget - spent() - fixed - leader_steps;
+        let spare = plan.plannable() - spent() - fixed - leader_steps;
         let share = dropped_share(spare, leader_steps);
         if !affords_dropped(share, overhead, step_seconds, plan.needed) {
             selection.dropped.push(c);
@@ -334,8 +334,10 @@ pub fn train_on(
         };
         let fixed = s.final_fixed_seconds(ingest_seconds);
         // The resumed run pays its setup and last checkpoint again.
-        let spare =
-            plan.budget - spent() - s.run_seconds - final_seconds(fixed, s.steps, s.step_seconds);
+        let spare = plan.plannable()
+            - spent()
+            - s.run_seconds
+            - final_seconds(fixed, s.steps, s.step_seconds);
         let room = plan.cap.saturating_sub(s.steps);
         // Its run goes on scoring validation every `every` steps: each step carries its
         // share of a score now (the final model trains without them).
