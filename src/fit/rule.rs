@@ -1177,7 +1177,7 @@ mod tests {
     }
 
     #[test]
-    fn many_labels_halve_the_inducing_inputs_and_nothing_else_changes_below() {
+    fn many_labels_cap_the_inducing_inputs_and_nothing_changes_below() {
         let sizes = |l: u64| Sizes::unbounded(10_000, 20_000, l, false);
         let ms = |l: u64| -> Vec<(InducingInputs, Option<usize>)> {
             candidates(LabelKind::Multilabel, sizes(l))
