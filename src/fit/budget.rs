@@ -17,7 +17,8 @@ use super::options::given_values;
 use super::outcome::{CandidateOutcome, CandidateResult, Figures};
 use super::plan::{extension_floor, Plan};
 use super::rule::{
-    affordable, choose, finish, planned_steps, probe, selection_seconds, Candidate, Probed, Scored,
+    affordable, choose, finish, planned_steps, probe, score_probe, selection_seconds, share_steps,
+    Candidate, Probed, Scored,
 };
 use crate::store::catalog::Contended;
 use crate::store::identity::Refusal;
@@ -131,10 +132,19 @@ pub struct Selection {
 /// that succeeds decides how many the budget affords (the rest are set aside as
 /// [`Selection::dropped`]). A candidate that fails for a reason of its own becomes a
 /// [`Row::Failed`]; any other error ends the fit.
+///
+/// When the cut leaves one candidate and its share of the budget affords it fewer steps
+/// than the rule's ten epochs, it gets no selection run: there is nothing to choose
+/// between, and each step of a selection run would be paid twice (there and again by the
+/// final model). Its probe is scored on validation (the table's figures and the label
+/// frequencies' check), and its final model is given the time left
+/// ([`no_selection_steps`]). `spent` and `ingest_seconds` as for [`train_on`].
 pub fn select(
     ws: &Workspace,
     mut list: Vec<Candidate>,
     plan: &Plan,
+    spent: &dyn Fn() -> f64,
+    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<Selection> {
     let selection_started = std::time::Instant::now();
@@ -146,6 +156,7 @@ pub fn select(
     let mut i = 0;
     while i < list.len() {
         let c = list[i].clone();
+        let spent_in_fit = spent;
         let result = (|| -> Result<Scored> {
             let p = probe_in(ws, plan, &c, observer)?;
             if selection.first_probe.is_none() {
@@ -158,12 +169,68 @@ pub fn select(
             let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
             let share = (selection_seconds(plan.left, list.len()) - spent).max(0.0)
                 / (list.len() - i) as f64;
+            let afforded = share_afforded(share_steps(plan, &p, share).0);
+            if list.len() == 1 && !plan.fixed && afforded < plan.needed {
+                return no_selection_run(
+                    ws,
+                    plan,
+                    p,
+                    afforded,
+                    spent_in_fit,
+                    ingest_seconds,
+                    observer,
+                );
+            }
             finish(ws, plan, p, share)
         })();
         selection.rows.push(row_of(&c, result, plan, observer)?);
         i += 1;
     }
     Ok(selection)
+}
+
+/// The steps a final model may train in `spare` seconds (the budget's plannable seconds
+/// less what was spent and the final model's fixed costs) at `step_seconds` a step, with
+/// the final step's margin ([`FINAL_STEP_MARGIN`]); at most `cap`.
+pub fn no_selection_steps(spare: f64, step_seconds: f64, cap: u64) -> u64 {
+    let steps = (spare / (FINAL_STEP_MARGIN * step_seconds.max(1e-9))).floor();
+    (steps.max(0.0) as u64).min(cap)
+}
+
+/// Probed candidate `p` without a selection run (see [`select`]): its probe scored on
+/// validation, and the steps the time left affords its final model.
+fn no_selection_run(
+    ws: &Workspace,
+    plan: &Plan,
+    p: Probed,
+    afforded: u64,
+    spent: &dyn Fn() -> f64,
+    ingest_seconds: f64,
+    observer: &mut dyn FitObserver,
+) -> Result<Scored> {
+    let mut s = score_probe(ws, plan, p)?;
+    let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
+    let spare = spare_seconds(plan, spent(), committed);
+    let steps = no_selection_steps(spare, s.step_seconds, plan.cap).max(s.steps);
+    s.final_steps = Some(steps);
+    observer.event(FitEvent::NoSelectionRun {
+        name: &s.candidate.name,
+        afforded,
+        needed: plan.needed,
+        final_steps: steps,
+    });
+    Ok(s)
+}
+
+/// The steps a share affords, as the choice of a selection run sees them: `afforded`, or
+/// with the failpoint `fit-share-slower:1000` armed, a thousandth of it, so that a test
+/// sees a candidate whose share cannot buy the rule's ten epochs on data small enough to
+/// run in seconds (the final model's steps are priced by the true step time).
+fn share_afforded(afforded: u64) -> u64 {
+    match crate::failpoint::fires("fit-share-slower", 1000) {
+        true => afforded / 1000,
+        false => afforded,
+    }
 }
 
 /// The step time the cut is made by: the first probe's `step_seconds`, or with the
@@ -289,7 +356,7 @@ pub fn run_dropped(
         let (fixed, leader_steps) = match leader(&selection.rows) {
             Some(s) => (
                 s.final_fixed_seconds(ingest_seconds),
-                final_seconds(0.0, s.steps, s.step_seconds),
+                final_seconds(0.0, s.final_steps(), s.step_seconds),
             ),
             None => (ingest_seconds, 0.0),
         };
@@ -531,6 +598,18 @@ mod tests {
         // The dropped candidates' time reads the same reserve.
         let left = spare_seconds(&plan, 100.0, 50.0);
         assert!((left - (300.0 * (1.0 - UNPLANNED_SHARE) - 150.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_a_selection_run_the_final_model_takes_the_time_left() {
+        // The one-minute fit at 50 000 labels (docs/fit.md, "Many labels"): 40 s left to
+        // plan with after the probe and the final model's fixed costs, 138 ms a step.
+        let steps = no_selection_steps(40.0, 0.138, u64::MAX);
+        assert_eq!(steps, (40.0 / (FINAL_STEP_MARGIN * 0.138)).floor() as u64);
+        // Those steps and the fixed costs fit the spare time they were planned from.
+        assert!(steps as f64 * FINAL_STEP_MARGIN * 0.138 <= 40.0);
+        assert_eq!(no_selection_steps(40.0, 0.138, 100), 100, "the cap");
+        assert_eq!(no_selection_steps(-3.0, 0.138, 100), 0, "no time left");
     }
 
     #[test]

@@ -290,6 +290,7 @@ fn combined(folds: Vec<Scored>) -> Scored {
         step_seconds,
         planned,
         steps,
+        final_steps: None,
         seconds,
         // The folds' runs are not trained on: the final model trains the median steps.
         run: first.run,
@@ -407,6 +408,7 @@ mod tests {
             step_seconds: 0.01,
             planned: 3000,
             steps,
+            final_steps: None,
             seconds: 2.0,
             metrics: with_key(e.clone(), (accuracy, -nlp)),
             run: 1,

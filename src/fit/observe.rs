@@ -99,6 +99,14 @@ pub enum FitEvent<'a> {
     NoBetterThanBaseline,
     /// The rule's choice, trained next on every training row for `steps` steps.
     Chosen { name: &'a str, steps: u64 },
+    /// The one candidate the budget kept affords fewer steps than the rule's ten epochs:
+    /// no selection run, its final model trains the time left.
+    NoSelectionRun {
+        name: &'a str,
+        afforded: u64,
+        needed: u64,
+        final_steps: u64,
+    },
     /// A stage of the final model starts (`ingest`, `svd`, `train`, `predict`, `evaluate`).
     FinalStageStarted { stage: &'a str },
     /// The final model's stages, once all ran.
@@ -235,6 +243,20 @@ impl FitEvent<'_> {
             FitEvent::Chosen { name, steps } => (
                 Result,
                 format!("chosen {name} ({steps} steps); training it on every training row"),
+            ),
+            FitEvent::NoSelectionRun {
+                name,
+                afforded,
+                needed,
+                final_steps,
+            } => (
+                Progress,
+                format!(
+                    "{name}: the budget affords it {afforded} steps of the {needed} (ten \
+                     epochs) the rule asks, and nothing else is left to choose: no \
+                     selection run; its probe is scored, and its final model trains the \
+                     time left ({final_steps} steps)"
+                ),
             ),
             FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),
             FitEvent::ModelWritten(file) => (

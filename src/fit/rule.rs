@@ -502,8 +502,13 @@ pub(super) struct Scored {
     /// The steps its share afforded (and the time others left, when it trained on).
     pub(super) planned: u64,
     /// The steps its run trained (fewer than planned when early stopping ended it), whose
-    /// last checkpoint was scored. The final model trains this many.
+    /// last checkpoint was scored. The final model trains this many, unless
+    /// `final_steps` says otherwise.
     pub(super) steps: u64,
+    /// Set when the candidate had no selection run (the budget afforded it less than the
+    /// rule's ten epochs, and nothing else to choose from: `budget::select`): the steps
+    /// the time left affords its final model, more than the probe's `steps`.
+    pub(super) final_steps: Option<u64>,
     pub(super) seconds: f64,
     pub(super) metrics: Evaluation,
     /// Its selection run (the probe's, when the share afforded no more).
@@ -527,6 +532,11 @@ impl Scored {
     /// (`ingest_seconds`), its svd and its scoring, as measured on the selection data.
     pub(super) fn final_fixed_seconds(&self, ingest_seconds: f64) -> f64 {
         ingest_seconds + self.svd_seconds + self.scoring_seconds
+    }
+
+    /// The steps its final model trains.
+    pub(super) fn final_steps(&self) -> u64 {
+        self.final_steps.unwrap_or(self.steps)
     }
 
     /// Whether its run can train on (neither converged nor at the cap).
@@ -756,13 +766,7 @@ impl Probed {
 /// scored lower on test (docs/experiments/stopping.md, "What fit trains to"). The run's
 /// last step is the model the final spec reproduces, so that is the one compared.
 pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
-    let left = (share - p.seconds() - p.run_seconds).max(0.0);
-    // Early stopping's validation scores come out of the run's time.
-    let scoring = match plan.fixed {
-        true => 0.0,
-        false => plan::scoring_seconds(left, p.score_seconds),
-    };
-    let planned = planned_steps(left - scoring, p.step_seconds, plan.cap).max(p.steps);
+    let (planned, scoring) = share_steps(plan, &p, share);
     let mut every = 0;
     let (run, stopped) = match planned > p.steps {
         true => {
@@ -805,6 +809,7 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
         candidate: p.candidate,
         planned,
         steps: planned,
+        final_steps: None,
         metrics,
         run,
         every,
@@ -814,6 +819,42 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
     };
     scored.record_end(stopped, planned, plan.cap);
     Ok(scored)
+}
+
+/// The steps a probed candidate's `share` of seconds (counted from its svd) affords its
+/// selection run, at least the probe's and at most the cap, and the seconds of that share
+/// set aside for early stopping's validation scores.
+pub(super) fn share_steps(plan: &Plan, p: &Probed, share: f64) -> (u64, f64) {
+    let left = (share - p.seconds() - p.run_seconds).max(0.0);
+    // Early stopping's validation scores come out of the run's time.
+    let scoring = match plan.fixed {
+        true => 0.0,
+        false => plan::scoring_seconds(left, p.score_seconds),
+    };
+    let planned = planned_steps(left - scoring, p.step_seconds, plan.cap).max(p.steps);
+    (planned, scoring)
+}
+
+/// A probed candidate with no selection run: its probe's last step scored on validation
+/// (the caller sets [`Scored::final_steps`]).
+pub(super) fn score_probe(ws: &Workspace, plan: &Plan, p: Probed) -> Result<Scored> {
+    let (metrics, scoring_seconds) = score(ws, plan.kind, p.run, p.steps)?;
+    Ok(Scored {
+        seconds: p.seconds(),
+        step_seconds: p.step_seconds,
+        svd_seconds: p.svd_seconds,
+        run_seconds: p.run_seconds,
+        candidate: p.candidate,
+        planned: p.steps,
+        steps: p.steps,
+        final_steps: None,
+        metrics,
+        run: p.run,
+        every: 0,
+        converged: false,
+        open: false,
+        scoring_seconds,
+    })
 }
 
 /// Scores step `step` of `run` on the validation split; with the seconds that took.
@@ -1307,6 +1348,7 @@ mod tests {
             step_seconds: 0.0,
             planned: 1,
             steps: 1,
+            final_steps: None,
             seconds: 0.0,
             metrics,
             run: 0,

@@ -147,9 +147,9 @@ pub fn run(
     let (rows, floor) = match folded {
         Some(folded) => folded,
         None => {
-            let mut selection = budget::select(ws, list, &plan, observer)?;
+            let spent = || started.elapsed().as_secs_f64();
+            let mut selection = budget::select(ws, list, &plan, &spent, ingest_seconds, observer)?;
             if !plan.fixed {
-                let spent = || started.elapsed().as_secs_f64();
                 budget::train_on(
                     ws,
                     &mut selection.rows,
@@ -188,7 +188,7 @@ pub fn run(
     }
     observer.event(FitEvent::Chosen {
         name: &chosen.candidate.name,
-        steps: chosen.steps,
+        steps: chosen.final_steps(),
     });
     // The reserved spec is fit's own empty file: written over without --force.
     let replace = args.force || reserved.is_some();
@@ -246,7 +246,7 @@ pub fn run(
         candidates: rows.iter().map(|r| candidate_outcome(r, ranking)).collect(),
         chosen: chosen_row,
         baseline: Figures::of_key(floor, ranking),
-        final_steps: chosen.steps,
+        final_steps: chosen.final_steps(),
         final_runs,
         evaluated_split: if args.test.is_some() { "test" } else { "train" },
         spec: spec_path,
@@ -291,7 +291,7 @@ impl FinalModel<'_> {
     fn train_options(&self, chosen: &Scored) -> TrainOptions {
         let mut options = TrainOptions {
             task: self.kind,
-            steps: Some(chosen.steps),
+            steps: Some(chosen.final_steps()),
             given: [TrainFlag::Task, TrainFlag::Steps].into(),
             ..TrainOptions::default()
         };
@@ -377,12 +377,20 @@ impl FinalModel<'_> {
 /// steps, predictions of the test split (when there is one) and their evaluation.
 fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -> Result<()> {
     let mut text = String::new();
-    text += &format!(
-        "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
-         # trained on every training row for the {} steps its selection run took (of {}\n\
-         # planned).\n\n",
-        chosen.candidate.name, chosen.steps, chosen.planned
-    );
+    text += &match chosen.final_steps {
+        None => format!(
+            "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
+             # trained on every training row for the {} steps its selection run took (of {}\n\
+             # planned).\n\n",
+            chosen.candidate.name, chosen.steps, chosen.planned
+        ),
+        Some(steps) => format!(
+            "# Written by `pipeline fit` (docs/fit.md): the one candidate the budget kept, {},\n\
+             # scored on validation after its {}-step probe, with no selection run; trained on\n\
+             # every training row for the {} steps the time left afforded.\n\n",
+            chosen.candidate.name, chosen.steps, steps
+        ),
+    };
     let table = |title: &str, options: &[(&str, String)]| {
         let mut t = format!("[{title}]\n");
         for (k, v) in options {
@@ -452,6 +460,7 @@ mod tests {
             step_seconds: 0.01,
             planned: 900,
             steps: 700,
+            final_steps: None,
             seconds: 1.0,
             metrics: Evaluation::Binary(acc.finish()),
             run: 1,

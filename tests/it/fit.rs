@@ -677,6 +677,55 @@ fn candidates_the_cut_dropped_run_in_the_time_the_others_leave() {
 }
 
 #[test]
+fn one_candidate_short_of_ten_epochs_gets_no_selection_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("toy.svm");
+    // 2 800 rows: the one carve (no folds); one candidate (kernel and M set).
+    std::fs::write(&train, points(0..2800)).unwrap();
+    let spec = dir.path().join("toy-fit.toml");
+    // The share is judged as if its steps took 1 000 times as long: fewer than ten epochs.
+    let out = std::process::Command::new(pipeline_bin())
+        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
+        .args([
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--budget",
+            "20s",
+            "--json",
+        ])
+        .args(["--set", "kernel=linear", "--set", "inducing=5"])
+        .args(["--spec-out", spec.to_str().unwrap()])
+        .env_remove("FSGP_WORKSPACE")
+        .env("FSGP_FAILPOINT", "fit-share-slower:1000")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("no selection run"), "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = outcome["candidates"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{outcome}");
+    // Scored at its probe's last step; no run after it.
+    let probe_steps = rows[0]["trained_steps"].as_u64().unwrap();
+    assert!(probe_steps <= 50, "{outcome}");
+    assert_eq!(rows[0]["converged"], false, "{outcome}");
+    // The final model trains the time left, by the true step time: far more steps.
+    let final_steps = outcome["final_steps"].as_u64().unwrap();
+    assert!(final_steps > probe_steps, "{outcome}");
+    let spec_text = std::fs::read_to_string(&spec).unwrap();
+    assert!(
+        spec_text.contains(&format!("steps = {final_steps}\n")),
+        "{spec_text}"
+    );
+    assert!(spec_text.contains("with no selection run"), "{spec_text}");
+    // Within its budget, and the datasets are the selection's and the final model's only.
+    let seconds = outcome["seconds"].as_f64().unwrap();
+    assert!(seconds <= 20.0, "{seconds}");
+    assert_eq!(dataset_names(&dir.path().join("ws")), ["toy-select", "toy"]);
+}
+
+#[test]
 fn larger_data_is_chosen_on_the_one_carve() {
     let dir = tempfile::tempdir().unwrap();
     // 2 800 rows: about 560 in a 0.2 carve (sd 21), 500 or more: no folds.
