@@ -490,7 +490,9 @@ pub fn candidate_outcome(row: &Row, ranking: bool) -> CandidateOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::plan::{probe_steps, scoring_seconds, stopping, FIRST_STEPS, PROBE_STEPS};
+    use crate::fit::plan::{
+        affordable_scores, probe_steps, scores_within, stopping, FIRST_STEPS, PROBE_STEPS,
+    };
 
     #[test]
     fn the_probe_is_bounded_by_a_share_of_the_budget() {
@@ -509,7 +511,7 @@ mod tests {
         // Yahoo business: 15 steps an epoch, 150 steps planned: train's default period of
         // 3 steps and ten scores would be 30 steps, two epochs; five epochs are 25 scores.
         // (Scores as cheap as there: 2 s of scoring room, 0.02 s a score.)
-        let cheap = |planned, epoch| stopping(planned, epoch, 2.0, 0.02);
+        let cheap = |planned, epoch| stopping(planned, epoch, scores_within(2.0, 0.02));
         assert_eq!(cheap(150, 15), (3, 25));
         // Small data: an epoch of 1 step, 3 000 planned: train's own defaults, 60 and 10.
         assert_eq!(cheap(3000, 1), (60, 10));
@@ -532,16 +534,29 @@ mod tests {
     fn scores_that_cost_steps_are_held_to_a_share_of_the_run() {
         // 50 000 labels (measured): 4.3 s a score, a run of 150 s left. Train's fifty scores
         // would be 215 s; a tenth of the run, 15 s, affords 3 of them.
-        let scoring = scoring_seconds(150.0, 4.3);
-        assert_eq!(scoring, 15.0);
-        let (every, _) = stopping(146, 48, scoring, 4.3);
+        let scores = affordable_scores(150.0, 4.3);
+        assert_eq!(scores, 3);
+        let (every, _) = stopping(146, 48, scores);
         assert_eq!(every, 49, "146 steps in 3 scores");
-        assert!(146u64.div_ceil(every) as f64 * 4.3 <= scoring);
-        // Cheap scores keep train's fifty (and their seconds are set aside).
-        assert_eq!(scoring_seconds(150.0, 0.02), 1.0);
-        assert_eq!(stopping(146, 48, 1.0, 0.02).0, 3);
+        // Cheap scores keep train's fifty.
+        assert_eq!(affordable_scores(150.0, 0.02), 50);
+        assert_eq!(stopping(146, 48, 50).0, 3);
         // A score dearer than the whole share: one score (at the run's end).
-        assert_eq!(stopping(100, 10, 1.0, 30.0).0, 100);
+        assert_eq!(affordable_scores(150.0, 30.0), 1);
+        assert_eq!(stopping(100, 10, 1).0, 100);
+        assert_eq!(affordable_scores(150.0, 0.0), 50, "unmeasured: train's own");
+    }
+
+    #[test]
+    fn the_period_does_not_turn_on_a_scores_rounding() {
+        // Whatever a cheap score measured, a 3 000-step run of an ample share is scored
+        // train's fifty times, every 60 steps. (Dividing fifty scores' seconds by one
+        // score's again gave 49 for about one time in eleven: a period of 62.)
+        for k in 0..2000 {
+            let score_seconds = 1e-3 * (1.0 + f64::from(k) / 997.0);
+            let scores = affordable_scores(1000.0, score_seconds);
+            assert_eq!(stopping(3000, 1, scores), (60, 10), "{score_seconds}");
+        }
     }
 
     #[test]

@@ -39,11 +39,25 @@ pub fn probe_steps(step_seconds: f64, budget: f64) -> u64 {
 /// score costs less than about two steps' time a period.
 pub const SCORING_SHARE: f64 = 0.1;
 
-/// The seconds a selection run of `left` seconds sets aside for its validation scores of
-/// `score_seconds` each: train's [`early::EVALUATIONS_PER_BUDGET`] of them, or what
-/// [`SCORING_SHARE`] of `left` affords when that is less.
-pub fn scoring_seconds(left: f64, score_seconds: f64) -> f64 {
-    (SCORING_SHARE * left).min(early::EVALUATIONS_PER_BUDGET as f64 * score_seconds.max(0.0))
+/// How many validation scores of `score_seconds` each a selection run of `left` seconds
+/// pays for: train's [`early::EVALUATIONS_PER_BUDGET`], or the fewer that
+/// [`SCORING_SHARE`] of `left` affords (at least one). A count, not seconds divided by a
+/// score's seconds again: 50 scores' seconds over one score's came out at 49.999… for
+/// about one measured time in eleven, and a 3 000-step run's period went from 60 steps to
+/// 62, so two fits of the same rows stopped at different steps.
+pub fn affordable_scores(left: f64, score_seconds: f64) -> u64 {
+    scores_within(SCORING_SHARE * left, score_seconds)
+}
+
+/// The scores of `score_seconds` each that `seconds` pay for, at most train's
+/// [`early::EVALUATIONS_PER_BUDGET`] and at least one.
+pub fn scores_within(seconds: f64, score_seconds: f64) -> u64 {
+    let most = early::EVALUATIONS_PER_BUDGET;
+    if score_seconds <= 0.0 {
+        return most;
+    }
+    let within = (seconds / score_seconds).floor();
+    within.clamp(1.0, most as f64) as u64
 }
 
 /// The fewest steps worth extending a run by (a resume and a score): its scores' period
@@ -59,17 +73,13 @@ pub fn extension_floor(every: u64, planned: u64, epoch_steps: u64) -> u64 {
 }
 
 /// Early stopping's period and patience, in optimiser steps and in scores, for a run that
-/// plans `planned` steps over epochs of `epoch_steps` and may spend `scoring` seconds on
-/// scores of `score_seconds` each: train's period (a fiftieth of the planned steps,
-/// `early::default_every`) or the longer one that keeps the scores within `scoring`, and
-/// the patience that waits at least [`PATIENCE_EPOCHS`] epochs and at least train's default
-/// (a fifth of the planned steps at train's period).
-pub fn stopping(planned: u64, epoch_steps: u64, scoring: f64, score_seconds: f64) -> (u64, u64) {
-    let affordable = match score_seconds > 0.0 {
-        true => ((scoring / score_seconds).floor() as u64).max(1),
-        false => u64::MAX,
-    };
-    let every = early::default_every(planned).max(planned.div_ceil(affordable));
+/// plans `planned` steps over epochs of `epoch_steps` and may pay for `scores` validation
+/// scores ([`affordable_scores`]): train's period (a fiftieth of the planned steps,
+/// `early::default_every`) or the longer one that keeps to those scores, and the patience
+/// that waits at least [`PATIENCE_EPOCHS`] epochs and at least train's default (a fifth of
+/// the planned steps at train's period).
+pub fn stopping(planned: u64, epoch_steps: u64, scores: u64) -> (u64, u64) {
+    let every = early::default_every(planned).max(planned.div_ceil(scores.max(1)));
     let wait = (PATIENCE_EPOCHS * epoch_steps.max(1)).div_ceil(every);
     (every, wait.max(early::DEFAULT_PATIENCE))
 }

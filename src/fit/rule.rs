@@ -766,7 +766,7 @@ impl Probed {
 /// scored lower on test (docs/experiments/stopping.md, "What fit trains to"). The run's
 /// last step is the model the final spec reproduces, so that is the one compared.
 pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
-    let (planned, scoring) = share_steps(plan, &p, share);
+    let (planned, scores) = share_steps(plan, &p, share);
     let mut every = 0;
     let (run, stopped) = match planned > p.steps {
         true => {
@@ -780,8 +780,7 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
             };
             if !plan.fixed {
                 let patience;
-                (every, patience) =
-                    plan::stopping(planned, plan.epoch_steps, scoring, p.score_seconds);
+                (every, patience) = plan::stopping(planned, plan.epoch_steps, scores);
                 extra.early_stopping = true;
                 extra.validate_every = Some(every);
                 extra.patience = patience;
@@ -822,17 +821,30 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
 }
 
 /// The steps a probed candidate's `share` of seconds (counted from its svd) affords its
-/// selection run, at least the probe's and at most the cap, and the seconds of that share
-/// set aside for early stopping's validation scores.
-pub(super) fn share_steps(plan: &Plan, p: &Probed, share: f64) -> (u64, f64) {
+/// selection run, at least the probe's and at most the cap, and the validation scores
+/// early stopping may pay for in it (none when the plan is fixed).
+pub(super) fn share_steps(plan: &Plan, p: &Probed, share: f64) -> (u64, u64) {
     let left = (share - p.seconds() - p.run_seconds).max(0.0);
+    if plan.fixed {
+        return (
+            planned_steps(left, p.step_seconds, plan.cap).max(p.steps),
+            0,
+        );
+    }
     // Early stopping's validation scores come out of the run's time.
-    let scoring = match plan.fixed {
-        true => 0.0,
-        false => plan::scoring_seconds(left, p.score_seconds),
-    };
+    let scores = plan::affordable_scores(left, p.score_seconds);
+    let scoring = scores as f64 * p.score_seconds.max(0.0);
     let planned = planned_steps(left - scoring, p.step_seconds, plan.cap).max(p.steps);
-    (planned, scoring)
+    // A run its cap ends leaves the rest of its share unplanned, and its scores may have
+    // it: then train's own number of scores whatever a score measured (on 64 rows, a
+    // score measured at 52 ms instead of 1 was enough to lengthen the period of a 60 s
+    // fit and change the step it stopped at).
+    let steps_seconds = planned as f64 * p.step_seconds / STEP_SHARE;
+    let scores = match planned == plan.cap {
+        true => scores.max(plan::scores_within(left - steps_seconds, p.score_seconds)),
+        false => scores,
+    };
+    (planned, scores)
 }
 
 /// A probed candidate with no selection run: its probe's last step scored on validation
