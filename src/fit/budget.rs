@@ -156,7 +156,6 @@ pub fn select(
     let mut i = 0;
     while i < list.len() {
         let c = list[i].clone();
-        let spent_in_fit = spent;
         let result = (|| -> Result<Scored> {
             let p = probe_in(ws, plan, &c, observer)?;
             if selection.first_probe.is_none() {
@@ -166,20 +165,12 @@ pub fn select(
                     cut_list(&mut list, i, (p.seconds(), step_seconds), plan, observer);
             }
             // An equal share of the selection time left when this candidate started.
-            let spent = selection_started.elapsed().as_secs_f64() - p.seconds();
-            let share = (selection_seconds(plan.left, list.len()) - spent).max(0.0)
+            let in_selection = selection_started.elapsed().as_secs_f64() - p.seconds();
+            let share = (selection_seconds(plan.left, list.len()) - in_selection).max(0.0)
                 / (list.len() - i) as f64;
             let afforded = share_afforded(share_steps(plan, &p, share).0);
             if list.len() == 1 && !plan.fixed && afforded < plan.needed {
-                return no_selection_run(
-                    ws,
-                    plan,
-                    p,
-                    afforded,
-                    spent_in_fit,
-                    ingest_seconds,
-                    observer,
-                );
+                return no_selection_run(ws, plan, p, afforded, spent, ingest_seconds, observer);
             }
             finish(ws, plan, p, share)
         })();
@@ -593,10 +584,10 @@ mod tests {
         let (resume, fixed, step) = (2.0, 40.0, 0.1234);
         for (spent, steps) in [(60.0, 100), (120.0, 482), (150.0, 600), (150.0, 732)] {
             let committed = resume + final_seconds(fixed, steps, step);
-            let more = extension_steps(spare_seconds(&plan, spent, committed), step, u64::MAX);
+            let spare = spare_seconds(&plan, spent, committed);
+            let more = extension_steps(spare, step, u64::MAX);
             let end =
                 spent + resume + more as f64 * step + final_seconds(fixed, steps + more, step);
-            let spare = spare_seconds(&plan, spent, committed);
             if spare <= 0.0 {
                 // Past the plannable seconds already: nothing is added.
                 assert_eq!(more, 0, "{spent}");

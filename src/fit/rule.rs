@@ -794,12 +794,22 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
         }
         false => (p.run, None),
     };
-    let (metrics, scoring_seconds) = score(
-        ws,
-        plan.kind,
-        run,
-        stopped.as_ref().map_or(planned, |s| s.step),
-    )?;
+    scored_run(ws, plan, p, (run, planned), stopped, every)
+}
+
+/// Probed candidate `p`'s row from its run `run` planned to `planned` steps: the run's last
+/// step (where early stopping `stopped` it, else `planned`) scored on validation; `every`
+/// its scores' period (0 without early stopping).
+fn scored_run(
+    ws: &Workspace,
+    plan: &Plan,
+    p: Probed,
+    (run, planned): (i64, u64),
+    stopped: Option<Stopped>,
+    every: u64,
+) -> Result<Scored> {
+    let last = stopped.as_ref().map_or(planned, |s| s.step);
+    let (metrics, scoring_seconds) = score(ws, plan.kind, run, last)?;
     let mut scored = Scored {
         seconds: p.seconds(),
         step_seconds: p.step_seconds,
@@ -836,9 +846,9 @@ pub(super) fn share_steps(plan: &Plan, p: &Probed, share: f64) -> (u64, u64) {
     let scoring = scores as f64 * p.score_seconds.max(0.0);
     let planned = planned_steps(left - scoring, p.step_seconds, plan.cap).max(p.steps);
     // A run its cap ends leaves the rest of its share unplanned, and its scores may have
-    // it: then train's own number of scores whatever a score measured (on 64 rows, a
-    // score measured at 52 ms instead of 1 was enough to lengthen the period of a 60 s
-    // fit and change the step it stopped at).
+    // it: then train's own number of scores whatever a score measured (on 64 rows with a
+    // 60 s budget, a tenth of the 26 s share paid for fifty scores only while one took
+    // under 52 ms; a slower one would have lengthened the period and moved the stop).
     let steps_seconds = planned as f64 * p.step_seconds / STEP_SHARE;
     let scores = match planned == plan.cap {
         true => scores.max(plan::scores_within(left - steps_seconds, p.score_seconds)),
@@ -850,23 +860,8 @@ pub(super) fn share_steps(plan: &Plan, p: &Probed, share: f64) -> (u64, u64) {
 /// A probed candidate with no selection run: its probe's last step scored on validation
 /// (the caller sets [`Scored::final_steps`]).
 pub(super) fn score_probe(ws: &Workspace, plan: &Plan, p: Probed) -> Result<Scored> {
-    let (metrics, scoring_seconds) = score(ws, plan.kind, p.run, p.steps)?;
-    Ok(Scored {
-        seconds: p.seconds(),
-        step_seconds: p.step_seconds,
-        svd_seconds: p.svd_seconds,
-        run_seconds: p.run_seconds,
-        candidate: p.candidate,
-        planned: p.steps,
-        steps: p.steps,
-        final_steps: None,
-        metrics,
-        run: p.run,
-        every: 0,
-        converged: false,
-        open: false,
-        scoring_seconds,
-    })
+    let probe = (p.run, p.steps);
+    scored_run(ws, plan, p, probe, None, 0)
 }
 
 /// Scores step `step` of `run` on the validation split; with the seconds that took.
