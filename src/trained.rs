@@ -475,6 +475,11 @@ pub struct TrainConfig {
     /// (`train::init::prior_split`); absent from the JSON at the default, 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prior_variance: Option<f64>,
+    /// `--frequent-negatives F`: the F most frequent labels enter every row's bound
+    /// exactly and `negatives` are sampled from the rest; absent from the JSON when not
+    /// given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequent_negatives: Option<usize>,
 }
 
 choice_enum! {
@@ -1001,6 +1006,7 @@ mod tests {
             steps: None,
             early_stopping: None,
             prior_variance: None,
+            frequent_negatives: None,
         }
     }
 

@@ -229,6 +229,19 @@ macro_rules! train_option_table {
             Negatives = "negatives" { negatives: Negatives = Negatives::All }
                 on resume Fixed(|c, o| (c.negatives.to_string(), o.negatives.to_string()));
 
+            /// With --negatives COUNT: the F labels most frequent among the training rows'
+            /// positives are in every row's bound exactly, and the COUNT negatives are sampled
+            /// from the other labels (a stratified sample: unbiased, and without sampling noise
+            /// on the labels that compete most often for a row's top ranks).
+            #[arg(long, value_name = "F", value_parser = int_in::<usize>(1, MAX_IDS.into()))]
+            FrequentNegatives = "frequent-negatives" { frequent_negatives: Option<usize> }
+                on resume Fixed(|c, o| {
+                    (
+                        or_none(c.frequent_negatives.map(|f| f.to_string())),
+                        or_none(o.frequent_negatives.map(|f| f.to_string())),
+                    )
+                });
+
             /// Gauss–Hermite points of the likelihood expectations.
             #[arg(long, value_parser = int_in::<usize>(1, MAX_QUADRATURE))]
             Quadrature = "quadrature" { quadrature: usize = crate::model::likelihood::DEFAULT_POINTS }

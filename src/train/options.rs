@@ -108,6 +108,7 @@ impl TrainOptions {
             lr_decay: self.stored_lr_decay(),
             early_stopping: None,
             prior_variance: self.stored_prior_variance(),
+            frequent_negatives: self.frequent_negatives,
         };
         check_task(&config, name, &dataset)?;
         let planner = budget::planner_of(ws, &dataset, &config)?;
@@ -328,6 +329,17 @@ impl TrainOptions {
                 format!(
                     "{} with --task binary: a binary problem has one label, so every row is \
                      one term (positive or negative) and --negatives all is the only choice",
+                    self.negatives
+                )
+            },
+        );
+        c.check(
+            self.frequent_negatives.is_none() || matches!(self.negatives, Negatives::Sample(_)),
+            "frequent-negatives",
+            || {
+                format!(
+                    "needs --negatives COUNT (found --negatives {}): with every negative in the \
+                     bound there is nothing to sample around the frequent labels",
                     self.negatives
                 )
             },
@@ -888,6 +900,21 @@ pub fn check_limits(config: &TrainConfig) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frequent_negatives_need_a_sample_of_the_others() {
+        let mut o = TrainOptions {
+            frequent_negatives: Some(5),
+            ..TrainOptions::default()
+        };
+        let e = o.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("frequent-negatives") && e.contains("needs --negatives COUNT"),
+            "{e}"
+        );
+        o.negatives = Negatives::Sample(3);
+        assert!(o.validate().is_ok());
+    }
 
     #[test]
     fn likelihood_options_are_stored_only_for_their_likelihood_and_off_the_default() {

@@ -88,6 +88,16 @@ fn train_spans(ws: &Workspace, d: &DatasetRow) -> Result<Vec<batches::ChunkSpan>
     Ok(spans)
 }
 
+/// The ids of the `f` largest `counts` (ties to the smaller id; all of them when f ≥ L),
+/// sorted by id.
+pub fn most_frequent(counts: &[u64], f: usize) -> Vec<u32> {
+    let mut by_count: Vec<u32> = (0..counts.len() as u32).collect();
+    by_count.sort_by_key(|&k| (std::cmp::Reverse(counts[k as usize]), k));
+    by_count.truncate(f);
+    by_count.sort_unstable();
+    by_count
+}
+
 impl Setup {
     /// Opens what a run reads; `prefetch` (the queue's length) enters the memory check of
     /// inducing inputs in input space, which refuses before anything is read.
@@ -204,6 +214,15 @@ impl Setup {
     pub fn label_counts(&self) -> Result<Vec<u64>> {
         let files: Vec<Registered> = self.spans.iter().map(|s| s.file.clone()).collect();
         label_counts(&files, self.n_labels)
+    }
+
+    /// The labels of `--frequent-negatives F`: the F most frequent among the training rows'
+    /// positives (ties to the smaller id), as sorted ids; empty without the option.
+    pub fn frequent_labels(&self) -> Result<Vec<u32>> {
+        let Some(f) = self.config.frequent_negatives else {
+            return Ok(Vec::new());
+        };
+        Ok(most_frequent(&self.label_counts()?, f))
     }
 
     fn initial_params(&self) -> Result<Params> {
@@ -716,6 +735,14 @@ impl InputsMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_most_frequent_labels_break_ties_by_id_and_come_sorted() {
+        assert_eq!(most_frequent(&[5, 9, 1, 9, 7], 2), [1, 3]);
+        assert_eq!(most_frequent(&[5, 9, 1, 9, 7], 3), [1, 3, 4]);
+        assert_eq!(most_frequent(&[3, 3, 3], 2), [0, 1]);
+        assert_eq!(most_frequent(&[0, 2], 5), [0, 1]);
+    }
 
     /// A configuration at M = B = 500, P = 30, one thread, with `extra` fields set.
     fn config(extra: serde_json::Value) -> TrainConfig {

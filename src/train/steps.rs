@@ -24,7 +24,7 @@ use crate::metrics::names::Figure;
 use crate::model::bound::objective::{
     bound_and_grads, bound_and_grads_feature_ard, BoundAndGrads, BoundOptions,
 };
-use crate::model::bound::terms::{terms_sampled, Term, TermSet};
+use crate::model::bound::terms::{terms_stratified, Term, TermSet};
 use crate::model::kernel::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::likelihood::multiclass::Classes;
@@ -183,6 +183,9 @@ struct Trainer<'a> {
     max_jitter_logged: f64,
     /// Time inside the gradient all-reduce (MPI ranks only).
     reduce_time: Duration,
+    /// The labels every row's bound holds exactly with `--frequent-negatives` (sorted ids;
+    /// empty without it).
+    frequent: Vec<u32>,
 }
 
 /// The optimisation loop from `ckpt` to the end of the budget (`--epochs`, or `--steps`),
@@ -241,6 +244,7 @@ pub fn train_loop(
         epoch_wait: Duration::ZERO,
         max_jitter_logged: 0.0,
         reduce_time: Duration::ZERO,
+        frequent: setup.frequent_labels()?,
     };
     let started = Instant::now();
     // Every rank starts from the same state (the same checkpoint, or the same seeded
@@ -346,14 +350,10 @@ impl Trainer<'_> {
             streams::NEGATIVES,
             &[self.state.step],
         ));
+        let n_labels = self.setup.n_labels;
         if batch.first == 0 {
-            return terms_sampled(
-                &batch.positives,
-                self.setup.n_labels,
-                count,
-                scale,
-                &mut rng,
-            );
+            let positives = &batch.positives;
+            return terms_stratified(positives, n_labels, &self.frequent, count, scale, &mut rng);
         }
         let upto: Vec<Vec<u32>> = batch
             .lead_positives
@@ -362,7 +362,7 @@ impl Trainer<'_> {
             .cloned()
             .collect();
         let first = batch.first as u32;
-        let mut terms = terms_sampled(&upto, self.setup.n_labels, count, scale, &mut rng);
+        let mut terms = terms_stratified(&upto, n_labels, &self.frequent, count, scale, &mut rng);
         terms.retain(|t| t.row >= first);
         for t in &mut terms {
             t.row -= first;

@@ -46,9 +46,28 @@ pub fn terms_sampled(
     scale: f64,
     rng: &mut impl Rng,
 ) -> Vec<Term> {
-    let mut out = Vec::with_capacity(positives.len() * (count + 8));
+    terms_stratified(positives, n_labels, &[], count, scale, rng)
+}
+
+/// A stratified sample of the negatives: positives exactly, every label of `frequent`
+/// (sorted ids) that is not a positive exactly (weight `scale`), and `count` of the row's
+/// other negatives R_i sampled uniformly without replacement, each weighted |R_i| / |S_i|.
+/// The expectation over samples is the all-negatives bound, as for [`terms_sampled`]
+/// (which is this with no frequent labels); only the sampled stratum varies.
+pub fn terms_stratified(
+    positives: &[Vec<u32>],
+    n_labels: usize,
+    frequent: &[u32],
+    count: usize,
+    scale: f64,
+    rng: &mut impl Rng,
+) -> Vec<Term> {
+    debug_assert!(frequent.windows(2).all(|w| w[0] < w[1]));
+    let mut out = Vec::with_capacity(positives.len() * (frequent.len() + count + 8));
     let mut draw = RankDraw::new(n_labels);
     let mut ranks = Vec::with_capacity(count);
+    // The labels a row's sample skips: its positives and the frequent labels, sorted.
+    let mut skip = Vec::with_capacity(frequent.len() + 8);
     for (i, pos) in positives.iter().enumerate() {
         let mut sorted = pos.clone();
         sorted.sort_unstable();
@@ -60,20 +79,35 @@ pub fn terms_sampled(
                 weight: scale,
             });
         }
-        let n_neg = n_labels - sorted.len();
+        for &k in frequent {
+            if sorted.binary_search(&k).is_err() {
+                out.push(Term {
+                    row: i as u32,
+                    label: k,
+                    y: -1.0,
+                    weight: scale,
+                });
+            }
+        }
+        skip.clear();
+        skip.extend_from_slice(&sorted);
+        skip.extend_from_slice(frequent);
+        skip.sort_unstable();
+        skip.dedup();
+        let n_neg = n_labels - skip.len();
         let take = count.min(n_neg);
         if take == 0 {
             continue;
         }
         let weight = scale * n_neg as f64 / take as f64;
-        // Sample ranks among the negatives, then map rank → label id skipping positives.
+        // Sample ranks among the rest, then map rank → label id skipping `skip`.
         draw.sample(n_neg, take, rng, &mut ranks);
         ranks.sort_unstable();
         let (mut p, mut skipped) = (0usize, 0usize);
         for &r in &ranks {
             let r = r as usize;
-            // The label with negative-rank r is r + (number of positives ≤ it).
-            while p < sorted.len() && (sorted[p] as usize) <= r + skipped {
+            // The label of rank r among the rest is r + (number of skipped labels ≤ it).
+            while p < skip.len() && (skip[p] as usize) <= r + skipped {
                 p += 1;
                 skipped += 1;
             }
@@ -151,6 +185,68 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn a_stratified_sample_holds_the_frequent_labels_exactly_and_samples_the_rest() {
+        // 10 labels; row 0's positives {2, 5}, row 1's {7}; the frequent labels {1, 2, 7}.
+        let positives = vec![vec![5, 2], vec![7]];
+        let frequent = [1, 2, 7];
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..200 {
+            let terms = terms_stratified(&positives, 10, &frequent, 3, 2.0, &mut rng);
+            let of = |row: u32, y: f64| -> Vec<(u32, f64)> {
+                let mut v: Vec<(u32, f64)> = terms
+                    .iter()
+                    .filter(|t| t.row == row && t.y == y)
+                    .map(|t| (t.label, t.weight))
+                    .collect();
+                v.sort_by_key(|t| t.0);
+                v
+            };
+            assert_eq!(of(0, 1.0), [(2, 2.0), (5, 2.0)]);
+            assert_eq!(of(1, 1.0), [(7, 2.0)]);
+            for (row, exact, rest) in [(0, vec![1, 7], 6.0), (1, vec![1, 2], 7.0)] {
+                let negatives = of(row, -1.0);
+                // The frequent labels that are not positives, exactly, at the batch weight.
+                let exact_terms: Vec<(u32, f64)> = negatives
+                    .iter()
+                    .copied()
+                    .filter(|(_, w)| *w == 2.0)
+                    .collect();
+                assert_eq!(
+                    exact_terms,
+                    exact.iter().map(|&k| (k, 2.0)).collect::<Vec<_>>()
+                );
+                // Three of the other negatives, distinct, each weighted |rest| / 3.
+                let sampled: Vec<u32> = negatives
+                    .iter()
+                    .filter(|(_, w)| *w == 2.0 * rest / 3.0)
+                    .map(|(k, _)| *k)
+                    .collect();
+                assert_eq!(sampled.len(), 3, "{negatives:?}");
+                assert_eq!(negatives.len(), exact.len() + 3);
+                assert!(sampled.windows(2).all(|w| w[0] < w[1]));
+                assert!(sampled
+                    .iter()
+                    .all(|k| !frequent.contains(k) && !positives[row as usize].contains(k)));
+            }
+        }
+    }
+
+    #[test]
+    fn without_frequent_labels_the_stratified_sample_is_the_uniform_one() {
+        let positives = vec![vec![1, 4], vec![], vec![0, 9]];
+        let uniform = terms_sampled(&positives, 12, 4, 1.5, &mut ChaCha8Rng::seed_from_u64(5));
+        let stratified = terms_stratified(
+            &positives,
+            12,
+            &[],
+            4,
+            1.5,
+            &mut ChaCha8Rng::seed_from_u64(5),
+        );
+        assert_eq!(uniform, stratified);
+    }
 
     #[test]
     fn a_draw_leaves_the_identity_behind() {
