@@ -63,6 +63,9 @@ pub fn terms_stratified(
     rng: &mut impl Rng,
 ) -> Vec<Term> {
     debug_assert!(frequent.windows(2).all(|w| w[0] < w[1]));
+    // A row takes at most every label: a COUNT above L (the option allows up to 2³¹ − 1)
+    // must not size the buffers.
+    let count = count.min(n_labels);
     let mut out = Vec::with_capacity(positives.len() * (frequent.len() + count + 8));
     let mut draw = RankDraw::new(n_labels);
     let mut ranks = Vec::with_capacity(count);
@@ -231,6 +234,15 @@ mod tests {
                     .all(|k| !frequent.contains(k) && !positives[row as usize].contains(k)));
             }
         }
+    }
+
+    #[test]
+    fn a_count_above_the_labels_takes_every_negative_without_sizing_for_the_count() {
+        let positives = vec![vec![1], vec![0, 2]];
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let terms = terms_stratified(&positives, 4, &[3], i32::MAX as usize, 1.0, &mut rng);
+        assert_eq!(terms.len(), 8, "every label of both rows, once");
+        assert!(terms.iter().all(|t| t.weight == 1.0));
     }
 
     #[test]
