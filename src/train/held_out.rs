@@ -51,7 +51,7 @@ impl HeldOut {
             .map(|c| c.0)
             .collect();
         let counts = setup.label_counts()?;
-        let inv_prop = PropensityParams::GENERIC.inverse_propensity(&counts, setup.n_rows);
+        let inv_prop = PropensityParams::GENERIC.inverse_propensity(counts, setup.n_rows);
         Ok(HeldOut {
             every,
             split,

@@ -69,6 +69,10 @@ pub struct Setup {
     /// X̃ [R×D] in f64 with `--ard features`, which weighs its columns every step (None
     /// otherwise).
     pub feature_basis: Option<Mat<f64>>,
+    /// Every label's count over the training rows, once read ([`Setup::label_counts`]):
+    /// the initial biases, the held-out propensities and `--frequent-negatives` all use
+    /// them, and reading them reads every training chunk whole (its checksum).
+    label_counts: std::sync::OnceLock<Vec<u64>>,
 }
 
 /// Non-zero features of a training row on average, rounded up (what a sparse minibatch
@@ -173,6 +177,7 @@ impl Setup {
             a_init: files.a_init,
             basis: files.basis,
             feature_basis,
+            label_counts: std::sync::OnceLock::new(),
             config,
         })
     }
@@ -210,10 +215,15 @@ impl Setup {
         })
     }
 
-    /// Counts of every label over the training rows (one pass over the label columns).
-    pub fn label_counts(&self) -> Result<Vec<u64>> {
+    /// Counts of every label over the training rows: one pass over the training chunks,
+    /// the first time.
+    pub fn label_counts(&self) -> Result<&[u64]> {
+        if let Some(counts) = self.label_counts.get() {
+            return Ok(counts);
+        }
         let files: Vec<Registered> = self.spans.iter().map(|s| s.file.clone()).collect();
-        label_counts(&files, self.n_labels)
+        let counts = label_counts(&files, self.n_labels)?;
+        Ok(self.label_counts.get_or_init(|| counts))
     }
 
     /// The labels of `--frequent-negatives F`: the F most frequent among the training rows'
@@ -222,7 +232,7 @@ impl Setup {
         let Some(f) = self.config.frequent_negatives else {
             return Ok(Vec::new());
         };
-        Ok(most_frequent(&self.label_counts()?, f))
+        Ok(most_frequent(self.label_counts()?, f))
     }
 
     fn initial_params(&self) -> Result<Params> {
@@ -260,7 +270,7 @@ impl Setup {
             inducing_init,
             inducing: self.config.inducing,
             factors: self.config.factors,
-            label_counts: &self.label_counts()?,
+            label_counts: self.label_counts()?,
             n_rows: self.n_rows,
             lengthscale,
             ard: self.config.ard == ArdChoice::BasisDirections,

@@ -82,21 +82,28 @@ pub fn terms_stratified(
                 weight: scale,
             });
         }
-        for &k in frequent {
-            if sorted.binary_search(&k).is_err() {
-                out.push(Term {
-                    row: i as u32,
-                    label: k,
-                    y: -1.0,
-                    weight: scale,
-                });
-            }
-        }
+        // One merge of the two sorted lists: the frequent labels that are negatives here
+        // enter exactly, and `skip` gets every positive and frequent label once, in order
+        // (O(F + |P_i|) a row, where sorting the union cost O(F log F)).
         skip.clear();
-        skip.extend_from_slice(&sorted);
-        skip.extend_from_slice(frequent);
-        skip.sort_unstable();
-        skip.dedup();
+        let mut j = 0;
+        for &k in frequent {
+            while j < sorted.len() && sorted[j] < k {
+                skip.push(sorted[j]);
+                j += 1;
+            }
+            if sorted.get(j) == Some(&k) {
+                continue; // a positive: pushed to `skip` with the positives
+            }
+            out.push(Term {
+                row: i as u32,
+                label: k,
+                y: -1.0,
+                weight: scale,
+            });
+            skip.push(k);
+        }
+        skip.extend_from_slice(&sorted[j..]);
         let n_neg = n_labels - skip.len();
         let take = count.min(n_neg);
         if take == 0 {
