@@ -134,11 +134,10 @@ pub struct Selection {
 /// [`Row::Failed`]; any other error ends the fit.
 ///
 /// When the cut leaves one candidate and its share of the budget affords it fewer steps
-/// than the rule's ten epochs, it gets no selection run: there is nothing to choose
-/// between, and each step of a selection run would be paid twice (there and again by the
-/// final model). Its probe is scored on validation (the table's figures and the label
-/// frequencies' check), and its final model is given the time left
-/// ([`no_selection_steps`]). `spent` and `ingest_seconds` as for [`train_on`].
+/// than [`super::rule::LONE_SELECTION_EPOCHS`] epochs, it gets no selection run ([`takes_selection_run`]).
+/// Its probe is scored on validation (the table's figures and the label frequencies'
+/// check), and its final model is given the time left ([`no_selection_steps`]). `spent`
+/// and `ingest_seconds` as for [`train_on`].
 pub fn select(
     ws: &Workspace,
     mut list: Vec<Candidate>,
@@ -169,7 +168,7 @@ pub fn select(
             let share = (selection_seconds(plan.left, list.len()) - in_selection).max(0.0)
                 / (list.len() - i) as f64;
             let afforded = share_afforded(share_steps(plan, &p, share).0);
-            if list.len() == 1 && !plan.fixed && afforded < plan.needed {
+            if !takes_selection_run(list.len(), afforded, plan) {
                 return no_selection_run(ws, plan, p, afforded, spent, ingest_seconds, observer);
             }
             finish(ws, plan, p, share)
@@ -178,6 +177,16 @@ pub fn select(
         i += 1;
     }
     Ok(selection)
+}
+
+/// Whether a candidate whose share affords `afforded` steps, one of `candidates` left in
+/// the list, trains a selection run. Always with others to choose between or with fixed
+/// steps; a lone candidate only when its share affords `plan.lone_needed` steps
+/// ([`super::rule::LONE_SELECTION_EPOCHS`] epochs, or the cap): a shorter selection run has nothing to
+/// choose, is unlikely to converge (its best score and then the patience's epochs), and
+/// each of its steps would be paid twice, there and again by the final model.
+pub fn takes_selection_run(candidates: usize, afforded: u64, plan: &Plan) -> bool {
+    candidates > 1 || plan.fixed || afforded >= plan.lone_needed
 }
 
 /// The steps a final model may train in `spare` seconds (the budget's plannable seconds
@@ -207,7 +216,7 @@ fn no_selection_run(
     observer.event(FitEvent::NoSelectionRun {
         name: &s.candidate.name,
         afforded,
-        needed: plan.needed,
+        needed: plan.lone_needed,
         final_steps: steps,
     });
     Ok(s)
@@ -215,7 +224,7 @@ fn no_selection_run(
 
 /// The steps a share affords, as the choice of a selection run sees them: `afforded`, or
 /// with the failpoint `fit-share-slower:1000` armed, a thousandth of it, so that a test
-/// sees a candidate whose share cannot buy the rule's ten epochs on data small enough to
+/// sees a candidate whose share cannot buy a lone candidate's epochs on data small enough to
 /// run in seconds (the final model's steps are priced by the true step time).
 fn share_afforded(afforded: u64) -> u64 {
     match crate::failpoint::fires("fit-share-slower", 1000) {
@@ -569,9 +578,36 @@ mod tests {
             left: budget,
             cap: u64::MAX,
             needed: 1,
+            lone_needed: 1,
             epoch_steps: 1,
             fixed: false,
         }
+    }
+
+    #[test]
+    fn a_lone_candidate_trains_a_selection_run_only_when_its_share_affords_twenty_epochs() {
+        // 100-step epochs: the cut asks 1 000 steps, a lone candidate's selection run 2 000.
+        let plan = Plan {
+            needed: 1_000,
+            lone_needed: 2_000,
+            epoch_steps: 100,
+            cap: 6_000,
+            ..plan_of(300.0)
+        };
+        // The 53 000-label case: a share of 15 epochs, above the cut's line, below this one.
+        assert!(!takes_selection_run(1, 1_500, &plan));
+        assert!(!takes_selection_run(1, 1_999, &plan));
+        assert!(takes_selection_run(1, 2_000, &plan));
+        // Others to choose between, or fixed steps: always a selection run.
+        assert!(takes_selection_run(2, 10, &plan));
+        assert!(takes_selection_run(
+            1,
+            10,
+            &Plan {
+                fixed: true,
+                ..plan
+            }
+        ));
     }
 
     #[test]

@@ -36,13 +36,16 @@
 //!    the table ([`budget::Row::Failed`]). The first probe also decides how many candidates the budget
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
-//!    instead of many barely.
+//!    instead of many barely. A lone candidate whose share buys fewer than
+//!    [`LONE_SELECTION_EPOCHS`] epochs gets no selection run ([`budget::takes_selection_run`]):
+//!    its probe is scored, and its final model trains the time left.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP. On a
 //!    validation split of fewer than [`folds::FOLDS_BELOW_ROWS`] rows, by each candidate's
 //!    mean over k folds when the budget affords them ([`folds`]).
 //! 4. **Final model.** A spec is written that ingests the training file whole (no carve)
-//!    and trains the winner for the steps its selection run took, and it is run as
+//!    and trains the winner for the steps its selection run took (without one, the steps
+//!    the time left affords), and it is run as
 //!    `pipeline run` runs it: the test metrics printed are those the spec reproduces.
 //!
 //! The budget is kept by measurement, not by interrupting runs: every share is converted to

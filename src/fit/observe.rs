@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::outcome::{CandidateOutcome, CandidateResult, Figures, ModelFile};
+use super::rule::LONE_SELECTION_EPOCHS;
 use crate::store::catalog::LabelKind;
 
 /// Receives a fit's events as they happen.
@@ -99,8 +100,9 @@ pub enum FitEvent<'a> {
     NoBetterThanBaseline,
     /// The rule's choice, trained next on every training row for `steps` steps.
     Chosen { name: &'a str, steps: u64 },
-    /// The one candidate the budget kept affords fewer steps than the rule's ten epochs:
-    /// no selection run, its final model trains the time left.
+    /// The one candidate the budget kept affords fewer steps than a lone candidate's
+    /// selection run needs (`needed`: [`LONE_SELECTION_EPOCHS`] epochs, or the cap): no
+    /// selection run, its final model trains the time left.
     NoSelectionRun {
         name: &'a str,
         afforded: u64,
@@ -252,10 +254,11 @@ impl FitEvent<'_> {
             } => (
                 Progress,
                 format!(
-                    "{name}: the budget affords it {afforded} steps of the {needed} (ten \
-                     epochs) the rule asks, and nothing else is left to choose: no \
-                     selection run; its probe is scored, and its final model trains the \
-                     time left ({final_steps} steps)"
+                    "{name}: the budget affords it {afforded} steps of the {needed} \
+                     ({LONE_SELECTION_EPOCHS} epochs) a lone candidate's selection run \
+                     needs, and nothing else is left to choose: no selection run; its \
+                     probe is scored, and its final model trains the time left \
+                     ({final_steps} steps)"
                 ),
             ),
             FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),

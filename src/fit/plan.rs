@@ -95,6 +95,9 @@ pub struct Plan {
     pub cap: u64,
     /// Steps of ten epochs (or the cap), which a candidate's share must afford.
     pub needed: u64,
+    /// Steps of [`super::rule::LONE_SELECTION_EPOCHS`] epochs (or the cap), which a lone
+    /// candidate's share must afford for a selection run.
+    pub lone_needed: u64,
     /// Steps an epoch of the selection data takes.
     pub epoch_steps: u64,
     pub fixed: bool,

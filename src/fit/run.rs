@@ -103,6 +103,7 @@ pub fn run(
     let cap = step_cap(sizes.n, batch);
     // Ten epochs of steps, or the cap when that is fewer (small data).
     let needed = (MIN_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
+    let lone_needed = (LONE_SELECTION_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
     observer.event(FitEvent::Planned {
         task: kind,
         rows: sizes.n,
@@ -122,6 +123,7 @@ pub fn run(
         left,
         cap,
         needed,
+        lone_needed,
         epoch_steps: sizes.n.div_ceil(batch),
         fixed: !args.early_stopping,
     };

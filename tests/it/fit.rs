@@ -677,13 +677,14 @@ fn candidates_the_cut_dropped_run_in_the_time_the_others_leave() {
 }
 
 #[test]
-fn one_candidate_short_of_ten_epochs_gets_no_selection_run() {
+fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
     let dir = tempfile::tempdir().unwrap();
     let train = dir.path().join("toy.svm");
     // 2 800 rows: the one carve (no folds); one candidate (kernel and M set).
     std::fs::write(&train, points(0..2800)).unwrap();
     let spec = dir.path().join("toy-fit.toml");
-    // The share is judged as if its steps took 1 000 times as long: fewer than ten epochs.
+    // The share is judged as if its steps took 1 000 times as long: fewer than the twenty
+    // epochs a lone candidate's selection run needs.
     let out = std::process::Command::new(pipeline_bin())
         .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
         .args([
