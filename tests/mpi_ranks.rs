@@ -400,10 +400,15 @@ fn training_over_two_ranks_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base");
     common::toy::prepare(&base);
-    // Sampled negatives (each rank draws the one process's stream), all negatives, and
+    // Sampled negatives (each rank draws the one process's stream), the stratified sample
+    // (its frequent labels by the dense path on each rank's rows), all negatives, and
     // natural steps on a whitened q(u) (each rank steps q(u) from the reduced gradient).
     for (name, overrides) in [
         ("sampled", &["--negatives", "5"][..]),
+        (
+            "stratified",
+            &["--negatives", "3", "--frequent-negatives", "2"][..],
+        ),
         ("all", &["--negatives", "all", "--epochs", "3"][..]),
         (
             "natural",

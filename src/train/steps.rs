@@ -24,7 +24,7 @@ use crate::metrics::names::Figure;
 use crate::model::bound::objective::{
     bound_and_grads, bound_and_grads_feature_ard, BoundAndGrads, BoundOptions,
 };
-use crate::model::bound::terms::{terms_stratified, Term, TermSet};
+use crate::model::bound::terms::{terms_sampled, terms_stratified_rest, Term, TermSet};
 use crate::model::kernel::feature_ard::FeatureInputs;
 use crate::model::kernel::BasisInputs;
 use crate::model::likelihood::multiclass::Classes;
@@ -340,7 +340,9 @@ impl Trainer<'_> {
     }
 
     /// The positives plus `count` sampled negatives per row (reweighted), drawn from the
-    /// step's own random stream, for the rows of `batch`. A share of a global minibatch
+    /// step's own random stream, for the rows of `batch`; with frequent labels, only the
+    /// terms of the other labels (the frequent ones are the bound's dense part,
+    /// [`TermSet::Stratified`]). A share of a global minibatch
     /// (MPI ranks) draws for the rows before it too and keeps its own rows' terms, so the
     /// ranks' terms together are the one process's.
     fn sampled_terms(&self, batch: &Batch, count: usize, scale: f64) -> Vec<Term> {
@@ -351,9 +353,12 @@ impl Trainer<'_> {
             &[self.state.step],
         ));
         let n_labels = self.setup.n_labels;
+        let draw = |positives: &[Vec<u32>], rng: &mut ChaCha8Rng| match self.frequent.is_empty() {
+            true => terms_sampled(positives, n_labels, count, scale, rng),
+            false => terms_stratified_rest(positives, n_labels, &self.frequent, count, scale, rng),
+        };
         if batch.first == 0 {
-            let positives = &batch.positives;
-            return terms_stratified(positives, n_labels, &self.frequent, count, scale, &mut rng);
+            return draw(&batch.positives, &mut rng);
         }
         let upto: Vec<Vec<u32>> = batch
             .lead_positives
@@ -362,7 +367,7 @@ impl Trainer<'_> {
             .cloned()
             .collect();
         let first = batch.first as u32;
-        let mut terms = terms_stratified(&upto, n_labels, &self.frequent, count, scale, &mut rng);
+        let mut terms = draw(&upto, &mut rng);
         terms.retain(|t| t.row >= first);
         for t in &mut terms {
             t.row -= first;
@@ -407,7 +412,13 @@ impl Trainer<'_> {
                 positives: &batch.positives,
                 scale: weight,
             },
-            (Some(list), None) => TermSet::List(list),
+            (Some(list), None) if self.frequent.is_empty() => TermSet::List(list),
+            (Some(rest), None) => TermSet::Stratified {
+                frequent: &self.frequent,
+                positives: &batch.positives,
+                scale: weight,
+                rest,
+            },
         };
         // Without trainable A or kernel hyperparameters their gradients are not needed
         // (the linear kernel's log ℓ is always frozen; its log σ_f² follows freeze_hyper

@@ -9,7 +9,9 @@ use faer::Mat;
 use fsgp::model::bound::objective::{
     bound_and_grads, expected_loglik, kl_total, BoundAndGrads, BoundOptions,
 };
-use fsgp::model::bound::terms::{terms_all, terms_sampled, terms_stratified, Term, TermSet};
+use fsgp::model::bound::terms::{
+    terms_all, terms_sampled, terms_stratified, terms_stratified_rest, Term, TermSet,
+};
 use fsgp::model::kernel::{BasisInputs, KernelKind, KernelParams};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::params::{Params, QParams};
@@ -234,6 +236,53 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
     }
 }
 
+/// The stratified sample in two parts (the frequent labels of every row by the dense path,
+/// the rest as a list) against the one list of the same sample: the same bound and
+/// gradients, for every kernel and factorisation.
+#[test]
+fn stratified_dense_part_plus_its_rest_equals_the_list_of_the_same_sample() {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    let frequent = [0u32, 3];
+    for (kind, fact) in SETUPS {
+        for seed in [14, 15] {
+            let pr = problem(seed);
+            let x = pr.x();
+            assert!(
+                pr.positives.iter().flatten().any(|k| frequent.contains(k)),
+                "a frequent label is some row's positive"
+            );
+            let rng = || ChaCha8Rng::seed_from_u64(seed);
+            let list = terms_stratified(&pr.positives, K, &frequent, 2, 3.0, &mut rng());
+            let rest = terms_stratified_rest(&pr.positives, K, &frequent, 2, 3.0, &mut rng());
+            assert!(rest.iter().all(|t| !frequent.contains(&t.label)));
+            let opts = opts_for(fact);
+            let a = bound_and_grads(
+                kind,
+                &pr.params,
+                &x,
+                &TermSet::List(&list),
+                &lik,
+                &opts,
+                &Scratch::new(),
+            )
+            .unwrap();
+            let split = TermSet::Stratified {
+                frequent: &frequent,
+                positives: &pr.positives,
+                scale: 3.0,
+                rest: &rest,
+            };
+            let b = bound_and_grads(kind, &pr.params, &x, &split, &lik, &opts, &Scratch::new())
+                .unwrap();
+            let d = max_rel_diff(&a, &b, 1e-300);
+            assert!(
+                d <= 1e-12,
+                "{kind:?} {fact:?} seed {seed}: relative difference {d:e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn dense_all_labels_gradient_matches_central_differences() {
     let lik = BernoulliLogistic::new(20).unwrap();
@@ -400,9 +449,18 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
     let pr = larger_problem();
     let x = pr.x();
     let mut rng = ChaCha8Rng::seed_from_u64(9);
-    let sampled = terms_sampled(&pr.positives, pr.params.phi.nrows(), 20, 2.0, &mut rng);
+    let k = pr.params.phi.nrows();
+    let sampled = terms_sampled(&pr.positives, k, 20, 2.0, &mut rng);
+    let frequent = [1u32, 4, 6];
+    let rest = terms_stratified_rest(&pr.positives, k, &frequent, 20, 2.0, &mut rng);
+    let stratified = TermSet::Stratified {
+        frequent: &frequent,
+        positives: &pr.positives,
+        scale: 2.0,
+        rest: &rest,
+    };
     for (kind, fact) in SETUPS {
-        for terms in [dense(&pr, 2.0), TermSet::List(&sampled)] {
+        for terms in [dense(&pr, 2.0), TermSet::List(&sampled), stratified] {
             let run = |threads| on_threads(threads, (kind, fact), &pr, &x, &terms, &lik);
             let (one, two) = (run(1), run(2));
             assert_eq!(

@@ -46,8 +46,25 @@ pub(crate) fn likelihood_part(
 ) -> LikelihoodGrads {
     match terms {
         TermSet::List(list) => likelihood_list(params, mean, var, list, lik, scratch),
-        TermSet::AllLabels { positives, scale } => {
-            likelihood_dense(params, mean, var, positives, *scale, lik, scratch)
+        TermSet::AllLabels { positives, scale } => likelihood_dense(
+            (params.phi.as_ref(), &params.bias),
+            mean,
+            var,
+            positives,
+            *scale,
+            lik,
+            scratch,
+        ),
+        TermSet::Stratified {
+            frequent,
+            positives,
+            scale,
+            rest,
+        } => {
+            let listed = likelihood_list(params, mean, var, rest, lik, scratch);
+            let dense =
+                likelihood_frequent(params, mean, var, frequent, positives, *scale, lik, scratch);
+            with_frequent(listed, dense, frequent)
         }
         TermSet::Classes(classes) => {
             let part = classes_part(params, (mean, var), rows, classes, scratch);
@@ -301,13 +318,64 @@ fn from_row_major(data: &[f64], rows: usize, cols: usize) -> Mat<f64> {
     out
 }
 
+/// The dense path on the labels of `frequent` (sorted ids) only: their rows of Φ and b
+/// gathered into an [F×P] matrix and an F-vector, each row's positives among them mapped to
+/// their positions in `frequent`. The gradients' Φ and b are the gathered ones' ([F×P], F).
+#[allow(clippy::too_many_arguments)]
+fn likelihood_frequent(
+    params: &Params,
+    m: MatRef<'_, f64>,
+    s: MatRef<'_, f64>,
+    frequent: &[u32],
+    positives: &[Vec<u32>],
+    scale: f64,
+    lik: &dyn Likelihood,
+    scratch: &Scratch,
+) -> LikelihoodGrads {
+    let phi = Mat::from_fn(frequent.len(), params.phi.ncols(), |j, p| {
+        params.phi[(frequent[j] as usize, p)]
+    });
+    let bias: Vec<f64> = frequent.iter().map(|&k| params.bias[k as usize]).collect();
+    let local: Vec<Vec<u32>> = positives
+        .iter()
+        .map(|pos| {
+            pos.iter()
+                .filter_map(|k| frequent.binary_search(k).ok().map(|j| j as u32))
+                .collect()
+        })
+        .collect();
+    likelihood_dense((phi.as_ref(), &bias), m, s, &local, scale, lik, scratch)
+}
+
+/// The list part's gradients `listed` plus the dense part's `dense` on the labels of
+/// `frequent` (whose Φ and b gradients are those labels' rows, in order).
+fn with_frequent(
+    mut listed: LikelihoodGrads,
+    dense: LikelihoodGrads,
+    frequent: &[u32],
+) -> LikelihoodGrads {
+    listed.expected += dense.expected;
+    listed.mean += &dense.mean;
+    listed.var += &dense.var;
+    for (j, &k) in frequent.iter().enumerate() {
+        let k = k as usize;
+        for p in 0..listed.phi.ncols() {
+            listed.phi[(k, p)] += dense.phi[(j, p)];
+        }
+        listed.bias[k] += dense.bias[j];
+    }
+    listed
+}
+
 /// The dense all-labels path, every step a GEMM or an elementwise pass over [K×B] buffers
 /// (the transposes of f̄, v, α, β, so each minibatch row is a contiguous column):
 /// f̄ᵀ = Φ mᵀ + b1ᵀ, vᵀ = (Φ∘Φ) sᵀ; the quadrature in place, per row in parallel, turns
 /// them into αᵀ = scale ∂E/∂f̄ and βᵀ = scale ∂E/∂v; then G_m = α Φ, G_s = β (Φ∘Φ),
 /// ∂Φ = αᵀ m + 2 Φ ∘ (βᵀ s), ∂b = Σ_i α_i.
+/// `(phi, bias)` are Φ [K×P] and b (K) of the labels the path runs over: the model's, or
+/// a gathered subset of its labels ([`likelihood_frequent`]).
 fn likelihood_dense(
-    params: &Params,
+    (phi, bias): (MatRef<'_, f64>, &[f64]),
     m: MatRef<'_, f64>,
     s: MatRef<'_, f64>,
     positives: &[Vec<u32>],
@@ -315,8 +383,7 @@ fn likelihood_dense(
     lik: &dyn Likelihood,
     scratch: &Scratch,
 ) -> LikelihoodGrads {
-    let (b, p_count, k_count) = (m.nrows(), m.ncols(), params.phi.nrows());
-    let phi = params.phi.as_ref();
+    let (b, p_count, k_count) = (m.nrows(), m.ncols(), phi.nrows());
     let phi2 = Mat::from_fn(k_count, p_count, |k, p| phi[(k, p)] * phi[(k, p)]);
     // The two [K×B] buffers come from the arena: at AmazonCat sizes they are 2 × 53 MB.
     let (mut alpha, mut beta) = scratch.take_dense(k_count * b);
@@ -335,7 +402,7 @@ fn likelihood_dense(
             for &k in pos {
                 y[k as usize] = 1.0;
             }
-            for (f, bias) in f_row.iter_mut().zip(&params.bias) {
+            for (f, bias) in f_row.iter_mut().zip(bias) {
                 *f += bias;
             }
             for v in v_row.iter_mut() {

@@ -82,6 +82,36 @@ pub struct BoundAndGrads {
     pub times: PhaseTimes,
 }
 
+/// Every term's row and label inside the `b`×`k_count` minibatch.
+fn check_list(list: &[Term], b: usize, k_count: usize) -> Result<()> {
+    for t in list {
+        let (i, k) = (t.row as usize, t.label as usize);
+        ensure!(
+            i < b && k < k_count,
+            "term ({i}, {k}) outside the {b}×{k_count} minibatch"
+        );
+    }
+    Ok(())
+}
+
+/// One row of positives per minibatch row, each label below `k_count`.
+fn check_positives(positives: &[Vec<u32>], b: usize, k_count: usize) -> Result<()> {
+    ensure!(
+        positives.len() == b,
+        "{} rows of labels for a minibatch of {b} rows",
+        positives.len()
+    );
+    for pos in positives {
+        for &k in pos {
+            ensure!(
+                (k as usize) < k_count,
+                "label {k} outside the {k_count} labels"
+            );
+        }
+    }
+    Ok(())
+}
+
 fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Result<()> {
     let (p_count, k_count) = (params.q.mu().ncols(), params.phi.nrows());
     ensure!(
@@ -90,29 +120,21 @@ fn check_shapes(params: &Params, x: &BasisInputs<'_>, terms: &TermSet<'_>) -> Re
     );
     let b = x.kxx_b.nrows();
     match terms {
-        TermSet::List(list) => {
-            for t in list.iter() {
-                let (i, k) = (t.row as usize, t.label as usize);
-                ensure!(
-                    i < b && k < k_count,
-                    "term ({i}, {k}) outside the {b}×{k_count} minibatch"
-                );
-            }
-        }
-        TermSet::AllLabels { positives, .. } => {
+        TermSet::List(list) => check_list(list, b, k_count)?,
+        TermSet::AllLabels { positives, .. } => check_positives(positives, b, k_count)?,
+        TermSet::Stratified {
+            frequent,
+            positives,
+            rest,
+            ..
+        } => {
+            check_list(rest, b, k_count)?;
+            check_positives(positives, b, k_count)?;
             ensure!(
-                positives.len() == b,
-                "{} rows of labels for a minibatch of {b} rows",
-                positives.len()
+                frequent.windows(2).all(|w| w[0] < w[1])
+                    && frequent.last().is_none_or(|&k| (k as usize) < k_count),
+                "the frequent labels are not distinct sorted ids below {k_count}"
             );
-            for pos in positives.iter() {
-                for &k in pos {
-                    ensure!(
-                        (k as usize) < k_count,
-                        "label {k} outside the {k_count} labels"
-                    );
-                }
-            }
         }
         TermSet::Classes(classes) => {
             ensure!(

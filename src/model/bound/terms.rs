@@ -62,6 +62,34 @@ pub fn terms_stratified(
     scale: f64,
     rng: &mut impl Rng,
 ) -> Vec<Term> {
+    stratified(positives, n_labels, (frequent, true), count, scale, rng)
+}
+
+/// The terms of [`terms_stratified`] (the same sample, for the same `rng`) whose label is not
+/// in `frequent`: the row's other positives and its sampled negatives. With
+/// [`TermSet::Stratified`] they are the bound's list part; its frequent labels, every row's
+/// exactly, are its dense part.
+pub fn terms_stratified_rest(
+    positives: &[Vec<u32>],
+    n_labels: usize,
+    frequent: &[u32],
+    count: usize,
+    scale: f64,
+    rng: &mut impl Rng,
+) -> Vec<Term> {
+    stratified(positives, n_labels, (frequent, false), count, scale, rng)
+}
+
+/// [`terms_stratified`], with the frequent labels' terms (positives among them included)
+/// left out unless `with_frequent`.
+fn stratified(
+    positives: &[Vec<u32>],
+    n_labels: usize,
+    (frequent, with_frequent): (&[u32], bool),
+    count: usize,
+    scale: f64,
+    rng: &mut impl Rng,
+) -> Vec<Term> {
     debug_assert!(frequent.windows(2).all(|w| w[0] < w[1]));
     // A row takes at most every label: a COUNT above L (the option allows up to 2³¹ − 1)
     // must not size the buffers.
@@ -75,6 +103,9 @@ pub fn terms_stratified(
         let mut sorted = pos.clone();
         sorted.sort_unstable();
         for &k in &sorted {
+            if !with_frequent && frequent.binary_search(&k).is_ok() {
+                continue;
+            }
             out.push(Term {
                 row: i as u32,
                 label: k,
@@ -95,12 +126,14 @@ pub fn terms_stratified(
             if sorted.get(j) == Some(&k) {
                 continue; // a positive: pushed to `skip` with the positives
             }
-            out.push(Term {
-                row: i as u32,
-                label: k,
-                y: -1.0,
-                weight: scale,
-            });
+            if with_frequent {
+                out.push(Term {
+                    row: i as u32,
+                    label: k,
+                    y: -1.0,
+                    weight: scale,
+                });
+            }
             skip.push(k);
         }
         skip.extend_from_slice(&sorted[j..]);
@@ -183,6 +216,17 @@ pub enum TermSet<'a> {
     AllLabels {
         positives: &'a [Vec<u32>],
         scale: f64,
+    },
+    /// A stratified sample of the negatives ([`terms_stratified`]) in two parts: every
+    /// label of `frequent` (sorted ids) for every row, weight `scale`, y = +1 for the row's
+    /// `positives`, evaluated densely like [`TermSet::AllLabels`] on those labels' rows of
+    /// Φ; and `rest` ([`terms_stratified_rest`]), the list of the other labels' terms.
+    /// Equal to `List(&terms_stratified(…))` of the same sample up to summation order.
+    Stratified {
+        frequent: &'a [u32],
+        positives: &'a [Vec<u32>],
+        scale: f64,
+        rest: &'a [Term],
     },
     /// One true class per row and a likelihood that couples the row's K utilities
     /// (`likelihood/multiclass/mod.rs`): the bound's data part is scale · Σ_i E_q[log p(c_i | f_i)]. The
