@@ -134,7 +134,7 @@ pub struct Selection {
 /// [`Row::Failed`]; any other error ends the fit.
 ///
 /// When the cut leaves one candidate and its share of the budget affords it fewer steps
-/// than [`super::rule::LONE_SELECTION_EPOCHS`] epochs, it gets no selection run ([`takes_selection_run`]).
+/// than [`super::plan::LONE_SELECTION_EPOCHS`] epochs, it gets no selection run ([`takes_selection_run`]).
 /// Its probe is scored on validation (the table's figures and the label frequencies'
 /// check), and its final model is given the time left ([`no_selection_steps`]). `spent`
 /// and `ingest_seconds` as for [`train_on`].
@@ -182,7 +182,7 @@ pub fn select(
 /// Whether a candidate whose share affords `afforded` steps, one of `candidates` left in
 /// the list, trains a selection run. Always with others to choose between or with fixed
 /// steps; a lone candidate only when its share affords `plan.lone_needed` steps
-/// ([`super::rule::LONE_SELECTION_EPOCHS`] epochs, or the cap): a shorter selection run has nothing to
+/// ([`super::plan::LONE_SELECTION_EPOCHS`] epochs, or the cap): a shorter selection run has nothing to
 /// choose, is unlikely to converge (its best score and then the patience's epochs), and
 /// each of its steps would be paid twice, there and again by the final model.
 pub fn takes_selection_run(candidates: usize, afforded: u64, plan: &Plan) -> bool {

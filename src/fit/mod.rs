@@ -37,7 +37,7 @@
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
 //!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
 //!    instead of many barely. A lone candidate whose share buys fewer than
-//!    [`LONE_SELECTION_EPOCHS`] epochs gets no selection run ([`budget::takes_selection_run`]):
+//!    [`plan::LONE_SELECTION_EPOCHS`] epochs gets no selection run ([`budget::takes_selection_run`]):
 //!    its probe is scored, and its final model trains the time left.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP. On a

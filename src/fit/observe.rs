@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::outcome::{CandidateOutcome, CandidateResult, Figures, ModelFile};
-use super::rule::LONE_SELECTION_EPOCHS;
+use super::plan::LONE_SELECTION_EPOCHS;
 use crate::store::catalog::LabelKind;
 
 /// Receives a fit's events as they happen.

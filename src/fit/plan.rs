@@ -24,6 +24,19 @@ pub const PROBE_SHARE: f64 = 0.05;
 /// had not passed over its data twice.
 pub const PATIENCE_EPOCHS: u64 = 5;
 
+/// A lone candidate (the cut kept one, or one was listed) gets a selection run only when
+/// its share affords this many epochs (or the step cap); below it, its probe is scored and
+/// its final model trains the time left. A selection run of one candidate has nothing to
+/// choose between: what it can buy is a step count found by early stopping, and only a run
+/// that converges finds one, which takes the climb to its best score and then
+/// [`PATIENCE_EPOCHS`] more. Every step it trains is paid twice (there and in
+/// the final model). Twenty, twice the cut's ten: a 53 000-label text-like set whose
+/// lone candidate's share afforded 15 epochs trained a selection run that had not
+/// converged after 25 (the time left went to it), and its final model repeated those 556
+/// steps; given the time left instead, its final model trained 1 105 steps and scored
+/// test P@1 1.35 points higher (docs/fit.md, "A lone candidate's selection run").
+pub const LONE_SELECTION_EPOCHS: u64 = 20;
+
 /// The steps a candidate's probe trains, given the step time its [`FIRST_STEPS`] measured:
 /// [`PROBE_STEPS`], or fewer when those would cost more than [`PROBE_SHARE`] of `budget`
 /// seconds, and never fewer than the first steps already taken.
@@ -95,7 +108,7 @@ pub struct Plan {
     pub cap: u64,
     /// Steps of ten epochs (or the cap), which a candidate's share must afford.
     pub needed: u64,
-    /// Steps of [`super::rule::LONE_SELECTION_EPOCHS`] epochs (or the cap), which a lone
+    /// Steps of [`LONE_SELECTION_EPOCHS`] epochs (or the cap), which a lone
     /// candidate's share must afford for a selection run.
     pub lone_needed: u64,
     /// Steps an epoch of the selection data takes.

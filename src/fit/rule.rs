@@ -39,19 +39,6 @@ pub(super) const FINAL_SHARES: f64 = 1.3;
 /// within the first few epochs and by fractions of a point after ten (docs/fit.md).
 pub const MIN_EPOCHS: u64 = 10;
 
-/// A lone candidate (the cut kept one, or one was listed) gets a selection run only when
-/// its share affords this many epochs (or the step cap); below it, its probe is scored and
-/// its final model trains the time left. A selection run of one candidate has nothing to
-/// choose between: what it can buy is a step count found by early stopping, and only a run
-/// that converges finds one, which takes the climb to its best score and then
-/// [`super::plan::PATIENCE_EPOCHS`] more. Every step it trains is paid twice (there and in
-/// the final model). Twenty, twice the cut's ten: a 53 000-label text-like set whose
-/// lone candidate's share afforded 15 epochs trained a selection run that had not
-/// converged after 25 (the time left went to it), and its final model repeated those 556
-/// steps; given the time left instead, its final model trained 1 105 steps and scored
-/// test P@1 1.35 points higher (docs/fit.md, "A lone candidate's selection run").
-pub const LONE_SELECTION_EPOCHS: u64 = 20;
-
 /// Only this share of a candidate's time is planned as training steps: prediction,
 /// evaluation, svd and setup take the rest.
 pub(super) const STEP_SHARE: f64 = 0.7;
@@ -534,7 +521,7 @@ pub(super) struct Scored {
     /// `final_steps` says otherwise.
     pub(super) steps: u64,
     /// Set when the candidate had no selection run (the budget afforded it less than a
-    /// lone candidate's [`LONE_SELECTION_EPOCHS`] epochs, and nothing else to choose
+    /// lone candidate's [`super::plan::LONE_SELECTION_EPOCHS`] epochs, and nothing else to choose
     /// from: `budget::select`): the steps
     /// the time left affords its final model, more than the probe's `steps`.
     pub(super) final_steps: Option<u64>,

@@ -13,7 +13,7 @@ use super::names::{self, ReservedSpec};
 use super::observe::{FinalStage, FitEvent, FitObserver};
 use super::options::spec_pairs;
 use super::outcome::{Figures, FinalRun, FitOutcome, ModelFile};
-use super::plan::Plan;
+use super::plan::{Plan, LONE_SELECTION_EPOCHS};
 use super::request::FitRequest;
 use super::rule::*;
 use super::sizes;

@@ -198,35 +198,29 @@ fn dense(pr: &Problem, scale: f64) -> TermSet<'_> {
     }
 }
 
+/// The bound and gradients of `pr`'s parameters on `terms` (a 20-point logistic quadrature,
+/// a fresh scratch).
+fn evaluated(
+    kind: KernelKind,
+    pr: &Problem,
+    x: &BasisInputs<'_>,
+    terms: &TermSet<'_>,
+    opts: &BoundOptions,
+) -> BoundAndGrads {
+    let lik = BernoulliLogistic::new(20).unwrap();
+    bound_and_grads(kind, &pr.params, x, terms, &lik, opts, &Scratch::new()).unwrap()
+}
+
 #[test]
 fn dense_all_labels_path_equals_the_list_of_all_terms() {
-    let lik = BernoulliLogistic::new(20).unwrap();
     for kind in [KernelKind::Linear, KernelKind::SquaredExponential] {
         for seed in [12, 13] {
             let pr = problem(seed);
             let x = pr.x();
             let list = terms_all(&pr.positives, K, 3.0);
             let opts = BoundOptions::default();
-            let a = bound_and_grads(
-                kind,
-                &pr.params,
-                &x,
-                &TermSet::List(&list),
-                &lik,
-                &opts,
-                &Scratch::new(),
-            )
-            .unwrap();
-            let b = bound_and_grads(
-                kind,
-                &pr.params,
-                &x,
-                &dense(&pr, 3.0),
-                &lik,
-                &opts,
-                &Scratch::new(),
-            )
-            .unwrap();
+            let a = evaluated(kind, &pr, &x, &TermSet::List(&list), &opts);
+            let b = evaluated(kind, &pr, &x, &dense(&pr, 3.0), &opts);
             let d = max_rel_diff(&a, &b, 1e-300);
             assert!(
                 d <= 1e-12,
@@ -241,7 +235,6 @@ fn dense_all_labels_path_equals_the_list_of_all_terms() {
 /// gradients, for every kernel and factorisation.
 #[test]
 fn stratified_dense_part_plus_its_rest_equals_the_list_of_the_same_sample() {
-    let lik = BernoulliLogistic::new(20).unwrap();
     let frequent = [0u32, 3];
     for (kind, fact) in SETUPS {
         for seed in [14, 15] {
@@ -256,24 +249,14 @@ fn stratified_dense_part_plus_its_rest_equals_the_list_of_the_same_sample() {
             let rest = terms_stratified_rest(&pr.positives, K, &frequent, 2, 3.0, &mut rng());
             assert!(rest.iter().all(|t| !frequent.contains(&t.label)));
             let opts = opts_for(fact);
-            let a = bound_and_grads(
-                kind,
-                &pr.params,
-                &x,
-                &TermSet::List(&list),
-                &lik,
-                &opts,
-                &Scratch::new(),
-            )
-            .unwrap();
+            let a = evaluated(kind, &pr, &x, &TermSet::List(&list), &opts);
             let split = TermSet::Stratified {
                 frequent: &frequent,
                 positives: &pr.positives,
                 scale: 3.0,
                 rest: &rest,
             };
-            let b = bound_and_grads(kind, &pr.params, &x, &split, &lik, &opts, &Scratch::new())
-                .unwrap();
+            let b = evaluated(kind, &pr, &x, &split, &opts);
             let d = max_rel_diff(&a, &b, 1e-300);
             assert!(
                 d <= 1e-12,
