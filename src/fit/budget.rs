@@ -181,12 +181,12 @@ pub fn select(
 
 /// Whether a candidate whose share affords `afforded` steps, one of `candidates` left in
 /// the list, trains a selection run. Always with others to choose between or with fixed
-/// steps; a lone candidate only when its share affords `plan.lone_needed` steps
+/// steps; a lone candidate only when its share affords [`Plan::lone_needed`] steps
 /// ([`super::plan::LONE_SELECTION_EPOCHS`] epochs, or the cap): a shorter selection run has nothing to
 /// choose, is unlikely to converge (its best score and then the patience's epochs), and
 /// each of its steps would be paid twice, there and again by the final model.
 pub fn takes_selection_run(candidates: usize, afforded: u64, plan: &Plan) -> bool {
-    candidates > 1 || plan.fixed || afforded >= plan.lone_needed
+    candidates > 1 || plan.fixed || afforded >= plan.lone_needed()
 }
 
 /// The steps a final model may train in `spare` seconds (the budget's plannable seconds
@@ -216,7 +216,7 @@ fn no_selection_run(
     observer.event(FitEvent::NoSelectionRun {
         name: &s.candidate.name,
         afforded,
-        needed: plan.lone_needed,
+        needed: plan.lone_needed(),
         final_steps: steps,
     });
     Ok(s)
@@ -578,7 +578,6 @@ mod tests {
             left: budget,
             cap: u64::MAX,
             needed: 1,
-            lone_needed: 1,
             epoch_steps: 1,
             fixed: false,
         }
@@ -589,7 +588,6 @@ mod tests {
         // 100-step epochs: the cut asks 1 000 steps, a lone candidate's selection run 2 000.
         let plan = Plan {
             needed: 1_000,
-            lone_needed: 2_000,
             epoch_steps: 100,
             cap: 6_000,
             ..plan_of(300.0)

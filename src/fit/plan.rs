@@ -108,9 +108,6 @@ pub struct Plan {
     pub cap: u64,
     /// Steps of ten epochs (or the cap), which a candidate's share must afford.
     pub needed: u64,
-    /// Steps of [`LONE_SELECTION_EPOCHS`] epochs (or the cap), which a lone
-    /// candidate's share must afford for a selection run.
-    pub lone_needed: u64,
     /// Steps an epoch of the selection data takes.
     pub epoch_steps: u64,
     pub fixed: bool,
@@ -125,6 +122,12 @@ pub struct Plan {
 pub const UNPLANNED_SHARE: f64 = 0.02;
 
 impl Plan {
+    /// Steps of [`LONE_SELECTION_EPOCHS`] epochs (or the cap), which a lone candidate's
+    /// share must afford for a selection run.
+    pub fn lone_needed(&self) -> u64 {
+        (LONE_SELECTION_EPOCHS * self.epoch_steps).min(self.cap)
+    }
+
     /// The seconds the extensions plan against: the budget less [`UNPLANNED_SHARE`].
     pub fn plannable(&self) -> f64 {
         self.budget * (1.0 - UNPLANNED_SHARE)

@@ -13,7 +13,7 @@ use super::names::{self, ReservedSpec};
 use super::observe::{FinalStage, FitEvent, FitObserver};
 use super::options::spec_pairs;
 use super::outcome::{Figures, FinalRun, FitOutcome, ModelFile};
-use super::plan::{Plan, LONE_SELECTION_EPOCHS};
+use super::plan::Plan;
 use super::request::FitRequest;
 use super::rule::*;
 use super::sizes;
@@ -103,7 +103,6 @@ pub fn run(
     let cap = step_cap(sizes.n, batch);
     // Ten epochs of steps, or the cap when that is fewer (small data).
     let needed = (MIN_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
-    let lone_needed = (LONE_SELECTION_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
     observer.event(FitEvent::Planned {
         task: kind,
         rows: sizes.n,
@@ -123,7 +122,6 @@ pub fn run(
         left,
         cap,
         needed,
-        lone_needed,
         epoch_steps: sizes.n.div_ceil(batch),
         fixed: !args.early_stopping,
     };
