@@ -134,7 +134,7 @@ pub struct Selection {
 /// [`Row::Failed`]; any other error ends the fit.
 ///
 /// When the cut leaves one candidate and its share of the budget affords it fewer steps
-/// than [`super::plan::LONE_SELECTION_EPOCHS`] epochs, it gets no selection run ([`takes_selection_run`]).
+/// than [`super::plan::MIN_EPOCHS`] epochs, it gets no selection run ([`takes_selection_run`]).
 /// Its probe is scored on validation (the table's figures and the label frequencies'
 /// check), and its final model is given the time left ([`no_selection_steps`]). `spent`
 /// and `ingest_seconds` as for [`train_on`].
@@ -181,12 +181,14 @@ pub fn select(
 
 /// Whether a candidate whose share affords `afforded` steps, one of `candidates` left in
 /// the list, trains a selection run. Always with others to choose between or with fixed
-/// steps; a lone candidate only when its share affords [`Plan::lone_needed`] steps
-/// ([`super::plan::LONE_SELECTION_EPOCHS`] epochs, or the cap): a shorter selection run has nothing to
-/// choose, is unlikely to converge (its best score and then the patience's epochs), and
-/// each of its steps would be paid twice, there and again by the final model.
+/// steps; a lone candidate only when its share affords [`Plan::needed`] steps
+/// ([`super::plan::MIN_EPOCHS`] epochs, or the cap), as every candidate the cut keeps
+/// does: a shorter selection run has nothing to choose, is unlikely to converge (its best
+/// score and then the patience's epochs), and each of its steps would be paid twice, there
+/// and again by the final model. (A lone candidate can fall short of them when the cut
+/// kept it as the one that always runs, or when the candidates before it left it less.)
 pub fn takes_selection_run(candidates: usize, afforded: u64, plan: &Plan) -> bool {
-    candidates > 1 || plan.fixed || afforded >= plan.lone_needed()
+    candidates > 1 || plan.fixed || afforded >= plan.needed
 }
 
 /// The steps a final model may train in `spare` seconds (the budget's plannable seconds
@@ -195,6 +197,22 @@ pub fn takes_selection_run(candidates: usize, afforded: u64, plan: &Plan) -> boo
 pub fn no_selection_steps(spare: f64, step_seconds: f64, cap: u64) -> u64 {
     let steps = (spare / (FINAL_STEP_MARGIN * step_seconds.max(1e-9))).floor();
     (steps.max(0.0) as u64).min(cap)
+}
+
+/// Steps the final model of a candidate without a selection run adds once the steps it was
+/// planned are trained and the clock says time is left: `spare` seconds (the plannable
+/// seconds less what was spent, its scoring still to come and a resume's setup) at
+/// `step_seconds`, the final run's own rate. Its steps were planned at its probe's rate,
+/// with [`FINAL_STEP_MARGIN`]; a probe taken while the machine was slower (on a 53 000-label
+/// set one measured 171 ms a step where the final run's averaged 128) leaves a quarter of
+/// the budget unspent. None when fewer than `floor` (an epoch's steps: a resume pays its
+/// setup again); at most `room` (the step cap less the steps trained).
+pub fn final_extension_steps(spare: f64, step_seconds: f64, room: u64, floor: u64) -> u64 {
+    let steps = (spare / step_seconds.max(1e-9)).floor().max(0.0) as u64;
+    match steps >= floor.max(1) {
+        true => steps.min(room),
+        false => 0,
+    }
 }
 
 /// Probed candidate `p` without a selection run (see [`select`]): its probe scored on
@@ -211,12 +229,13 @@ fn no_selection_run(
     let mut s = score_probe(ws, plan, p)?;
     let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
     let spare = spare_seconds(plan, spent(), committed);
-    let steps = no_selection_steps(spare, s.step_seconds, plan.cap).max(s.steps);
+    let steps =
+        no_selection_steps(spare, final_step_seconds(s.step_seconds), plan.cap).max(s.steps);
     s.final_steps = Some(steps);
     observer.event(FitEvent::NoSelectionRun {
         name: &s.candidate.name,
         afforded,
-        needed: plan.lone_needed(),
+        needed: plan.needed,
         final_steps: steps,
     });
     Ok(s)
@@ -227,9 +246,23 @@ fn no_selection_run(
 /// sees a candidate whose share cannot buy a lone candidate's epochs on data small enough to
 /// run in seconds (the final model's steps are priced by the true step time).
 fn share_afforded(afforded: u64) -> u64 {
-    match crate::failpoint::fires("fit-share-slower", 1000) {
+    let slower = crate::failpoint::fires("fit-share-slower", 1000)
+        || crate::failpoint::fires("fit-lone-slower", 1000);
+    match slower {
         true => afforded / 1000,
         false => afforded,
+    }
+}
+
+/// The step time a final model without a selection run is planned by: its probe's
+/// `step_seconds`, or with the failpoint `fit-lone-slower:1000` armed (which also makes
+/// the share short of a selection run, [`share_afforded`]), 1 000 times that, so that a
+/// test sees a final model planned far short of its time go on
+/// ([`final_extension_steps`]).
+fn final_step_seconds(step_seconds: f64) -> f64 {
+    match crate::failpoint::fires("fit-lone-slower", 1000) {
+        true => 1000.0 * step_seconds,
+        false => step_seconds,
     }
 }
 
@@ -308,7 +341,7 @@ fn cut_list(
         observer.event(FitEvent::Dropped {
             step_ms: 1e3 * step_seconds,
             needed_steps: plan.needed,
-            min_epochs: super::rule::MIN_EPOCHS,
+            min_epochs: super::plan::MIN_EPOCHS,
             kept: k - at,
             dropped: list[k..].iter().map(|c| c.name.as_str()).collect(),
         });
@@ -584,15 +617,27 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_candidate_trains_a_selection_run_only_when_its_share_affords_twenty_epochs() {
-        // 100-step epochs: the cut asks 1 000 steps, a lone candidate's selection run 2 000.
+    fn a_selection_run_needs_twenty_epochs_lone_or_not() {
+        use crate::fit::plan::needed_steps;
+        // 50 000 rows in minibatches of 500: 100-step epochs, 2 000 steps of twenty.
+        assert_eq!(needed_steps(50_000, 500, 6_000), 2_000);
+        assert_eq!(
+            needed_steps(50_001, 500, 6_000),
+            2_020,
+            "a last, short minibatch"
+        );
+        assert_eq!(
+            needed_steps(50_000, 500, 1_500),
+            1_500,
+            "the cap, on small data"
+        );
         let plan = Plan {
-            needed: 1_000,
+            needed: needed_steps(50_000, 500, 6_000),
             epoch_steps: 100,
             cap: 6_000,
             ..plan_of(300.0)
         };
-        // The 53 000-label case: a share of 15 epochs, above the cut's line, below this one.
+        // The 53 000-label case: a share of 15 epochs is short of them.
         assert!(!takes_selection_run(1, 1_500, &plan));
         assert!(!takes_selection_run(1, 1_999, &plan));
         assert!(takes_selection_run(1, 2_000, &plan));
@@ -650,6 +695,32 @@ mod tests {
         assert!(steps as f64 * FINAL_STEP_MARGIN * 0.138 <= 40.0);
         assert_eq!(no_selection_steps(40.0, 0.138, 100), 100, "the cap");
         assert_eq!(no_selection_steps(-3.0, 0.138, 100), 0, "no time left");
+    }
+
+    #[test]
+    fn a_final_model_trained_for_the_time_left_goes_on_when_its_steps_ran_faster() {
+        // The 53 000-label fit: planned at the probe's 170.8 ms with the final margin, its
+        // 1 150 steps took 128 ms each and 80 s of the plannable seconds were left, less a
+        // 7 s scoring and a 2 s resume.
+        let more = final_extension_steps(80.0 - 7.0 - 2.0, 0.128, 3_000, 28);
+        assert_eq!(more, (71.0f64 / 0.128).floor() as u64);
+        assert!(more as f64 * 0.128 <= 71.0);
+        assert_eq!(final_extension_steps(71.0, 0.128, 300, 28), 300, "the cap");
+        assert_eq!(
+            final_extension_steps(3.0, 0.128, 3_000, 28),
+            0,
+            "less than an epoch"
+        );
+        assert_eq!(
+            final_extension_steps(-4.0, 0.128, 3_000, 28),
+            0,
+            "over the plan"
+        );
+        assert_eq!(
+            final_extension_steps(71.0, 0.128, 0, 28),
+            0,
+            "at the cap already"
+        );
     }
 
     #[test]

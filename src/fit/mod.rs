@@ -35,10 +35,10 @@
 //!    ([`budget::train_on`]). A candidate that fails for a reason of its own is a line of
 //!    the table ([`budget::Row::Failed`]). The first probe also decides how many candidates the budget
 //!    affords ([`affordable`]): the list is cut from its end until each share buys
-//!    [`MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates deeper
-//!    instead of many barely. A lone candidate whose share buys fewer than
-//!    [`plan::LONE_SELECTION_EPOCHS`] epochs gets no selection run ([`budget::takes_selection_run`]):
-//!    its probe is scored, and its final model trains the time left.
+//!    [`plan::MIN_EPOCHS`] epochs (or the cap), so a large dataset trains fewer candidates
+//!    deeper instead of many barely. A lone candidate whose share buys fewer gets no
+//!    selection run ([`budget::takes_selection_run`]): its probe is scored, and its final
+//!    model trains the time left.
 //! 3. **Choice.** Multi-label: the highest validation P@1; binary and multi-class: the
 //!    highest validation accuracy, and within [`ACCURACY_TIE`] of it the lowest NLP. On a
 //!    validation split of fewer than [`folds::FOLDS_BELOW_ROWS`] rows, by each candidate's

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::outcome::{CandidateOutcome, CandidateResult, Figures, ModelFile};
-use super::plan::LONE_SELECTION_EPOCHS;
+use super::plan::MIN_EPOCHS;
 use crate::store::catalog::LabelKind;
 
 /// Receives a fit's events as they happen.
@@ -100,8 +100,7 @@ pub enum FitEvent<'a> {
     NoBetterThanBaseline,
     /// The rule's choice, trained next on every training row for `steps` steps.
     Chosen { name: &'a str, steps: u64 },
-    /// The one candidate the budget kept affords fewer steps than a lone candidate's
-    /// selection run needs (`needed`: [`LONE_SELECTION_EPOCHS`] epochs, or the cap): no
+    /// The one candidate the budget kept affords fewer steps than a selection run needs (`needed`: [`MIN_EPOCHS`] epochs, or the cap): no
     /// selection run, its final model trains the time left.
     NoSelectionRun {
         name: &'a str,
@@ -255,8 +254,7 @@ impl FitEvent<'_> {
                 Progress,
                 format!(
                     "{name}: the budget affords it {afforded} steps of the {needed} \
-                     ({LONE_SELECTION_EPOCHS} epochs) a lone candidate's selection run \
-                     needs, and nothing else is left to choose: no selection run; its \
+                     ({MIN_EPOCHS} epochs) a selection run needs, and nothing else is left to choose: no selection run; its \
                      probe is scored, and its final model trains the time left \
                      ({final_steps} steps)"
                 ),

@@ -124,6 +124,9 @@ impl Figures {
 pub struct FinalRun {
     pub seed: u64,
     pub train_run: i64,
+    /// The steps it trained: the chosen candidate's, or more when a final model trained
+    /// for the time left went on with what its faster steps left.
+    pub steps: u64,
     pub evaluate_run: i64,
     pub metrics: Evaluation,
 }

@@ -17,25 +17,23 @@ pub const FIRST_STEPS: u64 = 3;
 /// budget; 5 % keeps four probes under a fifth of it.
 pub const PROBE_SHARE: f64 = 0.05;
 
-/// Early stopping waits at least this many passes over the training rows without a new
-/// best before a run counts as converged. Five: the rule's unit of enough training is ten
-/// epochs ([`super::MIN_EPOCHS`]), and the validation figures still moved by points within
-/// the first few epochs (docs/fit.md); a run that stopped after 30 steps of a 15-step epoch
-/// had not passed over its data twice.
-pub const PATIENCE_EPOCHS: u64 = 5;
+/// A candidate's share must afford this many epochs (or the step cap) for the budget to
+/// afford the candidate; below it, later candidates in the list are dropped, and a lone
+/// candidate gets no selection run (`budget::takes_selection_run`). Twenty: a selection run
+/// is worth its time only if it converges (the validation figures of every family member
+/// still moved by points within the first few epochs), which takes its climb to its best
+/// score and then [`PATIENCE_EPOCHS`] more; every step of one that does not
+/// converge is paid again by the final model. At ten (until 2026-11-30) a 53 000-label set
+/// kept two candidates, neither converged, and the final model trained half the steps a
+/// lone candidate's would (docs/fit.md, "The cut at twenty epochs").
+pub const MIN_EPOCHS: u64 = 20;
 
-/// A lone candidate (the cut kept one, or one was listed) gets a selection run only when
-/// its share affords this many epochs (or the step cap); below it, its probe is scored and
-/// its final model trains the time left. A selection run of one candidate has nothing to
-/// choose between: what it can buy is a step count found by early stopping, and only a run
-/// that converges finds one, which takes the climb to its best score and then
-/// [`PATIENCE_EPOCHS`] more. Every step it trains is paid twice (there and in
-/// the final model). Twenty, twice the cut's ten: a 53 000-label text-like set whose
-/// lone candidate's share afforded 15 epochs trained a selection run that had not
-/// converged after 25 (the time left went to it), and its final model repeated those 556
-/// steps; given the time left instead, its final model trained 1 105 steps and scored
-/// test P@1 1.35 points higher (docs/fit.md, "A lone candidate's selection run").
-pub const LONE_SELECTION_EPOCHS: u64 = 20;
+/// Early stopping waits at least this many passes over the training rows without a new
+/// best before a run counts as converged. Five: the validation figures still moved by
+/// points within the first few epochs (docs/fit.md), and a run that stopped after 30 steps
+/// of a 15-step epoch had not passed over its data twice; a share of [`MIN_EPOCHS`] epochs
+/// leaves fifteen for the climb to the best score.
+pub const PATIENCE_EPOCHS: u64 = 5;
 
 /// The steps a candidate's probe trains, given the step time its [`FIRST_STEPS`] measured:
 /// [`PROBE_STEPS`], or fewer when those would cost more than [`PROBE_SHARE`] of `budget`
@@ -85,6 +83,13 @@ pub fn extension_floor(every: u64, planned: u64, epoch_steps: u64) -> u64 {
     }
 }
 
+/// The steps a candidate's share must afford for a selection run ([`Plan::needed`]):
+/// [`MIN_EPOCHS`] epochs of `n` rows in minibatches of `batch`, or the step `cap`
+/// when that is fewer (small data).
+pub fn needed_steps(n: u64, batch: u64, cap: u64) -> u64 {
+    (MIN_EPOCHS * n.div_ceil(batch.max(1))).min(cap)
+}
+
 /// Early stopping's period and patience, in optimiser steps and in scores, for a run that
 /// plans `planned` steps over epochs of `epoch_steps` and may pay for `scores` validation
 /// scores ([`affordable_scores`]): train's period (a fiftieth of the planned steps,
@@ -106,7 +111,8 @@ pub struct Plan {
     /// Seconds of the budget left after the selection ingest and the final one.
     pub left: f64,
     pub cap: u64,
-    /// Steps of ten epochs (or the cap), which a candidate's share must afford.
+    /// Steps of [`MIN_EPOCHS`] epochs (or the cap), which a candidate's share must
+    /// afford ([`needed_steps`]).
     pub needed: u64,
     /// Steps an epoch of the selection data takes.
     pub epoch_steps: u64,
@@ -122,12 +128,6 @@ pub struct Plan {
 pub const UNPLANNED_SHARE: f64 = 0.02;
 
 impl Plan {
-    /// Steps of [`LONE_SELECTION_EPOCHS`] epochs (or the cap), which a lone candidate's
-    /// share must afford for a selection run.
-    pub fn lone_needed(&self) -> u64 {
-        (LONE_SELECTION_EPOCHS * self.epoch_steps).min(self.cap)
-    }
-
     /// The seconds the extensions plan against: the budget less [`UNPLANNED_SHARE`].
     pub fn plannable(&self) -> f64 {
         self.budget * (1.0 - UNPLANNED_SHARE)

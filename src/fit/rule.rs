@@ -33,12 +33,6 @@ use super::sizes;
 /// candidates the selection gets k / (k + 1.3) of the time left after the selection ingest.
 pub(super) const FINAL_SHARES: f64 = 1.3;
 
-/// A candidate's share must afford this many epochs (or the step cap) for the budget to
-/// afford the candidate; below it, later candidates in the list are dropped. Ten: on the
-/// data measured here the validation figures of every family member still moved by points
-/// within the first few epochs and by fractions of a point after ten (docs/fit.md).
-pub const MIN_EPOCHS: u64 = 10;
-
 /// Only this share of a candidate's time is planned as training steps: prediction,
 /// evaluation, svd and setup take the rest.
 pub(super) const STEP_SHARE: f64 = 0.7;
@@ -521,7 +515,7 @@ pub(super) struct Scored {
     /// `final_steps` says otherwise.
     pub(super) steps: u64,
     /// Set when the candidate had no selection run (the budget afforded it less than a
-    /// lone candidate's [`super::plan::LONE_SELECTION_EPOCHS`] epochs, and nothing else to choose
+    /// lone candidate's [`plan::MIN_EPOCHS`] epochs, and nothing else to choose
     /// from: `budget::select`): the steps
     /// the time left affords its final model, more than the probe's `steps`.
     pub(super) final_steps: Option<u64>,

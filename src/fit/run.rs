@@ -101,8 +101,7 @@ pub fn run(
     let left = (budget - 2.0 * ingest_seconds).max(0.0);
     let batch = batch_of(&list);
     let cap = step_cap(sizes.n, batch);
-    // Ten epochs of steps, or the cap when that is fewer (small data).
-    let needed = (MIN_EPOCHS * sizes.n.div_ceil(batch)).min(cap);
+    let needed = super::plan::needed_steps(sizes.n, batch, cap);
     observer.event(FitEvent::Planned {
         task: kind,
         rows: sizes.n,
@@ -144,10 +143,10 @@ pub fn run(
         Some(_) => folds::fold_count(args.validation_fraction),
         None => 1,
     };
+    let spent = || started.elapsed().as_secs_f64();
     let (rows, floor) = match folded {
         Some(folded) => folded,
         None => {
-            let spent = || started.elapsed().as_secs_f64();
             let mut selection = budget::select(ws, list, &plan, &spent, ingest_seconds, observer)?;
             if !plan.fixed {
                 budget::train_on(
@@ -202,12 +201,24 @@ pub fn run(
         kind,
         seed,
         split,
+        time_left: (!plan.fixed).then_some(TimeLeft {
+            plan: &plan,
+            spent: &spent,
+            validation_rows: dataset.split(Split::Validation).map_or(0, |s| s.n_rows),
+        }),
     };
-    write_spec(&spec_path, &final_model, chosen, replace)?;
+    let spec_text = write_spec(
+        &spec_path,
+        &final_model,
+        chosen,
+        chosen.final_steps(),
+        replace,
+    )?;
     if let Some(r) = &mut reserved {
         r.keep();
     }
-    let final_runs = final_model.run(ws, chosen, &spec_path, observer)?;
+    let final_runs = final_model.run(ws, chosen, (&spec_path, &spec_text), observer)?;
+    let final_steps = final_runs.first().map_or(chosen.final_steps(), |r| r.steps);
     let mut model = None;
     if let (Some(out), Some(first)) = (&args.model_out, final_runs.first()) {
         let exported = crate::export::run(
@@ -246,7 +257,7 @@ pub fn run(
         candidates: rows.iter().map(|r| candidate_outcome(r, ranking)).collect(),
         chosen: chosen_row,
         baseline: Figures::of_key(floor, ranking),
-        final_steps: chosen.final_steps(),
+        final_steps,
         final_runs,
         evaluated_split: if args.test.is_some() { "test" } else { "train" },
         spec: spec_path,
@@ -284,19 +295,85 @@ struct FinalModel<'a> {
     kind: LabelKind,
     seed: u64,
     split: Split,
+    /// The fit's clock and plan, by which a final model trained for the time left goes on
+    /// (none with fixed steps).
+    time_left: Option<TimeLeft<'a>>,
+}
+
+/// What a final model trained for the time left (a candidate without a selection run) goes
+/// on by when its steps ran faster than its probe's: the fit's plan and clock.
+struct TimeLeft<'a> {
+    plan: &'a Plan,
+    /// Seconds since the fit started.
+    spent: &'a dyn Fn() -> f64,
+    /// Rows of the selection data's validation split, whose scoring the candidate's
+    /// scoring seconds measured.
+    validation_rows: u64,
 }
 
 impl FinalModel<'_> {
-    /// The chosen candidate's train options for its final run (its svd run is linked in).
-    fn train_options(&self, chosen: &Scored) -> TrainOptions {
+    /// The chosen candidate's train options for its final run of `steps` steps (its svd run
+    /// is linked in). A final model trained for the time left is a run of the step cap cut
+    /// by `--max-steps` at `steps`, which train can take on ([`FinalModel::go_on`]).
+    fn train_options(&self, chosen: &Scored, steps: u64) -> TrainOptions {
         let mut options = TrainOptions {
             task: self.kind,
-            steps: Some(chosen.final_steps()),
+            steps: Some(steps),
             given: [TrainFlag::Task, TrainFlag::Steps].into(),
             ..TrainOptions::default()
         };
+        if let Some(t) = self.time_left(chosen) {
+            options.steps = Some(t.plan.cap.max(steps));
+            options.max_steps = Some(steps);
+            options.given.insert(TrainFlag::MaxSteps);
+        }
         super::options::apply_given(&mut options, &run_options(&chosen.candidate, self.seed));
         options
+    }
+
+    /// The fit's clock and plan when `chosen`'s final model trains for the time left.
+    fn time_left(&self, chosen: &Scored) -> Option<&TimeLeft<'_>> {
+        self.time_left
+            .as_ref()
+            .filter(|_| chosen.final_steps.is_some())
+    }
+
+    /// Trains final run `run` of `chosen` on from `steps` when the budget's plannable
+    /// seconds still afford an epoch of steps or more at the run's own rate, after its
+    /// scoring (the validation's, scaled to the rows of the final split) and a resume's
+    /// setup: the steps it trained in all.
+    fn go_on(&self, ws: &Workspace, chosen: &Scored, run: i64, steps: u64) -> Result<u64> {
+        let Some(t) = self.time_left(chosen) else {
+            return Ok(steps);
+        };
+        let Some(step_seconds) = probe_step_seconds(ws, run, steps)? else {
+            return Ok(steps);
+        };
+        let rows = ws
+            .dataset_named(self.name)?
+            .split(self.split)
+            .map_or(0, |s| s.n_rows);
+        let scoring = chosen.scoring_seconds * rows as f64 / t.validation_rows.max(1) as f64;
+        let spare = t.plan.plannable() - (t.spent)() - scoring - chosen.run_seconds;
+        let room = t.plan.cap.saturating_sub(steps);
+        let more = budget::final_extension_steps(spare, step_seconds, room, t.plan.epoch_steps);
+        if more == 0 {
+            return Ok(steps);
+        }
+        crate::progress::note(format!(
+            "{spare:.0} s left: the final model's steps took {:.1} ms each against its \
+             probe's {:.1}; it trains {more} steps more from step {steps}",
+            1e3 * step_seconds,
+            1e3 * chosen.step_seconds
+        ));
+        let options = TrainOptions {
+            resume: Some(run),
+            max_steps: Some(steps + more),
+            given: [TrainFlag::Resume, TrainFlag::MaxSteps].into(),
+            ..TrainOptions::default()
+        };
+        crate::train::run(ws, &options)?;
+        Ok(steps + more)
     }
 
     /// Runs the final model as `pipeline run` runs its spec (at `spec`, named in errors):
@@ -306,7 +383,7 @@ impl FinalModel<'_> {
         &self,
         ws: &Workspace,
         chosen: &Scored,
-        spec: &Path,
+        (spec, spec_text): (&Path, &str),
         observer: &mut dyn FitObserver,
     ) -> Result<Vec<FinalRun>> {
         let mut stages: Vec<FinalStage> = Vec::new();
@@ -339,15 +416,21 @@ impl FinalModel<'_> {
             svd_run = out.run_id;
             Ok((Some(out.run_id), !out.computed))
         })?;
-        let mut train_run = 0;
+        let (mut train_run, mut steps) = (0, chosen.final_steps());
         timed("train", &mut || {
-            let mut options = self.train_options(chosen);
+            let mut options = self.train_options(chosen, steps);
             (options.dataset, options.svd) = (Some(self.name.to_string()), Some(svd_run));
             options.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
             let out = crate::train::run(ws, &options)?;
             train_run = out.run_id;
-            Ok((Some(out.run_id), !out.computed))
+            let trained = self.go_on(ws, chosen, train_run, steps)?;
+            let cached = !out.computed && trained == steps;
+            steps = trained;
+            Ok((Some(out.run_id), cached))
         })?;
+        if steps != chosen.final_steps() {
+            rewrite_spec(spec, spec_text, &write_spec_text(self, chosen, steps))?;
+        }
         let mut predictions = String::new();
         timed("predict", &mut || {
             let options = predict_options(self.kind, train_run, self.split);
@@ -367,15 +450,58 @@ impl FinalModel<'_> {
         Ok(vec![FinalRun {
             seed: self.seed,
             train_run,
+            steps,
             evaluate_run,
             metrics,
         }])
     }
 }
 
-/// Writes the spec of the final model: the whole training file, the winner's options and
-/// steps, predictions of the test split (when there is one) and their evaluation.
-fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -> Result<()> {
+/// Writes the spec of the final model of `steps` steps ([`write_spec_text`]) at `path`;
+/// returns the text written.
+fn write_spec(
+    path: &Path,
+    model: &FinalModel,
+    chosen: &Scored,
+    steps: u64,
+    replace: bool,
+) -> Result<String> {
+    let text = write_spec_text(model, chosen, steps);
+    publish_spec(path, &text, replace)?;
+    Ok(text)
+}
+
+/// Writes `text` at `path` through a temporary file, replacing a file there only when
+/// `replace`.
+fn publish_spec(path: &Path, text: &str, replace: bool) -> Result<()> {
+    let file = UserFile::temporary(path, replace)?;
+    std::fs::File::create(file.tmp_path())
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .with_context(|| format!("{}: cannot write the spec", path.display()))?;
+    file.publish()
+}
+
+/// Replaces the spec fit wrote at `path` (`written`) with `text`, once its final model
+/// trained on: only while the file still holds what fit wrote. A file someone changed
+/// since is theirs, kept as it is, and a note says so.
+fn rewrite_spec(path: &Path, written: &str, text: &str) -> Result<()> {
+    match std::fs::read_to_string(path) {
+        Ok(now) if now == written => publish_spec(path, text, true),
+        _ => {
+            crate::progress::note(format!(
+                "note: {} changed while the final model trained; it was kept as it is, and \
+                 does not say the steps the final model trained on to",
+                path.display()
+            ));
+            Ok(())
+        }
+    }
+}
+
+/// The spec of the final model of `steps` steps: the whole training file, the winner's
+/// options and steps, predictions of the test split (when there is one) and their
+/// evaluation.
+fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
     let mut text = String::new();
     text += &match chosen.final_steps {
         None => format!(
@@ -384,7 +510,7 @@ fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -
              # planned).\n\n",
             chosen.candidate.name, chosen.steps, chosen.planned
         ),
-        Some(steps) => format!(
+        Some(_) => format!(
             "# Written by `pipeline fit` (docs/fit.md): the one candidate the budget kept, {},\n\
              # scored on validation after its {}-step probe, with no selection run; trained on\n\
              # every training row for the {} steps the time left afforded.\n\n",
@@ -408,16 +534,12 @@ fn write_spec(path: &Path, model: &FinalModel, chosen: &Scored, replace: bool) -
     let mut svd = vec![("seed", model.seed.to_string())];
     svd.extend(chosen.candidate.svd_pairs());
     text += &table("svd", &svd);
-    text += &table("train", &spec_pairs(&model.train_options(chosen)));
+    text += &table("train", &spec_pairs(&model.train_options(chosen, steps)));
     // The runner links the train run in: the table holds the rest.
     let predict = predict_options(model.kind, 0, model.split);
     text += &table("predict", &predict_pairs(&predict));
     text += &table("evaluate", &[("task", model.kind.as_str().to_string())]);
-    let file = UserFile::temporary(path, replace)?;
-    std::fs::File::create(file.tmp_path())
-        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
-        .with_context(|| format!("{}: cannot write the spec", path.display()))?;
-    file.publish()
+    text
 }
 
 #[cfg(test)]
@@ -471,15 +593,32 @@ mod tests {
             scoring_seconds: 0.0,
             run_seconds: 0.0,
         };
+        let plan = Plan {
+            dataset: "toy-select".into(),
+            kind: LabelKind::Binary,
+            seed: 7,
+            budget: 60.0,
+            left: 60.0,
+            cap: 3_000,
+            needed: 40,
+            epoch_steps: 2,
+            fixed: false,
+        };
+        let spent = || 0.0;
         let model = FinalModel {
             inputs: &inputs,
             name: "toy",
             kind: LabelKind::Binary,
             seed: 7,
             split: Split::Test,
+            time_left: Some(TimeLeft {
+                plan: &plan,
+                spent: &spent,
+                validation_rows: 200,
+            }),
         };
         let path = dir.path().join("toy-fit.toml");
-        write_spec(&path, &model, &chosen, false).unwrap();
+        write_spec(&path, &model, &chosen, chosen.final_steps(), false).unwrap();
         let spec = Spec::read(&path).unwrap();
         let Command::Ingest(ingest) = spec.command(SpecStage::Ingest, &[]).unwrap() else {
             unreachable!()
@@ -501,14 +640,42 @@ mod tests {
         };
         assert_eq!(svd.options(), svd_run);
         let linked = [("dataset", "toy".to_string()), ("svd", "3".to_string())];
-        let Command::Train(t) = spec.command(SpecStage::Train, &linked).unwrap() else {
-            unreachable!()
+        let train_of = |path: &Path| {
+            let spec = Spec::read(path).unwrap();
+            let Command::Train(t) = spec.command(SpecStage::Train, &linked).unwrap() else {
+                unreachable!()
+            };
+            t.options()
         };
-        let mut typed = model.train_options(&chosen);
-        (typed.dataset, typed.svd) = (Some("toy".into()), Some(3));
-        typed.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
-        assert_eq!(t.options(), typed);
-        assert_eq!((typed.batch, typed.steps, typed.seed), (200, Some(700), 7));
+        let typed_of = |chosen: &Scored, steps: u64| {
+            let mut typed = model.train_options(chosen, steps);
+            (typed.dataset, typed.svd) = (Some("toy".into()), Some(3));
+            typed.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
+            typed
+        };
+        let typed = typed_of(&chosen, 700);
+        assert_eq!(train_of(&path), typed);
+        assert_eq!(
+            (typed.batch, typed.steps, typed.max_steps, typed.seed),
+            (200, Some(700), None, 7)
+        );
+        // Without a selection run, the final model is a run of the cap cut at its steps,
+        // which goes on when the time left affords more; its spec, rewritten, says where
+        // it ended.
+        let lone = Scored {
+            final_steps: Some(1_100),
+            ..chosen
+        };
+        let first = write_spec(&path, &model, &lone, 1_100, true).unwrap();
+        let typed = typed_of(&lone, 1_100);
+        assert_eq!(train_of(&path), typed);
+        assert_eq!((typed.steps, typed.max_steps), (Some(3_000), Some(1_100)));
+        rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_500)).unwrap();
+        assert_eq!(train_of(&path), typed_of(&lone, 1_500));
+        // A spec changed since fit wrote it is left as it is.
+        std::fs::write(&path, "# the user's\n").unwrap();
+        rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_900)).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "# the user's\n");
         let Command::Predict(p) = spec
             .command(SpecStage::Predict, &[("run", "9".into())])
             .unwrap()

@@ -715,8 +715,9 @@ fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
     let final_steps = outcome["final_steps"].as_u64().unwrap();
     assert!(final_steps > probe_steps, "{outcome}");
     let spec_text = std::fs::read_to_string(&spec).unwrap();
+    // A run of the step cap cut at its steps, so that it can go on.
     assert!(
-        spec_text.contains(&format!("steps = {final_steps}\n")),
+        spec_text.contains(&format!("max_steps = {final_steps}\n")),
         "{spec_text}"
     );
     assert!(spec_text.contains("with no selection run"), "{spec_text}");
@@ -724,6 +725,56 @@ fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
     let seconds = outcome["seconds"].as_f64().unwrap();
     assert!(seconds <= 20.0, "{seconds}");
     assert_eq!(dataset_names(&dir.path().join("ws")), ["toy-select", "toy"]);
+}
+
+#[test]
+fn a_final_model_planned_short_of_its_time_goes_on_and_its_spec_says_where_it_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = (dir.path().join("toy.svm"), dir.path().join("toy-test.svm"));
+    std::fs::write(&train, points(0..2800)).unwrap();
+    std::fs::write(&test, points(2800..3000)).unwrap();
+    let spec = dir.path().join("toy-fit.toml");
+    // No selection run, and the final model's steps planned as if they took 1 000 times
+    // as long as the probe's: its planned steps end far short of the budget.
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(pipeline_bin())
+        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
+        .args(["fit", "--train", train.to_str().unwrap()])
+        .args(["--test", test.to_str().unwrap(), "--budget", "20s"])
+        .args(["--set", "kernel=linear", "--set", "inducing=5"])
+        .args(["--spec-out", spec.to_str().unwrap()])
+        .env_remove("FSGP_WORKSPACE")
+        .env("FSGP_FAILPOINT", "fit-lone-slower:1000")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(started.elapsed().as_secs_f64() < 20.0, "over its budget");
+    let number_after = |text: &str, before: &str| -> u64 {
+        text.split(before)
+            .nth(1)
+            .and_then(|t| t.split([' ', '\n']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{before}: {text}"))
+    };
+    let planned = number_after(&err, "its final model trains the time left (");
+    assert!(
+        err.contains(&format!("more from step {planned}\n")),
+        "{err}"
+    );
+    // The spec says where the final run ended.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let final_steps = number_after(&text, "max_steps = ");
+    assert!(final_steps > planned, "{planned}: {text}");
+    assert!(text.contains("with no selection run"), "{text}");
+    // `pipeline run` of it in a fresh workspace trains that run without a stop and prints
+    // the same test metrics.
+    let fresh = dir.path().join("fresh");
+    let again = pipeline(&fresh, &["run", spec.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(printed.contains("accuracy"), "{printed}");
+    assert_eq!(String::from_utf8_lossy(&again.stdout), printed);
 }
 
 #[test]
