@@ -89,6 +89,19 @@ pub enum FitEvent<'a> {
         more: u64,
         from: u64,
     },
+    /// The final model of a candidate without a selection run trained its planned steps
+    /// at `step_ms` a step against its probe's `probe_ms`, and `spare_seconds` of the
+    /// plannable budget are left after its scoring: it trains `more` steps from `from`.
+    FinalGoesOn {
+        spare_seconds: f64,
+        step_ms: f64,
+        probe_ms: f64,
+        more: u64,
+        from: u64,
+    },
+    /// The spec at `spec` changed while the final model trained on to `steps` steps; it
+    /// was kept as it is.
+    SpecKept { spec: &'a Path, steps: u64 },
     /// No run can train on and `left_seconds` of the budget are left: a candidate the first
     /// probe's cut dropped runs in `share_seconds` of them.
     Readmitted {
@@ -260,6 +273,28 @@ impl FitEvent<'_> {
                 ),
             ),
             FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),
+            FitEvent::FinalGoesOn {
+                spare_seconds,
+                step_ms,
+                probe_ms,
+                more,
+                from,
+            } => (
+                Progress,
+                format!(
+                    "{spare_seconds:.0} s left: the final model's steps took {step_ms:.1} ms \
+                     each against its probe's {probe_ms:.1}; it trains {more} steps more from \
+                     step {from}"
+                ),
+            ),
+            FitEvent::SpecKept { spec, steps } => (
+                Warning,
+                format!(
+                    "{} changed while the final model trained on to step {steps}; it was \
+                     kept as it is, and does not say so",
+                    spec.display()
+                ),
+            ),
             FitEvent::ModelWritten(file) => (
                 Result,
                 format!(

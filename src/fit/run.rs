@@ -342,7 +342,14 @@ impl FinalModel<'_> {
     /// seconds still afford an epoch of steps or more at the run's own rate, after its
     /// scoring (the validation's, scaled to the rows of the final split) and a resume's
     /// setup: the steps it trained in all.
-    fn go_on(&self, ws: &Workspace, chosen: &Scored, run: i64, steps: u64) -> Result<u64> {
+    fn go_on(
+        &self,
+        ws: &Workspace,
+        chosen: &Scored,
+        run: i64,
+        steps: u64,
+        observer: &mut dyn FitObserver,
+    ) -> Result<u64> {
         let Some(t) = self.time_left(chosen) else {
             return Ok(steps);
         };
@@ -360,12 +367,13 @@ impl FinalModel<'_> {
         if more == 0 {
             return Ok(steps);
         }
-        crate::progress::note(format!(
-            "{spare:.0} s left: the final model's steps took {:.1} ms each against its \
-             probe's {:.1}; it trains {more} steps more from step {steps}",
-            1e3 * step_seconds,
-            1e3 * chosen.step_seconds
-        ));
+        observer.event(FitEvent::FinalGoesOn {
+            spare_seconds: spare,
+            step_ms: 1e3 * step_seconds,
+            probe_ms: 1e3 * chosen.step_seconds,
+            more,
+            from: steps,
+        });
         let options = TrainOptions {
             resume: Some(run),
             max_steps: Some(steps + more),
@@ -387,12 +395,15 @@ impl FinalModel<'_> {
         observer: &mut dyn FitObserver,
     ) -> Result<Vec<FinalRun>> {
         let mut stages: Vec<FinalStage> = Vec::new();
+        // Each stage's closure is handed the observer, which the train stage tells when
+        // the final model goes on.
+        type Stage<'o> = dyn FnMut(&mut dyn FitObserver) -> Result<(Option<i64>, bool)> + 'o;
         let mut timed =
-            |stage: &str, f: &mut dyn FnMut() -> Result<(Option<i64>, bool)>| -> Result<()> {
+            |observer: &mut dyn FitObserver, stage: &str, f: &mut Stage<'_>| -> Result<()> {
                 observer.event(FitEvent::FinalStageStarted { stage });
                 let started = Instant::now();
                 let (run, cached) =
-                    f().with_context(|| format!("stage {stage} of {}", spec.display()))?;
+                    f(observer).with_context(|| format!("stage {stage} of {}", spec.display()))?;
                 stages.push(FinalStage {
                     stage: stage.to_string(),
                     run,
@@ -401,12 +412,12 @@ impl FinalModel<'_> {
                 });
                 Ok(())
             };
-        timed("ingest", &mut || {
+        timed(observer, "ingest", &mut |_| {
             let out = crate::ingest::run(ws, &self.inputs.config(self.name, None)?)?;
             Ok((out.run_id, !out.ingested))
         })?;
         let mut svd_run = 0;
-        timed("svd", &mut || {
+        timed(observer, "svd", &mut |_| {
             let options = SvdOptions {
                 dataset: self.name.to_string(),
                 seed: self.seed,
@@ -417,29 +428,31 @@ impl FinalModel<'_> {
             Ok((Some(out.run_id), !out.computed))
         })?;
         let (mut train_run, mut steps) = (0, chosen.final_steps());
-        timed("train", &mut || {
+        timed(observer, "train", &mut |observer| {
             let mut options = self.train_options(chosen, steps);
             (options.dataset, options.svd) = (Some(self.name.to_string()), Some(svd_run));
             options.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
             let out = crate::train::run(ws, &options)?;
             train_run = out.run_id;
-            let trained = self.go_on(ws, chosen, train_run, steps)?;
+            let trained = self.go_on(ws, chosen, train_run, steps, observer)?;
             let cached = !out.computed && trained == steps;
             steps = trained;
             Ok((Some(out.run_id), cached))
         })?;
-        if steps != chosen.final_steps() {
-            rewrite_spec(spec, spec_text, &write_spec_text(self, chosen, steps))?;
+        if steps != chosen.final_steps()
+            && !rewrite_spec(spec, spec_text, &write_spec_text(self, chosen, steps))?
+        {
+            observer.event(FitEvent::SpecKept { spec, steps });
         }
         let mut predictions = String::new();
-        timed("predict", &mut || {
+        timed(observer, "predict", &mut |_| {
             let options = predict_options(self.kind, train_run, self.split);
             let out = crate::predict::run(ws, &options)?;
             predictions = out.value.path.clone();
             Ok((Some(out.run_id), !out.computed))
         })?;
         let mut evaluated = None;
-        timed("evaluate", &mut || {
+        timed(observer, "evaluate", &mut |_| {
             let options = evaluate_options(self.kind, predictions.clone());
             let out = crate::evaluate::run(ws, &options)?;
             evaluated = Some((out.run_id, out.value));
@@ -483,18 +496,11 @@ fn publish_spec(path: &Path, text: &str, replace: bool) -> Result<()> {
 
 /// Replaces the spec fit wrote at `path` (`written`) with `text`, once its final model
 /// trained on: only while the file still holds what fit wrote. A file someone changed
-/// since is theirs, kept as it is, and a note says so.
-fn rewrite_spec(path: &Path, written: &str, text: &str) -> Result<()> {
+/// since is theirs and is kept as it is: false.
+fn rewrite_spec(path: &Path, written: &str, text: &str) -> Result<bool> {
     match std::fs::read_to_string(path) {
-        Ok(now) if now == written => publish_spec(path, text, true),
-        _ => {
-            crate::progress::note(format!(
-                "note: {} changed while the final model trained; it was kept as it is, and \
-                 does not say the steps the final model trained on to",
-                path.display()
-            ));
-            Ok(())
-        }
+        Ok(now) if now == written => publish_spec(path, text, true).map(|()| true),
+        _ => Ok(false),
     }
 }
 
@@ -670,11 +676,11 @@ mod tests {
         let typed = typed_of(&lone, 1_100);
         assert_eq!(train_of(&path), typed);
         assert_eq!((typed.steps, typed.max_steps), (Some(3_000), Some(1_100)));
-        rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_500)).unwrap();
+        assert!(rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_500)).unwrap());
         assert_eq!(train_of(&path), typed_of(&lone, 1_500));
         // A spec changed since fit wrote it is left as it is.
         std::fs::write(&path, "# the user's\n").unwrap();
-        rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_900)).unwrap();
+        assert!(!rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_900)).unwrap());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "# the user's\n");
         let Command::Predict(p) = spec
             .command(SpecStage::Predict, &[("run", "9".into())])
