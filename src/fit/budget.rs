@@ -199,6 +199,47 @@ pub fn no_selection_steps(spare: f64, step_seconds: f64, cap: u64) -> u64 {
     (steps.max(0.0) as u64).min(cap)
 }
 
+/// Gives the time left to the final model of a lone candidate (the only one scored) whose
+/// selection run did not converge, and says whether it did. Such a run was still rising on
+/// validation when its share ran out: the steps it took are not a step count early
+/// stopping found, and going on in selection would pay each step twice (there and in the
+/// final model) for nothing else to choose between. Its final model trains the steps the
+/// time left affords (at least the run's), as one without a selection run does, and goes
+/// on if its steps come out faster. Without this, a share just above the line of
+/// [`super::plan::MIN_EPOCHS`] trained about half the final steps of one just below it.
+/// With the failpoint `fit-lone-unconverged:1` armed, a lone run that converged counts as
+/// one that did not, so that a test on small data sees this path.
+pub fn lone_takes_the_time_left(
+    rows: &mut [Row],
+    plan: &Plan,
+    spent: &dyn Fn() -> f64,
+    ingest_seconds: f64,
+    observer: &mut dyn FitObserver,
+) -> bool {
+    let mut scored = rows.iter_mut().filter_map(|r| match r {
+        Row::Scored(s) => Some(s),
+        Row::Failed { .. } => None,
+    });
+    let (Some(s), None) = (scored.next(), scored.next()) else {
+        return false;
+    };
+    let unconverged =
+        s.can_go_on() || (s.every > 0 && crate::failpoint::fires("fit-lone-unconverged", 1));
+    if plan.fixed || !unconverged {
+        return false;
+    }
+    let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
+    let spare = spare_seconds(plan, spent(), committed);
+    let steps = no_selection_steps(spare, s.step_seconds, plan.cap).max(s.steps);
+    s.final_steps = Some(steps);
+    observer.event(FitEvent::LoneTimeLeft {
+        name: &s.candidate.name,
+        steps: s.steps,
+        final_steps: steps,
+    });
+    true
+}
+
 /// Steps the final model of a candidate without a selection run adds once the steps it was
 /// planned are trained and the clock says time is left: `spare` seconds (the plannable
 /// seconds less what was spent, its scoring still to come and a resume's setup) at

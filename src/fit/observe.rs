@@ -99,6 +99,13 @@ pub enum FitEvent<'a> {
         more: u64,
         from: u64,
     },
+    /// The one candidate scored had not converged when its selection run ended at `steps`:
+    /// its final model trains the time left, `final_steps` steps.
+    LoneTimeLeft {
+        name: &'a str,
+        steps: u64,
+        final_steps: u64,
+    },
     /// The spec at `spec` changed while the final model trained on to `steps` steps; it
     /// was kept as it is.
     SpecKept { spec: &'a Path, steps: u64 },
@@ -285,6 +292,18 @@ impl FitEvent<'_> {
                     "{spare_seconds:.0} s left: the final model's steps took {step_ms:.1} ms \
                      each against its probe's {probe_ms:.1}; it trains {more} steps more from \
                      step {from}"
+                ),
+            ),
+            FitEvent::LoneTimeLeft {
+                name,
+                steps,
+                final_steps,
+            } => (
+                Progress,
+                format!(
+                    "{name}: its selection run had not converged at step {steps}, and nothing \
+                     else is left to choose: its final model trains the time left \
+                     ({final_steps} steps)"
                 ),
             ),
             FitEvent::SpecKept { spec, steps } => (

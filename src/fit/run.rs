@@ -148,7 +148,14 @@ pub fn run(
         Some(folded) => folded,
         None => {
             let mut selection = budget::select(ws, list, &plan, &spent, ingest_seconds, observer)?;
-            if !plan.fixed {
+            let lone = budget::lone_takes_the_time_left(
+                &mut selection.rows,
+                &plan,
+                &spent,
+                ingest_seconds,
+                observer,
+            );
+            if !plan.fixed && !lone {
                 budget::train_on(
                     ws,
                     &mut selection.rows,
@@ -516,10 +523,16 @@ fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
              # planned).\n\n",
             chosen.candidate.name, chosen.steps, chosen.planned
         ),
-        Some(_) => format!(
+        Some(_) if chosen.every == 0 => format!(
             "# Written by `pipeline fit` (docs/fit.md): the one candidate the budget kept, {},\n\
              # scored on validation after its {}-step probe, with no selection run; trained on\n\
              # every training row for the {} steps the time left afforded.\n\n",
+            chosen.candidate.name, chosen.steps, steps
+        ),
+        Some(_) => format!(
+            "# Written by `pipeline fit` (docs/fit.md): the one candidate the budget kept, {},\n\
+             # whose selection run had not converged after {} steps; trained on every training\n\
+             # row for the {} steps the time left afforded.\n\n",
             chosen.candidate.name, chosen.steps, steps
         ),
     };

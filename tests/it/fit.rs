@@ -728,6 +728,54 @@ fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
 }
 
 #[test]
+fn a_lone_candidate_whose_selection_run_had_not_converged_gives_its_final_model_the_time_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("toy.svm");
+    // 2 800 rows, one candidate listed (kernel and M set): a share of more than its twenty
+    // epochs, so a selection run, but short of the step cap (M = 200 makes a step cost
+    // milliseconds); the failpoint counts it as unconverged should it converge.
+    std::fs::write(&train, points(0..2800)).unwrap();
+    let spec = dir.path().join("toy-fit.toml");
+    let out = std::process::Command::new(pipeline_bin())
+        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
+        .args(["fit", "--train", train.to_str().unwrap()])
+        .args(["--budget", "20s", "--json"])
+        .args(["--set", "kernel=linear", "--set", "inducing=200"])
+        .args(["--spec-out", spec.to_str().unwrap()])
+        .env_remove("FSGP_WORKSPACE")
+        .env("FSGP_FAILPOINT", "fit-lone-unconverged:1")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("its selection run had not converged at step"),
+        "{err}"
+    );
+    assert!(!err.contains("no selection run"), "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = outcome["candidates"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{outcome}");
+    // A selection run beyond the probe, not gone on with: the final model has the time.
+    let selection_steps = rows[0]["trained_steps"].as_u64().unwrap();
+    assert!(selection_steps > 50, "{outcome}");
+    // ("N s left; NAME trains M steps more": a selection run going on.)
+    assert!(!err.contains(" s left; "), "{err}");
+    let final_steps = outcome["final_steps"].as_u64().unwrap();
+    assert!(final_steps > selection_steps, "{outcome}");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert!(text.contains("had not converged after"), "{text}");
+    assert!(
+        text.contains(&format!("max_steps = {final_steps}\n")),
+        "{text}"
+    );
+    // Within its budget, give or take what the tests running beside it slow its steps
+    // after they were measured (the final model plans up to the budget's last seconds).
+    let seconds = outcome["seconds"].as_f64().unwrap();
+    assert!(seconds <= 22.0, "{seconds}");
+}
+
+#[test]
 fn a_final_model_planned_short_of_its_time_goes_on_and_its_spec_says_where_it_ended() {
     let dir = tempfile::tempdir().unwrap();
     let (train, test) = (dir.path().join("toy.svm"), dir.path().join("toy-test.svm"));
