@@ -676,31 +676,42 @@ fn candidates_the_cut_dropped_run_in_the_time_the_others_leave() {
     );
 }
 
+/// `pipeline fit` of 2 800 rows with one candidate listed (the linear kernel with `inducing`
+/// inputs), a 20 s budget, the spec at `toy-fit.toml` in `dir` and `FSGP_FAILPOINT` set to
+/// `failpoint`, with `extra` arguments: its output and the spec's path.
+fn lone_fit(
+    dir: &std::path::Path,
+    inducing: u32,
+    failpoint: &str,
+    extra: &[&str],
+) -> (std::process::Output, std::path::PathBuf) {
+    let train = dir.join("toy.svm");
+    std::fs::write(&train, points(0..2800)).unwrap();
+    let spec = dir.join("toy-fit.toml");
+    let out = std::process::Command::new(pipeline_bin())
+        .args(["--workspace", dir.join("ws").to_str().unwrap()])
+        .args(["fit", "--train", train.to_str().unwrap(), "--budget", "20s"])
+        .args([
+            "--set",
+            "kernel=linear",
+            "--set",
+            &format!("inducing={inducing}"),
+        ])
+        .args(["--spec-out", spec.to_str().unwrap()])
+        .args(extra)
+        .env_remove("FSGP_WORKSPACE")
+        .env("FSGP_FAILPOINT", failpoint)
+        .output()
+        .unwrap();
+    (out, spec)
+}
+
 #[test]
 fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
     let dir = tempfile::tempdir().unwrap();
-    let train = dir.path().join("toy.svm");
-    // 2 800 rows: the one carve (no folds); one candidate (kernel and M set).
-    std::fs::write(&train, points(0..2800)).unwrap();
-    let spec = dir.path().join("toy-fit.toml");
-    // The share is judged as if its steps took 1 000 times as long: fewer than the twenty
-    // epochs a lone candidate's selection run needs.
-    let out = std::process::Command::new(pipeline_bin())
-        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
-        .args([
-            "fit",
-            "--train",
-            train.to_str().unwrap(),
-            "--budget",
-            "20s",
-            "--json",
-        ])
-        .args(["--set", "kernel=linear", "--set", "inducing=5"])
-        .args(["--spec-out", spec.to_str().unwrap()])
-        .env_remove("FSGP_WORKSPACE")
-        .env("FSGP_FAILPOINT", "fit-share-slower:1000")
-        .output()
-        .unwrap();
+    // 2 800 rows: the one carve (no folds). The share is judged as if its steps took 1 000
+    // times as long: fewer than the twenty epochs a selection run needs.
+    let (out, spec) = lone_fit(dir.path(), 5, "fit-share-slower:1000", &["--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("no selection run"), "{err}");
@@ -730,22 +741,10 @@ fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
 #[test]
 fn a_lone_candidate_whose_selection_run_had_not_converged_gives_its_final_model_the_time_left() {
     let dir = tempfile::tempdir().unwrap();
-    let train = dir.path().join("toy.svm");
-    // 2 800 rows, one candidate listed (kernel and M set): a share of more than its twenty
-    // epochs, so a selection run, but short of the step cap (M = 200 makes a step cost
-    // milliseconds); the failpoint counts it as unconverged should it converge.
-    std::fs::write(&train, points(0..2800)).unwrap();
-    let spec = dir.path().join("toy-fit.toml");
-    let out = std::process::Command::new(pipeline_bin())
-        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
-        .args(["fit", "--train", train.to_str().unwrap()])
-        .args(["--budget", "20s", "--json"])
-        .args(["--set", "kernel=linear", "--set", "inducing=200"])
-        .args(["--spec-out", spec.to_str().unwrap()])
-        .env_remove("FSGP_WORKSPACE")
-        .env("FSGP_FAILPOINT", "fit-lone-unconverged:1")
-        .output()
-        .unwrap();
+    // A share of more than its twenty epochs, so a selection run, but short of the step cap
+    // (M = 200 makes a step cost milliseconds); the failpoint counts it as unconverged
+    // should it converge.
+    let (out, spec) = lone_fit(dir.path(), 200, "fit-lone-unconverged:1", &["--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -778,23 +777,13 @@ fn a_lone_candidate_whose_selection_run_had_not_converged_gives_its_final_model_
 #[test]
 fn a_final_model_planned_short_of_its_time_goes_on_and_its_spec_says_where_it_ended() {
     let dir = tempfile::tempdir().unwrap();
-    let (train, test) = (dir.path().join("toy.svm"), dir.path().join("toy-test.svm"));
-    std::fs::write(&train, points(0..2800)).unwrap();
+    let test = dir.path().join("toy-test.svm");
     std::fs::write(&test, points(2800..3000)).unwrap();
-    let spec = dir.path().join("toy-fit.toml");
     // No selection run, and the final model's steps planned as if they took 1 000 times
     // as long as the probe's: its planned steps end far short of the budget.
     let started = std::time::Instant::now();
-    let out = std::process::Command::new(pipeline_bin())
-        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
-        .args(["fit", "--train", train.to_str().unwrap()])
-        .args(["--test", test.to_str().unwrap(), "--budget", "20s"])
-        .args(["--set", "kernel=linear", "--set", "inducing=5"])
-        .args(["--spec-out", spec.to_str().unwrap()])
-        .env_remove("FSGP_WORKSPACE")
-        .env("FSGP_FAILPOINT", "fit-lone-slower:1000")
-        .output()
-        .unwrap();
+    let test_arg = ["--test", test.to_str().unwrap()];
+    let (out, spec) = lone_fit(dir.path(), 5, "fit-lone-slower:1000", &test_arg);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(started.elapsed().as_secs_f64() < 20.0, "over its budget");
