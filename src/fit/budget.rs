@@ -228,16 +228,31 @@ pub fn lone_takes_the_time_left(
     if plan.fixed || !unconverged {
         return false;
     }
-    let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
-    let spare = spare_seconds(plan, spent(), committed);
-    let steps = no_selection_steps(spare, s.step_seconds, plan.cap).max(s.steps);
-    s.final_steps = Some(steps);
+    let steps = final_steps_of_the_time_left(s, plan, spent(), ingest_seconds, s.step_seconds);
     observer.event(FitEvent::LoneTimeLeft {
         name: &s.candidate.name,
         steps: s.steps,
         final_steps: steps,
     });
     true
+}
+
+/// Gives `s`'s final model the steps the time left affords at `step_seconds` a step, at
+/// least the steps its run took, once `spent` seconds have gone: the plannable seconds less
+/// a run's setup and the final model's fixed costs ([`no_selection_steps`]). Sets them as
+/// its `final_steps` and returns them.
+fn final_steps_of_the_time_left(
+    s: &mut Scored,
+    plan: &Plan,
+    spent: f64,
+    ingest_seconds: f64,
+    step_seconds: f64,
+) -> u64 {
+    let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
+    let spare = spare_seconds(plan, spent, committed);
+    let steps = no_selection_steps(spare, step_seconds, plan.cap).max(s.steps);
+    s.final_steps = Some(steps);
+    steps
 }
 
 /// Steps the final model of a candidate without a selection run adds once the steps it was
@@ -268,11 +283,8 @@ fn no_selection_run(
     observer: &mut dyn FitObserver,
 ) -> Result<Scored> {
     let mut s = score_probe(ws, plan, p)?;
-    let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
-    let spare = spare_seconds(plan, spent(), committed);
-    let steps =
-        no_selection_steps(spare, final_step_seconds(s.step_seconds), plan.cap).max(s.steps);
-    s.final_steps = Some(steps);
+    let step_seconds = final_step_seconds(s.step_seconds);
+    let steps = final_steps_of_the_time_left(&mut s, plan, spent(), ingest_seconds, step_seconds);
     observer.event(FitEvent::NoSelectionRun {
         name: &s.candidate.name,
         afforded,
