@@ -61,14 +61,79 @@ pub fn final_seconds(fixed: f64, steps: u64, step_seconds: f64) -> f64 {
 /// the scored rows) when its run can go on, else the best of those whose runs can. None
 /// when every run converged or reached the step cap.
 pub fn to_train_on(rows: &[Row]) -> Option<usize> {
+    best_open(rows, None)
+}
+
+/// The index, in `rows`, of the rule's choice among the scored rows whose runs can go on,
+/// leaving out row `except`.
+fn best_open(rows: &[Row], except: Option<usize>) -> Option<usize> {
     let open: Vec<(usize, &Scored)> = rows
         .iter()
         .enumerate()
+        .filter(|(i, _)| Some(*i) != except)
         .filter_map(|(i, r)| r.scored().map(|s| (i, s)))
         .filter(|(_, s)| s.can_go_on())
         .collect();
-    let refs: Vec<&Scored> = open.iter().map(|(_, s)| *s).collect();
-    choose(&refs).map(|best| open[best].0)
+    best_of(&open)
+}
+
+/// The index (the first of each pair) of the rule's choice among `scored`.
+fn best_of(scored: &[(usize, &Scored)]) -> Option<usize> {
+    let refs: Vec<&Scored> = scored.iter().map(|(_, s)| *s).collect();
+    choose(&refs).map(|best| scored[best].0)
+}
+
+/// The seconds the final model of `s` is expected to take: [`final_seconds`] of its fixed
+/// costs (with the whole file's ingest, `ingest_seconds`) and its final steps.
+pub fn final_seconds_of(s: &Scored, ingest_seconds: f64) -> f64 {
+    final_seconds(
+        s.final_fixed_seconds(ingest_seconds),
+        s.final_steps(),
+        s.step_seconds,
+    )
+}
+
+/// Whether `s` may be chosen once `spent` seconds have gone: its final model's time was
+/// kept for it whenever its run went on (the rule's reserve), or its final model still
+/// fits the plannable seconds left. A run that went on in time reserved for another's
+/// final model ([`train_trailing`]) is chosen only if the step early stopping found for it
+/// can still be trained on every row within the budget.
+pub fn fits_its_final(s: &Scored, plan: &Plan, spent: f64, ingest_seconds: f64) -> bool {
+    !s.unreserved || spare_seconds(plan, spent, final_seconds_of(s, ingest_seconds)) >= 0.0
+}
+
+/// The rule's choice among the scored `rows` once `spent` seconds have gone, as indices
+/// into `rows`: the best of those that [`fits_its_final`] (of them all when none does),
+/// and the row it was chosen over, when the best of them all is one whose final model no
+/// longer fits. None when no row was scored.
+pub fn choice(
+    rows: &[Row],
+    plan: &Plan,
+    spent: f64,
+    ingest_seconds: f64,
+) -> Option<(usize, Option<usize>)> {
+    let scored = scored_rows(rows);
+    let fits = |s: &Scored| fits_its_final(s, plan, spent, ingest_seconds);
+    let best = best_of(&scored)?;
+    let fitting: Vec<(usize, &Scored)> = scored.iter().copied().filter(|(_, s)| fits(s)).collect();
+    Some(match best_of(&fitting) {
+        Some(chosen) if chosen != best && !fits(scored_at(rows, best)) => (chosen, Some(best)),
+        Some(chosen) => (chosen, None),
+        None => (best, None),
+    })
+}
+
+/// The scored rows of `rows`, each with its index.
+fn scored_rows(rows: &[Row]) -> Vec<(usize, &Scored)> {
+    rows.iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.scored().map(|s| (i, s)))
+        .collect()
+}
+
+/// The scored row at `i` of `rows`.
+fn scored_at(rows: &[Row], i: usize) -> &Scored {
+    rows[i].scored().expect("an index of a scored row")
 }
 
 /// One line of fit's table: a candidate scored on validation, or one that could not run.
@@ -493,17 +558,17 @@ pub fn train_on(
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
     while let Some(i) = to_train_on(rows) {
+        let behind = best_of(&scored_rows(rows)) != Some(i);
         let Row::Scored(s) = &mut rows[i] else {
             unreachable!("to_train_on names a scored row")
         };
         let fixed = s.final_fixed_seconds(ingest_seconds);
+        let final_step = reserve_step_seconds(s.step_seconds, behind);
         // The resumed run pays its setup and last checkpoint again.
-        let committed = s.run_seconds + final_seconds(fixed, s.steps, s.step_seconds);
+        let committed = s.run_seconds + final_seconds(fixed, s.steps, final_step);
         let spare = spare_seconds(plan, spent(), committed);
         let room = plan.cap.saturating_sub(s.steps);
-        // Its run goes on scoring validation every `every` steps: each step carries its
-        // share of a score now (the final model trains without them).
-        let scored_step = s.step_seconds + s.scoring_seconds / s.every.max(1) as f64;
+        let scored_step = scored_step_seconds(s);
         let more = extension_steps(spare, (scored_step + s.step_seconds) / 2.0, room);
         if more < extension_floor(s.every, s.planned, plan.epoch_steps) {
             break;
@@ -514,19 +579,117 @@ pub fn train_on(
             more,
             from: s.steps,
         });
-        match s.go_on(ws, plan, s.steps + more) {
-            Ok(()) => {}
-            Err(e) if is_candidates_own(&e) => {
-                observer.event(FitEvent::CandidateFailed {
-                    name: &s.candidate.name,
-                    error: &e,
-                });
-                rows[i] = Row::failed(&s.candidate.clone(), &e);
-            }
-            Err(e) => return Err(e),
-        }
+        let to = s.steps + more;
+        go_on_or_fail(ws, rows, i, plan, to, observer)?;
     }
     Ok(())
+}
+
+/// The step time a run's own final model is priced at when [`train_on`] extends it:
+/// `step_seconds`, or with the failpoint `fit-behind-dearer:1000` armed and the run behind
+/// the leader, 1 000 times that, so that a test sees the runs behind a converged leader
+/// left to [`train_trailing`] on data small enough to run in seconds.
+fn reserve_step_seconds(step_seconds: f64, behind: bool) -> f64 {
+    match behind && crate::failpoint::fires("fit-behind-dearer", 1000) {
+        true => 1000.0 * step_seconds,
+        false => step_seconds,
+    }
+}
+
+/// Seconds a step of `s`'s run takes as it goes on: its step, and its share of a
+/// validation score every `every` steps (the final model trains without them).
+fn scored_step_seconds(s: &Scored) -> f64 {
+    s.step_seconds + s.scoring_seconds / s.every.max(1) as f64
+}
+
+/// Trains the run of scored row `i` on to step `to` ([`Scored::go_on`]); a failure of the
+/// candidate's own makes the row a failed one, any other ends the fit.
+fn go_on_or_fail(
+    ws: &Workspace,
+    rows: &mut [Row],
+    i: usize,
+    plan: &Plan,
+    to: u64,
+    observer: &mut dyn FitObserver,
+) -> Result<()> {
+    let Row::Scored(s) = &mut rows[i] else {
+        unreachable!("only a scored row goes on")
+    };
+    match s.go_on(ws, plan, to) {
+        Ok(()) => Ok(()),
+        Err(e) if is_candidates_own(&e) => {
+            observer.event(FitEvent::CandidateFailed {
+                name: &s.candidate.name,
+                error: &e,
+            });
+            rows[i] = Row::failed(&s.candidate.clone(), &e);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Steps a run behind the leader may add with `spare` seconds (the plannable seconds less
+/// what was spent, a resume's setup and the leader's final model) at `scored_step` seconds
+/// a step with its scores, planned at [`super::rule::STEP_SHARE`] as every run is: paid
+/// once, since the final model trains the leader's steps unless this run overtakes it with
+/// a final model that still fits ([`fits_its_final`]). At most `room`.
+pub fn trailing_steps(spare: f64, scored_step: f64, room: u64) -> u64 {
+    planned_steps(spare, scored_step, room)
+}
+
+/// Gives the time the leader's final model leaves to the runs behind it that can still
+/// go on, once [`train_on`] and [`run_dropped`] have spent what they could. Those price
+/// each added step as if the run would be chosen (paid twice, its own final model
+/// reserved), so a run behind a leader with a cheap final model stops well before the
+/// budget's end: on yahoo_business a free-Z run behind the converged axes kept 60 s for a
+/// final model of its own that was never trained, and the fit ended at 78 % of its
+/// budget. Here the best of the open runs other than the leader trains on with only the
+/// leader's final model reserved, until it converges (the time then goes to the next) or
+/// the time affords less than a score's worth of steps, and is marked [`Scored::unreserved`]: should
+/// it overtake the leader, it is chosen only if its own final model still fits
+/// ([`choice`]). So a fit ends near its budget unless every run converged.
+pub fn train_trailing(
+    ws: &Workspace,
+    rows: &mut [Row],
+    plan: &Plan,
+    spent: &dyn Fn() -> f64,
+    ingest_seconds: f64,
+    observer: &mut dyn FitObserver,
+) -> Result<()> {
+    loop {
+        let now = spent();
+        let Some((lead, _)) = choice(rows, plan, now, ingest_seconds) else {
+            return Ok(());
+        };
+        let leader = scored_at(rows, lead);
+        let (leader_name, leader_final) = (
+            leader.candidate.name.clone(),
+            final_seconds_of(leader, ingest_seconds),
+        );
+        let Some(i) = best_open(rows, Some(lead)) else {
+            return Ok(());
+        };
+        let Row::Scored(s) = &mut rows[i] else {
+            unreachable!("best_open names a scored row")
+        };
+        let spare = spare_seconds(plan, now, s.run_seconds + leader_final);
+        let room = plan.cap.saturating_sub(s.steps);
+        let more = trailing_steps(spare, scored_step_seconds(s), room);
+        if more < extension_floor(s.every, s.planned, plan.epoch_steps) {
+            return Ok(());
+        }
+        observer.event(FitEvent::TrailingExtending {
+            left_seconds: plan.budget - now,
+            name: &s.candidate.name,
+            leader: &leader_name,
+            more,
+            from: s.steps,
+        });
+        s.unreserved = true;
+        let to = s.steps + more;
+        go_on_or_fail(ws, rows, i, plan, to, observer)?;
+    }
 }
 
 /// The outcome's line of `row`.
@@ -802,6 +965,59 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_run_behind_the_leader_is_paid_once_against_the_leaders_final_model() {
+        // The five-minute yahoo_business fit (docs/fit.md): the converged axes' final model,
+        // 600 steps at 30 ms and 10 s of fixed costs; free Z behind them, still rising at
+        // 173 ms a step, scored in 1 s every 14 steps, a 2 s resume; 234 s spent.
+        let plan = plan_of(300.0);
+        let leader_final = final_seconds(10.0, 600, 0.030);
+        let (resume, scored_step) = (2.0, 0.173 + 1.0 / 14.0);
+        let spent = 234.0;
+        let spare = spare_seconds(&plan, spent, resume + leader_final);
+        let more = trailing_steps(spare, scored_step, u64::MAX);
+        // Paid once: the steps the spare time buys at the run's rate, as every run plans.
+        assert_eq!(more, planned_steps(spare, scored_step, u64::MAX));
+        assert!(more > 0, "{spare}");
+        // Trained, they and the leader's final model end within the plannable seconds.
+        let end = spent + resume + more as f64 * scored_step + leader_final;
+        assert!(end <= plan.plannable(), "{end}");
+        // Priced as if chosen (twice, against its own final model of 400 steps), the same
+        // time buys nothing: what the fit left unspent.
+        let own = spare_seconds(&plan, spent, resume + final_seconds(10.0, 400, 0.173));
+        assert_eq!(extension_steps(own, scored_step, u64::MAX), 0, "{own}");
+        assert_eq!(trailing_steps(-1.0, scored_step, 100), 0, "no time left");
+        assert_eq!(trailing_steps(spare, scored_step, 7), 7, "the cap");
+    }
+
+    #[test]
+    fn a_run_that_went_on_unreserved_is_chosen_only_if_its_final_model_fits() {
+        use crate::fit::rule::tests::{binary, scored};
+        let plan = plan_of(300.0);
+        let row = |name: &str, accuracy: f64, steps: u64, unreserved: bool| {
+            let mut s = scored(name, binary(accuracy, 0.3));
+            (s.steps, s.step_seconds, s.svd_seconds) = (steps, 0.1, 5.0);
+            s.unreserved = unreserved;
+            Row::Scored(Box::new(s))
+        };
+        // b leads by five points but went on unreserved; its final model of 400 steps
+        // costs 5 + 46 s, a's of 100 steps 5 + 11.5 s.
+        let rows = [row("a", 0.90, 100, false), row("b", 0.95, 400, true)];
+        let fits_at = plan.plannable() - final_seconds(5.0, 400, 0.1);
+        assert_eq!(choice(&rows, &plan, fits_at - 1.0, 0.0), Some((1, None)));
+        assert_eq!(choice(&rows, &plan, fits_at + 1.0, 0.0), Some((0, Some(1))));
+        // A reserved leader is chosen whatever the clock says (its time was kept).
+        let reserved = [row("a", 0.90, 100, false), row("b", 0.95, 400, false)];
+        assert_eq!(choice(&reserved, &plan, 299.0, 0.0), Some((1, None)));
+        // When no final model fits, the rule's choice among them all.
+        let none = [row("a", 0.90, 100, true), row("b", 0.95, 400, true)];
+        assert_eq!(choice(&none, &plan, 299.0, 0.0), Some((1, None)));
+        // A run behind that went on unreserved and does not fit is no concern of the choice.
+        let behind = [row("a", 0.95, 100, false), row("b", 0.90, 400, true)];
+        assert_eq!(choice(&behind, &plan, 299.0, 0.0), Some((0, None)));
+        assert_eq!(choice(&[], &plan, 0.0, 0.0), None);
     }
 
     #[test]

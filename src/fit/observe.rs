@@ -89,6 +89,24 @@ pub enum FitEvent<'a> {
         more: u64,
         from: u64,
     },
+    /// No run can train on with its own final model reserved, and the time `leader`'s
+    /// final model leaves goes to `name`, whose run is still rising: `more` steps from
+    /// `from`, with `left_seconds` of the budget left.
+    TrailingExtending {
+        left_seconds: f64,
+        name: &'a str,
+        leader: &'a str,
+        more: u64,
+        from: u64,
+    },
+    /// `name` scored best on validation, but its run went on in time reserved for another
+    /// final model, and its own (about `final_seconds`) no longer fits the `left_seconds`
+    /// left to plan with: the best whose final model fits is chosen.
+    PassedOver {
+        name: &'a str,
+        final_seconds: f64,
+        left_seconds: f64,
+    },
     /// The final model of a candidate without a selection run trained its planned steps
     /// at `step_ms` a step against its probe's `probe_ms`, and `spare_seconds` of the
     /// plannable budget are left after its scoring: it trains `more` steps from `from`.
@@ -241,6 +259,32 @@ impl FitEvent<'_> {
                 Progress,
                 format!(
                     "{left_seconds:.0} s left; {name} trains {more} steps more from step {from}"
+                ),
+            ),
+            FitEvent::TrailingExtending {
+                left_seconds,
+                name,
+                leader,
+                more,
+                from,
+            } => (
+                Progress,
+                format!(
+                    "{left_seconds:.0} s left; {name} trains {more} steps more from step \
+                     {from}, the final model of {leader} reserved (it is chosen only if its \
+                     own final model then fits)"
+                ),
+            ),
+            FitEvent::PassedOver {
+                name,
+                final_seconds,
+                left_seconds,
+            } => (
+                Warning,
+                format!(
+                    "{name} scored best on validation, but its final model (about \
+                     {final_seconds:.0} s) no longer fits the {left_seconds:.0} s left: the \
+                     best whose final model fits is chosen"
                 ),
             ),
             FitEvent::Readmitted {

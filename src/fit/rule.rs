@@ -529,6 +529,10 @@ pub(super) struct Scored {
     pub(super) converged: bool,
     /// Whether the run can go on: `--max-steps` cut it before the step cap.
     pub(super) open: bool,
+    /// Whether its run trained on in time that another candidate's final model was
+    /// reserved for, not its own (`budget::train_trailing`): it is chosen only if its
+    /// final model still fits the time left (`budget::choice`).
+    pub(super) unreserved: bool,
     /// Seconds of its svd, and of scoring validation: the final model pays them again.
     pub(super) svd_seconds: f64,
     pub(super) scoring_seconds: f64,
@@ -834,6 +838,7 @@ fn scored_run(
         every,
         converged: false,
         open: false,
+        unreserved: false,
         scoring_seconds,
     };
     scored.record_end(stopped, planned, plan.cap);
@@ -980,7 +985,7 @@ pub(super) fn frequency_floor(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::io::Write;
 
@@ -1362,7 +1367,7 @@ mod tests {
         assert!((rest / share(k) - FINAL_SHARES).abs() < 1e-9);
     }
 
-    fn binary(accuracy: f64, nlp: f64) -> Evaluation {
+    pub(in crate::fit) fn binary(accuracy: f64, nlp: f64) -> Evaluation {
         let mut acc = crate::metrics::binary::BinaryAccumulator::new();
         acc.add_row(0.9, true).unwrap();
         // The two figures the rule reads are then set.
@@ -1372,7 +1377,7 @@ mod tests {
         Evaluation::Binary(m)
     }
 
-    fn scored(name: &str, metrics: Evaluation) -> Scored {
+    pub(in crate::fit) fn scored(name: &str, metrics: Evaluation) -> Scored {
         Scored {
             candidate: Candidate {
                 name: name.into(),
@@ -1389,6 +1394,7 @@ mod tests {
             every: 0,
             converged: false,
             open: false,
+            unreserved: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,
             run_seconds: 0.0,

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::budget::{self, candidate_outcome};
+use super::budget::{self, candidate_outcome, Row};
 use super::folds;
 use super::inputs::{InputFormat, Inputs};
 use super::names::{self, ReservedSpec};
@@ -165,6 +165,14 @@ pub fn run(
                     observer,
                 )?;
                 budget::run_dropped(ws, &mut selection, &plan, &spent, ingest_seconds, observer)?;
+                budget::train_trailing(
+                    ws,
+                    &mut selection.rows,
+                    &plan,
+                    &spent,
+                    ingest_seconds,
+                    observer,
+                )?;
             }
             let rows = selection.rows;
             let floor = frequency_floor(ws, &dataset, kind)?;
@@ -176,19 +184,22 @@ pub fn run(
             (rows, floor)
         }
     };
-    // The rule chooses among the scored rows; `chosen` is its index among all rows.
-    let scored: Vec<(usize, &Scored)> = rows
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.scored().map(|s| (i, s)))
-        .collect();
-    anyhow::ensure!(
-        !scored.is_empty(),
-        "every candidate failed (the table above says why); nothing was chosen"
-    );
-    let refs: Vec<&Scored> = scored.iter().map(|(_, s)| *s).collect();
-    let winner = choose(&refs).expect("a scored row");
-    let (chosen_row, chosen) = scored[winner];
+    // The rule chooses among the scored rows whose final models fit; `chosen_row` is its
+    // index among all rows.
+    let now = spent();
+    let Some((chosen_row, passed_over)) = budget::choice(&rows, &plan, now, ingest_seconds) else {
+        anyhow::bail!("every candidate failed (the table above says why); nothing was chosen")
+    };
+    if let Some(Row::Scored(best)) = passed_over.map(|i| &rows[i]) {
+        observer.event(FitEvent::PassedOver {
+            name: &best.candidate.name,
+            final_seconds: budget::final_seconds_of(best, ingest_seconds),
+            left_seconds: plan.plannable() - now,
+        });
+    }
+    let Row::Scored(chosen) = &rows[chosen_row] else {
+        unreachable!("the choice is a scored row")
+    };
     if chosen.key().0 <= floor.0 {
         observer.event(FitEvent::NoBetterThanBaseline);
     }
@@ -608,6 +619,7 @@ mod tests {
             every: 0,
             converged: true,
             open: false,
+            unreserved: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,
             run_seconds: 0.0,
