@@ -537,6 +537,38 @@ pub fn run_dropped(
     Ok(())
 }
 
+/// Spends what the selection left of the budget, in the rule's order: on the leader's run
+/// (or the best that can go on) with its own final model reserved ([`train_on`]), then on
+/// the candidates the cut dropped ([`run_dropped`]), then on the runs still rising behind
+/// the leader with only the leader's final model reserved ([`train_trailing`]). Arguments
+/// as for [`train_on`].
+pub fn spend_the_time_left(
+    ws: &Workspace,
+    selection: &mut Selection,
+    plan: &Plan,
+    spent: &dyn Fn() -> f64,
+    ingest_seconds: f64,
+    observer: &mut dyn FitObserver,
+) -> Result<()> {
+    train_on(
+        ws,
+        &mut selection.rows,
+        plan,
+        spent,
+        ingest_seconds,
+        observer,
+    )?;
+    run_dropped(ws, selection, plan, spent, ingest_seconds, observer)?;
+    train_trailing(
+        ws,
+        &mut selection.rows,
+        plan,
+        spent,
+        ingest_seconds,
+        observer,
+    )
+}
+
 /// The rule's choice among the scored rows so far.
 fn leader(rows: &[Row]) -> Option<&Scored> {
     let scored: Vec<&Scored> = rows.iter().filter_map(Row::scored).collect();
@@ -646,9 +678,10 @@ pub fn trailing_steps(spare: f64, scored_step: f64, room: u64) -> u64 {
 /// final model of its own that was never trained, and the fit ended at 78 % of its
 /// budget. Here the best of the open runs other than the leader trains on with only the
 /// leader's final model reserved, until it converges (the time then goes to the next) or
-/// the time affords less than a score's worth of steps, and is marked [`Scored::unreserved`]: should
-/// it overtake the leader, it is chosen only if its own final model still fits
-/// ([`choice`]). So a fit ends near its budget unless every run converged.
+/// the time affords less than a score's worth of steps, and is marked
+/// [`Scored::unreserved`]: should it overtake the leader, it is chosen only if its own
+/// final model still fits ([`choice`]). So a fit ends near its budget unless every run
+/// converged.
 pub fn train_trailing(
     ws: &Workspace,
     rows: &mut [Row],

@@ -156,18 +156,9 @@ pub fn run(
                 observer,
             );
             if !plan.fixed && !lone {
-                budget::train_on(
+                budget::spend_the_time_left(
                     ws,
-                    &mut selection.rows,
-                    &plan,
-                    &spent,
-                    ingest_seconds,
-                    observer,
-                )?;
-                budget::run_dropped(ws, &mut selection, &plan, &spent, ingest_seconds, observer)?;
-                budget::train_trailing(
-                    ws,
-                    &mut selection.rows,
+                    &mut selection,
                     &plan,
                     &spent,
                     ingest_seconds,
