@@ -127,14 +127,21 @@ impl FitObserver for Printer {
     }
 }
 
+/// The width of a table's name column: the longest of `names`, and at least 44, so that
+/// the figures stay in their columns when a name is long (a `--set`, the axes' weak prior).
+fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| n.chars().count()).max().unwrap_or(0).max(44)
+}
+
 /// The validation table: one line per candidate (a failed one with its reason), and the
 /// label frequencies' line (`baseline`: its two figures as the outcome gives them, NLP
 /// positive). `converged`: early stopping ended the run (its score stopped improving), not
 /// its planned steps or the cap.
 fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
+    let width = name_width(candidates.iter().map(|c| c.name.as_str()));
     eprintln!();
     eprintln!(
-        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "{:<width$} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
         "candidate (validation)",
         "ms/step",
         "planned",
@@ -167,13 +174,13 @@ fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
         } = &c.result
         else {
             if let CandidateResult::Failed { reason } = &c.result {
-                eprintln!("{:<44} failed: {reason}", c.name);
+                eprintln!("{:<width$} failed: {reason}", c.name);
             }
             continue;
         };
         let (pa, pb) = shown((validation.primary.value, validation.secondary.value));
         eprintln!(
-            "{:<44} {:>8.1} {:>7} {:>7} {:>8.1} {:>9} {:>10} {:>10}",
+            "{:<width$} {:>8.1} {:>7} {:>7} {:>8.1} {:>9} {:>10} {:>10}",
             c.name,
             step_ms,
             planned_steps,
@@ -186,7 +193,7 @@ fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
     }
     let (fa, fb) = shown(baseline);
     eprintln!(
-        "{:<44} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
+        "{:<width$} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
         "(label frequencies, no model)", "", "", "", "", "", fa, fb
     );
     eprintln!();
@@ -205,10 +212,11 @@ fn print_fold_table(table: &FoldTable) {
         (false, false) => format!("{:.4}", -v),
         _ => format!("{:.2}", 100.0 * v),
     };
+    let width = name_width(table.rows.iter().map(|r| r.name.as_str()));
     let scale = |primary: bool| if !ranking && !primary { 1.0 } else { 100.0 };
     eprintln!();
     eprintln!(
-        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
+        "{:<width$} {:>8} {:>13} {:>8} {:>15} {:>15}",
         format!("candidate (mean ± sd of {} folds)", table.folds),
         "ms/step",
         "trained",
@@ -219,7 +227,7 @@ fn print_fold_table(table: &FoldTable) {
     for row in &table.rows {
         let steps: Vec<String> = row.steps.iter().map(u64::to_string).collect();
         eprintln!(
-            "{:<44} {:>8.1} {:>13} {:>8.1} {:>15} {:>15}",
+            "{:<width$} {:>8.1} {:>13} {:>8.1} {:>15} {:>15}",
             row.name,
             row.step_ms,
             format!("median {}", row.median_steps),
@@ -235,10 +243,10 @@ fn print_fold_table(table: &FoldTable) {
                 scale(false) * row.secondary.1
             ),
         );
-        eprintln!("{:<44} steps by fold: {}", "", steps.join(", "));
+        eprintln!("{:<width$} steps by fold: {}", "", steps.join(", "));
     }
     eprintln!(
-        "{:<44} {:>8} {:>13} {:>8} {:>15} {:>15}",
+        "{:<width$} {:>8} {:>13} {:>8} {:>15} {:>15}",
         "(label frequencies, no model)",
         "",
         "",

@@ -117,8 +117,8 @@ pub fn choice(
     let best = best_of(&scored)?;
     let fitting: Vec<(usize, &Scored)> = scored.iter().copied().filter(|(_, s)| fits(s)).collect();
     Some(match best_of(&fitting) {
-        Some(chosen) if chosen != best && !fits(scored_at(rows, best)) => (chosen, Some(best)),
-        Some(chosen) => (chosen, None),
+        // The best of them all is passed over exactly when it is not among those that fit.
+        Some(chosen) => (chosen, (!fits(scored_at(rows, best))).then_some(best)),
         None => (best, None),
     })
 }
