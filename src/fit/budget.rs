@@ -24,6 +24,18 @@ use crate::store::catalog::Contended;
 use crate::store::identity::Refusal;
 use crate::store::workspace::{NoWorkspace, Workspace};
 
+/// What the budget's loops ([`select`], [`train_on`], [`run_dropped`], [`train_trailing`])
+/// read besides the rows: the workspace their runs write to, the plan, the fit's seconds so
+/// far (`spent`), and what the whole file's ingest will take (`ingest_seconds`), which with
+/// a candidate's svd and scoring is its final model's time besides its steps
+/// ([`final_seconds`]).
+pub struct Spending<'a> {
+    pub ws: &'a Workspace,
+    pub plan: &'a Plan,
+    pub spent: &'a dyn Fn() -> f64,
+    pub ingest_seconds: f64,
+}
+
 /// Steps the leader may add with `spare` seconds (the budget less what was spent and less
 /// the final model of the leader's current steps): each added step is paid twice, once now
 /// and once more by the final model, which trains the leader's total. At most `room` (the
@@ -201,16 +213,13 @@ pub struct Selection {
 /// When the cut leaves one candidate and its share of the budget affords it fewer steps
 /// than [`super::plan::MIN_EPOCHS`] epochs, it gets no selection run ([`takes_selection_run`]).
 /// Its probe is scored on validation (the table's figures and the label frequencies'
-/// check), and its final model is given the time left ([`no_selection_steps`]). `spent`
-/// and `ingest_seconds` as for [`train_on`].
+/// check), and its final model is given the time left ([`no_selection_steps`]).
 pub fn select(
-    ws: &Workspace,
+    at: &Spending,
     mut list: Vec<Candidate>,
-    plan: &Plan,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<Selection> {
+    let (ws, plan) = (at.ws, at.plan);
     let selection_started = std::time::Instant::now();
     let mut selection = Selection {
         rows: Vec::new(),
@@ -234,7 +243,7 @@ pub fn select(
                 / (list.len() - i) as f64;
             let afforded = share_afforded(share_steps(plan, &p, share).0);
             if !takes_selection_run(list.len(), afforded, plan) {
-                return no_selection_run(ws, plan, p, afforded, spent, ingest_seconds, observer);
+                return no_selection_run(at, p, afforded, observer);
             }
             finish(ws, plan, p, share)
         })();
@@ -275,12 +284,11 @@ pub fn no_selection_steps(spare: f64, step_seconds: f64, cap: u64) -> u64 {
 /// With the failpoint `fit-lone-unconverged:1` armed, a lone run that converged counts as
 /// one that did not, so that a test on small data sees this path.
 pub fn lone_takes_the_time_left(
+    at: &Spending,
     rows: &mut [Row],
-    plan: &Plan,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> bool {
+    let plan = at.plan;
     let mut scored = rows.iter_mut().filter_map(|r| match r {
         Row::Scored(s) => Some(s),
         Row::Failed { .. } => None,
@@ -293,7 +301,7 @@ pub fn lone_takes_the_time_left(
     if plan.fixed || !unconverged {
         return false;
     }
-    let steps = final_steps_of_the_time_left(s, plan, spent(), ingest_seconds, s.step_seconds);
+    let steps = final_steps_of_the_time_left(s, at, s.step_seconds);
     observer.event(FitEvent::LoneTimeLeft {
         name: &s.candidate.name,
         steps: s.steps,
@@ -303,19 +311,13 @@ pub fn lone_takes_the_time_left(
 }
 
 /// Gives `s`'s final model the steps the time left affords at `step_seconds` a step, at
-/// least the steps its run took, once `spent` seconds have gone: the plannable seconds less
-/// a run's setup and the final model's fixed costs ([`no_selection_steps`]). Sets them as
-/// its `final_steps` and returns them.
-fn final_steps_of_the_time_left(
-    s: &mut Scored,
-    plan: &Plan,
-    spent: f64,
-    ingest_seconds: f64,
-    step_seconds: f64,
-) -> u64 {
-    let committed = s.run_seconds + s.final_fixed_seconds(ingest_seconds);
-    let spare = spare_seconds(plan, spent, committed);
-    let steps = no_selection_steps(spare, step_seconds, plan.cap).max(s.steps);
+/// least the steps its run took: the plannable seconds less what was spent, a run's setup
+/// and the final model's fixed costs ([`no_selection_steps`]). Sets them as its
+/// `final_steps` and returns them.
+fn final_steps_of_the_time_left(s: &mut Scored, at: &Spending, step_seconds: f64) -> u64 {
+    let committed = s.run_seconds + s.final_fixed_seconds(at.ingest_seconds);
+    let spare = spare_seconds(at.plan, (at.spent)(), committed);
+    let steps = no_selection_steps(spare, step_seconds, at.plan.cap).max(s.steps);
     s.final_steps = Some(steps);
     steps
 }
@@ -339,21 +341,18 @@ pub fn final_extension_steps(spare: f64, step_seconds: f64, room: u64, floor: u6
 /// Probed candidate `p` without a selection run (see [`select`]): its probe scored on
 /// validation, and the steps the time left affords its final model.
 fn no_selection_run(
-    ws: &Workspace,
-    plan: &Plan,
+    at: &Spending,
     p: Probed,
     afforded: u64,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<Scored> {
-    let mut s = score_probe(ws, plan, p)?;
+    let mut s = score_probe(at.ws, at.plan, p)?;
     let step_seconds = final_step_seconds(s.step_seconds);
-    let steps = final_steps_of_the_time_left(&mut s, plan, spent(), ingest_seconds, step_seconds);
+    let steps = final_steps_of_the_time_left(&mut s, at, step_seconds);
     observer.event(FitEvent::NoSelectionRun {
         name: &s.candidate.name,
         afforded,
-        needed: plan.needed,
+        needed: at.plan.needed,
         final_steps: steps,
     });
     Ok(s)
@@ -488,16 +487,13 @@ pub fn affords_dropped(share: f64, overhead: f64, step_seconds: f64, needed: u64
 /// ([`dropped_share`], [`affords_dropped`]), once no run can train on ([`train_on`] has
 /// spent what it could): a fit whose runs converged early goes on to the candidates it had
 /// no time for when it started rather than ending early. After each, [`train_on`] again
-/// (the new candidate may lead, with a run that can go on). `spent` and `ingest_seconds` as
-/// for [`train_on`].
+/// (the new candidate may lead, with a run that can go on).
 pub fn run_dropped(
-    ws: &Workspace,
+    at: &Spending,
     selection: &mut Selection,
-    plan: &Plan,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
+    let (ws, plan, spent, ingest_seconds) = (at.ws, at.plan, at.spent, at.ingest_seconds);
     let Some((overhead, step_seconds)) = selection.first_probe else {
         return Ok(());
     };
@@ -524,14 +520,7 @@ pub fn run_dropped(
         });
         let result = probe_in(ws, plan, &c, observer).and_then(|p| finish(ws, plan, p, share));
         selection.rows.push(row_of(&c, result, plan, observer)?);
-        train_on(
-            ws,
-            &mut selection.rows,
-            plan,
-            spent,
-            ingest_seconds,
-            observer,
-        )?;
+        train_on(at, &mut selection.rows, observer)?;
     }
     selection.dropped.extend(waiting);
     Ok(())
@@ -540,33 +529,15 @@ pub fn run_dropped(
 /// Spends what the selection left of the budget, in the rule's order: on the leader's run
 /// (or the best that can go on) with its own final model reserved ([`train_on`]), then on
 /// the candidates the cut dropped ([`run_dropped`]), then on the runs still rising behind
-/// the leader with only the leader's final model reserved ([`train_trailing`]). Arguments
-/// as for [`train_on`].
+/// the leader with only the leader's final model reserved ([`train_trailing`]).
 pub fn spend_the_time_left(
-    ws: &Workspace,
+    at: &Spending,
     selection: &mut Selection,
-    plan: &Plan,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
-    train_on(
-        ws,
-        &mut selection.rows,
-        plan,
-        spent,
-        ingest_seconds,
-        observer,
-    )?;
-    run_dropped(ws, selection, plan, spent, ingest_seconds, observer)?;
-    train_trailing(
-        ws,
-        &mut selection.rows,
-        plan,
-        spent,
-        ingest_seconds,
-        observer,
-    )
+    train_on(at, &mut selection.rows, observer)?;
+    run_dropped(at, selection, observer)?;
+    train_trailing(at, &mut selection.rows, observer)
 }
 
 /// The rule's choice among the scored rows so far.
@@ -578,17 +549,9 @@ fn leader(rows: &[Row]) -> Option<&Scored> {
 /// Trains on, with the time left, the candidate [`to_train_on`] names: its run goes on from
 /// its last checkpoint for the steps the time affords (paid twice: now and by the final
 /// model), and is scored again on validation; then again, until the time affords less than
-/// one more score's worth of steps or no run can go on. `spent` is the fit's seconds so
-/// far; `ingest_seconds` what the whole file's ingest will take, which with the candidate's
-/// svd and scoring is the final model's time besides its steps ([`final_seconds`]).
-pub fn train_on(
-    ws: &Workspace,
-    rows: &mut [Row],
-    plan: &Plan,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
-    observer: &mut dyn FitObserver,
-) -> Result<()> {
+/// one more score's worth of steps or no run can go on.
+pub fn train_on(at: &Spending, rows: &mut [Row], observer: &mut dyn FitObserver) -> Result<()> {
+    let (plan, spent, ingest_seconds) = (at.plan, at.spent, at.ingest_seconds);
     while let Some(i) = to_train_on(rows) {
         let behind = best_of(&scored_rows(rows)) != Some(i);
         let Row::Scored(s) = &mut rows[i] else {
@@ -612,7 +575,7 @@ pub fn train_on(
             from: s.steps,
         });
         let to = s.steps + more;
-        go_on_or_fail(ws, rows, i, plan, to, observer)?;
+        go_on_or_fail(at, rows, i, to, observer)?;
     }
     Ok(())
 }
@@ -637,17 +600,16 @@ fn scored_step_seconds(s: &Scored) -> f64 {
 /// Trains the run of scored row `i` on to step `to` ([`Scored::go_on`]); a failure of the
 /// candidate's own makes the row a failed one, any other ends the fit.
 fn go_on_or_fail(
-    ws: &Workspace,
+    at: &Spending,
     rows: &mut [Row],
     i: usize,
-    plan: &Plan,
     to: u64,
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
     let Row::Scored(s) = &mut rows[i] else {
         unreachable!("only a scored row goes on")
     };
-    match s.go_on(ws, plan, to) {
+    match s.go_on(at.ws, at.plan, to) {
         Ok(()) => Ok(()),
         Err(e) if is_candidates_own(&e) => {
             observer.event(FitEvent::CandidateFailed {
@@ -683,13 +645,11 @@ pub fn trailing_steps(spare: f64, scored_step: f64, room: u64) -> u64 {
 /// final model still fits ([`choice`]). So a fit ends near its budget unless every run
 /// converged.
 pub fn train_trailing(
-    ws: &Workspace,
+    at: &Spending,
     rows: &mut [Row],
-    plan: &Plan,
-    spent: &dyn Fn() -> f64,
-    ingest_seconds: f64,
     observer: &mut dyn FitObserver,
 ) -> Result<()> {
+    let (plan, spent, ingest_seconds) = (at.plan, at.spent, at.ingest_seconds);
     loop {
         let now = spent();
         let Some((lead, _)) = choice(rows, plan, now, ingest_seconds) else {
@@ -721,7 +681,7 @@ pub fn train_trailing(
         });
         s.unreserved = true;
         let to = s.steps + more;
-        go_on_or_fail(ws, rows, i, plan, to, observer)?;
+        go_on_or_fail(at, rows, i, to, observer)?;
     }
 }
 

@@ -147,23 +147,16 @@ pub fn run(
     let (rows, floor) = match folded {
         Some(folded) => folded,
         None => {
-            let mut selection = budget::select(ws, list, &plan, &spent, ingest_seconds, observer)?;
-            let lone = budget::lone_takes_the_time_left(
-                &mut selection.rows,
-                &plan,
-                &spent,
+            let at = budget::Spending {
+                ws,
+                plan: &plan,
+                spent: &spent,
                 ingest_seconds,
-                observer,
-            );
+            };
+            let mut selection = budget::select(&at, list, observer)?;
+            let lone = budget::lone_takes_the_time_left(&at, &mut selection.rows, observer);
             if !plan.fixed && !lone {
-                budget::spend_the_time_left(
-                    ws,
-                    &mut selection,
-                    &plan,
-                    &spent,
-                    ingest_seconds,
-                    observer,
-                )?;
+                budget::spend_the_time_left(&at, &mut selection, observer)?;
             }
             let rows = selection.rows;
             let floor = frequency_floor(ws, &dataset, kind)?;

@@ -548,8 +548,18 @@ fn words(rows: std::ops::Range<u32>) -> String {
 
 /// `pipeline fit` on [`words`] with the environment `env` and `extra` options.
 fn fit_words(dir: &std::path::Path, env: &[(&str, &str)], extra: &[&str]) -> std::process::Output {
+    fit_rows(dir, &words(0..300), env, extra)
+}
+
+/// `fit_words` on `rows` (LIBSVM text) instead of its 300 rows.
+fn fit_rows(
+    dir: &std::path::Path,
+    rows: &str,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> std::process::Output {
     let train = dir.join("words.svm");
-    std::fs::write(&train, words(0..300)).unwrap();
+    std::fs::write(&train, rows).unwrap();
     let spec = dir.join("words-fit.toml");
     let mut args = vec![
         "--workspace".to_string(),
@@ -1127,7 +1137,6 @@ fn fit_called_from_rust_returns_its_outcome_and_tells_its_observer_each_step() {
 #[test]
 fn runs_behind_a_converged_leader_train_on_in_the_time_its_final_model_leaves() {
     let dir = tempfile::tempdir().unwrap();
-    let train = dir.path().join("words.svm");
     // 6 000 rows whose labels are their first word's number mod 5 and 5 + their second's
     // mod 3: the exact weights learn them in a few epochs and converge at a cheap final
     // model, while the runs with inducing inputs (tens of ms a step, ten-step epochs) end
@@ -1143,17 +1152,10 @@ fn runs_behind_a_converged_leader_train_on_in_the_time_its_final_model_leaves() 
             format!("{},{} {words}\n", ids[0] % 5, 5 + ids[1] % 3)
         })
         .collect();
-    std::fs::write(&train, rows).unwrap();
     // The failpoint prices the final model of a run behind the leader at 1 000 times its
     // step time when the rule's reserve is kept: the leader's extensions leave them.
-    let out = std::process::Command::new(pipeline_bin())
-        .args(["--workspace", dir.path().join("ws").to_str().unwrap()])
-        .args(["fit", "--train", train.to_str().unwrap(), "--budget", "20s"])
-        .args(["--no-folds", "--json"])
-        .env_remove("FSGP_WORKSPACE")
-        .env("FSGP_FAILPOINT", "fit-behind-dearer:1000")
-        .output()
-        .unwrap();
+    let failpoint = [("FSGP_FAILPOINT", "fit-behind-dearer:1000")];
+    let out = fit_rows(dir.path(), &rows, &failpoint, &["--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
