@@ -70,6 +70,8 @@ pub struct Sizes {
     pub n: u64,
     pub d: u64,
     pub l: u64,
+    /// Non-zeros of the training split: with N, they bound the svd's time at large N.
+    pub nnz: u64,
     /// Whether the stored rows are dense (at least half their entries non-zero, as after a
     /// standardising transform): a stationary kernel comes first in the list then.
     pub dense: bool,
@@ -88,6 +90,7 @@ impl Sizes {
             n,
             d,
             l,
+            nnz: 0,
             dense,
             memory: 4 << 30,
             svd_seconds: f64::INFINITY,
@@ -102,7 +105,7 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
     // svd's rank: the k-means start needs an svd run; the subspace uses R directions, so
     // the multi-label list (whose first, the paper's model, is the subspace) gets R from
     // the data and the classifiers (free Z only) the start's.
-    let subspace = sizes::sizes_for(s.n, s.d, s.memory, s.svd_seconds);
+    let subspace = sizes::sizes_for(s.n, s.d, s.nnz, s.memory, s.svd_seconds);
     let rank = match task {
         LabelKind::Multilabel => subspace.rank,
         LabelKind::Binary | LabelKind::Multiclass => subspace.start_rank,
@@ -186,7 +189,8 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
             // inducing-input forms pay M³·P and M²·D (docs/fit.md, "Inducing features at
             // the axes"); above MANY_LABELS second, after the subspace with its ridge
             // start, which the axes cannot take and which is worth most in the few hundred
-            // steps a budget affords there.
+            // steps a budget affords there, unless the subspace's svd is far past its
+            // share of the budget (hundreds of thousands of rows): the axes need none.
             let mut linear = vec![
                 axes_candidate(&factor),
                 one(
@@ -204,7 +208,7 @@ pub fn candidates(task: LabelKind, s: Sizes) -> Vec<Candidate> {
                     &factor,
                 ),
             ];
-            if s.l > MANY_LABELS {
+            if s.l > MANY_LABELS && subspace.subspace_in_time {
                 linear.swap(0, 1);
             }
             // The exact weights again under a weak prior held fixed: the bound's own σ²
@@ -1332,6 +1336,41 @@ pub(super) mod tests {
         assert_eq!(rank(&candidates(LabelKind::Binary, text)), Some(250));
         let few = Sizes { n: 900, ..text };
         assert_eq!(rank(&candidates(LabelKind::Multilabel, few)), Some(899));
+    }
+
+    #[test]
+    fn the_exact_weights_lead_many_labels_when_the_subspace_svd_is_far_past_its_time() {
+        // AmazonCat's shape: 949 000 selection rows, where an svd run of R = 250 is
+        // predicted at about 96 s against its 15 s share of five minutes.
+        let huge = Sizes {
+            n: 949_294,
+            d: 203_882,
+            l: 13_330,
+            nnz: 67_350_000,
+            dense: false,
+            memory: 8 << 30,
+            svd_seconds: sizes::svd_seconds(300.0),
+        };
+        let first = |s: Sizes| {
+            candidates(LabelKind::Multilabel, s)[0]
+                .train
+                .inducing_inputs
+        };
+        assert_eq!(first(huge), InducingInputs::Axes);
+        // A quarter of the rows, or an hour: the subspace leads as before.
+        let quarter = Sizes {
+            n: 239_936,
+            nnz: 17_019_248,
+            ..huge
+        };
+        assert_eq!(first(quarter), InducingInputs::Subspace);
+        let hour = Sizes {
+            svd_seconds: sizes::svd_seconds(3600.0),
+            ..huge
+        };
+        assert_eq!(first(hour), InducingInputs::Subspace);
+        // Below MANY_LABELS the exact weights lead whatever the time.
+        assert_eq!(first(Sizes { l: 101, ..quarter }), InducingInputs::Axes);
     }
 
     #[test]

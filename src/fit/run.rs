@@ -88,6 +88,7 @@ pub fn run(
         n: train_rows,
         d: dataset.n_features,
         l: dataset.n_labels,
+        nnz: dataset.split(Split::Train).map_or(0, |s| s.nnz),
         dense: dataset
             .split(Split::Train)
             .is_some_and(|s| 2 * s.nnz >= s.n_rows.saturating_mul(dataset.n_features).max(1)),
