@@ -1108,19 +1108,13 @@ pub(super) mod tests {
         assert_eq!(set[0].train.inducing_inputs, InducingInputs::Axes);
         assert_eq!(set[0].train.inducing, None);
         assert!(set[0].name.contains("M = D"), "{}", set[0].name);
-        assert!(set[1..]
+        let (axes, others): (Vec<&Candidate>, Vec<&Candidate>) = set
             .iter()
-            .filter(|c| c.train.inducing_inputs != InducingInputs::Axes)
-            .all(|c| c.train.inducing == Some(50)));
-        let axes_names: Vec<&str> = set
-            .iter()
-            .filter(|c| c.train.inducing_inputs == InducingInputs::Axes)
-            .map(|c| c.name.as_str())
-            .collect();
+            .partition(|c| c.train.inducing_inputs == InducingInputs::Axes);
+        assert!(others.iter().all(|c| c.train.inducing == Some(50)));
+        let axes_names: Vec<&str> = axes.iter().map(|c| c.name.as_str()).collect();
         assert!(
-            set.iter()
-                .filter(|c| c.train.inducing_inputs == InducingInputs::Axes)
-                .all(|c| c.train.inducing.is_none()),
+            axes.iter().all(|c| c.train.inducing.is_none()),
             "{axes_names:?}"
         );
         // Named apart: the second holds its weak prior fixed (the M given is the others').
