@@ -301,7 +301,7 @@ pub fn lone_takes_the_time_left(
     if plan.fixed || !unconverged {
         return false;
     }
-    let steps = final_steps_of_the_time_left(s, at, s.step_seconds);
+    let steps = final_steps_of_the_time_left(s, at, s.step_seconds, observer);
     observer.event(FitEvent::LoneTimeLeft {
         name: &s.candidate.name,
         steps: s.steps,
@@ -313,12 +313,29 @@ pub fn lone_takes_the_time_left(
 /// Gives `s`'s final model the steps the time left affords at `step_seconds` a step, at
 /// least the steps its run took: the plannable seconds less what was spent, a run's setup
 /// and the final model's fixed costs ([`no_selection_steps`]). Sets them as its
-/// `final_steps` and returns them.
-fn final_steps_of_the_time_left(s: &mut Scored, at: &Spending, step_seconds: f64) -> u64 {
-    let committed = s.run_seconds + s.final_fixed_seconds(at.ingest_seconds);
-    let spare = spare_seconds(at.plan, (at.spent)(), committed);
+/// `final_steps` and returns them. When those fixed costs and the steps already taken do
+/// not fit the time left (a budget smaller than the data's ingest and scoring), says where
+/// the fit is expected to end ([`FitEvent::PastTheBudget`]) instead of ending silently past it.
+fn final_steps_of_the_time_left(
+    s: &mut Scored,
+    at: &Spending,
+    step_seconds: f64,
+    observer: &mut dyn FitObserver,
+) -> u64 {
+    let fixed = final_fixed_seconds(s.final_fixed_seconds(at.ingest_seconds));
+    let spent = (at.spent)();
+    let spare = spare_seconds(at.plan, spent, s.run_seconds + fixed);
     let steps = no_selection_steps(spare, step_seconds, at.plan.cap).max(s.steps);
     s.final_steps = Some(steps);
+    let final_run = final_seconds(s.run_seconds + fixed, steps, step_seconds);
+    if spent + final_run > at.plan.budget {
+        observer.event(FitEvent::PastTheBudget {
+            fixed_seconds: fixed,
+            left_seconds: (at.plan.budget - spent).max(0.0),
+            expected_end: spent + final_run,
+            budget_seconds: at.plan.budget,
+        });
+    }
     steps
 }
 
@@ -348,7 +365,7 @@ fn no_selection_run(
 ) -> Result<Scored> {
     let mut s = score_probe(at.ws, at.plan, p)?;
     let step_seconds = final_step_seconds(s.step_seconds);
-    let steps = final_steps_of_the_time_left(&mut s, at, step_seconds);
+    let steps = final_steps_of_the_time_left(&mut s, at, step_seconds, observer);
     observer.event(FitEvent::NoSelectionRun {
         name: &s.candidate.name,
         afforded,
@@ -361,10 +378,13 @@ fn no_selection_run(
 /// The steps a share affords, as the choice of a selection run sees them: `afforded`, or
 /// with the failpoint `fit-share-slower:1000` armed, a thousandth of it, so that a test
 /// sees a candidate whose share cannot buy a lone candidate's epochs on data small enough to
-/// run in seconds (the final model's steps are priced by the true step time).
+/// run in seconds (the final model's steps are priced by the true step time). The
+/// failpoints that price such a final model (`fit-lone-slower`, `fit-fixed-dearer`) make
+/// the share short too.
 fn share_afforded(afforded: u64) -> u64 {
     let slower = crate::failpoint::fires("fit-share-slower", 1000)
-        || crate::failpoint::fires("fit-lone-slower", 1000);
+        || crate::failpoint::fires("fit-lone-slower", 1000)
+        || crate::failpoint::fires("fit-fixed-dearer", 1000);
     match slower {
         true => afforded / 1000,
         false => afforded,
@@ -380,6 +400,16 @@ fn final_step_seconds(step_seconds: f64) -> f64 {
     match crate::failpoint::fires("fit-lone-slower", 1000) {
         true => 1000.0 * step_seconds,
         false => step_seconds,
+    }
+}
+
+/// The fixed costs a final model without a selection run is planned with: `fixed`, or with
+/// the failpoint `fit-fixed-dearer:1000` armed, 1 000 times that, so that a test sees a
+/// budget the data's ingest and scoring alone overrun ([`FitEvent::PastTheBudget`]).
+fn final_fixed_seconds(fixed: f64) -> f64 {
+    match crate::failpoint::fires("fit-fixed-dearer", 1000) {
+        true => 1000.0 * fixed,
+        false => fixed,
     }
 }
 

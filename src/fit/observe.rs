@@ -146,6 +146,15 @@ pub enum FitEvent<'a> {
         needed: u64,
         final_steps: u64,
     },
+    /// The final model's fixed costs alone (the whole file's ingest, its svd and scoring,
+    /// as measured on the selection data) and the steps its run already took do not fit the
+    /// seconds left: the fit is expected to end near `expected_end` seconds, past its budget.
+    PastTheBudget {
+        fixed_seconds: f64,
+        left_seconds: f64,
+        expected_end: f64,
+        budget_seconds: f64,
+    },
     /// A stage of the final model starts (`ingest`, `svd`, `train`, `predict`, `evaluate`).
     FinalStageStarted { stage: &'a str },
     /// The final model's stages, once all ran.
@@ -321,6 +330,20 @@ impl FitEvent<'_> {
                      ({MIN_EPOCHS} epochs) a selection run needs, and nothing else is left to choose: no selection run; its \
                      probe is scored, and its final model trains the time left \
                      ({final_steps} steps)"
+                ),
+            ),
+            FitEvent::PastTheBudget {
+                fixed_seconds,
+                left_seconds,
+                expected_end,
+                budget_seconds,
+            } => (
+                Warning,
+                format!(
+                    "the final model's fixed costs (the whole file's ingest, its svd and \
+                     scoring: {fixed_seconds:.0} s) do not fit the {left_seconds:.0} s left: \
+                     the fit will end near {expected_end:.0} s, past its budget of \
+                     {budget_seconds:.0} s; a budget of {expected_end:.0} s or more fits them"
                 ),
             ),
             FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),

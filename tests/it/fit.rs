@@ -548,19 +548,20 @@ fn words(rows: std::ops::Range<u32>) -> String {
 
 /// `pipeline fit` on [`words`] with the environment `env` and `extra` options.
 fn fit_words(dir: &std::path::Path, env: &[(&str, &str)], extra: &[&str]) -> std::process::Output {
-    fit_rows(dir, &words(0..300), env, extra)
+    fit_rows(dir, ("words", &words(0..300)), env, extra)
 }
 
-/// `fit_words` on `rows` (LIBSVM text) instead of its 300 rows.
+/// `fit_words` on `rows` (LIBSVM text, written to `NAME.svm`, so the dataset is `NAME`)
+/// instead of its 300 rows.
 fn fit_rows(
     dir: &std::path::Path,
-    rows: &str,
+    (name, rows): (&str, &str),
     env: &[(&str, &str)],
     extra: &[&str],
 ) -> std::process::Output {
-    let train = dir.join("words.svm");
+    let train = dir.join(format!("{name}.svm"));
     std::fs::write(&train, rows).unwrap();
-    let spec = dir.join("words-fit.toml");
+    let spec = dir.join(format!("{name}-fit.toml"));
     let mut args = vec![
         "--workspace".to_string(),
         dir.join("ws").display().to_string(),
@@ -759,6 +760,49 @@ fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
     let seconds = outcome["seconds"].as_f64().unwrap();
     assert!(seconds <= 20.0, "{seconds}");
     assert_eq!(dataset_names(&dir.path().join("ws")), ["toy-select", "toy"]);
+    // Its final model fitted the time left: no warning that the fit will overrun.
+    assert!(!err.contains("past its budget"), "{err}");
+}
+
+#[test]
+fn a_budget_the_final_models_fixed_costs_overrun_is_named_before_the_fit_ends_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // The failpoint prices the final model's ingest, svd and scoring at 1 000 times what
+    // the selection data measured: more than the 20 s budget holds (a budget below what
+    // the data's ingest and scoring take, as on a million rows and half a minute).
+    let (out, _) = lone_fit(dir.path(), 5, "fit-fixed-dearer:1000", &["--json"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let warning = err
+        .lines()
+        .find(|l| l.contains("past its budget of 20 s"))
+        .unwrap_or_else(|| panic!("{err}"));
+    // "… do not fit the L s left: the fit will end near E s, past its budget of 20 s; a
+    // budget of E s or more fits them": E counts the inflated fixed costs.
+    let end: f64 = warning
+        .split("will end near ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{warning}"));
+    assert!(end > 20.0, "{warning}");
+    assert!(
+        warning.contains(&format!("budget of {end:.0} s or more")),
+        "{warning}"
+    );
+    // The fit still ends with its final model (planned at the steps its probe took; the
+    // true clock then lets it go on).
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let probe_steps = outcome["candidates"][0]["trained_steps"].as_u64().unwrap();
+    assert!(
+        err.contains(&format!("trains the time left ({probe_steps} steps)")),
+        "{err}"
+    );
+    assert_eq!(
+        outcome["final_runs"].as_array().unwrap().len(),
+        1,
+        "{outcome}"
+    );
 }
 
 #[test]
@@ -1155,7 +1199,7 @@ fn runs_behind_a_converged_leader_train_on_in_the_time_its_final_model_leaves() 
     // The failpoint prices the final model of a run behind the leader at 1 000 times its
     // step time when the rule's reserve is kept: the leader's extensions leave them.
     let failpoint = [("FSGP_FAILPOINT", "fit-behind-dearer:1000")];
-    let out = fit_rows(dir.path(), &rows, &failpoint, &["--json"]);
+    let out = fit_rows(dir.path(), ("two-labels", &rows), &failpoint, &["--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
