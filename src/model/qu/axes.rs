@@ -189,6 +189,17 @@ pub fn kl_total(params: &Params) -> Result<f64> {
     Ok(per.into_iter().sum())
 }
 
+/// `n` zeros written one by one, not `vec![0.0; n]`. The latter is `calloc`: on memory the
+/// allocator takes fresh from the system it writes nothing, so the first `+=` of the
+/// scatter below reads a page before writing it; the kernel maps its shared zero page for
+/// the read and must then replace it for the write, flushing the other threads' TLBs by
+/// interrupt. At D = 203 882 and P = 41 those faults were a fifth of an axes step's time.
+fn written_zeros(n: usize) -> Vec<f64> {
+    let mut v = Vec::with_capacity(n);
+    v.resize(n, 0.0);
+    v
+}
+
 /// Gradients of F = ⟨G_m, m⟩ + ⟨G_s, s⟩ − Σ_p KL_p.
 #[derive(Debug, Clone)]
 pub struct AxesGrads {
@@ -226,8 +237,8 @@ pub fn backward(
         let mu_p = column_slice(mu.as_ref(), p);
         let (sigma, slope) = &fwd.sites[p];
         // Xᵀ g_m and (X∘X)ᵀ g_s over the batch's features, in row order.
-        let mut xt_gm = vec![0.0; d];
-        let mut xt_gs = vec![0.0; d];
+        let mut xt_gm = written_zeros(d);
+        let mut xt_gs = written_zeros(d);
         // ∂m/∂log σ² = m (the forward pass's means); ∂s/∂log σ² from the sites.
         let mut data_sf2 = 0.0;
         for i in 0..x.rows.len() {
