@@ -351,11 +351,7 @@ fn a_real_full_file_system_refuses_an_ingest_chunk_then_reruns_to_identical_outp
     // The chunk's CSR arrays; the free figure is what statvfs says (the catalog's files
     // took some of the 96 KiB), and less.
     assert!(err.contains("needs 169.4 KiB, "), "{err}");
-    let free_kib: f64 = err
-        .split("file system has ")
-        .nth(1)
-        .and_then(|t| t.split(" KiB free (").next())
-        .and_then(|n| n.parse().ok())
+    let free_kib = number_between(&err, "file system has ", " KiB free (")
         .unwrap_or_else(|| panic!("no free figure in KiB: {err}"));
     assert!(free_kib > 0.0 && free_kib <= 96.0, "{err}");
     assert_eq!(run_status(&ws, 1), "failed");

@@ -779,12 +779,7 @@ fn a_budget_the_final_models_fixed_costs_overrun_is_named_before_the_fit_ends_pa
         .unwrap_or_else(|| panic!("{err}"));
     // "… do not fit the L s left: the fit will end near E s, past its budget of 20 s; a
     // budget of E s or more fits them": E counts the inflated fixed costs.
-    let end: f64 = warning
-        .split("will end near ")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{warning}"));
+    let end = number_between(warning, "will end near ", " ").unwrap_or_else(|| panic!("{warning}"));
     assert!(end > 20.0, "{warning}");
     assert!(
         warning.contains(&format!("budget of {end:.0} s or more")),

@@ -69,6 +69,15 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The number a message prints between `before` and `after` (its first occurrence), or
+/// None when it is not there or is not a number.
+pub fn number_between(text: &str, before: &str, after: &str) -> Option<f64> {
+    text.split(before)
+        .nth(1)
+        .and_then(|t| t.split(after).next())
+        .and_then(|n| n.parse().ok())
+}
+
 /// `pipeline status --json`, parsed.
 pub fn status_json(ws: &Path) -> serde_json::Value {
     let out = pipeline(ws, &["status", "--json"]);
