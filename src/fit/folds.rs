@@ -296,6 +296,8 @@ fn combined(folds: Vec<Scored>) -> Scored {
         run: first.run,
         every: first.every,
         converged,
+        // Each fold's plateau is in its key, whose mean `metrics` now holds.
+        plateau: None,
         open: false,
         unreserved: false,
         svd_seconds,
@@ -415,6 +417,7 @@ mod tests {
             run: 1,
             every: 0,
             converged: false,
+            plateau: None,
             open: true,
             unreserved: false,
             svd_seconds: 0.5,

@@ -603,6 +603,7 @@ mod tests {
             run: 1,
             every: 0,
             converged: true,
+            plateau: None,
             open: false,
             unreserved: false,
             svd_seconds: 0.0,
