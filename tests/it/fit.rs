@@ -585,6 +585,76 @@ fn fit_rows(
     cmd.output().unwrap()
 }
 
+/// [`words`]' rows with labels drawn independently of them (a hash of the row and label
+/// number, about a third of 5 on, at least one): P@1 on validation levels at once and
+/// then only wanders, so early stopping ends the runs on a plateau.
+fn noisy_words(rows: std::ops::Range<u32>) -> String {
+    words(rows.clone())
+        .lines()
+        .zip(rows)
+        .map(|(line, i)| {
+            let (_, words) = line.split_once(' ').unwrap();
+            let drawn = |j: u32| (f64::from(i * 7 + j) * 12.9898).sin().abs() * 43758.5453 % 1.0;
+            let mut labels: Vec<String> = (0..5u32)
+                .filter(|&j| drawn(j) < 0.35)
+                .map(|j| j.to_string())
+                .collect();
+            if labels.is_empty() {
+                labels.push((i % 5).to_string());
+            }
+            format!("{} {words}\n", labels.join(","))
+        })
+        .collect()
+}
+
+#[test]
+fn a_converged_multilabel_candidate_is_judged_by_the_mean_of_its_scores_from_its_best() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit_rows(
+        dir.path(),
+        ("noisy", &noisy_words(0..600)),
+        &[],
+        &["--json"],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ws = dir.path().join("ws");
+    let runs = status_json(&ws)["train_runs"].as_array().unwrap().clone();
+    let (mut judged, mut apart) = (0, 0);
+    for c in outcome["candidates"].as_array().unwrap() {
+        if c["status"] != "scored" || c["converged"] != true {
+            continue;
+        }
+        let id = c["selection_run"].as_i64().unwrap();
+        let run = runs.iter().find(|r| r["id"] == id).unwrap();
+        let best = &run["stopped"]["best"];
+        assert_eq!(best["metric"], "P@1", "{run}");
+        let best_step = best["step"].as_i64().unwrap();
+        // The scores train recorded in the catalog, from the best to the end.
+        let scores: Vec<f64> = common::toy::metrics(&ws, id, "early_stopping_score")
+            .into_iter()
+            .filter(|&(step, _)| step >= best_step)
+            .map(|(_, bits)| f64::from_bits(bits))
+            .collect();
+        assert!(scores.len() > 1, "{run}: {scores:?}");
+        let mean = scores.iter().sum::<f64>() / scores.len() as f64;
+        let compared = c["validation"]["primary"]["value"].as_f64().unwrap();
+        assert!(
+            (compared - mean).abs() <= 1e-12,
+            "{}: compared {compared}, the mean of {scores:?} is {mean}",
+            c["name"]
+        );
+        judged += 1;
+        // The last score alone (what the rule compared before) differs from the mean.
+        apart += usize::from((scores.last().unwrap() - mean).abs() > 1e-9);
+    }
+    assert!(
+        judged > 0 && apart > 0,
+        "{judged} judged, {apart} apart:\n{err}"
+    );
+}
+
 #[test]
 fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
     let dir = tempfile::tempdir().unwrap();
