@@ -7,6 +7,9 @@ omikuji's from scripts/omikuji-run.py); the table is printed from that file.
 
 Usage: scripts/text-vs-omikuji.py PIPELINE OUT [--budgets 5m,1m] [--sets a,b] [--omikuji-reps 3]
        scripts/text-vs-omikuji.py --table OUT|RESULTS.jsonl
+       scripts/text-vs-omikuji.py --means RESULTS.jsonl [RESULTS.jsonl ...]
+--means prints, per set and budget, fsgp's test P@1 per seed and their mean against the
+mean of every omikuji run in the files (omikuji's own P@1 moves from run to run).
 Run it on a quiet machine: fit plans its steps from measured step times.
 """
 import argparse
@@ -103,6 +106,25 @@ def table(out):
                       f"{c[0]:.2f} | {r['wall_seconds']:.0f} whole fit | {r['peak_rss_mib']:.0f} |")
 
 
+def means(paths):
+    """Per set and budget: fsgp's P@1 by seed, their mean, omikuji's mean over its runs."""
+    rows = [json.loads(l) for path in paths for l in open(path)]
+    print("| set | budget | fsgp P@1 by seed | fsgp mean | omikuji mean (runs, range) | Δ |")
+    print("|---|---|---|---|---|---|")
+    for name in SETS:
+        om = [r["p_at_135_skipped"][0] for r in rows if r["tool"] == "omikuji" and r["set"] == name]
+        fits = [r for r in rows if r["tool"] == "fsgp" and r["set"] == name]
+        for budget in sorted({r["budget"] for r in fits}, reverse=True):
+            by_seed = sorted((r.get("seed", 0), p_at(r["evaluate"]["skip"])[0])
+                             for r in fits if r["budget"] == budget)
+            mean_fit = sum(p for _, p in by_seed) / len(by_seed)
+            mean_om = sum(om) / len(om) if om else float("nan")
+            seeds = ", ".join(f"{p:.2f} ({s})" for s, p in by_seed)
+            print(f"| {name} | {budget} | {seeds} | {mean_fit:.2f} | {mean_om:.2f} ({len(om)}, "
+                  f"{min(om, default=float('nan')):.2f}–{max(om, default=float('nan')):.2f}) | "
+                  f"{mean_fit - mean_om:+.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("pipeline", nargs="?")
@@ -112,7 +134,10 @@ def main():
     ap.add_argument("--omikuji-reps", type=int, default=3)
     ap.add_argument("--seeds", default="0", help="fit's --seed for each fsgp run, e.g. 0,1,2")
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--means", nargs="+", metavar="RESULTS.jsonl")
     a = ap.parse_args()
+    if a.means:
+        return means(a.means)
     if a.table:
         return table(a.out)
     os.makedirs(a.out, exist_ok=True)
