@@ -7,8 +7,8 @@ use clap::Parser;
 
 use super::args::{Cli, Command, FitArgs, Setting};
 use crate::fit::{
-    CandidateOutcome, CandidateResult, FitEvent, FitObserver, FitOutcome, FitRequest, FoldTable,
-    InputFormat, Weight,
+    CandidateOutcome, CandidateResult, Figures, FitEvent, FitObserver, FitOutcome, FitRequest,
+    FoldTable, InputFormat, Weight,
 };
 use crate::store::workspace::Workspace;
 use crate::train::{TrainFlag, TrainOptions};
@@ -104,12 +104,7 @@ impl FitObserver for Printer {
             FitEvent::Table {
                 candidates,
                 baseline,
-            } => {
-                return print_table(
-                    candidates,
-                    (baseline.primary.value, baseline.secondary.value),
-                )
-            }
+            } => return print_table(candidates, baseline),
             // A stage's header, as the stage run alone prints it.
             FitEvent::FinalStageStarted { stage } => return say!("== {stage}"),
             FitEvent::FinalStages(stages) => return super::spec::print_stages(stages),
@@ -137,7 +132,7 @@ fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
 /// label frequencies' line (`baseline`: its two figures as the outcome gives them, NLP
 /// positive). `converged`: early stopping ended the run (its score stopped improving), not
 /// its planned steps or the cap.
-fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
+fn print_table(candidates: &[CandidateOutcome], baseline: &Figures) {
     let width = name_width(candidates.iter().map(|c| c.name.as_str()));
     eprintln!();
     eprintln!(
@@ -151,10 +146,8 @@ fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
         "primary",
         "second"
     );
-    let ranking = candidates.iter().any(|c| match &c.result {
-        CandidateResult::Scored { validation, .. } => validation.primary.name == "P@1",
-        CandidateResult::Failed { .. } => false,
-    });
+    // The task's figures, from the baseline: every candidate may have failed.
+    let ranking = baseline.primary.name == "P@1";
     let shown = |(a, b): (f64, f64)| match ranking {
         true => (
             format!("P@1 {:.2}", 100.0 * a),
@@ -191,7 +184,7 @@ fn print_table(candidates: &[CandidateOutcome], baseline: (f64, f64)) {
             pb
         );
     }
-    let (fa, fb) = shown(baseline);
+    let (fa, fb) = shown((baseline.primary.value, baseline.secondary.value));
     eprintln!(
         "{:<width$} {:>8} {:>7} {:>7} {:>8} {:>9} {:>10} {:>10}",
         "(label frequencies, no model)", "", "", "", "", "", fa, fb

@@ -741,6 +741,16 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
         err.contains("failed: --inducing-inputs free needs about"),
         "{err}"
     );
+    // The label frequencies' line still shows the task's figures (P@1 and P@3 here), not
+    // a classifier's accuracy and NLP, though no candidate was scored.
+    let baseline = err
+        .lines()
+        .find(|l| l.starts_with("(label frequencies, no model)"))
+        .unwrap_or_else(|| panic!("no baseline line in {err}"));
+    assert!(
+        baseline.contains(" P@1 ") && baseline.contains(" P@3 "),
+        "{baseline}"
+    );
 }
 
 #[test]
