@@ -438,7 +438,12 @@ pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Cand
         // inducing inputs, q(u) form or ARD set for every candidate makes them one they
         // cannot be (or another candidate's duplicate with M = 1), so they give way; and
         // they have one inducing feature per input feature, so an M given is the others'.
+        // The other way round, inducing inputs set to the axes keep the candidates already
+        // there and the others give way: made axes, they would keep an M, a kernel or a
+        // q(u) form the axes cannot take.
         let axes = c.train.inducing_inputs == InducingInputs::Axes;
+        let sets_axes = overrides.given.contains(&TrainFlag::InducingInputs)
+            && overrides.inducing_inputs == InducingInputs::Axes;
         let replaces_axes = [
             TrainFlag::Kernel,
             TrainFlag::InducingInputs,
@@ -446,8 +451,9 @@ pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Cand
             TrainFlag::Ard,
         ]
         .iter()
+        .filter(|&&f| !(sets_axes && f == TrainFlag::InducingInputs))
         .any(|f| overrides.given.contains(f));
-        if axes && replaces_axes {
+        if (axes && replaces_axes) || (sets_axes && !axes) {
             continue;
         }
         let mut own = overrides.clone();
@@ -1212,6 +1218,30 @@ pub(super) mod tests {
             let set = with_settings(listed.clone(), &overrides(o, &[flag]));
             assert!(!axes_in(&set), "{flag}");
         }
+        // Inducing inputs set to the axes keep the axes candidates alone, as listed.
+        let at_axes = TrainOptions {
+            inducing_inputs: InducingInputs::Axes,
+            ..TrainOptions::default()
+        };
+        let set = with_settings(
+            listed.clone(),
+            &overrides(at_axes.clone(), &[TrainFlag::InducingInputs]),
+        );
+        let listed_axes: Vec<&Candidate> = listed
+            .iter()
+            .filter(|c| c.train.inducing_inputs == InducingInputs::Axes)
+            .collect();
+        assert_eq!(set.len(), listed_axes.len());
+        for (c, l) in set.iter().zip(&listed_axes) {
+            assert_eq!((&c.train, &c.svd), (&l.train, &l.svd), "{}", c.name);
+        }
+        // With a kernel the axes cannot take as well, nothing is left.
+        let se_at_axes = TrainOptions {
+            kernel: KernelChoice::Se,
+            ..at_axes
+        };
+        let flags = [TrainFlag::InducingInputs, TrainFlag::Kernel];
+        assert!(with_settings(listed.clone(), &overrides(se_at_axes, &flags)).is_empty());
         // An M set is the others': the axes keep M = D and stay first.
         let m = TrainOptions {
             inducing: Some(50),

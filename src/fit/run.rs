@@ -96,6 +96,12 @@ pub fn run(
         svd_seconds: sizes::svd_seconds(budget),
     };
     let list = with_settings(candidates(kind, sizes), &args.overrides);
+    anyhow::ensure!(
+        !list.is_empty(),
+        "the options set for every candidate leave none of this task's candidates: inducing \
+         inputs at the axes take only the linear kernel, M = D and their own q(u) form, and \
+         no other candidate is at the axes (docs/fit.md, \"Fixing options\")"
+    );
     // The final model ingests the whole file again: that time, as this ingest measured it,
     // is set aside before the selection's share is taken.
     let ingest_seconds = started.elapsed().as_secs_f64();

@@ -751,6 +751,19 @@ fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
         baseline.contains(" P@1 ") && baseline.contains(" P@3 "),
         "{baseline}"
     );
+    // Settings no candidate can take (the axes with the SE kernel) are refused by name.
+    let dir = tempfile::tempdir().unwrap();
+    let out = fit_words(
+        dir.path(),
+        &[],
+        &["--set", "inducing-inputs=axes", "--set", "kernel=se"],
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("leave none of this task's candidates: inducing inputs at the axes"),
+        "{err}"
+    );
 }
 
 #[test]
