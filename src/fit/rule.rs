@@ -442,17 +442,12 @@ pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Cand
         // there and the others give way: made axes, they would keep an M, a kernel or a
         // q(u) form the axes cannot take.
         let axes = c.train.inducing_inputs == InducingInputs::Axes;
-        let sets_axes = overrides.given.contains(&TrainFlag::InducingInputs)
-            && overrides.inducing_inputs == InducingInputs::Axes;
-        let replaces_axes = [
-            TrainFlag::Kernel,
-            TrainFlag::InducingInputs,
-            TrainFlag::QForm,
-            TrainFlag::Ard,
-        ]
-        .iter()
-        .filter(|&&f| !(sets_axes && f == TrainFlag::InducingInputs))
-        .any(|f| overrides.given.contains(f));
+        let sets_inputs = overrides.given.contains(&TrainFlag::InducingInputs);
+        let sets_axes = sets_inputs && overrides.inducing_inputs == InducingInputs::Axes;
+        let replaces_axes = (sets_inputs && !sets_axes)
+            || [TrainFlag::Kernel, TrainFlag::QForm, TrainFlag::Ard]
+                .iter()
+                .any(|f| overrides.given.contains(f));
         if (axes && replaces_axes) || (sets_axes && !axes) {
             continue;
         }
