@@ -451,8 +451,10 @@ pub fn with_settings(list: Vec<Candidate>, overrides: &TrainOptions) -> Vec<Cand
         if (axes && replaces_axes) || (sets_axes && !axes) {
             continue;
         }
+        // An M given is the others' — unless the axes are all there is: then train refuses
+        // it with its reason rather than fit dropping it unsaid.
         let mut own = overrides.clone();
-        if axes {
+        if axes && !sets_axes {
             own.given.remove(&TrainFlag::Inducing);
         }
         let overrides = &own;
@@ -1230,6 +1232,14 @@ pub(super) mod tests {
         for (c, l) in set.iter().zip(&listed_axes) {
             assert_eq!((&c.train, &c.svd), (&l.train, &l.svd), "{}", c.name);
         }
+        // An M given with them is kept, for train to refuse (M = D at the axes).
+        let m_at_axes = TrainOptions {
+            inducing: Some(50),
+            ..at_axes.clone()
+        };
+        let flags = [TrainFlag::InducingInputs, TrainFlag::Inducing];
+        let set = with_settings(listed.clone(), &overrides(m_at_axes, &flags));
+        assert!(!set.is_empty() && set.iter().all(|c| c.train.inducing == Some(50)));
         // With a kernel the axes cannot take as well, nothing is left.
         let se_at_axes = TrainOptions {
             kernel: KernelChoice::Se,
