@@ -592,22 +592,41 @@ pub fn train_on(at: &Spending, rows: &mut [Row], observer: &mut dyn FitObserver)
         // The resumed run pays its setup and last checkpoint again.
         let committed = s.run_seconds + final_seconds(fixed, s.steps, final_step);
         let spare = spare_seconds(plan, spent(), committed);
-        let room = plan.cap.saturating_sub(s.steps);
-        let scored_step = scored_step_seconds(s);
-        let more = extension_steps(spare, (scored_step + s.step_seconds) / 2.0, room);
-        if more < extension_floor(s.every, s.planned, plan.epoch_steps) {
+        let step = (scored_step_seconds(s) + s.step_seconds) / 2.0;
+        let Some(more) = steps_going_on(s, plan, |room| extension_steps(spare, step, room)) else {
             break;
-        }
+        };
         observer.event(FitEvent::Extending {
             left_seconds: plan.budget - spent(),
             name: &s.candidate.name,
             more,
             from: s.steps,
+            anew: s.restart.is_some(),
         });
         let to = s.steps + more;
         go_on_or_fail(at, rows, i, to, observer)?;
     }
     Ok(())
+}
+
+/// The steps `s`'s run goes on by, when `afforded(room)` is what the time affords a run
+/// that may train `room` more steps; None when fewer than are worth it. A run resumes from
+/// its last checkpoint, up to the step cap, by at least [`extension_floor`]. A run held at
+/// its probe begins its selection run anew ([`Scored::go_on`]): the time pays for the
+/// probe's steps again, and it goes on by what is left, at least an epoch's steps (it pays
+/// a run's setup, and with fewer its early stopping could not score it twice).
+pub fn steps_going_on(s: &Scored, plan: &Plan, afforded: impl Fn(u64) -> u64) -> Option<u64> {
+    let (more, floor) = match s.restart {
+        Some(_) => (
+            afforded(plan.cap).saturating_sub(s.steps),
+            plan.epoch_steps.max(1),
+        ),
+        None => (
+            afforded(plan.cap.saturating_sub(s.steps)),
+            extension_floor(s.every, s.planned, plan.epoch_steps),
+        ),
+    };
+    (more >= floor).then_some(more)
 }
 
 /// The step time a run's own final model is priced at when [`train_on`] extends it:
@@ -622,9 +641,18 @@ fn reserve_step_seconds(step_seconds: f64, behind: bool) -> f64 {
 }
 
 /// Seconds a step of `s`'s run takes as it goes on: its step, and its share of a
-/// validation score every `every` steps (the final model trains without them).
+/// validation score every `every` steps (the final model trains without them). A run held
+/// at its probe has no period yet: the selection run it begins plans its scores within
+/// [`SCORING_SHARE`] of its time (`plan::affordable_scores`), so a step costs at most its
+/// own over the rest (pricing one whole score a step, as `every` = 0 would, planned such
+/// a run a tenth of the steps its time afforded).
+///
+/// [`SCORING_SHARE`]: super::plan::SCORING_SHARE
 fn scored_step_seconds(s: &Scored) -> f64 {
-    s.step_seconds + s.scoring_seconds / s.every.max(1) as f64
+    match s.restart {
+        Some(_) => s.step_seconds / (1.0 - super::plan::SCORING_SHARE),
+        None => s.step_seconds + s.scoring_seconds / s.every.max(1) as f64,
+    }
 }
 
 /// Trains the run of scored row `i` on to step `to` ([`Scored::go_on`]); a failure of the
@@ -697,17 +725,17 @@ pub fn train_trailing(
             unreachable!("best_open names a scored row")
         };
         let spare = spare_seconds(plan, now, s.run_seconds + leader_final);
-        let room = plan.cap.saturating_sub(s.steps);
-        let more = trailing_steps(spare, scored_step_seconds(s), room);
-        if more < extension_floor(s.every, s.planned, plan.epoch_steps) {
+        let step = scored_step_seconds(s);
+        let Some(more) = steps_going_on(s, plan, |room| trailing_steps(spare, step, room)) else {
             return Ok(());
-        }
+        };
         observer.event(FitEvent::TrailingExtending {
             left_seconds: plan.budget - now,
             name: &s.candidate.name,
             leader: &leader_name,
             more,
             from: s.steps,
+            anew: s.restart.is_some(),
         });
         s.unreserved = true;
         let to = s.steps + more;
@@ -838,6 +866,42 @@ mod tests {
         assert_eq!(extension_steps(100.0, 0.5, 40), 40, "the cap");
         assert_eq!(extension_steps(-5.0, 0.5, 40), 0, "no time left");
         assert!((final_seconds(20.0, 100, 0.5) - (20.0 + 1.15 * 50.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_run_held_at_its_probe_begins_anew_and_pays_for_the_probe_s_steps_again() {
+        let plan = Plan {
+            cap: 1_000,
+            epoch_steps: 20,
+            ..plan_of(300.0)
+        };
+        let mut acc = crate::metrics::binary::BinaryAccumulator::new();
+        acc.add_row(0.9, true).unwrap();
+        let binary = crate::metrics::evaluation::Evaluation::Binary(acc.finish());
+        let mut s = crate::fit::rule::tests::scored("c", binary);
+        (s.steps, s.planned, s.every, s.open) = (50, 50, 0, true);
+        // The time affords 400 steps of whatever room it is given.
+        let afforded = |room: u64| room.min(400);
+        // Resumed: 400 more, from step 50 (room 950).
+        assert_eq!(steps_going_on(&s, &plan, afforded), Some(400));
+        assert_eq!(
+            steps_going_on(&s, &plan, |room| room.min(10_000)),
+            Some(950)
+        );
+        s.restart = Some(Box::new(crate::fit::rule::Restart {
+            train_opts: crate::train::TrainOptions::default(),
+            score_seconds: 0.1,
+        }));
+        // Begun anew: 400 steps from step 0, 350 past the probe; at most the cap in all.
+        assert_eq!(steps_going_on(&s, &plan, afforded), Some(350));
+        assert_eq!(
+            steps_going_on(&s, &plan, |room| room.min(10_000)),
+            Some(950)
+        );
+        // Worth it from an epoch's steps past the probe (20), not below.
+        assert_eq!(steps_going_on(&s, &plan, |room| room.min(70)), Some(20));
+        assert_eq!(steps_going_on(&s, &plan, |room| room.min(69)), None);
+        assert_eq!(steps_going_on(&s, &plan, |room| room.min(30)), None);
     }
 
     /// A plan of `budget` seconds with nothing else set (the spare time reads the budget).

@@ -299,6 +299,7 @@ fn combined(folds: Vec<Scored>) -> Scored {
         // Each fold's plateau is in its key, whose mean `metrics` now holds.
         plateau: None,
         open: false,
+        restart: None,
         unreserved: false,
         svd_seconds,
         scoring_seconds,
@@ -419,6 +420,7 @@ mod tests {
             converged: false,
             plateau: None,
             open: true,
+            restart: None,
             unreserved: false,
             svd_seconds: 0.5,
             scoring_seconds: 0.25,

@@ -82,12 +82,14 @@ pub enum FitEvent<'a> {
         baseline: &'a Figures,
     },
     /// The candidate whose run can go on trains `more` steps from step `from`, with
-    /// `left_seconds` of the budget left.
+    /// `left_seconds` of the budget left; `anew` when it was held at its probe of `from`
+    /// steps, and its selection run begins from step 0.
     Extending {
         left_seconds: f64,
         name: &'a str,
         more: u64,
         from: u64,
+        anew: bool,
     },
     /// No run can train on with its own final model reserved, and the time `leader`'s
     /// final model leaves goes to `name`, whose run is still rising: `more` steps from
@@ -98,6 +100,7 @@ pub enum FitEvent<'a> {
         leader: &'a str,
         more: u64,
         from: u64,
+        anew: bool,
     },
     /// `name` scored best on validation, but its run went on in time reserved for another
     /// final model, and its own (about `final_seconds`) no longer fits the `left_seconds`
@@ -264,10 +267,12 @@ impl FitEvent<'_> {
                 name,
                 more,
                 from,
+                anew,
             } => (
                 Progress,
                 format!(
-                    "{left_seconds:.0} s left; {name} trains {more} steps more from step {from}"
+                    "{left_seconds:.0} s left; {name} trains {}",
+                    going_on(more, from, anew)
                 ),
             ),
             FitEvent::TrailingExtending {
@@ -276,12 +281,13 @@ impl FitEvent<'_> {
                 leader,
                 more,
                 from,
+                anew,
             } => (
                 Progress,
                 format!(
-                    "{left_seconds:.0} s left; {name} trains {more} steps more from step \
-                     {from}, the final model of {leader} reserved (it is chosen only if its \
-                     own final model then fits)"
+                    "{left_seconds:.0} s left; {name} trains {}, the final model of {leader} \
+                     reserved (it is chosen only if its own final model then fits)",
+                    going_on(more, from, anew)
                 ),
             ),
             FitEvent::PassedOver {
@@ -427,6 +433,19 @@ impl FitEvent<'_> {
             }
         };
         Some(line)
+    }
+}
+
+/// What a run that goes on trains: `more` steps from step `from`, or, `anew` (held at its
+/// probe of `from` steps), a selection run of its own to step `from + more`.
+fn going_on(more: &u64, from: &u64, anew: &bool) -> String {
+    match anew {
+        true => format!(
+            "a selection run of {} steps with early stopping (its share held it at its \
+             {from}-step probe)",
+            from + more
+        ),
+        false => format!("{more} steps more from step {from}"),
     }
 }
 

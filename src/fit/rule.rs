@@ -643,8 +643,13 @@ pub(super) struct Scored {
     /// its best to its end ([`plateau`]), the figure the rule compares instead of the one
     /// score at its last step.
     pub(super) plateau: Option<f64>,
-    /// Whether the run can go on: `--max-steps` cut it before the step cap.
+    /// Whether the run can go on: `--max-steps` cut it before the step cap, or its share
+    /// held it at its probe (`restart`).
     pub(super) open: bool,
+    /// Set when its share afforded no more steps than its probe's: the probe's run has no
+    /// early stopping (which a resume cannot add), so it goes on as a selection run of its
+    /// own, begun anew ([`Scored::go_on`]).
+    pub(super) restart: Option<Box<Restart>>,
     /// Whether its run trained on in time that another candidate's final model was
     /// reserved for, not its own (`budget::train_trailing`): it is chosen only if its
     /// final model still fits the time left (`budget::choice`).
@@ -676,15 +681,31 @@ impl Scored {
 
     /// Trains its run on from its last checkpoint to step `to` (train resumes a run cut by
     /// `--max-steps` with a larger one) and scores the run's last step on validation again.
+    /// A run held at its probe (`restart`) goes on as a selection run begun anew, to step
+    /// `to` with early stopping.
     pub(super) fn go_on(&mut self, ws: &Workspace, plan: &Plan, to: u64) -> Result<()> {
         let started = Instant::now();
-        let options = TrainOptions {
-            resume: Some(self.run),
-            max_steps: Some(to),
-            given: [TrainFlag::Resume, TrainFlag::MaxSteps].into(),
-            ..TrainOptions::default()
+        let stopped = match self.restart.take() {
+            Some(restart) => {
+                let scores = plan::affordable_scores(
+                    to as f64 * self.step_seconds / STEP_SHARE,
+                    restart.score_seconds,
+                );
+                let (extra, every) = selection_options(plan, to, scores);
+                let (run, stopped) = train_for(ws, &restart.train_opts, plan.cap, &extra)?;
+                (self.run, self.every) = (run, every);
+                stopped
+            }
+            None => {
+                let options = TrainOptions {
+                    resume: Some(self.run),
+                    max_steps: Some(to),
+                    given: [TrainFlag::Resume, TrainFlag::MaxSteps].into(),
+                    ..TrainOptions::default()
+                };
+                crate::train::run(ws, &options)?.value.stopped
+            }
         };
-        let stopped = crate::train::run(ws, &options)?.value.stopped;
         self.planned = to;
         self.record_end(ws, stopped, to, plan.cap)?;
         let (metrics, scoring_seconds) = score(ws, plan.kind, self.run, self.steps)?;
@@ -823,13 +844,33 @@ impl Probed {
         steps: u64,
         extra: &TrainOptions,
     ) -> Result<(i64, Option<Stopped>)> {
-        let mut options = self.train_opts.clone();
-        options.steps = Some(steps);
-        options.given.insert(TrainFlag::Steps);
-        apply_given(&mut options, extra);
-        let outcome = crate::train::run(ws, &options)?;
-        Ok((outcome.run_id, outcome.value.stopped))
+        train_for(ws, &self.train_opts, steps, extra)
     }
+}
+
+/// Trains `train_opts` for `steps` steps, with the options `extra` gives: a run of its own
+/// (a finished run is not resumed). Returns the run and how it ended.
+fn train_for(
+    ws: &Workspace,
+    train_opts: &TrainOptions,
+    steps: u64,
+    extra: &TrainOptions,
+) -> Result<(i64, Option<Stopped>)> {
+    let mut options = train_opts.clone();
+    options.steps = Some(steps);
+    options.given.insert(TrainFlag::Steps);
+    apply_given(&mut options, extra);
+    let outcome = crate::train::run(ws, &options)?;
+    Ok((outcome.run_id, outcome.value.stopped))
+}
+
+/// What a candidate held at its probe needs to begin its selection run later
+/// ([`Scored::go_on`]): its probe's train options, and the seconds one validation score
+/// takes within a run of them.
+#[derive(Debug, Clone)]
+pub(super) struct Restart {
+    pub(super) train_opts: TrainOptions,
+    pub(super) score_seconds: f64,
 }
 
 /// Runs `c`'s svd on the selection dataset and its probe: [`plan::FIRST_STEPS`] steps,
@@ -916,34 +957,55 @@ impl Probed {
 /// last step is the model the final spec reproduces, so that is the one compared.
 pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Result<Scored> {
     let (planned, scores) = share_steps(plan, &p, share);
-    let mut every = 0;
-    let (run, stopped) = match planned > p.steps {
-        true => {
-            // Early stopping's patience in passes over the data (`plan::stopping`), and
-            // the run cut at its planned steps of a budget of the cap, so that the time
-            // others leave can take it on (`budget::train_on`).
-            let mut extra = TrainOptions {
-                max_steps: Some(planned),
-                given: [TrainFlag::MaxSteps].into(),
-                ..TrainOptions::default()
-            };
-            if !plan.fixed {
-                let patience;
-                (every, patience) = plan::stopping(planned, plan.epoch_steps, scores);
-                extra.early_stopping = true;
-                extra.validate_every = Some(every);
-                extra.patience = patience;
-                extra.given.extend([
-                    TrainFlag::EarlyStopping,
-                    TrainFlag::ValidateEvery,
-                    TrainFlag::Patience,
-                ]);
-            }
-            p.train(ws, plan.cap, &extra)?
-        }
-        false => (p.run, None),
-    };
+    if planned <= p.steps || held_at_probe() {
+        // Held at its probe: scored there, and open to the time others leave unless the
+        // plan is fixed or the probe reached the cap.
+        let restart = (!plan.fixed && p.steps < plan.cap).then(|| Restart {
+            train_opts: p.train_opts.clone(),
+            score_seconds: p.score_seconds,
+        });
+        let probe = (p.run, p.steps);
+        let mut scored = scored_run(ws, plan, p, probe, None, 0)?;
+        scored.open = restart.is_some();
+        scored.restart = restart.map(Box::new);
+        return Ok(scored);
+    }
+    let (extra, every) = selection_options(plan, planned, scores);
+    let (run, stopped) = p.train(ws, plan.cap, &extra)?;
     scored_run(ws, plan, p, (run, planned), stopped, every)
+}
+
+/// Whether the failpoint `fit-held-at-probe:1` is armed: every candidate is then held at
+/// its probe as if its share afforded no more, so that a test sees such runs begin their
+/// selection runs anew on data small enough to run in seconds.
+fn held_at_probe() -> bool {
+    crate::failpoint::fires("fit-held-at-probe", 1)
+}
+
+/// The options a selection run of `planned` steps adds to its candidate's, with early
+/// stopping's period (0 when the plan is fixed): the run cut at its planned steps of a
+/// budget of the cap, so that the time others leave can take it on (`budget::train_on`),
+/// and early stopping whose patience is in passes over the data (`plan::stopping`) for the
+/// `scores` validation scores it may pay for.
+fn selection_options(plan: &Plan, planned: u64, scores: u64) -> (TrainOptions, u64) {
+    let mut extra = TrainOptions {
+        max_steps: Some(planned),
+        given: [TrainFlag::MaxSteps].into(),
+        ..TrainOptions::default()
+    };
+    if plan.fixed {
+        return (extra, 0);
+    }
+    let (every, patience) = plan::stopping(planned, plan.epoch_steps, scores);
+    extra.early_stopping = true;
+    extra.validate_every = Some(every);
+    extra.patience = patience;
+    extra.given.extend([
+        TrainFlag::EarlyStopping,
+        TrainFlag::ValidateEvery,
+        TrainFlag::Patience,
+    ]);
+    (extra, every)
 }
 
 /// Probed candidate `p`'s row from its run `run` planned to `planned` steps: the run's last
@@ -974,6 +1036,7 @@ fn scored_run(
         converged: false,
         plateau: None,
         open: false,
+        restart: None,
         unreserved: false,
         scoring_seconds,
     };
@@ -1732,6 +1795,7 @@ pub(super) mod tests {
             converged: false,
             plateau: None,
             open: false,
+            restart: None,
             unreserved: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,

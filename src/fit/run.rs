@@ -611,6 +611,7 @@ mod tests {
             converged: true,
             plateau: None,
             open: false,
+            restart: None,
             unreserved: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,

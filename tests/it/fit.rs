@@ -656,6 +656,66 @@ fn a_converged_multilabel_candidate_is_judged_by_the_mean_of_its_scores_from_its
 }
 
 #[test]
+fn a_candidate_held_at_its_probe_begins_a_selection_run_in_the_time_left() {
+    let dir = tempfile::tempdir().unwrap();
+    // The failpoint holds every candidate at its probe, as a share that affords no more
+    // steps than the probe's would: the time left then goes to them.
+    let failpoint = [("FSGP_FAILPOINT", "fit-held-at-probe:1")];
+    let out = fit_words(dir.path(), &failpoint, &["--json"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = status_json(&dir.path().join("ws"))["train_runs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    // Lines "N s left; NAME trains a selection run of TO steps with early stopping (its
+    // share held it at its P-step probe)".
+    let anew: Vec<&str> = err.lines().filter(|l| l.contains("-step probe)")).collect();
+    assert!(!anew.is_empty(), "no run began anew:\n{err}");
+    let number_after = |line: &str, before: &str| -> u64 {
+        line.split(before)
+            .nth(1)
+            .and_then(|t| t.split([' ', '-']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{before}: {line}"))
+    };
+    for line in &anew {
+        let (to, probe) = (
+            number_after(line, " a selection run of "),
+            number_after(line, " held it at its "),
+        );
+        assert!(to > probe, "{line}");
+        let c = outcome["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                line.contains(&format!(
+                    "; {} trains a selection run",
+                    c["name"].as_str().unwrap()
+                ))
+            })
+            .unwrap_or_else(|| panic!("{line}: no candidate"));
+        // Its row is the new run's: early stopping on, at least the probe's steps trained
+        // (it stops where its scores level, or goes on to where it was planned).
+        let id = c["selection_run"].as_i64().unwrap();
+        let run = runs.iter().find(|r| r["id"] == id).unwrap();
+        assert!(!run["early_stopping"].is_null(), "{line}: {run}");
+        assert!(c["trained_steps"].as_u64().unwrap() > probe, "{line}: {c}");
+        assert!(c["planned_steps"].as_u64().unwrap() >= to, "{line}: {c}");
+    }
+    // Every probe's run, which the new runs replaced, trained without early stopping.
+    let probes = runs
+        .iter()
+        .filter(|r| r["early_stopping"].is_null() && r["dataset"] == "words-select");
+    assert!(probes.count() >= anew.len(), "{runs:?}");
+    // Within its budget (20 s), give or take the tests beside it.
+    let seconds = outcome["seconds"].as_f64().unwrap();
+    assert!(seconds <= 22.0, "{seconds}\n{err}");
+}
+
+#[test]
 fn a_candidate_that_cannot_run_is_a_row_of_the_table_and_the_fit_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     // A limit of 1 MiB for inducing inputs in input space: the free-Z candidates' memory
