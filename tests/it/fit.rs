@@ -1358,11 +1358,19 @@ fn runs_behind_a_converged_leader_train_on_in_the_time_its_final_model_leaves() 
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = scored_rows(&outcome);
     // Lines "N s left; NAME trains M steps more from step S, the final model of LEADER
-    // reserved": each names a run behind the leader, which goes on from its last step.
+    // reserved": each names a run behind the leader, which goes on from its last step; or,
+    // for a run its share held at its probe of P steps, "NAME trains a selection run of
+    // TO steps with early stopping (its share held it at its P-step probe), the final
+    // model of LEADER reserved".
     let trailing: Vec<&str> = err
         .lines()
         .filter(|l| l.contains(", the final model of "))
         .collect();
+    // Where the run of such a line was to end.
+    let planned_to = |line: &str| match line.contains(" a selection run of ") {
+        true => number_after(line, " a selection run of "),
+        false => number_after(line, " trains ") + number_after(line, " steps more from step "),
+    };
     for line in &trailing {
         let (name, ..) = rows
             .iter()
@@ -1370,17 +1378,18 @@ fn runs_behind_a_converged_leader_train_on_in_the_time_its_final_model_leaves() 
             .unwrap_or_else(|| panic!("{line}: no row of {rows:?}"));
         let leader = line.split(", the final model of ").nth(1).unwrap();
         assert!(!leader.starts_with(name.as_str()), "{line}");
-        assert!(number_after(line, " steps more from step ") > 0, "{line}");
+        let from = match line.contains(" a selection run of ") {
+            true => number_after(line, " held it at its "),
+            false => number_after(line, " steps more from step "),
+        };
+        assert!(from > 0 && planned_to(line) > from, "{line}");
     }
     // The last such run planned its steps to the budget's end, the leader's final model
     // reserved: the table's planned steps are where it was to end.
     if let Some(last) = trailing.last() {
-        let (more, from) = (
-            number_after(last, " trains "),
-            number_after(last, " steps more from step "),
-        );
         assert!(
-            rows.iter().any(|(_, planned, ..)| *planned == from + more),
+            rows.iter()
+                .any(|(_, planned, ..)| *planned == planned_to(last)),
             "{last}: {rows:?}"
         );
     }
