@@ -711,11 +711,6 @@ fn a_candidate_held_at_its_probe_begins_a_selection_run_in_the_time_left() {
         assert!(c["converged"] == true || trained >= to, "{line}: {c}");
         assert!(c["planned_steps"].as_u64().unwrap() >= to, "{line}: {c}");
     }
-    // Every probe's run, which the new runs replaced, trained without early stopping.
-    let probes = runs
-        .iter()
-        .filter(|r| r["early_stopping"].is_null() && r["dataset"] == "words-select");
-    assert!(probes.count() >= anew.len(), "{runs:?}");
     // Within its budget (20 s), give or take the tests beside it.
     let seconds = outcome["seconds"].as_f64().unwrap();
     assert!(seconds <= 22.0, "{seconds}\n{err}");
