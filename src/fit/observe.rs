@@ -272,7 +272,7 @@ impl FitEvent<'_> {
                 Progress,
                 format!(
                     "{left_seconds:.0} s left; {name} trains {}",
-                    going_on(more, from, anew)
+                    going_on(*more, *from, *anew)
                 ),
             ),
             FitEvent::TrailingExtending {
@@ -287,7 +287,7 @@ impl FitEvent<'_> {
                 format!(
                     "{left_seconds:.0} s left; {name} trains {}, the final model of {leader} \
                      reserved (it is chosen only if its own final model then fits)",
-                    going_on(more, from, anew)
+                    going_on(*more, *from, *anew)
                 ),
             ),
             FitEvent::PassedOver {
@@ -438,7 +438,7 @@ impl FitEvent<'_> {
 
 /// What a run that goes on trains: `more` steps from step `from`, or, `anew` (held at its
 /// probe of `from` steps), a selection run of its own to step `from + more`.
-fn going_on(more: &u64, from: &u64, anew: &bool) -> String {
+fn going_on(more: u64, from: u64, anew: bool) -> String {
     match anew {
         true => format!(
             "a selection run of {} steps with early stopping (its share held it at its \

@@ -643,12 +643,11 @@ pub(super) struct Scored {
     /// its best to its end ([`plateau`]), the figure the rule compares instead of the one
     /// score at its last step.
     pub(super) plateau: Option<f64>,
-    /// Whether the run can go on: `--max-steps` cut it before the step cap, or its share
-    /// held it at its probe (`restart`).
+    /// Whether the run can go on: `--max-steps` cut it before the step cap.
     pub(super) open: bool,
     /// Set when its share afforded no more steps than its probe's: the probe's run has no
     /// early stopping (which a resume cannot add), so it goes on as a selection run of its
-    /// own, begun anew ([`Scored::go_on`]).
+    /// own, begun anew ([`Scored::go_on`]). Such a run can go on as an open one can.
     pub(super) restart: Option<Box<Restart>>,
     /// Whether its run trained on in time that another candidate's final model was
     /// reserved for, not its own (`budget::train_trailing`): it is chosen only if its
@@ -674,9 +673,10 @@ impl Scored {
         self.final_steps.unwrap_or(self.steps)
     }
 
-    /// Whether its run can train on (neither converged nor at the cap).
+    /// Whether its run can train on: neither converged nor at the cap, and cut by
+    /// `--max-steps` or held at its probe.
     pub(super) fn can_go_on(&self) -> bool {
-        self.open && !self.converged
+        (self.open || self.restart.is_some()) && !self.converged
     }
 
     /// Trains its run on from its last checkpoint to step `to` (train resumes a run cut by
@@ -966,7 +966,6 @@ pub(super) fn finish(ws: &Workspace, plan: &Plan, p: Probed, share: f64) -> Resu
         });
         let probe = (p.run, p.steps);
         let mut scored = scored_run(ws, plan, p, probe, None, 0)?;
-        scored.open = restart.is_some();
         scored.restart = restart.map(Box::new);
         return Ok(scored);
     }
