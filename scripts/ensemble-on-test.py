@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Would averaging fit's candidates beat choosing one? Every scored candidate's selection
+run of `pipeline fit` predicts every label's probability on the carve's validation split
+and on the test split; ensembles chosen on validation alone are scored on test.
+
+    ensemble-on-test.py PIPELINE OUT --sets stackex_chess:5m,yeast:1m --seeds 0,1,2,3
+    ensemble-on-test.py --table OUT/ensemble.jsonl
+
+Needs pyarrow and numpy. For each set and seed it runs `pipeline fit --json` with every
+default, then `pipeline predict --run R --split S --top-k L --probabilities` for each
+scored candidate's selection run (read at the checkpoint early stopping kept), and writes
+one JSON line per fit with each rule's validation and test P@1/3/5. Label-less test rows
+are left out, as the dev README reports omikuji's. The rules, all decided on validation:
+
+- chosen: fit's own choice (its selection run, not its final model);
+- mean of all: every scored candidate's probabilities averaged;
+- mean of top 2 / top 3: the candidates with the best rule figures (fit's plateau);
+- within 1 se: the candidates whose rule figure is within one standard error of P@1 on the
+  validation rows of the best one;
+- greedy: Caruana's forward selection with replacement on validation P@1 (ties: P@3),
+  at most 10 rounds.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import subprocess
+
+import numpy as np
+import pyarrow.parquet as pq
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared")
+SETS = {
+    "stackex_chess": "data/dev/stackex_chess/{}.txt.gz",
+    "yeast": "data/dev/yeast/{}.txt.gz",
+    "scene": "data/dev/scene/{}.txt.gz",
+    "yahoo_business": "data/dev/yahoo_business/{}.txt.gz",
+    "rcv1sub2": "data/dev/rcv1sub2/{}.txt.gz",
+    "delicious": "data/delicious/{}.txt",
+}
+
+
+def split_labels(ws, dataset, split):
+    """Each row's label set of an ingested split, read from its Parquet chunks."""
+    [run] = glob.glob(os.path.join(ws, "datasets", f"{dataset}.run*"))
+    out = []
+    for part in sorted(glob.glob(os.path.join(run, split, "part-*.parquet"))):
+        out.extend(set(ls) for ls in pq.read_table(part, columns=["labels"])["labels"].to_pylist())
+    return out
+
+
+def dense_probabilities(path, rows, labels):
+    """[rows × labels] probabilities from a predictions file listing every label."""
+    t = pq.read_table(path).to_pydict()
+    p = np.zeros((rows, labels))
+    for r, ls, ps in zip(t["row_id"], t["labels"], t["probabilities"]):
+        p[r, ls] = ps
+    return p
+
+
+def p_at(p, truth, ks=(1, 3, 5)):
+    """P@k over rows with a label; p [rows × labels]."""
+    keep = [i for i, t in enumerate(truth) if t]
+    order = np.argsort(-p[keep], axis=1, kind="stable")[:, :max(ks)]
+    out = []
+    for k in ks:
+        hits = sum(len(truth[i] & set(order[j, :k].tolist())) for j, i in enumerate(keep))
+        out.append(hits / (k * len(keep)))
+    return out
+
+
+def greedy(vals, truth, rounds=10):
+    """Caruana's forward selection with replacement: indices chosen (with repeats)."""
+    picked, total = [], None
+    for _ in range(rounds):
+        best = None
+        for i, v in enumerate(vals):
+            trial = v if total is None else (total * len(picked) + v) / (len(picked) + 1)
+            s = p_at(trial, truth, (1, 3))
+            if best is None or s > best[0]:
+                best = (s, i, trial)
+        if picked and best[0] <= p_at(total, truth, (1, 3)):
+            break
+        picked.append(best[1])
+        total = best[2]
+    return picked
+
+
+def one_fit(pipeline, out, name, budget, seed):
+    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
+    job = os.path.join(out, f"{name}-{budget}-seed{seed}")
+    os.makedirs(job)
+    env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
+    fit = subprocess.run([pipeline, "fit", "--train", train, "--test", test, "--budget",
+                          budget, "--name", name, "--json", "--seed", str(seed)],
+                         env=env, cwd=job, capture_output=True, text=True, check=True)
+    with open(os.path.join(job, "fit.err"), "w") as f:
+        f.write(fit.stderr)
+    outcome = json.loads(fit.stdout)
+    labels = outcome["labels"]
+    cands = [c for c in outcome["candidates"] if c["status"] == "scored"]
+    probs = {}
+    for split in ("validation", "test"):
+        probs[split] = []
+        for c in cands:
+            pred_dir = os.path.join(job, "ws", "predictions")
+            before = set(os.listdir(pred_dir))
+            subprocess.run([pipeline, "predict", "--run", str(c["selection_run"]), "--split",
+                            split, "--top-k", str(labels), "--probabilities"], env=env, cwd=job,
+                           capture_output=True, text=True, check=True)
+            [new] = set(os.listdir(pred_dir)) - before
+            probs[split].append(os.path.join(pred_dir, new, "predictions.parquet"))
+    ws = os.path.join(job, "ws")
+    truths = {s: split_labels(ws, f"{name}-select", s) for s in ("validation", "test")}
+    return outcome, cands, probs, truths
+
+
+def score_fit(outcome, cands, probs, truths):
+    labels = outcome["labels"]
+    vals = {s: [dense_probabilities(p, len(truths[s]), labels) for p in probs[s]]
+            for s in probs}
+    figure = [(c["validation"]["primary"]["value"], c["validation"]["secondary"]["value"])
+              for c in cands]
+    order = sorted(range(len(cands)), key=lambda i: figure[i], reverse=True)
+    chosen_name = outcome["candidates"][outcome["chosen"]]["name"]
+    chosen = next(i for i, c in enumerate(cands) if c["name"] == chosen_name)
+    n_val = sum(1 for t in truths["validation"] if t)
+    best = figure[order[0]][0]
+    se = math.sqrt(best * (1 - best) / n_val)
+    rules = {
+        "chosen": [chosen],
+        "mean of all": list(range(len(cands))),
+        "mean of top 2": order[:2],
+        "mean of top 3": order[:3],
+        "within 1 se": [i for i in order if figure[i][0] >= best - se],
+        "greedy": greedy(vals["validation"], truths["validation"]),
+    }
+    out = {}
+    for rule, members in rules.items():
+        out[rule] = {"members": [cands[i]["name"] for i in members]}
+        for s in ("validation", "test"):
+            p = sum(vals[s][i] for i in members) / len(members)
+            out[rule][s] = p_at(p, truths[s])
+    out["oracle single"] = {s: max((p_at(v, truths[s]) for v in vals[s]), key=lambda f: f[0])
+                            for s in ("test",)}
+    return out
+
+
+def table(path):
+    rows = [json.loads(line) for line in open(path)]
+    sets = sorted({(r["set"], r["budget"]) for r in rows})
+    rules = list(rows[0]["rules"])
+    print("| rule (mean test P@1) | " + " | ".join(f"{s} {b}" for s, b in sets) + " | mean |")
+    print("|---" * (len(sets) + 2) + "|")
+    for rule in rules:
+        per = [100 * statistics.mean(r["rules"][rule]["test"][0] for r in rows
+                                     if (r["set"], r["budget"]) == s) for s in sets]
+        print(f"| {rule} | " + " | ".join(f"{v:.2f}" for v in per)
+              + f" | {statistics.mean(per):.2f} |")
+    for s in sets:
+        print(s, "seeds", sorted(r["seed"] for r in rows if (r["set"], r["budget"]) == s))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("pipeline", nargs="?")
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--sets", default="stackex_chess:5m,yeast:1m,scene:1m")
+    ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--table", metavar="ENSEMBLE.jsonl")
+    a = ap.parse_args()
+    if a.pipeline:
+        a.pipeline = os.path.abspath(a.pipeline)
+    if a.table:
+        table(a.table)
+        return
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "ensemble.jsonl")
+    for item in a.sets.split(","):
+        name, budget = item.split(":")
+        for seed in (int(s) for s in a.seeds.split(",")):
+            outcome, cands, probs, truths = one_fit(a.pipeline, a.out, name, budget, seed)
+            rules = score_fit(outcome, cands, probs, truths)
+            line = {"set": name, "budget": budget, "seed": seed, "rules": rules,
+                    "candidates": [c["name"] for c in cands], "fit_seconds": outcome["seconds"]}
+            with open(path, "a") as f:
+                f.write(json.dumps(line) + "\n")
+            print(name, budget, seed, {k: round(100 * v["test"][0], 2) for k, v in rules.items()},
+                  flush=True)
+    table(path)
+
+
+if __name__ == "__main__":
+    main()
