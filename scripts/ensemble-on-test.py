@@ -5,6 +5,8 @@ and on the test split; ensembles chosen on validation alone are scored on test.
 
     ensemble-on-test.py PIPELINE OUT --sets stackex_chess:5m,yeast:1m --seeds 0,1,2,3
     ensemble-on-test.py --table OUT/ensemble.jsonl
+    ensemble-on-test.py --criteria OUT            (writes OUT/criteria.jsonl from OUT's runs)
+    ensemble-on-test.py --criteria-table OUT/criteria.jsonl
 
 Needs pyarrow and numpy. For each set and seed it runs `pipeline fit --json` with every
 default, then `pipeline predict --run R --split S --top-k L --probabilities` for each
@@ -19,6 +21,13 @@ are left out, as the dev README reports omikuji's. The rules, all decided on val
   validation rows of the best one;
 - greedy: Caruana's forward selection with replacement on validation P@1 (ties: P@3),
   at most 10 rounds.
+
+--criteria asks a different question of the same runs: would a validation figure other than
+fit's pick a single candidate that does better on test? It scores every candidate's
+validation probabilities by their Bernoulli negative log-likelihood per row (every label)
+and by label ranking average precision, and writes one JSON line per fit with each
+candidate's figures and test P@1/3/5; --criteria-table credits each figure with the test
+P@1 of the candidate it would pick.
 """
 import argparse
 import glob
@@ -148,6 +157,78 @@ def score_fit(outcome, cands, probs, truths):
     return out
 
 
+def nll(p, truth):
+    """Mean over labelled rows of the Bernoulli negative log-likelihood of every label."""
+    keep = [i for i, t in enumerate(truth) if t]
+    y = np.zeros((len(keep), p.shape[1]))
+    for j, i in enumerate(keep):
+        y[j, list(truth[i])] = 1
+    q = np.clip(p[keep], 1e-12, 1 - 1e-12)
+    return float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).sum(axis=1).mean())
+
+
+def lrap(p, truth):
+    """Label ranking average precision over labelled rows."""
+    out = []
+    for i, t in enumerate(truth):
+        if not t:
+            continue
+        order = np.argsort(-p[i], kind="stable")
+        rank = np.empty(len(order), int)
+        rank[order] = np.arange(1, len(order) + 1)
+        ranks = sorted(rank[list(t)])
+        out.append(np.mean([(k + 1) / r for k, r in enumerate(ranks)]))
+    return float(np.mean(out))
+
+
+def criteria(out):
+    """OUT/criteria.jsonl from the fits of OUT/ensemble.jsonl and the predictions they left:
+    the script's own predictions are each fit's last 2n (validation, then test, in the
+    order of its scored candidates)."""
+    with open(os.path.join(out, "criteria.jsonl"), "w") as f:
+        for line in open(os.path.join(out, "ensemble.jsonl")):
+            r = json.loads(line)
+            ws = os.path.join(out, f"{r['set']}-{r['budget']}-seed{r['seed']}", "ws")
+            preds = sorted(glob.glob(os.path.join(ws, "predictions", "*")),
+                           key=lambda d: int(d.rsplit(".run", 1)[1]))
+            n = len(r["candidates"])
+            mine = {"validation": preds[-2 * n:-n], "test": preds[-n:]}
+            truths = {s: split_labels(ws, f"{r['set']}-select", s) for s in mine}
+            # Each of the script's predictions lists every label (--top-k L).
+            first = pq.read_table(os.path.join(mine["test"][0], "predictions.parquet"),
+                                  columns=["labels"])["labels"]
+            labels = len(first[0])
+            cands = []
+            for j, name in enumerate(r["candidates"]):
+                v, t = (dense_probabilities(os.path.join(mine[s][j], "predictions.parquet"),
+                                            len(truths[s]), labels) for s in ("validation", "test"))
+                cands.append({"name": name, "validation_p_at": p_at(v, truths["validation"]),
+                              "validation_nll": nll(v, truths["validation"]),
+                              "validation_lrap": lrap(v, truths["validation"]),
+                              "test_p_at": p_at(t, truths["test"])})
+            f.write(json.dumps({"set": r["set"], "budget": r["budget"], "seed": r["seed"],
+                                "chosen": r["rules"]["chosen"]["members"][0],
+                                "candidates": cands}) + "\n")
+
+
+def criteria_table(path):
+    rows = [json.loads(line) for line in open(path)]
+    sets = sorted({(r["set"], r["budget"]) for r in rows})
+    picks = {
+        "fit's choice": lambda r: next(c for c in r["candidates"] if c["name"] == r["chosen"]),
+        "lowest validation NLL": lambda r: min(r["candidates"], key=lambda c: c["validation_nll"]),
+        "highest validation LRAP": lambda r: max(r["candidates"], key=lambda c: c["validation_lrap"]),
+        "oracle": lambda r: max(r["candidates"], key=lambda c: c["test_p_at"][0]),
+    }
+    print("| pick (mean test P@1) | " + " | ".join(f"{s} {b}" for s, b in sets) + " | mean |")
+    print("|---" * (len(sets) + 2) + "|")
+    for rule, pick in picks.items():
+        per = [100 * statistics.mean(pick(r)["test_p_at"][0] for r in rows
+                                     if (r["set"], r["budget"]) == s) for s in sets]
+        print(f"| {rule} | " + " | ".join(f"{v:.2f}" for v in per)
+              + f" | {statistics.mean(per):.2f} |")
+
+
 def table(path):
     rows = [json.loads(line) for line in open(path)]
     sets = sorted({(r["set"], r["budget"]) for r in rows})
@@ -170,7 +251,15 @@ def main():
     ap.add_argument("--sets", default="stackex_chess:5m,yeast:1m,scene:1m")
     ap.add_argument("--seeds", default="0,1,2,3")
     ap.add_argument("--table", metavar="ENSEMBLE.jsonl")
+    ap.add_argument("--criteria", metavar="OUT")
+    ap.add_argument("--criteria-table", metavar="CRITERIA.jsonl")
     a = ap.parse_args()
+    if a.criteria:
+        criteria(a.criteria)
+        return
+    if a.criteria_table:
+        criteria_table(a.criteria_table)
+        return
     if a.pipeline:
         a.pipeline = os.path.abspath(a.pipeline)
     if a.table:
