@@ -29,7 +29,6 @@ and by label ranking average precision, and writes one JSON line per fit with ea
 candidate's figures and test P@1/3/5; --criteria-table credits each figure with the test
 P@1 of the candidate it would pick.
 """
-import argparse
 import glob
 import json
 import math
@@ -40,15 +39,7 @@ import subprocess
 import numpy as np
 import pyarrow.parquet as pq
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared")
-SETS = {
-    "stackex_chess": "data/dev/stackex_chess/{}.txt.gz",
-    "yeast": "data/dev/yeast/{}.txt.gz",
-    "scene": "data/dev/scene/{}.txt.gz",
-    "yahoo_business": "data/dev/yahoo_business/{}.txt.gz",
-    "rcv1sub2": "data/dev/rcv1sub2/{}.txt.gz",
-    "delicious": "data/delicious/{}.txt",
-}
+from fit_on_test import arguments, fit_job, fits
 
 
 def split_labels(ws, dataset, split):
@@ -98,16 +89,7 @@ def greedy(vals, truth, rounds=10):
 
 
 def one_fit(pipeline, out, name, budget, seed):
-    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
-    job = os.path.join(out, f"{name}-{budget}-seed{seed}")
-    os.makedirs(job)
-    env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
-    fit = subprocess.run([pipeline, "fit", "--train", train, "--test", test, "--budget",
-                          budget, "--name", name, "--json", "--seed", str(seed)],
-                         env=env, cwd=job, capture_output=True, text=True, check=True)
-    with open(os.path.join(job, "fit.err"), "w") as f:
-        f.write(fit.stderr)
-    outcome = json.loads(fit.stdout)
+    job, env, outcome = fit_job(pipeline, out, name, budget, seed)
     labels = outcome["labels"]
     cands = [c for c in outcome["candidates"] if c["status"] == "scored"]
     probs = {}
@@ -245,12 +227,7 @@ def table(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("pipeline", nargs="?")
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--sets", default="stackex_chess:5m,yeast:1m,scene:1m")
-    ap.add_argument("--seeds", default="0,1,2,3")
-    ap.add_argument("--table", metavar="ENSEMBLE.jsonl")
+    ap = arguments("ENSEMBLE.jsonl")
     ap.add_argument("--criteria", metavar="OUT")
     ap.add_argument("--criteria-table", metavar="CRITERIA.jsonl")
     a = ap.parse_args()
@@ -267,17 +244,15 @@ def main():
         return
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "ensemble.jsonl")
-    for item in a.sets.split(","):
-        name, budget = item.split(":")
-        for seed in (int(s) for s in a.seeds.split(",")):
-            outcome, cands, probs, truths = one_fit(a.pipeline, a.out, name, budget, seed)
-            rules = score_fit(outcome, cands, probs, truths)
-            line = {"set": name, "budget": budget, "seed": seed, "rules": rules,
-                    "candidates": [c["name"] for c in cands], "fit_seconds": outcome["seconds"]}
-            with open(path, "a") as f:
-                f.write(json.dumps(line) + "\n")
-            print(name, budget, seed, {k: round(100 * v["test"][0], 2) for k, v in rules.items()},
-                  flush=True)
+    for name, budget, seed in fits(a):
+        outcome, cands, probs, truths = one_fit(a.pipeline, a.out, name, budget, seed)
+        rules = score_fit(outcome, cands, probs, truths)
+        line = {"set": name, "budget": budget, "seed": seed, "rules": rules,
+                "candidates": [c["name"] for c in cands], "fit_seconds": outcome["seconds"]}
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        print(name, budget, seed, {k: round(100 * v["test"][0], 2) for k, v in rules.items()},
+              flush=True)
     table(path)
 
 

@@ -14,21 +14,12 @@ validation figures of the kept checkpoint (P@1, P@3, P@5, nDCG@5, the mean of P@
 It reads only what the program printed as JSON. Test figures leave label-less rows out,
 as the dev README reports omikuji's.
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared")
-SETS = {
-    "stackex_chess": "data/dev/stackex_chess/{}.txt.gz",
-    "yeast": "data/dev/yeast/{}.txt.gz",
-    "scene": "data/dev/scene/{}.txt.gz",
-    "yahoo_business": "data/dev/yahoo_business/{}.txt.gz",
-    "rcv1sub2": "data/dev/rcv1sub2/{}.txt.gz",
-    "delicious": "data/delicious/{}.txt",
-}
+from fit_on_test import arguments, fit_job, fits
 
 
 def pipeline_json(pipeline, env, *args):
@@ -42,16 +33,7 @@ def figures(e):
 
 
 def one_fit(pipeline, out, name, budget, seed):
-    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
-    job = os.path.join(out, f"{name}-{budget}-seed{seed}")
-    os.makedirs(job)
-    env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
-    fit = subprocess.run([pipeline, "fit", "--train", train, "--test", test, "--budget",
-                          budget, "--name", name, "--json", "--seed", str(seed)],
-                         env=env, cwd=job, capture_output=True, text=True, check=True)
-    with open(os.path.join(job, "fit.err"), "w") as f:
-        f.write(fit.stderr)
-    outcome = json.loads(fit.stdout)
+    _, env, outcome = fit_job(pipeline, out, name, budget, seed)
     lines = []
     for i, c in enumerate(outcome["candidates"]):
         if c["status"] != "scored":
@@ -110,27 +92,19 @@ def table(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("pipeline", nargs="?")
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--sets", default="stackex_chess:5m,yeast:1m,scene:1m")
-    ap.add_argument("--seeds", default="0,1,2,3")
-    ap.add_argument("--table", metavar="SELECTION.jsonl")
-    a = ap.parse_args()
+    a = arguments("SELECTION.jsonl").parse_args()
     if a.table:
         table(a.table)
         return
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "selection.jsonl")
-    for item in a.sets.split(","):
-        name, budget = item.split(":")
-        for seed in (int(s) for s in a.seeds.split(",")):
-            lines = one_fit(a.pipeline, a.out, name, budget, seed)
-            with open(path, "a") as f:
-                for line in lines:
-                    f.write(json.dumps(line) + "\n")
-            print(name, budget, seed, [(l["candidate"][:40], l["test"]["p_at"][0]) for l in lines],
-                  flush=True)
+    for name, budget, seed in fits(a):
+        lines = one_fit(a.pipeline, a.out, name, budget, seed)
+        with open(path, "a") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+        print(name, budget, seed, [(l["candidate"][:40], l["test"]["p_at"][0]) for l in lines],
+              flush=True)
     table(path)
 
 

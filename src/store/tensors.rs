@@ -69,6 +69,13 @@ impl Tensor {
         }
     }
 
+    /// Name, shape and the values' bit patterns: equal exactly when the tensors are equal
+    /// bit for bit (a NaN equal to itself, −0 unequal to 0), as round trips are checked.
+    pub fn bits(&self) -> (String, usize, usize, Vec<u64>) {
+        let bits = self.values.iter().map(|v| v.to_bits()).collect();
+        (self.name.clone(), self.rows, self.cols, bits)
+    }
+
     /// The entries as a matrix [rows×cols].
     pub fn to_mat(&self) -> Mat<f64> {
         Mat::from_fn(self.rows, self.cols, |i, j| self.values[i * self.cols + j])
@@ -385,17 +392,7 @@ mod tests {
             let file = TensorFile::open(File::open(path).unwrap(), path).unwrap();
             let meta = file.meta.clone();
             let found = file.tensors(path, "test file").unwrap().found;
-            let bits: Vec<(String, usize, usize, Vec<u64>)> = found
-                .into_iter()
-                .map(|t| {
-                    (
-                        t.name,
-                        t.rows,
-                        t.cols,
-                        t.values.iter().map(|v| v.to_bits()).collect(),
-                    )
-                })
-                .collect();
+            let bits: Vec<_> = found.iter().map(Tensor::bits).collect();
             (meta, bits)
         };
         let (ours_read, arrows_read) = (read(&ours), read(&arrows));

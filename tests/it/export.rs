@@ -20,6 +20,7 @@ use fsgp::store::model_file::ModelFile;
 use fsgp::store::npy::NpyMap;
 use fsgp::store::predictions::PredictionReader;
 use fsgp::store::scaling::{read_scaling, SCALING_FILE};
+use fsgp::store::tensors::Tensor;
 use fsgp::transform::Transform;
 use std::path::{Path, PathBuf};
 
@@ -39,17 +40,7 @@ fn export_ok(ws: &Path, run: i64, out: &Path) {
 
 /// The parameters' tensors as bits, in the order a file stores them.
 fn param_bits(p: &fsgp::model::params::Params) -> Vec<(String, usize, usize, Vec<u64>)> {
-    param_tensors(p)
-        .into_iter()
-        .map(|t| {
-            (
-                t.name,
-                t.rows,
-                t.cols,
-                t.values.iter().map(|v| v.to_bits()).collect(),
-            )
-        })
-        .collect()
+    param_tensors(p).iter().map(Tensor::bits).collect()
 }
 
 /// The run's checkpoint the export took by default: its last (no early stopping here).
