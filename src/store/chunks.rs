@@ -276,7 +276,8 @@ fn split_and_file(path: &Path) -> String {
 /// xxh3-64 checksum and size of a file.
 /// Writes `batch` as the one row group of a new Parquet file at `path` with `props`, syncs
 /// it and returns its size and checksum: the whole life of the small single-batch files
-/// (transform statistics, checkpoints, model files).
+/// (transform statistics). Checkpoints and model files hold lists too long for Arrow's
+/// writer to level cheaply and have their own (`tensors::write_tensors`).
 pub fn write_one_batch(
     path: &Path,
     schema: SchemaRef,
