@@ -273,7 +273,6 @@ fn split_and_file(path: &Path) -> String {
     format!("{}/{}", name(path.parent()), name(Some(path)))
 }
 
-/// xxh3-64 checksum and size of a file.
 /// Writes `batch` as the one row group of a new Parquet file at `path` with `props`, syncs
 /// it and returns its size and checksum: the whole life of the small single-batch files
 /// (transform statistics). Checkpoints and model files hold lists too long for Arrow's
@@ -295,6 +294,7 @@ pub fn write_one_batch(
     checksum_file(path)
 }
 
+/// xxh3-64 checksum and size of a file.
 pub fn checksum_file(path: &Path) -> Result<WrittenFile> {
     let mut file = BufReader::with_capacity(
         1 << 20,
