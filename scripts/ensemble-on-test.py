@@ -39,7 +39,7 @@ import subprocess
 import numpy as np
 import pyarrow.parquet as pq
 
-from fit_on_test import arguments, fit_job, fits
+from fit_on_test import arguments, fit_job, fits, start
 
 
 def split_labels(ws, dataset, split):
@@ -237,13 +237,10 @@ def main():
     if a.criteria_table:
         criteria_table(a.criteria_table)
         return
-    if a.pipeline:
-        a.pipeline = os.path.abspath(a.pipeline)
     if a.table:
         table(a.table)
         return
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "ensemble.jsonl")
+    path = start(a, "ensemble.jsonl")
     for name, budget, seed in fits(a):
         outcome, cands, probs, truths = one_fit(a.pipeline, a.out, name, budget, seed)
         rules = score_fit(outcome, cands, probs, truths)

@@ -43,6 +43,14 @@ def arguments(table_file):
     return ap
 
 
+def start(a, lines_file):
+    """Readies the parsed arguments `a` for runs: PIPELINE made absolute (each fit runs in
+    its own directory), OUT created; returns the path of OUT/`lines_file`."""
+    a.pipeline = os.path.abspath(a.pipeline)
+    os.makedirs(a.out, exist_ok=True)
+    return os.path.join(a.out, lines_file)
+
+
 def fits(a):
     """(set, budget, seed) of every fit the parsed arguments `a` ask for, in order."""
     for item in a.sets.split(","):

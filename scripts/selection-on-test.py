@@ -15,11 +15,10 @@ It reads only what the program printed as JSON. Test figures leave label-less ro
 as the dev README reports omikuji's.
 """
 import json
-import os
 import statistics
 import subprocess
 
-from fit_on_test import arguments, fit_job, fits
+from fit_on_test import arguments, fit_job, fits, start
 
 
 def pipeline_json(pipeline, env, *args):
@@ -96,8 +95,7 @@ def main():
     if a.table:
         table(a.table)
         return
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "selection.jsonl")
+    path = start(a, "selection.jsonl")
     for name, budget, seed in fits(a):
         lines = one_fit(a.pipeline, a.out, name, budget, seed)
         with open(path, "a") as f:
