@@ -258,10 +258,7 @@ pub fn write_chunk(
     // written, the footer is not, so the file in scratch is a torn one.
     failpoint::enospc_at("chunk-write-enospc", split_and_file(path)).with_context(writing)?;
     let file = writer.into_inner().with_context(writing)?;
-    file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    drop(file);
-    checksum_file(path)
+    synced_and_summed(file, path)
 }
 
 /// `SPLIT/FILE` of a chunk's path `…/SPLIT/FILE`: how a failpoint names one chunk.
@@ -288,6 +285,12 @@ pub fn write_one_batch(
     let mut writer = ArrowWriter::try_new(file, schema, Some(props)).with_context(writing)?;
     writer.write(batch).with_context(writing)?;
     let file = writer.into_inner().with_context(writing)?;
+    synced_and_summed(file, path)
+}
+
+/// Syncs `file`, just written at `path`, closes it, and returns its size and checksum: how
+/// every written artifact ends before its rename.
+pub fn synced_and_summed(file: File, path: &Path) -> Result<WrittenFile> {
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);

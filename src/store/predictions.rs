@@ -30,7 +30,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::ChunkReader;
 
-use super::chunks::{checksum_file, WrittenFile};
+use super::chunks::{synced_and_summed, WrittenFile};
 use super::classes::ClassMap;
 use super::integrity::Registered;
 use crate::failpoint;
@@ -339,10 +339,7 @@ impl PredictionWriter {
             .writer
             .into_inner()
             .with_context(|| format!("writing {}", self.path.display()))?;
-        file.sync_all()
-            .with_context(|| format!("syncing {}", self.path.display()))?;
-        drop(file);
-        checksum_file(&self.path)
+        synced_and_summed(file, &self.path)
     }
 }
 

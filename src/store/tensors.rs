@@ -30,7 +30,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::ChunkReader;
 use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
 
-use super::chunks::{checksum_file, WrittenFile};
+use super::chunks::{synced_and_summed, WrittenFile};
 use super::footer::key_values;
 
 /// A named rows × cols matrix, its entries row-major (a vector is one row).
@@ -129,14 +129,15 @@ fn schema() -> SchemaRef {
 /// Writes `tensors` (in order) with `metadata` (in order) to `path`, fsynced; returns its
 /// size and checksum. Callers write to a temporary name and rename.
 ///
-/// The file is the one Arrow's writer makes of a record batch of [`schema`] (its
-/// Parquet schema and the embedded Arrow schema alike, so any Parquet reader sees the same
+/// The file is the one Arrow's writer makes of a record batch of [`schema`] (its Parquet
+/// schema and the embedded Arrow schema alike, so any Parquet reader sees the same
 /// columns), but the `values` column is written through Parquet's column writer from each
-/// tensor's own slice, with its list levels spelled out. Arrow's writer first copies every value into one array, then computes two levels
-/// and an index for each value before encoding: a checkpoint of 56 million values
-/// (D = 500 000 features, 56 latent functions, the weights' means and variances) took
-/// 23–29 s of a 28–39 s run of 3 steps and 3.3 GB more peak memory that way, 6–7 s this
-/// way (BENCHMARKS.md, "Checkpoints of many weights").
+/// tensor's own slice, with its list levels spelled out. Arrow's writer first copies every
+/// value into one array, then computes two levels and an index for each value before
+/// encoding: a checkpoint of 56 million values (D = 500 000 features, 56 latent functions,
+/// the weights' means and variances) spent 23–29 s of a 28–39 s run of 3 steps outside
+/// its steps and 3.3 GB more peak memory that way, 6–7 s this way (BENCHMARKS.md,
+/// "Checkpoints of many weights").
 pub fn write_tensors(
     path: &Path,
     tensors: &[Tensor],
@@ -164,10 +165,7 @@ pub fn write_tensors(
     write_values(&mut group, tensors).with_context(writing)?;
     group.close().with_context(writing)?;
     let file = writer.into_inner().with_context(writing)?;
-    file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    drop(file);
-    checksum_file(path)
+    synced_and_summed(file, path)
 }
 
 fn writer_properties(metadata: &[(String, String)]) -> Result<WriterProperties> {
@@ -400,12 +398,8 @@ mod tests {
             ours_read, arrows_read,
             "the same metadata and tensors, bit for bit"
         );
-        let want: Vec<Vec<u64>> = written
-            .iter()
-            .map(|t| t.values.iter().map(|v| v.to_bits()).collect())
-            .collect();
-        let got: Vec<Vec<u64>> = ours_read.1.into_iter().map(|t| t.3).collect();
-        assert_eq!(got, want);
+        let want: Vec<_> = written.iter().map(Tensor::bits).collect();
+        assert_eq!(ours_read.1, want, "what was written, bit for bit");
         // The same Parquet schema, so that any reader sees the same columns.
         let schema_of = |path: &Path| {
             let reader = parquet::file::serialized_reader::SerializedFileReader::new(
