@@ -13,7 +13,7 @@ use memmap2::{Mmap, MmapMut};
 use ndarray::{ArrayView1, ArrayView2, ArrayViewMut2};
 use ndarray_npy::{ViewMutNpyExt, ViewNpyExt, WritableElement, WriteNpyExt};
 
-use super::chunks::{checksum_file, WrittenFile};
+use super::chunks::{checksum_file, synced_and_summed, WrittenFile};
 use super::integrity::Registered;
 use crate::failpoint;
 
@@ -141,10 +141,12 @@ pub fn write_array<T: WriteNpyExt + ?Sized>(path: &Path, array: &T) -> Result<Wr
     // A test's full disk strikes here (`npy-write-enospc:FILE`), the file partly flushed.
     failpoint::enospc_at("npy-write-enospc", file_name(path))
         .with_context(|| format!("writing {}", path.display()))?;
-    drop(writer);
-    file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
-    checksum_file(path)
+    // Flushed here, not on drop, where a failed write (a full disk) would go unseen.
+    writer
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", path.display()))?;
+    synced_and_summed(file, path)
 }
 
 /// A read-only memory map of an `.npy` file.
