@@ -16,9 +16,9 @@
 //!
 //! A third table is the linear kernel with inducing features at the axes (`--inducing-inputs
 //! axes`, `model/qu/axes.rs`: Z = I_D, M = D, exact), whose q(u) work is 2·nnz·B·P for the
-//! rows plus D·P elementwise for the KL and Adam: at D = 1 000 to 200 000 and the same rows,
+//! rows plus D·P elementwise for the KL and Adam: at D = 1 000 to 500 000 and the same rows,
 //! against the free-Z linear step of the first table, and against the rows' non-zeros at
-//! D = 10 000.
+//! D = 10 000; with the predictive marginals at the same rows (prediction's q(u) work).
 //!
 //! Run: `cargo bench --bench sparse_step` (FSGP_BENCH_STEPS: steps timed per row, default 3,
 //! the best reported; FSGP_BENCH_ONLY: only the rows whose name contains it, e.g. `SE`).
@@ -33,6 +33,7 @@ use fsgp::model::kernel::{BasisInputs, GramRef, KernelKind, KernelParams, Rows};
 use fsgp::model::likelihood::logistic::BernoulliLogistic;
 use fsgp::model::optim::{AdamConfig, AdamState};
 use fsgp::model::params::{Params, QParams};
+use fsgp::model::predictive::Predictor;
 use fsgp::model::scratch::Scratch;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -240,6 +241,19 @@ fn main() {
     }
 }
 
+/// The best of `steps` timings of the predictive marginals (m and s of every GP, what a
+/// probability needs) at the rows of `x`, q(u) prepared once as prediction does.
+fn time_marginals(x: &BasisInputs<'_>, params: &Params, steps: usize) -> f64 {
+    let predictor = Predictor::new(KernelKind::Linear, params, x.k_tilde).unwrap();
+    (0..steps)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(predictor.marginals(x));
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// The axes' tables: against D (with the free-Z linear step of the same D, when the first
 /// table ran it) and against the rows' non-zeros.
 fn axes_tables(steps: usize, free_linear: &[(usize, f64)]) {
@@ -247,9 +261,9 @@ fn axes_tables(steps: usize, free_linear: &[(usize, f64)]) {
     println!(
         "linear kernel, inducing features at the axes (M = D, exact): one step, the same rows"
     );
-    println!("| D | non-zeros a row | s/step | q(u) fwd + bwd (s) | likelihood (s) | Adam (s) | free Z (M = {M}) s/step | free Z / axes |");
-    println!("|---|---|---|---|---|---|---|---|");
-    let shapes = [1_000, 10_000, 50_000, 200_000]
+    println!("| D | non-zeros a row | s/step | q(u) fwd + bwd (s) | likelihood (s) | Adam (s) | predictive marginals (s) | free Z (M = {M}) s/step | free Z / axes |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let shapes = [1_000, 10_000, 50_000, 200_000, 500_000]
         .map(|d| (d, NNZ_PER_ROW))
         .into_iter()
         .chain(NNZ_SWEEP.map(|nnz| (SWEEP_D, nnz)));
@@ -267,6 +281,7 @@ fn axes_tables(steps: usize, free_linear: &[(usize, f64)]) {
             sq_norms: &norms,
             k_tilde: GramRef::Identity(d),
         };
+        let marginals_s = time_marginals(&x, &start, steps);
         let (secs, ph, adam_s) = time_steps(KernelKind::Linear, &x, start, steps);
         let free = free_linear
             .iter()
@@ -275,7 +290,7 @@ fn axes_tables(steps: usize, free_linear: &[(usize, f64)]) {
                 (format!("{f:.3}"), format!("{:.1}×", f / secs))
             });
         println!(
-            "| {d} | {nnz} | {secs:.4} | {:.4} | {:.4} | {adam_s:.4} | {} | {} |",
+            "| {d} | {nnz} | {secs:.4} | {:.4} | {:.4} | {adam_s:.4} | {marginals_s:.4} | {} | {} |",
             ph.variational_fwd + ph.variational_bwd,
             ph.likelihood,
             free.0,

@@ -288,7 +288,7 @@ fn bound_and_grads_inner(
     let clock = Instant::now();
     let cond = Conditional::new(kind, params, x, opts.factorisation)?;
     times.kernel_fwd = lap(&clock, 0.0);
-    let vf = cond.forward(params, scratch)?;
+    let mut vf = cond.forward(params, scratch)?;
     times.variational_fwd = lap(&clock, times.total());
     let rows = NetworkRows::of(params, x);
     let lg = likelihood_part(
@@ -301,7 +301,7 @@ fn bound_and_grads_inner(
     );
     times.likelihood = lap(&clock, times.total());
     let vg = cond.backward(
-        &vf,
+        &mut vf,
         params,
         lg.mean.as_ref(),
         lg.var.as_ref(),

@@ -270,11 +270,12 @@ impl Conditional {
     }
 
     /// Gradients with respect to q(u)'s parameters and the kernel matrices, given ∂F/∂m
-    /// `g_mean` and ∂F/∂s `g_var` [B×P] (`fwd` from [`Conditional::forward`]). Without
-    /// `kernel_grads` the kernel blocks are left empty.
+    /// `g_mean` and ∂F/∂s `g_var` [B×P] (`fwd` from [`Conditional::forward`]; the axes form
+    /// takes the KL's gradients out of it, so a forward pass serves one backward pass).
+    /// Without `kernel_grads` the kernel blocks are left empty.
     pub fn backward(
         &self,
-        fwd: &QForward,
+        fwd: &mut QForward,
         params: &Params,
         g_mean: MatRef<'_, f64>,
         g_var: MatRef<'_, f64>,
@@ -289,7 +290,7 @@ impl Conditional {
                     .as_ref()
                     .expect("an axes forward pass comes from an axes conditional");
                 let g = axes::backward(params, rows, fwd, g_mean, g_var)
-                    .expect("the forward pass checked the parameters");
+                    .expect("the forward pass checked the parameters and kept the KL's gradients");
                 let mut vg = VariationalGrads::without_kernel(g.mu, g.rho);
                 vg.log_sf2 = g.log_sf2;
                 vg
