@@ -524,6 +524,8 @@ impl Trainer<'_> {
                 self.stopped()
             );
         }
+        let elbo = ev.value;
+        ev.recycle(&self.scratch);
         let rank = self.job.comm.rank();
         if failpoint::fires(&format!("train-perturb-rank{rank}"), self.state.step + 1) {
             // One bit of one parameter: the divergence check must see it.
@@ -532,7 +534,7 @@ impl Trainer<'_> {
         }
         self.state.step += 1;
         self.state.batch_in_epoch += 1;
-        self.state.epoch_elbo_sum += ev.value;
+        self.state.epoch_elbo_sum += elbo;
         self.progress.set(self.state.step);
         Ok(())
     }

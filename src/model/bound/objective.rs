@@ -22,6 +22,7 @@ use crate::model::kernel::{BasisInputs, GramRef, InputGrads, KernelKind, Rows};
 use crate::model::likelihood::multiclass::Classes;
 use crate::model::likelihood::Likelihood;
 use crate::model::params::{CholFactors, Grads, Params, QParams};
+use crate::model::qu::axes;
 use crate::model::qu::conditional::{Conditional, Factorisation};
 use crate::model::scratch::Scratch;
 
@@ -80,6 +81,15 @@ pub struct BoundAndGrads {
     pub jitter: f64,
     pub grads: Grads,
     pub times: PhaseTimes,
+}
+
+impl BoundAndGrads {
+    /// Hands back to `scratch` the gradient matrices the next evaluation can reuse (the
+    /// axes form's [D×P] blocks, `qu::axes::forward`); a caller stepping repeatedly calls
+    /// this once it is done with the gradients.
+    pub fn recycle(self, scratch: &Scratch) {
+        axes::recycle_grads(self.grads, scratch);
+    }
 }
 
 /// Every term's row and label inside the `b`×`k_count` minibatch.

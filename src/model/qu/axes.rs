@@ -26,9 +26,10 @@ use rayon::prelude::*;
 use crate::linalg::{clear_upper_simd_state, column_slice, with_column_major};
 use crate::model::kernel::input_space::FeatureRows;
 use crate::model::kernel::Rows;
-use crate::model::params::Params;
+use crate::model::params::{Grads, Params, QParams};
 use crate::model::qu::gp_factor::sigma_and_slope;
 use crate::model::qu::sites::{chunk_count, chunk_range};
+use crate::model::scratch::Scratch;
 
 /// Whether these parameters put the inducing features at the axes: A has no rows (no
 /// inducing inputs; every other form has M ≥ 1) while q(u) has one row per feature.
@@ -136,11 +137,10 @@ pub struct AxesForward {
     pub var: Mat<f64>,
     /// Σ_p KL_p.
     pub kl: f64,
-    /// Per GP: Σ_p and dΣ_p/dρ_p at the batch's features [U] (empty without the KL:
-    /// prediction keeps nothing).
-    touched_sites: Vec<(Vec<f64>, Vec<f64>)>,
+    /// Per GP: Σ_p and dΣ_p/dρ_p at the batch's features [U].
+    touched_sites: Vec<TouchedSites>,
     /// The KL's gradients, which reach every feature; the backward pass takes them and adds
-    /// the data terms at the batch's features (None without the KL, or once taken).
+    /// the data terms at the batch's features (None once taken).
     kl_grads: Option<AxesGrads>,
 }
 
@@ -234,10 +234,11 @@ fn marginals_column(x: &AxesRows, mu: &[f64], sigma: &[f64], sf2: f64) -> (Vec<f
 /// batch's features.
 type ColumnForward = (Vec<f64>, Vec<f64>, f64, f64, TouchedSites);
 
-/// Marginals at the rows and, with `kl` (a training step), Σ_p KL_p, its gradients and the
-/// sites the backward pass reuses. Without the KL (prediction) only the batch's features
-/// are read: the cost follows the rows' non-zeros, not D.
-pub fn forward(params: &Params, x: &AxesRows, kl: bool) -> Result<AxesForward> {
+/// Marginals at the rows, Σ_p KL_p, its gradients and the sites the backward pass reuses
+/// (a training step). The gradient matrices [D×P] are taken from `scratch`, where the
+/// trainer hands them back after its update ([`recycle_grads`]): at D·P in the tens of
+/// millions, fresh ones would cost a page fault for every 512 weights, every step.
+pub fn forward(params: &Params, x: &AxesRows, scratch: &Scratch) -> Result<AxesForward> {
     let mu = params.q.mu();
     let d = mu.nrows();
     check(params, d)?;
@@ -245,51 +246,66 @@ pub fn forward(params: &Params, x: &AxesRows, kl: bool) -> Result<AxesForward> {
     let sf2 = sf2(params);
     let (b, p_count) = (x.len(), mu.ncols());
     let columns = |p: usize| (column_slice(mu.as_ref(), p), column_slice(rho.as_ref(), p));
-    let (cols, kl_grads): (Vec<ColumnForward>, _) = if kl {
-        let mut g_mu = Mat::<f64>::zeros(d, p_count);
-        let mut g_rho = Mat::<f64>::zeros(d, p_count);
-        // Each column is one task's sequential loop, so the bits do not depend on the
-        // threads; each task first clears the AVX upper state (see `per_gp`).
-        let cols = g_mu
-            .par_col_iter_mut()
-            .zip(g_rho.par_col_iter_mut())
-            .enumerate()
-            .map(|(p, (gm, gr))| {
-                clear_upper_simd_state();
-                let gm = gm.try_as_col_major_mut().expect("a column").as_slice_mut();
-                let gr = gr.try_as_col_major_mut().expect("a column").as_slice_mut();
-                let (kl_p, kl_sf2, sites) =
-                    kl_column_and_grads(columns(p), sf2, &x.touched, (gm, gr));
-                let (mean, var) = marginals_column(x, columns(p).0, &sites.0, sf2);
-                (mean, var, kl_p, kl_sf2, sites)
-            })
-            .collect();
-        let grads = AxesGrads {
-            mu: g_mu,
-            rho: g_rho,
-            log_sf2: 0.0,
-        };
-        (cols, Some(grads))
-    } else {
-        let cols = per_gp(p_count, |p| {
-            let (mu_p, rho_p) = columns(p);
-            let (sigma, _) = sites_at(rho_p, &x.touched);
-            let (mean, var) = marginals_column(x, mu_p, &sigma, sf2);
-            (mean, var, 0.0, 0.0, TouchedSites::default())
-        });
-        (cols, None)
+    // Every entry is written by the KL pass before anything reads it.
+    let mut g_mu = scratch.take_mat(d, p_count);
+    let mut g_rho = scratch.take_mat(d, p_count);
+    // Each column is one task's sequential loop, so the bits do not depend on the threads;
+    // each task first clears the AVX upper state (see `per_gp`).
+    let cols: Vec<ColumnForward> = g_mu
+        .par_col_iter_mut()
+        .zip(g_rho.par_col_iter_mut())
+        .enumerate()
+        .map(|(p, (gm, gr))| {
+            clear_upper_simd_state();
+            let gm = gm.try_as_col_major_mut().expect("a column").as_slice_mut();
+            let gr = gr.try_as_col_major_mut().expect("a column").as_slice_mut();
+            let (kl_p, kl_sf2, sites) = kl_column_and_grads(columns(p), sf2, &x.touched, (gm, gr));
+            let (mean, var) = marginals_column(x, columns(p).0, &sites.0, sf2);
+            (mean, var, kl_p, kl_sf2, sites)
+        })
+        .collect();
+    let kl_grads = AxesGrads {
+        mu: g_mu,
+        rho: g_rho,
+        log_sf2: cols.iter().map(|c| c.3).sum(),
     };
-    let kl_grads = kl_grads.map(|mut g| {
-        g.log_sf2 = cols.iter().map(|c| c.3).sum();
-        g
-    });
     Ok(AxesForward {
         mean: Mat::from_fn(b, p_count, |i, p| cols[p].0[i]),
         var: Mat::from_fn(b, p_count, |i, p| cols[p].1[i]),
         kl: cols.iter().map(|c| c.2).sum(),
         touched_sites: cols.into_iter().map(|c| c.4).collect(),
-        kl_grads,
+        kl_grads: Some(kl_grads),
     })
+}
+
+/// The marginals (m, s) [B×P] at the rows alone (prediction): only the batch's features are
+/// read, so the cost follows the rows' non-zeros, not D.
+pub fn marginals(params: &Params, x: &AxesRows) -> Result<(Mat<f64>, Mat<f64>)> {
+    let mu = params.q.mu();
+    check(params, mu.nrows())?;
+    let rho = params.q.rho().expect("checked");
+    let sf2 = sf2(params);
+    let cols = per_gp(mu.ncols(), |p| {
+        let (sigma, _) = sites_at(column_slice(rho.as_ref(), p), &x.touched);
+        marginals_column(x, column_slice(mu.as_ref(), p), &sigma, sf2)
+    });
+    let (b, p_count) = (x.len(), cols.len());
+    Ok((
+        Mat::from_fn(b, p_count, |i, p| cols[p].0[i]),
+        Mat::from_fn(b, p_count, |i, p| cols[p].1[i]),
+    ))
+}
+
+/// Hands the gradient matrices of q(u) [D×P] back to `scratch` for the next step's
+/// [`forward`], when `grads` are the axes form's (other forms' are left to drop).
+pub fn recycle_grads(grads: Grads, scratch: &Scratch) {
+    if !on_axes(&grads) {
+        return;
+    }
+    if let QParams::Sites { mu, rho } = grads.q {
+        scratch.give_mat(mu);
+        scratch.give_mat(rho);
+    }
 }
 
 /// Σ_p KL_p alone.

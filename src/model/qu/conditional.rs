@@ -183,7 +183,7 @@ impl Conditional {
     /// Marginals, Σ_p KL_p and the per-GP factors [`Conditional::backward`] needs.
     pub fn forward(&self, params: &Params, scratch: &Scratch) -> Result<QForward> {
         if let Some(rows) = &self.axes {
-            return Ok(QForward::Axes(axes::forward(params, rows, true)?));
+            return Ok(QForward::Axes(axes::forward(params, rows, scratch)?));
         }
         let kf = &self.kernel;
         Ok(match self.form {
@@ -210,10 +210,10 @@ impl Conditional {
     /// Marginals only: no KL, nothing kept for a backward pass.
     pub fn marginals(&self, params: &Params, scratch: &Scratch) -> Result<Marginals> {
         if let Some(rows) = &self.axes {
-            let fwd = axes::forward(params, rows, false)?;
+            let (mean, var) = axes::marginals(params, rows)?;
             return Ok(Marginals {
-                mean: fwd.mean,
-                var: fwd.var,
+                mean,
+                var,
                 jitter: 0.0,
             });
         }
@@ -414,9 +414,7 @@ impl Conditional {
                     .axes
                     .as_ref()
                     .expect("axes parameters give an axes conditional");
-                let fwd = axes::forward(params, rows, false)
-                    .expect("FactorisedQ::new checked the parameters");
-                (fwd.mean, fwd.var)
+                axes::marginals(params, rows).expect("FactorisedQ::new checked the parameters")
             }
             QFactors::SiteDiagonal(factors) => factors.marginals(
                 kf.k_bz.as_ref(),
