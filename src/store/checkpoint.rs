@@ -68,6 +68,29 @@ pub struct Checkpoint {
     pub config: serde_json::Value,
 }
 
+/// What a checkpoint holds, borrowed from whoever has it: the trainer writes its live
+/// parameters and optimiser state through this, without first copying them (at D·P in
+/// the tens of millions each copy is hundreds of MB of fresh pages).
+#[derive(Debug, Clone, Copy)]
+pub struct CheckpointRef<'a> {
+    pub params: &'a Params,
+    pub adam: &'a AdamState,
+    pub state: &'a TrainState,
+    /// The run's configuration (canonical JSON, no run-specific values).
+    pub config: &'a serde_json::Value,
+}
+
+impl<'a> From<&'a Checkpoint> for CheckpointRef<'a> {
+    fn from(c: &'a Checkpoint) -> Self {
+        CheckpointRef {
+            params: &c.params,
+            adam: &c.adam,
+            state: &c.state,
+            config: &c.config,
+        }
+    }
+}
+
 /// The model's tensors in the order a checkpoint stores them: `A`, `mu`, `rho`, `phi`,
 /// `bias`, `kernel`, then the optional ones (`chol`/`chol_whitened`, `ard`,
 /// `ard_features`, `amortiser_*`, `logit_epsilon`), each only when the model has it. A
@@ -121,8 +144,8 @@ pub fn param_tensors(p: &Params) -> Vec<Tensor> {
 /// tensors every model has, so checkpoints keep the order (and bytes) they always had.
 const FIRST_OPTIONAL: usize = 6;
 
-fn tensors(c: &Checkpoint) -> Vec<Tensor> {
-    let mut all = param_tensors(&c.params);
+fn tensors(c: CheckpointRef<'_>) -> Vec<Tensor> {
+    let mut all = param_tensors(c.params);
     let adam = [
         Tensor::vector("adam_m", &c.adam.m),
         Tensor::vector("adam_v", &c.adam.v),
@@ -167,8 +190,8 @@ fn chol_tensor(whitened: bool) -> &'static str {
     }
 }
 
-fn metadata(c: &Checkpoint) -> Vec<(String, String)> {
-    let s = &c.state;
+fn metadata(c: CheckpointRef<'_>) -> Vec<(String, String)> {
+    let s = c.state;
     // `{:?}` prints the shortest decimal that parses back to the same f64.
     [
         ("fsgp.format", CHECKPOINT_FORMAT.to_string()),
@@ -205,7 +228,8 @@ fn read_early(meta: &[(String, String)], path: &Path) -> Result<Option<EarlyStat
 
 /// Writes a checkpoint to `path` (fsynced) and returns its size and checksum. Callers write
 /// to a temporary name and rename.
-pub fn write_checkpoint(path: &Path, c: &Checkpoint) -> Result<WrittenFile> {
+pub fn write_checkpoint<'a>(path: &Path, c: impl Into<CheckpointRef<'a>>) -> Result<WrittenFile> {
+    let c = c.into();
     write_tensors(path, &tensors(c), &metadata(c))
 }
 

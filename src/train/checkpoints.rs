@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use crate::failpoint::{enospc_at, kill_at};
 use crate::stage::StageRun;
 use crate::store::catalog::{CheckpointRow, StageKind, WAL_BOUND_BYTES};
-use crate::store::checkpoint::{write_checkpoint, Checkpoint};
+use crate::store::checkpoint::{write_checkpoint, CheckpointRef};
 use crate::store::owned::LostFound;
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
@@ -24,7 +24,7 @@ pub fn save_checkpoint(
     ws: &Workspace,
     run: &StageRun<'_>,
     out_rel: &str,
-    ckpt: &Checkpoint,
+    ckpt: CheckpointRef<'_>,
     best: bool,
 ) -> Result<()> {
     let step = ckpt.state.step;
@@ -73,7 +73,7 @@ pub fn save_checkpoint(
 /// steps to a checkpoint.
 pub fn ensure_room_for_checkpoints(
     run: &StageRun<'_>,
-    ckpt: &Checkpoint,
+    ckpt: CheckpointRef<'_>,
     (from, total, every): (u64, u64, u64),
     (keep, early): (Retention, Option<EarlyStopping>),
     held: usize,
@@ -122,7 +122,7 @@ fn saves_left(from: u64, total: u64, every: u64) -> u64 {
 
 /// The checkpoint's tensors as raw f64 (the parameters and Adam's two moments, each as
 /// long as the flat parameter vector): its file, zstd-compressed, is no larger.
-fn uncompressed_bytes(ckpt: &Checkpoint) -> u64 {
+fn uncompressed_bytes(ckpt: CheckpointRef<'_>) -> u64 {
     let floats = 2 * ckpt.adam.m.len() + ckpt.adam.v.len();
     (floats * std::mem::size_of::<f64>()) as u64
 }

@@ -238,7 +238,7 @@ fn drive(
     let held = ws.catalog.checkpoints(run.id)?.len();
     ensure_room_for_checkpoints(
         run,
-        &start,
+        (&start).into(),
         (start.state.step, total, setup.config.checkpoint_every),
         (steering.keep_checkpoints, setup.config.early_stopping),
         held,

@@ -36,7 +36,7 @@ use crate::progress::{CutReason, EpochCut, EpochFigures, Progress, Scores, Valid
 use crate::stage::StageRun;
 use crate::stop::StoppedOnRequest;
 use crate::store::catalog::{MetricRow, Split};
-use crate::store::checkpoint::{Checkpoint, TrainState};
+use crate::store::checkpoint::{Checkpoint, CheckpointRef, TrainState};
 use crate::store::workspace::Workspace;
 use crate::trained::{
     BestEvaluation, EarlyStopping, KernelChoice, LatentChoice, Negatives, Retention, StopMetric,
@@ -675,15 +675,16 @@ impl Trainer<'_> {
             self.last_saved = self.state.step;
             return Ok(());
         };
+        let config = self.setup.config.to_json();
         save_checkpoint(
             self.ws,
             run,
             self.out_rel,
-            &Checkpoint {
-                params: self.params.clone(),
-                adam: self.adam.clone(),
-                state: self.state,
-                config: self.setup.config.to_json(),
+            CheckpointRef {
+                params: &self.params,
+                adam: &self.adam,
+                state: &self.state,
+                config: &config,
             },
             best,
         )?;
