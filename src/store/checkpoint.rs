@@ -144,7 +144,8 @@ pub fn param_tensors(p: &Params) -> Vec<Tensor> {
 /// tensors every model has, so checkpoints keep the order (and bytes) they always had.
 const FIRST_OPTIONAL: usize = 6;
 
-fn tensors(c: CheckpointRef<'_>) -> Vec<Tensor> {
+fn tensors<'a>(c: impl Into<CheckpointRef<'a>>) -> Vec<Tensor> {
+    let c = c.into();
     let mut all = param_tensors(c.params);
     let adam = [
         Tensor::vector("adam_m", &c.adam.m),
@@ -190,7 +191,8 @@ fn chol_tensor(whitened: bool) -> &'static str {
     }
 }
 
-fn metadata(c: CheckpointRef<'_>) -> Vec<(String, String)> {
+fn metadata<'a>(c: impl Into<CheckpointRef<'a>>) -> Vec<(String, String)> {
+    let c = c.into();
     let s = c.state;
     // `{:?}` prints the shortest decimal that parses back to the same f64.
     [

@@ -169,6 +169,12 @@ pub(crate) fn check(params: &Params, d: usize) -> Result<()> {
 /// The sites of one column at the batch's features: Σ and dΣ/dρ [U].
 type TouchedSites = (Vec<f64>, Vec<f64>);
 
+/// One weight's share of 2·KL_p: σ² μ² − 1 + t − ln t with t = Σ / (σ² + Σ).
+fn twice_kl_entry(mu: f64, sigma: f64, sf2: f64) -> f64 {
+    let t = sigma / (sf2 + sigma);
+    sf2 * mu * mu - 1.0 + t - t.ln()
+}
+
 /// One column's pass over every feature: KL_p, and the KL's part of the gradients written
 /// into `g_mu` = −∂KL_p/∂μ_p and `g_rho` = −∂KL_p/∂ρ_p [D]; returns (KL_p,
 /// −∂KL_p/∂log σ², the sites at `touched`, gathered on the way so that no site is computed
@@ -194,9 +200,8 @@ fn kl_column_and_grads(
             sites.0.push(sigma);
             sites.1.push(slope);
         }
+        kl += twice_kl_entry(m, sigma, sf2);
         let c = sf2 + sigma;
-        let t = sigma / c;
-        kl += sf2 * m * m - 1.0 + t - t.ln();
         let w = sf2 * sf2 / (c * c);
         kl_sf2 += w + sf2 * m * m;
         g_mu[j] = -sf2 * m;
@@ -210,11 +215,7 @@ fn kl_column(mu: &[f64], rho: &[f64], sf2: f64) -> f64 {
     let sum: f64 = mu
         .iter()
         .zip(rho)
-        .map(|(&m, &r)| {
-            let (sigma, _) = sigma_and_slope(r);
-            let t = sigma / (sf2 + sigma);
-            sf2 * m * m - 1.0 + t - t.ln()
-        })
+        .map(|(&m, &r)| twice_kl_entry(m, sigma_and_slope(r).0, sf2))
         .sum();
     0.5 * sum
 }
