@@ -14,7 +14,9 @@
 //!   third of a step's time in the kernel (`docs/experiments/time-to-accuracy.md`). Blocks up
 //!   to 32 MiB therefore come from the heap, which keeps up to 64 MiB of free top: the
 //!   same sizes recur, so the heap stops growing after the first steps (peak RSS on
-//!   Delicious 346 → 412 MB, MNIST 99 → 105 MB).
+//!   Delicious 346 → 412 MB, MNIST 99 → 105 MB). Ranking rows (`predict`, `serve`,
+//!   fit's scoring) is the same kind of work: blocks of scores of one size, one after
+//!   another (`crate::scoring`), and takes the same setting.
 //!
 //! glibc itself moves the mmap threshold at run time from whichever thread frees a block,
 //! so changing these values while other threads allocate is within its own practice.

@@ -26,7 +26,9 @@ pub use crate::store::catalog::Task;
 use crate::store::catalog::{
     ArtifactKind, CheckpointRow, DatasetRow, RunOptionsRow, Split, StageKind,
 };
-use crate::store::checkpoint::{read_registered_checkpoint, Checkpoint};
+use crate::store::checkpoint::{
+    read_registered_checkpoint, read_registered_model, Checkpoint, CheckpointModel,
+};
 use crate::store::integrity::Registered;
 use crate::store::workspace::Workspace;
 
@@ -897,14 +899,15 @@ pub fn newest_svd_run(ws: &Workspace, d: &DatasetRow) -> Result<i64> {
         })
 }
 
-/// A training run's configuration and one of its checkpoints, verified against the
+/// A training run's configuration and the model of one of its checkpoints (its parameters
+/// and configuration, not the optimiser's state), verified against the
 /// catalog's checksum: the one at `step`, or by default the run's model — the checkpoint
 /// early stopping marked best when there is one, else the last.
 pub fn load_run_checkpoint(
     ws: &Workspace,
     run: i64,
     step: Option<u64>,
-) -> Result<(TrainConfig, CheckpointRow, Checkpoint)> {
+) -> Result<(TrainConfig, CheckpointRow, CheckpointModel)> {
     let config = TrainConfig::of_run(ws, run)?;
     let ckpts = ws.catalog.checkpoints(run)?;
     let ckpt_row = match step {
@@ -925,8 +928,8 @@ pub fn load_run_checkpoint(
             .with_context(|| format!("run {run} has no checkpoint yet"))?,
     }
     .clone();
-    let ckpt = load_checkpoint(ws, &ckpt_row)?;
-    Ok((config, ckpt_row, ckpt))
+    let model = read_registered_model(&ws.checkpoint_file(&ckpt_row)?)?;
+    Ok((config, ckpt_row, model))
 }
 
 /// Reads a registered checkpoint, verifying its size and checksum against the catalog.

@@ -725,7 +725,8 @@ pub struct PredictArgs {
     // Its help is `top_k_help`'s, which states the default rule from its constants.
     #[arg(long, help = top_k_help(), value_parser = int_in::<usize>(1, MAX_IDS.into()))]
     pub top_k: Option<usize>,
-    /// Rows scored together (memory: rows × labels f64 scores).
+    /// Rows scored together, at most (memory: rows × labels f64 scores; with many labels
+    /// blocks are made smaller, so that their scores stay bounded).
     #[arg(long, default_value_t = 1024, value_parser = int_in::<usize>(1, MAX_BLOCK_ROWS))]
     pub block_rows: usize,
     /// Also write E_q[σ(f_k)] of the kept labels (variance-aware; probit approximation).

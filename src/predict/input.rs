@@ -165,6 +165,9 @@ where
     let sizes = (top_k, opts.block_rows, opts.probabilities);
     let mut rows = rows.into_iter().enumerate().peekable();
     pool.install(|| {
+        // Ranking scores block after block of the same sizes: the allocator keeps them on
+        // the heap and reuses them, as the training loop's steps are (`crate::alloc`).
+        crate::alloc::for_recurring_steps();
         with_ranking(&loaded.model, sizes, &scoring, |ranking| {
             let mut out = ScoredRows {
                 blocks: Vec::new(),
@@ -270,6 +273,9 @@ fn score_input(
     let started = Instant::now();
     let sizes = (top_k, opts.block_rows, opts.probabilities);
     let outcome = pool.install(|| {
+        // Ranking scores block after block of the same sizes: the allocator keeps them on
+        // the heap and reuses them, as the training loop's steps are (`crate::alloc`).
+        crate::alloc::for_recurring_steps();
         with_ranking(&loaded.model, sizes, &scoring, |ranking| {
             score_all(&mut rows, ranking, &mut sink, opts.block_rows)
         })

@@ -49,7 +49,8 @@ pub struct PredictOptions {
     pub split: Split,
     /// Labels kept per row (None: [`default_top_k`] of the run's task and label count).
     pub top_k: Option<usize>,
-    /// Rows scored together (memory: rows × labels f64 scores).
+    /// Rows scored together at most (memory: rows × labels f64 scores; fewer with many
+    /// labels, `scoring::BLOCK_SCORES`).
     pub block_rows: usize,
     /// Also write the predictive probabilities p(y = 1) of the kept labels, by the rule of
     /// the run's likelihood and task (`TrainConfig::probability_rule`).
@@ -248,6 +249,9 @@ impl Job<'_> {
         let started = Instant::now();
         let mut rows = 0u64;
         let sizes = (self.top_k, opts.block_rows, opts.probabilities);
+        // Ranking scores block after block of the same sizes: the allocator keeps them on
+        // the heap and reuses them, as the training loop's steps are (`crate::alloc`).
+        crate::alloc::for_recurring_steps();
         with_ranking(&model, sizes, &scoring, |ranking| {
             let rank_chunk = |file: &Registered| -> Result<Vec<PredictionBlock>> {
                 let chunk = read_registered_chunk(file)?;

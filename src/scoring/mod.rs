@@ -7,7 +7,6 @@ pub mod ranking;
 
 use anyhow::{ensure, Context, Result};
 use faer::Mat;
-use rayon::prelude::*;
 
 use crate::model::bound::class_phase::class_probabilities;
 use crate::model::kernel::feature_ard::FeatureRows;
@@ -110,6 +109,22 @@ pub struct Ranker<'p> {
     means: Option<MeanUtilities<'p>>,
     /// How probabilities are computed from the predictive moments.
     rule: ProbabilityRule,
+    /// Labels (or classes) a row is scored on: K of the scores' [rows×K] blocks.
+    labels: usize,
+}
+
+/// Scores a block of rows holds at most, per matrix of its scores (means, variances):
+/// 3 Mi f64, 24 MiB. Asked-for blocks of 1 024 rows at 50 000 labels were 410 MB a
+/// matrix, each on fresh pages the kernel zeroed (a third of a prediction's time); blocks
+/// under the training loop's allocator threshold (`crate::alloc`) reuse the same memory.
+/// Up to 3 072 labels the default 1 024 rows are within it.
+const BLOCK_SCORES: usize = 3 << 20;
+
+/// The rows a block is scored in: `asked`, or fewer, so that its [rows×`labels`] scores
+/// stay within [`BLOCK_SCORES`]; at least one. A row's scores do not depend on the rows
+/// scored beside it.
+fn rows_per_block(asked: usize, labels: usize) -> usize {
+    asked.min(BLOCK_SCORES / labels.max(1)).max(1)
 }
 
 impl<'p> Ranker<'p> {
@@ -173,6 +188,7 @@ impl<'p> Ranker<'p> {
             predictor,
             means,
             rule: ProbabilityRule::LogisticProbitApproximation,
+            labels: params.phi.nrows(),
         })
     }
 
@@ -222,8 +238,9 @@ impl<'p> Ranker<'p> {
         f: impl Fn(&BasisInputs<'_>, usize, usize) -> Result<T>,
     ) -> Result<Vec<(usize, T)>> {
         let rows = self.inputs.of_chunk(chunk);
+        let block_rows = rows_per_block(block_rows, self.labels);
         (0..chunk.len())
-            .step_by(block_rows.max(1))
+            .step_by(block_rows)
             .map(|start| {
                 let end = (start + block_rows).min(chunk.len());
                 let block = BlockRows::of(&rows, start, end)?;
@@ -395,15 +412,9 @@ impl<'p> Ranker<'p> {
 }
 
 /// The `top_k` best columns of each row of `scores` [B×K] with their values, in parallel
-/// over the rows (`topk::top_k`: ties to the lower id).
+/// over blocks of rows (`topk::top_k_of_rows`: ties to the lower id).
 fn best_of_rows(scores: &Mat<f64>, top_k: usize) -> Vec<(Vec<u32>, Vec<f32>)> {
-    (0..scores.nrows())
-        .into_par_iter()
-        .map(|i| {
-            let row: Vec<f64> = scores.row(i).iter().copied().collect();
-            topk::top_k(&row, top_k)
-        })
-        .collect()
+    topk::top_k_of_rows(scores.as_ref(), top_k)
 }
 
 /// p(c_r | x_r) of the true class c_r of each row r = `start` + i of `chunk`, read from the
@@ -429,6 +440,18 @@ fn true_class_probabilities(chunk: &CsrChunk, start: usize, probs: &Mat<f64>) ->
 mod tests {
     use super::*;
     use crate::store::chunks::RowRef;
+
+    /// Blocks of the asked rows while their scores fit [`BLOCK_SCORES`], fewer beyond.
+    #[test]
+    fn blocks_hold_a_bounded_number_of_scores() {
+        assert_eq!(rows_per_block(1024, 983), 1024);
+        assert_eq!(rows_per_block(1024, 3072), 1024);
+        assert_eq!(rows_per_block(1024, 50_000), 62);
+        assert_eq!(rows_per_block(1024, 0), 1024);
+        assert_eq!(rows_per_block(7, 1), 7);
+        assert_eq!(rows_per_block(1024, usize::MAX), 1);
+        assert_eq!(rows_per_block(0, 10), 1);
+    }
 
     #[test]
     fn a_block_is_the_rows_projected_or_kept_sparse() {

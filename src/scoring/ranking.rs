@@ -82,7 +82,8 @@ pub struct Ranking<'p> {
     /// The Monte Carlo seed of the class probabilities (sampling likelihoods).
     seed: u64,
     top_k: usize,
-    /// Rows scored together (memory: rows × labels f64 scores).
+    /// Rows scored together at most (memory: rows × labels f64 scores; fewer with many
+    /// labels, `scoring::BLOCK_SCORES`).
     block_rows: usize,
     probabilities: bool,
 }

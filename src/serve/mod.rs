@@ -233,6 +233,8 @@ fn start_scorer(
             // Each job names its own top-k (`Ranking::rank_as`); this one is not used.
             let k = default_top_k(model.config.task, model.dataset().n_labels);
             pool.install(|| {
+                // As for predict: blocks of one size, reused (`crate::alloc`).
+                crate::alloc::for_recurring_steps();
                 with_serving_ranking(&model.scoring_model(), (k, max_block_rows), &what, |r| {
                     let _ = opened.send(());
                     Ok(score_queue(r, &queue, max_block_rows))

@@ -96,7 +96,7 @@ impl<'a> From<&'a Checkpoint> for CheckpointRef<'a> {
 /// `ard_features`, `amortiser_*`, `logit_epsilon`), each only when the model has it. A
 /// checkpoint puts Adam's moments between `kernel` and the optional ones
 /// ([`FIRST_OPTIONAL`]); a model file (`model_file`) stores these alone.
-pub fn param_tensors(p: &Params) -> Vec<Tensor> {
+pub fn param_tensors(p: &Params) -> Vec<Tensor<'_>> {
     // [log σ_f², log ℓ], and log σ_lin² third for SE + linear.
     let mut kernel = vec![p.kernel.log_sf2, p.kernel.log_ell];
     kernel.extend(p.kernel.log_lin2);
@@ -108,7 +108,7 @@ pub fn param_tensors(p: &Params) -> Vec<Tensor> {
         Tensor::matrix("rho", p.q.rho().unwrap_or(&no_rho)),
         Tensor::matrix("phi", &p.phi),
         Tensor::vector("bias", &p.bias),
-        Tensor::vector("kernel", &kernel),
+        Tensor::owned("kernel", 1, kernel.len(), kernel),
     ];
     // Only the full-Cholesky forms have (and write) the packed factors.
     if let Some(chol) = p.q.chol() {
@@ -135,7 +135,7 @@ pub fn param_tensors(p: &Params) -> Vec<Tensor> {
     }
     // Robust-max's learnt logit ε [1×1], written only when the model learns it.
     if let Some(theta) = p.logit_epsilon {
-        all.push(Tensor::vector("logit_epsilon", &[theta]));
+        all.push(Tensor::owned("logit_epsilon", 1, 1, vec![theta]));
     }
     all
 }
@@ -144,7 +144,7 @@ pub fn param_tensors(p: &Params) -> Vec<Tensor> {
 /// tensors every model has, so checkpoints keep the order (and bytes) they always had.
 const FIRST_OPTIONAL: usize = 6;
 
-fn tensors<'a>(c: impl Into<CheckpointRef<'a>>) -> Vec<Tensor> {
+fn tensors<'a>(c: impl Into<CheckpointRef<'a>>) -> Vec<Tensor<'a>> {
     let c = c.into();
     let mut all = param_tensors(c.params);
     let adam = [
@@ -278,22 +278,57 @@ pub fn read_registered_checkpoint(file: &Registered) -> Result<Checkpoint> {
     decode_checkpoint(bytes::Bytes::from(file.read()?), file.path())
 }
 
-fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<Checkpoint> {
+/// What prediction, export and reports read of a checkpoint: the model, without Adam's
+/// moments (twice the parameters' size) or the loop's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointModel {
+    pub params: Params,
+    /// The run's configuration (canonical JSON, no run-specific values).
+    pub config: serde_json::Value,
+}
+
+/// The optimiser's tensors, which [`read_registered_model`] passes over.
+const OPTIMISER_TENSORS: [&str; 2] = ["adam_m", "adam_v"];
+
+/// Reads the model of a registered checkpoint (the whole file, checked against the
+/// catalog): its parameters and configuration; Adam's pages are not decoded. At
+/// D·P = 28 million weights that is a third of the values.
+pub fn read_registered_model(file: &Registered) -> Result<CheckpointModel> {
+    let path = file.path();
+    let file = checkpoint_file(bytes::Bytes::from(file.read()?), path)?;
+    let config = checkpoint_config(&file.meta, path)?;
+    let found = file.tensors_except(path, "checkpoint", &OPTIMISER_TENSORS)?;
+    let params = read_params(&found, &config)?;
+    Ok(CheckpointModel { params, config })
+}
+
+/// The footer of a checkpoint of this build's format.
+fn checkpoint_file<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<TensorFile<R>> {
     let file = TensorFile::open(reader, path)?;
-    let meta = file.meta.clone();
-    let format = kv(&meta, "fsgp.format", path)?;
+    let format = kv(&file.meta, "fsgp.format", path)?;
     ensure!(
         format == CHECKPOINT_FORMAT,
         "{}: format {format:?}, expected {CHECKPOINT_FORMAT:?}",
         path.display()
     );
-    let found = file.tensors(path, "checkpoint")?;
-    let config: serde_json::Value = serde_json::from_str(kv(&meta, "fsgp.config", path)?)
-        .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))?;
+    Ok(file)
+}
+
+/// The run's configuration a checkpoint embeds.
+fn checkpoint_config(meta: &[(String, String)], path: &Path) -> Result<serde_json::Value> {
+    serde_json::from_str(kv(meta, "fsgp.config", path)?)
+        .with_context(|| format!("{}: fsgp.config is not JSON", path.display()))
+}
+
+fn decode_checkpoint<R: ChunkReader + 'static>(reader: R, path: &Path) -> Result<Checkpoint> {
+    let file = checkpoint_file(reader, path)?;
+    let meta = file.meta.clone();
+    let mut found = file.tensors(path, "checkpoint")?;
+    let config = checkpoint_config(&meta, path)?;
     let params = read_params(&found, &config)?;
     let adam = AdamState {
-        m: found.vector("adam_m")?,
-        v: found.vector("adam_v")?,
+        m: found.take_vector("adam_m")?,
+        v: found.take_vector("adam_v")?,
         t: parse_kv(&meta, "fsgp.adam_t", path)?,
     };
     let n = crate::model::params::flat_len(&params);

@@ -169,7 +169,7 @@ fn tensors_checksum(prefix: &str, tensors: &[&Tensor]) -> String {
         h.update(&[0]);
         h.update(&(t.rows as u64).to_le_bytes());
         h.update(&(t.cols as u64).to_le_bytes());
-        for v in &t.values {
+        for v in t.values.iter() {
             h.update(&v.to_le_bytes());
         }
     }
@@ -186,21 +186,17 @@ fn part_of(tensor: &str) -> &'static str {
 }
 
 /// The file's content as written: tensors and key-value pairs (checksums included).
-struct Encoded {
-    tensors: Vec<Tensor>,
+struct Encoded<'a> {
+    tensors: Vec<Tensor<'a>>,
     meta: Vec<(String, String)>,
 }
 
 impl ModelFile {
-    fn encode(&self) -> Result<Encoded> {
+    fn encode(&self) -> Result<Encoded<'_>> {
         let mut tensors = param_tensors(&self.params);
         if let Some(b) = &self.basis {
-            tensors.push(Tensor {
-                name: BASIS.to_string(),
-                rows: b.nrows(),
-                cols: b.ncols(),
-                values: b.iter().map(|&v| f64::from(v)).collect(),
-            });
+            let values = b.iter().map(|&v| f64::from(v)).collect();
+            tensors.push(Tensor::owned(BASIS, b.nrows(), b.ncols(), values));
         }
         let mut meta = vec![
             ("fsgp.format".to_string(), MODEL_FORMAT.to_string()),
@@ -210,7 +206,7 @@ impl ModelFile {
         ];
         if let Some(s) = &self.scaling {
             let ids: Vec<f64> = s.ids.iter().map(|&i| f64::from(i)).collect();
-            tensors.push(Tensor::vector(TRANSFORM_TENSORS[0], &ids));
+            tensors.push(Tensor::owned(TRANSFORM_TENSORS[0], 1, ids.len(), ids));
             tensors.push(Tensor::vector(TRANSFORM_TENSORS[1], &s.shift));
             tensors.push(Tensor::vector(TRANSFORM_TENSORS[2], &s.scale));
             let facts = TransformFacts {
@@ -592,7 +588,7 @@ mod tests {
         let e = err(&path);
         assert!(e.contains("m.fsgp: missing part 'provenance'"), "{e}");
 
-        rewritten(&m, &path, |e| e.tensors[0].values[1] += 1e-9);
+        rewritten(&m, &path, |e| e.tensors[0].values.to_mut()[1] += 1e-9);
         let e = err(&path);
         assert!(
             e.contains("m.fsgp: damaged: part 'params' does not match"),

@@ -13,19 +13,22 @@
 //! The bytes depend only on the tensors and the metadata (no time, no statistics), so the
 //! same content always gives the same file.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use arrow::array::{Array, Float64Array, ListArray, StringArray, UInt64Array};
+use arrow::array::{Array, BooleanArray, Float64Array, ListArray, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use faer::Mat;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+};
+use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::data_type::{ByteArray, ByteArrayType, DataType as Physical, DoubleType, Int64Type};
-use parquet::file::metadata::KeyValue;
+use parquet::file::metadata::{KeyValue, PageIndexPolicy};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::ChunkReader;
 use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
@@ -33,39 +36,59 @@ use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
 use super::chunks::{synced_and_summed, WrittenFile};
 use super::footer::key_values;
 
-/// A named rows × cols matrix, its entries row-major (a vector is one row).
+/// A named rows × cols matrix, its entries row-major (a vector is one row). The values are
+/// borrowed where the caller's layout is already the file's (a vector), so writing a
+/// checkpoint does not copy Adam's moments, and owned otherwise.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tensor {
+pub struct Tensor<'a> {
     pub name: String,
     pub rows: usize,
     pub cols: usize,
     /// rows × cols entries, row-major.
-    pub values: Vec<f64>,
+    pub values: Cow<'a, [f64]>,
 }
 
-impl Tensor {
+/// Rows of a matrix converted together between faer's column-major layout and the file's
+/// row-major one: the block's row-major values (64 × cols) stay in cache while each column
+/// is visited. Row by row, one value per column, a [500 000 × 56] matrix touched a
+/// different page at every value.
+const BLOCK_ROWS: usize = 64;
+
+impl Tensor<'static> {
     /// `m` [rows×cols] row-major.
-    pub fn matrix(name: &str, m: &Mat<f64>) -> Tensor {
+    pub fn matrix(name: &str, m: &Mat<f64>) -> Self {
         let (rows, cols) = (m.nrows(), m.ncols());
-        let mut values = Vec::with_capacity(rows * cols);
-        for i in 0..rows {
-            values.extend((0..cols).map(|j| m[(i, j)]));
+        let mut values = vec![0.0; rows * cols];
+        for start in (0..rows).step_by(BLOCK_ROWS) {
+            let end = (start + BLOCK_ROWS).min(rows);
+            for j in 0..cols {
+                for (i, &v) in (start..end).zip(m.col(j).subrows(start, end - start).iter()) {
+                    values[i * cols + j] = v;
+                }
+            }
         }
+        Tensor::owned(name, rows, cols, values)
+    }
+
+    /// `values` [rows×cols] row-major.
+    pub fn owned(name: &str, rows: usize, cols: usize, values: Vec<f64>) -> Self {
         Tensor {
             name: name.to_string(),
             rows,
             cols,
-            values,
+            values: Cow::Owned(values),
         }
     }
+}
 
-    /// `v` as one row [1×len].
-    pub fn vector(name: &str, v: &[f64]) -> Tensor {
+impl<'a> Tensor<'a> {
+    /// `v` as one row [1×len], borrowed.
+    pub fn vector(name: &str, v: &'a [f64]) -> Self {
         Tensor {
             name: name.to_string(),
             rows: 1,
             cols: v.len(),
-            values: v.to_vec(),
+            values: Cow::Borrowed(v),
         }
     }
 
@@ -78,14 +101,25 @@ impl Tensor {
 
     /// The entries as a matrix [rows×cols].
     pub fn to_mat(&self) -> Mat<f64> {
-        Mat::from_fn(self.rows, self.cols, |i, j| self.values[i * self.cols + j])
+        let (rows, cols) = (self.rows, self.cols);
+        let mut m = Mat::zeros(rows, cols);
+        for start in (0..rows).step_by(BLOCK_ROWS) {
+            let end = (start + BLOCK_ROWS).min(rows);
+            for j in 0..cols {
+                let mut column = m.col_mut(j);
+                for i in start..end {
+                    column[i] = self.values[i * cols + j];
+                }
+            }
+        }
+        m
     }
 }
 
 /// The tensors of a file, looked up by name; a missing one is an error naming the file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensors<'p> {
-    pub found: Vec<Tensor>,
+    pub found: Vec<Tensor<'static>>,
     /// The file, for messages.
     pub path: &'p Path,
     /// What the file is, for messages (`checkpoint`, `model file`).
@@ -97,7 +131,7 @@ impl Tensors<'_> {
         self.found.iter().any(|t| t.name == name)
     }
 
-    pub fn get(&self, name: &str) -> Result<&Tensor> {
+    pub fn get(&self, name: &str) -> Result<&Tensor<'static>> {
         self.found
             .iter()
             .find(|t| t.name == name)
@@ -109,7 +143,19 @@ impl Tensors<'_> {
     }
 
     pub fn vector(&self, name: &str) -> Result<Vec<f64>> {
-        Ok(self.get(name)?.values.clone())
+        Ok(self.get(name)?.values.to_vec())
+    }
+
+    /// [`Tensors::vector`], moved out of the file's tensors (which then hold it empty):
+    /// for the largest, read once.
+    pub fn take_vector(&mut self, name: &str) -> Result<Vec<f64>> {
+        self.get(name)?;
+        let t = self
+            .found
+            .iter_mut()
+            .find(|t| t.name == name)
+            .expect("found above");
+        Ok(std::mem::take(&mut t.values).into_owned())
     }
 }
 
@@ -221,16 +267,26 @@ fn write_values(group: &mut SerializedRowGroupWriter<'_, File>, tensors: &[Tenso
 pub struct TensorFile<R: ChunkReader + 'static> {
     /// Key-value pairs in the order written; a key without a value reads as "".
     pub meta: Vec<(String, String)>,
-    builder: ParquetRecordBatchReaderBuilder<R>,
+    reader: R,
+    /// The footer, with the pages' offset index: a tensor skipped
+    /// ([`TensorFile::tensors_except`]) is not decompressed.
+    footer: ArrowReaderMetadata,
 }
 
 impl<R: ChunkReader + 'static> TensorFile<R> {
     /// Reads the footer of `reader` (the file at `path`, for messages).
     pub fn open(reader: R, path: &Path) -> Result<Self> {
-        let builder = ParquetRecordBatchReaderBuilder::try_new(reader)
+        // The offset index alone: where each page is, by which skipped rows' pages are
+        // passed over (old files without one are read as before).
+        let options = ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Optional);
+        let footer = ArrowReaderMetadata::load(&reader, options)
             .with_context(|| format!("reading Parquet footer of {}", path.display()))?;
-        let meta = key_values(builder.metadata().file_metadata());
-        Ok(TensorFile { meta, builder })
+        let meta = key_values(footer.metadata().file_metadata());
+        Ok(TensorFile {
+            meta,
+            reader,
+            footer,
+        })
     }
 
     /// The value of `key`, if the file has it.
@@ -244,48 +300,129 @@ impl<R: ChunkReader + 'static> TensorFile<R> {
     /// Decodes every tensor row, each checked to hold rows × cols values; `what` names the
     /// kind of file in messages.
     pub fn tensors<'p>(self, path: &'p Path, what: &'static str) -> Result<Tensors<'p>> {
-        let mut found = Vec::new();
-        for batch in self.builder.build()? {
+        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(self.reader, self.footer);
+        decode(builder, path, what)
+    }
+}
+
+impl<R: ChunkReader + Clone + 'static> TensorFile<R> {
+    /// [`TensorFile::tensors`] but those named in `skipped`, which are neither built into
+    /// arrays nor copied, and whose pages the reader passes over where the offset index
+    /// lets it: prediction reads a checkpoint's parameters without Adam's moments, which
+    /// are twice their size (at D·P = 28 million weights the read went from 9–18 s and
+    /// 4.2 GB to about 2.5 s and 1.9 GB; BENCHMARKS.md). The names are read first (their
+    /// column alone).
+    pub fn tensors_except<'p>(
+        self,
+        path: &'p Path,
+        what: &'static str,
+        skipped: &[&str],
+    ) -> Result<Tensors<'p>> {
+        let names = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            self.reader.clone(),
+            self.footer.clone(),
+        );
+        let only_names = ProjectionMask::roots(names.parquet_schema(), [0]);
+        let mut kept = Vec::new();
+        for batch in names.with_projection(only_names).build()? {
             let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
-            let col = |i: usize| batch.column(i).as_any();
-            let (Some(names), Some(rows), Some(cols), Some(values)) = (
-                col(0).downcast_ref::<StringArray>(),
-                col(1).downcast_ref::<UInt64Array>(),
-                col(2).downcast_ref::<UInt64Array>(),
-                col(3).downcast_ref::<ListArray>(),
-            ) else {
+            let Some(names) = batch.column(0).as_any().downcast_ref::<StringArray>() else {
                 bail!("{}: not an fsgp {what} (schema)", path.display());
             };
-            for i in 0..batch.num_rows() {
-                let v = values.value(i);
-                let v = v
-                    .as_any()
-                    .downcast_ref::<Float64Array>()
-                    .with_context(|| format!("{}: values are not f64", path.display()))?;
-                let (r, c) = (rows.value(i) as usize, cols.value(i) as usize);
-                ensure!(
-                    Some(v.len()) == r.checked_mul(c),
-                    "{}: tensor {} holds {} values, expected {r}×{c}",
-                    path.display(),
-                    names.value(i),
-                    v.len()
-                );
-                found.push(Tensor {
-                    name: names.value(i).to_string(),
-                    rows: r,
-                    cols: c,
-                    values: v.values().to_vec(),
-                });
-            }
+            kept.extend((0..names.len()).map(|i| !skipped.contains(&names.value(i))));
         }
-        Ok(Tensors { found, path, what })
+        let selection = RowSelection::from_filters(&[BooleanArray::from(kept)]);
+        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(self.reader, self.footer)
+            .with_row_selection(selection);
+        decode(builder, path, what)
     }
+}
+
+/// The tensor rows `builder` reads, each checked to hold rows × cols values.
+fn decode<'p, R: ChunkReader + 'static>(
+    builder: ParquetRecordBatchReaderBuilder<R>,
+    path: &'p Path,
+    what: &'static str,
+) -> Result<Tensors<'p>> {
+    let mut found = Vec::new();
+    for batch in builder.build()? {
+        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        let col = |i: usize| batch.column(i).as_any();
+        let (Some(names), Some(rows), Some(cols), Some(values)) = (
+            col(0).downcast_ref::<StringArray>(),
+            col(1).downcast_ref::<UInt64Array>(),
+            col(2).downcast_ref::<UInt64Array>(),
+            col(3).downcast_ref::<ListArray>(),
+        ) else {
+            bail!("{}: not an fsgp {what} (schema)", path.display());
+        };
+        for i in 0..batch.num_rows() {
+            let v = values.value(i);
+            let v = v
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .with_context(|| format!("{}: values are not f64", path.display()))?;
+            let (r, c) = (rows.value(i) as usize, cols.value(i) as usize);
+            ensure!(
+                Some(v.len()) == r.checked_mul(c),
+                "{}: tensor {} holds {} values, expected {r}×{c}",
+                path.display(),
+                names.value(i),
+                v.len()
+            );
+            found.push(Tensor::owned(names.value(i), r, c, v.values().to_vec()));
+        }
+    }
+    Ok(Tensors { found, path, what })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs::File;
+
+    /// A matrix taller than the conversion's block goes to row-major values and back
+    /// unchanged, its values in row-major order.
+    #[test]
+    fn matrices_convert_in_blocks_of_rows() {
+        let m = Mat::from_fn(2 * BLOCK_ROWS + 5, 7, |i, j| (i * 7 + j) as f64);
+        let t = Tensor::matrix("m", &m);
+        let in_order: Vec<f64> = (0..m.nrows() * 7).map(|v| v as f64).collect();
+        assert_eq!(&t.values[..], &in_order[..]);
+        assert_eq!(t.to_mat(), m);
+        assert_eq!(Tensor::matrix("e", &Mat::new()).to_mat(), Mat::<f64>::new());
+    }
+
+    /// Reading all but some tensors gives the others as written, in order, wherever the
+    /// skipped ones lie (first, between, last, side by side, over a page or within one).
+    #[test]
+    fn tensors_but_the_skipped_ones_are_read_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.parquet");
+        // Over a page's megabyte each, so that each ends a page, beside small ones.
+        let long = |f: fn(f64) -> f64| (0..150_000).map(|i| f(i as f64)).collect::<Vec<_>>();
+        let (cos, sin, sqrt) = (long(f64::cos), long(f64::sin), long(f64::sqrt));
+        let written = vec![
+            Tensor::vector("a", &cos),
+            Tensor::vector("b", &[1.0, -2.0]),
+            Tensor::vector("c", &sin),
+            Tensor::vector("d", &sqrt),
+            Tensor::matrix("e", &Mat::from_fn(3, 2, |i, j| (i + 10 * j) as f64)),
+            Tensor::vector("f", &[]),
+        ];
+        write_tensors(&path, &written, &[]).unwrap();
+        let bytes = bytes::Bytes::from(std::fs::read(&path).unwrap());
+        for skipped in [&["c", "d"][..], &["a"], &["f"], &["b", "e"], &[], &["x"]] {
+            let file = TensorFile::open(bytes.clone(), &path).unwrap();
+            let back = file.tensors_except(&path, "test file", skipped).unwrap();
+            let kept: Vec<Tensor> = written
+                .iter()
+                .filter(|t| !skipped.contains(&t.name.as_str()))
+                .cloned()
+                .collect();
+            assert_eq!(back.found, kept, "skipping {skipped:?}");
+        }
+    }
 
     #[test]
     fn tensors_and_metadata_round_trip_in_order() {
@@ -320,7 +457,10 @@ mod tests {
         use arrow::array::RecordBatch;
         use arrow::buffer::OffsetBuffer;
         use parquet::arrow::ArrowWriter;
-        let flat: Vec<f64> = tensors.iter().flat_map(|t| t.values.clone()).collect();
+        let flat: Vec<f64> = tensors
+            .iter()
+            .flat_map(|t| t.values.iter().copied())
+            .collect();
         let values = ListArray::new(
             Arc::new(Field::new(
                 "item",
