@@ -314,8 +314,10 @@ pub fn lone_takes_the_time_left(
 /// least the steps its run took: the plannable seconds less what was spent, a run's setup
 /// and the final model's fixed costs ([`no_selection_steps`]). Sets them as its
 /// `final_steps` and returns them. When those fixed costs and the steps already taken do
-/// not fit the time left (a budget smaller than the data's ingest and scoring), says where
-/// the fit is expected to end ([`FitEvent::PastTheBudget`]) instead of ending silently past it.
+/// not fit the time left (a budget smaller than the data's ingest and scoring), a probe
+/// whose steps the time left cannot add to becomes the final model itself
+/// ([`Scored::final_is_probe`]); otherwise says where the fit is expected to end
+/// ([`FitEvent::PastTheBudget`]) instead of ending silently past it.
 fn final_steps_of_the_time_left(
     s: &mut Scored,
     at: &Spending,
@@ -328,7 +330,22 @@ fn final_steps_of_the_time_left(
     let steps = no_selection_steps(spare, step_seconds, at.plan.cap).max(s.steps);
     s.final_steps = Some(steps);
     let final_run = final_seconds(s.run_seconds + fixed, steps, step_seconds);
-    if spent + final_run > at.plan.budget {
+    let overruns = spent + final_run > at.plan.budget;
+    // Its probe scored with no selection run, and the time left buys no step more: the
+    // final model would repeat the probe's steps on every row (at the probe's own rate,
+    // whatever the planning's), past the budget. The probe's run is the final model
+    // instead; what remains is scoring it.
+    let repeated = final_seconds(s.run_seconds + fixed, s.steps, s.step_seconds);
+    let repeats_past_the_budget = steps == s.steps && spent + repeated > at.plan.budget;
+    if repeats_past_the_budget && s.every == 0 && !at.plan.fixed {
+        s.final_is_probe = true;
+        observer.event(FitEvent::FinalIsProbe {
+            name: &s.candidate.name,
+            steps,
+            fixed_seconds: fixed,
+            left_seconds: (at.plan.budget - spent).max(0.0),
+        });
+    } else if overruns {
         observer.event(FitEvent::PastTheBudget {
             fixed_seconds: fixed,
             left_seconds: (at.plan.budget - spent).max(0.0),

@@ -140,7 +140,13 @@ pub enum FitEvent<'a> {
     /// The chosen candidate does not beat the label frequencies on validation.
     NoBetterThanBaseline,
     /// The rule's choice, trained next on every training row for `steps` steps.
-    Chosen { name: &'a str, steps: u64 },
+    Chosen {
+        name: &'a str,
+        steps: u64,
+        /// Its probe's run is the final model ([`FitEvent::FinalIsProbe`]): nothing is
+        /// trained again.
+        probe: bool,
+    },
     /// The one candidate the budget kept affords fewer steps than a selection run needs (`needed`: [`MIN_EPOCHS`] epochs, or the cap): no
     /// selection run, its final model trains the time left.
     NoSelectionRun {
@@ -157,6 +163,15 @@ pub enum FitEvent<'a> {
         left_seconds: f64,
         expected_end: f64,
         budget_seconds: f64,
+    },
+    /// The final model's fixed costs do not fit the seconds left, which buy no step more
+    /// than the probe of the one candidate took: the probe's run (trained on the selection
+    /// split's rows) is the final model.
+    FinalIsProbe {
+        name: &'a str,
+        steps: u64,
+        fixed_seconds: f64,
+        left_seconds: f64,
     },
     /// A stage of the final model starts (`ingest`, `svd`, `train`, `predict`, `evaluate`).
     FinalStageStarted { stage: &'a str },
@@ -320,9 +335,12 @@ impl FitEvent<'_> {
                  scale, no signal, or too small a budget)"
                     .to_string(),
             ),
-            FitEvent::Chosen { name, steps } => (
+            FitEvent::Chosen { name, steps, probe } => (
                 Result,
-                format!("chosen {name} ({steps} steps); training it on every training row"),
+                match probe {
+                    false => format!("chosen {name} ({steps} steps); training it on every training row"),
+                    true => format!("chosen {name} ({steps} steps); its probe's run is the final model"),
+                },
             ),
             FitEvent::NoSelectionRun {
                 name,
@@ -350,6 +368,20 @@ impl FitEvent<'_> {
                      scoring: {fixed_seconds:.0} s) do not fit the {left_seconds:.0} s left: \
                      the fit will end near {expected_end:.0} s, past its budget of \
                      {budget_seconds:.0} s; a budget of {expected_end:.0} s or more fits them"
+                ),
+            ),
+            FitEvent::FinalIsProbe {
+                name,
+                steps,
+                fixed_seconds,
+                left_seconds,
+            } => (
+                Warning,
+                format!(
+                    "{name}: training it again on every row (the whole file's ingest, its \
+                     svd and scoring: {fixed_seconds:.0} s, and its {steps} steps) does not \
+                     fit the {left_seconds:.0} s left: its probe's run, trained on the \
+                     selection split's rows, is the final model"
                 ),
             ),
             FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),

@@ -653,6 +653,12 @@ pub(super) struct Scored {
     /// reserved for, not its own (`budget::train_trailing`): it is chosen only if its
     /// final model still fits the time left (`budget::choice`).
     pub(super) unreserved: bool,
+    /// Set when it had no selection run and the final model's fixed costs (the whole
+    /// file's ingest, svd and scoring) do not fit the time left, which affords no more
+    /// steps than its probe took: the probe's run, on the selection split's training rows,
+    /// is then the final model (`budget::final_steps_of_the_time_left`), rather than the
+    /// same steps again on every row past the budget.
+    pub(super) final_is_probe: bool,
     /// Seconds of its svd, and of scoring validation: the final model pays them again.
     pub(super) svd_seconds: f64,
     pub(super) scoring_seconds: f64,
@@ -1037,6 +1043,7 @@ fn scored_run(
         open: false,
         restart: None,
         unreserved: false,
+        final_is_probe: false,
         scoring_seconds,
     };
     scored.record_end(ws, stopped, planned, plan.cap)?;
@@ -1796,6 +1803,7 @@ pub(super) mod tests {
             open: false,
             restart: None,
             unreserved: false,
+            final_is_probe: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,
             run_seconds: 0.0,

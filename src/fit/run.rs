@@ -18,6 +18,7 @@ use super::request::FitRequest;
 use super::rule::*;
 use super::sizes;
 use crate::export::ExportOptions;
+use crate::ingest::validation::{Carved, ValidationSplit};
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
@@ -197,6 +198,7 @@ pub fn run(
     observer.event(FitEvent::Chosen {
         name: &chosen.candidate.name,
         steps: chosen.final_steps(),
+        probe: chosen.final_is_probe,
     });
     // The reserved spec is fit's own empty file: written over without --force.
     let replace = args.force || reserved.is_some();
@@ -204,13 +206,21 @@ pub fn run(
         Some(_) => Split::Test,
         None => Split::Train,
     };
+    // The probe that is the final model (fixed costs past the budget) is scored where it
+    // was trained: the selection data, its carve, its steps.
+    let select_carve = ValidationSplit::fraction(fraction, seed);
+    let (final_name, carve) = match chosen.final_is_probe {
+        true => (select.as_str(), Some(select_carve)),
+        false => (name.as_str(), None),
+    };
     let final_model = FinalModel {
         inputs: &inputs,
-        name: &name,
+        name: final_name,
+        carve,
         kind,
         seed,
         split,
-        time_left: (!plan.fixed).then_some(TimeLeft {
+        time_left: (!plan.fixed && !chosen.final_is_probe).then_some(TimeLeft {
             plan: &plan,
             spent: &spent,
             validation_rows: dataset.split(Split::Validation).map_or(0, |s| s.n_rows),
@@ -301,6 +311,9 @@ fn check_outputs(args: &FitRequest) -> Result<()> {
 struct FinalModel<'a> {
     inputs: &'a Inputs,
     name: &'a str,
+    /// The validation carve of its ingest: the selection data's when the probe is the
+    /// final model, none otherwise (every training row trains).
+    carve: Option<ValidationSplit>,
     kind: LabelKind,
     seed: u64,
     split: Split,
@@ -422,7 +435,7 @@ impl FinalModel<'_> {
                 Ok(())
             };
         timed(observer, "ingest", &mut |_| {
-            let out = crate::ingest::run(ws, &self.inputs.config(self.name, None)?)?;
+            let out = crate::ingest::run(ws, &self.inputs.config(self.name, self.carve)?)?;
             Ok((out.run_id, !out.ingested))
         })?;
         let mut svd_run = 0;
@@ -519,6 +532,13 @@ fn rewrite_spec(path: &Path, written: &str, text: &str) -> Result<bool> {
 fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
     let mut text = String::new();
     text += &match chosen.final_steps {
+        Some(_) if chosen.final_is_probe => format!(
+            "# Written by `pipeline fit` (docs/fit.md): the one candidate the budget kept, {},\n\
+             # scored on validation after its {}-step probe; training it again on every row did\n\
+             # not fit the budget, so the probe's run, on the training rows of the selection\n\
+             # carve below, is the final model.\n\n",
+            chosen.candidate.name, chosen.steps
+        ),
         None => format!(
             "# Written by `pipeline fit` (docs/fit.md): the candidate chosen on validation, {},\n\
              # trained on every training row for the {} steps its selection run took (of {}\n\
@@ -551,7 +571,11 @@ fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
         }
         t + "\n"
     };
-    text += &table("ingest", &model.inputs.spec_pairs(model.name));
+    let mut ingest = model.inputs.spec_pairs(model.name);
+    if let Some(carve) = model.carve {
+        ingest.extend(carve_pairs(carve));
+    }
+    text += &table("ingest", &ingest);
     let mut svd = vec![("seed", model.seed.to_string())];
     svd.extend(chosen.candidate.svd_pairs());
     text += &table("svd", &svd);
@@ -561,6 +585,21 @@ fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
     text += &table("predict", &predict_pairs(&predict));
     text += &table("evaluate", &[("task", model.kind.as_str().to_string())]);
     text
+}
+
+/// The spec's `[ingest]` keys of a validation carve by a fraction of the rows.
+fn carve_pairs(carve: ValidationSplit) -> Vec<(&'static str, String)> {
+    match carve.rows {
+        Carved::Fraction(f) => vec![
+            ("validation_fraction", f.to_string()),
+            ("validation_seed", carve.seed.to_string()),
+        ],
+        Carved::Fold { fold, folds } => vec![
+            ("validation_folds", folds.to_string()),
+            ("validation_fold", fold.to_string()),
+            ("validation_seed", carve.seed.to_string()),
+        ],
+    }
 }
 
 #[cfg(test)]
@@ -613,6 +652,7 @@ mod tests {
             open: false,
             restart: None,
             unreserved: false,
+            final_is_probe: false,
             svd_seconds: 0.0,
             scoring_seconds: 0.0,
             run_seconds: 0.0,
@@ -632,6 +672,7 @@ mod tests {
         let model = FinalModel {
             inputs: &inputs,
             name: "toy",
+            carve: None,
             kind: LabelKind::Binary,
             seed: 7,
             split: Split::Test,

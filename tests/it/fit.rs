@@ -925,39 +925,49 @@ fn a_lone_candidate_short_of_its_epochs_gets_no_selection_run() {
 }
 
 #[test]
-fn a_budget_the_final_models_fixed_costs_overrun_is_named_before_the_fit_ends_past_it() {
+fn a_budget_the_final_models_fixed_costs_overrun_makes_the_probe_the_final_model() {
     let dir = tempfile::tempdir().unwrap();
     // The failpoint prices the final model's ingest, svd and scoring at 1 000 times what
     // the selection data measured: more than the 20 s budget holds (a budget below what
-    // the data's ingest and scoring take, as on a million rows and half a minute).
-    let (out, _) = lone_fit(dir.path(), 5, "fit-fixed-dearer:1000", &["--json"]);
+    // the data's ingest and scoring take, as on a million rows and half a minute). The
+    // time left then buys no step beyond the probe's: training them again on every row
+    // would only end the fit past its budget.
+    let (out, spec) = lone_fit(dir.path(), 5, "fit-fixed-dearer:1000", &["--json"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    let warning = err
-        .lines()
-        .find(|l| l.contains("past its budget of 20 s"))
-        .unwrap_or_else(|| panic!("{err}"));
-    // "… do not fit the L s left: the fit will end near E s, past its budget of 20 s; a
-    // budget of E s or more fits them": E counts the inflated fixed costs.
-    let end = number_between(warning, "will end near ", " ").unwrap_or_else(|| panic!("{warning}"));
-    assert!(end > 20.0, "{warning}");
     assert!(
-        warning.contains(&format!("budget of {end:.0} s or more")),
-        "{warning}"
-    );
-    // The fit still ends with its final model (planned at the steps its probe took; the
-    // true clock then lets it go on).
-    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let probe_steps = outcome["candidates"][0]["trained_steps"].as_u64().unwrap();
-    assert!(
-        err.contains(&format!("trains the time left ({probe_steps} steps)")),
+        err.contains("its probe's run, trained on the selection split's rows, is the final model"),
         "{err}"
     );
+    assert!(!err.contains("past its budget"), "{err}");
+    assert!(!err.contains("training it on every training row"), "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let probe = &outcome["candidates"][0];
+    let probe_steps = probe["trained_steps"].as_u64().unwrap();
     assert_eq!(
-        outcome["final_runs"].as_array().unwrap().len(),
-        1,
+        outcome["final_steps"].as_u64(),
+        Some(probe_steps),
         "{outcome}"
     );
+    // The final run is the probe's own run, scored; the whole file is not ingested again.
+    let final_runs = outcome["final_runs"].as_array().unwrap();
+    assert_eq!(final_runs.len(), 1, "{outcome}");
+    assert_eq!(
+        final_runs[0]["train_run"], probe["selection_run"],
+        "{outcome}"
+    );
+    assert_eq!(dataset_names(&dir.path().join("ws")), ["toy-select"]);
+    let seconds = outcome["seconds"].as_f64().unwrap();
+    assert!(seconds <= 20.0, "{seconds}");
+    // The spec says so and reproduces that model: the selection carve, the probe's steps.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert!(text.contains("the probe's run"), "{text}");
+    assert!(text.contains("name = \"toy-select\""), "{text}");
+    assert!(text.contains("validation_fraction = 0.2\n"), "{text}");
+    assert!(text.contains(&format!("steps = {probe_steps}\n")), "{text}");
+    assert!(!text.contains("max_steps"), "{text}");
+    let again = pipeline(&dir.path().join("fresh"), &["run", spec.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
 }
 
 #[test]
