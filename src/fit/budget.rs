@@ -921,6 +921,57 @@ mod tests {
         assert_eq!(steps_going_on(&s, &plan, |room| room.min(30)), None);
     }
 
+    /// Records which of the two final-model events a fit said, by name.
+    struct Said(Vec<&'static str>);
+
+    impl FitObserver for Said {
+        fn event(&mut self, event: FitEvent<'_>) {
+            match event {
+                FitEvent::FinalIsProbe { .. } => self.0.push("probe"),
+                FitEvent::PastTheBudget { .. } => self.0.push("past"),
+                _ => {}
+            }
+        }
+    }
+
+    /// A probe whose steps, trained again on every row with the final model's fixed
+    /// costs, would end past the budget is the final model itself; a selection run in the
+    /// same place (a run with early stopping, not a spec's fixed steps) is trained again
+    /// and the overrun said; where they fit, neither.
+    #[test]
+    fn a_probe_that_cannot_be_repeated_in_the_time_left_is_the_final_model() {
+        use crate::fit::rule::tests::{binary, scored};
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let plan = plan_of(60.0);
+        // 40 s spent; the probe's 3 steps at 3 s, a run's setup of 5 s, svd 3 s and
+        // scoring 5 s, and the whole file's ingest 2 s: 10 s of fixed costs and 9 s of
+        // steps against the 20 s left less the plan's 2 % (18.8 s).
+        let ended = |spent: f64, every: u64| {
+            let spent_now = move || spent;
+            let at = Spending {
+                ws: &ws,
+                plan: &plan,
+                spent: &spent_now,
+                ingest_seconds: 2.0,
+            };
+            let mut s = scored("probe", binary(0.8, 0.3));
+            (s.steps, s.step_seconds, s.run_seconds, s.every) = (3, 3.0, 5.0, every);
+            (s.svd_seconds, s.scoring_seconds) = (3.0, 5.0);
+            let mut said = Said(Vec::new());
+            let steps = final_steps_of_the_time_left(&mut s, &at, 3.0, &mut said);
+            (steps, s.final_is_probe, said.0)
+        };
+        assert_eq!(ended(40.0, 0), (3, true, vec!["probe"]));
+        assert_eq!(ended(40.0, 7), (3, false, vec!["past"]));
+        // 20 s spent: the same steps and more fit.
+        let (steps, probe, said) = ended(20.0, 0);
+        assert!(
+            steps > 3 && !probe && said.is_empty(),
+            "{steps} {probe} {said:?}"
+        );
+    }
+
     /// A plan of `budget` seconds with nothing else set (the spare time reads the budget).
     fn plan_of(budget: f64) -> Plan {
         Plan {
