@@ -901,13 +901,26 @@ pub fn newest_svd_run(ws: &Workspace, d: &DatasetRow) -> Result<i64> {
 
 /// A training run's configuration and the model of one of its checkpoints (its parameters
 /// and configuration, not the optimiser's state), verified against the
-/// catalog's checksum: the one at `step`, or by default the run's model — the checkpoint
-/// early stopping marked best when there is one, else the last.
+/// catalog's checksum: the one at `step`, or by default the run's model ([`run_checkpoint`]).
 pub fn load_run_checkpoint(
     ws: &Workspace,
     run: i64,
     step: Option<u64>,
 ) -> Result<(TrainConfig, CheckpointRow, CheckpointModel)> {
+    let (config, ckpt_row) = run_checkpoint(ws, run, step)?;
+    let model = read_registered_model(&ws.checkpoint_file(&ckpt_row)?)?;
+    Ok((config, ckpt_row, model))
+}
+
+/// A training run's configuration and the catalog's row of one of its checkpoints, read
+/// from the catalog alone (a caller checks what else it needs before reading the file):
+/// the one at `step`, or by default the run's model — the checkpoint early stopping marked
+/// best when there is one, else the last.
+pub fn run_checkpoint(
+    ws: &Workspace,
+    run: i64,
+    step: Option<u64>,
+) -> Result<(TrainConfig, CheckpointRow)> {
     let config = TrainConfig::of_run(ws, run)?;
     let ckpts = ws.catalog.checkpoints(run)?;
     let ckpt_row = match step {
@@ -928,8 +941,7 @@ pub fn load_run_checkpoint(
             .with_context(|| format!("run {run} has no checkpoint yet"))?,
     }
     .clone();
-    let model = read_registered_model(&ws.checkpoint_file(&ckpt_row)?)?;
-    Ok((config, ckpt_row, model))
+    Ok((config, ckpt_row))
 }
 
 /// Reads a registered checkpoint, verifying its size and checksum against the catalog.

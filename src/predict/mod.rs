@@ -23,12 +23,12 @@ use serde_json::json;
 
 use crate::comm::{Comm, Single};
 use crate::error::InvalidOptions;
-use crate::model::params::Params;
 use crate::model::predictive::ProbabilityRule;
 use crate::scoring::ranking::{checked_top_k, with_ranking, Model};
 pub use crate::scoring::ranking::{default_top_k, DEFAULT_TOP_K, EVERY_CLASS_UP_TO};
 use crate::stage::{memoised_on, thread_pool, Outcome, Staged};
 use crate::store::catalog::{ArtifactKind, ArtifactRow, DatasetRow, RunRow, Split, StageKind};
+use crate::store::checkpoint::read_registered_model;
 use crate::store::chunks::read_registered_chunk;
 use crate::store::integrity::Registered;
 use crate::store::npy::NpyMap;
@@ -37,7 +37,7 @@ use crate::store::predictions::{
 };
 use crate::store::space::ensure_free;
 use crate::store::workspace::Workspace;
-use crate::trained::{load_run_checkpoint, SvdFiles, Task, TrainConfig};
+use crate::trained::{run_checkpoint, SvdFiles, Task, TrainConfig};
 
 /// What `pipeline predict` computes.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,7 +111,10 @@ pub fn run_on(
     opts: &PredictOptions,
 ) -> Result<Outcome<Option<PredictedFile>>> {
     opts.validate()?;
-    let (config, ckpt_row, ckpt) = load_run_checkpoint(ws, opts.run, opts.checkpoint)?;
+    // The checkpoint's row alone until it is needed: a cached prediction, a split the
+    // dataset lacks or a top-k it refuses cost no read of a model of hundreds of MB.
+    let (config, ckpt_row) = run_checkpoint(ws, opts.run, opts.checkpoint)?;
+    let checkpoint = ws.checkpoint_file(&ckpt_row)?;
     let dataset = config.dataset_row(ws)?;
     let top_k = checked_top_k(config.task, dataset.n_labels, opts.top_k)?;
     let files: Vec<Registered> = ws
@@ -166,7 +169,7 @@ pub fn run_on(
         config: &config,
         dataset: &dataset,
         checkpoint_step: ckpt_row.step,
-        params: &ckpt.params,
+        checkpoint: &checkpoint,
         basis: &basis,
         files: &files,
         comm,
@@ -211,7 +214,8 @@ struct Job<'a> {
     config: &'a TrainConfig,
     dataset: &'a DatasetRow,
     checkpoint_step: u64,
-    params: &'a Params,
+    /// The checkpoint whose model ranks the rows, read when they are ranked.
+    checkpoint: &'a Registered,
     /// X̃ [R×D].
     basis: &'a Registered,
     files: &'a [Registered],
@@ -239,11 +243,12 @@ impl Job<'_> {
                 opts.split, opts.run, self.checkpoint_step
             )
         };
+        let loaded = read_registered_model(self.checkpoint)?;
         let basis = NpyMap::open_registered(self.basis)?;
         let model = Model {
             config: self.config,
             n_features: dataset.n_features,
-            params: self.params,
+            params: &loaded.params,
             basis: &basis,
         };
         let started = Instant::now();

@@ -318,6 +318,56 @@ fn a_missing_validation_split_says_how_to_create_it() {
     );
 }
 
+/// A split the dataset lacks is refused before the model is read: with the run's
+/// checkpoint damaged, predict of the missing split names the split, and predict of one the
+/// dataset has names the damaged checkpoint (it is still verified when it is read).
+#[test]
+fn predict_refuses_a_missing_split_before_reading_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    common::toy::prepare(ws);
+    let args = [
+        "train",
+        "--dataset",
+        "toy",
+        "--factors",
+        "2",
+        "--batch",
+        "64",
+        "--steps",
+        "3",
+    ];
+    let o = pipeline(ws, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = stderr(&o)
+        .split("trained run ")
+        .nth(1)
+        .and_then(|t| t.split(':').next())
+        .unwrap_or_else(|| panic!("{}", stderr(&o)))
+        .to_string();
+    let ckpt = std::fs::read_dir(ws.join("train"))
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .expect("a checkpoint");
+    let mut bytes = std::fs::read(&ckpt).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&ckpt, bytes).unwrap();
+    let missing = pipeline(ws, &["predict", "--run", &run, "--split", "validation"]);
+    let e = stderr(&missing);
+    assert!(!missing.status.success());
+    assert!(e.contains("dataset 'toy' has no split 'validation'"), "{e}");
+    let damaged = pipeline(ws, &["predict", "--run", &run, "--split", "test"]);
+    let e = stderr(&damaged);
+    assert!(!damaged.status.success());
+    assert!(
+        e.contains(ckpt.file_name().unwrap().to_str().unwrap()),
+        "{e}"
+    );
+}
+
 /// svd of a dataset with a validation split equals, byte for byte, svd of a dataset
 /// ingested from only the rows the carve leaves in train: the basis never sees a
 /// validation row.
