@@ -77,10 +77,25 @@ impl Inputs {
         Ok(config)
     }
 
-    /// The spec's `[ingest]` table of the final model's ingest of dataset `name` (no carve),
-    /// as [`Inputs::config`] builds it. Rows in memory are recorded by their checksum
-    /// (`format = "rows"`): such a spec documents the fit, `pipeline run` cannot run it.
-    pub fn spec_pairs(&self, name: &str) -> Vec<(&'static str, String)> {
+    /// The spec's `[ingest]` table of the ingest of dataset `name` with `validation` carved
+    /// out (the final model's: none, unless the probe on the selection data is the final
+    /// model), as [`Inputs::config`] builds it. Rows in memory are recorded by their
+    /// checksum (`format = "rows"`): such a spec documents the fit, `pipeline run` cannot
+    /// run it.
+    pub fn spec_pairs(
+        &self,
+        name: &str,
+        validation: Option<ValidationSplit>,
+    ) -> Vec<(&'static str, String)> {
+        let carve = validation.iter().flat_map(ValidationSplit::keys);
+        let carve = carve.map(|(k, v)| (k, v.to_string()));
+        let mut o = self.files_pairs(name);
+        o.extend(carve);
+        o
+    }
+
+    /// [`Inputs::spec_pairs`] but the carve.
+    fn files_pairs(&self, name: &str) -> Vec<(&'static str, String)> {
         if let Some(rows) = &self.rows {
             return vec![
                 ("name", name.to_string()),

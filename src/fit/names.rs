@@ -76,8 +76,12 @@ pub(super) fn select_config(
     fraction: f64,
     seed: u64,
 ) -> Result<IngestConfig> {
-    let carve = ValidationSplit::fraction(fraction, seed);
-    inputs.config(&select_name(name), Some(carve))
+    inputs.config(&select_name(name), Some(select_carve(fraction, seed)))
+}
+
+/// The selection dataset's validation carve: `fraction` of the training rows by `seed`.
+pub(super) fn select_carve(fraction: f64, seed: u64) -> ValidationSplit {
+    ValidationSplit::fraction(fraction, seed)
 }
 
 /// The selection dataset's name of dataset `name`.

@@ -18,7 +18,7 @@ use super::request::FitRequest;
 use super::rule::*;
 use super::sizes;
 use crate::export::ExportOptions;
-use crate::ingest::validation::{Carved, ValidationSplit};
+use crate::ingest::validation::ValidationSplit;
 use crate::store::catalog::{LabelKind, Split};
 use crate::store::user_file::{check_file_output, refuse_same_file, UserFile};
 use crate::store::workspace::Workspace;
@@ -208,9 +208,8 @@ pub fn run(
     };
     // The probe that is the final model (fixed costs past the budget) is scored where it
     // was trained: the selection data, its carve, its steps.
-    let select_carve = ValidationSplit::fraction(fraction, seed);
     let (final_name, carve) = match chosen.final_is_probe {
-        true => (select.as_str(), Some(select_carve)),
+        true => (select.as_str(), Some(names::select_carve(fraction, seed))),
         false => (name.as_str(), None),
     };
     let final_model = FinalModel {
@@ -571,11 +570,7 @@ fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
         }
         t + "\n"
     };
-    let mut ingest = model.inputs.spec_pairs(model.name);
-    if let Some(carve) = model.carve {
-        ingest.extend(carve_pairs(carve));
-    }
-    text += &table("ingest", &ingest);
+    text += &table("ingest", &model.inputs.spec_pairs(model.name, model.carve));
     let mut svd = vec![("seed", model.seed.to_string())];
     svd.extend(chosen.candidate.svd_pairs());
     text += &table("svd", &svd);
@@ -585,21 +580,6 @@ fn write_spec_text(model: &FinalModel, chosen: &Scored, steps: u64) -> String {
     text += &table("predict", &predict_pairs(&predict));
     text += &table("evaluate", &[("task", model.kind.as_str().to_string())]);
     text
-}
-
-/// The spec's `[ingest]` keys of a validation carve by a fraction of the rows.
-fn carve_pairs(carve: ValidationSplit) -> Vec<(&'static str, String)> {
-    match carve.rows {
-        Carved::Fraction(f) => vec![
-            ("validation_fraction", f.to_string()),
-            ("validation_seed", carve.seed.to_string()),
-        ],
-        Carved::Fold { fold, folds } => vec![
-            ("validation_folds", folds.to_string()),
-            ("validation_fold", fold.to_string()),
-            ("validation_seed", carve.seed.to_string()),
-        ],
-    }
 }
 
 #[cfg(test)]

@@ -199,14 +199,9 @@ impl IngestConfig {
         });
         // Only when carving: datasets ingested without it keep their parameters as before.
         if let Some(v) = &self.validation {
-            match v.rows {
-                Carved::Fraction(f) => params["validation_fraction"] = json!(f),
-                Carved::Fold { fold, folds } => {
-                    params["validation_folds"] = json!(folds);
-                    params["validation_fold"] = json!(fold);
-                }
+            for (key, value) in v.keys() {
+                params[key] = value;
             }
-            params["validation_seed"] = json!(v.seed);
         }
         // Likewise only when given, so that the parameters of other ingests stay as they were.
         if let Some(kind) = self.label_kind {

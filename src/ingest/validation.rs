@@ -83,6 +83,21 @@ impl ValidationSplit {
         }
     }
 
+    /// The ingest options that ask for this carve, as the catalog's parameters and a
+    /// spec's `[ingest]` table name them: `validation_fraction`, or `validation_folds` and
+    /// `validation_fold`; then `validation_seed`.
+    pub fn keys(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let mut o = match self.rows {
+            Carved::Fraction(f) => vec![("validation_fraction", serde_json::json!(f))],
+            Carved::Fold { fold, folds } => vec![
+                ("validation_folds", serde_json::json!(folds)),
+                ("validation_fold", serde_json::json!(fold)),
+            ],
+        };
+        o.push(("validation_seed", serde_json::json!(self.seed)));
+        o
+    }
+
     /// Whether the training row with 0-based data-row index `index` goes to validation.
     pub fn selects(&self, index: u64) -> bool {
         let hash = xxh3_64_with_seed(&index.to_le_bytes(), self.seed);
@@ -101,13 +116,9 @@ impl ValidationSplit {
     /// The carve as its options read (`--validation-fraction 0.2 --validation-seed 0`), for
     /// messages.
     pub fn options(&self) -> String {
-        let seed = self.seed;
-        match self.rows {
-            Carved::Fraction(f) => format!("--validation-fraction {f} --validation-seed {seed}"),
-            Carved::Fold { fold, folds } => format!(
-                "--validation-folds {folds} --validation-fold {fold} --validation-seed {seed}"
-            ),
-        }
+        let flags = self.keys().into_iter();
+        let flags = flags.map(|(key, value)| format!("--{} {value}", key.replace('_', "-")));
+        flags.collect::<Vec<_>>().join(" ")
     }
 
     /// Whether `fraction` is one this split accepts: a finite number strictly between 0
@@ -126,6 +137,27 @@ impl ValidationSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The carve's options, spelt as flags for messages and as keys for the catalog and
+    /// a spec, from one list.
+    #[test]
+    fn a_carve_names_its_options_once() {
+        let fraction = ValidationSplit::fraction(0.2, 7);
+        assert_eq!(
+            fraction.options(),
+            "--validation-fraction 0.2 --validation-seed 7"
+        );
+        let fold = ValidationSplit::fold(2, 5, 0);
+        assert_eq!(
+            fold.options(),
+            "--validation-folds 5 --validation-fold 2 --validation-seed 0"
+        );
+        let keys: Vec<&str> = fold.keys().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            ["validation_folds", "validation_fold", "validation_seed"]
+        );
+    }
 
     #[test]
     fn the_selection_is_a_function_of_seed_fraction_and_index() {

@@ -132,9 +132,14 @@ impl Tensors<'_> {
     }
 
     pub fn get(&self, name: &str) -> Result<&Tensor<'static>> {
+        Ok(&self.found[self.index(name)?])
+    }
+
+    /// Where tensor `name` is among those found.
+    fn index(&self, name: &str) -> Result<usize> {
         self.found
             .iter()
-            .find(|t| t.name == name)
+            .position(|t| t.name == name)
             .with_context(|| format!("{}: {} lacks tensor {name}", self.path.display(), self.what))
     }
 
@@ -149,13 +154,8 @@ impl Tensors<'_> {
     /// [`Tensors::vector`], moved out of the file's tensors (which then hold it empty):
     /// for the largest, read once.
     pub fn take_vector(&mut self, name: &str) -> Result<Vec<f64>> {
-        self.get(name)?;
-        let t = self
-            .found
-            .iter_mut()
-            .find(|t| t.name == name)
-            .expect("found above");
-        Ok(std::mem::take(&mut t.values).into_owned())
+        let i = self.index(name)?;
+        Ok(std::mem::take(&mut self.found[i].values).into_owned())
     }
 }
 
