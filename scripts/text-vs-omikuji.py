@@ -8,11 +8,21 @@ omikuji's from scripts/omikuji-run.py); the table is printed from that file.
 Usage: scripts/text-vs-omikuji.py PIPELINE OUT [--budgets 5m,1m] [--sets a,b] [--omikuji-reps 3]
        scripts/text-vs-omikuji.py --table OUT|RESULTS.jsonl
        scripts/text-vs-omikuji.py --means RESULTS.jsonl [RESULTS.jsonl ...]
+       scripts/text-vs-omikuji.py PIPELINE OUT --sets stackex_chess --resplits 1-8 --budgets 5m
+       scripts/text-vs-omikuji.py --paired RESULTS.jsonl [RESULTS.jsonl ...]
+--resplits S-T pools each set's train and test rows and draws new 80/20 splits from them
+(numpy default_rng(s).permutation of the pooled rows for s in S..T; the first round(0.8 N)
+indices, in pooled order, are train), written under OUT/splits/; each split is a set named
+NAME@rS. A single test split of a few hundred rows moves P@1 by several points, and every run
+on it shares that draw; new splits measure the tools on rows neither was tuned against.
+--paired prints, per base set, the difference fsgp − omikuji (omikuji's mean over its runs)
+on each split, their mean and its standard error.
 --means prints, per set and budget, fsgp's test P@1 per seed and their mean against the
 mean of every omikuji run in the files (omikuji's own P@1 moves from run to run).
 Run it on a quiet machine: fit plans its steps from measured step times.
 """
 import argparse
+import gzip
 import json
 import os
 import re
@@ -44,13 +54,47 @@ def timed(argv, env=None, cwd=None):
     return p.stdout, p.stderr, secs, rss / 1024.0
 
 
+def split_paths(name):
+    """(train, test) paths of a set: a dev set's files, or a resplit's under OUT/splits/."""
+    return tuple(os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
+
+
+def read_xml_repo(path):
+    """The header (N, D, L) and the row lines of an XML-repository text file (gzip or plain)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        header = f.readline().split()
+        rows = [l.rstrip("\n") for l in f if l.strip() or l == "\n"]
+    return tuple(int(x) for x in header), rows
+
+
+def resplit(out, name, seed):
+    """Writes split `seed` of NAME's pooled rows under OUT/splits/ and registers it in SETS."""
+    import numpy as np
+    (_, d, l), train = read_xml_repo(split_paths(name)[0])
+    _, test = read_xml_repo(split_paths(name)[1])
+    pooled = train + test
+    order = np.random.default_rng(seed).permutation(len(pooled))
+    cut = round(0.8 * len(pooled))
+    parts = {"train": sorted(order[:cut]), "test": sorted(order[cut:])}
+    key = f"{name}@r{seed}"
+    folder = os.path.abspath(os.path.join(out, "splits", key))
+    os.makedirs(folder, exist_ok=True)
+    for part, idx in parts.items():
+        with open(os.path.join(folder, f"{part}.txt"), "w") as f:
+            f.write(f"{len(idx)} {d} {l}\n")
+            f.writelines(pooled[i] + "\n" for i in idx)
+    SETS[key] = os.path.join(folder, "{}.txt")
+    return key
+
+
 def fsgp_job(pipeline, out, name, budget, seed=0):
-    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
+    train, test = split_paths(name)
     job = os.path.join(out, f"{name}-{budget}" + (f"-seed{seed}" if seed else ""))
     os.makedirs(job)
     env = dict(os.environ, FSGP_WORKSPACE=os.path.join(job, "ws"))
     out_json, err, secs, rss = timed([pipeline, "fit", "--train", train, "--test", test,
-                                      "--budget", budget, "--name", name, "--json",
+                                      "--budget", budget, "--name", name.replace("@", "-"), "--json",
                                       "--seed", str(seed)],
                                      env=env, cwd=job)
     with open(os.path.join(job, "fit.err"), "w") as f:
@@ -72,7 +116,7 @@ def fsgp_job(pipeline, out, name, budget, seed=0):
 
 
 def omikuji_job(out, name, rep):
-    train, test = (os.path.join(SHARED, SETS[name].format(s)) for s in ("train", "test"))
+    train, test = split_paths(name)
     stdout, _, secs, rss = timed([sys.executable, os.path.join(HERE, "omikuji-run.py"), train, test])
     r = json.loads(stdout.strip().splitlines()[-1])
     r.update({"set": name, "rep": rep, "wall_seconds": secs, "peak_rss_mib": rss})
@@ -90,7 +134,7 @@ def table(out):
     rows = [json.loads(l) for l in open(path)]
     print("| set | tool | budget | P@1 / P@3 / P@5 (label-less rows left out) | P@1 counted as zero | seconds | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
-    for name in SETS:
+    for name in set_names(rows):
         om = [r for r in rows if r["tool"] == "omikuji" and r["set"] == name]
         if om:
             mean = lambda key, j: sum(r[key][j] for r in om) / len(om)
@@ -106,12 +150,47 @@ def table(out):
                       f"{c[0]:.2f} | {r['wall_seconds']:.0f} whole fit | {r['peak_rss_mib']:.0f} |")
 
 
+def set_names(rows):
+    """The sets in rows, in first-seen order."""
+    return list(dict.fromkeys(r["set"] for r in rows))
+
+
+def paired(paths):
+    """Per base set and budget: fsgp − omikuji's mean on each resplit, their mean and its
+    standard error (the splits are independent draws; the pairing removes each split's own
+    difficulty, which both tools share)."""
+    import statistics
+    rows = [json.loads(l) for path in paths for l in open(path)]
+    print("| set | budget | splits | fsgp mean P@1 | omikuji mean P@1 | Δ by split | mean Δ ± s.e. |")
+    print("|---|---|---|---|---|---|---|")
+    names = [n for n in set_names(rows) if "@r" in n]
+    for base in dict.fromkeys(n.split("@r")[0] for n in names):
+        fits = [r for r in rows if r["tool"] == "fsgp" and r["set"].startswith(base + "@r")]
+        for budget in sorted({r["budget"] for r in fits}, reverse=True):
+            deltas, ours, theirs = [], [], []
+            for name in (n for n in names if n.startswith(base + "@r")):
+                fit = [p_at(r["evaluate"]["skip"])[0] for r in fits
+                       if r["set"] == name and r["budget"] == budget]
+                om = [r["p_at_135_skipped"][0] for r in rows
+                      if r["tool"] == "omikuji" and r["set"] == name]
+                if fit and om:
+                    ours.append(statistics.mean(fit))
+                    theirs.append(statistics.mean(om))
+                    deltas.append(ours[-1] - theirs[-1])
+            if not deltas:
+                continue
+            se = statistics.stdev(deltas) / len(deltas) ** 0.5 if len(deltas) > 1 else float("nan")
+            print(f"| {base} | {budget} | {len(deltas)} | {statistics.mean(ours):.2f} | "
+                  f"{statistics.mean(theirs):.2f} | {', '.join(f'{d:+.2f}' for d in deltas)} | "
+                  f"{statistics.mean(deltas):+.2f} ± {se:.2f} |")
+
+
 def means(paths):
     """Per set and budget: fsgp's P@1 by seed, their mean, omikuji's mean over its runs."""
     rows = [json.loads(l) for path in paths for l in open(path)]
     print("| set | budget | fsgp P@1 by seed | fsgp mean | omikuji mean (runs, range) | Δ |")
     print("|---|---|---|---|---|---|")
-    for name in SETS:
+    for name in set_names(rows):
         om = [r["p_at_135_skipped"][0] for r in rows if r["tool"] == "omikuji" and r["set"] == name]
         fits = [r for r in rows if r["tool"] == "fsgp" and r["set"] == name]
         for budget in sorted({r["budget"] for r in fits}, reverse=True):
@@ -128,21 +207,29 @@ def means(paths):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("pipeline", nargs="?")
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?")
     ap.add_argument("--budgets", default="5m,1m")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--omikuji-reps", type=int, default=3)
     ap.add_argument("--seeds", default="0", help="fit's --seed for each fsgp run, e.g. 0,1,2")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--means", nargs="+", metavar="RESULTS.jsonl")
+    ap.add_argument("--paired", nargs="+", metavar="RESULTS.jsonl")
+    ap.add_argument("--resplits", metavar="S-T", help="new 80/20 splits S..T of each set")
     a = ap.parse_args()
+    if a.paired:
+        return paired(a.paired)
     if a.means:
         return means(a.means)
     if a.table:
-        return table(a.out)
+        return table(a.out or a.pipeline)
     os.makedirs(a.out, exist_ok=True)
     results = os.path.join(a.out, "results.jsonl")
-    for name in a.sets.split(","):
+    names = a.sets.split(",")
+    if a.resplits:
+        first, last = (int(x) for x in a.resplits.split("-"))
+        names = [resplit(a.out, n, s) for n in names for s in range(first, last + 1)]
+    for name in names:
         jobs = [omikuji_job(a.out, name, rep) for rep in range(a.omikuji_reps)]
         jobs += [fsgp_job(os.path.abspath(a.pipeline), a.out, name, b, int(seed))
                  for seed in a.seeds.split(",") for b in a.budgets.split(",")]
