@@ -78,7 +78,7 @@ def main():
                 fit[:, k] = m.decision_function(x[fit_rows])
         print(json.dumps({
             "tool": "one-vs-rest logistic regression (scikit-learn, liblinear)", "C": c,
-            "features": "l2", "split": split, "fraction": a.fraction if not a.test else None, "seed": a.seed,
+            "features": "l2", "split": split, "test": a.test, "fraction": a.fraction if not a.test else None, "seed": a.seed,
             "rows": len(val_rows), "fit_rows": len(fit_rows),
             "p_at_1": round(p_at_1(val, [labels[i] for i in val_rows]), 2),
             "training_p_at_1": round(p_at_1(fit, [labels[i] for i in fit_rows]), 2),

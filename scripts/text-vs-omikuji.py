@@ -10,6 +10,7 @@ Usage: scripts/text-vs-omikuji.py PIPELINE OUT [--budgets 5m,1m] [--sets a,b] [-
        scripts/text-vs-omikuji.py --means RESULTS.jsonl [RESULTS.jsonl ...]
        scripts/text-vs-omikuji.py PIPELINE OUT --sets stackex_chess --resplits 1-8 --budgets 5m
        scripts/text-vs-omikuji.py --paired RESULTS.jsonl [RESULTS.jsonl ...]
+       scripts/text-vs-omikuji.py PIPELINE OUT --files wiki=DIR --sets wiki --budgets 5m
 --resplits S-T pools each set's train and test rows and draws new 80/20 splits from them
 (numpy default_rng(s).permutation of the pooled rows for s in S..T; the first round(0.8 N)
 indices, in pooled order, are train), written under OUT/splits/; each split is a set named
@@ -216,6 +217,8 @@ def main():
     ap.add_argument("--means", nargs="+", metavar="RESULTS.jsonl")
     ap.add_argument("--paired", nargs="+", metavar="RESULTS.jsonl")
     ap.add_argument("--resplits", metavar="S-T", help="new 80/20 splits S..T of each set")
+    ap.add_argument("--files", action="append", default=[], metavar="NAME=DIR",
+                    help="a set of your own: DIR/train.txt and DIR/test.txt (e.g. pipeline synth's)")
     a = ap.parse_args()
     if a.paired:
         return paired(a.paired)
@@ -225,6 +228,9 @@ def main():
         return table(a.out or a.pipeline)
     os.makedirs(a.out, exist_ok=True)
     results = os.path.join(a.out, "results.jsonl")
+    for spec in a.files:
+        name, folder = spec.split("=", 1)
+        SETS[name] = os.path.join(os.path.abspath(folder), "{}.txt")
     names = a.sets.split(",")
     if a.resplits:
         first, last = (int(x) for x in a.resplits.split("-"))

@@ -1085,9 +1085,10 @@ fn gen_row(
         }
         push_u64(out, u64::from(l));
     }
-    if !s.labels.is_empty() {
-        out.push(b' ');
-    }
+    // The labels field ends at its space even when it is empty: a label-less row starts
+    // with a space, as the Extreme Classification Repository writes it and as other tools'
+    // readers (omikuji's among them) require.
+    out.push(b' ');
     for (i, &key) in s.order.iter().enumerate() {
         if i > 0 {
             out.push(b' ');

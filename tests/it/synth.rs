@@ -51,10 +51,16 @@ fn parse_strict(path: &Path) -> Parsed {
     let (n, d, k) = (header[0], header[1] as u32, header[2] as u32);
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
-        let mut toks = line.split(' ').peekable();
+        // The labels field comes first and ends at a space, empty or not: a label-less
+        // row starts with a space.
+        let (label_field, features) = line
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("row {i}: no space after the labels field"));
+        assert!(!label_field.contains(':'), "row {i}: no labels field");
+        let toks = features.split(' ');
         let mut labels = Vec::new();
-        if !toks.peek().expect("empty line").contains(':') {
-            for l in toks.next().unwrap().split(',') {
+        if !label_field.is_empty() {
+            for l in label_field.split(',') {
                 let l: u32 = l.parse().unwrap_or_else(|_| panic!("row {i}: label {l:?}"));
                 assert!(l < k, "row {i}: label {l} out of range");
                 if let Some(&prev) = labels.last() {
