@@ -65,15 +65,16 @@ def read_xml_repo(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         header = f.readline().split()
-        rows = [l.rstrip("\n") for l in f if l.strip() or l == "\n"]
+        rows = [l.rstrip("\n") for l in f]
     return tuple(int(x) for x in header), rows
 
 
 def resplit(out, name, seed):
     """Writes split `seed` of NAME's pooled rows under OUT/splits/ and registers it in SETS."""
     import numpy as np
-    (_, d, l), train = read_xml_repo(split_paths(name)[0])
-    _, test = read_xml_repo(split_paths(name)[1])
+    train_path, test_path = split_paths(name)
+    (_, d, l), train = read_xml_repo(train_path)
+    _, test = read_xml_repo(test_path)
     pooled = train + test
     order = np.random.default_rng(seed).permutation(len(pooled))
     cut = round(0.8 * len(pooled))
