@@ -82,6 +82,13 @@ pub fn terms_stratified_rest(
 
 /// [`terms_stratified`], with the frequent labels' terms (positives among them included)
 /// left out unless `with_frequent`.
+///
+/// A row's sampled stratum is drawn from `others` (every label outside `frequent`, built
+/// once) less the row's positives there: rank r of that set is `others[r + c]`, c the
+/// number of those positives at or below it, found by a binary search of the row's few
+/// positives. A row costs O(|P_i| log F + count log |P_i|) whatever L and F are, where a
+/// walk over the union of the frequent labels and the positives cost O(F) a row (1 000
+/// labels: most of a step's term sampling at 30 000 labels).
 fn stratified(
     positives: &[Vec<u32>],
     n_labels: usize,
@@ -95,71 +102,81 @@ fn stratified(
     // must not size the buffers.
     let count = count.min(n_labels);
     let mut out = Vec::with_capacity(positives.len() * (frequent.len() + count + 8));
+    let others = complement(frequent, n_labels);
     let mut draw = RankDraw::new(n_labels);
     let mut ranks = Vec::with_capacity(count);
-    // The labels a row's sample skips: its positives and the frequent labels, sorted.
-    let mut skip = Vec::with_capacity(frequent.len() + 8);
+    // The row's positives outside `frequent`, as positions in `others` less the number of
+    // such positives before them: nondecreasing, so rank r of the rest has c = the count
+    // of entries ≤ r.
+    let mut shifts = Vec::new();
     for (i, pos) in positives.iter().enumerate() {
         let mut sorted = pos.clone();
         sorted.sort_unstable();
+        debug_assert!(
+            sorted.windows(2).all(|w| w[0] < w[1]),
+            "a row's labels repeat"
+        );
+        shifts.clear();
         for &k in &sorted {
-            if !with_frequent && frequent.binary_search(&k).is_ok() {
-                continue;
+            let in_frequent = frequent.binary_search(&k);
+            if let Err(frequent_below) = in_frequent {
+                shifts.push(k as usize - frequent_below - shifts.len());
             }
-            out.push(Term {
-                row: i as u32,
-                label: k,
-                y: 1.0,
-                weight: scale,
-            });
-        }
-        // One merge of the two sorted lists: the frequent labels that are negatives here
-        // enter exactly, and `skip` gets every positive and frequent label once, in order
-        // (O(F + |P_i|) a row, where sorting the union cost O(F log F)).
-        skip.clear();
-        let mut j = 0;
-        for &k in frequent {
-            while j < sorted.len() && sorted[j] < k {
-                skip.push(sorted[j]);
-                j += 1;
-            }
-            if sorted.get(j) == Some(&k) {
-                continue; // a positive: pushed to `skip` with the positives
-            }
-            if with_frequent {
+            if in_frequent.is_err() || with_frequent {
                 out.push(Term {
                     row: i as u32,
                     label: k,
-                    y: -1.0,
+                    y: 1.0,
                     weight: scale,
                 });
             }
-            skip.push(k);
         }
-        skip.extend_from_slice(&sorted[j..]);
-        let n_neg = n_labels - skip.len();
+        if with_frequent {
+            // The frequent labels that are negatives here enter exactly: one merge with the
+            // sorted positives.
+            let mut j = 0;
+            for &k in frequent {
+                while j < sorted.len() && sorted[j] < k {
+                    j += 1;
+                }
+                if sorted.get(j) != Some(&k) {
+                    out.push(Term {
+                        row: i as u32,
+                        label: k,
+                        y: -1.0,
+                        weight: scale,
+                    });
+                }
+            }
+        }
+        let n_neg = others.len() - shifts.len();
         let take = count.min(n_neg);
         if take == 0 {
             continue;
         }
         let weight = scale * n_neg as f64 / take as f64;
-        // Sample ranks among the rest, then map rank → label id skipping `skip`.
         draw.sample(n_neg, take, rng, &mut ranks);
-        ranks.sort_unstable();
-        let (mut p, mut skipped) = (0usize, 0usize);
         for &r in &ranks {
             let r = r as usize;
-            // The label of rank r among the rest is r + (number of skipped labels ≤ it).
-            while p < skip.len() && (skip[p] as usize) <= r + skipped {
-                p += 1;
-                skipped += 1;
-            }
+            let below = shifts.partition_point(|&s| s <= r);
             out.push(Term {
                 row: i as u32,
-                label: (r + skipped) as u32,
+                label: others[r + below],
                 y: -1.0,
                 weight,
             });
+        }
+    }
+    out
+}
+
+/// The labels 0..n_labels not in `sorted` (ascending, distinct), ascending.
+fn complement(sorted: &[u32], n_labels: usize) -> Vec<u32> {
+    let mut out = Vec::with_capacity(n_labels.saturating_sub(sorted.len()));
+    let mut next = sorted.iter().peekable();
+    for k in 0..n_labels as u32 {
+        if next.next_if_eq(&&k).is_none() {
+            out.push(k);
         }
     }
     out
@@ -368,6 +385,107 @@ mod tests {
                 (c as f64 - 1000.0).abs() < 5.0 * (1000.0f64 * 14.0 / 15.0).sqrt(),
                 "{pair:?}: {c}"
             );
+        }
+    }
+
+    /// The rank-to-label walk the sampler had before it searched the row's positives: the
+    /// sorted ranks mapped through the sorted union of the frequent labels and the row's
+    /// positives, O(F) a row. The reference for the same draws.
+    fn walked_sample(
+        positives: &[Vec<u32>],
+        n_labels: usize,
+        frequent: &[u32],
+        count: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Vec<(u32, u32, f64)> {
+        let mut draw = RankDraw::new(n_labels);
+        let mut out = Vec::new();
+        let mut ranks = Vec::new();
+        for (i, pos) in positives.iter().enumerate() {
+            let mut skip: Vec<u32> = pos.iter().chain(frequent).copied().collect();
+            skip.sort_unstable();
+            skip.dedup();
+            let n_neg = n_labels - skip.len();
+            let take = count.min(n_labels).min(n_neg);
+            if take == 0 {
+                continue;
+            }
+            draw.sample(n_neg, take, rng, &mut ranks);
+            ranks.sort_unstable();
+            let (mut p, mut skipped) = (0usize, 0usize);
+            for &r in &ranks {
+                let r = r as usize;
+                while p < skip.len() && (skip[p] as usize) <= r + skipped {
+                    p += 1;
+                    skipped += 1;
+                }
+                out.push((i as u32, (r + skipped) as u32, n_neg as f64 / take as f64));
+            }
+        }
+        out.sort_by_key(|t| (t.0, t.1));
+        out
+    }
+
+    #[test]
+    fn the_sample_is_the_walks_sample_for_the_same_draws() {
+        let mut gen = ChaCha8Rng::seed_from_u64(11);
+        for case in 0..300 {
+            let n_labels = gen.random_range(1..60usize);
+            let mut frequent: Vec<u32> = (0..n_labels as u32)
+                .filter(|_| gen.random_bool(if case % 3 == 0 { 0.0 } else { 0.4 }))
+                .collect();
+            frequent.dedup();
+            let positives: Vec<Vec<u32>> = (0..gen.random_range(1..6))
+                .map(|_| {
+                    // Unsorted, some inside the frequent labels, sometimes every label.
+                    let all = gen.random_bool(0.05);
+                    let mut row: Vec<u32> = (0..n_labels as u32)
+                        .filter(|_| all || gen.random_bool(0.2))
+                        .collect();
+                    row.reverse();
+                    row
+                })
+                .collect();
+            let count = gen.random_range(0..n_labels + 3);
+            let seed = gen.random::<u64>();
+            let terms = terms_stratified_rest(
+                &positives,
+                n_labels,
+                &frequent,
+                count,
+                1.0,
+                &mut ChaCha8Rng::seed_from_u64(seed),
+            );
+            let mut sampled: Vec<(u32, u32, f64)> = terms
+                .iter()
+                .filter(|t| t.y < 0.0)
+                .map(|t| (t.row, t.label, t.weight))
+                .collect();
+            sampled.sort_by_key(|t| (t.0, t.1));
+            let walked = walked_sample(
+                &positives,
+                n_labels,
+                &frequent,
+                count,
+                &mut ChaCha8Rng::seed_from_u64(seed),
+            );
+            assert_eq!(sampled, walked, "case {case}");
+            // The rest holds every positive outside the frequent labels, once.
+            for (i, pos) in positives.iter().enumerate() {
+                let mut got: Vec<u32> = terms
+                    .iter()
+                    .filter(|t| t.row == i as u32 && t.y > 0.0)
+                    .map(|t| t.label)
+                    .collect();
+                got.sort_unstable();
+                let mut want: Vec<u32> = pos
+                    .iter()
+                    .copied()
+                    .filter(|k| frequent.binary_search(k).is_err())
+                    .collect();
+                want.sort_unstable();
+                assert_eq!(got, want, "case {case}, row {i}");
+            }
         }
     }
 }
