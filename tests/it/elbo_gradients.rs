@@ -567,7 +567,8 @@ fn subspace_path_is_refused_where_it_does_not_apply() {
 #[test]
 fn one_scratch_reused_across_shapes_gives_the_same_bits_as_fresh_ones() {
     // The arena hands out buffers with stale contents from earlier calls (of other shapes
-    // too); every user overwrites what it reads, so reuse must not change a bit.
+    // too, and the gradients a caller recycled); every user overwrites what it reads, so
+    // reuse must not change a bit.
     let lik = BernoulliLogistic::new(20).unwrap();
     let shared = Scratch::new();
     let (small, large) = (problem(19), larger_problem());
@@ -578,7 +579,9 @@ fn one_scratch_reused_across_shapes_gives_the_same_bits_as_fresh_ones() {
             let k = pr.params.phi.nrows();
             let sampled = terms_sampled(&pr.positives, k, 3, 2.0, &mut rng);
             for (kind, fact) in SETUPS {
-                for terms in [dense(pr, 2.0), TermSet::List(&sampled)] {
+                // The list twice: the second takes the first's buffers.
+                let list = TermSet::List(&sampled);
+                for terms in [dense(pr, 2.0), list, list] {
                     let opts = opts_for(fact);
                     let eval = |scratch: &Scratch| {
                         bound_and_grads(kind, &pr.params, &x, &terms, &lik, &opts, scratch).unwrap()
@@ -590,6 +593,10 @@ fn one_scratch_reused_across_shapes_gives_the_same_bits_as_fresh_ones() {
                         "round {round}"
                     );
                     assert_eq!(reused.grads, fresh.grads, "{kind:?} {fact:?} round {round}");
+                    // Its gradient matrices go back to the arena as a stepping caller's do:
+                    // the next evaluation of this shape writes into them (Φ's [K×P] with
+                    // the last one's values in it).
+                    reused.recycle(&shared);
                     let el = |scratch: &Scratch| {
                         expected_loglik(kind, &pr.params, &x, &terms, &lik, scratch).unwrap()
                     };

@@ -108,9 +108,9 @@ fn likelihood_list(
     // Row-major copies so each term reads contiguous P-vectors; Φ's copy and ∂Φ's rows live
     // in the scratch's buffers from step to step (K×P each: fresh ones cost a page fault per
     // 4 KiB, a tenth of a step at K = 50 000).
-    let (mut phi_rows, mut g_phi_rows) = scratch.take_dense(k_count * p_count);
+    // ∂Φ's rows are zeroed by the segment that owns them, in parallel, just before use.
+    let (mut phi_rows, mut g_phi_rows) = scratch.take_rows(k_count * p_count);
     row_major_into(params.phi.as_ref(), &mut phi_rows);
-    g_phi_rows.fill(0.0);
     let m_rows = row_major(m);
     let s_rows = row_major(s);
     // (value, ∂E/∂f̄, ∂E/∂v) per term.
@@ -159,6 +159,7 @@ fn likelihood_list(
     let partials: Vec<(f64, Vec<f64>, Vec<f64>)> = owned
         .into_par_iter()
         .map(|(seg, g_phi, g_b)| {
+            g_phi.fill(0.0);
             let mut g_mean = vec![0.0; b * p_count];
             let mut g_var = vec![0.0; b * p_count];
             let mut expected = 0.0;
@@ -202,8 +203,9 @@ fn likelihood_list(
             *a += x;
         }
     }
-    let phi = from_row_major(&g_phi_rows, k_count, p_count);
-    scratch.give_dense(phi_rows, g_phi_rows);
+    let mut phi = scratch.take_labels(k_count, p_count);
+    from_row_major_into(&g_phi_rows, phi.as_mut());
+    scratch.give_rows(phi_rows, g_phi_rows);
     LikelihoodGrads {
         expected,
         mean: Mat::from_fn(b, p_count, |i, p| g_mean_rows[i * p_count + p]),
@@ -288,34 +290,41 @@ fn row_major(mat: MatRef<'_, f64>) -> Vec<f64> {
     out
 }
 
-/// [`row_major`] into `out` (of length K·P).
+/// [`row_major`] into `out` (of length K·P), blocks of rows in parallel.
 fn row_major_into(mat: MatRef<'_, f64>, out: &mut [f64]) {
-    let (rows, cols) = (mat.nrows(), mat.ncols());
-    for start in (0..rows).step_by(TRANSPOSE_ROWS) {
-        let end = (start + TRANSPOSE_ROWS).min(rows);
-        for p in 0..cols {
-            let col = mat.col(p);
-            for k in start..end {
-                out[k * cols + p] = col[k];
-            }
-        }
+    let cols = mat.ncols();
+    if cols == 0 {
+        return;
     }
+    mat.par_row_chunks(TRANSPOSE_ROWS)
+        .zip(out.par_chunks_mut(TRANSPOSE_ROWS * cols))
+        .for_each(|(block, out)| {
+            for p in 0..cols {
+                let col = block.col(p);
+                for k in 0..block.nrows() {
+                    out[k * cols + p] = col[k];
+                }
+            }
+        });
 }
 
-/// The [K×P] matrix whose row k is `data[k·P .. (k + 1)·P]`, the inverse of [`row_major`]
-/// and blocked like it.
-fn from_row_major(data: &[f64], rows: usize, cols: usize) -> Mat<f64> {
-    let mut out = Mat::zeros(rows, cols);
-    for start in (0..rows).step_by(TRANSPOSE_ROWS) {
-        let end = (start + TRANSPOSE_ROWS).min(rows);
-        for p in 0..cols {
-            let mut col = out.col_mut(p);
-            for k in start..end {
-                col[k] = data[k * cols + p];
-            }
-        }
+/// The inverse of [`row_major_into`]: `out` [K×P] gets row k from `data[k·P .. (k + 1)·P]`,
+/// blocks of rows in parallel; every entry of `out` is written.
+fn from_row_major_into(data: &[f64], out: MatMut<'_, f64>) {
+    let cols = out.ncols();
+    if cols == 0 {
+        return;
     }
-    out
+    out.par_row_chunks_mut(TRANSPOSE_ROWS)
+        .zip(data.par_chunks(TRANSPOSE_ROWS * cols))
+        .for_each(|(mut block, data)| {
+            for p in 0..cols {
+                let mut col = block.as_mut().col_mut(p);
+                for k in 0..col.nrows() {
+                    col[k] = data[k * cols + p];
+                }
+            }
+        });
 }
 
 /// The dense path on the labels of `frequent` (sorted ids) only: their rows of Φ and b
@@ -482,14 +491,26 @@ mod tests {
 
     #[test]
     fn blocked_row_major_copies_are_the_plain_transposes() {
-        // Shapes below, at and across the block of rows (64), and empty.
-        for (rows, cols) in [(0, 3), (1, 1), (63, 5), (64, 4), (130, 7), (200, 1)] {
+        // Shapes below, at and across the block of rows (64), and empty; the blocks run on
+        // a pool of two threads.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for (rows, cols) in [(0, 3), (3, 0), (1, 1), (63, 5), (64, 4), (130, 7), (200, 1)] {
             let mat = Mat::from_fn(rows, cols, |k, p| (k * 1000 + p) as f64 + 0.5);
             let plain: Vec<f64> = (0..rows)
                 .flat_map(|k| (0..cols).map(move |p| (k * 1000 + p) as f64 + 0.5))
                 .collect();
-            assert_eq!(row_major(mat.as_ref()), plain, "{rows}×{cols}");
-            assert_eq!(from_row_major(&plain, rows, cols), mat, "{rows}×{cols}");
+            assert_eq!(
+                pool.install(|| row_major(mat.as_ref())),
+                plain,
+                "{rows}×{cols}"
+            );
+            // Into a matrix holding other values: every entry is written.
+            let mut back = Mat::from_fn(rows, cols, |_, _| f64::NAN);
+            pool.install(|| from_row_major_into(&plain, back.as_mut()));
+            assert_eq!(back, mat, "{rows}×{cols}");
         }
     }
 }

@@ -84,11 +84,13 @@ pub struct BoundAndGrads {
 }
 
 impl BoundAndGrads {
-    /// Hands back to `scratch` the gradient matrices the next evaluation can reuse (the
-    /// axes form's [D×P] blocks, `qu::axes::forward`); a caller stepping repeatedly calls
-    /// this once it is done with the gradients.
+    /// Hands back to `scratch` the gradient matrices the next evaluation can reuse (Φ's
+    /// [K×P], and the axes form's [D×P] blocks, `qu::axes::forward`); a caller stepping
+    /// repeatedly calls this once it is done with the gradients.
     pub fn recycle(self, scratch: &Scratch) {
-        axes::recycle_grads(self.grads, scratch);
+        let mut grads = self.grads;
+        scratch.give_labels(std::mem::replace(&mut grads.phi, Mat::new()));
+        axes::recycle_grads(grads, scratch);
     }
 }
 
