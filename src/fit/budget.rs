@@ -387,6 +387,7 @@ fn no_selection_run(
         name: &s.candidate.name,
         afforded,
         needed: at.plan.needed,
+        floor: at.plan.floor,
         final_steps: steps,
     });
     Ok(s)
@@ -506,6 +507,7 @@ fn cut_list(
             step_ms: 1e3 * step_seconds,
             needed_steps: plan.needed,
             min_epochs: super::plan::MIN_EPOCHS,
+            floor: plan.floor,
             kept: k - at,
             dropped: list[k..].iter().map(|c| c.name.as_str()).collect(),
         });
@@ -982,6 +984,7 @@ mod tests {
             left: budget,
             cap: u64::MAX,
             needed: 1,
+            floor: 0,
             epoch_steps: 1,
             fixed: false,
         }
@@ -991,19 +994,19 @@ mod tests {
     fn a_selection_run_needs_twenty_epochs_lone_or_not() {
         use crate::fit::plan::needed_steps;
         // 50 000 rows in minibatches of 500: 100-step epochs, 2 000 steps of twenty.
-        assert_eq!(needed_steps(50_000, 500, 6_000), 2_000);
+        assert_eq!(needed_steps(50_000, 500, 6_000, 0), 2_000);
         assert_eq!(
-            needed_steps(50_001, 500, 6_000),
+            needed_steps(50_001, 500, 6_000, 0),
             2_020,
             "a last, short minibatch"
         );
         assert_eq!(
-            needed_steps(50_000, 500, 1_500),
+            needed_steps(50_000, 500, 1_500, 0),
             1_500,
             "the cap, on small data"
         );
         let plan = Plan {
-            needed: needed_steps(50_000, 500, 6_000),
+            needed: needed_steps(50_000, 500, 6_000, 0),
             epoch_steps: 100,
             cap: 6_000,
             ..plan_of(300.0)
@@ -1022,6 +1025,38 @@ mod tests {
                 ..plan
             }
         ));
+    }
+
+    #[test]
+    fn above_many_labels_a_selection_run_needs_its_floor_of_steps_when_epochs_are_short() {
+        use crate::fit::plan::{needed_steps, MANY_LABELS_MIN_STEPS};
+        use crate::fit::rule::{selection_floor, MANY_LABELS};
+        assert_eq!(
+            selection_floor(MANY_LABELS),
+            0,
+            "4 000 labels: the dense path"
+        );
+        assert_eq!(selection_floor(MANY_LABELS + 1), MANY_LABELS_MIN_STEPS);
+        let floor = selection_floor(30_938);
+        // The Wiki10-shaped selection split: 11 317 rows, 23 steps an epoch, 460 of twenty;
+        // its cap is 3 000 steps.
+        assert_eq!(needed_steps(11_317, 500, 3_000, 0), 460);
+        assert_eq!(needed_steps(11_317, 500, 3_000, floor), 1_500);
+        // Many rows: twenty epochs are more than the floor, which then changes nothing.
+        assert_eq!(needed_steps(80_000, 500, 9_600, floor), 3_200);
+        // The cap bounds the floor as it bounds the epochs.
+        assert_eq!(needed_steps(11_317, 500, 1_000, floor), 1_000);
+        // The 84 ms probe of the Wiki10-shaped fit: its two shares of 639 steps were above
+        // the line of twenty epochs and are below the floor, and a lone candidate's 980
+        // steps are short of it too.
+        let plan = Plan {
+            needed: needed_steps(11_317, 500, 3_000, floor),
+            epoch_steps: 23,
+            cap: 3_000,
+            ..plan_of(300.0)
+        };
+        assert!(!takes_selection_run(1, 980, &plan));
+        assert!(takes_selection_run(1, 1_500, &plan));
     }
 
     #[test]

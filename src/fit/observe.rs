@@ -41,11 +41,13 @@ pub enum FitEvent<'a> {
     /// A candidate's svd and probe start (on the one carve or on a fold).
     CandidateStarted { name: &'a str },
     /// The first probe's step time affords fewer candidates than listed: `kept` of them
-    /// each get `needed_steps` steps (`min_epochs` epochs, or the cap); the rest are dropped.
+    /// each get `needed_steps` steps (`min_epochs` epochs and at least `floor` steps, or the
+    /// cap); the rest are dropped.
     Dropped {
         step_ms: f64,
         needed_steps: u64,
         min_epochs: u64,
+        floor: u64,
         kept: usize,
         dropped: Vec<&'a str>,
     },
@@ -147,12 +149,14 @@ pub enum FitEvent<'a> {
         /// trained again.
         probe: bool,
     },
-    /// The one candidate the budget kept affords fewer steps than a selection run needs (`needed`: [`MIN_EPOCHS`] epochs, or the cap): no
+    /// The one candidate the budget kept affords fewer steps than a selection run needs
+    /// (`needed`: [`MIN_EPOCHS`] epochs and at least `floor` steps, or the cap): no
     /// selection run, its final model trains the time left.
     NoSelectionRun {
         name: &'a str,
         afforded: u64,
         needed: u64,
+        floor: u64,
         final_steps: u64,
     },
     /// The final model's fixed costs alone (the whole file's ingest, its svd and scoring,
@@ -239,13 +243,15 @@ impl FitEvent<'_> {
                 step_ms,
                 needed_steps,
                 min_epochs,
+                floor,
                 kept,
                 dropped,
             } => (
                 Progress,
                 format!(
                     "at {step_ms:.1} ms a step the budget affords {needed_steps} steps \
-                     ({min_epochs} epochs, or the cap) to {kept} candidate(s); dropped: {}",
+                     {} to {kept} candidate(s); dropped: {}",
+                    what_a_selection_run_needs(*min_epochs, *floor),
                     dropped.join("; ")
                 ),
             ),
@@ -338,22 +344,28 @@ impl FitEvent<'_> {
             FitEvent::Chosen { name, steps, probe } => (
                 Result,
                 match probe {
-                    false => format!("chosen {name} ({steps} steps); training it on every training row"),
-                    true => format!("chosen {name} ({steps} steps); its probe's run is the final model"),
+                    false => {
+                        format!("chosen {name} ({steps} steps); training it on every training row")
+                    }
+                    true => {
+                        format!("chosen {name} ({steps} steps); its probe's run is the final model")
+                    }
                 },
             ),
             FitEvent::NoSelectionRun {
                 name,
                 afforded,
                 needed,
+                floor,
                 final_steps,
             } => (
                 Progress,
                 format!(
-                    "{name}: the budget affords it {afforded} steps of the {needed} \
-                     ({MIN_EPOCHS} epochs) a selection run needs, and nothing else is left to choose: no selection run; its \
-                     probe is scored, and its final model trains the time left \
-                     ({final_steps} steps)"
+                    "{name}: the budget affords it {afforded} steps of the {needed} {} a \
+                     selection run needs, and nothing else is left to choose: no selection \
+                     run; its probe is scored, and its final model trains the time left \
+                     ({final_steps} steps)",
+                    what_a_selection_run_needs(MIN_EPOCHS, *floor)
                 ),
             ),
             FitEvent::PastTheBudget {
@@ -465,6 +477,18 @@ impl FitEvent<'_> {
             }
         };
         Some(line)
+    }
+}
+
+/// What a selection run needs, in the words of a line: "(20 epochs, or the cap)", or with
+/// a `floor` of steps (many labels) "(20 epochs and at least 1500 steps at this many
+/// labels, or the cap)".
+fn what_a_selection_run_needs(min_epochs: u64, floor: u64) -> String {
+    match floor {
+        0 => format!("({min_epochs} epochs, or the cap)"),
+        _ => format!(
+            "({min_epochs} epochs and at least {floor} steps at this many labels, or the cap)"
+        ),
     }
 }
 

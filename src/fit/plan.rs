@@ -83,11 +83,24 @@ pub fn extension_floor(every: u64, planned: u64, epoch_steps: u64) -> u64 {
     }
 }
 
+/// Above `rule::MANY_LABELS` labels a selection run needs at least this many steps,
+/// however few an epoch has (`rule::selection_floor`). Each row's bound there holds 1 500
+/// of the negatives, so a label outside the most frequent gets its negative terms from few
+/// rows a minibatch, and the label side is larger (P of 50 and more): on two sets of about
+/// 14 000 rows and 31 000 to 53 000 labels the ridge-started subspace was still rising at
+/// 1 300 to 1 500 steps, where [`MIN_EPOCHS`] epochs were 460. A selection run that short
+/// cannot converge, and the cut kept two candidates whose final model then trained a third
+/// to a half of a lone candidate's steps (docs/fit.md, "Above 4 000 labels, at least 1 500
+/// steps").
+pub const MANY_LABELS_MIN_STEPS: u64 = 1500;
+
 /// The steps a candidate's share must afford for a selection run ([`Plan::needed`]):
-/// [`MIN_EPOCHS`] epochs of `n` rows in minibatches of `batch`, or the step `cap`
-/// when that is fewer (small data).
-pub fn needed_steps(n: u64, batch: u64, cap: u64) -> u64 {
-    (MIN_EPOCHS * n.div_ceil(batch.max(1))).min(cap)
+/// [`MIN_EPOCHS`] epochs of `n` rows in minibatches of `batch`, and at least `floor`
+/// ([`MANY_LABELS_MIN_STEPS`] above `rule::MANY_LABELS` labels, else 0); or the step
+/// `cap` when that is fewer (small data).
+pub fn needed_steps(n: u64, batch: u64, cap: u64, floor: u64) -> u64 {
+    let epochs = MIN_EPOCHS * n.div_ceil(batch.max(1));
+    epochs.max(floor).min(cap)
 }
 
 /// Early stopping's period and patience, in optimiser steps and in scores, for a run that
@@ -111,9 +124,12 @@ pub struct Plan {
     /// Seconds of the budget left after the selection ingest and the final one.
     pub left: f64,
     pub cap: u64,
-    /// Steps of [`MIN_EPOCHS`] epochs (or the cap), which a candidate's share must
-    /// afford ([`needed_steps`]).
+    /// Steps of [`MIN_EPOCHS`] epochs and at least `floor` (or the cap), which a
+    /// candidate's share must afford ([`needed_steps`]).
     pub needed: u64,
+    /// The fewest steps a selection run needs whatever its epochs (`rule::selection_floor`:
+    /// [`MANY_LABELS_MIN_STEPS`] above 4 000 labels, else 0).
+    pub floor: u64,
     /// Steps an epoch of the selection data takes.
     pub epoch_steps: u64,
     pub fixed: bool,

@@ -386,6 +386,17 @@ pub const FREQUENT_NEGATIVES: u64 = 1000;
 /// step (its q(u)), so P is what sets a many-label step's price.
 pub const MAX_FACTORS: u64 = 200;
 
+/// The fewest steps a selection run needs on data of `l` labels, whatever its epochs
+/// ([`plan::needed_steps`]): [`plan::MANY_LABELS_MIN_STEPS`] above [`MANY_LABELS`], where
+/// the label side samples its negatives and is larger, and its climb takes more steps than
+/// twenty epochs of a few thousand rows; else none.
+pub fn selection_floor(l: u64) -> u64 {
+    match l > MANY_LABELS {
+        true => plan::MANY_LABELS_MIN_STEPS,
+        false => 0,
+    }
+}
+
 /// The label side of a multi-label candidate: P (`factors`) and, for many labels, a
 /// stratified form of the paper's stochastic bound (its eq. 23): the
 /// [`FREQUENT_NEGATIVES`] most frequent labels exact and [`SAMPLED_NEGATIVES`] of the

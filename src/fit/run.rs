@@ -109,7 +109,8 @@ pub fn run(
     let left = (budget - 2.0 * ingest_seconds).max(0.0);
     let batch = batch_of(&list);
     let cap = step_cap(sizes.n, batch);
-    let needed = super::plan::needed_steps(sizes.n, batch, cap);
+    let floor = selection_floor(sizes.l);
+    let needed = super::plan::needed_steps(sizes.n, batch, cap, floor);
     observer.event(FitEvent::Planned {
         task: kind,
         rows: sizes.n,
@@ -129,6 +130,7 @@ pub fn run(
         left,
         cap,
         needed,
+        floor,
         epoch_steps: sizes.n.div_ceil(batch),
         fixed: !args.early_stopping,
     };
@@ -645,6 +647,7 @@ mod tests {
             left: 60.0,
             cap: 3_000,
             needed: 40,
+            floor: 0,
             epoch_steps: 2,
             fixed: false,
         };
