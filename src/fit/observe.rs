@@ -112,9 +112,10 @@ pub enum FitEvent<'a> {
         final_seconds: f64,
         left_seconds: f64,
     },
-    /// The final model of a candidate without a selection run trained its planned steps
-    /// at `step_ms` a step against its probe's `probe_ms`, and `spare_seconds` of the
-    /// plannable budget are left after its scoring: it trains `more` steps from `from`.
+    /// The final model of a candidate without a selection run trained its first leg
+    /// (`budget::first_leg`) at `step_ms` a step against its probe's `probe_ms`, and
+    /// `spare_seconds` of the plannable budget are left after its scoring: it trains `more`
+    /// steps from `from`.
     FinalGoesOn {
         spare_seconds: f64,
         step_ms: f64,
@@ -122,6 +123,9 @@ pub enum FitEvent<'a> {
         more: u64,
         from: u64,
     },
+    /// The final model trained for the time left ends at step `steps` of the `planned`: at
+    /// its own rate the time left after its first leg afforded no more.
+    FinalEndsShort { steps: u64, planned: u64 },
     /// The one candidate scored had not converged when its selection run ended at `steps`:
     /// its final model trains the time left, `final_steps` steps.
     LoneTimeLeft {
@@ -397,6 +401,13 @@ impl FitEvent<'_> {
                 ),
             ),
             FitEvent::FinalStageStarted { stage } => (Progress, format!("final model: {stage}")),
+            FitEvent::FinalEndsShort { steps, planned } => (
+                Progress,
+                format!(
+                    "the final model ends at step {steps} of the {planned} planned: its steps \
+                     ran slower than its probe's, and the time left affords no more"
+                ),
+            ),
             FitEvent::FinalGoesOn {
                 spare_seconds,
                 step_ms,

@@ -452,13 +452,25 @@ impl FinalModel<'_> {
         })?;
         let (mut train_run, mut steps) = (0, chosen.final_steps());
         timed(observer, "train", &mut |observer| {
-            let mut options = self.train_options(chosen, steps);
+            // A final model trained for the time left trains its first leg, then the rest
+            // at the rate its own steps ran (`go_on`).
+            let leg = match self.time_left(chosen) {
+                Some(t) => budget::first_leg(steps, t.plan.epoch_steps),
+                None => steps,
+            };
+            let mut options = self.train_options(chosen, leg);
             (options.dataset, options.svd) = (Some(self.name.to_string()), Some(svd_run));
             options.given.extend([TrainFlag::Dataset, TrainFlag::Svd]);
             let out = crate::train::run(ws, &options)?;
             train_run = out.run_id;
-            let trained = self.go_on(ws, chosen, train_run, steps, observer)?;
-            let cached = !out.computed && trained == steps;
+            let trained = self.go_on(ws, chosen, train_run, leg, observer)?;
+            if trained < steps {
+                observer.event(FitEvent::FinalEndsShort {
+                    steps: trained,
+                    planned: steps,
+                });
+            }
+            let cached = !out.computed && trained == leg;
             steps = trained;
             Ok((Some(out.run_id), cached))
         })?;

@@ -1020,10 +1020,9 @@ fn a_final_model_planned_short_of_its_time_goes_on_and_its_spec_says_where_it_en
     assert!(out.status.success(), "{err}");
     assert!(started.elapsed().as_secs_f64() < 20.0, "over its budget");
     let planned = number_after(&err, "its final model trains the time left (");
-    assert!(
-        err.contains(&format!("more from step {planned}\n")),
-        "{err}"
-    );
+    // Its first leg, three quarters of the planned steps, then the rest by its own rate.
+    let leg = (0.75 * planned as f64).ceil() as u64;
+    assert!(err.contains(&format!("more from step {leg}\n")), "{err}");
     // The spec says where the final run ended.
     let text = std::fs::read_to_string(&spec).unwrap();
     let final_steps = number_after(&text, "max_steps = ");
@@ -1037,6 +1036,41 @@ fn a_final_model_planned_short_of_its_time_goes_on_and_its_spec_says_where_it_en
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(printed.contains("accuracy"), "{printed}");
     assert_eq!(String::from_utf8_lossy(&again.stdout), printed);
+}
+
+#[test]
+fn a_final_model_trained_for_the_time_left_ends_at_its_first_leg_when_its_steps_run_slow() {
+    let dir = tempfile::tempdir().unwrap();
+    // No selection run; the final model is planned by its probe's step time, and the
+    // failpoint takes its own steps to have no end: after its first leg, the time left
+    // affords no more.
+    let (out, spec) = lone_fit(dir.path(), 5, "fit-final-stalled:1", &["--json"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let planned = number_after(&err, "its final model trains the time left (");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let final_steps = outcome["final_steps"].as_u64().unwrap();
+    // Three quarters of the planned steps (the rest is more than an epoch of 5 steps).
+    let leg = (0.75 * planned as f64).ceil() as u64;
+    assert!(planned - leg >= 5, "{planned}\n{err}");
+    assert_eq!(final_steps, leg, "{planned} planned\n{err}");
+    assert!(
+        err.contains(&format!("ends at step {leg} of the {planned} planned")),
+        "{err}"
+    );
+    assert!(!err.contains("more from step"), "{err}");
+    // The spec says where the final run ended, and `pipeline run` of it in a fresh
+    // workspace trains that run and prints the same figures.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert_eq!(number_after(&text, "max_steps = "), leg, "{text}");
+    let fresh = dir.path().join("fresh");
+    let again = pipeline(&fresh, &["run", spec.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains(&format!("{leg} steps in")),
+        "{}",
+        stderr(&again)
+    );
 }
 
 #[test]
