@@ -1058,13 +1058,22 @@ mod tests {
     fn above_many_labels_a_selection_run_needs_its_floor_of_steps_when_epochs_are_short() {
         use crate::fit::plan::{needed_steps, MANY_LABELS_MIN_STEPS};
         use crate::fit::rule::{selection_floor, MANY_LABELS};
+        use crate::store::catalog::LabelKind;
         assert_eq!(
-            selection_floor(MANY_LABELS),
+            selection_floor(LabelKind::Multilabel, MANY_LABELS),
             0,
             "4 000 labels: the dense path"
         );
-        assert_eq!(selection_floor(MANY_LABELS + 1), MANY_LABELS_MIN_STEPS);
-        let floor = selection_floor(30_938);
+        assert_eq!(
+            selection_floor(LabelKind::Multilabel, MANY_LABELS + 1),
+            MANY_LABELS_MIN_STEPS
+        );
+        assert_eq!(
+            selection_floor(LabelKind::Multiclass, 30_938),
+            0,
+            "no label side to climb"
+        );
+        let floor = selection_floor(LabelKind::Multilabel, 30_938);
         // The Wiki10-shaped selection split: 11 317 rows, 23 steps an epoch, 460 of twenty;
         // its cap is 3 000 steps.
         assert_eq!(needed_steps(11_317, 500, 3_000, 0), 460);

@@ -386,12 +386,13 @@ pub const FREQUENT_NEGATIVES: u64 = 1000;
 /// step (its q(u)), so P is what sets a many-label step's price.
 pub const MAX_FACTORS: u64 = 200;
 
-/// The fewest steps a selection run needs on data of `l` labels, whatever its epochs
-/// ([`plan::needed_steps`]): [`plan::MANY_LABELS_MIN_STEPS`] above [`MANY_LABELS`], where
-/// the label side samples its negatives and is larger, and its climb takes more steps than
-/// twenty epochs of a few thousand rows; else none.
-pub fn selection_floor(l: u64) -> u64 {
-    match l > MANY_LABELS {
+/// The fewest steps a selection run needs on `task` data of `l` labels, whatever its
+/// epochs ([`plan::needed_steps`]): [`plan::MANY_LABELS_MIN_STEPS`] for multi-label data
+/// above [`MANY_LABELS`], where the label side samples its negatives and is larger, and its
+/// climb takes more steps than twenty epochs of a few thousand rows; else none (the
+/// classifiers' candidates have no such label side).
+pub fn selection_floor(task: LabelKind, l: u64) -> u64 {
+    match task == LabelKind::Multilabel && l > MANY_LABELS {
         true => plan::MANY_LABELS_MIN_STEPS,
         false => 0,
     }

@@ -109,7 +109,7 @@ pub fn run(
     let left = (budget - 2.0 * ingest_seconds).max(0.0);
     let batch = batch_of(&list);
     let cap = step_cap(sizes.n, batch);
-    let floor = selection_floor(sizes.l);
+    let floor = selection_floor(kind, sizes.l);
     let needed = super::plan::needed_steps(sizes.n, batch, cap, floor);
     observer.event(FitEvent::Planned {
         task: kind,
