@@ -404,8 +404,8 @@ impl FitEvent<'_> {
             FitEvent::FinalEndsShort { steps, planned } => (
                 Progress,
                 format!(
-                    "the final model ends at step {steps} of the {planned} planned: its steps \
-                     ran slower than its probe's, and the time left affords no more"
+                    "the final model ends at step {steps} of the {planned} planned: at the rate \
+                     its own steps ran, the time left affords no more"
                 ),
             ),
             FitEvent::FinalGoesOn {
