@@ -365,13 +365,6 @@ fn final_steps_of_the_time_left(
 /// the budget unspent. None when fewer than `floor` (an epoch's steps: a resume pays its
 /// setup again); at most `room` (the step cap less the steps trained).
 pub fn final_extension_steps(spare: f64, step_seconds: f64, room: u64, floor: u64) -> u64 {
-    // With the failpoint `fit-final-stalled:1` armed (which also makes the share short of a
-    // selection run, `share_afforded`), the final run's steps are taken to have no end, so
-    // that a test sees a final model end at its first leg.
-    let step_seconds = match crate::failpoint::fires("fit-final-stalled", 1) {
-        true => f64::INFINITY,
-        false => step_seconds,
-    };
     let steps = (spare / step_seconds.max(1e-9)).floor().max(0.0) as u64;
     match steps >= floor.max(1) {
         true => steps.min(room),
@@ -426,6 +419,17 @@ fn final_step_seconds(step_seconds: f64) -> f64 {
     match crate::failpoint::fires("fit-lone-slower", 1000) {
         true => 1000.0 * step_seconds,
         false => step_seconds,
+    }
+}
+
+/// The seconds a step of the final run took, as its going on prices them: `measured`, or
+/// with the failpoint `fit-final-stalled:1` armed (which also makes the share short of a
+/// selection run, [`share_afforded`]), no end, so that a test sees a final model end at its
+/// first leg ([`first_leg`]).
+pub fn final_run_step_seconds(measured: f64) -> f64 {
+    match crate::failpoint::fires("fit-final-stalled", 1) {
+        true => f64::INFINITY,
+        false => measured,
     }
 }
 

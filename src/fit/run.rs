@@ -376,9 +376,10 @@ impl FinalModel<'_> {
         let Some(t) = self.time_left(chosen) else {
             return Ok(steps);
         };
-        let Some(step_seconds) = probe_step_seconds(ws, run, steps)? else {
+        let Some(measured) = probe_step_seconds(ws, run, steps)? else {
             return Ok(steps);
         };
+        let step_seconds = budget::final_run_step_seconds(measured);
         let rows = ws
             .dataset_named(self.name)?
             .split(self.split)

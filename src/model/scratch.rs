@@ -69,7 +69,7 @@ impl Scratch {
 
     /// Hands the dense path's buffers back for the next call.
     pub fn give_dense(&self, a: Vec<f64>, b: Vec<f64>) {
-        *self.dense.lock().unwrap_or_else(|e| e.into_inner()) = (a, b);
+        give_pair(&self.dense, a, b);
     }
 
     /// The list path's two buffers, each of length n, with unspecified contents (the
@@ -80,7 +80,7 @@ impl Scratch {
 
     /// Hands the list path's buffers back for the next call.
     pub fn give_rows(&self, a: Vec<f64>, b: Vec<f64>) {
-        *self.rows.lock().unwrap_or_else(|e| e.into_inner()) = (a, b);
+        give_pair(&self.rows, a, b);
     }
 
     /// A [K×P] matrix for Φ's gradient, with unspecified contents (every entry is
@@ -98,6 +98,11 @@ impl Scratch {
     pub fn give_labels(&self, x: Mat<f64>) {
         *self.labels.lock().unwrap_or_else(|e| e.into_inner()) = Some(x);
     }
+}
+
+/// Puts the pair `a`, `b` in `slot` for the next [`take_pair`].
+fn give_pair(slot: &Mutex<(Vec<f64>, Vec<f64>)>, a: Vec<f64>, b: Vec<f64>) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = (a, b);
 }
 
 /// The pair of buffers in `slot`, each of length n: kept as they are when their length is
