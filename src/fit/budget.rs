@@ -267,10 +267,10 @@ pub fn takes_selection_run(candidates: usize, afforded: u64, plan: &Plan) -> boo
 
 /// The steps a final model may train in `spare` seconds (the budget's plannable seconds
 /// less what was spent and the final model's fixed costs) at `step_seconds` a step, with
-/// the final step's margin ([`FINAL_STEP_MARGIN`]); at most `cap`.
-pub fn no_selection_steps(spare: f64, step_seconds: f64, cap: u64) -> u64 {
+/// the final step's margin ([`FINAL_STEP_MARGIN`]); at most `ceiling`.
+pub fn no_selection_steps(spare: f64, step_seconds: f64, ceiling: u64) -> u64 {
     let steps = (spare / (FINAL_STEP_MARGIN * step_seconds.max(1e-9))).floor();
-    (steps.max(0.0) as u64).min(cap)
+    (steps.max(0.0) as u64).min(ceiling)
 }
 
 /// Gives the time left to the final model of a lone candidate (the only one scored) whose
@@ -327,7 +327,7 @@ fn final_steps_of_the_time_left(
     let fixed = final_fixed_seconds(s.final_fixed_seconds(at.ingest_seconds));
     let spent = (at.spent)();
     let spare = spare_seconds(at.plan, spent, s.run_seconds + fixed);
-    let steps = no_selection_steps(spare, step_seconds, at.plan.cap).max(s.steps);
+    let steps = no_selection_steps(spare, step_seconds, at.plan.time_left_ceiling()).max(s.steps);
     s.final_steps = Some(steps);
     let final_run = final_seconds(s.run_seconds + fixed, steps, step_seconds);
     let overruns = spent + final_run > at.plan.budget;
@@ -363,7 +363,8 @@ fn final_steps_of_the_time_left(
 /// with [`FINAL_STEP_MARGIN`]; a probe taken while the machine was slower (on a 53 000-label
 /// set one measured 171 ms a step where the final run's averaged 128) leaves a quarter of
 /// the budget unspent. None when fewer than `floor` (an epoch's steps: a resume pays its
-/// setup again); at most `room` (the step cap less the steps trained).
+/// setup again); at most `room` (the time left's ceiling, [`Plan::time_left_ceiling`],
+/// less the steps trained).
 pub fn final_extension_steps(spare: f64, step_seconds: f64, room: u64, floor: u64) -> u64 {
     let steps = (spare / step_seconds.max(1e-9)).floor().max(0.0) as u64;
     match steps >= floor.max(1) {
@@ -1097,6 +1098,43 @@ mod tests {
         };
         assert!(!takes_selection_run(1, 980, &plan));
         assert!(takes_selection_run(1, 1_500, &plan));
+    }
+
+    /// A final model trained for the time left takes what the clock affords past the step
+    /// cap, up to [`Plan::time_left_ceiling`]: on a faster VM two five-minute fits whose
+    /// final models stopped at the cap ended at 223 and 244 s.
+    #[test]
+    fn a_final_model_trained_for_the_time_left_goes_past_the_step_cap() {
+        use crate::fit::rule::tests::{binary, scored};
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let plan = Plan {
+            cap: 3_000,
+            ..plan_of(300.0)
+        };
+        assert_eq!(plan.time_left_ceiling(), 12_000);
+        let steps_at = |step_seconds: f64| {
+            let spent_now = || 60.0;
+            let at = Spending {
+                ws: &ws,
+                plan: &plan,
+                spent: &spent_now,
+                ingest_seconds: 2.0,
+            };
+            let mut s = scored("lone", binary(0.8, 0.3));
+            (s.steps, s.step_seconds, s.run_seconds, s.every) = (50, step_seconds, 2.0, 0);
+            (s.svd_seconds, s.scoring_seconds) = (3.0, 5.0);
+            final_steps_of_the_time_left(&mut s, &at, step_seconds, &mut Said(Vec::new()))
+        };
+        // The s50 seed-1 fit's probe: 61.9 ms a step; 294 s plannable less 60 spent and
+        // 12 s of setup and fixed costs afford some 3 100 steps with the final step's margin.
+        let steps = steps_at(0.0619);
+        assert!((3_001..4_000).contains(&steps), "{steps}");
+        // A step of a millisecond: the ceiling.
+        assert_eq!(steps_at(0.001), 12_000);
+        // Going on from the cap, the room is the ceiling's.
+        let room = plan.time_left_ceiling() - 3_000;
+        assert_eq!(final_extension_steps(60.0, 0.05, room, 48), 1_200);
     }
 
     #[test]

@@ -143,9 +143,24 @@ pub struct Plan {
 /// "Many labels"). 2 % is 6 s of five minutes, 1.2 s of one.
 pub const UNPLANNED_SHARE: f64 = 0.02;
 
+/// A final model trained for the time left (a candidate without a selection run, or a
+/// lone one whose run did not converge) may train this many step caps. The cap bounds a
+/// selection run, which early stopping ends sooner where the data allow; such a final model
+/// has no validation to stop it and trains what the clock affords, which on a faster VM was
+/// more than the cap: two five-minute fits whose final models stopped at the cap of 3 000
+/// steps ended at 223 and 244 s (docs/fit.md, "At the step cap"). The clock bounds it;
+/// four caps only bound a step time measured far too fast.
+pub const TIME_LEFT_CAPS: u64 = 4;
+
 impl Plan {
     /// The seconds the extensions plan against: the budget less [`UNPLANNED_SHARE`].
     pub fn plannable(&self) -> f64 {
         self.budget * (1.0 - UNPLANNED_SHARE)
+    }
+
+    /// The most steps a final model trained for the time left may take: [`TIME_LEFT_CAPS`]
+    /// step caps.
+    pub fn time_left_ceiling(&self) -> u64 {
+        self.cap.saturating_mul(TIME_LEFT_CAPS)
     }
 }

@@ -336,8 +336,9 @@ struct TimeLeft<'a> {
 
 impl FinalModel<'_> {
     /// The chosen candidate's train options for its final run of `steps` steps (its svd run
-    /// is linked in). A final model trained for the time left is a run of the step cap cut
-    /// by `--max-steps` at `steps`, which train can take on ([`FinalModel::go_on`]).
+    /// is linked in). A final model trained for the time left is a run of the step cap (or
+    /// of `steps`, past it) cut by `--max-steps` at `steps`, which train can take on
+    /// ([`FinalModel::go_on`]).
     fn train_options(&self, chosen: &Scored, steps: u64) -> TrainOptions {
         let mut options = TrainOptions {
             task: self.kind,
@@ -386,7 +387,7 @@ impl FinalModel<'_> {
             .map_or(0, |s| s.n_rows);
         let scoring = chosen.scoring_seconds * rows as f64 / t.validation_rows.max(1) as f64;
         let spare = t.plan.plannable() - (t.spent)() - scoring - chosen.run_seconds;
-        let room = t.plan.cap.saturating_sub(steps);
+        let room = t.plan.time_left_ceiling().saturating_sub(steps);
         let more = budget::final_extension_steps(spare, step_seconds, room, t.plan.epoch_steps);
         if more == 0 {
             return Ok(steps);
@@ -398,10 +399,13 @@ impl FinalModel<'_> {
             more,
             from: steps,
         });
+        // A run of the step cap, or past it of the steps it ends at, as `train_options`
+        // writes it for the spec.
         let options = TrainOptions {
             resume: Some(run),
+            steps: Some(t.plan.cap.max(steps + more)),
             max_steps: Some(steps + more),
-            given: [TrainFlag::Resume, TrainFlag::MaxSteps].into(),
+            given: [TrainFlag::Resume, TrainFlag::Steps, TrainFlag::MaxSteps].into(),
             ..TrainOptions::default()
         };
         crate::train::run(ws, &options)?;
