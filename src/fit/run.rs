@@ -362,10 +362,12 @@ impl FinalModel<'_> {
             .filter(|_| chosen.final_steps.is_some())
     }
 
-    /// Trains final run `run` of `chosen` on from `steps` when the budget's plannable
-    /// seconds still afford an epoch of steps or more at the run's own rate, after its
-    /// scoring (the validation's, scaled to the rows of the final split) and a resume's
-    /// setup: the steps it trained in all.
+    /// Trains final run `run` of `chosen` on from `steps` while the budget's plannable
+    /// seconds still afford an epoch of steps or more at the run's own rate so far, after
+    /// its scoring (the validation's, scaled to the rows of the final split) and a
+    /// resume's setup: the steps it trained in all. Each extension is priced with the
+    /// final step's margin, and the clock is read again after it, so the time the margin
+    /// keeps back goes to the next one when the steps did not need it.
     fn go_on(
         &self,
         ws: &Workspace,
@@ -377,39 +379,42 @@ impl FinalModel<'_> {
         let Some(t) = self.time_left(chosen) else {
             return Ok(steps);
         };
-        let Some(measured) = probe_step_seconds(ws, run, steps)? else {
-            return Ok(steps);
-        };
-        let step_seconds = budget::final_run_step_seconds(measured);
         let rows = ws
             .dataset_named(self.name)?
             .split(self.split)
             .map_or(0, |s| s.n_rows);
         let scoring = chosen.scoring_seconds * rows as f64 / t.validation_rows.max(1) as f64;
-        let spare = t.plan.plannable() - (t.spent)() - scoring - chosen.run_seconds;
-        let room = t.plan.time_left_ceiling().saturating_sub(steps);
-        let more = budget::final_extension_steps(spare, step_seconds, room, t.plan.epoch_steps);
-        if more == 0 {
-            return Ok(steps);
+        let mut steps = steps;
+        loop {
+            let Some(measured) = probe_step_seconds(ws, run, steps)? else {
+                return Ok(steps);
+            };
+            let step_seconds = budget::final_run_step_seconds(measured);
+            let spare = t.plan.plannable() - (t.spent)() - scoring - chosen.run_seconds;
+            let room = t.plan.time_left_ceiling().saturating_sub(steps);
+            let more = budget::final_extension_steps(spare, step_seconds, room, t.plan.epoch_steps);
+            if more == 0 {
+                return Ok(steps);
+            }
+            observer.event(FitEvent::FinalGoesOn {
+                spare_seconds: spare,
+                step_ms: 1e3 * step_seconds,
+                probe_ms: 1e3 * chosen.step_seconds,
+                more,
+                from: steps,
+            });
+            // A run of the step cap, or past it of the steps it ends at, as `train_options`
+            // writes it for the spec.
+            let options = TrainOptions {
+                resume: Some(run),
+                steps: Some(t.plan.cap.max(steps + more)),
+                max_steps: Some(steps + more),
+                given: [TrainFlag::Resume, TrainFlag::Steps, TrainFlag::MaxSteps].into(),
+                ..TrainOptions::default()
+            };
+            crate::train::run(ws, &options)?;
+            steps += more;
         }
-        observer.event(FitEvent::FinalGoesOn {
-            spare_seconds: spare,
-            step_ms: 1e3 * step_seconds,
-            probe_ms: 1e3 * chosen.step_seconds,
-            more,
-            from: steps,
-        });
-        // A run of the step cap, or past it of the steps it ends at, as `train_options`
-        // writes it for the spec.
-        let options = TrainOptions {
-            resume: Some(run),
-            steps: Some(t.plan.cap.max(steps + more)),
-            max_steps: Some(steps + more),
-            given: [TrainFlag::Resume, TrainFlag::Steps, TrainFlag::MaxSteps].into(),
-            ..TrainOptions::default()
-        };
-        crate::train::run(ws, &options)?;
-        Ok(steps + more)
     }
 
     /// Runs the final model as `pipeline run` runs its spec (at `spec`, named in errors):
