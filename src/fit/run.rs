@@ -336,9 +336,10 @@ struct TimeLeft<'a> {
 
 impl FinalModel<'_> {
     /// The chosen candidate's train options for its final run of `steps` steps (its svd run
-    /// is linked in). A final model trained for the time left is a run of the step cap (or
-    /// of `steps`, past it) cut by `--max-steps` at `steps`, which train can take on
-    /// ([`FinalModel::go_on`]).
+    /// is linked in). A final model trained for the time left is a run of the time left's
+    /// ceiling ([`Plan::time_left_ceiling`]) cut by `--max-steps` at `steps`, which train
+    /// can take on ([`FinalModel::go_on`]). Its `--steps` is never where it is cut (short
+    /// of the ceiling): a run that reaches its `--steps` has finished and cannot resume.
     fn train_options(&self, chosen: &Scored, steps: u64) -> TrainOptions {
         let mut options = TrainOptions {
             task: self.kind,
@@ -347,7 +348,7 @@ impl FinalModel<'_> {
             ..TrainOptions::default()
         };
         if let Some(t) = self.time_left(chosen) {
-            options.steps = Some(t.plan.cap.max(steps));
+            options.steps = Some(t.plan.time_left_ceiling().max(steps));
             options.max_steps = Some(steps);
             options.given.insert(TrainFlag::MaxSteps);
         }
@@ -403,13 +404,10 @@ impl FinalModel<'_> {
                 more,
                 from: steps,
             });
-            // A run of the step cap, or past it of the steps it ends at, as `train_options`
-            // writes it for the spec.
             let options = TrainOptions {
                 resume: Some(run),
-                steps: Some(t.plan.cap.max(steps + more)),
                 max_steps: Some(steps + more),
-                given: [TrainFlag::Resume, TrainFlag::Steps, TrainFlag::MaxSteps].into(),
+                given: [TrainFlag::Resume, TrainFlag::MaxSteps].into(),
                 ..TrainOptions::default()
             };
             crate::train::run(ws, &options)?;
@@ -729,9 +727,9 @@ mod tests {
             (typed.batch, typed.steps, typed.max_steps, typed.seed),
             (200, Some(700), None, 7)
         );
-        // Without a selection run, the final model is a run of the cap cut at its steps,
-        // which goes on when the time left affords more; its spec, rewritten, says where
-        // it ended.
+        // Without a selection run, the final model is a run of the time left's ceiling
+        // (four caps) cut at its steps, which goes on when the time left affords more; its
+        // spec, rewritten, says where it ended.
         let lone = Scored {
             final_steps: Some(1_100),
             ..chosen
@@ -739,7 +737,11 @@ mod tests {
         let first = write_spec(&path, &model, &lone, 1_100, true).unwrap();
         let typed = typed_of(&lone, 1_100);
         assert_eq!(train_of(&path), typed);
-        assert_eq!((typed.steps, typed.max_steps), (Some(3_000), Some(1_100)));
+        assert_eq!((typed.steps, typed.max_steps), (Some(12_000), Some(1_100)));
+        // Past the cap too, `--max-steps` cuts it, so that it can go on: a first leg of
+        // 9 000 steps that was a run of 9 000 had finished, and its resume was refused.
+        let past = typed_of(&lone, 9_000);
+        assert_eq!((past.steps, past.max_steps), (Some(12_000), Some(9_000)));
         assert!(rewrite_spec(&path, &first, &write_spec_text(&model, &lone, 1_500)).unwrap());
         assert_eq!(train_of(&path), typed_of(&lone, 1_500));
         // A spec changed since fit wrote it is left as it is.
