@@ -405,11 +405,12 @@ fn no_selection_run(
 /// sees a candidate whose share cannot buy a lone candidate's epochs on data small enough to
 /// run in seconds (the final model's steps are priced by the true step time). The
 /// failpoints that price such a final model (`fit-lone-slower`, `fit-fixed-dearer`) make
-/// the share short too.
+/// the share short too, as does `fit-final-short-extension` ([`extension_taken`]).
 fn share_afforded(afforded: u64) -> u64 {
     let slower = crate::failpoint::fires("fit-share-slower", 1000)
         || crate::failpoint::fires("fit-lone-slower", 1000)
         || crate::failpoint::fires("fit-final-stalled", 1)
+        || crate::failpoint::fires("fit-final-short-extension", 1)
         || crate::failpoint::fires("fit-fixed-dearer", 1000);
     match slower {
         true => afforded / 1000,
@@ -437,6 +438,18 @@ pub fn final_run_step_seconds(measured: f64) -> f64 {
     match crate::failpoint::fires("fit-final-stalled", 1) {
         true => f64::INFINITY,
         false => measured,
+    }
+}
+
+/// The steps the `extension`-th extension of a final model trains (`FinalModel::go_on`), of
+/// the `more` the time left affords: all of them, or with the failpoint
+/// `fit-final-short-extension:N` armed, half of them at the N-th (which also makes the
+/// share short of a selection run, [`share_afforded`]), so that a test sees the clock read
+/// again after an extension that left time.
+pub fn extension_taken(more: u64, extension: u32) -> u64 {
+    match crate::failpoint::fires("fit-final-short-extension", extension) {
+        true => more.div_ceil(2),
+        false => more,
     }
 }
 
@@ -974,13 +987,46 @@ mod tests {
         }
     }
 
+    /// A candidate scored after `steps` steps of `step_seconds`, whose run's setup took
+    /// `run_seconds`, scored every `every` steps (0: its probe), with an svd of 3 s and a
+    /// validation score of 5 s.
+    fn probe_scored(steps: u64, step_seconds: f64, run_seconds: f64, every: u64) -> Scored {
+        use crate::fit::rule::tests::{binary, scored};
+        let mut s = scored("probe", binary(0.8, 0.3));
+        (s.steps, s.step_seconds, s.run_seconds, s.every) =
+            (steps, step_seconds, run_seconds, every);
+        (s.svd_seconds, s.scoring_seconds) = (3.0, 5.0);
+        s
+    }
+
+    /// The steps [`final_steps_of_the_time_left`] gives `s` at its own step time, `spent`
+    /// seconds into `plan`, with the whole file's ingest at 2 s; and the final-model events
+    /// it said.
+    fn time_left_of(
+        ws: &Workspace,
+        plan: &Plan,
+        spent: f64,
+        s: &mut Scored,
+    ) -> (u64, Vec<&'static str>) {
+        let spent_now = move || spent;
+        let at = Spending {
+            ws,
+            plan,
+            spent: &spent_now,
+            ingest_seconds: 2.0,
+        };
+        let mut said = Said(Vec::new());
+        let step_seconds = s.step_seconds;
+        let steps = final_steps_of_the_time_left(s, &at, step_seconds, &mut said);
+        (steps, said.0)
+    }
+
     /// A probe whose steps, trained again on every row with the final model's fixed
     /// costs, would end past the budget is the final model itself; a selection run in the
     /// same place (a run with early stopping, not a spec's fixed steps) is trained again
     /// and the overrun said; where they fit, neither.
     #[test]
     fn a_probe_that_cannot_be_repeated_in_the_time_left_is_the_final_model() {
-        use crate::fit::rule::tests::{binary, scored};
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         let plan = plan_of(60.0);
@@ -988,19 +1034,9 @@ mod tests {
         // scoring 5 s, and the whole file's ingest 2 s: 10 s of fixed costs and 9 s of
         // steps against the 20 s left less the plan's 2 % (18.8 s).
         let ended = |spent: f64, every: u64| {
-            let spent_now = move || spent;
-            let at = Spending {
-                ws: &ws,
-                plan: &plan,
-                spent: &spent_now,
-                ingest_seconds: 2.0,
-            };
-            let mut s = scored("probe", binary(0.8, 0.3));
-            (s.steps, s.step_seconds, s.run_seconds, s.every) = (3, 3.0, 5.0, every);
-            (s.svd_seconds, s.scoring_seconds) = (3.0, 5.0);
-            let mut said = Said(Vec::new());
-            let steps = final_steps_of_the_time_left(&mut s, &at, 3.0, &mut said);
-            (steps, s.final_is_probe, said.0)
+            let mut s = probe_scored(3, 3.0, 5.0, every);
+            let (steps, said) = time_left_of(&ws, &plan, spent, &mut s);
+            (steps, s.final_is_probe, said)
         };
         assert_eq!(ended(40.0, 0), (3, true, vec!["probe"]));
         assert_eq!(ended(40.0, 7), (3, false, vec!["past"]));
@@ -1111,7 +1147,6 @@ mod tests {
     /// final models stopped at the cap ended at 223 and 244 s.
     #[test]
     fn a_final_model_trained_for_the_time_left_goes_past_the_step_cap() {
-        use crate::fit::rule::tests::{binary, scored};
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         let plan = Plan {
@@ -1120,17 +1155,8 @@ mod tests {
         };
         assert_eq!(plan.time_left_ceiling(), 12_000);
         let steps_at = |step_seconds: f64| {
-            let spent_now = || 60.0;
-            let at = Spending {
-                ws: &ws,
-                plan: &plan,
-                spent: &spent_now,
-                ingest_seconds: 2.0,
-            };
-            let mut s = scored("lone", binary(0.8, 0.3));
-            (s.steps, s.step_seconds, s.run_seconds, s.every) = (50, step_seconds, 2.0, 0);
-            (s.svd_seconds, s.scoring_seconds) = (3.0, 5.0);
-            final_steps_of_the_time_left(&mut s, &at, step_seconds, &mut Said(Vec::new()))
+            let mut s = probe_scored(50, step_seconds, 2.0, 0);
+            time_left_of(&ws, &plan, 60.0, &mut s).0
         };
         // The s50 seed-1 fit's probe: 61.9 ms a step; 294 s plannable less 60 spent and
         // 12 s of setup and fixed costs afford some 3 100 steps with the final step's margin.

@@ -386,7 +386,7 @@ impl FinalModel<'_> {
             .map_or(0, |s| s.n_rows);
         let scoring = chosen.scoring_seconds * rows as f64 / t.validation_rows.max(1) as f64;
         let mut steps = steps;
-        loop {
+        for extension in 1.. {
             let Some(measured) = probe_step_seconds(ws, run, steps)? else {
                 return Ok(steps);
             };
@@ -397,6 +397,7 @@ impl FinalModel<'_> {
             if more == 0 {
                 return Ok(steps);
             }
+            let more = budget::extension_taken(more, extension);
             observer.event(FitEvent::FinalGoesOn {
                 spare_seconds: spare,
                 step_ms: 1e3 * step_seconds,
@@ -413,6 +414,7 @@ impl FinalModel<'_> {
             crate::train::run(ws, &options)?;
             steps += more;
         }
+        Ok(steps)
     }
 
     /// Runs the final model as `pipeline run` runs its spec (at `spec`, named in errors):

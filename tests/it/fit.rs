@@ -1044,6 +1044,27 @@ fn a_final_model_planned_short_of_its_time_goes_on_and_its_spec_says_where_it_en
 }
 
 #[test]
+fn a_final_model_reads_the_clock_again_after_each_extension() {
+    let dir = tempfile::tempdir().unwrap();
+    // No selection run; the final model's first extension trains half of what the time
+    // left affords, and the clock, read again, gives it more.
+    let (out, spec) = lone_fit(dir.path(), 5, "fit-final-short-extension:1", &["--json"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let from: Vec<u64> = err
+        .lines()
+        .filter_map(|l| l.split("steps more from step ").nth(1))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(from.len() >= 2 && from[1] > from[0], "{err}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let final_steps = outcome["final_steps"].as_u64().unwrap();
+    assert!(final_steps > from[from.len() - 1], "{final_steps}\n{err}");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert_eq!(number_after(&text, "max_steps = "), final_steps, "{text}");
+}
+
+#[test]
 fn a_final_model_trained_for_the_time_left_ends_at_its_first_leg_when_its_steps_run_slow() {
     let dir = tempfile::tempdir().unwrap();
     // No selection run; the final model is planned by its probe's step time, and the
