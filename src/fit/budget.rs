@@ -370,9 +370,7 @@ fn final_steps_of_the_time_left(
 /// steps: a resume pays its setup again); at most `room` (the time left's ceiling,
 /// [`Plan::time_left_ceiling`], less the steps trained).
 pub fn final_extension_steps(spare: f64, step_seconds: f64, room: u64, floor: u64) -> u64 {
-    let steps = (spare / (FINAL_STEP_MARGIN * step_seconds.max(1e-9)))
-        .floor()
-        .max(0.0) as u64;
+    let steps = no_selection_steps(spare, step_seconds, u64::MAX);
     match steps >= floor.max(1) {
         true => steps.min(room),
         false => 0,
